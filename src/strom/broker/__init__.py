@@ -1,0 +1,1 @@
+"""strom.broker: a durable single-node broker speaking the Kafka wire protocol."""

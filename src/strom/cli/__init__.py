@@ -1,0 +1,1 @@
+"""strom.cli: the `strom` command."""

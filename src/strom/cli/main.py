@@ -1,0 +1,43 @@
+"""Entry point of the `strom` command. Each subcommand lives in its own module of this package."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from strom import __version__
+from strom.errors import StromError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="strom")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def cli(verbose: int) -> None:
+    """strom: Kafka Streams, Decaton and exactly-once Kafka in Python, run on Spark."""
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _register_commands() -> None:
+    """Subcommands are registered here so that `strom --help` lists only what exists."""
+    from strom.cli import preflight
+
+    cli.add_command(preflight.preflight)
+
+
+_register_commands()
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except StromError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,52 @@
+"""Errors a user of strom can cause. Each message says what happened and what to do."""
+
+from __future__ import annotations
+
+
+class StromError(Exception):
+    """Base of every error strom raises for a problem the user can fix."""
+
+
+class ConfigError(StromError, ValueError):
+    """A configuration key is unknown or its value is invalid."""
+
+    @classmethod
+    def unknown_key(cls, key: str, known: list[str] | tuple[str, ...]) -> ConfigError:
+        import difflib
+
+        hint = difflib.get_close_matches(key, list(known), n=1)
+        suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
+        return cls(f"Unknown configuration key {key!r}.{suggestion} Check the spelling against "
+                   "the documented keys (docs/configuration.md).")
+
+    @classmethod
+    def bad_value(cls, key: str, value: object, expected: str) -> ConfigError:
+        return cls(f"Invalid value {value!r} for configuration {key!r}: expected {expected}.")
+
+
+class JavaNotFoundError(StromError):
+    """Spark needs Java 17 or newer on PATH (or JAVA_HOME)."""
+
+
+class BrokerUnavailableError(StromError):
+    """No Kafka broker answered at the configured bootstrap servers."""
+
+
+class UnknownTopicError(StromError):
+    """A topic that the application needs does not exist."""
+
+
+class TopologyError(StromError):
+    """The topology is invalid: a missing store, a cycle, a name used twice and so on."""
+
+
+class CoPartitioningError(TopologyError):
+    """Joined or merged inputs do not have the same number of partitions."""
+
+
+class SerializationError(StromError):
+    """A record could not be serialized or deserialized with the configured serde."""
+
+
+class ProcessingError(StromError):
+    """A user processor raised while processing a record; the record is named in the message."""

@@ -1,0 +1,1 @@
+"""strom.spark: Kafka source and sink for PySpark, and the runtime that runs topologies on Spark."""

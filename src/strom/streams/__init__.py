@@ -1,0 +1,1 @@
+"""strom.streams: the Kafka Streams programming model and runtime."""

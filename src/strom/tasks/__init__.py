@@ -1,0 +1,1 @@
+"""strom.tasks: Decaton-style concurrent, key-ordered processing within a partition."""
