@@ -4,7 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench setup clean
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: demo test lint setup tools clean
 
 setup: $(STAMP)
 
@@ -18,7 +20,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/strom demo
 
-test: $(STAMP)
+# kcat is a real third-party Kafka client the broker tests use as a judge.
+tools:
+	@command -v kcat >/dev/null || $(SUDO) apt-get install -y -qq kcat >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; } \
+	  || { echo "The broker tests need kcat: install it (apt-get install kcat, brew install kcat)."; exit 1; }
+
+test: $(STAMP) tools
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
