@@ -1,0 +1,1 @@
+"""State stores, the record cache and changelogging for strom.streams (Kafka Streams' state layer)."""

@@ -1,0 +1,206 @@
+"""Time segments of window and session stores: retention is enforced by dropping whole segments.
+
+A segmented store keeps its records in segments of ``segment_interval_ms`` by record time (window
+start, or session end). When stream time passes a segment's end by the retention period, the whole
+segment is dropped, which is how Kafka Streams keeps window stores bounded. A segment is an ordered
+map of binary keys: in memory (a sorted key list beside a dict) or one RocksDB database per segment.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import rocksdict
+
+log = logging.getLogger(__name__)
+
+MIN_SEGMENT_INTERVAL_MS = 60_000
+
+
+def default_segment_interval(retention_ms: int) -> int:
+    """Kafka Streams' default: half the retention, but at least one minute."""
+    return max(retention_ms // 2, MIN_SEGMENT_INTERVAL_MS)
+
+
+class Segment(Protocol):
+    """An ordered map of binary keys; ranges are inclusive at both ends."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+    def put(self, key: bytes, value: bytes) -> None: ...
+    def delete(self, key: bytes) -> None: ...
+    def range(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
+    def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    def destroy(self) -> None: ...
+
+
+class InMemorySegment:
+    """A sorted key list beside a dict: O(log n) lookups and ordered range scans."""
+
+    def __init__(self) -> None:
+        self._values: dict[bytes, bytes] = {}
+        self._keys: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._values.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if key not in self._values:
+            bisect.insort(self._keys, key)
+        self._values[key] = value
+
+    def delete(self, key: bytes) -> None:
+        if self._values.pop(key, None) is not None:
+            del self._keys[bisect.bisect_left(self._keys, key)]
+
+    def range(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        keys = self._keys[bisect.bisect_left(self._keys, lo):bisect.bisect_right(self._keys, hi)]
+        return self._snapshot(keys, reverse)
+
+    def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        return self._snapshot(list(self._keys), reverse)
+
+    def _snapshot(self, keys: list[bytes], reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        values = self._values
+        return iter([(k, values[k]) for k in (reversed(keys) if reverse else keys)])
+
+    def flush(self) -> None:
+        """Nothing to persist."""
+
+    def close(self) -> None:
+        self._values.clear()
+        self._keys.clear()
+
+    def destroy(self) -> None:
+        self.close()
+
+
+class RocksDBSegment:
+    """One RocksDB database (raw bytes mode) per segment, as Kafka Streams' KeyValueSegment."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        self._db = rocksdict.Rdict(path, options)
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._db.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._db.put(key, value)
+
+    def delete(self, key: bytes) -> None:
+        self._db.delete(key)
+
+    def range(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        if reverse:
+            for key, value in self._db.items(backwards=True, from_key=hi):
+                if key < lo:
+                    return
+                yield key, value
+        else:
+            for key, value in self._db.items(from_key=lo):
+                if key > hi:
+                    return
+                yield key, value
+
+    def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        yield from self._db.items(backwards=reverse)
+
+    def flush(self) -> None:
+        self._db.flush()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def destroy(self) -> None:
+        self._db.close()
+        shutil.rmtree(self._path, ignore_errors=True)
+
+
+class Segments:
+    """The live segments of one store, by segment id (= record time // segment interval)."""
+
+    def __init__(self, retention_ms: int, segment_interval_ms: int,
+                 open_segment: Callable[[int], Segment]) -> None:
+        self.retention_ms = retention_ms
+        self.segment_interval_ms = segment_interval_ms
+        self._open_segment = open_segment
+        self._segments: dict[int, Segment] = {}
+
+    def segment_id(self, timestamp: int) -> int:
+        return timestamp // self.segment_interval_ms
+
+    def adopt(self, segment_id: int, segment: Segment) -> None:
+        """Register a segment found on disk when the store reopens."""
+        self._segments[segment_id] = segment
+
+    def get(self, segment_id: int) -> Segment | None:
+        return self._segments.get(segment_id)
+
+    def get_or_create_if_live(self, segment_id: int, stream_time: int) -> Segment | None:
+        """The segment for a write, or None when stream time has already expired it."""
+        if segment_id < self.min_live_segment(stream_time):
+            return None
+        segment = self._segments.get(segment_id)
+        if segment is None:
+            segment = self._segments[segment_id] = self._open_segment(segment_id)
+        return segment
+
+    def min_live_segment(self, stream_time: int) -> int:
+        return self.segment_id(stream_time - self.retention_ms + 1) if stream_time >= 0 else -(2**63)
+
+    def drop_expired(self, stream_time: int) -> None:
+        horizon = self.min_live_segment(stream_time)
+        for segment_id in [s for s in self._segments if s < horizon]:
+            log.debug("dropping expired segment %d (stream time %d)", segment_id, stream_time)
+            self._segments.pop(segment_id).destroy()
+
+    def between(self, time_from: int, time_to: int, reverse: bool) -> list[Segment]:
+        """Segments that may hold records with time in [time_from, time_to], in time order."""
+        low, high = self.segment_id(max(time_from, 0)), self.segment_id(max(time_to, 0))
+        ids = sorted((s for s in self._segments if low <= s <= high), reverse=reverse)
+        return [self._segments[s] for s in ids]
+
+    def all(self, reverse: bool) -> list[Segment]:
+        return [self._segments[s] for s in sorted(self._segments, reverse=reverse)]
+
+    def flush(self) -> None:
+        for segment in self._segments.values():
+            segment.flush()
+
+    def close(self) -> None:
+        for segment in self._segments.values():
+            segment.close()
+        self._segments.clear()
+
+
+def in_memory_segments(retention_ms: int, segment_interval_ms: int) -> Segments:
+    return Segments(retention_ms, segment_interval_ms, lambda _segment_id: InMemorySegment())
+
+
+def rocksdb_segments(directory: str, store_name: str, retention_ms: int,
+                     segment_interval_ms: int) -> Segments:
+    """Segments under ``directory/<store>/<store>.<segment start>``, reopening those already on disk."""
+    store_dir = os.path.join(directory, store_name)
+    os.makedirs(store_dir, exist_ok=True)
+
+    def path_of(segment_id: int) -> str:
+        return os.path.join(store_dir, f"{store_name}.{segment_id * segment_interval_ms}")
+
+    segments = Segments(retention_ms, segment_interval_ms,
+                        lambda segment_id: RocksDBSegment(path_of(segment_id)))
+    prefix = f"{store_name}."
+    for entry in sorted(os.listdir(store_dir)):
+        suffix = entry[len(prefix):]
+        if entry.startswith(prefix) and suffix.isdigit():
+            segment_id = int(suffix) // segment_interval_ms
+            segments.adopt(segment_id, RocksDBSegment(path_of(segment_id)))
+    return segments
