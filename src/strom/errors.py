@@ -50,3 +50,7 @@ class SerializationError(StromError):
 
 class ProcessingError(StromError):
     """A user processor raised while processing a record; the record is named in the message."""
+
+
+class DataLossError(StromError):
+    """Offsets a Spark query still had to read are gone (retention, deleted or recreated topic)."""
