@@ -1,0 +1,188 @@
+"""Producer state of one partition: dedupe window, sequence gaps, fencing, LSO, aborted index, recovery."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from broker_eos.batches import data_batch
+from strom.broker.producer_state import (
+    INVALID_PRODUCER_EPOCH,
+    INVALID_TXN_STATE,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    BatchHeader,
+    ProducerStateError,
+    ProducerStateManager,
+)
+from strom.broker.transactions.markers import control_batch
+
+
+class Log:
+    """A partition's batches in memory, appended through producer state like the broker's append path."""
+
+    def __init__(self, state: ProducerStateManager) -> None:
+        self.state = state
+        self.batches: list[tuple[bytes, int]] = []
+        self.end = 0
+
+    def produce(self, batch: bytes) -> int:
+        duplicate = self.state.check_append(BatchHeader.parse(batch))
+        if duplicate is not None:
+            return duplicate.first_offset
+        return self._append(batch)
+
+    def marker(self, pid: int, epoch: int, commit: bool) -> int:
+        self.state.check_marker(pid, epoch, 0)
+        return self._append(control_batch(pid, epoch, commit, 0, int(time.time() * 1000)))
+
+    def _append(self, batch: bytes) -> int:
+        base = self.end
+        self.batches.append((batch, base))
+        self.end += BatchHeader.parse(batch).last_offset_delta + 1
+        self.state.on_append(batch, base)
+        return base
+
+    def replay(self, start: int):
+        for batch, base in self.batches:
+            if base >= start:
+                yield batch, 0, base
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Log:
+    return Log(ProducerStateManager(tmp_path / "p0"))
+
+
+def test_resent_batch_is_answered_with_its_original_offset_and_not_written(log: Log) -> None:
+    assert log.produce(data_batch(1, 0, 0, [b"a", b"b"])) == 0
+    assert log.produce(data_batch(1, 0, 2, [b"c"])) == 2
+    assert log.produce(data_batch(1, 0, 0, [b"a", b"b"])) == 0
+    assert log.produce(data_batch(1, 0, 2, [b"c"])) == 2
+    assert log.end == 3
+
+
+def test_sequence_gap_is_out_of_order(log: Log) -> None:
+    log.produce(data_batch(1, 0, 0, [b"a"]))
+    with pytest.raises(ProducerStateError) as info:
+        log.produce(data_batch(1, 0, 5, [b"b"]))
+    assert info.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.end == 1
+
+
+def test_only_the_last_five_batches_are_deduplicated(log: Log) -> None:
+    for seq in range(7):
+        log.produce(data_batch(1, 0, seq, [b"x"]))
+    assert log.produce(data_batch(1, 0, 2, [b"x"])) == 2
+    with pytest.raises(ProducerStateError) as info:
+        log.produce(data_batch(1, 0, 1, [b"x"]))
+    assert info.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_older_epoch_is_fenced_and_new_epoch_starts_at_zero(log: Log) -> None:
+    log.produce(data_batch(1, 3, 0, [b"a"]))
+    with pytest.raises(ProducerStateError) as info:
+        log.produce(data_batch(1, 2, 1, [b"b"]))
+    assert info.value.error_code == INVALID_PRODUCER_EPOCH
+    with pytest.raises(ProducerStateError) as info:
+        log.produce(data_batch(1, 4, 7, [b"b"]))
+    assert info.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert log.produce(data_batch(1, 4, 0, [b"b"])) == 1
+
+
+def test_unknown_producer_may_start_at_any_sequence(log: Log) -> None:
+    assert log.produce(data_batch(9, 0, 42, [b"a"])) == 0
+    assert log.produce(data_batch(9, 0, 43, [b"b"])) == 1
+
+
+def test_sequence_wraps_after_int32_max(log: Log) -> None:
+    log.produce(data_batch(1, 0, 2**31 - 2, [b"a", b"b"]))
+    assert log.produce(data_batch(1, 0, 0, [b"c"])) == 2
+
+
+def test_open_transaction_holds_back_the_last_stable_offset(log: Log) -> None:
+    log.produce(data_batch(5, 0, 0, [b"plain"]))
+    log.produce(data_batch(1, 0, 0, [b"t1"], transactional=True))
+    log.produce(data_batch(2, 0, 0, [b"t2"], transactional=True))
+    log.produce(data_batch(1, 0, 1, [b"t1b"], transactional=True))
+    assert log.state.last_stable_offset(log.end) == 1
+    log.marker(1, 0, commit=True)
+    assert log.state.last_stable_offset(log.end) == 2
+    log.marker(2, 0, commit=True)
+    assert log.state.last_stable_offset(log.end) == log.end
+    assert log.state.aborted_transactions(0, log.end) == []
+
+
+def test_aborted_transactions_are_indexed_for_fetch(log: Log) -> None:
+    log.produce(data_batch(1, 0, 0, [b"a", b"b"], transactional=True))  # 0-1
+    log.produce(data_batch(2, 0, 0, [b"c"], transactional=True))  # 2
+    abort1 = log.marker(1, 0, commit=False)  # 3
+    log.marker(2, 0, commit=True)  # 4
+    log.produce(data_batch(1, 0, 2, [b"d"], transactional=True))  # 5
+    abort2 = log.marker(1, 0, commit=False)  # 6
+    all_aborted = log.state.aborted_transactions(0, log.end)
+    found = [(a.producer_id, a.first_offset, a.last_offset) for a in all_aborted]
+    assert found == [(1, 0, abort1), (1, 5, abort2)]
+    assert [a.first_offset for a in log.state.aborted_transactions(4, log.end)] == [5]
+    assert [a.first_offset for a in log.state.aborted_transactions(0, 3)] == [0]
+    assert log.state.aborted_transactions(7, 10) == []
+
+
+def test_non_transactional_write_inside_open_transaction_is_refused(log: Log) -> None:
+    log.produce(data_batch(1, 0, 0, [b"a"], transactional=True))
+    with pytest.raises(ProducerStateError) as info:
+        log.produce(data_batch(1, 0, 1, [b"b"]))
+    assert info.value.error_code == INVALID_TXN_STATE
+
+
+def test_marker_with_bumped_epoch_fences_the_old_producer(log: Log) -> None:
+    log.produce(data_batch(1, 0, 0, [b"a"], transactional=True))
+    log.marker(1, 1, commit=False)
+    assert log.state.last_stable_offset(log.end) == log.end
+    with pytest.raises(ProducerStateError) as info:
+        log.produce(data_batch(1, 0, 1, [b"zombie"], transactional=True))
+    assert info.value.error_code == INVALID_PRODUCER_EPOCH
+    with pytest.raises(ProducerStateError):
+        log.state.check_marker(1, 0, 0)
+
+
+def _restart(log: Log, directory: Path, snapshot: bool) -> Log:
+    if snapshot:
+        log.state.take_snapshot()
+    fresh = Log(ProducerStateManager(directory))
+    fresh.batches, fresh.end = log.batches, log.end
+    fresh.state.load(0, log.end, fresh.replay)
+    return fresh
+
+
+@pytest.mark.parametrize("snapshot", [True, False], ids=["clean-shutdown", "crash"])
+def test_state_is_rebuilt_after_restart(tmp_path: Path, snapshot: bool) -> None:
+    log = Log(ProducerStateManager(tmp_path / "p0"))
+    log.produce(data_batch(1, 0, 0, [b"a"]))
+    log.produce(data_batch(2, 0, 0, [b"x"], transactional=True))
+    log.marker(2, 0, commit=False)
+    log.state.take_snapshot()  # an older snapshot, as on a segment roll
+    log.produce(data_batch(1, 0, 1, [b"b"]))
+    log.produce(data_batch(2, 0, 1, [b"y"], transactional=True))
+    open_txn = log.end - 1
+    restarted = _restart(log, tmp_path / "p0", snapshot)
+    assert restarted.produce(data_batch(1, 0, 1, [b"b"])) == 3
+    with pytest.raises(ProducerStateError):
+        restarted.produce(data_batch(1, 0, 9, [b"gap"]))
+    assert restarted.state.last_stable_offset(restarted.end) == open_txn
+    assert [(a.producer_id, a.first_offset) for a in restarted.state.aborted_transactions(0, 100)] == [(2, 1)]
+    restarted.marker(2, 0, commit=False)
+    assert [a.first_offset for a in restarted.state.aborted_transactions(0, 100)] == [1, open_txn]
+
+
+def test_snapshot_beyond_a_truncated_log_is_discarded(tmp_path: Path) -> None:
+    log = Log(ProducerStateManager(tmp_path / "p0"))
+    log.produce(data_batch(1, 0, 0, [b"a"]))
+    log.produce(data_batch(1, 0, 1, [b"b"]))
+    log.state.take_snapshot()
+    del log.batches[1:]  # a torn tail cut off by log recovery
+    log.end = 1
+    restarted = _restart(log, tmp_path / "p0", snapshot=False)
+    assert restarted.produce(data_batch(1, 0, 1, [b"b"])) == 1
+    assert not list((tmp_path / "p0").glob("00000000000000000002.snapshot"))
