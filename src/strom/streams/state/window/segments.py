@@ -28,12 +28,15 @@ def default_segment_interval(retention_ms: int) -> int:
 
 
 class Segment(Protocol):
-    """An ordered map of binary keys; ranges are inclusive at both ends."""
+    """An ordered map of binary keys."""
 
     def get(self, key: bytes) -> bytes | None: ...
     def put(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
-    def range(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
+    def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        """Records with lo <= key <= hi (hi None: to the end)."""
+        ...
+
     def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
@@ -59,8 +62,9 @@ class InMemorySegment:
         if self._values.pop(key, None) is not None:
             del self._keys[bisect.bisect_left(self._keys, key)]
 
-    def range(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        keys = self._keys[bisect.bisect_left(self._keys, lo):bisect.bisect_right(self._keys, hi)]
+    def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        end = len(self._keys) if hi is None else bisect.bisect_right(self._keys, hi)
+        keys = self._keys[bisect.bisect_left(self._keys, lo):end]
         return self._snapshot(keys, reverse)
 
     def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
@@ -99,15 +103,17 @@ class RocksDBSegment:
     def delete(self, key: bytes) -> None:
         self._db.delete(key)
 
-    def range(self, lo: bytes, hi: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+    def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         if reverse:
-            for key, value in self._db.items(backwards=True, from_key=hi):
+            records = self._db.items(backwards=True) if hi is None else self._db.items(backwards=True,
+                                                                                        from_key=hi)
+            for key, value in records:
                 if key < lo:
                     return
                 yield key, value
         else:
             for key, value in self._db.items(from_key=lo):
-                if key > hi:
+                if hi is not None and key > hi:
                     return
                 yield key, value
 

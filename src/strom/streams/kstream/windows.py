@@ -1,0 +1,221 @@
+"""Window specifications and windowed keys, with Kafka Streams' semantics and Python spelling.
+
+Durations are ``datetime.timedelta`` or whole milliseconds (``int``); every window boundary is in
+milliseconds since the epoch, as in record timestamps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Generic, TypeVar
+
+from strom.errors import StromError
+
+K = TypeVar("K")
+
+Duration = timedelta | int
+
+MAX_TIMESTAMP = 2**63 - 1
+
+
+class WindowSpecError(StromError, ValueError):
+    """A window, grace period or join window was given an invalid duration."""
+
+
+def to_millis(duration: Duration, what: str) -> int:
+    """Milliseconds of ``duration``; raises a WindowSpecError naming ``what`` when it is not a duration."""
+    if isinstance(duration, bool) or not isinstance(duration, timedelta | int):
+        raise WindowSpecError(f"{what} must be a datetime.timedelta or whole milliseconds (int), "
+                              f"got {duration!r}.")
+    millis = duration if isinstance(duration, int) else duration // timedelta(milliseconds=1)
+    if millis < 0:
+        raise WindowSpecError(f"{what} must not be negative, got {millis} ms. Pass a duration >= 0.")
+    return millis
+
+
+def _positive_millis(duration: Duration, what: str) -> int:
+    millis = to_millis(duration, what)
+    if millis == 0:
+        raise WindowSpecError(f"{what} must be greater than zero. Pass a positive duration.")
+    return millis
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A time interval [start, end) of a time window, or [start, end] of a session window."""
+
+    start: int
+    end: int
+
+    def overlaps(self, other: Window) -> bool:
+        """True when the two half-open intervals share a millisecond (time windows)."""
+        return self.start < other.end and other.start < self.end
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWindow(Window):
+    """A session's interval: both ends inclusive, start == end for a single record."""
+
+    def overlaps(self, other: Window) -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+@dataclass(frozen=True, slots=True)
+class Windowed(Generic[K]):
+    """The key of a windowed result: the record key and the window it was aggregated in."""
+
+    key: K
+    window: Window
+
+    def __str__(self) -> str:
+        return f"[{self.key}@{self.window.start}/{self.window.end}]"
+
+
+@dataclass(frozen=True, slots=True)
+class TimeWindows:
+    """Fixed-size windows: tumbling when ``advance == size``, hopping (overlapping) when smaller."""
+
+    size_ms: int
+    advance_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_size_with_no_grace(cls, size: Duration) -> TimeWindows:
+        """Tumbling windows of ``size`` that close as soon as stream time passes their end."""
+        return cls.of_size_and_grace(size, 0)
+
+    @classmethod
+    def of_size_and_grace(cls, size: Duration, grace: Duration) -> TimeWindows:
+        """Tumbling windows of ``size`` that still accept records up to ``grace`` after their end."""
+        size_ms = _positive_millis(size, "Window size")
+        return cls(size_ms, size_ms, to_millis(grace, "Grace period"))
+
+    def advance_by(self, advance: Duration) -> TimeWindows:
+        """Hopping windows: a new window starts every ``advance`` (0 < advance <= size)."""
+        advance_ms = _positive_millis(advance, "Window advance")
+        if advance_ms > self.size_ms:
+            raise WindowSpecError(f"Window advance ({advance_ms} ms) must not exceed the window size "
+                                  f"({self.size_ms} ms). Use an advance <= size.")
+        return TimeWindows(self.size_ms, advance_ms, self.grace_ms)
+
+    def windows_for(self, timestamp: int) -> dict[int, Window]:
+        """Every window (by start) that contains ``timestamp``, oldest first."""
+        start = (max(0, timestamp - self.size_ms + self.advance_ms) // self.advance_ms) * self.advance_ms
+        windows: dict[int, Window] = {}
+        while start <= timestamp:
+            windows[start] = Window(start, min(start + self.size_ms, MAX_TIMESTAMP))
+            start += self.advance_ms
+        return windows
+
+    def size(self) -> int:
+        return self.size_ms
+
+    def grace_period_ms(self) -> int:
+        return self.grace_ms
+
+    def retention_ms(self) -> int:
+        """How long a store must keep a window: until it closes."""
+        return self.size_ms + self.grace_ms
+
+
+@dataclass(frozen=True, slots=True)
+class SlidingWindows:
+    """Windows of ``time_difference`` that slide with the records: two records share a window when
+    their timestamps differ by at most the time difference (both ends inclusive)."""
+
+    time_difference_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_time_difference_with_no_grace(cls, time_difference: Duration) -> SlidingWindows:
+        return cls.of_time_difference_and_grace(time_difference, 0)
+
+    @classmethod
+    def of_time_difference_and_grace(cls, time_difference: Duration, grace: Duration) -> SlidingWindows:
+        return cls(_positive_millis(time_difference, "Sliding window time difference"),
+                   to_millis(grace, "Grace period"))
+
+    def grace_period_ms(self) -> int:
+        return self.grace_ms
+
+    def retention_ms(self) -> int:
+        return self.time_difference_ms + self.grace_ms
+
+
+@dataclass(frozen=True, slots=True)
+class SessionWindows:
+    """Sessions of activity per key, separated by gaps longer than ``inactivity_gap``."""
+
+    gap_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_inactivity_gap_with_no_grace(cls, inactivity_gap: Duration) -> SessionWindows:
+        return cls.of_inactivity_gap_and_grace(inactivity_gap, 0)
+
+    @classmethod
+    def of_inactivity_gap_and_grace(cls, inactivity_gap: Duration, grace: Duration) -> SessionWindows:
+        return cls(_positive_millis(inactivity_gap, "Session inactivity gap"),
+                   to_millis(grace, "Grace period"))
+
+    def inactivity_gap(self) -> int:
+        return self.gap_ms
+
+    def grace_period_ms(self) -> int:
+        return self.grace_ms
+
+    def retention_ms(self) -> int:
+        return self.gap_ms + self.grace_ms
+
+
+@dataclass(frozen=True, slots=True)
+class JoinWindows:
+    """How far apart two records of a stream-stream join may be: the other side's timestamp must lie
+    in [this timestamp - before, this timestamp + after]."""
+
+    before_ms: int
+    after_ms: int
+    grace_ms: int
+
+    @classmethod
+    def of_time_difference_with_no_grace(cls, time_difference: Duration) -> JoinWindows:
+        return cls.of_time_difference_and_grace(time_difference, 0)
+
+    @classmethod
+    def of_time_difference_and_grace(cls, time_difference: Duration, grace: Duration) -> JoinWindows:
+        difference_ms = to_millis(time_difference, "Join time difference")
+        return cls(difference_ms, difference_ms, to_millis(grace, "Grace period"))
+
+    def before(self, time_difference: Duration) -> JoinWindows:
+        """Same window, but the other side may be at most ``time_difference`` earlier."""
+        return self._with_bounds(_signed_millis(time_difference, "Join window 'before'"), self.after_ms)
+
+    def after(self, time_difference: Duration) -> JoinWindows:
+        """Same window, but the other side may be at most ``time_difference`` later."""
+        return self._with_bounds(self.before_ms, _signed_millis(time_difference, "Join window 'after'"))
+
+    def _with_bounds(self, before_ms: int, after_ms: int) -> JoinWindows:
+        if before_ms + after_ms < 0:
+            raise WindowSpecError(f"Join window is empty: before={before_ms} ms, after={after_ms} ms; "
+                                  "'before' + 'after' must be >= 0.")
+        return JoinWindows(before_ms, after_ms, self.grace_ms)
+
+    def size(self) -> int:
+        return self.before_ms + self.after_ms
+
+    def grace_period_ms(self) -> int:
+        return self.grace_ms
+
+    def retention_ms(self) -> int:
+        return self.size() + self.grace_ms
+
+
+def _signed_millis(duration: Duration, what: str) -> int:
+    """Join bounds may be negative (Kafka allows ``before(-x)``); everything else must not."""
+    if isinstance(duration, timedelta):
+        return duration // timedelta(milliseconds=1)
+    if isinstance(duration, int) and not isinstance(duration, bool):
+        return duration
+    raise WindowSpecError(f"{what} must be a datetime.timedelta or whole milliseconds (int), "
+                          f"got {duration!r}.")

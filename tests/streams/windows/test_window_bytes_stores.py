@@ -1,0 +1,94 @@
+"""The inner window and session stores: one suite over in-memory and RocksDB segments."""
+
+import pytest
+
+from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
+
+BACKENDS = ["memory", "rocksdb"]
+
+
+@pytest.fixture(params=BACKENDS)
+def window_store(request, tmp_path):
+    store = WindowBytesStore("w", retention_ms=100, window_size_ms=10, retain_duplicates=False,
+                             persistent=request.param == "rocksdb", segment_interval_ms=20)
+    store.open(str(tmp_path))
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def session_store(request, tmp_path):
+    store = SessionBytesStore("s", retention_ms=100, persistent=request.param == "rocksdb",
+                              segment_interval_ms=20)
+    store.open(str(tmp_path))
+    yield store
+    store.close()
+
+
+def test_window_put_fetch_and_delete(window_store):
+    window_store.put(b"a", b"1", 0)
+    window_store.put(b"a", b"2", 10)
+    window_store.put(b"ab", b"x", 10)
+    window_store.put(b"b", b"3", 10)
+    assert window_store.fetch(b"a", 10) == b"2"
+    assert list(window_store.fetch_range(b"a", 0, 50)) == [(0, b"1"), (10, b"2")]
+    assert list(window_store.fetch_range(b"a", 0, 50, reverse=True)) == [(10, b"2"), (0, b"1")]
+    assert list(window_store.fetch_range(b"a", 5, 10)) == [(10, b"2")]
+    window_store.put(b"a", None, 0)
+    assert window_store.fetch(b"a", 0) is None
+    assert list(window_store.fetch_key_range(b"a", b"ab", 0, 50)) == [(b"a", 10, b"2"), (b"ab", 10, b"x")]
+    assert [(k, t) for k, t, _ in window_store.all()] == [(b"a", 10), (b"ab", 10), (b"b", 10)]
+
+
+def test_window_retention_drops_expired_segments_and_records(window_store):
+    window_store.put(b"k", b"old", 5)
+    window_store.put(b"k", b"mid", 60)
+    window_store.put(b"k", b"new", 120)   # stream time 120, retention 100: windows <= 20 expire
+    assert window_store.fetch(b"k", 5) is None
+    assert list(window_store.fetch_range(b"k", 0, 200)) == [(60, b"mid"), (120, b"new")]
+    assert window_store.put(b"k", b"late", 20) is None
+    assert window_store.expired_records == 1
+    assert list(window_store.fetch_range(b"k", 0, 200)) == [(60, b"mid"), (120, b"new")]
+
+
+def test_retained_duplicates_keep_every_put(tmp_path):
+    store = WindowBytesStore("d", 100, 10, retain_duplicates=True, persistent=False)
+    store.open(None)
+    store.put(b"k", b"1", 7)
+    store.put(b"k", b"2", 7)
+    assert store.put(b"k", None, 7) is None
+    assert list(store.fetch_range(b"k", 0, 10)) == [(7, b"1"), (7, b"2")]
+
+
+def test_rocksdb_window_store_reopens_from_disk(tmp_path):
+    store = WindowBytesStore("p", 1_000, 10, False, persistent=True)
+    store.open(str(tmp_path))
+    store.put(b"k", b"v", 300)
+    store.close()
+    reopened = WindowBytesStore("p", 1_000, 10, False, persistent=True)
+    reopened.open(str(tmp_path))
+    assert reopened.fetch(b"k", 300) == b"v"
+    reopened.close()
+
+
+def test_find_sessions_by_end_and_start(session_store):
+    session_store.put(b"a", 0, 10, b"s1")
+    session_store.put(b"a", 20, 30, b"s2")
+    session_store.put(b"a", 40, 40, b"s3")
+    session_store.put(b"aa", 20, 25, b"x")
+    found = [(s, e, v) for _, s, e, v in session_store.find_sessions(b"a", b"a", 10, 35)]
+    assert found == [(0, 10, b"s1"), (20, 30, b"s2")]
+    found_back = [(s, e) for _, s, e, _ in session_store.find_sessions(b"a", b"a", 0, 100, reverse=True)]
+    assert found_back == [(40, 40), (20, 30), (0, 10)]
+    assert session_store.fetch_session(b"a", 20, 30) == b"s2"
+    session_store.put(b"a", 20, 30, None)
+    assert session_store.fetch_session(b"a", 20, 30) is None
+    keys = [k for k, *_ in session_store.find_sessions(b"a", b"b", 0, 100)]
+    assert sorted(keys) == [b"a", b"a", b"aa"]
+
+
+def test_sessions_expire_by_end_time(session_store):
+    session_store.put(b"k", 0, 5, b"old")
+    session_store.put(b"k", 150, 160, b"new")
+    assert [v for *_, v in session_store.find_sessions(b"k", b"k", 0, 1_000)] == [b"new"]
+    assert session_store.put(b"k", 50, 60, b"late") is None
