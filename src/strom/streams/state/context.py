@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    from strom.kafka.serdes import Serde
     from strom.streams.state.cache import ThreadCache
 
 K = TypeVar("K")
@@ -177,6 +178,16 @@ class StateStoreContext(Protocol):
     @property
     def state_dir(self) -> Path:
         """The task's own directory under ``state.dir`` (``<state.dir>/<application.id>/<task_id>``)."""
+        ...
+
+    @property
+    def key_serde(self) -> Serde[Any]:
+        """``default.key.serde``: used by stores built without a key serde."""
+        ...
+
+    @property
+    def value_serde(self) -> Serde[Any]:
+        """``default.value.serde``: used by stores built without a value serde."""
         ...
 
     @property

@@ -1,0 +1,262 @@
+"""The record cache: Kafka Streams' ThreadCache and NamedCache (seeds 000 and 001).
+
+One ThreadCache per thread holds a NamedCache per cached store per task, all sharing one byte
+budget (``statestore.cache.max.bytes`` divided among threads). A put marks the entry dirty; when the
+thread's caches exceed the budget, the least recently used entry of the cache just written is evicted,
+and evicting a dirty entry flushes *all* dirty entries of that cache, in arrival order, to the cache's
+flush listener (the caching store, which writes them down and forwards them). Flushed entries stay
+cached as clean entries; flushed tombstones leave the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from strom.errors import ConfigError
+from strom.streams.state.context import RecordContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024
+"""Kafka's default ``statestore.cache.max.bytes``."""
+
+# Per entry beyond key and value: dirty flag (1), timestamp and offset (8 + 8), partition (4), and the
+# node's entry/previous/next references (3 * 8), as Kafka's LRUCacheEntry and LRUNode estimate it.
+_ENTRY_OVERHEAD = 1 + 8 + 8 + 4 + 3 * 8
+
+
+def thread_cache_bytes(total_bytes: int, num_threads: int) -> int:
+    """Each thread's share of ``statestore.cache.max.bytes``: the budget is split evenly."""
+    if total_bytes < 0:
+        raise ConfigError.bad_value("statestore.cache.max.bytes", total_bytes, "a size in bytes >= 0")
+    if num_threads < 1:
+        raise ConfigError.bad_value("num.stream.threads", num_threads, "an integer >= 1")
+    return total_bytes // num_threads
+
+
+class LRUCacheEntry:
+    """A cached value (None is a tombstone) with the context of the record that wrote it."""
+
+    __slots__ = ("context", "dirty", "size", "value")
+
+    def __init__(self, key: bytes, value: bytes | None, dirty: bool, context: RecordContext) -> None:
+        self.value = value
+        self.dirty = dirty
+        self.context = context
+        size = _ENTRY_OVERHEAD + len(key)
+        if value is not None:
+            size += len(value)
+        if context.topic:
+            size += len(context.topic)
+        for name, header_value in context.headers:
+            size += len(name) + (len(header_value) if header_value else 0)
+        self.size = size
+
+
+class DirtyEntry(NamedTuple):
+    """What a flush hands to the listener: the key, the value to write (None deletes), its context."""
+
+    key: bytes
+    value: bytes | None
+    context: RecordContext
+
+
+DirtyEntryFlushListener = Callable[[list[DirtyEntry]], None]
+
+
+class NamedCache:
+    """One store's cache in one task: entries in LRU order (eldest first) and dirty keys in arrival order."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._entries: OrderedDict[bytes, LRUCacheEntry] = OrderedDict()
+        self._dirty: dict[bytes, None] = {}
+        self._listener: DirtyEntryFlushListener | None = None
+        self.size_bytes = 0
+        self.num_flushes = 0
+        self.num_overwrites = 0
+
+    def set_listener(self, listener: DirtyEntryFlushListener) -> None:
+        self._listener = listener
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def dirty_keys(self) -> list[bytes]:
+        """Dirty keys in the order their latest write arrived."""
+        return list(self._dirty)
+
+    def get(self, key: bytes) -> LRUCacheEntry | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: bytes, entry: LRUCacheEntry) -> None:
+        if entry.dirty and self._listener is None:
+            raise RuntimeError(f"No flush listener registered for cache {self.name!r}; "
+                               "dirty entries could never be written")
+        old = self._entries.get(key)
+        if old is not None:
+            self.num_overwrites += 1
+            self.size_bytes -= old.size
+            self._entries.move_to_end(key)
+        self._entries[key] = entry
+        if entry.dirty:
+            # remove then add, so the order is the arrival order of the latest writes
+            self._dirty.pop(key, None)
+            self._dirty[key] = None
+        self.size_bytes += entry.size
+
+    def delete(self, key: bytes) -> LRUCacheEntry | None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.size_bytes -= entry.size
+            self._dirty.pop(key, None)
+        return entry
+
+    def evict(self) -> None:
+        """Drop the least recently used entry; if it was dirty, flush every dirty entry with it."""
+        if not self._entries:
+            return
+        key, eldest = self._entries.popitem(last=False)
+        self.size_bytes -= eldest.size
+        if eldest.dirty:
+            self._flush(DirtyEntry(key, eldest.value, eldest.context))
+
+    def flush(self) -> None:
+        self._flush(None)
+
+    def _flush(self, evicted: DirtyEntry | None) -> None:
+        self.num_flushes += 1
+        if evicted is None and not self._dirty:
+            return
+        entries: list[DirtyEntry] = []
+        deleted: list[bytes] = []
+        if evicted is not None:
+            entries.append(evicted)
+            self._dirty.pop(evicted.key, None)
+        for key in self._dirty:
+            entry = self._entries[key]
+            entries.append(DirtyEntry(key, entry.value, entry.context))
+            entry.dirty = False
+            if entry.value is None:
+                deleted.append(key)
+        # cleared before the listener runs: the listener may write to caches again (re-entrant)
+        self._dirty.clear()
+        assert self._listener is not None
+        self._listener(entries)
+        for key in deleted:
+            self.delete(key)
+
+    def sorted_items(self, from_key: bytes | None, to_key: bytes | None,
+                     reverse: bool = False) -> list[tuple[bytes, LRUCacheEntry]]:
+        """A snapshot of the entries with from_key <= key <= to_key, in key order."""
+        keys = sorted((k for k in self._entries
+                       if (from_key is None or k >= from_key) and (to_key is None or k <= to_key)),
+                      reverse=reverse)
+        return [(k, self._entries[k]) for k in keys]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._dirty.clear()
+        self.size_bytes = 0
+
+
+class ThreadCache:
+    """All NamedCaches of one thread under one byte budget."""
+
+    def __init__(self, max_cache_size_bytes: int = DEFAULT_CACHE_MAX_BYTES) -> None:
+        if max_cache_size_bytes < 0:
+            raise ConfigError.bad_value("statestore.cache.max.bytes", max_cache_size_bytes,
+                                        "a size in bytes >= 0")
+        self.max_cache_size_bytes = max_cache_size_bytes
+        self._caches: dict[str, NamedCache] = {}
+        self.num_puts = 0
+        self.num_gets = 0
+        self.num_evicts = 0
+        self.num_flushes = 0
+
+    def size_bytes(self) -> int:
+        return sum(cache.size_bytes for cache in self._caches.values())
+
+    def size(self) -> int:
+        """Number of entries over all caches."""
+        return sum(len(cache) for cache in self._caches.values())
+
+    def named_cache(self, namespace: str) -> NamedCache:
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self._caches[namespace] = NamedCache(namespace)
+        return cache
+
+    def add_dirty_entry_flush_listener(self, namespace: str, listener: DirtyEntryFlushListener) -> None:
+        self.named_cache(namespace).set_listener(listener)
+
+    def get(self, namespace: str, key: bytes) -> LRUCacheEntry | None:
+        self.num_gets += 1
+        cache = self._caches.get(namespace)
+        return None if cache is None else cache.get(key)
+
+    def put(self, namespace: str, key: bytes, entry: LRUCacheEntry) -> None:
+        self.num_puts += 1
+        cache = self.named_cache(namespace)
+        cache.put(key, entry)
+        self._maybe_evict(cache)
+
+    def delete(self, namespace: str, key: bytes) -> LRUCacheEntry | None:
+        cache = self._caches.get(namespace)
+        return None if cache is None else cache.delete(key)
+
+    def _maybe_evict(self, cache: NamedCache) -> None:
+        evicted = 0
+        while self.size_bytes() > self.max_cache_size_bytes:
+            # the put may have flushed into other caches; if this one is empty there is nothing to evict
+            if not len(cache):
+                break
+            cache.evict()
+            self.num_evicts += 1
+            evicted += 1
+        if evicted and log.isEnabledFor(logging.DEBUG):
+            log.debug("Evicted %d entries from cache %s", evicted, cache.name)
+
+    def flush(self, namespace: str) -> None:
+        """Flush all dirty entries of one store's cache (at commit, and when the store is flushed)."""
+        self.num_flushes += 1
+        cache = self._caches.get(namespace)
+        if cache is not None:
+            cache.flush()
+
+    def range(self, namespace: str, from_key: bytes | None, to_key: bytes | None,
+              reverse: bool = False) -> list[tuple[bytes, LRUCacheEntry]]:
+        cache = self._caches.get(namespace)
+        return [] if cache is None else cache.sorted_items(from_key, to_key, reverse)
+
+    def clear(self, namespace: str) -> None:
+        """Drop a cache's entries without flushing them (a task aborts its uncommitted work)."""
+        cache = self._caches.get(namespace)
+        if cache is not None:
+            cache.clear()
+
+    def close(self, namespace: str) -> None:
+        """Remove a store's cache (its store closes); unflushed entries are dropped."""
+        cache = self._caches.pop(namespace, None)
+        if cache is not None and cache.dirty_keys():
+            log.warning("Closing cache %s with %d unflushed entries; they are dropped",
+                        namespace, len(cache.dirty_keys()))
+
+    def resize(self, max_cache_size_bytes: int) -> None:
+        """Change the budget (the number of threads changed); shrinking evicts across all caches."""
+        self.max_cache_size_bytes = max_cache_size_bytes
+        while self.size_bytes() > max_cache_size_bytes:
+            for cache in list(self._caches.values()):
+                if self.size_bytes() <= max_cache_size_bytes:
+                    break
+                cache.evict()
+                self.num_evicts += 1
+
+    def namespaces(self) -> Iterator[str]:
+        return iter(list(self._caches))
