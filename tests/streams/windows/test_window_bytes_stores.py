@@ -2,6 +2,8 @@
 
 import pytest
 
+from strom.streams.state.context import ChangelogRecord
+from strom.streams.state.window import schemas
 from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
 
 BACKENDS = ["memory", "rocksdb"]
@@ -64,10 +66,14 @@ def test_rocksdb_window_store_reopens_from_disk(tmp_path):
     store = WindowBytesStore("p", 1_000, 10, False, persistent=True)
     store.open(str(tmp_path))
     store.put(b"k", b"v", 300)
+    store.commit(7)
+    store.put(b"k", b"uncommitted", 310)
     store.close()
     reopened = WindowBytesStore("p", 1_000, 10, False, persistent=True)
     reopened.open(str(tmp_path))
     assert reopened.fetch(b"k", 300) == b"v"
+    assert reopened.fetch(b"k", 310) is None
+    assert reopened.committed_offset == 7
     reopened.close()
 
 
@@ -92,3 +98,40 @@ def test_sessions_expire_by_end_time(session_store):
     session_store.put(b"k", 150, 160, b"new")
     assert [v for *_, v in session_store.find_sessions(b"k", b"k", 0, 1_000)] == [b"new"]
     assert session_store.put(b"k", 50, 60, b"late") is None
+
+
+@pytest.mark.parametrize("commit_first", [False, True])
+def test_pending_writes_merge_with_committed_ones(window_store, commit_first):
+    window_store.put(b"k", b"1", 10)
+    window_store.put(b"k", b"2", 30)
+    if commit_first:
+        window_store.commit(None)
+    window_store.put(b"k", None, 10)
+    window_store.put(b"k", b"3", 50)
+    window_store.put(b"j", b"x", 30)
+    assert list(window_store.fetch_range(b"k", 0, 100)) == [(30, b"2"), (50, b"3")]
+    assert list(window_store.fetch_range(b"k", 0, 100, reverse=True)) == [(50, b"3"), (30, b"2")]
+    window_store.commit(None)
+    assert list(window_store.fetch_range(b"k", 0, 100)) == [(30, b"2"), (50, b"3")]
+
+
+def test_abort_drops_uncommitted_writes(window_store):
+    window_store.put(b"k", b"kept", 10)
+    window_store.commit(3)
+    window_store.put(b"k", b"dropped", 20)
+    window_store.put(b"k", None, 10)
+    window_store.abort()
+    assert list(window_store.fetch_range(b"k", 0, 100)) == [(10, b"kept")]
+    assert window_store.committed_offset == 3
+
+
+def test_restore_replays_changelog_records_and_wipe_clears(window_store):
+    records = [ChangelogRecord(schemas.window_store_key(b"k", t), str(t).encode(), offset, t)
+               for offset, t in enumerate([0, 10, 20])]
+    records.append(ChangelogRecord(schemas.window_store_key(b"k", 10), None, 3, 10))
+    window_store.restore(records)
+    assert list(window_store.fetch_range(b"k", 0, 100)) == [(0, b"0"), (20, b"20")]
+    assert window_store.committed_offset == 4
+    window_store.wipe()
+    assert list(window_store.all()) == []
+    assert window_store.committed_offset is None

@@ -8,10 +8,13 @@ dropped once expired. In memory and RocksDB differ only in their segments.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
+from strom.streams.state.context import ChangelogRecord
 from strom.streams.state.window import schemas
 from strom.streams.state.window.segments import (
+    InMemorySegment,
     Segment,
     Segments,
     default_segment_interval,
@@ -23,7 +26,13 @@ MAX = schemas.MAX_TIMESTAMP
 
 
 class SegmentedBytesStore:
-    """Binary records placed in segments by their record time, with expiry by observed stream time."""
+    """Binary records placed in segments by their record time, with expiry by observed stream time.
+
+    It is also the store's transaction (KIP-892 style): writes go to a buffer of pending writes that
+    reads see, ``commit`` applies them to the segments and records the changelog offset, ``abort``
+    drops them. Changelog replay is idempotent (records carry their full store key), so a crash
+    between applying writes and recording the offset only costs a little replay.
+    """
 
     def __init__(self, name: str, retention_ms: int, segment_interval_ms: int | None, persistent: bool,
                  record_time: Callable[[bytes], int]) -> None:
@@ -33,6 +42,10 @@ class SegmentedBytesStore:
         self._persistent = persistent
         self._record_time = record_time
         self._segments: Segments | None = None
+        self._pending: dict[int, InMemorySegment] = {}
+        self._offset_file: str | None = None
+        self._committed_offset: int | None = None
+        self._committed_stream_time = -1
         self.observed_stream_time = -1
         self.expired_records = 0
 
@@ -53,13 +66,17 @@ class SegmentedBytesStore:
         if self._persistent:
             if state_dir is None:
                 raise ValueError(f"persistent store {self._name!r} needs a state directory")
-            self._segments = rocksdb_segments(os.path.join(state_dir, "rocksdb"), self._name,
-                                              self.retention_ms, self.segment_interval_ms)
+            directory = os.path.join(state_dir, "rocksdb")
+            self._segments = rocksdb_segments(directory, self._name, self.retention_ms,
+                                              self.segment_interval_ms)
+            self._offset_file = os.path.join(directory, self._name, ".changelog-offset")
+            self._committed_offset = _read_offset(self._offset_file)
         else:
             self._segments = in_memory_segments(self.retention_ms, self.segment_interval_ms)
 
+    # ---- writes and reads -----------------------------------------------------------------------
     def put_binary(self, binary_key: bytes, value: bytes | None) -> bool:
-        """Write (or delete, value None) one record; False when it is already expired and skipped."""
+        """Buffer a write (value None deletes); False when the record is already expired and skipped."""
         segments = self._open_segments()
         record_time = self._record_time(binary_key)
         self.observed_stream_time = max(self.observed_stream_time, record_time)
@@ -67,24 +84,22 @@ class SegmentedBytesStore:
             self.expired_records += 1
             return False
         segment_id = segments.segment_id(record_time)
-        if value is None:
-            segment = segments.get(segment_id)
-            if segment is not None:
-                segment.delete(binary_key)
-        else:
-            segment = segments.get_or_create_if_live(segment_id, self.observed_stream_time)
-            if segment is None:
-                self.expired_records += 1
-                return False
-            segment.put(binary_key, value)
-        segments.drop_expired(self.observed_stream_time)
+        pending = self._pending.get(segment_id)
+        if pending is None:
+            pending = self._pending[segment_id] = InMemorySegment()
+        pending.put(binary_key, value)
         return True
 
     def get_binary(self, binary_key: bytes) -> bytes | None:
         record_time = self._record_time(binary_key)
         if record_time < self.min_live_time():
             return None
-        segment = self._open_segments().get(self._open_segments().segment_id(record_time))
+        segments = self._open_segments()
+        segment_id = segments.segment_id(record_time)
+        pending = self._pending.get(segment_id)
+        if pending is not None and pending.contains(binary_key):
+            return pending.get(binary_key)
+        segment = segments.get(segment_id)
         return None if segment is None else segment.get(binary_key)
 
     def min_live_time(self) -> int:
@@ -93,32 +108,135 @@ class SegmentedBytesStore:
 
     def scan(self, time_from: int, time_to: int, lo: bytes | None, hi: bytes | None,
              reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        """Raw records of the segments covering [time_from, time_to] whose keys lie in [lo, hi]."""
+        """Records of the segments covering [time_from, time_to] whose keys lie in [lo, hi], in
+        segment order and key order within a segment; pending writes included."""
         time_from = max(time_from, self.min_live_time())
         if time_from > time_to:
             return
-        for segment in self._open_segments().between(time_from, time_to, reverse):
-            yield from self._segment_range(segment, lo, hi, reverse)
+        segments = self._open_segments()
+        low, high = segments.segment_id(time_from), segments.segment_id(max(time_to, 0))
+        ids = segments.ids_between(time_from, time_to) | {s for s in self._pending if low <= s <= high}
+        for segment_id in sorted(ids, reverse=reverse):
+            segment = segments.get(segment_id)
+            committed = iter(()) if segment is None else _range(segment, lo, hi, reverse)
+            pending = self._pending.get(segment_id)
+            if pending is None:
+                yield from committed
+            else:
+                yield from _merge(committed, _range(pending, lo, hi, reverse), reverse)
 
-    @staticmethod
-    def _segment_range(segment: Segment, lo: bytes | None, hi: bytes | None,
-                       reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        if lo is None and hi is None:
-            return segment.items(reverse)
-        return segment.range(lo or b"", hi, reverse)
+    # ---- StoreTransaction -----------------------------------------------------------------------
+    @property
+    def committed_offset(self) -> int | None:
+        return self._committed_offset
+
+    def commit(self, changelog_offset: int | None) -> None:
+        """Apply pending writes to the segments, drop expired segments, then record the offset."""
+        segments = self._open_segments()
+        for segment_id in sorted(self._pending):
+            writes = self._pending[segment_id]
+            for binary_key, value in writes.items(False):
+                self._apply(segments, segment_id, binary_key, value)
+        self._pending.clear()
+        segments.drop_expired(self.observed_stream_time)
+        segments.flush()
+        self._committed_stream_time = self.observed_stream_time
+        if changelog_offset is not None:
+            self._committed_offset = changelog_offset
+            if self._offset_file is not None:
+                _write_offset(self._offset_file, changelog_offset)
+
+    def abort(self) -> None:
+        self._pending.clear()
+        self.observed_stream_time = self._committed_stream_time
+
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        """Write committed changelog records straight into the segments."""
+        segments = self._open_segments()
+        for record in records:
+            record_time = self._record_time(record.key)
+            self.observed_stream_time = max(self.observed_stream_time, record_time)
+            if record_time > self.observed_stream_time - self.retention_ms:
+                self._apply(segments, segments.segment_id(record_time), record.key, record.value)
+        segments.drop_expired(self.observed_stream_time)
+        self._committed_stream_time = self.observed_stream_time
+        if records:
+            self._committed_offset = records[-1].offset + 1
+            if self._offset_file is not None:
+                _write_offset(self._offset_file, self._committed_offset)
+
+    def wipe(self) -> None:
+        self._open_segments().destroy_all()
+        self._pending.clear()
+        self.observed_stream_time = self._committed_stream_time = -1
+        self._committed_offset = None
+        if self._offset_file is not None and os.path.exists(self._offset_file):
+            os.remove(self._offset_file)
+
+    def _apply(self, segments: Segments, segment_id: int, binary_key: bytes, value: bytes | None) -> None:
+        if value is None:
+            segment = segments.get(segment_id)
+            if segment is not None:
+                segment.delete(binary_key)
+            return
+        segment = segments.get_or_create_if_live(segment_id, self.observed_stream_time)
+        if segment is not None:
+            segment.put(binary_key, value)
 
     def flush(self) -> None:
-        self._open_segments().flush()
+        """Writes stay pending until the task commits; nothing to do here."""
 
     def close(self) -> None:
+        """Close the segments; uncommitted writes are dropped."""
         if self._segments is not None:
             self._segments.close()
             self._segments = None
+        self._pending.clear()
 
     def _open_segments(self) -> Segments:
         if self._segments is None:
             raise RuntimeError(f"store {self._name!r} is not open")
         return self._segments
+
+
+def _range(segment: Segment | InMemorySegment, lo: bytes | None, hi: bytes | None,
+           reverse: bool) -> Iterator[tuple[bytes, Any]]:
+    if lo is None and hi is None:
+        return segment.items(reverse)
+    return segment.range(lo or b"", hi, reverse)
+
+
+def _merge(committed: Iterator[tuple[bytes, bytes]], pending: Iterator[tuple[bytes, bytes | None]],
+           reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+    """Both iterators in key order; pending writes win on equal keys and tombstones hide records."""
+    marker = object()
+    c = next(committed, marker)
+    p = next(pending, marker)
+    while c is not marker or p is not marker:
+        if p is marker or (c is not marker and (c[0] > p[0] if reverse else c[0] < p[0])):  # type: ignore[index]
+            yield c  # type: ignore[misc]
+            c = next(committed, marker)
+            continue
+        if c is not marker and c[0] == p[0]:  # type: ignore[index]
+            c = next(committed, marker)
+        if p[1] is not None:  # type: ignore[index]
+            yield p  # type: ignore[misc]
+        p = next(pending, marker)
+
+
+def _read_offset(path: str) -> int | None:
+    try:
+        with open(path) as file:
+            return int(file.read().strip())
+    except FileNotFoundError:
+        return None
+
+
+def _write_offset(path: str, offset: int) -> None:
+    temporary = path + ".tmp"
+    with open(temporary, "w") as file:
+        file.write(str(offset))
+    os.replace(temporary, path)
 
 
 class WindowBytesStore(SegmentedBytesStore):

@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import rocksdict
 
@@ -44,14 +44,20 @@ class Segment(Protocol):
 
 
 class InMemorySegment:
-    """A sorted key list beside a dict: O(log n) lookups and ordered range scans."""
+    """A sorted key list beside a dict: O(1) lookups and ordered range scans.
+
+    Values are opaque to it, so the same structure also holds uncommitted writes, tombstones included.
+    """
 
     def __init__(self) -> None:
-        self._values: dict[bytes, bytes] = {}
+        self._values: dict[bytes, Any] = {}
         self._keys: list[bytes] = []
 
     def get(self, key: bytes) -> bytes | None:
         return self._values.get(key)
+
+    def contains(self, key: bytes) -> bool:
+        return key in self._values
 
     def put(self, key: bytes, value: bytes) -> None:
         if key not in self._values:
@@ -59,8 +65,12 @@ class InMemorySegment:
         self._values[key] = value
 
     def delete(self, key: bytes) -> None:
-        if self._values.pop(key, None) is not None:
+        if key in self._values:
+            del self._values[key]
             del self._keys[bisect.bisect_left(self._keys, key)]
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
     def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         end = len(self._keys) if hi is None else bisect.bisect_right(self._keys, hi)
@@ -169,14 +179,14 @@ class Segments:
             log.debug("dropping expired segment %d (stream time %d)", segment_id, stream_time)
             self._segments.pop(segment_id).destroy()
 
-    def between(self, time_from: int, time_to: int, reverse: bool) -> list[Segment]:
-        """Segments that may hold records with time in [time_from, time_to], in time order."""
+    def ids_between(self, time_from: int, time_to: int) -> set[int]:
         low, high = self.segment_id(max(time_from, 0)), self.segment_id(max(time_to, 0))
-        ids = sorted((s for s in self._segments if low <= s <= high), reverse=reverse)
-        return [self._segments[s] for s in ids]
+        return {s for s in self._segments if low <= s <= high}
 
-    def all(self, reverse: bool) -> list[Segment]:
-        return [self._segments[s] for s in sorted(self._segments, reverse=reverse)]
+    def destroy_all(self) -> None:
+        for segment in self._segments.values():
+            segment.destroy()
+        self._segments.clear()
 
     def flush(self) -> None:
         for segment in self._segments.values():
