@@ -1,0 +1,144 @@
+"""Executor side of the source: reads one topic partition's offset range into Arrow batches.
+
+One Spark input partition is one topic partition's ``[start, end)``; the range is read with a
+plain assigned consumer (no group), so Spark's checkpoint alone decides what was consumed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, Message, TopicPartition
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from strom.errors import BrokerUnavailableError, DataLossError
+from strom.kafka import clients
+
+ARROW_BATCH_ROWS = 10_000
+# Read as a read stalls without progress this long, the broker is gone or the range is unreadable.
+STALL_TIMEOUT_S = 120.0
+_HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """Records ``start <= offset < end`` of one topic partition: the unit of one Spark task."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    bootstrap_servers: str
+    client_config: dict[str, str]
+    fail_on_data_loss: bool
+    include_headers: bool
+
+
+def read_range(part: OffsetRange, settings: ReadSettings, schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Yields the range as Arrow batches in Spark's Kafka schema; stops at ``end`` or the log end."""
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    consumer = clients.consumer(
+        settings.bootstrap_servers,
+        **{**settings.client_config,
+           "enable.partition.eof": True,
+           "auto.offset.reset": "error" if settings.fail_on_data_loss else "earliest"},
+    )
+    try:
+        consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
+        builder = _BatchBuilder(part, arrow_schema, settings.include_headers)
+        for messages in _ranged_messages(consumer, part, settings):
+            batch = builder.build(messages)
+            if batch.num_rows:
+                yield batch
+    finally:
+        consumer.close()
+
+
+def _ranged_messages(consumer, part: OffsetRange, settings: ReadSettings) -> Iterator[list[Message]]:
+    last_progress = time.monotonic()
+    while True:
+        messages = consumer.consume(num_messages=ARROW_BATCH_ROWS, timeout=1.0)
+        records, done = [], False
+        for message in messages:
+            error = message.error()
+            if error is None:
+                if message.offset() >= part.end:
+                    done = True
+                    break
+                records.append(message)
+                done = message.offset() >= part.end - 1
+            elif error.code() == KafkaError._PARTITION_EOF:
+                _check_eof(message.offset(), part, settings)
+                done = True
+            else:
+                _raise_consumer_error(error, part, settings)
+        if records or messages:
+            last_progress = time.monotonic()
+        elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+            raise BrokerUnavailableError(
+                f"Reading {part.topic}-{part.partition} offsets [{part.start}, {part.end}) made no "
+                f"progress for {STALL_TIMEOUT_S:.0f}s at kafka.bootstrap.servers="
+                f"{settings.bootstrap_servers!r}. Check that the broker is running."
+            )
+        if records:
+            yield records
+        if done:
+            return
+
+
+def _check_eof(log_end: int, part: OffsetRange, settings: ReadSettings) -> None:
+    if log_end < part.end and settings.fail_on_data_loss:
+        raise DataLossError(
+            f"{part.topic}-{part.partition} ends at offset {log_end}, but the query planned to read "
+            f"up to {part.end}: records were deleted (topic truncated or recreated). Set option "
+            "failOnDataLoss=false to skip lost records."
+        )
+
+
+def _raise_consumer_error(error: KafkaError, part: OffsetRange, settings: ReadSettings) -> None:
+    if error.code() == KafkaError._AUTO_OFFSET_RESET:
+        raise DataLossError(
+            f"Offset {part.start} of {part.topic}-{part.partition} is no longer available "
+            f"({error.str()}): retention removed records the query had not read yet. Set option "
+            "failOnDataLoss=false to continue from the earliest available offset."
+        )
+    if error.fatal() or not error.retriable():
+        raise BrokerUnavailableError(
+            f"Reading {part.topic}-{part.partition} failed: {error.str()} "
+            f"(kafka.bootstrap.servers={settings.bootstrap_servers!r})."
+        )
+
+
+class _BatchBuilder:
+    """Columnar conversion of consumed messages; topic and partition are constant per range."""
+
+    def __init__(self, part: OffsetRange, arrow_schema: pa.Schema, include_headers: bool) -> None:
+        self._part = part
+        self._schema = arrow_schema
+        self._include_headers = include_headers
+
+    def build(self, messages: list[Message]) -> pa.RecordBatch:
+        n = len(messages)
+        timestamps = [m.timestamp() for m in messages]
+        columns = [
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
+            pa.repeat(pa.scalar(self._part.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self._part.partition, pa.int32()), n),
+            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array([ts[1] * 1000 if ts[0] else None for ts in timestamps], pa.int64())
+            .cast(pa.timestamp("us", tz="UTC")),
+            pa.array([ts[0] - 1 for ts in timestamps], pa.int32()),
+        ]
+        if self._include_headers:
+            columns.append(pa.array([m.headers() for m in messages], _HEADERS_TYPE))
+        return pa.RecordBatch.from_arrays(columns, schema=self._schema)

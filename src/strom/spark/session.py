@@ -1,0 +1,48 @@
+"""A local SparkSession sized for a small machine, with the "strom" data source registered."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from strom.spark.preflight import check_java
+from strom.spark.source import StromDataSource
+
+SMALL_MACHINE_DEFAULTS: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.streaming.stopTimeout": "30s",
+    "spark.driver.memory": "1g",
+}
+
+
+def register(spark: SparkSession) -> None:
+    """Makes ``format("strom")`` available in ``spark`` (reads and writes, batch and streaming)."""
+    spark.dataSource.register(StromDataSource)
+
+
+def session(
+    app_name: str = "strom",
+    master: str = "local[2]",
+    ui: bool = False,
+    config: Mapping[str, str] | None = None,
+    log_level: str = "WARN",
+) -> SparkSession:
+    """Checks Java first (a clear error instead of a JVM trace), then builds and registers.
+
+    Python workers run this interpreter, so executors see the same strom and dependencies.
+    """
+    check_java()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {**SMALL_MACHINE_DEFAULTS, "spark.ui.enabled": str(ui).lower(), **(config or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(log_level)
+    register(spark)
+    return spark
