@@ -1,1 +1,46 @@
-"""strom.tasks: Decaton-style concurrent, key-ordered processing within a partition."""
+"""strom.tasks: Decaton-style concurrent, key-ordered processing within a partition.
+
+Build a subscription with :class:`SubscriptionBuilder` and :class:`ProcessorsBuilder`; the key-ordered
+concurrency core (:class:`KeyOrderedExecutor`) is reusable without Kafka.
+"""
+
+from strom.tasks.commit_control import OffsetState, OutOfOrderCommitControl
+from strom.tasks.completion import Completion, TimeoutChoice
+from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
+from strom.tasks.context import ProcessingContext, TaskMetadata
+from strom.tasks.metrics import PartitionMetricsSnapshot
+from strom.tasks.processors import ProcessorsBuilder
+from strom.tasks.properties import (
+    ProcessorProperties,
+    Property,
+    PropertyDefinition,
+    PropertySupplier,
+    StaticPropertySupplier,
+)
+from strom.tasks.property_suppliers import FilePropertySupplier, KafkaTopicPropertySupplier
+from strom.tasks.rate_limiter import RateLimiter
+from strom.tasks.subscription import ProcessorSubscription, SubscriptionBuilder
+
+__all__ = [
+    "AsyncRuntime",
+    "Completion",
+    "FilePropertySupplier",
+    "KafkaTopicPropertySupplier",
+    "KeyOrderedExecutor",
+    "OffsetState",
+    "OutOfOrderCommitControl",
+    "PartitionMetricsSnapshot",
+    "ProcessingContext",
+    "ProcessorProperties",
+    "ProcessorSubscription",
+    "ProcessorsBuilder",
+    "Property",
+    "PropertyDefinition",
+    "PropertySupplier",
+    "RateLimiter",
+    "StaticPropertySupplier",
+    "SubPartitioner",
+    "SubscriptionBuilder",
+    "TaskMetadata",
+    "TimeoutChoice",
+]

@@ -1,0 +1,219 @@
+"""The key-ordered concurrency core: N units, each processing its items in order; a key always maps
+to the same unit, so items with one key are handled in submission order while others run alongside.
+
+Units are threads (for blocking handlers) or asyncio tasks on an :class:`AsyncRuntime` (for
+``async def`` handlers). Nothing here knows about Kafka: the subscription and the stream operator
+``map_values_concurrently`` both build on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+class SubPartitioner:
+    """Maps a key to a unit: ``hash(key) % concurrency``; records without a key go round-robin."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._round_robin = itertools.count()
+
+    def partition_for(self, key: Any) -> int:
+        if key is None:
+            return next(self._round_robin) % self.concurrency
+        return hash(key) % self.concurrency
+
+
+class AsyncRuntime:
+    """An asyncio event loop running in its own daemon thread, hosting asynchronous units."""
+
+    def __init__(self, name: str = "strom-async") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+    _shared: AsyncRuntime | None = None
+    _shared_lock = threading.Lock()
+
+    @classmethod
+    def shared(cls) -> AsyncRuntime:
+        """One process-wide runtime for callers that do not own one (stream operators)."""
+        with cls._shared_lock:
+            if cls._shared is None or cls._shared.loop.is_closed():
+                cls._shared = cls("strom-async-shared")
+            return cls._shared
+
+
+class _Unit:
+    """Counters shared by both kinds of unit: ``submitted`` is written by the submitter only,
+    ``processed`` by the unit only, so neither needs a lock."""
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.processed = 0
+        self.discarding = False
+
+    def idle(self) -> bool:
+        return self.submitted == self.processed
+
+    def backlog(self) -> int:
+        return self.submitted - self.processed
+
+
+class _ThreadUnit(_Unit):
+    def __init__(self, handler: Callable[[Any], None], name: str) -> None:
+        super().__init__()
+        self._handler = handler
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, item: Any) -> None:
+        self.submitted += 1
+        self._queue.put(item)
+
+    def _run(self) -> None:
+        handler, get = self._handler, self._queue.get
+        while (item := get()) is not _STOP:
+            if not self.discarding:
+                try:
+                    handler(item)
+                except Exception:
+                    log.exception("Unhandled error in unit %s", self._thread.name)
+            self.processed += 1
+
+    def signal_stop(self) -> None:
+        self._queue.put(_STOP)
+
+    def join(self, deadline: float) -> None:
+        if threading.current_thread() is not self._thread:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class _AsyncUnit(_Unit):
+    def __init__(self, handler: Callable[[Any], Awaitable[None]]) -> None:
+        super().__init__()
+        self._handler = handler
+        self.queue: deque = deque()
+        self.running = False
+
+    async def run(self) -> None:
+        q, handler = self.queue, self._handler
+        try:
+            while q:
+                item = q.popleft()
+                if not self.discarding:
+                    try:
+                        await handler(item)
+                    except Exception:
+                        log.exception("Unhandled error in an asynchronous unit")
+                self.processed += 1
+        finally:
+            self.running = False
+
+
+class KeyOrderedExecutor:
+    """Runs ``handler(item)`` for every submitted item, items of one key in order, up to
+    ``concurrency`` at once. ``handler`` is a plain function (thread units) or, with ``runtime``
+    given, an ``async def`` (asyncio units). Handlers should not raise; errors are logged."""
+
+    def __init__(self, handler: Callable[[Any], Any], concurrency: int, *,
+                 runtime: AsyncRuntime | None = None, name: str = "unit") -> None:
+        self.concurrency = concurrency
+        self._partitioner = SubPartitioner(concurrency)
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self._inbox: list[tuple[_AsyncUnit, Any]] = []
+        self._scheduled = False
+        self._units: list[Any]
+        if runtime is None:
+            self._units = [_ThreadUnit(handler, f"{name}-{i}") for i in range(concurrency)]
+        else:
+            self._units = [_AsyncUnit(handler) for _ in range(concurrency)]
+
+    @property
+    def asynchronous(self) -> bool:
+        return self._runtime is not None
+
+    def unit_for(self, key: Any) -> int:
+        return self._partitioner.partition_for(key)
+
+    def submit(self, key: Any, item: Any) -> None:
+        """Queues ``item`` on the unit of ``key``; never blocks."""
+        unit = self._units[self._partitioner.partition_for(key)]
+        if self._runtime is None:
+            unit.put(item)
+            return
+        unit.submitted += 1
+        with self._lock:
+            self._inbox.append((unit, item))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._runtime.loop.call_soon_threadsafe(self._dispatch)
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            self._scheduled = False
+        create_task = self._runtime.loop.create_task  # type: ignore[union-attr]
+        for unit, item in inbox:
+            unit.queue.append(item)
+            if not unit.running:
+                unit.running = True
+                create_task(unit.run())
+
+    def backlog(self) -> int:
+        """Items submitted and not yet handled (queued or running)."""
+        return sum(u.backlog() for u in self._units)
+
+    def idle(self) -> bool:
+        return all(u.idle() for u in self._units)
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Waits until every submitted item was handled; False if ``timeout_s`` passed first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        delay = 0.0002
+        while not self.idle():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+        return True
+
+    def close(self, discard_queued: bool = False, timeout_s: float = 5.0) -> None:
+        """Stops the units after the queued items (or dropping them with ``discard_queued``)."""
+        for unit in self._units:
+            unit.discarding = discard_queued
+        if self._runtime is None:
+            deadline = time.monotonic() + timeout_s
+            for unit in self._units:
+                unit.signal_stop()
+            for unit in self._units:
+                unit.join(deadline)
+        else:
+            self.wait_idle(timeout_s)

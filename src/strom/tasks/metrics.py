@@ -1,0 +1,64 @@
+"""Per-partition metrics of a subscription: pending, queue-starved time, latency percentiles, commit lag."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+_LATENCY_SAMPLES = 2048
+
+
+@dataclass(frozen=True)
+class PartitionMetricsSnapshot:
+    topic: str
+    partition: int
+    pending: int
+    completed: int
+    queue_starved_s: float
+    latency_p50_ms: float
+    latency_p99_ms: float
+    latency_max_ms: float
+    commit_lag: int
+    committed_offset: int
+    paused: bool
+    concurrency: int
+
+
+class PartitionMetrics:
+    """Counters written by units (completions) and by the subscription thread (starvation)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latencies: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+        self.completed = 0
+        self._starved_since: float | None = time.monotonic()
+        self._starved_total = 0.0
+
+    def record_completion(self, latency_s: float) -> None:
+        with self._lock:
+            self.completed += 1
+            self._latencies.append(latency_s)
+
+    def update_starvation(self, pending: int) -> None:
+        """Queue-starved time: how long the partition had nothing to process (called by the subscription)."""
+        now = time.monotonic()
+        if pending == 0 and self._starved_since is None:
+            self._starved_since = now
+        elif pending > 0 and self._starved_since is not None:
+            self._starved_total += now - self._starved_since
+            self._starved_since = None
+
+    def queue_starved_s(self) -> float:
+        extra = 0.0 if self._starved_since is None else time.monotonic() - self._starved_since
+        return self._starved_total + extra
+
+    def latency_percentiles_ms(self) -> tuple[float, float, float]:
+        with self._lock:
+            samples = sorted(self._latencies)
+        if not samples:
+            return 0.0, 0.0, 0.0
+        def at(q: float) -> float:
+            return samples[min(len(samples) - 1, int(q * len(samples)))] * 1000
+        return at(0.5), at(0.99), samples[-1] * 1000

@@ -1,0 +1,126 @@
+"""One assigned partition: its units, commit control, rate limiter, backlog and metrics."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from strom.tasks.commit_control import OutOfOrderCommitControl
+from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
+from strom.tasks.context import TaskMetadata, TaskRequest
+from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
+from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline
+from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
+from strom.tasks.rate_limiter import RateLimiter
+from strom.tasks.retry import RetryQueue, parse_retry_headers
+
+log = logging.getLogger(__name__)
+
+PROPS = ProcessorProperties
+
+
+class PartitionContext:
+    """Feeds fetched records of one partition to ``decaton.partition.concurrency`` key-ordered units.
+
+    Records are held in a backlog (and the partition paused) while more than
+    ``decaton.max.pending.records`` are pending or a concurrency change is rebuilding the units.
+    All methods run on the subscription thread.
+    """
+
+    def __init__(self, topic: str, partition: int, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
+                 runtime: AsyncRuntime | None, retry_queue: RetryQueue | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._props = props
+        self._runtime = runtime
+        self.commit_control = OutOfOrderCommitControl()
+        self.metrics = PartitionMetrics()
+        limiter = RateLimiter(props.get(PROPS.PROCESSING_RATE))
+        self._pipeline = ProcessPipeline(builder, props, limiter, retry_queue)
+        self._executor = self._new_executor()
+        self._backlog: deque[Any] = deque()
+        self.reload_requested = False
+        self.paused = False
+        self.committed_offset = -1
+        self._latest_fetched = -1
+
+    def _new_executor(self) -> KeyOrderedExecutor:
+        concurrency = self._props.value(PROPS.PARTITION_CONCURRENCY)
+        handler = self._pipeline.handle_async if self._pipeline.asynchronous else self._pipeline.handle
+        return KeyOrderedExecutor(handler, concurrency, runtime=self._runtime,
+                                  name=f"{self.topic}-{self.partition}")
+
+    @property
+    def concurrency(self) -> int:
+        return self._executor.concurrency
+
+    def pending(self) -> int:
+        """Offsets fetched and handed to processors whose completion was not yet committed."""
+        return self.commit_control.pending_count()
+
+    def _must_hold(self) -> bool:
+        return self.reload_requested or self.pending() >= self._props.value(PROPS.MAX_PENDING_RECORDS)
+
+    def add_record(self, msg: Any) -> None:
+        self._latest_fetched = msg.offset()
+        if self.committed_offset < 0:
+            self.committed_offset = self._latest_fetched - 1
+        if self._backlog or self._must_hold():
+            self._backlog.append(msg)
+        else:
+            self._dispatch(msg)
+
+    def _dispatch(self, msg: Any) -> None:
+        headers = msg.headers() or []
+        retry_count, due_ms = parse_retry_headers(headers) if headers else (0, 0)
+        offset = msg.offset()
+        metadata = TaskMetadata(self.topic, self.partition, offset, msg.timestamp()[1], retry_count, due_ms)
+        state = self.commit_control.report_fetched_offset(offset)
+        request = TaskRequest(metadata, msg.key(), msg.value(), headers, state, self._on_done)
+        self._executor.submit(request.key, request)
+
+    def _on_done(self, request: TaskRequest) -> None:
+        self.metrics.record_completion(time.monotonic() - request.started if request.started else 0.0)
+
+    def update(self) -> None:
+        """Advances the commit-ready offset, rebuilds units on a concurrency change, releases the backlog."""
+        self.commit_control.update_high_watermark(self._props.value(PROPS.DEFERRED_COMPLETE_TIMEOUT_MS))
+        if self.reload_requested and self._executor.idle():
+            self._rebuild()
+        while self._backlog and not self._must_hold():
+            self._dispatch(self._backlog.popleft())
+        self.metrics.update_starvation(self.pending())
+
+    def _rebuild(self) -> None:
+        old = self._executor
+        self._executor = self._new_executor()
+        self.reload_requested = False
+        old.close(timeout_s=0.0)
+        log.info("%s-%d: units rebuilt with concurrency %d (was %d)", self.topic, self.partition,
+                 self._executor.concurrency, old.concurrency)
+
+    def should_pause(self) -> bool:
+        return bool(self._backlog) or self._must_hold()
+
+    def offset_waiting_commit(self) -> int | None:
+        """The next offset to commit (last completed + 1, Kafka's convention) if it moved since."""
+        ready = self.commit_control.commit_ready_offset()
+        return ready + 1 if ready > self.committed_offset else None
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        return self._executor.wait_idle(timeout_s)
+
+    def close(self) -> None:
+        """Stops the units; queued records are dropped (their offsets are not committed)."""
+        self._backlog.clear()
+        self._executor.close(discard_queued=True, timeout_s=0.5)
+
+    def snapshot(self) -> PartitionMetricsSnapshot:
+        p50, p99, pmax = self.metrics.latency_percentiles_ms()
+        lag = max(0, self._latest_fetched - self.committed_offset)
+        return PartitionMetricsSnapshot(
+            self.topic, self.partition, self.pending() + len(self._backlog), self.metrics.completed,
+            self.metrics.queue_starved_s(), p50, p99, pmax, lag, self.committed_offset, self.paused,
+            self.concurrency)

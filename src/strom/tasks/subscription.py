@@ -1,0 +1,331 @@
+"""ProcessorSubscription: the consume loop that feeds partition contexts and commits what completed."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from strom.errors import ConfigError, UnknownTopicError
+from strom.kafka import clients
+from strom.tasks.concurrency import AsyncRuntime
+from strom.tasks.metrics import PartitionMetricsSnapshot
+from strom.tasks.partition import PartitionContext
+from strom.tasks.processors import ProcessorsBuilder
+from strom.tasks.properties import (
+    ProcessorProperties,
+    ProcessorPropertiesView,
+    PropertySupplier,
+    StaticPropertySupplier,
+)
+from strom.tasks.rate_limiter import PAUSED
+from strom.tasks.retry import RetryQueue, dlq_topic, retry_topic
+
+log = logging.getLogger(__name__)
+
+PROPS = ProcessorProperties
+_POLL_TIMEOUT_S = 0.05
+_POLL_BATCH = 1000
+_DRAIN_TICK_S = 0.005
+
+TP = tuple[str, int]
+
+
+class CommitManager:
+    """Commits the commit-ready offsets asynchronously every ``decaton.commit.interval.ms``."""
+
+    def __init__(self, consumer: Consumer, contexts: dict[TP, PartitionContext],
+                 props: ProcessorPropertiesView) -> None:
+        self._consumer = consumer
+        self._contexts = contexts
+        self._interval = props.get(PROPS.COMMIT_INTERVAL_MS)
+        self._last_commit = time.monotonic()
+        self.in_flight = False
+
+    def _ready(self, only: Iterable[TP] | None = None) -> list[TopicPartition]:
+        keys = self._contexts.keys() if only is None else only
+        return [TopicPartition(t, p, nxt) for (t, p) in keys
+                if (ctx := self._contexts.get((t, p))) and (nxt := ctx.offset_waiting_commit()) is not None]
+
+    def maybe_commit_async(self) -> None:
+        now = time.monotonic()
+        if now - self._last_commit < self._interval.value / 1000 or self.in_flight:
+            return
+        self._last_commit = now
+        offsets = self._ready()
+        if not offsets:
+            return
+        self.in_flight = True
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            self.in_flight = False
+            log.warning("Async commit failed to start: %s", exc)
+
+    def on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's commit callback (runs inside consume() on the subscription thread)."""
+        self.in_flight = False
+        if err is not None:
+            log.warning("Offset commit failed: %s", err)
+            return
+        self._store(partitions)
+
+    def _store(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            ctx = self._contexts.get((tp.topic, tp.partition))
+            if ctx is not None and tp.error is None and tp.offset >= 0:
+                ctx.committed_offset = max(ctx.committed_offset, tp.offset - 1)
+
+    def commit_sync(self, only: Iterable[TP] | None = None) -> None:
+        offsets = self._ready(only)
+        if not offsets:
+            return
+        try:
+            self._store(self._consumer.commit(offsets=offsets, asynchronous=False))
+        except KafkaException as exc:
+            log.warning("Offset commit failed (completed records will be processed again): %s", exc)
+
+
+class ProcessorSubscription:
+    """Consumes the topic (and its retry topic) in group ``group.id`` and processes records concurrently.
+
+    Runs its own thread; ``close()`` stops fetching, drains in-flight tasks for up to
+    ``decaton.processing.shutdown.timeout.ms``, commits what completed and closes the clients.
+    """
+
+    def __init__(self, subscription_id: str, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
+                 consumer_config: Mapping[str, Any], retry: bool) -> None:
+        config = dict(consumer_config)
+        self._bootstrap = config.pop("bootstrap.servers", None)
+        if not self._bootstrap:
+            raise ConfigError("consumer_config needs 'bootstrap.servers' (where the Kafka broker listens).")
+        config.setdefault("group.id", subscription_id)
+        self.subscription_id = subscription_id
+        self._builder = builder
+        self._props = props
+        self._config = config
+        self._topics = [builder.topic]
+        self._contexts: dict[TP, PartitionContext] = {}
+        self._runtime = AsyncRuntime(f"{subscription_id}-async") if builder.asynchronous else None
+        self._retry_queue: RetryQueue | None = None
+        if retry:
+            self._retry_queue = self._start_retry()
+            self._topics.append(self._retry_queue.retry_topic)
+        self._check_topics()
+        self._terminated = threading.Event()
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name=f"subscription-{subscription_id}", daemon=True)
+        props.get(PROPS.PARTITION_CONCURRENCY).listen(self._on_concurrency_change)
+
+    # ---- setup -----------------------------------------------------------------------------------
+    def _partition_count(self, topic: str) -> int:
+        meta = clients.admin(self._bootstrap).list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            raise UnknownTopicError(f"Topic {topic!r} does not exist: create it before subscribing "
+                                    f"(e.g. with strom.kafka.clients.create_topics).")
+        return len(meta.partitions)
+
+    def _check_topics(self) -> None:
+        for topic in self._topics:
+            self._partition_count(topic)
+
+    def _start_retry(self) -> RetryQueue:
+        partitions = self._partition_count(self._builder.topic)
+        clients.create_topics(self._bootstrap, {retry_topic(self.subscription_id): partitions,
+                                                dlq_topic(self.subscription_id): 1})
+        return RetryQueue(clients.producer(self._bootstrap), self.subscription_id, self._props)
+
+    def start(self) -> ProcessorSubscription:
+        self._thread.start()
+        return self
+
+    # ---- callbacks ------------------------------------------------------------------------------
+    def _on_concurrency_change(self, _old: int, _new: int) -> None:
+        for ctx in list(self._contexts.values()):
+            ctx.reload_requested = True
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            if key not in self._contexts:
+                self._contexts[key] = PartitionContext(tp.topic, tp.partition, self._builder, self._props,
+                                                       self._runtime, self._retry_queue)
+        log.info("%s: assigned %s", self.subscription_id, sorted(self._contexts))
+        self._started.set()
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._contexts]
+        if not keys:
+            return
+        timeout_s = self._props.value(PROPS.GROUP_REBALANCE_TIMEOUT_MS) / 1000
+        self._drain(keys, timeout_s)
+        self._commit_manager.commit_sync(keys)
+        self._drop(keys)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._drop([(tp.topic, tp.partition) for tp in partitions])
+
+    # ---- loop -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        consumer = clients.consumer(self._bootstrap, **self._config)
+        self._commit_manager = CommitManager(consumer, self._contexts, self._props)
+        consumer_commit_cb = self._commit_manager.on_commit
+        try:
+            consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                               on_lost=self._on_lost)
+            self._consumer = consumer
+            self._loop(consumer, consumer_commit_cb)
+        except BaseException as exc:
+            self._error = exc
+            log.exception("Subscription %s stopped on an error", self.subscription_id)
+        finally:
+            self._shutdown(consumer)
+
+    def _loop(self, consumer: Consumer, on_commit: Any) -> None:
+        while not self._terminated.is_set():
+            for msg in consumer.consume(_POLL_BATCH, _POLL_TIMEOUT_S):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._COMMIT_FAILED or not err.fatal():
+                        log.warning("Consumer: %s", err)
+                        continue
+                    raise KafkaException(err)
+                ctx = self._contexts.get((msg.topic(), msg.partition()))
+                if ctx is not None:
+                    ctx.add_record(msg)
+            self._housekeeping(consumer)
+
+    def _housekeeping(self, consumer: Consumer) -> None:
+        if self._retry_queue is not None:
+            self._retry_queue.poll()
+        all_paused = self._props.value(PROPS.PROCESSING_RATE) == PAUSED
+        pause, resume = [], []
+        for (topic, partition), ctx in self._contexts.items():
+            ctx.update()
+            want = all_paused or ctx.should_pause()
+            if want != ctx.paused:
+                ctx.paused = want
+                (pause if want else resume).append(TopicPartition(topic, partition))
+        if pause:
+            consumer.pause(pause)
+        if resume:
+            consumer.resume(resume)
+        self._commit_manager.maybe_commit_async()
+
+    def _drain(self, keys: list[TP], timeout_s: float) -> bool:
+        """Waits until the given partitions have nothing pending, or the timeout passes."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._retry_queue is not None:
+                self._retry_queue.poll()
+            contexts = [self._contexts[k] for k in keys if k in self._contexts]
+            for ctx in contexts:
+                ctx.update()
+            if all(ctx.pending() == 0 and not ctx.should_pause() for ctx in contexts):
+                return True
+            if time.monotonic() >= deadline:
+                log.warning("%s: %d records still pending after %.1f s; they will be processed again",
+                            self.subscription_id, sum(c.pending() for c in contexts), timeout_s)
+                return False
+            time.sleep(_DRAIN_TICK_S)
+
+    def _drop(self, keys: list[TP]) -> None:
+        for key in keys:
+            ctx = self._contexts.pop(key, None)
+            if ctx is not None:
+                ctx.close()
+
+    def _shutdown(self, consumer: Consumer) -> None:
+        self._closing = True
+        try:
+            keys = list(self._contexts)
+            if keys and self._error is None:
+                consumer.pause([TopicPartition(t, p) for t, p in keys])
+                self._drain(keys, self._props.value(PROPS.SHUTDOWN_TIMEOUT_MS) / 1000)
+                self._commit_manager.commit_sync(keys)
+            self._drop(keys)
+            if self._retry_queue is not None:
+                self._retry_queue.flush(5.0)
+        finally:
+            consumer.close()
+            if self._runtime is not None:
+                self._runtime.close()
+            self._terminated.set()
+
+    # ---- public ---------------------------------------------------------------------------------
+    def wait_assigned(self, timeout_s: float = 30.0) -> bool:
+        """Blocks until the first partition assignment (useful in tests and tools)."""
+        return self._started.wait(timeout_s)
+
+    def close(self) -> None:
+        """Graceful shutdown: stop fetching, drain, commit, close. Raises what stopped the loop, if any."""
+        self._terminated.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._error is not None and not isinstance(self._error, KeyboardInterrupt):
+            raise self._error
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def metrics(self) -> list[PartitionMetricsSnapshot]:
+        """A snapshot per assigned partition."""
+        return [ctx.snapshot() for ctx in list(self._contexts.values())]
+
+    def __enter__(self) -> ProcessorSubscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SubscriptionBuilder:
+    """``SubscriptionBuilder.new_builder(id).processors_builder(...).consumer_config(...).build_and_start()``."""
+
+    def __init__(self, subscription_id: str) -> None:
+        self._id = subscription_id
+        self._builder: ProcessorsBuilder | None = None
+        self._suppliers: list[PropertySupplier] = []
+        self._consumer_config: dict[str, Any] = {}
+        self._retry = False
+
+    @classmethod
+    def new_builder(cls, subscription_id: str) -> SubscriptionBuilder:
+        return cls(subscription_id)
+
+    def processors_builder(self, builder: ProcessorsBuilder) -> SubscriptionBuilder:
+        self._builder = builder
+        return self
+
+    def properties(self, *suppliers: PropertySupplier | Mapping[str, Any]) -> SubscriptionBuilder:
+        """Property suppliers in priority order; a dict is a static supplier."""
+        for supplier in suppliers:
+            if isinstance(supplier, Mapping):
+                supplier = StaticPropertySupplier(supplier)
+            self._suppliers.append(supplier)
+        return self
+
+    def consumer_config(self, config: Mapping[str, Any]) -> SubscriptionBuilder:
+        self._consumer_config = dict(config)
+        return self
+
+    def enable_retry(self) -> SubscriptionBuilder:
+        """Creates ``<id>-retry`` and ``<id>-dlq`` and lets processors call ``context.retry()``."""
+        self._retry = True
+        return self
+
+    def build(self) -> ProcessorSubscription:
+        if self._builder is None:
+            raise ConfigError("No processors: call processors_builder(ProcessorsBuilder.consuming(...)).")
+        self._builder.validate()
+        return ProcessorSubscription(self._id, self._builder, ProcessorPropertiesView(self._suppliers),
+                                     self._consumer_config, self._retry)
+
+    def build_and_start(self) -> ProcessorSubscription:
+        return self.build().start()
