@@ -1,0 +1,98 @@
+"""The caching layer: Kafka's CachingKeyValueStore over the thread's record cache.
+
+Writes go to the task's NamedCache only; they reach the layer below (changelog, store) and the flush
+listener (downstream processors) when the cache evicts or is flushed at commit. Reads see the cache
+first and fill it with clean entries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from strom.streams.state.base import KeyValueIterator, WrappedStore, merge_sorted
+from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
+from strom.streams.state.context import RecordContext, StateStore, StateStoreContext, cache_namespace
+
+BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, int], None]
+"""(key, new value, old value, timestamp) in bytes; the metered layer deserializes for the processor."""
+
+_CLEAN = RecordContext(timestamp=-1)
+
+
+class CachingKeyValueStore(WrappedStore):
+    def __init__(self, wrapped: Any) -> None:
+        super().__init__(wrapped)
+        self._context: StateStoreContext | None = None
+        self._cache: ThreadCache | None = None
+        self._namespace = ""
+        self._listener: BytesFlushListener | None = None
+        self._send_old_values = False
+        self._thread: threading.Thread | None = None
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self.wrapped.init(context, root)
+        self._context = context
+        self._cache = context.cache
+        self._namespace = cache_namespace(context.task_id, self.name)
+        self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
+        self._thread = threading.current_thread()
+
+    def set_flush_listener(self, listener: BytesFlushListener, send_old_values: bool) -> bool:
+        """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
+        self._listener = listener
+        self._send_old_values = send_old_values
+        return True
+
+    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+        context = self._context
+        assert context is not None
+        current = context.record_context
+        wrapped = self.wrapped
+        listener = self._listener
+        try:
+            for key, new, entry_context in entries:
+                context.set_record_context(entry_context)
+                if listener is None:
+                    wrapped.put(key, new)
+                    continue
+                old = wrapped.get(key) if new is None or self._send_old_values else None
+                wrapped.put(key, new)
+                if new is not None or old is not None:
+                    listener(key, new, old if self._send_old_values else None, entry_context.timestamp)
+        finally:
+            context.set_record_context(current)
+
+    def get(self, key: bytes) -> bytes | None:
+        cache = self._cache
+        assert cache is not None, "store used before init"
+        entry = cache.get(self._namespace, key)
+        if entry is not None:
+            return entry.value
+        value = self.wrapped.get(key)
+        # only the task's own thread fills the cache: an interactive query must not trigger evictions
+        if value is not None and threading.current_thread() is self._thread:
+            cache.put(self._namespace, key, LRUCacheEntry(key, value, False, _CLEAN))
+        return value
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        context = self._context
+        assert context is not None and self._cache is not None, "store used before init"
+        self._cache.put(self._namespace, key, LRUCacheEntry(key, value, True, context.record_context))
+
+    def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
+        assert self._cache is not None, "store used before init"
+        cached = self._cache.range(self._namespace, from_key, to_key, reverse)
+        return merge_sorted(self.wrapped._iterate(from_key, to_key, reverse),
+                            ((key, entry.value) for key, entry in cached), reverse)
+
+    def flush(self) -> None:
+        if self._cache is not None:
+            self._cache.flush(self._namespace)
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close(self._namespace)
+        self.wrapped.close()

@@ -1,0 +1,47 @@
+"""The change-logging layer: every write to the store is also sent to the store's changelog topic.
+
+Timestamped stores log the plain value with the stored timestamp as the record timestamp, as Kafka's
+ChangeLoggingTimestampedKeyValueBytesStore does, so the changelog has Kafka's layout.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from strom.streams.state.base import WrappedStore
+from strom.streams.state.context import StateStore, StateStoreContext
+
+_TIMESTAMP = struct.Struct(">q")
+
+
+class ChangeLoggingKeyValueStore(WrappedStore):
+    def __init__(self, wrapped: Any, timestamped: bool) -> None:
+        super().__init__(wrapped)
+        self.timestamped = timestamped
+        self._context: StateStoreContext | None = None
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self._context = context
+        self.wrapped.init(context, root)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        self.wrapped.put(key, value)
+        self._log(key, value)
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self.wrapped.get(key)
+        self.wrapped.put(key, None)
+        self._log(key, None)
+        return old
+
+    def _log(self, key: bytes, value: bytes | None) -> None:
+        context = self._context
+        assert context is not None, "store used before init"
+        record_context = context.record_context
+        if self.timestamped and value is not None:
+            timestamp = _TIMESTAMP.unpack_from(value)[0]
+            value = value[8:]
+        else:
+            timestamp = record_context.timestamp
+        context.log_change(self.name, key, value, timestamp, record_context.headers)

@@ -1,0 +1,84 @@
+"""The in-memory key-value store: a dict plus a sorted key list, so range scans are ordered."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable
+
+from strom.streams.state.base import BytesStore, InvalidStateStoreError, KeyValueIterator
+from strom.streams.state.context import StateStore, StateStoreContext
+
+
+class InMemoryKeyValueStore(BytesStore):
+    """Kafka's InMemoryKeyValueStore; iterators see a snapshot of the keys taken when they start."""
+
+    persistent = False
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._data: dict[bytes, bytes] = {}
+        self._keys: list[bytes] = []
+        self._open = False
+        self.committed_offset: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self._open = True
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        data = self._data
+        if value is None:
+            if data.pop(key, None) is not None:
+                keys = self._keys
+                del keys[bisect_left(keys, key)]
+            return
+        if key not in data:
+            insort(self._keys, key)
+        data[key] = value
+
+    def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
+        if not self._open:
+            raise InvalidStateStoreError(f"Store {self.name} is not open; use it between init and close.")
+        keys = self._keys
+        lo = 0 if from_key is None else bisect_left(keys, from_key)
+        hi = len(keys) if to_key is None else bisect_right(keys, to_key)
+        snapshot = keys[lo:hi]
+        if reverse:
+            snapshot.reverse()
+        return self._lookup(snapshot)
+
+    def _lookup(self, keys: list[bytes]) -> KeyValueIterator:
+        data = self._data
+        for key in keys:
+            value = data.get(key)
+            if value is not None:
+                yield key, value
+
+    def approximate_num_entries(self) -> int:
+        return len(self._data)
+
+    def write_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None) -> None:
+        """Apply writes and record the changelog offset they bring the store to (offset None: unchanged)."""
+        for key, value in writes:
+            self.put(key, value)
+        if changelog_offset is not None:
+            self.committed_offset = changelog_offset
+
+    def wipe(self) -> None:
+        self._data.clear()
+        self._keys.clear()
+        self.committed_offset = None
+
+    def flush(self) -> None:
+        """Nothing to do: memory holds everything."""
+
+    def close(self) -> None:
+        """Memory is released: an in-memory store starts empty and restores from its changelog."""
+        self._open = False
+        self.wipe()

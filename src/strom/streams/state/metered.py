@@ -1,0 +1,192 @@
+"""The metered layer, outermost: turns typed keys and values into bytes and counts every operation.
+
+Processors and interactive queries talk to this layer; everything below works on bytes. It also
+adapts the caching layer's flush listener to typed values (seed 001: MeteredKeyValueStore.setFlushListener).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+from strom.errors import StromError
+from strom.streams.state.base import InvalidStateStoreError
+from strom.streams.state.caching import CachingKeyValueStore
+from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
+from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
+
+
+class NullKeyError(StromError, ValueError):
+    """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
+
+
+@dataclass
+class StoreMetrics:
+    """Operation counts and total latency in nanoseconds, per operation (put, get, delete, range, ...)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    latency_ns: dict[str, int] = field(default_factory=dict)
+
+    def record(self, operation: str, started_ns: int) -> None:
+        self.counts[operation] = self.counts.get(operation, 0) + 1
+        self.latency_ns[operation] = self.latency_ns.get(operation, 0) + perf_counter_ns() - started_ns
+
+    def latency_avg_ns(self, operation: str) -> float:
+        count = self.counts.get(operation, 0)
+        return self.latency_ns.get(operation, 0) / count if count else 0.0
+
+
+class MeteredKeyValueStore:
+    """The typed key-value store processors use: ``store.put("alice", 3)``, ``store.get("alice")``."""
+
+    def __init__(self, wrapped: Any, key_serde: Any, value_serde: Any, metrics_scope: str) -> None:
+        self.wrapped = wrapped
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self.metrics_scope = metrics_scope
+        self.metrics = StoreMetrics()
+        self._open = False
+        self._topic: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.wrapped.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.wrapped.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def _wrap_value_serde(self, serde: Any) -> Any:
+        return serde
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        key_serde = self._key_serde if self._key_serde is not None else context.key_serde
+        value_serde = self._value_serde if self._value_serde is not None else context.value_serde
+        self._key_ser = key_serde.serializer().serialize
+        self._key_de = key_serde.deserializer().deserialize
+        value_serde = self._wrap_value_serde(value_serde)
+        self._value_ser = value_serde.serializer().serialize
+        self._value_de = value_serde.deserializer().deserialize
+        self._topic = context.changelog_topic(self.name)
+        started = perf_counter_ns()
+        self.wrapped.init(context, root)
+        self._open = True
+        self.metrics.record("restore", started)
+
+    def _raw_key(self, key: Any) -> bytes:
+        if not self._open:
+            raise InvalidStateStoreError(f"Store {self.name} is not open; use it between init and close.")
+        if key is None:
+            raise NullKeyError(f"Store {self.name} got a None key; filter out records with None keys "
+                               "before a stateful operation.")
+        return self._key_ser(self._topic, key)
+
+    def get(self, key: Any) -> Any:
+        started = perf_counter_ns()
+        value = self._value_de(self._topic, self.wrapped.get(self._raw_key(key)))
+        self.metrics.record("get", started)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        started = perf_counter_ns()
+        self.wrapped.put(self._raw_key(key), self._value_ser(self._topic, value))
+        self.metrics.record("put", started)
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        started = perf_counter_ns()
+        old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))
+        self.metrics.record("put-if-absent", started)
+        return self._value_de(self._topic, old)
+
+    def put_all(self, entries: Sequence[tuple[Any, Any]]) -> None:
+        started = perf_counter_ns()
+        self.wrapped.put_all([(self._raw_key(k), self._value_ser(self._topic, v)) for k, v in entries])
+        self.metrics.record("put-all", started)
+
+    def delete(self, key: Any) -> Any:
+        started = perf_counter_ns()
+        old = self.wrapped.delete(self._raw_key(key))
+        self.metrics.record("delete", started)
+        return self._value_de(self._topic, old)
+
+    def _typed(self, raw: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
+        topic, key_de, value_de = self._topic, self._key_de, self._value_de
+        for key, value in raw:
+            yield key_de(topic, key), value_de(topic, value)
+
+    def _bound(self, key: Any) -> bytes | None:
+        return None if key is None else self._raw_key(key)
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        started = perf_counter_ns()
+        raw = self.wrapped.range(self._bound(from_key), self._bound(to_key))
+        self.metrics.record("range", started)
+        return self._typed(raw)
+
+    def reverse_range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        started = perf_counter_ns()
+        raw = self.wrapped.reverse_range(self._bound(from_key), self._bound(to_key))
+        self.metrics.record("range", started)
+        return self._typed(raw)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        return self.range(None, None)
+
+    def reverse_all(self) -> Iterator[tuple[Any, Any]]:
+        return self.reverse_range(None, None)
+
+    def prefix_scan(self, prefix: Any, prefix_key_serializer: Any) -> Iterator[tuple[Any, Any]]:
+        started = perf_counter_ns()
+        raw = self.wrapped.prefix_scan(prefix_key_serializer.serialize(self._topic, prefix))
+        self.metrics.record("prefix-scan", started)
+        return self._typed(raw)
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def flush(self) -> None:
+        started = perf_counter_ns()
+        self.wrapped.flush()
+        self.metrics.record("flush", started)
+
+    def close(self) -> None:
+        self._open = False
+        self.wrapped.close()
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """Deliver flushed cache entries to ``listener`` as typed (key, new, old, timestamp).
+
+        Returns False when the store has no cache: the processor must then forward each update itself.
+        """
+        if not isinstance(self.wrapped, CachingKeyValueStore):
+            return False
+        topic = self._topic
+        key_de, value_de = self._key_de, self._value_de
+
+        def typed(key: bytes, new: bytes | None, old: bytes | None, timestamp: int) -> None:
+            listener(key_de(topic, key), value_de(topic, new), value_de(topic, old), timestamp)
+
+        return self.wrapped.set_flush_listener(typed, send_old_values)
+
+
+class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
+    """Values are ValueAndTimestamp, stored as Kafka does: 8-byte timestamp, then the value bytes."""
+
+    def _wrap_value_serde(self, serde: Any) -> Any:
+        return ValueAndTimestampSerde(serde)
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """The listener gets plain values; the timestamp is the new value's (the entry's for a delete)."""
+
+        def unwrapped(key: Any, new: ValueAndTimestamp[Any] | None, old: ValueAndTimestamp[Any] | None,
+                      timestamp: int) -> None:
+            listener(key, None if new is None else new.value, None if old is None else old.value,
+                     timestamp if new is None else new.timestamp)
+
+        return super().set_flush_listener(unwrapped, send_old_values)

@@ -1,0 +1,169 @@
+"""The persistent key-value store on RocksDB (rocksdict), under ``<task state dir>/rocksdb/<store>``.
+
+The changelog offset the data corresponds to is kept in the same database (column family
+``strom-offsets``) and written in the same WriteBatch as the data, so after a crash the store and
+its offset always agree: committed state plus the offset to resume restoring from.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import struct
+import weakref
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from strom.errors import StromError
+from strom.streams.state.base import BytesStore, InvalidStateStoreError, KeyValueIterator
+from strom.streams.state.context import StateStore, StateStoreContext
+
+log = logging.getLogger(__name__)
+
+_OFFSETS_CF = "strom-offsets"
+_OFFSET_KEY = b"changelog-offset"
+_OFFSET = struct.Struct(">q")
+
+
+class StateStoreOpenError(StromError):
+    """RocksDB could not open a store's directory (in use by another process, or damaged)."""
+
+
+def _options() -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+class _StoreIterator:
+    """Holds the only reference to a RocksDB iterator, so closing the store can release it."""
+
+    def __init__(self, raw: Any, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> None:
+        self._raw = raw
+        self._reverse = reverse
+        self._bound = from_key if reverse else to_key
+        start = to_key if reverse else from_key
+        if reverse:
+            raw.seek_to_last() if start is None else raw.seek_for_prev(start)
+        else:
+            raw.seek_to_first() if start is None else raw.seek(start)
+
+    def __iter__(self) -> _StoreIterator:
+        return self
+
+    def __next__(self) -> tuple[bytes, bytes]:
+        raw = self._raw
+        if raw is None or not raw.valid():
+            self.release()
+            raise StopIteration
+        key = raw.key()
+        bound = self._bound
+        if bound is not None and ((key < bound) if self._reverse else (key > bound)):
+            self.release()
+            raise StopIteration
+        value = raw.value()
+        raw.prev() if self._reverse else raw.next()
+        return key, value
+
+    def release(self) -> None:
+        self._raw = None
+
+
+class RocksDBStore(BytesStore):
+    """Kafka's RocksDBStore over rocksdict in raw (bytes) mode."""
+
+    persistent = True
+
+    def __init__(self, name: str, parent_dir: str = "rocksdb") -> None:
+        super().__init__(name)
+        self._parent_dir = parent_dir
+        self._db: Any = None
+        self._offsets: Any = None
+        self._offsets_handle: Any = None
+        self._iterators: weakref.WeakSet[_StoreIterator] = weakref.WeakSet()
+        self.path: Path | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self.path = Path(context.state_dir) / self._parent_dir / self.name
+        self._open(self.path)
+
+    def _open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = Rdict(str(path), options=_options(),
+                             column_families={_OFFSETS_CF: Options(raw_mode=True)})
+        except Exception as exc:
+            raise StateStoreOpenError(
+                f"Cannot open RocksDB store {self.name!r} at {path}: {exc}. Another process may be "
+                "using the same state.dir for this task; give each instance its own state.dir.") from exc
+        self._offsets = self._db.get_column_family(_OFFSETS_CF)
+        self._offsets_handle = self._db.get_column_family_handle(_OFFSETS_CF)
+
+    def _live(self) -> Any:
+        if self._db is None:
+            raise InvalidStateStoreError(f"Store {self.name} is not open; use it between init and close.")
+        return self._db
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._live().get(key)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        db = self._live()
+        if value is None:
+            db.delete(key)
+        else:
+            db.put(key, value)
+
+    def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
+        iterator = _StoreIterator(self._live().iter(), from_key, to_key, reverse)
+        self._iterators.add(iterator)
+        return iterator
+
+    def approximate_num_entries(self) -> int:
+        return self._live().property_int_value("rocksdb.estimate-num-keys") or 0
+
+    @property
+    def committed_offset(self) -> int | None:
+        raw = self._offsets.get(_OFFSET_KEY) if self._offsets is not None else None
+        return None if raw is None else _OFFSET.unpack(raw)[0]
+
+    def write_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None) -> None:
+        """Apply writes and the changelog offset they bring the store to in one atomic WriteBatch."""
+        batch = WriteBatch(raw_mode=True)
+        for key, value in writes:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        if changelog_offset is not None:
+            batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._offsets_handle)
+        if not batch.is_empty():
+            self._live().write(batch)
+
+    def wipe(self) -> None:
+        """Delete the database files and start empty (the store is then restored from its changelog)."""
+        path = self.path
+        self.close()
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+            self._open(path)
+
+    def flush(self) -> None:
+        """Nothing to force: RocksDB's WAL makes each write batch durable."""
+
+    def close(self) -> None:
+        if self._db is None:
+            return
+        for iterator in list(self._iterators):
+            iterator.release()
+        self._offsets = self._offsets_handle = None
+        db, self._db = self._db, None
+        db.close()

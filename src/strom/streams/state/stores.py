@@ -1,0 +1,146 @@
+"""``Stores``: factories for store suppliers and builders, named as in Kafka Streams.
+
+A supplier makes the inner byte store (in-memory or RocksDB); a builder stacks the layers on it, in
+Kafka's order: metered (serdes, metrics) -> caching -> change-logging -> transactional buffer -> inner.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from strom.errors import TopologyError
+from strom.streams.state.caching import CachingKeyValueStore
+from strom.streams.state.changelogging import ChangeLoggingKeyValueStore
+from strom.streams.state.memory import InMemoryKeyValueStore
+from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
+from strom.streams.state.rocksdb import RocksDBStore
+from strom.streams.state.transaction import TransactionalKeyValueStore
+
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def validate_store_name(name: str) -> str:
+    """Store names become topic names (changelogs), so they follow Kafka's topic-name rules."""
+    if not isinstance(name, str) or not _LEGAL_NAME.fullmatch(name):
+        raise TopologyError(f"Invalid store name {name!r}: use 1 to 249 letters, digits, '.', '_' or '-' "
+                            "(it becomes part of the changelog topic name).")
+    return name
+
+
+class KeyValueBytesStoreSupplier:
+    """Makes a fresh inner byte store per task."""
+
+    metrics_scope = ""
+    persistent = False
+
+    def __init__(self, name: str, timestamped: bool = False) -> None:
+        self.name = validate_store_name(name)
+        self.timestamped = timestamped
+
+    def get(self) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class InMemoryKeyValueBytesStoreSupplier(KeyValueBytesStoreSupplier):
+    metrics_scope = "in-memory"
+
+    def get(self) -> InMemoryKeyValueStore:
+        return InMemoryKeyValueStore(self.name)
+
+
+class RocksDBKeyValueBytesStoreSupplier(KeyValueBytesStoreSupplier):
+    metrics_scope = "rocksdb"
+    persistent = True
+
+    def get(self) -> RocksDBStore:
+        return RocksDBStore(self.name)
+
+
+class KeyValueStoreBuilder:
+    """Kafka's StoreBuilder: logging on and caching off unless changed; ``build()`` once per task."""
+
+    timestamped = False
+
+    def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Any, value_serde: Any) -> None:
+        if not isinstance(supplier, KeyValueBytesStoreSupplier):
+            raise TopologyError(f"{supplier!r} is not a key-value store supplier; make one with "
+                                "Stores.in_memory_key_value_store(name) or "
+                                "Stores.persistent_key_value_store(name).")
+        self.supplier = supplier
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.caching_enabled = False
+        self.logging_enabled = True
+        self.log_config: dict[str, str] = {}
+
+    @property
+    def name(self) -> str:
+        return self.supplier.name
+
+    def with_caching_enabled(self) -> KeyValueStoreBuilder:
+        self.caching_enabled = True
+        return self
+
+    def with_caching_disabled(self) -> KeyValueStoreBuilder:
+        self.caching_enabled = False
+        return self
+
+    def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> KeyValueStoreBuilder:
+        """Log to ``<application.id>-<store>-changelog``; ``config`` adds topic configs to the changelog."""
+        self.logging_enabled = True
+        self.log_config = dict(config or {})
+        return self
+
+    def with_logging_disabled(self) -> KeyValueStoreBuilder:
+        self.logging_enabled = False
+        self.log_config = {}
+        return self
+
+    def build(self) -> MeteredKeyValueStore:
+        store: Any = TransactionalKeyValueStore(self.supplier.get(), logged=self.logging_enabled,
+                                                timestamped=self.timestamped)
+        if self.logging_enabled:
+            store = ChangeLoggingKeyValueStore(store, timestamped=self.timestamped)
+        if self.caching_enabled:
+            store = CachingKeyValueStore(store)
+        metered = MeteredTimestampedKeyValueStore if self.timestamped else MeteredKeyValueStore
+        return metered(store, self.key_serde, self.value_serde, self.supplier.metrics_scope)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.name!r}, caching={self.caching_enabled}, "
+                f"logging={self.logging_enabled})")
+
+
+class TimestampedKeyValueStoreBuilder(KeyValueStoreBuilder):
+    """Values are ValueAndTimestamp; the inner store holds Kafka's timestamp-prefixed layout."""
+
+    timestamped = True
+
+
+class Stores:
+    @staticmethod
+    def in_memory_key_value_store(name: str) -> InMemoryKeyValueBytesStoreSupplier:
+        return InMemoryKeyValueBytesStoreSupplier(name)
+
+    @staticmethod
+    def persistent_key_value_store(name: str) -> RocksDBKeyValueBytesStoreSupplier:
+        return RocksDBKeyValueBytesStoreSupplier(name)
+
+    @staticmethod
+    def persistent_timestamped_key_value_store(name: str) -> RocksDBKeyValueBytesStoreSupplier:
+        return RocksDBKeyValueBytesStoreSupplier(name, timestamped=True)
+
+    @staticmethod
+    def key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Any,
+                                value_serde: Any) -> KeyValueStoreBuilder:
+        return KeyValueStoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def timestamped_key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Any,
+                                            value_serde: Any) -> TimestampedKeyValueStoreBuilder:
+        return TimestampedKeyValueStoreBuilder(supplier, key_serde, value_serde)

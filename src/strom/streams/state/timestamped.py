@@ -1,0 +1,65 @@
+"""ValueAndTimestamp and its serde: Kafka's layout, an 8-byte big-endian timestamp then the value bytes."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from strom.errors import SerializationError
+
+V = TypeVar("V")
+_TIMESTAMP = struct.Struct(">q")
+
+
+@dataclass(frozen=True, slots=True)
+class ValueAndTimestamp(Generic[V]):
+    """A stored value with the timestamp of the record that produced it (timestamped stores, KTables)."""
+
+    value: V
+    timestamp: int
+
+    @staticmethod
+    def make(value: V | None, timestamp: int) -> ValueAndTimestamp[V] | None:
+        """None for a None value, as Kafka's ``ValueAndTimestamp.make``: a deleted key has no timestamp."""
+        return None if value is None else ValueAndTimestamp(value, timestamp)
+
+    @staticmethod
+    def get_value_or_null(value_and_timestamp: ValueAndTimestamp[V] | None) -> V | None:
+        return None if value_and_timestamp is None else value_and_timestamp.value
+
+
+class ValueAndTimestampSerde:
+    """Wraps a value serde; serializer and deserializer in one, like the serdes of strom.kafka.serdes."""
+
+    def __init__(self, value_serde: Any) -> None:
+        self.value_serializer = value_serde.serializer()
+        self.value_deserializer = value_serde.deserializer()
+
+    def serializer(self) -> ValueAndTimestampSerde:
+        return self
+
+    def deserializer(self) -> ValueAndTimestampSerde:
+        return self
+
+    def serialize(self, topic: str | None, data: ValueAndTimestamp[Any] | None, headers: Any = None
+                  ) -> bytes | None:
+        if data is None:
+            return None
+        if not isinstance(data, ValueAndTimestamp):
+            raise SerializationError(f"A timestamped store needs ValueAndTimestamp values, got "
+                                     f"{type(data).__name__}; wrap it: ValueAndTimestamp.make(value, ts).")
+        raw = self.value_serializer.serialize(topic, data.value, headers)
+        if raw is None:
+            return None
+        return _TIMESTAMP.pack(data.timestamp) + raw
+
+    def deserialize(self, topic: str | None, data: bytes | None, headers: Any = None
+                    ) -> ValueAndTimestamp[Any] | None:
+        if data is None:
+            return None
+        if len(data) < 8:
+            raise SerializationError(f"Timestamped value from {topic!r} has {len(data)} bytes, fewer than "
+                                     "the 8-byte timestamp prefix; the store was not written as timestamped.")
+        return ValueAndTimestamp(self.value_deserializer.deserialize(topic, data[8:], headers),
+                                 _TIMESTAMP.unpack_from(data)[0])

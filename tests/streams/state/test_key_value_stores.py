@@ -1,0 +1,123 @@
+"""One suite for every key-value store: in-memory and RocksDB, with and without the caching and
+logging layers; all must behave as Kafka's KeyValueStore (ordered by serialized key)."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.kafka.serdes import Serdes
+from strom.streams.state.base import InvalidStateStoreError
+from strom.streams.state.metered import NullKeyError
+from strom.streams.state.stores import Stores
+
+SUPPLIERS = {"memory": Stores.in_memory_key_value_store, "rocksdb": Stores.persistent_key_value_store}
+LAYERS = {"plain": (False, False), "logged": (False, True), "cached": (True, False),
+          "cached+logged": (True, True)}
+
+
+@pytest.fixture(params=[(s, layer) for s in SUPPLIERS for layer in LAYERS], ids=lambda p: "-".join(p))
+def store(request, host):
+    supplier_name, layer = request.param
+    caching, logging = LAYERS[layer]
+    builder = Stores.key_value_store_builder(SUPPLIERS[supplier_name]("kv"), Serdes.String(), Serdes.Long())
+    builder = builder.with_caching_enabled() if caching else builder.with_caching_disabled()
+    builder = builder.with_logging_enabled() if logging else builder.with_logging_disabled()
+    store = host.init(builder)
+    yield store
+    if store.is_open:
+        store.close()
+
+
+def fill(store, keys):
+    for i, key in enumerate(keys):
+        store.put(key, i)
+
+
+def test_put_get_overwrite_delete(store):
+    assert store.get("a") is None
+    store.put("a", 1)
+    store.put("a", 2)
+    assert store.get("a") == 2
+    assert store.delete("a") == 2
+    assert store.get("a") is None
+    assert store.delete("a") is None
+    store.put("b", 3)
+    store.put("b", None)
+    assert store.get("b") is None
+
+
+def test_put_if_absent_and_put_all(store):
+    assert store.put_if_absent("k", 1) is None
+    assert store.put_if_absent("k", 2) == 1
+    assert store.get("k") == 1
+    store.put_all([("x", 7), ("y", 8), ("k", None)])
+    assert (store.get("x"), store.get("y"), store.get("k")) == (7, 8, None)
+
+
+def test_range_scans_are_ordered_by_key_bytes_and_inclusive(store):
+    fill(store, ["d", "b", "a", "e", "c", "B"])
+    assert [k for k, _ in store.all()] == ["B", "a", "b", "c", "d", "e"]
+    assert [k for k, _ in store.reverse_all()] == ["e", "d", "c", "b", "a", "B"]
+    assert list(store.range("b", "d")) == [("b", 1), ("c", 4), ("d", 0)]
+    assert [k for k, _ in store.reverse_range("b", "d")] == ["d", "c", "b"]
+    assert [k for k, _ in store.range(None, "b")] == ["B", "a", "b"]
+    assert [k for k, _ in store.range("d", None)] == ["d", "e"]
+    assert list(store.range("d", "b")) == []
+
+
+def test_range_sees_deletes_and_overwrites(store):
+    fill(store, ["a", "b", "c"])
+    store.delete("b")
+    store.put("c", 100)
+    store.put("bb", 5)
+    assert list(store.all()) == [("a", 0), ("bb", 5), ("c", 100)]
+
+
+def test_prefix_scan(store):
+    fill(store, ["user:1", "user:2", "userx", "admin:1", "user:10"])
+    keys = [k for k, _ in store.prefix_scan("user:", Serdes.String())]
+    assert keys == ["user:1", "user:10", "user:2"]
+    assert list(store.prefix_scan("zzz", Serdes.String())) == []
+
+
+def test_integer_keys_order_by_big_endian_bytes(host):
+    store = host.init(Stores.key_value_store_builder(Stores.persistent_key_value_store("ints"),
+                                                     Serdes.Integer(), Serdes.String()))
+    for key in [300, 2, 70000, 1]:
+        store.put(key, str(key))
+    assert [k for k, _ in store.all()] == [1, 2, 300, 70000]
+    assert list(store.range(2, 300)) == [(2, "2"), (300, "300")]
+    store.close()
+
+
+def test_approximate_num_entries_and_metadata(store, host):
+    fill(store, [f"k{i}" for i in range(50)])
+    host.commit()
+    assert 40 <= store.approximate_num_entries() <= 60
+    assert store.name == "kv"
+    assert store.persistent == (store.metrics_scope == "rocksdb")
+    assert store.metrics.counts["put"] == 50
+
+
+def test_many_keys(store, host):
+    for i in range(3000):
+        store.put(f"{i:05d}", i)
+    host.commit()
+    for i in range(0, 3000, 2):
+        store.delete(f"{i:05d}")
+    assert [v for _, v in store.all()] == list(range(1, 3000, 2))
+
+
+def test_none_key_and_closed_store_raise_clear_errors(store):
+    with pytest.raises(NullKeyError, match="None key"):
+        store.put(None, 1)
+    store.close()
+    assert not store.is_open
+    with pytest.raises(InvalidStateStoreError, match="not open"):
+        store.get("a")
+
+
+def test_wrong_value_type_is_a_serialization_error(store):
+    from strom.errors import SerializationError
+    with pytest.raises(SerializationError):
+        store.put("a", "not a long")
