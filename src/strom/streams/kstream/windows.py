@@ -26,8 +26,9 @@ class WindowSpecError(StromError, ValueError):
 def to_millis(duration: Duration, what: str) -> int:
     """Milliseconds of ``duration``; raises a WindowSpecError naming ``what`` when it is not a duration."""
     if isinstance(duration, bool) or not isinstance(duration, timedelta | int):
-        raise WindowSpecError(f"{what} must be a datetime.timedelta or whole milliseconds (int), "
-                              f"got {duration!r}.")
+        raise WindowSpecError(
+            f"{what} must be a datetime.timedelta or whole milliseconds (int), got {duration!r}."
+        )
     millis = duration if isinstance(duration, int) else duration // timedelta(milliseconds=1)
     if millis < 0:
         raise WindowSpecError(f"{what} must not be negative, got {millis} ms. Pass a duration >= 0.")
@@ -95,8 +96,10 @@ class TimeWindows:
         """Hopping windows: a new window starts every ``advance`` (0 < advance <= size)."""
         advance_ms = _positive_millis(advance, "Window advance")
         if advance_ms > self.size_ms:
-            raise WindowSpecError(f"Window advance ({advance_ms} ms) must not exceed the window size "
-                                  f"({self.size_ms} ms). Use an advance <= size.")
+            raise WindowSpecError(
+                f"Window advance ({advance_ms} ms) must not exceed the window size "
+                f"({self.size_ms} ms). Use an advance <= size."
+            )
         return TimeWindows(self.size_ms, advance_ms, self.grace_ms)
 
     def windows_for(self, timestamp: int) -> dict[int, Window]:
@@ -133,8 +136,10 @@ class SlidingWindows:
 
     @classmethod
     def of_time_difference_and_grace(cls, time_difference: Duration, grace: Duration) -> SlidingWindows:
-        return cls(_positive_millis(time_difference, "Sliding window time difference"),
-                   to_millis(grace, "Grace period"))
+        return cls(
+            _positive_millis(time_difference, "Sliding window time difference"),
+            to_millis(grace, "Grace period"),
+        )
 
     def grace_period_ms(self) -> int:
         return self.grace_ms
@@ -156,8 +161,9 @@ class SessionWindows:
 
     @classmethod
     def of_inactivity_gap_and_grace(cls, inactivity_gap: Duration, grace: Duration) -> SessionWindows:
-        return cls(_positive_millis(inactivity_gap, "Session inactivity gap"),
-                   to_millis(grace, "Grace period"))
+        return cls(
+            _positive_millis(inactivity_gap, "Session inactivity gap"), to_millis(grace, "Grace period")
+        )
 
     def inactivity_gap(self) -> int:
         return self.gap_ms
@@ -197,8 +203,10 @@ class JoinWindows:
 
     def _with_bounds(self, before_ms: int, after_ms: int) -> JoinWindows:
         if before_ms + after_ms < 0:
-            raise WindowSpecError(f"Join window is empty: before={before_ms} ms, after={after_ms} ms; "
-                                  "'before' + 'after' must be >= 0.")
+            raise WindowSpecError(
+                f"Join window is empty: before={before_ms} ms, after={after_ms} ms; "
+                "'before' + 'after' must be >= 0."
+            )
         return JoinWindows(before_ms, after_ms, self.grace_ms)
 
     def size(self) -> int:
@@ -217,5 +225,6 @@ def _signed_millis(duration: Duration, what: str) -> int:
         return duration // timedelta(milliseconds=1)
     if isinstance(duration, int) and not isinstance(duration, bool):
         return duration
-    raise WindowSpecError(f"{what} must be a datetime.timedelta or whole milliseconds (int), "
-                          f"got {duration!r}.")
+    raise WindowSpecError(
+        f"{what} must be a datetime.timedelta or whole milliseconds (int), got {duration!r}."
+    )

@@ -1,0 +1,104 @@
+"""StreamsBuilder: the DSL entry point. It writes processors straight into an InternalTopologyBuilder."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from strom.streams.config import StreamsConfig
+from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.kstream import KStream
+from strom.streams.kstream.options import Consumed, Materialized, Named
+from strom.streams.processor.internals.builder import InternalTopologyBuilder
+from strom.streams.processor.topology import Topology
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.ktable import KTable
+
+
+class InternalStreamsBuilder:
+    """Shared by all streams and tables of one StreamsBuilder: the topology and Kafka's name counter."""
+
+    def __init__(self) -> None:
+        self.internal = InternalTopologyBuilder()
+        self._index = 0
+
+    def next_index(self) -> str:
+        index = f"{self._index:010d}"
+        self._index += 1
+        return index
+
+    def node_name(self, named: Named | None, prefix: str) -> str:
+        """The user's name if given, else Kafka Streams' generated ``<PREFIX><10-digit index>``."""
+        if named is not None and named.name:
+            return named.name
+        return prefix + self.next_index()
+
+    def store_name(self, materialized: Materialized | None, prefix: str) -> str:
+        if materialized is not None and materialized.store_name:
+            return materialized.store_name
+        return f"{prefix}STATE-STORE-{self.next_index()}"
+
+    def repartition(
+        self,
+        stream: KStream,
+        base: str,
+        key_serde: Any,
+        value_serde: Any,
+        partitions: int | None = None,
+        partitioner: Any = None,
+    ) -> KStream:
+        """``stream`` → (drop null keys) → topic ``<base>-repartition`` → a new source in a new
+        sub-topology. The returned stream no longer needs repartitioning."""
+        topic = f"{base}-repartition"
+        self.internal.add_internal_topic(topic, partitions)
+        filter_name = f"{base}-repartition-filter"
+        sink_name = f"{base}-repartition-sink"
+        source_name = f"{base}-repartition-source"
+        self.internal.add_processor(filter_name, sl.DropNullKeys, stream.name)
+        self.internal.add_sink(
+            sink_name,
+            topic,
+            filter_name,
+            key_serde=key_serde,
+            value_serde=value_serde,
+            partitioner=partitioner,
+        )
+        self.internal.add_source(source_name, [topic], key_serde, value_serde)
+        return KStream(self, source_name, key_serde, value_serde, False, frozenset({topic}))
+
+
+class StreamsBuilder:
+    """Builds a topology with the DSL: ``stream``/``table`` sources, operators, ``build()``."""
+
+    def __init__(self) -> None:
+        self.builder = InternalStreamsBuilder()
+
+    def stream(self, topics: str | list[str], consumed: Consumed | None = None) -> KStream:
+        consumed = consumed or Consumed()
+        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        name = self.builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-")
+        self.builder.internal.add_source(
+            name, topic_list, consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
+        )
+        return KStream(
+            self.builder, name, consumed.key_serde, consumed.value_serde, False, frozenset(topic_list)
+        )
+
+    def table(
+        self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None
+    ) -> KTable:
+        from strom.streams.kstream.ktable import source_table
+
+        return source_table(self.builder, topic, consumed or Consumed(), materialized)
+
+    def add_state_store(self, store_builder: Any) -> StreamsBuilder:
+        """Adds a store for Processor API steps (``KStream.process(supplier, store_name)``)."""
+        self.builder.internal.add_state_store(store_builder)
+        return self
+
+    def build(self, props: Mapping[str, Any] | StreamsConfig | None = None) -> Topology:
+        """The topology. ``props`` (optional) is validated now so mistakes surface early."""
+        if props is not None:
+            StreamsConfig(props)
+        return Topology(self.builder.internal)

@@ -1,0 +1,53 @@
+"""User functions of the DSL. Like Java's overloads (ValueMapper vs ValueMapperWithKey), a function of
+one required argument receives the value and a function of two receives (key, value)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from strom.errors import TopologyError
+
+
+def required_positional(fn: Callable[..., Any]) -> int | None:
+    """How many positional arguments ``fn`` needs; None when Python cannot tell (some builtins)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    count = 0
+    for param in signature.parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            return None
+        if (
+            param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
+            and param.default is param.empty
+        ):
+            count += 1
+    return count
+
+
+def value_function(fn: Callable[..., Any], operator: str) -> Callable[[Any, Any], Any]:
+    """``fn(value)`` or ``fn(key, value)`` as a function of (key, value)."""
+    if not callable(fn):
+        raise TopologyError(f"{operator} needs a function, got {fn!r}.")
+    arity = required_positional(fn)
+    if arity == 2:
+        return fn
+    if arity in (1, None):
+        return lambda _key, value: fn(value)
+    raise TopologyError(
+        f"The function given to {operator} must take (value) or (key, value); it takes {arity} arguments."
+    )
+
+
+def key_value_function(fn: Callable[..., Any], operator: str) -> Callable[[Any, Any], Any]:
+    if not callable(fn):
+        raise TopologyError(f"{operator} needs a function of (key, value), got {fn!r}.")
+    arity = required_positional(fn)
+    if arity not in (2, None):
+        raise TopologyError(
+            f"The function given to {operator} must take (key, value); it takes {arity} arguments."
+        )
+    return fn

@@ -1,0 +1,155 @@
+"""Processors of the stateless KStream operators. Each forwards through its node context, depth-first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from strom.errors import ProcessingError
+from strom.streams.processor.api import Processor, Record
+
+KV = Callable[[Any, Any], Any]
+
+
+class KStreamFilter(Processor):
+    def __init__(self, predicate: KV, keep_when: bool) -> None:
+        self.predicate = predicate
+        self.keep_when = keep_when
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        if bool(self.predicate(record.key, record.value)) is self.keep_when:
+            self.forward(record)
+
+
+class KStreamMapValues(Processor):
+    def __init__(self, mapper: KV) -> None:
+        self.mapper = mapper
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        self.forward(
+            Record(record.key, self.mapper(record.key, record.value), record.timestamp, record.headers)
+        )
+
+
+class KStreamMap(Processor):
+    """map and select_key: ``mapper(key, value)`` returns a (key, value) pair."""
+
+    def __init__(self, mapper: KV, operator: str) -> None:
+        self.mapper = mapper
+        self.operator = operator
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        key, value = _pair(self.mapper(record.key, record.value), self.operator)
+        self.forward(Record(key, value, record.timestamp, record.headers))
+
+
+class KStreamSelectKey(Processor):
+    def __init__(self, selector: KV) -> None:
+        self.selector = selector
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        self.forward(
+            Record(self.selector(record.key, record.value), record.value, record.timestamp, record.headers)
+        )
+
+
+class KStreamFlatMap(Processor):
+    def __init__(self, mapper: KV) -> None:
+        self.mapper = mapper
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        for pair in self.mapper(record.key, record.value) or ():
+            key, value = _pair(pair, "flat_map")
+            self.forward(Record(key, value, record.timestamp, record.headers))
+
+
+class KStreamFlatMapValues(Processor):
+    def __init__(self, mapper: KV) -> None:
+        self.mapper = mapper
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        for value in self.mapper(record.key, record.value) or ():
+            self.forward(Record(record.key, value, record.timestamp, record.headers))
+
+
+class KStreamPeek(Processor):
+    """peek (forwards after the action) and foreach (terminal: ``forward_downstream`` False)."""
+
+    def __init__(self, action: KV, forward_downstream: bool) -> None:
+        self.action = action
+        self.forward_downstream = forward_downstream
+
+    def process(self, record: Record) -> None:
+        self.action(record.key, record.value)
+        if self.forward_downstream:
+            self.context.forward(record)
+
+
+class KStreamBranch(Processor):
+    """Forwards each record to the child of the first predicate it satisfies (or the default child)."""
+
+    def __init__(self, predicates: Sequence[KV], children: Sequence[str], default_child: str | None) -> None:
+        self.predicates = list(predicates)
+        self.children = list(children)
+        self.default_child = default_child
+
+    def process(self, record: Record) -> None:
+        for predicate, child in zip(self.predicates, self.children, strict=True):
+            if predicate(record.key, record.value):
+                self.context.forward(record, child)
+                return
+        if self.default_child is not None:
+            self.context.forward(record, self.default_child)
+
+
+class PassThrough(Processor):
+    """merge, and the branches of split: forwards every record unchanged."""
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        self.forward(record)
+
+
+class DropNullKeys(Processor):
+    """Before a repartition sink: a record without a key has no partition to go to (Kafka drops it)."""
+
+    def process(self, record: Record) -> None:
+        if record.key is not None:
+            self.context.forward(record)
+
+
+def _pair(result: Any, operator: str) -> tuple[Any, Any]:
+    try:
+        key, value = result
+    except (TypeError, ValueError):
+        raise ProcessingError(
+            f"The mapper of {operator} must return a (key, value) pair, got {result!r}."
+        ) from None
+    return key, value

@@ -1,0 +1,256 @@
+"""KStream: a record stream, and BranchedKStream (``split()``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from strom.errors import TopologyError
+from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.internals.functions import key_value_function, value_function
+from strom.streams.kstream.options import Branched, Grouped, Materialized, Named, Produced, Repartitioned
+from strom.streams.processor.api import ProcessorSupplier
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.grouped import KGroupedStream
+    from strom.streams.kstream.ktable import KTable
+
+
+class KStream:
+    """An unbounded stream of records. Operators add processors and return new streams.
+
+    ``repartition_required`` is set by key-changing operators; a stateful operator after one reads the
+    stream through a repartition topic so that all records of a key meet in one task.
+    """
+
+    def __init__(
+        self,
+        builder: InternalStreamsBuilder,
+        name: str,
+        key_serde: Any = None,
+        value_serde: Any = None,
+        repartition_required: bool = False,
+        source_topics: frozenset[str] = frozenset(),
+    ) -> None:
+        self.builder = builder
+        self.name = name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.repartition_required = repartition_required
+        self.source_topics = source_topics
+
+    def _child(
+        self,
+        prefix: str,
+        named: Named | None,
+        processor: ProcessorSupplier,
+        *,
+        key_changed: bool = False,
+        keeps_serdes: bool = True,
+        parents: Iterable[str] = (),
+    ) -> KStream:
+        name = self.builder.node_name(named, prefix)
+        self.builder.internal.add_processor(name, processor, self.name, *parents)
+        return KStream(
+            self.builder,
+            name,
+            None if key_changed else self.key_serde,
+            self.value_serde if keeps_serdes else None,
+            self.repartition_required or key_changed,
+            self.source_topics,
+        )
+
+    # ---- stateless ------------------------------------------------------------------------------
+    def filter(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
+        fn = key_value_function(predicate, "filter")
+        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn, True))
+
+    def filter_not(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
+        fn = key_value_function(predicate, "filter_not")
+        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn, False))
+
+    def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], named: Named | None = None) -> KStream:
+        fn = key_value_function(mapper, "map")
+        return self._child(
+            "KSTREAM-MAP-", named, lambda: sl.KStreamMap(fn, "map"), key_changed=True, keeps_serdes=False
+        )
+
+    def map_values(self, mapper: Callable[..., Any], named: Named | None = None) -> KStream:
+        """``mapper(value)`` or ``mapper(key, value)``; the key stays, so no repartitioning follows."""
+        fn = value_function(mapper, "map_values")
+        return self._child("KSTREAM-MAPVALUES-", named, lambda: sl.KStreamMapValues(fn), keeps_serdes=False)
+
+    def flat_map(
+        self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], named: Named | None = None
+    ) -> KStream:
+        fn = key_value_function(mapper, "flat_map")
+        return self._child(
+            "KSTREAM-FLATMAP-", named, lambda: sl.KStreamFlatMap(fn), key_changed=True, keeps_serdes=False
+        )
+
+    def flat_map_values(self, mapper: Callable[..., Iterable[Any]], named: Named | None = None) -> KStream:
+        fn = value_function(mapper, "flat_map_values")
+        return self._child(
+            "KSTREAM-FLATMAPVALUES-", named, lambda: sl.KStreamFlatMapValues(fn), keeps_serdes=False
+        )
+
+    def select_key(self, mapper: Callable[[Any, Any], Any], named: Named | None = None) -> KStream:
+        fn = key_value_function(mapper, "select_key")
+        return self._child("KSTREAM-KEY-SELECT-", named, lambda: sl.KStreamSelectKey(fn), key_changed=True)
+
+    def peek(self, action: Callable[[Any, Any], None], named: Named | None = None) -> KStream:
+        fn = key_value_function(action, "peek")
+        return self._child("KSTREAM-PEEK-", named, lambda: sl.KStreamPeek(fn, True))
+
+    def foreach(self, action: Callable[[Any, Any], None], named: Named | None = None) -> None:
+        fn = key_value_function(action, "foreach")
+        self._child("KSTREAM-FOREACH-", named, lambda: sl.KStreamPeek(fn, False))
+
+    def split(self, named: Named | None = None) -> BranchedKStream:
+        return BranchedKStream(self, self.builder.node_name(named, "KSTREAM-BRANCH-"))
+
+    def merge(self, other: KStream, named: Named | None = None) -> KStream:
+        if other.builder is not self.builder:
+            raise TopologyError("Cannot merge streams of different StreamsBuilders.")
+        merged = self._child("KSTREAM-MERGE-", named, sl.PassThrough, parents=[other.name])
+        merged.repartition_required = self.repartition_required or other.repartition_required
+        merged.source_topics = self.source_topics | other.source_topics
+        if self.key_serde is not other.key_serde:
+            merged.key_serde = None
+        if self.value_serde is not other.value_serde:
+            merged.value_serde = None
+        return merged
+
+    # ---- topics ---------------------------------------------------------------------------------
+    def to(self, topic: str | Callable[[Any, Any, Any], str], produced: Produced | None = None) -> None:
+        """Writes to ``topic``, or to the topic ``topic(key, value, record)`` returns for each record."""
+        produced = produced or Produced()
+        name = self.builder.node_name(Named(produced.name), "KSTREAM-SINK-")
+        self.builder.internal.add_sink(
+            name,
+            topic,
+            self.name,
+            key_serde=produced.key_serde or self.key_serde,
+            value_serde=produced.value_serde or self.value_serde,
+            partitioner=produced.partitioner,
+        )
+
+    def repartition(self, repartitioned: Repartitioned | None = None) -> KStream:
+        """Writes through the topic ``<application.id>-<name>-repartition`` and reads it back."""
+        repartitioned = repartitioned or Repartitioned()
+        base = repartitioned.name or self.builder.node_name(None, "KSTREAM-REPARTITION-")
+        return self.builder.repartition(
+            self,
+            base,
+            repartitioned.key_serde or self.key_serde,
+            repartitioned.value_serde or self.value_serde,
+            repartitioned.number_of_partitions,
+            repartitioned.partitioner,
+        )
+
+    def process(self, supplier: ProcessorSupplier, *store_names: str, named: Named | None = None) -> KStream:
+        """Runs a Processor API processor; what it forwards is the returned stream (key may change)."""
+        stream = self._child("KSTREAM-PROCESSOR-", named, supplier, key_changed=True, keeps_serdes=False)
+        if store_names:
+            self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
+        return stream
+
+    # ---- stateful -------------------------------------------------------------------------------
+    def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
+        from strom.streams.kstream.grouped import KGroupedStream
+
+        grouped = grouped or Grouped()
+        return KGroupedStream(
+            self.builder,
+            self.name,
+            grouped.key_serde or self.key_serde,
+            grouped.value_serde or self.value_serde,
+            self.repartition_required,
+            grouped.name,
+            self.source_topics,
+        )
+
+    def group_by(self, selector: Callable[[Any, Any], Any], grouped: Grouped | None = None) -> KGroupedStream:
+        from strom.streams.kstream.grouped import KGroupedStream
+
+        grouped = grouped or Grouped()
+        keyed = self.select_key(selector)
+        return KGroupedStream(
+            self.builder,
+            keyed.name,
+            grouped.key_serde,
+            grouped.value_serde or self.value_serde,
+            True,
+            grouped.name,
+            self.source_topics,
+        )
+
+    def to_table(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+        from strom.streams.kstream.ktable import to_table
+
+        return to_table(self, named, materialized)
+
+
+class BranchedKStream:
+    """``split()``: ``branch(predicate, Branched...)`` in order, then ``default_branch`` or
+    ``no_default_branch``.
+
+    Branch names are the split name plus the branch's name (or its 1-based position); the result maps
+    them to the branch streams (or to what a ``Branched.with_function`` returned)."""
+
+    def __init__(self, stream: KStream, name: str) -> None:
+        self.stream = stream
+        self.name = name
+        self._branches: list[tuple[Callable[[Any, Any], bool], str, Branched]] = []
+        self._done = False
+
+    def branch(
+        self, predicate: Callable[[Any, Any], bool], branched: Branched | None = None
+    ) -> BranchedKStream:
+        self._check_open()
+        branched = branched or Branched()
+        child = self.name + (branched.name or str(len(self._branches) + 1))
+        self._branches.append((key_value_function(predicate, "branch"), child, branched))
+        return self
+
+    def default_branch(self, branched: Branched | None = None) -> dict[str, Any]:
+        branched = branched or Branched()
+        return self._finish((self.name + (branched.name or "0"), branched))
+
+    def no_default_branch(self) -> dict[str, Any]:
+        return self._finish(None)
+
+    def _check_open(self) -> None:
+        if self._done:
+            raise TopologyError(f"split {self.name!r} is already finished; start a new split().")
+
+    def _finish(self, default: tuple[str, Branched] | None) -> dict[str, Any]:
+        self._check_open()
+        self._done = True
+        builder = self.stream.builder
+        predicates = [p for p, _, _ in self._branches]
+        children = [c for _, c, _ in self._branches]
+        default_child = default[0] if default else None
+        builder.internal.add_processor(
+            self.name, lambda: sl.KStreamBranch(predicates, children, default_child), self.stream.name
+        )
+        outputs = [(c, b) for _, c, b in self._branches] + ([default] if default else [])
+        result: dict[str, Any] = {}
+        for child, branched in outputs:
+            builder.internal.add_processor(child, sl.PassThrough, self.name)
+            branch = KStream(
+                builder,
+                child,
+                self.stream.key_serde,
+                self.stream.value_serde,
+                self.stream.repartition_required,
+                self.stream.source_topics,
+            )
+            if branched.chain is None:
+                result[child] = branch
+            elif branched.consume:
+                branched.chain(branch)
+            else:
+                result[child] = branched.chain(branch)
+        return result

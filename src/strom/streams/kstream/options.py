@@ -1,0 +1,228 @@
+"""Parameter objects of the DSL, named as Kafka Streams names them: Consumed, Produced, Grouped,
+Materialized, Named, Repartitioned, Branched. Each is immutable; ``with_*`` return copies."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.errors import TopologyError
+
+
+def _check_name(name: str | None) -> str | None:
+    if name is not None and (not name or not all(c.isalnum() or c in "._-" for c in name)):
+        raise TopologyError(
+            f"Name {name!r} is not valid: use letters, digits, '.', '_' and '-' "
+            "(names become node, store and topic names)."
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Named:
+    name: str | None = None
+
+    @staticmethod
+    def as_(name: str) -> Named:
+        return Named(_check_name(name))
+
+
+@dataclass(frozen=True)
+class Consumed:
+    key_serde: Any = None
+    value_serde: Any = None
+    timestamp_extractor: Any = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(key_serde: Any = None, value_serde: Any = None, timestamp_extractor: Any = None) -> Consumed:
+        return Consumed(key_serde, value_serde, timestamp_extractor)
+
+    @staticmethod
+    def as_(name: str) -> Consumed:
+        return Consumed(name=_check_name(name))
+
+    def with_key_serde(self, serde: Any) -> Consumed:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> Consumed:
+        return dataclasses.replace(self, value_serde=serde)
+
+    def with_timestamp_extractor(self, extractor: Any) -> Consumed:
+        return dataclasses.replace(self, timestamp_extractor=extractor)
+
+    def with_name(self, name: str) -> Consumed:
+        return dataclasses.replace(self, name=_check_name(name))
+
+
+StreamPartitioner = Callable[[str, Any, Any], int | None]
+
+
+@dataclass(frozen=True)
+class Produced:
+    key_serde: Any = None
+    value_serde: Any = None
+    partitioner: StreamPartitioner | None = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(
+        key_serde: Any = None, value_serde: Any = None, partitioner: StreamPartitioner | None = None
+    ) -> Produced:
+        return Produced(key_serde, value_serde, partitioner)
+
+    @staticmethod
+    def as_(name: str) -> Produced:
+        return Produced(name=_check_name(name))
+
+    def with_key_serde(self, serde: Any) -> Produced:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> Produced:
+        return dataclasses.replace(self, value_serde=serde)
+
+    def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Produced:
+        return dataclasses.replace(self, partitioner=partitioner)
+
+    def with_name(self, name: str) -> Produced:
+        return dataclasses.replace(self, name=_check_name(name))
+
+
+@dataclass(frozen=True)
+class Grouped:
+    key_serde: Any = None
+    value_serde: Any = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(key_serde: Any = None, value_serde: Any = None) -> Grouped:
+        return Grouped(key_serde, value_serde)
+
+    @staticmethod
+    def as_(name: str) -> Grouped:
+        return Grouped(name=_check_name(name))
+
+    def with_key_serde(self, serde: Any) -> Grouped:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> Grouped:
+        return dataclasses.replace(self, value_serde=serde)
+
+    def with_name(self, name: str) -> Grouped:
+        return dataclasses.replace(self, name=_check_name(name))
+
+
+@dataclass(frozen=True)
+class Repartitioned:
+    key_serde: Any = None
+    value_serde: Any = None
+    name: str | None = None
+    number_of_partitions: int | None = None
+    partitioner: StreamPartitioner | None = None
+
+    @staticmethod
+    def with_(key_serde: Any = None, value_serde: Any = None) -> Repartitioned:
+        return Repartitioned(key_serde, value_serde)
+
+    @staticmethod
+    def as_(name: str) -> Repartitioned:
+        return Repartitioned(name=_check_name(name))
+
+    @staticmethod
+    def with_number_of_partitions(n: int) -> Repartitioned:
+        return Repartitioned().with_partitions(n)
+
+    def with_partitions(self, n: int) -> Repartitioned:
+        if not isinstance(n, int) or n < 1:
+            raise TopologyError(f"Repartitioned needs a positive number of partitions, got {n!r}.")
+        return dataclasses.replace(self, number_of_partitions=n)
+
+    def with_key_serde(self, serde: Any) -> Repartitioned:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> Repartitioned:
+        return dataclasses.replace(self, value_serde=serde)
+
+    def with_name(self, name: str) -> Repartitioned:
+        return dataclasses.replace(self, name=_check_name(name))
+
+    def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Repartitioned:
+        return dataclasses.replace(self, partitioner=partitioner)
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """How a DSL operator's store is built: name or supplier, serdes, caching, logging.
+
+    ``Materialized.as_("name")`` makes the store queryable under that name; ``as_(supplier)`` picks the
+    store type (``Stores.in_memory_key_value_store(name)`` / ``Stores.persistent_key_value_store(name)``).
+    """
+
+    store_name: str | None = None
+    store_supplier: Any = None
+    key_serde: Any = None
+    value_serde: Any = None
+    caching_enabled: bool = True
+    logging_enabled: bool = True
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    retention_ms: int | None = None
+
+    @staticmethod
+    def as_(name_or_supplier: Any) -> Materialized:
+        if isinstance(name_or_supplier, str):
+            return Materialized(store_name=_check_name(name_or_supplier))
+        name = getattr(name_or_supplier, "name", None)
+        if not isinstance(name, str):
+            raise TopologyError(
+                f"Materialized.as_ needs a store name or a store supplier, got {name_or_supplier!r}."
+            )
+        return Materialized(store_name=name, store_supplier=name_or_supplier)
+
+    @staticmethod
+    def with_(key_serde: Any = None, value_serde: Any = None) -> Materialized:
+        return Materialized(key_serde=key_serde, value_serde=value_serde)
+
+    def with_key_serde(self, serde: Any) -> Materialized:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> Materialized:
+        return dataclasses.replace(self, value_serde=serde)
+
+    def with_caching_enabled(self) -> Materialized:
+        return dataclasses.replace(self, caching_enabled=True)
+
+    def with_caching_disabled(self) -> Materialized:
+        return dataclasses.replace(self, caching_enabled=False)
+
+    def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> Materialized:
+        return dataclasses.replace(self, logging_enabled=True, topic_config=dict(config or {}))
+
+    def with_logging_disabled(self) -> Materialized:
+        return dataclasses.replace(self, logging_enabled=False, topic_config={})
+
+    def with_retention(self, retention_ms: int) -> Materialized:
+        return dataclasses.replace(self, retention_ms=retention_ms)
+
+
+@dataclass(frozen=True)
+class Branched:
+    """One branch of ``KStream.split()``: its name suffix and an optional function or consumer of the
+    branch stream (a function's result becomes the branch's value in the result map)."""
+
+    name: str | None = None
+    chain: Callable[[Any], Any] | None = None
+    consume: bool = False
+
+    @staticmethod
+    def as_(name: str) -> Branched:
+        return Branched(_check_name(name))
+
+    @staticmethod
+    def with_function(chain: Callable[[Any], Any], name: str | None = None) -> Branched:
+        return Branched(_check_name(name), chain)
+
+    @staticmethod
+    def with_consumer(chain: Callable[[Any], None], name: str | None = None) -> Branched:
+        return Branched(_check_name(name), chain, consume=True)

@@ -1,0 +1,125 @@
+"""The public Processor API: records, processors, their context and punctuation (Kafka Streams' names)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+class Record:
+    """One record flowing through a topology. Immutable by convention: ``with_*`` return copies.
+
+    A plain ``__slots__`` class instead of a frozen dataclass: records are created once per processor
+    hop, so construction cost is the hot path.
+    """
+
+    __slots__ = ("headers", "key", "timestamp", "value")
+
+    def __init__(self, key: Any, value: Any, timestamp: int, headers: Headers = ()) -> None:
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+        self.headers = headers
+
+    def with_key(self, key: Any) -> Record:
+        return Record(key, self.value, self.timestamp, self.headers)
+
+    def with_value(self, value: Any) -> Record:
+        return Record(self.key, value, self.timestamp, self.headers)
+
+    def with_timestamp(self, timestamp: int) -> Record:
+        return Record(self.key, self.value, timestamp, self.headers)
+
+    def with_headers(self, headers: Headers) -> Record:
+        return Record(self.key, self.value, self.timestamp, tuple(headers))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and (self.key, self.value, self.timestamp, self.headers) == (
+            other.key,
+            other.value,
+            other.timestamp,
+            other.headers,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp})"
+
+
+class RecordMetadata:
+    """Where the record being processed came from (topic, partition, offset); absent in punctuations."""
+
+    __slots__ = ("offset", "partition", "topic")
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+    def __repr__(self) -> str:
+        return f"RecordMetadata({self.topic}-{self.partition}@{self.offset})"
+
+
+class PunctuationType(enum.Enum):
+    """STREAM_TIME advances with record timestamps; WALL_CLOCK_TIME with the system (or driver) clock."""
+
+    STREAM_TIME = "stream_time"
+    WALL_CLOCK_TIME = "wall_clock_time"
+
+
+Punctuator = Callable[[int], None]
+
+
+@runtime_checkable
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class ProcessorContext(Protocol):
+    """What a processor may do: forward downstream, reach its stores, schedule punctuations, ask to commit."""
+
+    @property
+    def application_id(self) -> str: ...
+
+    @property
+    def task_id(self) -> str: ...
+
+    def forward(self, record: Record, child_name: str | None = None) -> None: ...
+
+    def get_state_store(self, name: str) -> Any: ...
+
+    def schedule(
+        self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+    ) -> Cancellable: ...
+
+    def commit(self) -> None: ...
+
+    def record_metadata(self) -> RecordMetadata | None: ...
+
+    def current_stream_time_ms(self) -> int: ...
+
+    def current_system_time_ms(self) -> int: ...
+
+    @property
+    def app_configs(self) -> dict[str, Any]: ...
+
+
+class Processor:
+    """Base class of every processor. ``flush()`` (optional) runs at commit before caches are flushed,
+    so a processor holding work in flight can finish it before the task's state is committed."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, record: Record) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources; called once when the task closes."""
+
+
+ProcessorSupplier = Callable[[], Processor]

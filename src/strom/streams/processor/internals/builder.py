@@ -1,0 +1,343 @@
+"""InternalTopologyBuilder: the node graph, its stores and topics, split into sub-topologies.
+
+Names of internal topics (repartition, changelog) are kept without the application id and decorated
+as ``<application.id>-<name>`` once the application id is known, as Kafka Streams does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.errors import CoPartitioningError, TopologyError
+from strom.streams.processor.api import ProcessorSupplier
+
+TopicExtractor = Callable[[Any, Any, Any], str]
+
+
+@dataclass
+class NodeFactory:
+    name: str
+    predecessors: list[str]
+
+
+@dataclass
+class SourceNodeFactory(NodeFactory):
+    topics: list[str]
+    key_serde: Any = None
+    value_serde: Any = None
+    timestamp_extractor: Any = None
+
+
+@dataclass
+class ProcessorNodeFactory(NodeFactory):
+    supplier: ProcessorSupplier
+    stores: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SinkNodeFactory(NodeFactory):
+    topic: str | None
+    topic_extractor: TopicExtractor | None = None
+    key_serde: Any = None
+    value_serde: Any = None
+    partitioner: Callable[[str, Any, Any, int], int | None] | None = None
+
+
+@dataclass
+class InternalTopic:
+    """A topic the application owns; ``partitions`` None means 'as many as the writing sub-topology'."""
+
+    name: str
+    partitions: int | None = None
+    compacted: bool = False
+
+
+@dataclass
+class SubtopologyPlan:
+    """The nodes, source topics, sink topics and stores of one sub-topology (in insertion order)."""
+
+    id: int
+    nodes: list[str]
+    source_topics: list[str]
+    sink_topics: list[str]
+    stores: list[str]
+
+
+class InternalTopologyBuilder:
+    """Collects nodes and stores; validates names and wiring; computes sub-topologies."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeFactory] = {}
+        self.store_builders: dict[str, Any] = {}
+        self.store_users: dict[str, list[str]] = {}
+        self.internal_topics: dict[str, InternalTopic] = {}
+        self.copartition_groups: list[set[str]] = []
+        self.application_id: str | None = None
+        self._topic_to_source: dict[str, str] = {}
+        self._plans: list[SubtopologyPlan] | None = None
+
+    # ---- building -------------------------------------------------------------------------------
+    def add_source(
+        self,
+        name: str,
+        topics: Iterable[str],
+        key_serde: Any = None,
+        value_serde: Any = None,
+        timestamp_extractor: Any = None,
+    ) -> None:
+        topics = list(topics)
+        if not topics:
+            raise TopologyError(f"Source {name!r} needs at least one topic.")
+        self._check_new_name(name)
+        for topic in topics:
+            if topic in self._topic_to_source:
+                raise TopologyError(
+                    f"Topic {topic!r} is already read by source {self._topic_to_source[topic]!r}; a topic "
+                    "can be a source only once in a topology. Reuse the existing stream (or merge) instead."
+                )
+        for topic in topics:
+            self._topic_to_source[topic] = name
+        self._add(SourceNodeFactory(name, [], topics, key_serde, value_serde, timestamp_extractor))
+
+    def add_processor(self, name: str, supplier: ProcessorSupplier, *parents: str) -> None:
+        self._check_new_name(name)
+        self._check_parents(name, parents)
+        self._add(ProcessorNodeFactory(name, list(parents), supplier))
+
+    def add_sink(
+        self,
+        name: str,
+        topic: str | TopicExtractor,
+        *parents: str,
+        key_serde: Any = None,
+        value_serde: Any = None,
+        partitioner: Any = None,
+    ) -> None:
+        self._check_new_name(name)
+        self._check_parents(name, parents)
+        if callable(topic):
+            self._add(SinkNodeFactory(name, list(parents), None, topic, key_serde, value_serde, partitioner))
+        else:
+            self._add(SinkNodeFactory(name, list(parents), topic, None, key_serde, value_serde, partitioner))
+
+    def add_state_store(
+        self, store_builder: Any, *processor_names: str, allow_override: bool = False
+    ) -> None:
+        name = store_builder.name
+        if (
+            name in self.store_builders
+            and not allow_override
+            and self.store_builders[name] is not store_builder
+        ):
+            raise TopologyError(f"A state store named {name!r} already exists; store names must be unique.")
+        self.store_builders[name] = store_builder
+        self.store_users.setdefault(name, [])
+        if processor_names:
+            self.connect_processor_and_state_stores(processor_names[0], name)
+            for other in processor_names[1:]:
+                self.connect_processor_and_state_stores(other, name)
+
+    def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> None:
+        node = self.nodes.get(processor_name)
+        if not isinstance(node, ProcessorNodeFactory):
+            raise TopologyError(
+                f"No processor named {processor_name!r}; add it before connecting stores to it."
+            )
+        for store in store_names:
+            if store not in self.store_builders:
+                raise TopologyError(f"No state store named {store!r}; add it with add_state_store first.")
+            if store not in node.stores:
+                node.stores.append(store)
+                self.store_users[store].append(processor_name)
+        self._plans = None
+
+    def add_internal_topic(self, name: str, partitions: int | None = None) -> None:
+        self.internal_topics[name] = InternalTopic(name, partitions)
+
+    def copartition(self, topics: Iterable[str]) -> None:
+        """Declares that these source topics must have the same partition count (joins, co-grouping)."""
+        self.copartition_groups.append(set(topics))
+
+    def _add(self, node: NodeFactory) -> None:
+        self.nodes[node.name] = node
+        self._plans = None
+
+    def _check_new_name(self, name: str) -> None:
+        if not name:
+            raise TopologyError("Node names must not be empty.")
+        if name in self.nodes:
+            raise TopologyError(
+                f"A node named {name!r} already exists; node names must be unique "
+                "(pass a different name, e.g. Named.as_(...))."
+            )
+
+    def _check_parents(self, name: str, parents: Iterable[str]) -> None:
+        parents = list(parents)
+        if not parents:
+            raise TopologyError(f"Node {name!r} needs at least one parent.")
+        for parent in parents:
+            if parent == name:
+                raise TopologyError(f"Node {name!r} cannot be its own parent.")
+            if parent not in self.nodes:
+                raise TopologyError(f"Parent {parent!r} of node {name!r} does not exist; add it first.")
+            if isinstance(self.nodes[parent], SinkNodeFactory):
+                raise TopologyError(f"Sink {parent!r} cannot have children (node {name!r}).")
+
+    # ---- querying -------------------------------------------------------------------------------
+    def children(self, name: str) -> list[str]:
+        return [n.name for n in self.nodes.values() if name in n.predecessors]
+
+    def decorate(self, topic: str) -> str:
+        """The real topic name: internal topics get the ``<application.id>-`` prefix."""
+        if topic in self.internal_topics and self.application_id is not None:
+            return f"{self.application_id}-{topic}"
+        return topic
+
+    def changelog_topic(self, store: str) -> str:
+        if self.application_id is None:
+            raise TopologyError("The application id is not set yet; set 'application.id' in the config.")
+        return f"{self.application_id}-{store}-changelog"
+
+    def subtopologies(self) -> list[SubtopologyPlan]:
+        """Sub-topologies: nodes connected by edges or by a shared store, numbered in source order."""
+        if self._plans is None:
+            self._plans = self._make_plans()
+        return self._plans
+
+    def _make_plans(self) -> list[SubtopologyPlan]:
+        self._validate()
+        parent = {name: name for name in self.nodes}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def union(a: str, b: str) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[rb] = ra
+
+        for node in self.nodes.values():
+            for pred in node.predecessors:
+                union(pred, node.name)
+        for users in self.store_users.values():
+            for user in users[1:]:
+                union(users[0], user)
+        groups: dict[str, list[str]] = {}
+        for name in self.nodes:  # insertion order: the group of the earliest node comes first
+            groups.setdefault(find(name), []).append(name)
+        plans = []
+        for idx, members in enumerate(groups.values()):
+            sources = [
+                t for m in members if isinstance(n := self.nodes[m], SourceNodeFactory) for t in n.topics
+            ]
+            sinks = [n.topic for m in members if isinstance(n := self.nodes[m], SinkNodeFactory) and n.topic]
+            stores = list(
+                dict.fromkeys(
+                    s
+                    for m in members
+                    if isinstance(n := self.nodes[m], ProcessorNodeFactory)
+                    for s in n.stores
+                )
+            )
+            plans.append(SubtopologyPlan(idx, members, sources, sinks, stores))
+        return plans
+
+    def _validate(self) -> None:
+        for name, users in self.store_users.items():
+            if not users:
+                raise TopologyError(
+                    f"State store {name!r} is not connected to any processor; connect it with "
+                    "connect_processor_and_state_stores or drop it."
+                )
+        for node in self.nodes.values():
+            if isinstance(node, SourceNodeFactory):
+                continue
+            if not self._reaches_source(node.name, set()):
+                raise TopologyError(f"Node {node.name!r} is not connected to any source.")
+
+    def _reaches_source(self, name: str, seen: set[str]) -> bool:
+        node = self.nodes[name]
+        if isinstance(node, SourceNodeFactory):
+            return True
+        seen.add(name)
+        return any(p not in seen and self._reaches_source(p, seen) for p in node.predecessors)
+
+    def subtopology_of_topic(self, topic: str) -> SubtopologyPlan:
+        """The sub-topology that reads ``topic`` (undecorated or decorated name)."""
+        for plan in self.subtopologies():
+            if topic in plan.source_topics or topic in (self.decorate(t) for t in plan.source_topics):
+                return plan
+        raise TopologyError(f"No sub-topology reads topic {topic!r}.")
+
+    # ---- partitions -----------------------------------------------------------------------------
+    def topic_partitions(self, external: Mapping[str, int]) -> dict[str, int]:
+        """Partition counts of every source topic (undecorated names), internal ones computed as Kafka
+        Streams does: a repartition topic gets the largest partition count among the source topics of
+        the sub-topology writing to it, unless set explicitly; co-partitioned groups must agree."""
+        counts: dict[str, int] = {}
+        for plan in self.subtopologies():
+            for topic in plan.source_topics:
+                if topic not in self.internal_topics:
+                    real = self.decorate(topic)
+                    if real not in external:
+                        raise TopologyError(
+                            f"The partition count of source topic {topic!r} is unknown; "
+                            "create the topic before starting the application."
+                        )
+                    counts[topic] = external[real]
+        for topic in self.internal_topics.values():
+            if topic.partitions is not None:
+                counts[topic.name] = topic.partitions
+        changed = True
+        while changed:
+            changed = False
+            for plan in self.subtopologies():
+                known = [counts[t] for t in plan.source_topics if t in counts]
+                if len(known) != len(plan.source_topics):
+                    continue
+                for sink in plan.sink_topics:
+                    if sink in self.internal_topics and sink not in counts:
+                        counts[sink] = max(known)
+                        changed = True
+        missing = [t for p in self.subtopologies() for t in p.source_topics if t not in counts]
+        if missing:
+            raise TopologyError(
+                f"Cannot work out the partition count of internal topics {missing}; set it "
+                "with Repartitioned.with_number_of_partitions(...)."
+            )
+        self._enforce_copartitioning(counts)
+        return counts
+
+    def _enforce_copartitioning(self, counts: dict[str, int]) -> None:
+        for group in self.copartition_groups:
+            external = {t: counts[t] for t in group if t not in self.internal_topics}
+            if len(set(external.values())) > 1:
+                raise CoPartitioningError(
+                    f"Topics {sorted(external)} must be co-partitioned but have partition counts "
+                    f"{external}. Give them the same number of partitions (or repartition one side with "
+                    "KStream.repartition(Repartitioned.with_number_of_partitions(n)))."
+                )
+            internal = [t for t in group if t in self.internal_topics]
+            target = next(iter(external.values())) if external else max(counts[t] for t in group)
+            for topic in internal:
+                explicit = self.internal_topics[topic].partitions
+                if explicit is not None and explicit != target:
+                    raise CoPartitioningError(
+                        f"Repartition topic {topic!r} is set to {explicit} partitions but must be "
+                        f"co-partitioned with {sorted(group)} ({target} partitions); drop the explicit count."
+                    )
+                counts[topic] = target
+
+    def task_ids(self, external: Mapping[str, int]) -> list[tuple[int, int]]:
+        """(sub-topology, partition) of every task: as many tasks as the largest source partition count."""
+        counts = self.topic_partitions(external)
+        return [
+            (p.id, part)
+            for p in self.subtopologies()
+            for part in range(max(counts[t] for t in p.source_topics))
+        ]

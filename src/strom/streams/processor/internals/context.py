@@ -1,0 +1,205 @@
+"""The processor context: one TaskContext per task (the StateStoreContext stores use) and one
+ProcessorContextImpl per node (the ProcessorContext a processor sees, with ``forward`` bound to the
+node's children so a depth-first hop is a direct call)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from strom.errors import ConfigError, TopologyError
+from strom.kafka.serdes import Serdes
+from strom.streams import config as cfg
+from strom.streams.processor.api import (
+    Cancellable,
+    Headers,
+    PunctuationType,
+    Punctuator,
+    Record,
+    RecordMetadata,
+)
+from strom.streams.processor.internals.punctuation import PunctuationQueue, PunctuationSchedule
+from strom.streams.state.context import RecordContext, StateStore, StoreTransaction, changelog_topic_name
+from strom.streams.state.manager import ProcessorStateManager
+
+if TYPE_CHECKING:
+    from strom.streams.config import StreamsConfig
+    from strom.streams.processor.internals.collector import RecordCollector
+    from strom.streams.processor.internals.nodes import ProcessorNode
+    from strom.streams.state.cache import ThreadCache
+
+
+def default_serde(config: StreamsConfig, which: str, user: str) -> Any:
+    """``default.key.serde`` / ``default.value.serde``; a clear error when needed but unset."""
+    key = cfg.DEFAULT_KEY_SERDE if which == "key" else cfg.DEFAULT_VALUE_SERDE
+    value = config[key]
+    if value is None:
+        raise ConfigError(
+            f"{user} needs a {which} serde and none is set. Pass one (Consumed.with_, "
+            f"Produced.with_, Materialized.with_{which}_serde) or set {key!r}."
+        )
+    return Serdes.from_config(key, value)
+
+
+class TaskContext:
+    """Task-wide context: identity, stores, record context, clocks, punctuation and commit requests."""
+
+    def __init__(
+        self,
+        application_id: str,
+        task_id: str,
+        partition: int,
+        config: StreamsConfig,
+        state_dir: Path,
+        collector: RecordCollector,
+        cache: ThreadCache,
+        system_time: Callable[[], int],
+        changelog_topics: dict[str, str] | None = None,
+    ) -> None:
+        self.application_id = application_id
+        self.task_id = task_id
+        self.partition = partition
+        self.config = config
+        self.state_dir = state_dir
+        self.collector = collector
+        self.cache = cache
+        self.state_manager: ProcessorStateManager = ProcessorStateManager(
+            task_id, partition, state_dir, self.changelog_topic, cache
+        )
+        self.system_time = system_time
+        self.changelog_topics = changelog_topics or {}
+        self.stores: dict[str, StateStore] = {}
+        self.stream_time = -1
+        self.commit_requested = False
+        self.stream_time_punctuations = PunctuationQueue()
+        self.wall_clock_punctuations = PunctuationQueue()
+        # current record context, as plain fields; RecordContext objects are built only on demand
+        self.timestamp = -1
+        self.topic: str | None = None
+        self.source_partition = -1
+        self.offset = -1
+        self.headers: Headers = ()
+
+    # ---- StateStoreContext ----------------------------------------------------------------------
+    @property
+    def key_serde(self) -> Any:
+        return default_serde(self.config, "key", f"a store of task {self.task_id}")
+
+    @property
+    def value_serde(self) -> Any:
+        return default_serde(self.config, "value", f"a store of task {self.task_id}")
+
+    @property
+    def record_context(self) -> RecordContext:
+        return RecordContext(self.timestamp, self.topic, self.source_partition, self.offset, self.headers)
+
+    def set_record_context(self, record_context: RecordContext) -> None:
+        self.timestamp = record_context.timestamp
+        self.topic = record_context.topic
+        self.source_partition = record_context.partition
+        self.offset = record_context.offset
+        self.headers = tuple(record_context.headers)
+
+    def changelog_topic(self, store_name: str) -> str:
+        return self.changelog_topics.get(store_name) or changelog_topic_name(self.application_id, store_name)
+
+    def log_change(
+        self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers
+    ) -> None:
+        self.collector.send_bytes(
+            self.changelog_topic(store_name), self.partition, key, value, timestamp, tuple(headers)
+        )
+
+    def register_store(self, store: StateStore, transaction: StoreTransaction, logged: bool) -> None:
+        self.stores[store.name] = store
+        self.state_manager.register_store(store, transaction, logged)
+
+
+class ProcessorContextImpl:
+    """The context one processor node sees."""
+
+    def __init__(self, task: TaskContext, node: ProcessorNode) -> None:
+        self.task = task
+        self.node = node
+        self._targets: tuple[Callable[[Record], None], ...] = ()
+        self._by_name: dict[str, Callable[[Record], None]] = {}
+
+    def wire(self) -> None:
+        """Binds ``forward`` to the node's children once they exist."""
+        self._by_name = {child.name: child.entry for child in self.node.children}
+        self._targets = tuple(self._by_name.values())
+
+    @property
+    def application_id(self) -> str:
+        return self.task.application_id
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def app_configs(self) -> dict[str, Any]:
+        return self.task.config.as_dict()
+
+    @property
+    def state_dir(self) -> Path:
+        return self.task.state_dir
+
+    def forward(self, record: Record, child_name: str | None = None) -> None:
+        if child_name is None:
+            for target in self._targets:
+                target(record)
+            return
+        target = self._by_name.get(child_name)
+        if target is None:
+            raise TopologyError(
+                f"Processor {self.node.name!r} has no child named {child_name!r}; its children "
+                f"are {sorted(self._by_name)}."
+            )
+        target(record)
+
+    def get_state_store(self, name: str) -> Any:
+        if name not in self.node.stores:
+            raise TopologyError(
+                f"Processor {self.node.name!r} has no access to state store {name!r}; connect them with "
+                "Topology.connect_processor_and_state_stores (or name the store in process(..., stores))."
+            )
+        return self.task.stores[name]
+
+    def schedule(
+        self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+    ) -> Cancellable:
+        if interval_ms < 1:
+            raise TopologyError(f"Punctuation interval must be at least 1 ms, got {interval_ms}.")
+        if punctuation_type is PunctuationType.STREAM_TIME:
+            return self.task.stream_time_punctuations.schedule(
+                PunctuationSchedule(self.node, 0, interval_ms, punctuator)
+            )
+        start = self.task.system_time() + interval_ms
+        return self.task.wall_clock_punctuations.schedule(
+            PunctuationSchedule(self.node, start, interval_ms, punctuator)
+        )
+
+    def commit(self) -> None:
+        self.task.commit_requested = True
+
+    def record_metadata(self) -> RecordMetadata | None:
+        if self.task.topic is None:
+            return None
+        return RecordMetadata(self.task.topic, self.task.source_partition, self.task.offset)
+
+    def current_stream_time_ms(self) -> int:
+        return self.task.stream_time
+
+    def current_system_time_ms(self) -> int:
+        return self.task.system_time()
+
+    # ---- what stores and DSL processors use -----------------------------------------------------
+    @property
+    def record_timestamp(self) -> int:
+        return self.task.timestamp
+
+    @property
+    def cache(self) -> ThreadCache:
+        return self.task.cache

@@ -1,0 +1,113 @@
+"""Runtime nodes of one task's sub-topology: sources, processors and sinks, wired depth-first."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.internals.collector import RecordCollector
+from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
+
+
+class ProcessorNode:
+    """A processor instance, its children and the stores it may use.
+
+    ``entry`` is what a parent's forward calls: the processor's ``process`` itself, or, for a node with
+    stores, a wrapper that first makes the record's timestamp and headers the task's current record
+    context (stores stamp cached entries and changelog records with it).
+    """
+
+    def __init__(self, name: str, processor: Processor, stores: list[str]) -> None:
+        self.name = name
+        self.processor = processor
+        self.stores = stores
+        self.children: list[ProcessorNode] = []
+        self.context: ProcessorContextImpl | None = None
+        self.entry: Callable[[Record], None] = processor.process
+
+    def init(self, task: TaskContext) -> None:
+        self.context = ProcessorContextImpl(task, self)
+        if self.stores:
+            process = self.processor.process
+
+            def entry(record: Record) -> None:
+                task.timestamp = record.timestamp
+                task.headers = record.headers
+                process(record)
+
+            self.entry = entry
+        else:
+            self.entry = self.processor.process
+
+    def wire(self) -> None:
+        assert self.context is not None
+        self.context.wire()
+
+    def start(self) -> None:
+        assert self.context is not None
+        self.processor.init(self.context)
+
+    def close(self) -> None:
+        self.processor.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name})"
+
+
+class SourceNode(ProcessorNode):
+    """Reads topics: deserializes with its serdes, then forwards to its children."""
+
+    def __init__(
+        self, name: str, topics: list[str], key_serde: Any, value_serde: Any, timestamp_extractor: Any
+    ) -> None:
+        super().__init__(name, _ForwardProcessor(), [])
+        self.topics = topics
+        self.key_deserializer = key_serde.deserializer()
+        self.value_deserializer = value_serde.deserializer()
+        self.timestamp_extractor = timestamp_extractor
+
+
+class _ForwardProcessor(Processor):
+    def process(self, record: Record) -> None:
+        self.context.forward(record)
+
+
+class SinkProcessor(Processor):
+    """Serializes and sends each record to a topic (fixed, or chosen per record by an extractor)."""
+
+    def __init__(
+        self,
+        collector: RecordCollector,
+        topic: str | None,
+        topic_extractor: Any,
+        key_serde: Any,
+        value_serde: Any,
+        partitioner: Any,
+        decorate: Callable[[str], str],
+    ) -> None:
+        self.collector = collector
+        self.topic = topic
+        self.topic_extractor = topic_extractor
+        self.key_serializer = key_serde.serializer()
+        self.value_serializer = value_serde.serializer()
+        self.partitioner = partitioner
+        self.decorate = decorate
+
+    def process(self, record: Record) -> None:
+        topic = self.topic
+        if topic is None:
+            topic = self.decorate(self.topic_extractor(record.key, record.value, record))
+        partition = None
+        if self.partitioner is not None:
+            partition = self.partitioner(topic, record.key, record.value)
+        self.collector.send(
+            topic,
+            record.key,
+            record.value,
+            record.timestamp,
+            record.headers,
+            self.key_serializer,
+            self.value_serializer,
+            partition,
+        )

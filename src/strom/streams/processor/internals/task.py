@@ -1,0 +1,349 @@
+"""StreamTask: one sub-topology instance over one partition of each of its source topics.
+
+Whoever drives the task (the TopologyTestDriver, the Spark runtime) feeds it raw records per partition
+with ``add_records``, calls ``process`` and the punctuation methods, and commits in two steps so the
+commit can be wrapped in a Kafka transaction:
+
+    offsets = task.prepare_commit()   # flush hooks, caches, changelog and output records
+    ... commit ``offsets`` (consumer commit, or send_offsets_to_transaction + commit_transaction) ...
+    task.post_commit()                # apply buffered store writes and the changelog checkpoint
+
+or ``task.abort()`` when the commit failed, which drops uncommitted store writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from strom.errors import ProcessingError, SerializationError, StromError
+from strom.streams import config as cfg
+from strom.streams.processor.api import Record
+from strom.streams.processor.internals.builder import (
+    InternalTopologyBuilder,
+    ProcessorNodeFactory,
+    SinkNodeFactory,
+    SourceNodeFactory,
+)
+from strom.streams.processor.internals.collector import RecordCollector, RecordSink
+from strom.streams.processor.internals.context import TaskContext, default_serde
+from strom.streams.processor.internals.handlers import HandlerResponse, resolve
+from strom.streams.processor.internals.nodes import ProcessorNode, SinkProcessor, SourceNode
+from strom.streams.processor.internals.partition_group import PartitionGroup
+from strom.streams.processor.internals.punctuation import PunctuationSchedule
+from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.state.cache import ThreadCache
+
+log = logging.getLogger(__name__)
+
+
+class TaskMetrics:
+    __slots__ = ("dropped_records", "processed", "punctuated")
+
+    def __init__(self) -> None:
+        self.processed = 0
+        self.dropped_records = 0
+        self.punctuated = 0
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StreamTask:
+    def __init__(
+        self,
+        task_id: TaskId,
+        builder: InternalTopologyBuilder,
+        config: cfg.StreamsConfig,
+        sink: RecordSink,
+        cache: ThreadCache,
+        state_dir: Path | None = None,
+        partitions: Iterable[TopicPartition] | None = None,
+        system_time: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.id = task_id
+        self.config = config
+        builder.application_id = config.application_id
+        self.builder = builder
+        self.plan = builder.subtopologies()[task_id.subtopology]
+        self.metrics = TaskMetrics()
+        self.collector = RecordCollector(
+            sink,
+            resolve(
+                cfg.DEFAULT_PRODUCTION_EXCEPTION_HANDLER,
+                config[cfg.DEFAULT_PRODUCTION_EXCEPTION_HANDLER],
+                "handle",
+            ),
+            str(task_id),
+        )
+        self.deserialization_handler = resolve(
+            cfg.DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER,
+            config[cfg.DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER],
+            "handle",
+        )
+        state_dir = state_dir or Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id)
+        self.context = TaskContext(
+            config.application_id,
+            str(task_id),
+            task_id.partition,
+            config,
+            state_dir,
+            self.collector,
+            cache,
+            system_time,
+        )
+        self.state_manager = self.context.state_manager
+        self.nodes: dict[str, ProcessorNode] = {}
+        self.sources: dict[str, SourceNode] = {}
+        self._build_nodes()
+        if partitions is None:
+            partitions = [TopicPartition(topic, task_id.partition) for topic in self.sources]
+        self.partition_group = PartitionGroup(partitions)
+        self.consumed: dict[TopicPartition, int] = {}
+        self.commit_needed = False
+        self._flush_nodes = [n for n in self.nodes.values() if callable(getattr(n.processor, "flush", None))]
+        self._initialized = False
+
+    # ---- construction ---------------------------------------------------------------------------
+    def _build_nodes(self) -> None:
+        b = self.builder
+        default_extractor = self.config[cfg.DEFAULT_TIMESTAMP_EXTRACTOR] or "FailOnInvalidTimestamp"
+        for name in self.plan.nodes:
+            factory = b.nodes[name]
+            if isinstance(factory, SourceNodeFactory):
+                extractor = resolve(
+                    cfg.DEFAULT_TIMESTAMP_EXTRACTOR,
+                    factory.timestamp_extractor or default_extractor,
+                    "extract",
+                )
+                topics = [b.decorate(t) for t in factory.topics]
+                node: ProcessorNode = SourceNode(
+                    name,
+                    topics,
+                    self._serde(factory.key_serde, name, "key"),
+                    self._serde(factory.value_serde, name, "value"),
+                    extractor,
+                )
+                for topic in topics:
+                    self.sources[topic] = node  # type: ignore[assignment]
+            elif isinstance(factory, SinkNodeFactory):
+                processor = SinkProcessor(
+                    self.collector,
+                    b.decorate(factory.topic) if factory.topic else None,
+                    factory.topic_extractor,
+                    self._serde(factory.key_serde, name, "key"),
+                    self._serde(factory.value_serde, name, "value"),
+                    factory.partitioner,
+                    b.decorate,
+                )
+                node = ProcessorNode(name, processor, [])
+            else:
+                assert isinstance(factory, ProcessorNodeFactory)
+                node = ProcessorNode(name, factory.supplier(), list(factory.stores))
+            self.nodes[name] = node
+        for name, node in self.nodes.items():
+            node.children = [self.nodes[c] for c in b.children(name) if c in self.nodes]
+
+    def _serde(self, serde: Any, node: str, which: str) -> Any:
+        return serde if serde is not None else default_serde(self.config, which, f"Node {node!r}")
+
+    # ---- life cycle -----------------------------------------------------------------------------
+    def initialize(self) -> None:
+        """Opens the task's stores (they register with the state manager); restore may follow."""
+        for store_name in self.plan.stores:
+            store = self.builder.store_builders[store_name].build()
+            store.init(self.context, store)
+
+    def complete_restoration(self) -> None:
+        """Initializes the processors: after this the task processes records."""
+        for node in self.nodes.values():
+            node.init(self.context)
+        for node in self.nodes.values():
+            node.wire()
+        for node in self.nodes.values():
+            node.start()
+        self._initialized = True
+
+    def close(self) -> None:
+        """Closes processors and stores; uncommitted store writes are dropped."""
+        errors = []
+        if self._initialized:
+            for node in self.nodes.values():
+                try:
+                    node.close()
+                except Exception as exc:  # close everything, report the first failure
+                    errors.append(exc)
+            self._initialized = False
+        self.state_manager.close()
+        if errors:
+            raise ProcessingError(f"Task {self.id}: a processor failed to close: {errors[0]}") from errors[0]
+
+    # ---- feeding and processing -----------------------------------------------------------------
+    @property
+    def partitions(self) -> list[TopicPartition]:
+        return list(self.partition_group.queues)
+
+    def add_records(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:
+        if partition not in self.partition_group.queues:
+            raise ProcessingError(
+                f"Task {self.id} does not own partition {partition}; it owns "
+                f"{[str(tp) for tp in self.partition_group.queues]}."
+            )
+        return self.partition_group.add(partition, records)
+
+    @property
+    def buffered(self) -> int:
+        return self.partition_group.buffered
+
+    @property
+    def stream_time(self) -> int:
+        return self.context.stream_time
+
+    def process(self) -> bool:
+        """Processes the buffered record with the smallest timestamp, depth-first; False if none is left."""
+        group = self.partition_group
+        queue = group.next_queue()
+        if queue is None:
+            return False
+        raw = queue.records.popleft()
+        group.buffered -= 1
+        self.consumed[queue.partition] = raw.offset
+        self.commit_needed = True
+        source = self.sources[raw.topic]
+        try:
+            key = source.key_deserializer.deserialize(raw.topic, raw.key)
+            value = source.value_deserializer.deserialize(raw.topic, raw.value)
+        except Exception as exc:
+            self._deserialization_failed(raw, exc)
+            return True
+        timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
+        if timestamp < 0:
+            self.metrics.dropped_records += 1
+            return True
+        if timestamp > queue.partition_time:
+            queue.partition_time = timestamp
+        context = self.context
+        if timestamp > context.stream_time:
+            context.stream_time = timestamp
+        context.topic = raw.topic
+        context.source_partition = raw.partition
+        context.offset = raw.offset
+        context.timestamp = timestamp
+        context.headers = raw.headers
+        try:
+            source.entry(Record(key, value, timestamp, raw.headers))
+        except StromError:
+            raise
+        except Exception as exc:
+            raise ProcessingError(
+                f"Exception caught in process. taskId={self.id}, topic={raw.topic}, "
+                f"partition={raw.partition}, offset={raw.offset}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.metrics.processed += 1
+        return True
+
+    def process_all(self) -> int:
+        """Processes every buffered record, punctuating on stream time as it advances."""
+        count = 0
+        while self.process():
+            count += 1
+            self.maybe_punctuate_stream_time()
+        return count
+
+    def _deserialization_failed(self, raw: ConsumerRecord, exc: Exception) -> None:
+        response = self.deserialization_handler.handle(self.context, raw, exc)
+        if response is HandlerResponse.CONTINUE:
+            self.metrics.dropped_records += 1
+            return
+        raise SerializationError(
+            f"Task {self.id} could not deserialize record {raw.topic}-{raw.partition}@{raw.offset}: {exc}. "
+            "Fix the serdes, or set default.deserialization.exception.handler to "
+            "'LogAndContinueExceptionHandler' to skip such records."
+        ) from exc
+
+    # ---- punctuation ----------------------------------------------------------------------------
+    def maybe_punctuate_stream_time(self) -> bool:
+        if self.context.stream_time < 0:
+            return False
+        return self.context.stream_time_punctuations.may_punctuate(self.context.stream_time, self._punctuate)
+
+    def maybe_punctuate_system_time(self, now: int | None = None) -> bool:
+        now = self.context.system_time() if now is None else now
+        return self.context.wall_clock_punctuations.may_punctuate(now, self._punctuate)
+
+    def _punctuate(self, schedule: PunctuationSchedule, now: int) -> None:
+        context = self.context
+        context.topic, context.source_partition, context.offset = None, -1, -1
+        context.timestamp, context.headers = now, ()
+        try:
+            schedule.punctuator(now)
+        except StromError:
+            raise
+        except Exception as exc:
+            raise ProcessingError(
+                f"Exception caught while punctuating processor {schedule.node.name!r} "
+                f"of task {self.id}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.metrics.punctuated += 1
+        self.commit_needed = True
+
+    # ---- commit ---------------------------------------------------------------------------------
+    @property
+    def commit_requested(self) -> bool:
+        """True when a processor called ``context.commit()`` since the last commit."""
+        return self.context.commit_requested
+
+    def prepare_commit(self) -> dict[TopicPartition, int]:
+        """Finishes in-flight work, flushes caches, stores and output; returns the offsets to commit
+        (the next offset to read per input partition)."""
+        for node in self._flush_nodes:
+            node.processor.flush()  # type: ignore[attr-defined]
+        self.state_manager.flush()
+        self.collector.flush()
+        return {tp: offset + 1 for tp, offset in self.consumed.items()}
+
+    def changelog_offsets(self) -> dict[str, int]:
+        """Store name -> the offset after its last changelog record delivered so far."""
+        offsets = {}
+        for store, (topic, partition) in self.state_manager.changelog_partitions().items():
+            delivered = self.collector.offsets.get(TopicPartition(topic, partition))
+            if delivered is not None:
+                offsets[store] = delivered + 1
+        return offsets
+
+    def changelog_partitions(self) -> dict[str, TopicPartition]:
+        """Logged store name -> its changelog partition, to read for restoration."""
+        return {store: TopicPartition(*tp) for store, tp in self.state_manager.changelog_partitions().items()}
+
+    def restore_offsets(self) -> dict[str, int | None]:
+        """Logged store name -> the changelog offset to restore from (None: from the beginning)."""
+        return self.state_manager.changelog_offsets()
+
+    def restore(self, store_name: str, records: Iterable[Any]) -> int:
+        """Replays changelog records ``(key, value, offset, timestamp)`` into a store, between
+        ``initialize()`` and ``complete_restoration()``."""
+        return self.state_manager.restore(store_name, records)
+
+    def post_commit(self) -> None:
+        """After the offsets (and output) are committed: make the store writes and checkpoint durable."""
+        self.state_manager.commit(self.changelog_offsets())
+        self.commit_needed = False
+        self.context.commit_requested = False
+
+    def abort(self) -> None:
+        """The commit failed: drop uncommitted store writes; the runtime re-feeds from committed offsets."""
+        self.state_manager.abort()
+        self.partition_group.clear()
+        self.consumed.clear()
+        self.commit_needed = False
+        self.context.commit_requested = False
+
+    def commit(self) -> dict[TopicPartition, int]:
+        """prepare_commit + post_commit, for drivers that commit offsets themselves right after."""
+        offsets = self.prepare_commit()
+        self.post_commit()
+        return offsets

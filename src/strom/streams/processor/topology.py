@@ -1,0 +1,154 @@
+"""Topology (the Processor API entry point) and TopologyDescription, printed as Kafka Streams prints it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from strom.streams.processor.api import ProcessorSupplier
+from strom.streams.processor.internals.builder import (
+    InternalTopologyBuilder,
+    ProcessorNodeFactory,
+    SinkNodeFactory,
+    SourceNodeFactory,
+    TopicExtractor,
+)
+
+
+@dataclass
+class NodeDescription:
+    name: str
+    kind: str  # "Source" | "Processor" | "Sink"
+    detail: str
+    successors: list[str] = field(default_factory=list)
+    predecessors: list[str] = field(default_factory=list)
+    size: int = 1
+
+    def __str__(self) -> str:
+        text = f"{self.kind}: {self.name} ({self.detail})\n"
+        if self.kind != "Sink":
+            text += f"      --> {', '.join(self.successors) or 'none'}\n"
+        if self.kind != "Source":
+            text += f"      <-- {', '.join(self.predecessors) or 'none'}\n"
+        return text
+
+
+@dataclass
+class SubtopologyDescription:
+    id: int
+    nodes: list[NodeDescription]
+
+    def __str__(self) -> str:
+        return f"   Sub-topology: {self.id}\n" + "".join(f"    {node}" for node in self.nodes)
+
+
+@dataclass
+class TopologyDescription:
+    subtopologies: list[SubtopologyDescription]
+
+    def __str__(self) -> str:
+        return "Topologies:\n" + "\n".join(str(s) for s in self.subtopologies) + "\n"
+
+
+class Topology:
+    """A processor graph built by hand (Processor API) or by StreamsBuilder.build()."""
+
+    def __init__(self, internal: InternalTopologyBuilder | None = None) -> None:
+        self.internal = internal or InternalTopologyBuilder()
+
+    def add_source(
+        self,
+        name: str,
+        *topics: str,
+        key_serde: Any = None,
+        value_serde: Any = None,
+        timestamp_extractor: Any = None,
+    ) -> Topology:
+        self.internal.add_source(name, topics, key_serde, value_serde, timestamp_extractor)
+        return self
+
+    def add_processor(self, name: str, supplier: ProcessorSupplier, *parent_names: str) -> Topology:
+        self.internal.add_processor(name, supplier, *parent_names)
+        return self
+
+    def add_sink(
+        self,
+        name: str,
+        topic: str | TopicExtractor,
+        *parent_names: str,
+        key_serde: Any = None,
+        value_serde: Any = None,
+        partitioner: Any = None,
+    ) -> Topology:
+        self.internal.add_sink(
+            name, topic, *parent_names, key_serde=key_serde, value_serde=value_serde, partitioner=partitioner
+        )
+        return self
+
+    def add_state_store(self, store_builder: Any, *processor_names: str) -> Topology:
+        self.internal.add_state_store(store_builder, *processor_names)
+        return self
+
+    def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> Topology:
+        self.internal.connect_processor_and_state_stores(processor_name, *store_names)
+        return self
+
+    def describe(self) -> TopologyDescription:
+        return describe(self.internal)
+
+    def __str__(self) -> str:
+        return str(self.describe())
+
+
+def describe(builder: InternalTopologyBuilder) -> TopologyDescription:
+    subtopologies = []
+    for plan in builder.subtopologies():
+        nodes = {name: _describe_node(builder, name) for name in plan.nodes}
+        _fill_sizes(nodes)
+        order = sorted(nodes.values(), key=_node_order)
+        for node in order:
+            node.successors = [n.name for n in sorted((nodes[s] for s in node.successors), key=_node_order)]
+            node.predecessors = [
+                n.name for n in sorted((nodes[p] for p in node.predecessors), key=_node_order)
+            ]
+        subtopologies.append(SubtopologyDescription(plan.id, order))
+    return TopologyDescription(subtopologies)
+
+
+def _node_order(node: NodeDescription) -> tuple[int, str]:
+    """Kafka Streams' order: larger sub-trees first, then by name."""
+    return (-node.size, node.name)
+
+
+def _describe_node(builder: InternalTopologyBuilder, name: str) -> NodeDescription:
+    factory = builder.nodes[name]
+    children = builder.children(name)
+    if isinstance(factory, SourceNodeFactory):
+        return NodeDescription(name, "Source", f"topics: [{', '.join(factory.topics)}]", children, [])
+    if isinstance(factory, SinkNodeFactory):
+        target = (
+            f"topic: {factory.topic}"
+            if factory.topic is not None
+            else f"extractor class: {_callable_name(factory.topic_extractor)}"
+        )
+        return NodeDescription(name, "Sink", target, [], list(factory.predecessors))
+    assert isinstance(factory, ProcessorNodeFactory)
+    return NodeDescription(
+        name, "Processor", f"stores: [{', '.join(factory.stores)}]", children, list(factory.predecessors)
+    )
+
+
+def _fill_sizes(nodes: dict[str, NodeDescription]) -> None:
+    def size(name: str, seen: set[str]) -> int:
+        seen.add(name)
+        for child in nodes[name].successors:
+            if child not in seen:
+                size(child, seen)
+        return len(seen)
+
+    for node in nodes.values():
+        node.size = size(node.name, set())
+
+
+def _callable_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", type(fn).__qualname__)

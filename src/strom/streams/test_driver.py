@@ -1,0 +1,368 @@
+"""TopologyTestDriver: runs a topology deterministically in-process, without a broker or Spark.
+
+As Kafka Streams' driver does, it creates one task per sub-topology (partition 0), pipes each input
+record through depth-first, feeds records written to repartition topics back into the tasks that read
+them, and commits after every input record (so caches flush after each record). With
+``commit_per_record=False`` it commits only every ``commit.interval.ms`` of driver wall-clock time
+(``advance_wall_clock_time``), when a processor asks, or on ``commit()``/``close()``: that is how a test
+observes the record cache at work.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from strom.errors import TopologyError, UnknownTopicError
+from strom.streams import config as cfg
+from strom.streams.processor.api import Headers
+from strom.streams.processor.internals.collector import RecordCollector
+from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.topology import Topology
+from strom.streams.state.cache import ThreadCache
+
+DRIVER_APPLICATION_ID = "topology-test-driver"
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    key: Any
+    value: Any
+    timestamp: int | None = None
+    headers: Headers = ()
+
+    __test__ = False  # not a pytest test class
+
+
+@dataclass
+class _Produced:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: Headers
+
+
+class _DriverSink:
+    """Keeps every produced record per topic (offsets are list positions) and routes internal topics."""
+
+    def __init__(self, driver: TopologyTestDriver) -> None:
+        self.driver = driver
+
+    def send(
+        self,
+        collector: RecordCollector,
+        topic: str,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp: int,
+        headers: Headers,
+    ) -> None:
+        log = self.driver.produced.setdefault(topic, [])
+        record = _Produced(partition or 0, len(log), key, value, timestamp, tuple(headers))
+        log.append(record)
+        collector.delivered(topic, record.partition, record.offset)
+        self.driver.route(topic, record)
+
+    def flush(self, collector: RecordCollector) -> None:
+        """Delivery is synchronous here."""
+
+
+class TopologyTestDriver:
+    __test__ = False
+
+    def __init__(
+        self,
+        topology: Topology,
+        props: Mapping[str, Any] | None = None,
+        initial_wall_clock_time_ms: int = 0,
+        commit_per_record: bool = True,
+    ) -> None:
+        props = dict(props or {})
+        props.setdefault(cfg.APPLICATION_ID, DRIVER_APPLICATION_ID)
+        self._own_state_dir = cfg.STATE_DIR not in props
+        if self._own_state_dir:
+            props[cfg.STATE_DIR] = tempfile.mkdtemp(prefix="strom-test-driver-")
+        self.config = cfg.StreamsConfig(props)
+        self.builder = topology.internal
+        self.builder.application_id = self.config.application_id
+        self.commit_per_record = commit_per_record
+        self.wall_clock_ms = initial_wall_clock_time_ms
+        self._last_commit_ms = initial_wall_clock_time_ms
+        self.produced: dict[str, list[_Produced]] = {}
+        self._outputs: dict[str, deque[_Produced]] = {}
+        self._input_offsets: dict[str, int] = {}
+        self.cache = ThreadCache(self.config[cfg.STATESTORE_CACHE_MAX_BYTES])
+        self.tasks: list[StreamTask] = []
+        self._task_by_topic: dict[str, StreamTask] = {}
+        self._closed = False
+        sink = _DriverSink(self)
+        for plan in self.builder.subtopologies():
+            task_id = TaskId(plan.id, 0)
+            state_dir = Path(self.config[cfg.STATE_DIR]) / self.config.application_id / str(task_id)
+            task = StreamTask(
+                task_id,
+                self.builder,
+                self.config,
+                sink,
+                self.cache,
+                state_dir,
+                system_time=lambda: self.wall_clock_ms,
+            )
+            task.initialize()
+            task.complete_restoration()
+            self.tasks.append(task)
+            for tp in task.partitions:
+                self._task_by_topic[tp.topic] = task
+
+    # ---- topics ---------------------------------------------------------------------------------
+    def create_input_topic(
+        self,
+        name: str,
+        key_serde: Any,
+        value_serde: Any,
+        start_timestamp_ms: int | None = None,
+        auto_advance_ms: int = 0,
+    ) -> TestInputTopic:
+        if name not in self._task_by_topic:
+            raise UnknownTopicError(
+                f"Topic {name!r} is not a source topic of this topology; its source topics "
+                f"are {sorted(self._task_by_topic)}."
+            )
+        start = self.wall_clock_ms if start_timestamp_ms is None else start_timestamp_ms
+        return TestInputTopic(self, name, key_serde, value_serde, start, auto_advance_ms)
+
+    def create_output_topic(self, name: str, key_serde: Any, value_serde: Any) -> TestOutputTopic:
+        return TestOutputTopic(self, name, key_serde, value_serde)
+
+    def route(self, topic: str, record: _Produced) -> None:
+        task = self._task_by_topic.get(topic)
+        if task is not None:
+            task.add_records(
+                TopicPartition(topic, 0),
+                [
+                    ConsumerRecord(
+                        topic, 0, record.offset, record.timestamp, record.key, record.value, record.headers
+                    )
+                ],
+            )
+        else:
+            self._outputs.setdefault(topic, deque()).append(record)
+
+    def pipe(
+        self, topic: str, key: bytes | None, value: bytes | None, timestamp: int, headers: Headers
+    ) -> None:
+        self._check_open()
+        offset = self._input_offsets.get(topic, 0)
+        self._input_offsets[topic] = offset + 1
+        task = self._task_by_topic[topic]
+        task.add_records(
+            TopicPartition(topic, 0),
+            [ConsumerRecord(topic, 0, offset, timestamp, key, value, tuple(headers))],
+        )
+        self._run()
+        if self.commit_per_record:
+            self.commit()
+        else:
+            self._maybe_commit()
+
+    def read_output(self, topic: str) -> _Produced | None:
+        queue = self._outputs.get(topic)
+        return queue.popleft() if queue else None
+
+    def output_size(self, topic: str) -> int:
+        return len(self._outputs.get(topic, ()))
+
+    # ---- time and commits -----------------------------------------------------------------------
+    def advance_wall_clock_time(self, delta_ms: int) -> None:
+        """Moves the driver's clock: fires due WALL_CLOCK_TIME punctuations and, when
+        ``commit_per_record`` is off, commits once ``commit.interval.ms`` has passed."""
+        self._check_open()
+        self.wall_clock_ms += int(delta_ms)
+        for task in self.tasks:
+            task.maybe_punctuate_system_time(self.wall_clock_ms)
+        self._run()
+        self._maybe_commit()
+
+    def commit(self) -> None:
+        """Commits every task (flush hooks, caches, output), then processes what that produced."""
+        while True:
+            for task in self.tasks:
+                task.commit()
+            if not any(task.buffered for task in self.tasks):
+                break
+            self._run()
+        self._last_commit_ms = self.wall_clock_ms
+
+    def _maybe_commit(self) -> None:
+        due = self.wall_clock_ms - self._last_commit_ms >= self.config[cfg.COMMIT_INTERVAL_MS]
+        if due or any(task.commit_requested for task in self.tasks):
+            self.commit()
+
+    def _run(self) -> None:
+        """Processes until no task has buffered records (repartition topics included)."""
+        busy = True
+        while busy:
+            busy = False
+            for task in self.tasks:
+                while task.process():
+                    busy = True
+                    task.maybe_punctuate_stream_time()
+
+    # ---- stores ---------------------------------------------------------------------------------
+    def get_state_store(self, name: str) -> Any:
+        for task in self.tasks:
+            if name in task.context.stores:
+                return task.context.stores[name]
+        raise TopologyError(
+            f"No state store named {name!r}; the topology has "
+            f"{sorted(s for t in self.tasks for s in t.context.stores)}."
+        )
+
+    get_key_value_store = get_state_store
+    get_timestamped_key_value_store = get_state_store
+
+    @property
+    def metrics(self) -> dict[str, int]:
+        """Totals over the tasks: processed, dropped_records, punctuated."""
+        return {
+            "processed": sum(t.metrics.processed for t in self.tasks),
+            "dropped_records": sum(
+                t.metrics.dropped_records + t.collector.dropped_records for t in self.tasks
+            ),
+            "punctuated": sum(t.metrics.punctuated for t in self.tasks),
+        }
+
+    def producer_records(self, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
+        """Everything written to ``topic`` so far (changelogs included) as (key, value, timestamp) bytes."""
+        return [(r.key, r.value, r.timestamp) for r in self.produced.get(topic, [])]
+
+    def close(self) -> None:
+        """Commits, closes every task and removes the driver's own state directory."""
+        if self._closed:
+            return
+        try:
+            self.commit()
+        finally:
+            self._closed = True
+            for task in self.tasks:
+                task.close()
+            if self._own_state_dir:
+                shutil.rmtree(self.config[cfg.STATE_DIR], ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TopologyError("The TopologyTestDriver is closed; create a new one.")
+
+    def __enter__(self) -> TopologyTestDriver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class TestInputTopic:
+    __test__ = False
+
+    def __init__(
+        self,
+        driver: TopologyTestDriver,
+        name: str,
+        key_serde: Any,
+        value_serde: Any,
+        start_ms: int,
+        auto_advance_ms: int,
+    ) -> None:
+        self.driver = driver
+        self.name = name
+        self.key_serializer = key_serde.serializer()
+        self.value_serializer = value_serde.serializer()
+        self.current_time_ms = start_ms
+        self.auto_advance_ms = auto_advance_ms
+
+    def pipe_input(
+        self, key: Any = None, value: Any = None, timestamp: int | None = None, headers: Headers = ()
+    ) -> None:
+        if timestamp is None:
+            timestamp = self.current_time_ms
+            self.current_time_ms += self.auto_advance_ms
+        self.driver.pipe(
+            self.name,
+            self.key_serializer.serialize(self.name, key),
+            self.value_serializer.serialize(self.name, value),
+            timestamp,
+            headers,
+        )
+
+    def pipe_record(self, record: TestRecord) -> None:
+        self.pipe_input(record.key, record.value, record.timestamp, record.headers)
+
+    def pipe_record_list(self, records: Iterable[TestRecord | tuple[Any, Any]]) -> None:
+        for record in records:
+            if isinstance(record, TestRecord):
+                self.pipe_record(record)
+            else:
+                self.pipe_input(*record)
+
+    def pipe_value_list(self, values: Iterable[Any]) -> None:
+        for value in values:
+            self.pipe_input(None, value)
+
+    def advance_time(self, delta_ms: int) -> None:
+        self.current_time_ms += delta_ms
+
+
+class TestOutputTopic:
+    """Reads what the topology wrote to a topic, in order; each read consumes the record."""
+
+    __test__ = False
+
+    def __init__(self, driver: TopologyTestDriver, name: str, key_serde: Any, value_serde: Any) -> None:
+        self.driver = driver
+        self.name = name
+        self.key_deserializer = key_serde.deserializer()
+        self.value_deserializer = value_serde.deserializer()
+
+    def read_record(self) -> TestRecord:
+        produced = self.driver.read_output(self.name)
+        if produced is None:
+            raise IndexError(f"Output topic {self.name!r} is empty.")
+        return TestRecord(
+            self.key_deserializer.deserialize(self.name, produced.key),
+            self.value_deserializer.deserialize(self.name, produced.value),
+            produced.timestamp,
+            produced.headers,
+        )
+
+    def read_value(self) -> Any:
+        return self.read_record().value
+
+    def read_key_value(self) -> tuple[Any, Any]:
+        record = self.read_record()
+        return record.key, record.value
+
+    def read_records_to_list(self) -> list[TestRecord]:
+        return [self.read_record() for _ in range(self.get_queue_size())]
+
+    def read_values_to_list(self) -> list[Any]:
+        return [r.value for r in self.read_records_to_list()]
+
+    def read_key_values_to_list(self) -> list[tuple[Any, Any]]:
+        return [(r.key, r.value) for r in self.read_records_to_list()]
+
+    def read_key_values_to_map(self) -> dict[Any, Any]:
+        return dict(self.read_key_values_to_list())
+
+    def get_queue_size(self) -> int:
+        return self.driver.output_size(self.name)
+
+    def is_empty(self) -> bool:
+        return self.get_queue_size() == 0
