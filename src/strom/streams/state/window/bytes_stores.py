@@ -8,10 +8,12 @@ dropped once expired. In memory and RocksDB differ only in their segments.
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from strom.streams.state.context import ChangelogRecord
+from strom.streams.kstream.windows import WindowSpecError
+from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.window import schemas
 from strom.streams.state.window.segments import (
     InMemorySegment,
@@ -23,6 +25,7 @@ from strom.streams.state.window.segments import (
 )
 
 MAX = schemas.MAX_TIMESTAMP
+_TIMESTAMP = struct.Struct(">q")
 
 
 class SegmentedBytesStore:
@@ -48,6 +51,8 @@ class SegmentedBytesStore:
         self._committed_stream_time = -1
         self.observed_stream_time = -1
         self.expired_records = 0
+        self.logged = True
+        self.timestamped = False
 
     @property
     def name(self) -> str:
@@ -73,6 +78,11 @@ class SegmentedBytesStore:
             self._committed_offset = _read_offset(self._offset_file)
         else:
             self._segments = in_memory_segments(self.retention_ms, self.segment_interval_ms)
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        """Open for one task and register ``root`` (the outermost layer) with its state manager."""
+        self.open(str(context.state_dir))
+        context.register_store(root, self, self.logged)
 
     # ---- writes and reads -----------------------------------------------------------------------
     def put_binary(self, binary_key: bytes, value: bytes | None) -> bool:
@@ -157,7 +167,10 @@ class SegmentedBytesStore:
             record_time = self._record_time(record.key)
             self.observed_stream_time = max(self.observed_stream_time, record_time)
             if record_time > self.observed_stream_time - self.retention_ms:
-                self._apply(segments, segments.segment_id(record_time), record.key, record.value)
+                value = record.value
+                if self.timestamped and value is not None:
+                    value = _TIMESTAMP.pack(record.timestamp) + value
+                self._apply(segments, segments.segment_id(record_time), record.key, value)
         segments.drop_expired(self.observed_stream_time)
         self._committed_stream_time = self.observed_stream_time
         if records:
@@ -245,6 +258,9 @@ class WindowBytesStore(SegmentedBytesStore):
     def __init__(self, name: str, retention_ms: int, window_size_ms: int, retain_duplicates: bool,
                  persistent: bool, segment_interval_ms: int | None = None) -> None:
         super().__init__(name, retention_ms, segment_interval_ms, persistent, schemas.window_start_of)
+        if retention_ms < window_size_ms:
+            raise WindowSpecError(f"Store {name!r}: retention ({retention_ms} ms) must be at least the "
+                                  f"window size ({window_size_ms} ms). Increase the retention.")
         self.window_size_ms = window_size_ms
         self.retain_duplicates = retain_duplicates
         self._seqnum = 0

@@ -1,0 +1,154 @@
+"""Suppliers and builders of window and session stores (Kafka's ``Stores`` window/session factories).
+
+A builder stacks the layers exactly as Kafka Streams: metered -> caching -> change-logging -> inner.
+Session stores have no caching layer: every session update goes down and downstream at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from strom.kafka.serdes import Serde
+from strom.streams.kstream.windows import Duration, WindowSpecError, to_millis
+from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
+from strom.streams.state.window.caching import CachingWindowStore
+from strom.streams.state.window.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
+from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
+
+
+@dataclass(frozen=True)
+class WindowBytesStoreSupplier:
+    name: str
+    retention_ms: int
+    window_size_ms: int
+    retain_duplicates: bool
+    persistent: bool
+    timestamped: bool
+    segment_interval_ms: int | None = None
+
+    def get(self) -> WindowBytesStore:
+        store = WindowBytesStore(self.name, self.retention_ms, self.window_size_ms, self.retain_duplicates,
+                                 self.persistent, self.segment_interval_ms)
+        store.timestamped = self.timestamped
+        return store
+
+
+@dataclass(frozen=True)
+class SessionBytesStoreSupplier:
+    name: str
+    retention_ms: int
+    persistent: bool
+    segment_interval_ms: int | None = None
+
+    def get(self) -> SessionBytesStore:
+        return SessionBytesStore(self.name, self.retention_ms, self.persistent, self.segment_interval_ms)
+
+
+def _window_supplier(name: str, retention: Duration, window_size: Duration, retain_duplicates: bool,
+                     persistent: bool, timestamped: bool) -> WindowBytesStoreSupplier:
+    retention_ms = to_millis(retention, "Window store retention")
+    size_ms = to_millis(window_size, "Window store window size")
+    if size_ms > retention_ms:
+        raise WindowSpecError(f"Window store {name!r}: the window size ({size_ms} ms) must not exceed the "
+                              f"retention ({retention_ms} ms). Increase the retention.")
+    return WindowBytesStoreSupplier(name, retention_ms, size_ms, retain_duplicates, persistent, timestamped)
+
+
+def persistent_window_store(name: str, retention: Duration, window_size: Duration,
+                            retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+    return _window_supplier(name, retention, window_size, retain_duplicates, True, False)
+
+
+def persistent_timestamped_window_store(name: str, retention: Duration, window_size: Duration,
+                                        retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+    return _window_supplier(name, retention, window_size, retain_duplicates, True, True)
+
+
+def in_memory_window_store(name: str, retention: Duration, window_size: Duration,
+                           retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+    return _window_supplier(name, retention, window_size, retain_duplicates, False, False)
+
+
+def in_memory_timestamped_window_store(name: str, retention: Duration, window_size: Duration,
+                                       retain_duplicates: bool = False) -> WindowBytesStoreSupplier:
+    return _window_supplier(name, retention, window_size, retain_duplicates, False, True)
+
+
+def persistent_session_store(name: str, retention: Duration) -> SessionBytesStoreSupplier:
+    return SessionBytesStoreSupplier(name, to_millis(retention, "Session store retention"), True)
+
+
+def in_memory_session_store(name: str, retention: Duration) -> SessionBytesStoreSupplier:
+    return SessionBytesStoreSupplier(name, to_millis(retention, "Session store retention"), False)
+
+
+class _Builder:
+    def __init__(self, supplier: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
+        self.supplier = supplier
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.logging_enabled = True
+        self.log_config: dict[str, str] = {}
+
+    @property
+    def name(self) -> str:
+        return self.supplier.name
+
+    def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> _Builder:
+        self.logging_enabled = True
+        self.log_config = dict(config or {})
+        return self
+
+    def with_logging_disabled(self) -> _Builder:
+        self.logging_enabled = False
+        self.log_config = {}
+        return self
+
+
+class WindowStoreBuilder(_Builder):
+    """Builds a (timestamped) window store; caching is off until ``with_caching_enabled``."""
+
+    def __init__(self, supplier: WindowBytesStoreSupplier, key_serde: Serde[Any] | None,
+                 value_serde: Serde[Any] | None) -> None:
+        super().__init__(supplier, key_serde, value_serde)
+        self.caching_enabled = False
+
+    def with_caching_enabled(self) -> WindowStoreBuilder:
+        if self.supplier.retain_duplicates:
+            raise WindowSpecError(f"Window store {self.name!r} retains duplicates and cannot be cached. "
+                                  "Leave caching disabled for it.")
+        self.caching_enabled = True
+        return self
+
+    def with_caching_disabled(self) -> WindowStoreBuilder:
+        self.caching_enabled = False
+        return self
+
+    def build(self) -> MeteredWindowStore:
+        inner = self.supplier.get()
+        inner.logged = self.logging_enabled
+        store: Any = ChangeLoggingWindowStore(inner) if self.logging_enabled else inner
+        if self.caching_enabled:
+            store = CachingWindowStore(store)
+        return MeteredWindowStore(store, self.key_serde, self.value_serde, self.supplier.window_size_ms,
+                                  self.supplier.timestamped)
+
+
+class SessionStoreBuilder(_Builder):
+    def build(self) -> MeteredSessionStore:
+        inner = self.supplier.get()
+        inner.logged = self.logging_enabled
+        store: Any = ChangeLoggingSessionStore(inner) if self.logging_enabled else inner
+        return MeteredSessionStore(store, self.key_serde, self.value_serde)
+
+
+def window_store_builder(supplier: WindowBytesStoreSupplier, key_serde: Serde[Any] | None = None,
+                         value_serde: Serde[Any] | None = None) -> WindowStoreBuilder:
+    return WindowStoreBuilder(supplier, key_serde, value_serde)
+
+
+def session_store_builder(supplier: SessionBytesStoreSupplier, key_serde: Serde[Any] | None = None,
+                          value_serde: Serde[Any] | None = None) -> SessionStoreBuilder:
+    return SessionStoreBuilder(supplier, key_serde, value_serde)

@@ -1,0 +1,121 @@
+"""The caching layer of window stores: Kafka's CachingWindowStore over the thread's record cache.
+
+Writes land in the task's NamedCache under the binary window key; they reach the layer below and the
+flush listener (the windowed aggregation's downstream) when the cache evicts or flushes at commit, so
+with caching on a window emits its latest result once per commit instead of once per record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
+from strom.streams.state.context import StateStore, StateStoreContext, cache_namespace
+from strom.streams.state.window import schemas
+
+WindowFlushListener = Callable[[bytes, int, bytes | None, bytes | None, int], None]
+"""(key, window start, new value, old value, timestamp) in bytes; the metered layer deserializes."""
+
+
+class CachingWindowStore:
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+        self._context: StateStoreContext | None = None
+        self._cache: ThreadCache | None = None
+        self._namespace = ""
+        self._listener: WindowFlushListener | None = None
+        self._send_old_values = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self.wrapped.init(context, root)
+        self._context = context
+        self._cache = context.cache
+        self._namespace = cache_namespace(context.task_id, self.wrapped.name)
+        self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
+
+    def set_flush_listener(self, listener: WindowFlushListener, send_old_values: bool) -> bool:
+        """Forward flushed windows to ``listener``; True tells the processor that caching is on."""
+        self._listener = listener
+        self._send_old_values = send_old_values
+        return True
+
+    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+        context = self._context
+        assert context is not None
+        current = context.record_context
+        try:
+            for binary_key, new, entry_context in entries:
+                key, start, _ = schemas.split_window_store_key(binary_key)
+                context.set_record_context(entry_context)
+                old = self.wrapped.fetch(key, start) if self._listener is not None else None
+                self.wrapped.put(key, new, start)
+                if self._listener is not None and (new is not None or old is not None):
+                    self._listener(key, start, new, old if self._send_old_values else None,
+                                   entry_context.timestamp)
+        finally:
+            context.set_record_context(current)
+
+    def put(self, key: bytes, value: bytes | None, window_start: int) -> bytes:
+        context = self._context
+        assert context is not None and self._cache is not None, "store used before init"
+        binary_key = schemas.window_store_key(key, window_start, 0)
+        self._cache.put(self._namespace, binary_key,
+                        LRUCacheEntry(binary_key, value, True, context.record_context))
+        return binary_key
+
+    def fetch(self, key: bytes, window_start: int) -> bytes | None:
+        assert self._cache is not None, "store used before init"
+        entry = self._cache.get(self._namespace, schemas.window_store_key(key, window_start, 0))
+        if entry is not None:
+            return entry.value
+        return self.wrapped.fetch(key, window_start)
+
+    def fetch_range(self, key: bytes, time_from: int, time_to: int,
+                    reverse: bool = False) -> Iterator[tuple[int, bytes]]:
+        merged = {start: value for start, value in self.wrapped.fetch_range(key, time_from, time_to)}
+        for _, start, value in self._cached(key, key, time_from, time_to):
+            merged[start] = value
+        for start in sorted(merged, reverse=reverse):
+            if merged[start] is not None:
+                yield start, merged[start]
+
+    def fetch_key_range(self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int,
+                        reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
+        """Same order as the store below: segment by segment, key order within a segment."""
+        merged = {(k, start): v for k, start, v in self.wrapped.fetch_key_range(key_from, key_to,
+                                                                                time_from, time_to)}
+        for cached_key, start, value in self._cached(key_from, key_to, time_from, time_to):
+            merged[(cached_key, start)] = value
+        interval = self.wrapped.segment_interval_ms
+        order = sorted(merged, key=lambda ks: (ks[1] // interval, schemas.window_store_key(ks[0], ks[1])),
+                       reverse=reverse)
+        for key, start in order:
+            if merged[(key, start)] is not None:
+                yield key, start, merged[(key, start)]
+
+    def all(self, reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
+        return self.fetch_key_range(None, None, 0, schemas.MAX_TIMESTAMP, reverse)
+
+    def _cached(self, key_from: bytes | None, key_to: bytes | None, time_from: int,
+                time_to: int) -> Iterator[tuple[bytes, int, bytes | None]]:
+        assert self._cache is not None, "store used before init"
+        time_from = max(time_from, self.wrapped.min_live_time())
+        for binary_key, entry in self._cache.range(self._namespace, key_from, None):
+            key, start, _ = schemas.split_window_store_key(binary_key)
+            if (time_from <= start <= time_to and (key_from is None or key >= key_from)
+                    and (key_to is None or key <= key_to)):
+                yield key, start, entry.value
+
+    def flush(self) -> None:
+        if self._cache is not None:
+            self._cache.flush(self._namespace)
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close(self._namespace)
+        self.wrapped.close()

@@ -1,0 +1,219 @@
+"""The metered (outermost) layers of window and session stores: serdes and operation counts.
+
+Processors and interactive queries use these typed stores; everything below works on bytes.
+Timestamped window stores (what windowed aggregations use) hold ``ValueAndTimestamp`` values,
+stored as Kafka does: an 8-byte timestamp followed by the serialized value.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from strom.kafka.serdes import Serde
+from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
+from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
+
+_TIMESTAMP = struct.Struct(">q")
+
+WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
+
+
+class ValueAndTimestamp(NamedTuple):
+    """A stored value with the timestamp of the record that produced it."""
+
+    value: Any
+    timestamp: int
+
+
+class _Metered:
+    def __init__(self, wrapped: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
+        self.wrapped = wrapped
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self._topic: str | None = None
+        self.num_puts = 0
+        self.num_fetches = 0
+
+    @property
+    def name(self) -> str:
+        return self.wrapped.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.wrapped.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.wrapped.is_open
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        key_serde = self._key_serde or context.key_serde
+        value_serde = self._value_serde or context.value_serde
+        self._topic = context.changelog_topic(self.name)
+        self._key_to = key_serde.serializer().serialize
+        self._key_from = key_serde.deserializer().deserialize
+        self._value_to = value_serde.serializer().serialize
+        self._value_from = value_serde.deserializer().deserialize
+        self.wrapped.init(context, root)
+
+    def _key_bytes(self, key: Any) -> bytes:
+        if key is None:
+            raise ValueError(f"store {self.name!r}: keys must not be None")
+        return self._key_to(self._topic, key)
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+
+class MeteredWindowStore(_Metered):
+    """Kafka's WindowStore: values per key and window start."""
+
+    def __init__(self, wrapped: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                 window_size_ms: int, timestamped: bool) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        self.window_size_ms = window_size_ms
+        self.timestamped = timestamped
+
+    def _to_bytes(self, value: Any) -> bytes | None:
+        if value is None:
+            return None
+        if self.timestamped:
+            return _TIMESTAMP.pack(value.timestamp) + self._value_to(self._topic, value.value)
+        return self._value_to(self._topic, value)
+
+    def _from_bytes(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        if self.timestamped:
+            return ValueAndTimestamp(self._value_from(self._topic, data[8:]), _TIMESTAMP.unpack_from(data)[0])
+        return self._value_from(self._topic, data)
+
+    def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
+        return Windowed(self._key_from(self._topic, key), Window(start, min(start + self.window_size_ms,
+                                                                            MAX_TIMESTAMP)))
+
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        """Store ``value`` (a ValueAndTimestamp for timestamped stores) for a window; None deletes."""
+        self.num_puts += 1
+        self.wrapped.put(self._key_bytes(key), self._to_bytes(value), window_start)
+
+    def fetch(self, key: Any, window_start: int) -> Any:
+        self.num_fetches += 1
+        return self._from_bytes(self.wrapped.fetch(self._key_bytes(key), window_start))
+
+    def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        """(window start, value) of the key's windows starting in [time_from, time_to], oldest first."""
+        return self._values(self.wrapped.fetch_range(self._key_bytes(key), time_from, time_to, False))
+
+    def backward_fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        return self._values(self.wrapped.fetch_range(self._key_bytes(key), time_from, time_to, True))
+
+    def fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
+                        time_to: int) -> WindowedRecords:
+        """(Windowed key, value) for keys in [key_from, key_to] (None: unbounded)."""
+        return self._windows(self.wrapped.fetch_key_range(self._bound(key_from), self._bound(key_to),
+                                                          time_from, time_to, False))
+
+    def backward_fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
+                                 time_to: int) -> WindowedRecords:
+        return self._windows(self.wrapped.fetch_key_range(self._bound(key_from), self._bound(key_to),
+                                                          time_from, time_to, True))
+
+    def fetch_all(self, time_from: int, time_to: int) -> WindowedRecords:
+        return self._windows(self.wrapped.fetch_key_range(None, None, time_from, time_to, False))
+
+    def all(self) -> WindowedRecords:
+        return self._windows(self.wrapped.all(False))
+
+    def backward_all(self) -> WindowedRecords:
+        return self._windows(self.wrapped.all(True))
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """With caching, flushed windows reach ``listener(Windowed key, new, old, timestamp)`` with plain
+        values; returns False when the store is not cached (the processor forwards itself)."""
+        set_listener = getattr(self.wrapped, "set_flush_listener", None)
+        if set_listener is None:
+            return False
+
+        def on_flush(key: bytes, start: int, new: bytes | None, old: bytes | None, timestamp: int) -> None:
+            listener(self._windowed(key, start), self._plain(new), self._plain(old), timestamp)
+
+        return set_listener(on_flush, send_old_values)
+
+    def _plain(self, data: bytes | None) -> Any:
+        value = self._from_bytes(data)
+        return value.value if self.timestamped and value is not None else value
+
+    def _bound(self, key: Any) -> bytes | None:
+        return None if key is None else self._key_bytes(key)
+
+    def _values(self, records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+        self.num_fetches += 1
+        for start, value in records:
+            yield start, self._from_bytes(value)
+
+    def _windows(self, records: Iterator[tuple[bytes, int, bytes]]) -> WindowedRecords:
+        self.num_fetches += 1
+        for key, start, value in records:
+            yield self._windowed(key, start), self._from_bytes(value)
+
+
+class MeteredSessionStore(_Metered):
+    """Kafka's SessionStore: one aggregate per key and session window."""
+
+    def put(self, session: Windowed[Any], aggregate: Any) -> None:
+        """Store the aggregate of a session; None removes the session."""
+        self.num_puts += 1
+        value = None if aggregate is None else self._value_to(self._topic, aggregate)
+        self.wrapped.put(self._key_bytes(session.key), session.window.start, session.window.end, value)
+
+    def remove(self, session: Windowed[Any]) -> None:
+        self.put(session, None)
+
+    def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
+        self.num_fetches += 1
+        data = self.wrapped.fetch_session(self._key_bytes(key), session_start, session_end)
+        return None if data is None else self._value_from(self._topic, data)
+
+    def find_sessions(self, key: Any, earliest_session_end: int,
+                      latest_session_start: int) -> WindowedRecords:
+        """Sessions of ``key`` ending at or after ``earliest_session_end`` and starting at or before
+        ``latest_session_start``: those a record could merge with."""
+        raw = self._key_bytes(key)
+        return self._sessions(self.wrapped.find_sessions(raw, raw, earliest_session_end,
+                                                         latest_session_start))
+
+    def backward_find_sessions(self, key: Any, earliest_session_end: int,
+                               latest_session_start: int) -> WindowedRecords:
+        raw = self._key_bytes(key)
+        return self._sessions(self.wrapped.find_sessions(raw, raw, earliest_session_end, latest_session_start,
+                                                         True))
+
+    def find_sessions_key_range(self, key_from: Any, key_to: Any, earliest_session_end: int,
+                                latest_session_start: int) -> WindowedRecords:
+        low = None if key_from is None else self._key_bytes(key_from)
+        high = None if key_to is None else self._key_bytes(key_to)
+        return self._sessions(self.wrapped.find_sessions(low, high, earliest_session_end,
+                                                         latest_session_start))
+
+    def fetch(self, key: Any) -> WindowedRecords:
+        """Every session of ``key``."""
+        return self.find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def backward_fetch(self, key: Any) -> WindowedRecords:
+        return self.backward_find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """Session stores are not cached: the session aggregation forwards every update itself."""
+        return False
+
+    def _sessions(self, records: Iterator[tuple[bytes, int, int, bytes]]) -> WindowedRecords:
+        self.num_fetches += 1
+        for key, start, end, value in records:
+            yield Windowed(self._key_from(self._topic, key), SessionWindow(start, end)), \
+                self._value_from(self._topic, value)
