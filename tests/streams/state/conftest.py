@@ -63,3 +63,11 @@ class StoreHost:
 @pytest.fixture
 def host(tmp_path: Path) -> StoreHost:
     return StoreHost(tmp_path)
+
+
+@pytest.fixture
+def make_host(tmp_path: Path):
+    """Hosts for several tasks or runs: ``make_host(name, cache_bytes=..., task_id=..., cache=...)``."""
+    def make(name: str = "host", **kwargs: Any) -> StoreHost:
+        return StoreHost(tmp_path / name, **kwargs)
+    return make
