@@ -25,6 +25,8 @@ def _register_commands() -> None:
     from strom.cli import preflight
 
     cli.add_command(preflight.preflight)
+    from strom.cli import tasks
+    cli.add_command(tasks.tasks)
 
 
 _register_commands()
