@@ -62,7 +62,7 @@ def test_bad_options_name_the_option(extra, streaming, named):
 
 
 def test_missing_bootstrap_and_subscription_are_named():
-    with pytest.raises(ConfigError, match="kafka.bootstrap.servers"):
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap\.servers"):
         source_options({"subscribe": "a"}, streaming=True)
     with pytest.raises(ConfigError, match="subscribe"):
         source_options({"kafka.bootstrap.servers": "x:1"}, streaming=True)
@@ -80,7 +80,7 @@ def test_sink_options():
                          "exactly_once", "checkpointlocation": "/tmp/c"})
     assert sink.exactly_once and sink.topic == "out"
     assert not sink_options({"kafka.bootstrap.servers": "x:1"}).exactly_once
-    with pytest.raises(ConfigError, match="delivery.guarantee"):
+    with pytest.raises(ConfigError, match=r"delivery\.guarantee"):
         sink_options({"kafka.bootstrap.servers": "x:1", "delivery.guarantee": "twice"})
 
 
