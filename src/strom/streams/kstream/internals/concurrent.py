@@ -81,8 +81,10 @@ class ConcurrentProcessor(Processor):
         while done:
             record, result, error = done.popleft()
             if error is not None:
-                raise ProcessingError(f"The concurrent step raised on the record with key {record.key!r}: "
-                                      f"{error!r}. Fix the function or catch the error in it.") from error
+                raise ProcessingError(
+                    f"The concurrent step raised on the record with key {record.key!r}: "
+                    f"{error!r}. Fix the function or catch the error in it."
+                ) from error
             for output in _outputs(result):
                 self.context.forward(output)
 
@@ -103,12 +105,15 @@ class ConcurrentProcessor(Processor):
 def map_values_supplier(fn: Callable[[Any], Any], concurrency: int) -> Callable[[], ConcurrentProcessor]:
     """The processor behind ``KStream.map_values_concurrently``: ``fn(value)`` (plain or async)."""
     if inspect.iscoroutinefunction(fn):
+
         async def apply_async(record: Record) -> Record:
             return record.with_value(await fn(record.value))
+
         return lambda: ConcurrentProcessor(apply_async, concurrency)
 
     def apply(record: Record) -> Record:
         return record.with_value(fn(record.value))
+
     return lambda: ConcurrentProcessor(apply, concurrency)
 
 

@@ -55,6 +55,7 @@ class TaskContext:
         collector: RecordCollector,
         cache: ThreadCache,
         system_time: Callable[[], int],
+        metrics: Any,
         changelog_topics: dict[str, str] | None = None,
     ) -> None:
         self.application_id = application_id
@@ -68,6 +69,7 @@ class TaskContext:
             task_id, partition, state_dir, self.changelog_topic, cache
         )
         self.system_time = system_time
+        self.metrics = metrics
         self.changelog_topics = changelog_topics or {}
         self.stores: dict[str, StateStore] = {}
         self.stream_time = -1
@@ -196,6 +198,15 @@ class ProcessorContextImpl:
         return self.task.system_time()
 
     # ---- what stores and DSL processors use -----------------------------------------------------
+    @property
+    def metrics(self) -> Any:
+        """The task's counters (``processed``, ``dropped_records``, ``punctuated``)."""
+        return self.task.metrics
+
+    @property
+    def record_headers(self) -> Headers:
+        return self.task.headers
+
     @property
     def record_timestamp(self) -> int:
         return self.task.timestamp

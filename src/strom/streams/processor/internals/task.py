@@ -95,6 +95,7 @@ class StreamTask:
             self.collector,
             cache,
             system_time,
+            self.metrics,
         )
         self.state_manager = self.context.state_manager
         self.nodes: dict[str, ProcessorNode] = {}
@@ -149,7 +150,13 @@ class StreamTask:
             node.children = [self.nodes[c] for c in b.children(name) if c in self.nodes]
 
     def _serde(self, serde: Any, node: str, which: str) -> Any:
-        return serde if serde is not None else default_serde(self.config, which, f"Node {node!r}")
+        """The given serde, else the default one; a wrapping serde (``with_default``) gets the default
+        as its inner serde when it has none."""
+        if serde is None:
+            return default_serde(self.config, which, f"Node {node!r}")
+        if getattr(serde, "inner", True) is None:
+            return serde.with_default(default_serde(self.config, which, f"Node {node!r}"))
+        return serde
 
     # ---- life cycle -----------------------------------------------------------------------------
     def initialize(self) -> None:

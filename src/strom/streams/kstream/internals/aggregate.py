@@ -1,0 +1,147 @@
+"""Aggregation processors: KStream aggregate/reduce (count is an aggregate) and KTable aggregate/reduce
+with subtractors. Results live in a timestamped store and are forwarded through the tuple forwarder."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from strom.streams.kstream.change import Change
+from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
+from strom.streams.processor.api import Processor, Record
+from strom.streams.state.timestamped import ValueAndTimestamp
+
+log = logging.getLogger(__name__)
+
+
+class _Aggregating(Processor):
+    def __init__(self, supplier: KTableProcessorSupplier) -> None:
+        self.supplier = supplier
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.supplier.store_name)
+        self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
+
+    def _skip(self, record: Record, what: str) -> None:
+        log.debug("Skipping record with null %s in %s", what, self.supplier.store_name)
+        self.context.metrics.dropped_records += 1
+
+
+class KStreamAggregate(_Aggregating):
+    """``aggregate``: new = aggregator(key, value, old or initializer()). Null keys and values are skipped."""
+
+    def __init__(
+        self,
+        supplier: KTableProcessorSupplier,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(supplier)
+        self.initializer = initializer
+        self.aggregator = aggregator
+
+    def process(self, record: Record) -> None:
+        key = record.key
+        if key is None or record.value is None:
+            self._skip(record, "key or value")
+            return
+        previous = self.store.get(key)
+        if previous is None:
+            old, timestamp = None, record.timestamp
+            aggregate = self.initializer()
+        else:
+            old = aggregate = previous.value
+            timestamp = max(record.timestamp, previous.timestamp)
+        new = self.aggregator(key, record.value, aggregate)
+        self.store.put(key, ValueAndTimestamp(new, timestamp))
+        self.forwarder.maybe_forward(key, new, old, timestamp)
+
+
+class KStreamReduce(_Aggregating):
+    """``reduce``: the first value of a key is its aggregate; later ones are combined with reducer(agg, value)."""
+
+    def __init__(self, supplier: KTableProcessorSupplier, reducer: Callable[[Any, Any], Any]) -> None:
+        super().__init__(supplier)
+        self.reducer = reducer
+
+    def process(self, record: Record) -> None:
+        key = record.key
+        if key is None or record.value is None:
+            self._skip(record, "key or value")
+            return
+        previous = self.store.get(key)
+        if previous is None:
+            old, new, timestamp = None, record.value, record.timestamp
+        else:
+            old = previous.value
+            new = self.reducer(old, record.value)
+            timestamp = max(record.timestamp, previous.timestamp)
+        self.store.put(key, ValueAndTimestamp(new, timestamp))
+        self.forwarder.maybe_forward(key, new, old, timestamp)
+
+
+class KTableAggregate(_Aggregating):
+    """KGroupedTable.aggregate: subtract the old value, then add the new one."""
+
+    def __init__(
+        self,
+        supplier: KTableProcessorSupplier,
+        initializer: Callable[[], Any],
+        adder: Callable[[Any, Any, Any], Any],
+        subtractor: Callable[[Any, Any, Any], Any],
+    ) -> None:
+        super().__init__(supplier)
+        self.initializer = initializer
+        self.adder = adder
+        self.subtractor = subtractor
+
+    def process(self, record: Record) -> None:
+        key = record.key
+        change: Change = record.value
+        if key is None:
+            self._skip(record, "key")
+            return
+        previous = self.store.get(key)
+        old = None if previous is None else previous.value
+        aggregate = self.initializer() if old is None else old
+        timestamp = record.timestamp if previous is None else max(record.timestamp, previous.timestamp)
+        if change.old_value is not None:
+            aggregate = self.subtractor(key, change.old_value, aggregate)
+        if change.new_value is not None:
+            aggregate = self.adder(key, change.new_value, aggregate)
+        self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
+        self.forwarder.maybe_forward(key, aggregate, old, timestamp)
+
+
+class KTableReduce(_Aggregating):
+    """KGroupedTable.reduce: remove the old value with the subtractor, then add the new with the adder;
+    an aggregate that becomes None deletes the key."""
+
+    def __init__(
+        self,
+        supplier: KTableProcessorSupplier,
+        adder: Callable[[Any, Any], Any],
+        subtractor: Callable[[Any, Any], Any],
+    ) -> None:
+        super().__init__(supplier)
+        self.adder = adder
+        self.subtractor = subtractor
+
+    def process(self, record: Record) -> None:
+        key = record.key
+        change: Change = record.value
+        if key is None:
+            self._skip(record, "key")
+            return
+        previous = self.store.get(key)
+        old = None if previous is None else previous.value
+        timestamp = record.timestamp if previous is None else max(record.timestamp, previous.timestamp)
+        aggregate = old
+        if change.old_value is not None and aggregate is not None:
+            aggregate = self.subtractor(aggregate, change.old_value)
+        if change.new_value is not None:
+            aggregate = change.new_value if aggregate is None else self.adder(aggregate, change.new_value)
+        self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
+        self.forwarder.maybe_forward(key, aggregate, old, timestamp)

@@ -1,0 +1,158 @@
+"""KTable processors: sources, filter, map_values, to_stream, the group_by re-keying, and the tuple
+forwarder that forwards Change records directly or, when the store caches, on cache flush (seed 001)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from strom.streams.kstream.change import Change
+from strom.streams.processor.api import Processor, Record
+from strom.streams.state.timestamped import ValueAndTimestamp
+
+log = logging.getLogger(__name__)
+
+KV = Callable[[Any, Any], Any]
+
+
+class TimestampedTupleForwarder:
+    """Kafka's TimestampedTupleForwarder: with a caching store, updates are forwarded by the store's flush
+    listener when the cache evicts or flushes; without, ``maybe_forward`` forwards each update now."""
+
+    def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
+        self.context = context
+        self.send_old_values = send_old_values
+        self.caching = store.set_flush_listener(self._flushed, send_old_values)
+
+    def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+        self.context.forward(Record(key, Change(new, old), timestamp, self.context.record_headers))
+
+    def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+        if not self.caching:
+            change = Change(new, old if self.send_old_values else None)
+            self.context.forward(Record(key, change, timestamp, self.context.record_headers))
+
+
+class KTableProcessorSupplier:
+    """Makes a table processor per task. ``send_old_values`` may be switched on by downstream operators
+    (e.g. KTable.group_by needs old values to subtract) until the topology is built."""
+
+    def __init__(
+        self, factory: Callable[[KTableProcessorSupplier], Processor], store_name: str | None
+    ) -> None:
+        self.factory = factory
+        self.store_name = store_name
+        self.send_old_values = False
+
+    def __call__(self) -> Processor:
+        return self.factory(self)
+
+
+class _StoreBacked(Processor):
+    """A table processor that may keep its result in a store (materialized) and forward via the cache."""
+
+    def __init__(self, supplier: KTableProcessorSupplier) -> None:
+        self.supplier = supplier
+        self.store: Any = None
+        self.forwarder: TimestampedTupleForwarder | None = None
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        if self.supplier.store_name is not None:
+            self.store = context.get_state_store(self.supplier.store_name)
+            self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
+
+    def emit(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+        """Stores (when materialized) and forwards Change(new, old)."""
+        if self.forwarder is not None:
+            self.store.put(key, ValueAndTimestamp.make(new, timestamp))
+            self.forwarder.maybe_forward(key, new, old, timestamp)
+        else:
+            change = Change(new, old if self.supplier.send_old_values else None)
+            self.context.forward(Record(key, change, timestamp, self.context.record_headers))
+
+
+class KTableSource(_StoreBacked):
+    """Reads a topic as a table: null keys are dropped; a tombstone (None value) deletes the key."""
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            log.warning("Skipping a KTable record with a null key (topic %s)", self.context.record_metadata())
+            self.context.metrics.dropped_records += 1
+            return
+        old = None
+        if self.store is not None:
+            previous = self.store.get(record.key)
+            old = None if previous is None else previous.value
+        self.emit(record.key, record.value, old, record.timestamp)
+
+
+class KTableFilter(_StoreBacked):
+    def __init__(self, supplier: KTableProcessorSupplier, predicate: KV, keep_when: bool) -> None:
+        super().__init__(supplier)
+        self.predicate = predicate
+        self.keep_when = keep_when
+
+    def _compute(self, key: Any, value: Any) -> Any:
+        if value is None or bool(self.predicate(key, value)) is not self.keep_when:
+            return None
+        return value
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        new = self._compute(record.key, change.new_value)
+        old = self._compute(record.key, change.old_value) if self.supplier.send_old_values else None
+        if self.supplier.send_old_values and new is None and old is None:
+            return
+        if self.store is not None:
+            previous = self.store.get(record.key)
+            old = None if previous is None else previous.value
+            if new is None and old is None:
+                return
+        self.emit(record.key, new, old, record.timestamp)
+
+
+class KTableMapValues(_StoreBacked):
+    def __init__(self, supplier: KTableProcessorSupplier, mapper: KV) -> None:
+        super().__init__(supplier)
+        self.mapper = mapper
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        new = None if change.new_value is None else self.mapper(record.key, change.new_value)
+        old = None
+        if self.store is not None:
+            previous = self.store.get(record.key)
+            old = None if previous is None else previous.value
+        elif self.supplier.send_old_values and change.old_value is not None:
+            old = self.mapper(record.key, change.old_value)
+        self.emit(record.key, new, old, record.timestamp)
+
+
+class KTableToStream(Processor):
+    """Forwards each update's new value (None for a deletion) as a stream record."""
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+
+    def process(self, record: Record) -> None:
+        self.forward(Record(record.key, record.value.new_value, record.timestamp, record.headers))
+
+
+class KTableRepartitionMap(Processor):
+    """KTable.group_by: re-keys an update as (old key, Change(None, old)) then (new key, Change(new, None)),
+    so the aggregation subtracts the old value under its old key and adds the new one under its new key."""
+
+    def __init__(self, selector: KV) -> None:
+        self.selector = selector
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        if change.old_value is not None:
+            key, value = self.selector(record.key, change.old_value)
+            self.context.forward(Record(key, Change(None, value), record.timestamp, record.headers))
+        if change.new_value is not None:
+            key, value = self.selector(record.key, change.new_value)
+            self.context.forward(Record(key, Change(value, None), record.timestamp, record.headers))

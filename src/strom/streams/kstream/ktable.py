@@ -1,0 +1,209 @@
+"""KTable: a changelog stream viewed as a table (latest value per key), and how tables are created."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from strom.streams.kstream.internals import table as tp
+from strom.streams.kstream.internals.functions import key_value_function, value_function
+from strom.streams.kstream.internals.materialize import timestamped_store_builder
+from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.grouped import KGroupedTable
+    from strom.streams.kstream.kstream import KStream
+
+
+class KTable:
+    """Operators forward ``Change(new, old)`` records. ``queryable_store_name`` is the store name when the
+    table was materialized under a name (``Materialized.as_``), else None."""
+
+    def __init__(
+        self,
+        builder: InternalStreamsBuilder,
+        name: str,
+        supplier: tp.KTableProcessorSupplier,
+        key_serde: Any,
+        value_serde: Any,
+        queryable_store_name: str | None,
+        parent: KTable | None = None,
+        source_topics: frozenset[str] = frozenset(),
+    ) -> None:
+        self.builder = builder
+        self.name = name
+        self.supplier = supplier
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.queryable_store_name = queryable_store_name
+        self.parent = parent
+        self.source_topics = source_topics
+        self._materialize_on_demand: Callable[[], None] | None = None
+
+    def enable_send_old_values(self) -> None:
+        """Downstream needs (new, old) pairs: a table without a store gets them from its parent, a source
+        table without one is materialized."""
+        if self.supplier.store_name is None:
+            if self.parent is not None:
+                self.parent.enable_send_old_values()
+            elif self._materialize_on_demand is not None:
+                self._materialize_on_demand()
+        self.supplier.send_old_values = True
+
+    def _derive(
+        self,
+        prefix: str,
+        named: Named | None,
+        materialized: Materialized | None,
+        factory: Callable[[tp.KTableProcessorSupplier], Any],
+        value_serde: Any,
+    ) -> KTable:
+        name = self.builder.node_name(named, prefix)
+        store_name = None
+        if materialized is not None:
+            store_name = self.builder.store_name(materialized, prefix)
+        supplier = tp.KTableProcessorSupplier(factory, store_name)
+        self.builder.internal.add_processor(name, supplier, self.name)
+        if store_name is not None:
+            store = timestamped_store_builder(materialized, store_name, self.key_serde, value_serde)
+            self.builder.internal.add_state_store(store, name)
+        queryable = store_name if materialized is not None and materialized.store_name else None
+        return KTable(
+            self.builder, name, supplier, self.key_serde, value_serde, queryable, self, self.source_topics
+        )
+
+    def filter(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        fn = key_value_function(predicate, "KTable.filter")
+        return self._derive(
+            "KTABLE-FILTER-", named, materialized, lambda s: tp.KTableFilter(s, fn, True), self.value_serde
+        )
+
+    def filter_not(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        fn = key_value_function(predicate, "KTable.filter_not")
+        return self._derive(
+            "KTABLE-FILTER-", named, materialized, lambda s: tp.KTableFilter(s, fn, False), self.value_serde
+        )
+
+    def map_values(
+        self, mapper: Callable[..., Any], named: Named | None = None, materialized: Materialized | None = None
+    ) -> KTable:
+        fn = value_function(mapper, "KTable.map_values")
+        return self._derive(
+            "KTABLE-MAPVALUES-",
+            named,
+            materialized,
+            lambda s: tp.KTableMapValues(s, fn),
+            materialized.value_serde if materialized else None,
+        )
+
+    def to_stream(self, named: Named | None = None) -> KStream:
+        from strom.streams.kstream.kstream import KStream
+
+        name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
+        self.builder.internal.add_processor(name, tp.KTableToStream, self.name)
+        return KStream(self.builder, name, self.key_serde, self.value_serde, False, self.source_topics)
+
+    def group_by(
+        self, selector: Callable[[Any, Any], tuple[Any, Any]], grouped: Grouped | None = None
+    ) -> KGroupedTable:
+        """Re-keys the table: ``selector(key, value)`` returns the new (key, value). Always repartitions."""
+        from strom.streams.kstream.grouped import KGroupedTable
+
+        fn = key_value_function(selector, "KTable.group_by")
+        grouped = grouped or Grouped()
+        self.enable_send_old_values()
+        name = self.builder.node_name(Named(grouped.name and f"{grouped.name}-select"), "KTABLE-SELECT-")
+        self.builder.internal.add_processor(name, lambda: tp.KTableRepartitionMap(fn), self.name)
+        return KGroupedTable(
+            self.builder, name, grouped.key_serde, grouped.value_serde, grouped.name, self.source_topics
+        )
+
+
+def source_table(
+    builder: InternalStreamsBuilder, topic: str, consumed: Consumed, materialized: Materialized | None
+) -> KTable:
+    """StreamsBuilder.table: a source node and a KTableSource, materialized when named (or when a
+    downstream operator needs old values)."""
+    source_name = builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-")
+    builder.internal.add_source(
+        source_name, [topic], consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
+    )
+    table = _table_processor(
+        builder,
+        "KTABLE-SOURCE-",
+        Named(),
+        materialized,
+        source_name,
+        consumed.key_serde,
+        consumed.value_serde,
+        f"{topic}-",
+    )
+    table.source_topics = frozenset({topic})
+    return table
+
+
+def to_table(stream: KStream, named: Named | None, materialized: Materialized | None) -> KTable:
+    return _table_processor(
+        stream.builder,
+        "KSTREAM-TOTABLE-",
+        named,
+        materialized,
+        stream.name,
+        stream.key_serde,
+        stream.value_serde,
+        "KSTREAM-TOTABLE-",
+        stream.source_topics,
+    )
+
+
+def _table_processor(
+    builder: InternalStreamsBuilder,
+    prefix: str,
+    named: Named | None,
+    materialized: Materialized | None,
+    parent: str,
+    key_serde: Any,
+    value_serde: Any,
+    store_prefix: str,
+    source_topics: frozenset[str] = frozenset(),
+) -> KTable:
+    name = builder.node_name(named, prefix)
+    store_name = builder.store_name(materialized, store_prefix)
+    named_store = materialized is not None and (materialized.store_name is not None)
+    key_serde = (materialized.key_serde if materialized else None) or key_serde
+    value_serde = (materialized.value_serde if materialized else None) or value_serde
+    supplier = tp.KTableProcessorSupplier(tp.KTableSource, store_name if named_store else None)
+    builder.internal.add_processor(name, supplier, parent)
+    table = KTable(
+        builder,
+        name,
+        supplier,
+        key_serde,
+        value_serde,
+        store_name if named_store else None,
+        source_topics=source_topics,
+    )
+
+    def materialize() -> None:
+        if supplier.store_name is None:
+            supplier.store_name = store_name
+            store = timestamped_store_builder(materialized, store_name, key_serde, value_serde)
+            builder.internal.add_state_store(store, name)
+
+    if named_store:
+        supplier.store_name = None
+        materialize()
+    else:
+        table._materialize_on_demand = materialize
+    return table
