@@ -16,9 +16,9 @@ def test_static_values_are_validated_with_clear_errors() -> None:
     view = ProcessorPropertiesView([StaticPropertySupplier({"decaton.partition.concurrency": "8"})])
     assert view.value(P.PARTITION_CONCURRENCY) == 8
     assert view.value(P.MAX_PENDING_RECORDS) == 10_000
-    with pytest.raises(ConfigError, match="decaton.partition.concurrency"):
+    with pytest.raises(ConfigError, match=r"decaton\.partition\.concurrency"):
         StaticPropertySupplier({"decaton.partition.concurrency": 0})
-    with pytest.raises(ConfigError, match="Did you mean 'decaton.max.pending.records'"):
+    with pytest.raises(ConfigError, match=r"Did you mean 'decaton\.max\.pending\.records'"):
         StaticPropertySupplier({"decaton.max.pending.record": 5})
 
 
@@ -33,7 +33,8 @@ def _wait_for(predicate, timeout: float = 5.0) -> bool:
 
 def test_file_supplier_reloads_and_notifies(tmp_path) -> None:
     path = tmp_path / "props.json"
-    path.write_text(json.dumps({"decaton.partition.concurrency": 1, "decaton.processing.rate.per.partition": 50}))
+    initial = {"decaton.partition.concurrency": 1, "decaton.processing.rate.per.partition": 50}
+    path.write_text(json.dumps(initial))
     supplier = FilePropertySupplier(path, poll_interval_s=0.05)
     try:
         view = ProcessorPropertiesView([StaticPropertySupplier({"decaton.commit.interval.ms": 10}), supplier])

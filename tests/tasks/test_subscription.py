@@ -1,0 +1,218 @@
+"""ProcessorSubscription against the real strom broker: order, commits, pause, reload, deferral, retry."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from strom.tasks import (
+    Completion,
+    FilePropertySupplier,
+    ProcessorsBuilder,
+    SubscriptionBuilder,
+    TimeoutChoice,
+)
+from strom.tasks.retry import RETRY_COUNT_HEADER, dlq_topic
+from tasks.tasks_kafka import (
+    committed_offsets,
+    create_topic,
+    end_offsets,
+    produce,
+    read_all,
+    unique,
+    wait_for,
+)
+
+pytestmark = pytest.mark.broker
+
+
+def _records(n: int, keys: int) -> list[tuple[bytes, bytes]]:
+    return [(f"k{i % keys}".encode(), str(i).encode()) for i in range(n)]
+
+
+def _subscription(bootstrap: str, topic: str, processor, props: dict | None = None, *suppliers,
+                  group: str | None = None, retry: bool = False):
+    builder = (SubscriptionBuilder.new_builder(group or unique("sub"))
+               .processors_builder(ProcessorsBuilder.consuming(topic, int).then_process(processor))
+               .properties({"decaton.commit.interval.ms": 100, **(props or {})}, *suppliers)
+               .consumer_config({"bootstrap.servers": bootstrap}))
+    if retry:
+        builder.enable_retry()
+    return builder.build_and_start()
+
+
+def _assert_per_key_order(seen: dict[bytes, list[int]]) -> None:
+    for key, values in seen.items():
+        assert values == sorted(values), key
+
+
+def test_per_key_order_at_concurrency_16_and_commits_everything(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 3)
+    n = produce(bootstrap, topic, _records(1500, 40))
+    seen: dict[bytes, list[int]] = defaultdict(list)
+    lock = threading.Lock()
+    rng = random.Random(5)
+
+    def process(context, task: int) -> None:
+        time.sleep(rng.random() * 0.004)
+        with lock:
+            seen[context.key()].append(task)
+
+    group = unique("order")
+    sub = _subscription(bootstrap, topic, process, {"decaton.partition.concurrency": 16}, group=group)
+    assert wait_for(lambda: sum(map(len, seen.values())) >= n)
+    sub.close()
+    assert sorted(v for values in seen.values() for v in values) == list(range(n))
+    _assert_per_key_order(seen)
+    assert committed_offsets(bootstrap, group, topic, 3) == end_offsets(bootstrap, topic, 3)
+
+
+def test_async_processors_run_on_asyncio_units(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 2)
+    n = produce(bootstrap, topic, _records(2000, 100))
+    seen: dict[bytes, list[int]] = defaultdict(list)
+
+    async def process(context, task: int) -> None:
+        await asyncio.sleep(0.01)
+        seen[context.key()].append(task)
+
+    sub = _subscription(bootstrap, topic, process, {"decaton.partition.concurrency": 50})
+    start = time.monotonic()
+    assert wait_for(lambda: sum(map(len, seen.values())) >= n)
+    elapsed = time.monotonic() - start
+    sub.close()
+    _assert_per_key_order(seen)
+    assert elapsed < 10  # sequential would take 2000 * 10 ms / 2 partitions = 10 s
+
+
+def test_pause_resume_bounds_in_flight(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1)
+    n = produce(bootstrap, topic, _records(600, 600))
+    open_completions: list[Completion] = []
+    lock = threading.Lock()
+    peak = [0]
+    done = [0]
+
+    def process(context, task: int) -> None:
+        with lock:
+            open_completions.append(context.defer_completion())
+            peak[0] = max(peak[0], len(open_completions))
+
+    def completer() -> None:
+        while done[0] < n:
+            time.sleep(0.01)
+            with lock:
+                batch, open_completions[:] = open_completions[:7], open_completions[7:]
+            for completion in batch:
+                completion.complete()
+                done[0] += 1
+
+    sub = _subscription(bootstrap, topic, process,
+                        {"decaton.max.pending.records": 25, "decaton.partition.concurrency": 8})
+    paused_seen = []
+    watcher = threading.Thread(target=completer, daemon=True)
+    watcher.start()
+    assert wait_for(lambda: (paused_seen.append(any(s.paused for s in sub.metrics())) or done[0] >= n), 60)
+    sub.close()
+    assert peak[0] <= 25
+    assert peak[0] >= 20
+    assert any(paused_seen)
+
+
+def test_concurrency_change_from_1_to_8_mid_run_without_loss_or_duplicates(broker, tmp_path) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1)
+    n = produce(bootstrap, topic, _records(800, 64))
+    prop_file = tmp_path / "props.json"
+    prop_file.write_text(json.dumps({"decaton.partition.concurrency": 1}))
+    supplier = FilePropertySupplier(prop_file, poll_interval_s=0.05)
+    processed: list[int] = []
+    seen: dict[bytes, list[int]] = defaultdict(list)
+    threads_after: set[str] = set()
+    lock = threading.Lock()
+    switched = threading.Event()
+
+    def process(context, task: int) -> None:
+        time.sleep(0.002)
+        with lock:
+            processed.append(task)
+            seen[context.key()].append(task)
+            if switched.is_set():
+                threads_after.add(threading.current_thread().name)
+
+    sub = _subscription(bootstrap, topic, process, {}, supplier)
+    try:
+        assert wait_for(lambda: len(processed) >= 100)
+        assert [s.concurrency for s in sub.metrics()] == [1]
+        prop_file.write_text(json.dumps({"decaton.partition.concurrency": 8}))
+        assert wait_for(lambda: [s.concurrency for s in sub.metrics()] == [8], 10)
+        switched.set()
+        assert wait_for(lambda: len(processed) >= n)
+        time.sleep(0.3)
+    finally:
+        sub.close()
+        supplier.close()
+    assert sorted(processed) == list(range(n))  # nothing lost, nothing twice
+    _assert_per_key_order(seen)
+    assert len(threads_after) > 4
+
+
+def test_deferred_completion_timeout_gives_up_and_commit_moves_on(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1)
+    n = produce(bootstrap, topic, _records(30, 5))
+    timed_out: list[int] = []
+
+    def on_timeout(completion: Completion) -> TimeoutChoice:
+        timed_out.append(1)
+        return TimeoutChoice.GIVE_UP
+
+    def process(context, task: int) -> None:
+        if task % 10 == 0:  # never completed by the processor
+            context.defer_completion(on_timeout=on_timeout)
+
+    group = unique("deferred")
+    sub = _subscription(bootstrap, topic, process, {"decaton.deferred.complete.timeout.ms": 300}, group=group)
+    start = time.monotonic()
+    assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 1) == {0: n}, 20, 0.1)
+    elapsed = time.monotonic() - start
+    sub.close()
+    assert len(timed_out) == 3
+    assert elapsed >= 0.3
+
+
+def test_retry_with_backoff_then_dead_letter(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1)
+    produce(bootstrap, topic, [(b"order-1", b"42"), (b"order-2", b"7")])
+    attempts: dict[int, list[tuple[int, float]]] = defaultdict(list)
+
+    def process(context, task: int) -> None:
+        attempts[task].append((context.metadata().retry_count, time.monotonic()))
+        if task == 42:
+            context.retry()
+
+    group = unique("retry")
+    sub = _subscription(bootstrap, topic, process,
+                        {"decaton.retry.backoff.ms": 300, "decaton.retry.max.attempts": 2},
+                        group=group, retry=True)
+    dead = read_all(bootstrap, dlq_topic(group), 1, 30)
+    sub.close()
+    assert [count for count, _ in attempts[42]] == [0, 1, 2]
+    times = [t for _, t in attempts[42]]
+    assert all(b - a >= 0.28 for a, b in itertools.pairwise(times))
+    assert [count for count, _ in attempts[7]] == [0]
+    assert len(dead) == 1
+    assert dead[0].key() == b"order-1" and dead[0].value() == b"42"
+    assert dict(dead[0].headers())[RETRY_COUNT_HEADER] == b"3"
+    assert committed_offsets(bootstrap, group, topic, 1) == {0: 2}
