@@ -24,7 +24,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from strom.errors import DataLossError
 from strom.spark.metadata import TopicMetadata
@@ -33,10 +42,22 @@ from strom.spark.reader import OffsetRange, ReadSettings, read_range
 
 log = logging.getLogger(__name__)
 
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
-                "timestamp timestamp, timestampType int")
-HEADERS_FIELD = "headers array<struct<key: string, value: binary>>"
+KAFKA_FIELDS = (
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),
+)
+HEADERS_FIELD = StructField("headers", ArrayType(StructType([
+    StructField("key", StringType()), StructField("value", BinaryType())])))
 
+
+def kafka_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema, with ``headers`` when includeHeaders=true."""
+    return StructType([*KAFKA_FIELDS, HEADERS_FIELD] if include_headers else list(KAFKA_FIELDS))
 
 def offsets_to_json(offsets: TopicPartitionOffsets) -> dict:
     result: dict[str, dict[str, int]] = {}
@@ -56,9 +77,8 @@ class StromDataSource(DataSource):
     def name(cls) -> str:
         return "strom"
 
-    def schema(self) -> str:
-        include_headers = str(self.options.get("includeheaders", "false")).strip().lower() == "true"
-        return f"{KAFKA_SCHEMA}, {HEADERS_FIELD}" if include_headers else KAFKA_SCHEMA
+    def schema(self) -> StructType:
+        return kafka_schema(str(self.options.get("includeheaders", "false")).strip().lower() == "true")
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(source_options(self.options, streaming=False), schema)
