@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,8 @@ from strom.streams.processor.internals.records import ConsumerRecord, TaskId, To
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
+from strom.streams.state.metered import MeteredTimestampedKeyValueStore
+from strom.streams.state.timestamped import ValueAndTimestamp
 
 DRIVER_APPLICATION_ID = "topology-test-driver"
 
@@ -219,6 +221,7 @@ class TopologyTestDriver:
 
     # ---- stores ---------------------------------------------------------------------------------
     def get_state_store(self, name: str) -> Any:
+        """The store itself (timestamped stores hold ValueAndTimestamp values)."""
         for task in self.tasks:
             if name in task.context.stores:
                 return task.context.stores[name]
@@ -227,8 +230,13 @@ class TopologyTestDriver:
             f"{sorted(s for t in self.tasks for s in t.context.stores)}."
         )
 
-    get_key_value_store = get_state_store
-    get_timestamped_key_value_store = get_state_store
+    def get_timestamped_key_value_store(self, name: str) -> Any:
+        return self.get_state_store(name)
+
+    def get_key_value_store(self, name: str) -> Any:
+        """A key-value view with plain values, also over a timestamped store (as Kafka's driver gives)."""
+        store = self.get_state_store(name)
+        return KeyValueStoreFacade(store) if isinstance(store, MeteredTimestampedKeyValueStore) else store
 
     @property
     def metrics(self) -> dict[str, int]:
@@ -267,6 +275,32 @@ class TopologyTestDriver:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class KeyValueStoreFacade:
+    """Plain values over a timestamped store; writes get the driver's wall-clock time."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.name = store.name
+
+    def get(self, key: Any) -> Any:
+        return ValueAndTimestamp.get_value_or_null(self.store.get(key))
+
+    def put(self, key: Any, value: Any, timestamp: int = -1) -> None:
+        self.store.put(key, ValueAndTimestamp.make(value, timestamp))
+
+    def delete(self, key: Any) -> Any:
+        return ValueAndTimestamp.get_value_or_null(self.store.delete(key))
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        return ((k, v.value) for k, v in self.store.all())
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        return ((k, v.value) for k, v in self.store.range(from_key, to_key))
+
+    def approximate_num_entries(self) -> int:
+        return self.store.approximate_num_entries()
 
 
 class TestInputTopic:

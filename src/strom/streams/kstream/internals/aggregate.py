@@ -60,7 +60,7 @@ class KStreamAggregate(_Aggregating):
 
 
 class KStreamReduce(_Aggregating):
-    """``reduce``: the first value of a key is its aggregate; later ones are combined with reducer(agg, value)."""
+    """``reduce``: a key's first value is its aggregate; later ones are combined by reducer(agg, value)."""
 
     def __init__(self, supplier: KTableProcessorSupplier, reducer: Callable[[Any, Any], Any]) -> None:
         super().__init__(supplier)

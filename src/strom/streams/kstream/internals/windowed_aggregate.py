@@ -16,7 +16,7 @@ from typing import Any
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.windows import SessionWindow, SessionWindows, TimeWindows, Windowed
 from strom.streams.processor.api import Processor, Record
-from strom.streams.state.window.metered import ValueAndTimestamp
+from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class _WindowedProcessor(Processor):
 
     def _drop(self, record: Record, reason: str) -> None:
         self.dropped_records += 1
+        self.context.metrics.dropped_records += 1
         if log.isEnabledFor(logging.DEBUG):
             log.debug("Skipping record %r of store %s: %s", record, self.store_name, reason)
 
