@@ -1,0 +1,112 @@
+"""Benchmark of strom.tasks: I/O-bound tasks that each wait 10 ms, 3 partitions.
+
+Prints throughput as a fraction of the ideal (partitions x concurrency / latency) and the CPU time this
+process spends per task (consumer, dispatch, units, commits; the broker runs in another process).
+
+    .venv/bin/python bench/tasks.py                  # starts an embedded broker
+    .venv/bin/python bench/tasks.py --bootstrap-servers host:9092 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import threading
+import time
+import uuid
+
+from strom.kafka import clients
+from strom.tasks import ProcessorsBuilder, SubscriptionBuilder
+
+PARTITIONS = 3
+LATENCY_S = 0.010
+CASES = {"threads": 10, "asyncio": 100}
+
+
+class Meter:
+    """Counts completions; notes wall and CPU time at the first and the last one."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = 0
+        self._lock = threading.Lock()
+        self.first = self.last = (0.0, 0.0)
+        self.finished = threading.Event()
+
+    def tick(self) -> None:
+        with self._lock:
+            self.count += 1
+            if self.count == 1:
+                self.first = (time.perf_counter(), time.process_time())
+            if self.count == self.total:
+                self.last = (time.perf_counter(), time.process_time())
+                self.finished.set()
+
+
+def produce(bootstrap: str, topic: str, n: int) -> None:
+    producer = clients.producer(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, key=str(i % 10_000).encode(), value=b"x" * 64)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(120)
+
+
+def run_case(bootstrap: str, mode: str, seconds: float) -> None:
+    concurrency = CASES[mode]
+    ideal = PARTITIONS * concurrency / LATENCY_S
+    total = int(ideal * seconds)
+    topic = f"bench-tasks-{mode}-{uuid.uuid4().hex[:6]}"
+    clients.create_topics(bootstrap, {topic: PARTITIONS})
+    produce(bootstrap, topic, total)
+    meter = Meter(total)
+    if mode == "asyncio":
+        async def process(context, task):
+            await asyncio.sleep(LATENCY_S)
+            meter.tick()
+    else:
+        def process(context, task):
+            time.sleep(LATENCY_S)
+            meter.tick()
+    subscription = (SubscriptionBuilder.new_builder(f"{topic}-sub")
+                    .processors_builder(ProcessorsBuilder.consuming(topic).then_process(process))
+                    .properties({"decaton.partition.concurrency": concurrency})
+                    .consumer_config({"bootstrap.servers": bootstrap})
+                    .build_and_start())
+    try:
+        if not meter.finished.wait(seconds * 10 + 60):
+            print(f"{mode}: only {meter.count}/{total} tasks finished")
+            return
+    finally:
+        subscription.close()
+    wall = meter.last[0] - meter.first[0]
+    cpu = meter.last[1] - meter.first[1]
+    rate = (total - 1) / wall
+    print(f"{mode:8s} concurrency={concurrency:<4d} tasks={total:<7d} throughput={rate:8.0f}/s "
+          f"ideal={ideal:6.0f}/s fraction={rate / ideal:.2f} cpu/task={cpu / total * 1e6:.1f} us")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bootstrap-servers")
+    parser.add_argument("--seconds", type=float, default=5.0, help="ideal duration of each case")
+    parser.add_argument("--case", choices=[*CASES, "all"], default="all")
+    args = parser.parse_args()
+    cases = list(CASES) if args.case == "all" else [args.case]
+    with contextlib.ExitStack() as stack:
+        bootstrap = args.bootstrap_servers
+        if bootstrap is None:
+            from strom.broker import EmbeddedBroker
+
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap_servers
+        for mode in cases:
+            run_case(bootstrap, mode, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
