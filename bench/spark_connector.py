@@ -33,18 +33,12 @@ def fill(bootstrap: str, topic: str, records: int, size: int) -> None:
     producer.flush(120)
 
 
-def timed(action) -> float:
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
-
-
 def bench_read(spark, bootstrap: str, topic: str, records: int) -> float:
     df = (spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap)
           .option("subscribe", topic).load())
-    total = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes"))
-    seconds = timed(lambda: total.collect())
-    [row] = total.collect()
+    started = time.perf_counter()
+    [row] = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()
+    seconds = time.perf_counter() - started
     assert row.n == records, (row.n, records)
     return records / seconds
 
@@ -54,7 +48,9 @@ def bench_write(spark, bootstrap: str, topic: str, records: int, partitions: int
           .select(F.col("id").cast("string").alias("key"), F.lit("x" * 100).alias("value")))
     writer = (df.write.format("strom").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("delivery.guarantee", guarantee))
-    return records / timed(writer.save)
+    started = time.perf_counter()
+    writer.save()
+    return records / (time.perf_counter() - started)
 
 
 def main() -> None:
