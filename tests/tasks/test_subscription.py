@@ -12,13 +12,18 @@ from collections import defaultdict
 
 import pytest
 
+from strom.errors import UnknownTopicError
+from strom.kafka import clients
 from strom.tasks import (
     Completion,
     FilePropertySupplier,
+    KafkaTopicPropertySupplier,
+    ProcessorProperties,
     ProcessorsBuilder,
     SubscriptionBuilder,
     TimeoutChoice,
 )
+from strom.tasks.properties import ProcessorPropertiesView
 from strom.tasks.retry import RETRY_COUNT_HEADER, dlq_topic
 from tasks.tasks_kafka import (
     committed_offsets,
@@ -216,3 +221,28 @@ def test_retry_with_backoff_then_dead_letter(broker) -> None:
     assert dead[0].key() == b"order-1" and dead[0].value() == b"42"
     assert dict(dead[0].headers())[RETRY_COUNT_HEADER] == b"3"
     assert committed_offsets(bootstrap, group, topic, 1) == {0: 2}
+
+
+def test_kafka_topic_property_supplier_follows_the_topic(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = unique("props")
+    clients.create_topics(bootstrap, {topic: 1}, config={"cleanup.policy": "compact"})
+    produce(bootstrap, topic, [(b"decaton.partition.concurrency", b"4"), (b"decaton.max.pending.records", b"50")])
+    supplier = KafkaTopicPropertySupplier(bootstrap, topic)
+    try:
+        view = ProcessorPropertiesView([supplier])
+        assert view.value(ProcessorProperties.PARTITION_CONCURRENCY) == 4
+        assert view.value(ProcessorProperties.MAX_PENDING_RECORDS) == 50
+        produce(bootstrap, topic, [(b"decaton.partition.concurrency", b"12")])
+        assert wait_for(lambda: view.value(ProcessorProperties.PARTITION_CONCURRENCY) == 12, 10)
+        producer = clients.producer(bootstrap)
+        producer.produce(topic, key=b"decaton.max.pending.records", value=None)
+        producer.flush(10)
+        assert wait_for(lambda: view.value(ProcessorProperties.MAX_PENDING_RECORDS) == 10_000, 10)
+    finally:
+        supplier.close()
+
+
+def test_unknown_topic_is_a_clear_error(broker) -> None:
+    with pytest.raises(UnknownTopicError, match="does not exist"):
+        _subscription(broker.bootstrap_servers, unique("missing"), lambda context, task: None)
