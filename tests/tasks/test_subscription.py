@@ -227,7 +227,8 @@ def test_kafka_topic_property_supplier_follows_the_topic(broker) -> None:
     bootstrap = broker.bootstrap_servers
     topic = unique("props")
     clients.create_topics(bootstrap, {topic: 1}, config={"cleanup.policy": "compact"})
-    produce(bootstrap, topic, [(b"decaton.partition.concurrency", b"4"), (b"decaton.max.pending.records", b"50")])
+    produce(bootstrap, topic, [(b"decaton.partition.concurrency", b"4"),
+                               (b"decaton.max.pending.records", b"50")])
     supplier = KafkaTopicPropertySupplier(bootstrap, topic)
     try:
         view = ProcessorPropertiesView([supplier])
