@@ -4,8 +4,8 @@ import pytest
 
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed
+from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.window import builders
-from strom.streams.state.window.metered import ValueAndTimestamp
 
 from .store_context import StoreTestContext
 

@@ -140,6 +140,12 @@ class KGroupedStream(_Grouped):
             value_serde,
         )
 
+    def windowed_by(self, windows: Any) -> Any:
+        """Aggregate per window: TimeWindows (tumbling/hopping) or SessionWindows."""
+        from strom.streams.kstream.windowed_kstream import windowed_by
+
+        return windowed_by(self, windows)
+
 
 class KGroupedTable(_Grouped):
     """A re-keyed table; its updates always travel through a repartition topic."""

@@ -14,15 +14,27 @@ from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, 
 from strom.streams.state.window import schemas
 
 
-class TimeWindowedSerde(BaseSerde[Windowed[Any]]):
+class _WindowedSerde(BaseSerde[Windowed[Any]]):
+    """``inner`` None stands for ``default.key.serde``: the task fills it in (``with_default``)."""
+
+    def __init__(self, inner: Serde[Any] | None) -> None:
+        self.inner = inner
+        if inner is not None:
+            self._inner_serializer = inner.serializer()
+            self._inner_deserializer = inner.deserializer()
+
+
+class TimeWindowedSerde(_WindowedSerde):
     """Serde of ``Windowed(key, Window(start, start + size))`` keys."""
 
     name = "TimeWindowedSerde"
 
-    def __init__(self, inner: Serde[Any], window_size_ms: int) -> None:
-        self._inner_serializer = inner.serializer()
-        self._inner_deserializer = inner.deserializer()
+    def __init__(self, inner: Serde[Any] | None, window_size_ms: int) -> None:
+        super().__init__(inner)
         self.window_size_ms = window_size_ms
+
+    def with_default(self, default: Serde[Any]) -> TimeWindowedSerde:
+        return TimeWindowedSerde(self.inner or default, self.window_size_ms)
 
     def serialize(self, topic: str | None, data: Windowed[Any] | None, headers: Any = None) -> bytes | None:
         if data is None:
@@ -38,14 +50,13 @@ class TimeWindowedSerde(BaseSerde[Windowed[Any]]):
         return Windowed(self._inner_deserializer.deserialize(topic, key, headers), Window(start, end))
 
 
-class SessionWindowedSerde(BaseSerde[Windowed[Any]]):
+class SessionWindowedSerde(_WindowedSerde):
     """Serde of ``Windowed(key, SessionWindow(start, end))`` keys."""
 
     name = "SessionWindowedSerde"
 
-    def __init__(self, inner: Serde[Any]) -> None:
-        self._inner_serializer = inner.serializer()
-        self._inner_deserializer = inner.deserializer()
+    def with_default(self, default: Serde[Any]) -> SessionWindowedSerde:
+        return SessionWindowedSerde(self.inner or default)
 
     def serialize(self, topic: str | None, data: Windowed[Any] | None, headers: Any = None) -> bytes | None:
         if data is None:

@@ -1,10 +1,10 @@
 """Processors of windowed aggregations: Kafka's KStreamWindowAggregate and KStreamSessionWindowAggregate.
 
 Both forward ``Change(new, old)`` records keyed by ``Windowed(key, window)``, as a windowed KTable.
-A record whose windows are already closed (window end + grace <= the stream time this processor has
-observed) is dropped and counted in ``dropped_records``, as Kafka Streams' dropped-records metric.
-With a cached window store, results go downstream when the cache flushes (once per commit);
-otherwise every update is forwarded at once.
+Records with a null key or value are skipped. A record whose windows are already closed (window
+end + grace <= the stream time this processor has observed) is dropped and counted in the task's
+``dropped_records`` metric, as Kafka Streams does. With a cached window store, results go downstream
+when the cache flushes (once per commit); otherwise every update is forwarded at once.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ class KStreamWindowAggregate(_WindowedProcessor):
 
     def process(self, record: Record) -> None:
         key = record.key
-        if key is None:
-            self._drop(record, "null key")
+        if key is None or record.value is None:
+            self._drop(record, "null key or value")
             return
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
@@ -121,8 +121,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
 
     def process(self, record: Record) -> None:
         key = record.key
-        if key is None:
-            self._drop(record, "null key")
+        if key is None or record.value is None:
+            self._drop(record, "null key or value")
             return
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:

@@ -7,24 +7,15 @@ stored as Kafka does: an 8-byte timestamp followed by the serialized value.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from strom.kafka.serdes import Serde
 from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
-
-_TIMESTAMP = struct.Struct(">q")
+from strom.streams.state.timestamped import ValueAndTimestampSerde
 
 WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
-
-
-class ValueAndTimestamp(NamedTuple):
-    """A stored value with the timestamp of the record that produced it."""
-
-    value: Any
-    timestamp: int
 
 
 class _Metered:
@@ -50,13 +41,16 @@ class _Metered:
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         key_serde = self._key_serde or context.key_serde
-        value_serde = self._value_serde or context.value_serde
+        value_serde = self._stored_value_serde(self._value_serde or context.value_serde)
         self._topic = context.changelog_topic(self.name)
         self._key_to = key_serde.serializer().serialize
         self._key_from = key_serde.deserializer().deserialize
         self._value_to = value_serde.serializer().serialize
         self._value_from = value_serde.deserializer().deserialize
         self.wrapped.init(context, root)
+
+    def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
+        return value_serde
 
     def _key_bytes(self, key: Any) -> bytes:
         if key is None:
@@ -79,19 +73,14 @@ class MeteredWindowStore(_Metered):
         self.window_size_ms = window_size_ms
         self.timestamped = timestamped
 
+    def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
+        return ValueAndTimestampSerde(value_serde) if self.timestamped else value_serde
+
     def _to_bytes(self, value: Any) -> bytes | None:
-        if value is None:
-            return None
-        if self.timestamped:
-            return _TIMESTAMP.pack(value.timestamp) + self._value_to(self._topic, value.value)
-        return self._value_to(self._topic, value)
+        return None if value is None else self._value_to(self._topic, value)
 
     def _from_bytes(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        if self.timestamped:
-            return ValueAndTimestamp(self._value_from(self._topic, data[8:]), _TIMESTAMP.unpack_from(data)[0])
-        return self._value_from(self._topic, data)
+        return None if data is None else self._value_from(self._topic, data)
 
     def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
         return Windowed(self._key_from(self._topic, key), Window(start, min(start + self.window_size_ms,
