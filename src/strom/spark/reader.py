@@ -6,10 +6,12 @@ plain assigned consumer (no group), so Spark's checkpoint alone decides what was
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, Message, TopicPartition
 from pyspark.sql.datasource import InputPartition
@@ -128,17 +130,27 @@ class _BatchBuilder:
 
     def build(self, messages: list[Message]) -> pa.RecordBatch:
         n = len(messages)
-        timestamps = [m.timestamp() for m in messages]
+        timestamp, timestamp_type = _timestamps([m.timestamp() for m in messages])
         columns = [
             pa.array([m.key() for m in messages], pa.binary()),
             pa.array([m.value() for m in messages], pa.binary()),
             pa.repeat(pa.scalar(self._part.topic, pa.string()), n),
             pa.repeat(pa.scalar(self._part.partition, pa.int32()), n),
             pa.array([m.offset() for m in messages], pa.int64()),
-            pa.array([ts[1] * 1000 if ts[0] else None for ts in timestamps], pa.int64())
-            .cast(pa.timestamp("us", tz="UTC")),
-            pa.array([ts[0] - 1 for ts in timestamps], pa.int32()),
+            timestamp,
+            timestamp_type,
         ]
         if self._include_headers:
             columns.append(pa.array([m.headers() for m in messages], _HEADERS_TYPE))
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def _timestamps(pairs: list[tuple[int, int]]) -> tuple[pa.Array, pa.Array]:
+    """librdkafka's (type, ms) pairs → Spark's timestamp (null when absent) and timestampType.
+
+    librdkafka numbers types 0 none, 1 create, 2 log-append; Kafka (and Spark) -1, 0, 1.
+    """
+    flat = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs))
+    kinds, millis = flat[0::2], flat[1::2]
+    timestamp = pa.array(millis * 1000, mask=kinds == 0).cast(pa.timestamp("us", tz="UTC"))
+    return timestamp, pa.array((kinds - 1).astype(np.int32))
