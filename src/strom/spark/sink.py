@@ -229,14 +229,24 @@ def _produce_all(producer: Producer, options: SinkOptions, batches: Iterator[pa.
     return records
 
 
-def _column(batch: pa.RecordBatch, name: str, default: object = None) -> list:
+def _column(batch: pa.RecordBatch, name: str) -> list:
     index = batch.schema.get_field_index(name)
-    return [default] * batch.num_rows if index < 0 else batch.column(index).to_pylist()
+    return [None] * batch.num_rows if index < 0 else batch.column(index).to_pylist()
 
 
 def _produce_batch(producer: Producer, default_topic: str | None, batch: pa.RecordBatch) -> int:
     keys, values = _column(batch, "key"), _column(batch, "value")
-    topics = _column(batch, "topic", default_topic) if default_topic is None else [default_topic] * len(keys)
+    names = set(batch.schema.names)
+    if default_topic is not None and not names & {"partition", "headers"}:
+        produce = producer.produce
+        for key, value in zip(keys, values, strict=True):  # the common case, kept tight
+            try:
+                produce(default_topic, value, key)
+            except BufferError:
+                _produce_when_queue_frees(producer, default_topic, key, value, -1, None)
+        producer.poll(0)
+        return len(keys)
+    topics = _column(batch, "topic") if default_topic is None else [default_topic] * len(keys)
     partitions, headers = _column(batch, "partition"), _column(batch, "headers")
     for key, value, topic, partition, header in zip(keys, values, topics, partitions, headers,
                                                       strict=True):
@@ -244,12 +254,15 @@ def _produce_batch(producer: Producer, default_topic: str | None, batch: pa.Reco
             raise ConfigError("A row has a null 'topic' and no option 'topic' is set; fill the "
                               "column or set the option.")
         record_headers = None if header is None else [(h["key"], h["value"]) for h in header]
-        _produce(producer, topic, key, value, -1 if partition is None else partition, record_headers)
+        _produce_when_queue_frees(producer, topic, key, value, -1 if partition is None else partition,
+                                  record_headers)
     producer.poll(0)
     return len(keys)
 
 
-def _produce(producer: Producer, topic: str, key, value, partition: int, headers) -> None:
+def _produce_when_queue_frees(producer: Producer, topic: str, key, value, partition: int, headers
+                              ) -> None:
+    """Produces, serving delivery reports while librdkafka's queue is full (BufferError)."""
     while True:
         try:
             producer.produce(topic, value, key, partition=partition, headers=headers)
