@@ -54,3 +54,7 @@ class ProcessingError(StromError):
 
 class DataLossError(StromError):
     """Offsets a Spark query still had to read are gone (retention, deleted or recreated topic)."""
+
+
+class TransactionalIdNotFoundError(StromError):
+    """The broker's transaction coordinator does not know a transactional.id."""
