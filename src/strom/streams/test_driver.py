@@ -233,6 +233,18 @@ class TopologyTestDriver:
     def get_timestamped_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)
 
+    def get_timestamped_window_store(self, name: str) -> Any:
+        return self.get_state_store(name)
+
+    def get_window_store(self, name: str) -> Any:
+        """A window store view with plain values, also over a timestamped one (as Kafka's driver gives)."""
+        from strom.streams.state.window.facade import window_store_view
+
+        return window_store_view(self.get_state_store(name))
+
+    def get_session_store(self, name: str) -> Any:
+        return self.get_state_store(name)
+
     def get_key_value_store(self, name: str) -> Any:
         """A key-value view with plain values, also over a timestamped store (as Kafka's driver gives)."""
         store = self.get_state_store(name)
