@@ -1,0 +1,36 @@
+"""Child-process entry of EmbeddedBroker (humans use `strom broker`): run a broker until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+from strom.broker.broker import Broker, serve
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m strom.broker")
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9092)
+    parser.add_argument("--config", action="append", default=[], help="key=value broker config")
+    parser.add_argument("--ready-file", type=Path, help="written with the bound port once listening")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = dict(item.split("=", 1) for item in args.config)
+    broker = Broker(args.data_dir, args.host, args.port, config)
+
+    def ready(b: Broker) -> None:
+        if args.ready_file is not None:
+            tmp = args.ready_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"host": b.host, "port": b.port}))
+            tmp.replace(args.ready_file)
+
+    asyncio.run(serve(broker, ready))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The broker: storage, coordinators, background duties and the listener, wired together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from strom.broker.config import BrokerConfig
+from strom.broker.groups.coordinator import GroupCoordinator
+from strom.broker.groups.offsets import OffsetStore
+from strom.broker.handlers import load_handlers
+from strom.broker.log.manager import LogManager, Topic
+from strom.broker.producer_ids import ProducerIdManager
+from strom.broker.server import ConnectionHandler
+
+log = logging.getLogger(__name__)
+
+SESSION_CHECK_SECONDS = 0.5
+FLUSH_CHECK_SECONDS = 1.0
+
+
+class Broker:
+    """A single-node broker serving the Kafka protocol from `data_dir`."""
+
+    def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
+                 config: Mapping[str, Any] | None = None) -> None:
+        self.config = BrokerConfig(config)
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.port = port
+        self.node_id: int = self.config["node.id"]
+        self.cluster_id = self._cluster_id()
+        self.closing = False
+        load_handlers()
+        self.logs = LogManager(self.data_dir, self.config)
+        self.producer_ids = ProducerIdManager(self.data_dir)
+        self.offsets = OffsetStore(self.logs)
+        self.groups = GroupCoordinator(self.config, self.offsets)
+        self._connections = ConnectionHandler(self)
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    def _cluster_id(self) -> str:
+        path = self.data_dir / "cluster-id"
+        if not path.exists():
+            path.write_text(uuid.uuid4().hex[:22])
+        return path.read_text().strip()
+
+    # ---- topics -------------------------------------------------------------------------------
+    def auto_create(self, name: str) -> Topic | None:
+        """Creates an unknown topic with num.partitions if auto.create.topics.enable is set."""
+        if not self.config["auto.create.topics.enable"]:
+            return None
+        return self.logs.create_topic(name, -1)
+
+    def delete_topic(self, name: str) -> None:
+        self.logs.delete_topic(name)
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._connections, self.host, self.port,
+                                                  limit=1 << 20, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
+        self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
+        self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)
+        log.info("strom broker listening on %s:%d, data in %s", self.host, self.port, self.data_dir)
+
+    def _every(self, seconds: float, duty: Callable[[], None]) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(seconds)
+                try:
+                    duty()
+                except Exception:
+                    log.exception("background duty %s failed", duty.__qualname__)
+        self._tasks.append(asyncio.get_running_loop().create_task(loop()))
+
+    async def stop(self) -> None:
+        """Stops accepting, ends background work, flushes and closes every segment."""
+        self.closing = True
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for partition in self.logs.all_partitions():
+            partition.wake_waiters()
+        self._connections.close_all()
+        await asyncio.sleep(0)
+        self.logs.close()
+        log.info("strom broker stopped; data flushed to %s", self.data_dir)
+
+
+async def serve(broker: Broker, on_ready: Callable[[Broker], None] | None = None) -> None:
+    """Runs `broker` until SIGINT or SIGTERM, then shuts it down cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    if on_ready is not None:
+        on_ready(broker)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        await broker.stop()

@@ -1,0 +1,153 @@
+"""Broker and topic configuration, with Kafka's key names, defaults and units.
+
+Topic configs fall back to the broker's `log.*` defaults exactly as in Kafka (``retention.ms`` to
+``log.retention.ms`` and so on). Unknown keys and bad values raise ConfigError at start-up; over
+the wire they are answered with INVALID_CONFIG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from strom.errors import ConfigError
+
+LONG_MAX = 2**63 - 1
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return text == "true"
+
+
+def _int(low: int = 0, high: int = LONG_MAX, allow_minus_one: bool = False) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        number = int(str(value).strip())
+        if allow_minus_one and number == -1:
+            return number
+        if not low <= number <= high:
+            raise ValueError(f"expected an integer in [{low}, {high}]")
+        return number
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = str(value).strip()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+    return parse
+
+
+def _cleanup_policy(value: Any) -> str:
+    parts = sorted({p.strip() for p in str(value).split(",") if p.strip()})
+    if not parts or any(p not in ("compact", "delete") for p in parts):
+        raise ValueError("expected delete, compact or compact,delete")
+    return ",".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+
+
+BROKER_SPECS: dict[str, Spec] = {
+    "node.id": Spec(_int(), 0, "id of this broker in metadata responses"),
+    "num.partitions": Spec(_int(1, 100_000), 1, "partitions of auto-created topics"),
+    "auto.create.topics.enable": Spec(_bool, True, "create unknown topics on metadata/produce"),
+    "log.segment.bytes": Spec(_int(1024), 1 << 30, "roll a segment at this size"),
+    "log.roll.ms": Spec(_int(1), 7 * 24 * 3600 * 1000, "roll a segment at this age"),
+    "log.retention.ms": Spec(_int(allow_minus_one=True), 7 * 24 * 3600 * 1000, "delete older segments"),
+    "log.retention.bytes": Spec(_int(allow_minus_one=True), -1, "delete segments beyond this size"),
+    "log.retention.check.interval.ms": Spec(_int(1), 300_000, "how often retention and cleaning run"),
+    "log.flush.interval.messages": Spec(_int(1), LONG_MAX, "fsync after this many messages"),
+    "log.flush.interval.ms": Spec(_int(1, allow_minus_one=True), -1, "fsync at this interval (-1: never)"),
+    "log.cleanup.policy": Spec(_cleanup_policy, "delete", "default cleanup.policy"),
+    "log.cleaner.delete.retention.ms": Spec(_int(), 24 * 3600 * 1000, "default delete.retention.ms"),
+    "log.cleaner.min.compaction.lag.ms": Spec(_int(), 0, "default min.compaction.lag.ms"),
+    "log.cleaner.backoff.ms": Spec(_int(1), 15_000, "how often the log cleaner looks for work"),
+    "log.message.timestamp.type": Spec(_choice("CreateTime", "LogAppendTime"), "CreateTime",
+                                       "default message.timestamp.type"),
+    "message.max.bytes": Spec(_int(64), 1_048_588, "largest record batch accepted"),
+    "socket.request.max.bytes": Spec(_int(1024), 104_857_600, "largest request frame accepted"),
+    "max.connections": Spec(_int(1), 1000, "connections served at once; more are closed"),
+    "group.initial.rebalance.delay.ms": Spec(_int(), 3000, "wait for more members of a new group"),
+    "group.min.session.timeout.ms": Spec(_int(1), 6000, "smallest session.timeout.ms accepted"),
+    "group.max.session.timeout.ms": Spec(_int(1), 1_800_000, "largest session.timeout.ms accepted"),
+    "offsets.retention.minutes": Spec(_int(1), 10080, "expire committed offsets of empty groups"),
+    "offsets.topic.num.partitions": Spec(_int(1, 1000), 1, "partitions of __consumer_offsets"),
+    "transaction.max.timeout.ms": Spec(_int(1), 900_000, "largest transaction.timeout.ms accepted"),
+    "transaction.state.log.num.partitions": Spec(_int(1, 1000), 1, "partitions of __transaction_state"),
+    "transactional.id.expiration.ms": Spec(_int(1), 604_800_000, "forget idle transactional ids"),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": Spec(
+        _int(1), 10_000, "how often timed-out transactions are aborted"),
+    "producer.id.expiration.ms": Spec(_int(1), 86_400_000, "forget idle idempotent producers"),
+}
+
+# topic key -> (parser, broker key supplying the default or None, own default)
+TOPIC_SPECS: dict[str, tuple[Callable[[Any], Any], str | None, Any]] = {
+    "cleanup.policy": (_cleanup_policy, "log.cleanup.policy", None),
+    "retention.ms": (_int(allow_minus_one=True), "log.retention.ms", None),
+    "retention.bytes": (_int(allow_minus_one=True), "log.retention.bytes", None),
+    "segment.bytes": (_int(1024), "log.segment.bytes", None),
+    "segment.ms": (_int(1), "log.roll.ms", None),
+    "delete.retention.ms": (_int(), "log.cleaner.delete.retention.ms", None),
+    "min.compaction.lag.ms": (_int(), "log.cleaner.min.compaction.lag.ms", None),
+    "max.compaction.lag.ms": (_int(1), None, LONG_MAX),
+    "min.cleanable.dirty.ratio": (float, None, 0.5),
+    "max.message.bytes": (_int(64), "message.max.bytes", None),
+    "flush.messages": (_int(1), "log.flush.interval.messages", None),
+    "flush.ms": (_int(1, allow_minus_one=True), "log.flush.interval.ms", None),
+    "message.timestamp.type": (_choice("CreateTime", "LogAppendTime"), "log.message.timestamp.type", None),
+    "compression.type": (_choice("producer"), None, "producer"),
+    "min.insync.replicas": (_int(1, 1), None, 1),
+}
+
+
+class BrokerConfig:
+    """Validated broker configuration; unknown keys raise ConfigError naming the closest key."""
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
+        self._values = {key: spec.default for key, spec in BROKER_SPECS.items()}
+        for key, value in (overrides or {}).items():
+            if key not in BROKER_SPECS:
+                raise ConfigError.unknown_key(key, list(BROKER_SPECS))
+            try:
+                self._values[key] = BROKER_SPECS[key].parse(value)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError.bad_value(key, value, str(exc)) from exc
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        return {key: self._values[broker_key] if broker_key else default
+                for key, (_, broker_key, default) in TOPIC_SPECS.items()}
+
+
+def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """Topic configs set explicitly; raises ValueError (answered as INVALID_CONFIG) on bad input."""
+    parsed = {}
+    for key, value in configs.items():
+        if key not in TOPIC_SPECS:
+            raise ValueError(f"Unknown topic config {key!r}")
+        try:
+            parsed[key] = TOPIC_SPECS[key][0](value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"Invalid value {value!r} for topic config {key!r}: {exc}") from exc
+    return parsed
+
+
+def render(value: Any) -> str:
+    """A config value as Kafka prints it (booleans lower-case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

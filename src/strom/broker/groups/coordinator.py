@@ -1,0 +1,258 @@
+"""The group coordinator: classic-protocol rebalances (eager and cooperative) and committed offsets.
+
+A rebalance starts when a member joins, leaves, changes its subscription or misses its session
+timeout. The coordinator then waits until every known member has sent JoinGroup again (or the
+rebalance timeout passes, dropping the laggards), bumps the generation, gives the leader the
+members' metadata, and hands out the leader's assignment on SyncGroup. Cooperative rebalancing is
+driven by the clients over the same requests; the coordinator only has to accept a Stable
+group's members rejoining at any time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strom.broker.config import BrokerConfig
+from strom.broker.groups.group import Group, GroupState, Member
+from strom.broker.groups.offsets import CommittedOffset, OffsetStore
+
+log = logging.getLogger(__name__)
+
+
+class GroupError(Exception):
+    def __init__(self, code: ErrorCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+class GroupCoordinator:
+    def __init__(self, config: BrokerConfig, offsets: OffsetStore) -> None:
+        self.config = config
+        self.offsets = offsets
+        self.groups: dict[str, Group] = {gid: Group(gid) for gid in offsets.offsets}
+
+    # ---- join / sync --------------------------------------------------------------------------
+    async def join(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+                   client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                   protocol_type: str, protocols: list[tuple[str, bytes]]) -> dict[str, Any]:
+        if not group_id:
+            return _join_error(ErrorCode.invalid_group_id, member_id)
+        low, high = self.config["group.min.session.timeout.ms"], self.config["group.max.session.timeout.ms"]
+        if not low <= session_timeout_ms <= high:
+            return _join_error(ErrorCode.invalid_session_timeout, member_id)
+        group = self.groups.setdefault(group_id, Group(group_id))
+        if not group.supports(protocol_type, protocols) or not protocols:
+            return _join_error(ErrorCode.inconsistent_group_protocol, member_id)
+        if member_id and member_id not in group.members:
+            return _join_error(ErrorCode.unknown_member_id, member_id)
+        if not member_id:
+            member_id = f"{client_id}-{uuid.uuid4()}"
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                            rebalance_timeout_ms, protocol_type, protocols)
+            group.members[member_id] = member
+        else:
+            member.protocols = protocols
+            member.session_timeout_ms = session_timeout_ms
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        if member.join_future is not None and not member.join_future.done():
+            member.join_future.set_result(_join_error(ErrorCode.rebalance_in_progress, member_id))
+        member.join_future = asyncio.get_running_loop().create_future()
+        member.last_heartbeat = time.monotonic()
+        group.protocol_type = protocol_type
+        if group.state is GroupState.PREPARING_REBALANCE:
+            group.join_changed.set()
+        else:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        return await member.join_future
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        initial = group.state is GroupState.EMPTY
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                _resolve(member.sync_future, _sync_result(ErrorCode.rebalance_in_progress))
+        group.state = GroupState.PREPARING_REBALANCE
+        log.info("group %s: preparing rebalance (%s)", group.group_id, reason)
+        group.rebalance_task = asyncio.get_running_loop().create_task(self._complete_join(group, initial))
+
+    async def _complete_join(self, group: Group, initial: bool) -> None:
+        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        deadline = time.monotonic() + timeout_ms / 1000
+        if initial:
+            delay = min(self.config["group.initial.rebalance.delay.ms"], timeout_ms) / 1000
+            await asyncio.sleep(delay)
+        while any(not m.awaiting_join for m in group.members.values()):
+            group.join_changed.clear()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                await asyncio.wait_for(group.join_changed.wait(), remaining)
+            except TimeoutError:
+                break
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            log.info("group %s: member %s did not rejoin in time", group.group_id, member.member_id)
+            del group.members[member.member_id]
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        self._finish_join(group)
+
+    def _finish_join(self, group: Group) -> None:
+        group.rebalance_task = None
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.generation += 1
+            group.leader_id = group.protocol_name = None
+            return
+        group.generation += 1
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.protocol_name = group.select_protocol()
+        group.state = GroupState.COMPLETING_REBALANCE
+        log.info("group %s: generation %d with %d member(s), protocol %s", group.group_id,
+                 group.generation, len(group.members), group.protocol_name)
+        all_members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                        "metadata": m.metadata_for(group.protocol_name or "")}
+                       for m in group.members.values()]
+        for member in group.members.values():
+            member.last_heartbeat = time.monotonic()
+            _resolve(member.join_future, {
+                "error_code": ErrorCode.none, "generation_id": group.generation,
+                "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
+                "leader": group.leader_id, "member_id": member.member_id, "skip_assignment": False,
+                "members": all_members if member.member_id == group.leader_id else [],
+            })
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   assignments: dict[str, bytes]) -> dict[str, Any]:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            return _sync_result(ErrorCode.unknown_member_id)
+        if generation != group.generation:
+            return _sync_result(ErrorCode.illegal_generation)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return _sync_result(ErrorCode.rebalance_in_progress)
+        result = {"protocol_type": group.protocol_type, "protocol_name": group.protocol_name}
+        if group.state is GroupState.STABLE:
+            return {**_sync_result(ErrorCode.none), **result, "assignment": member.assignment}
+        member.sync_future = asyncio.get_running_loop().create_future()
+        member.last_heartbeat = time.monotonic()
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.state = GroupState.STABLE
+            for m in group.members.values():
+                _resolve(m.sync_future,
+                         {**_sync_result(ErrorCode.none), **result, "assignment": m.assignment})
+        return await member.sync_future
+
+    # ---- heartbeat / leave / expiry -----------------------------------------------------------
+    def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        member.last_heartbeat = time.monotonic()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        self._remove_member(group, member_id, "left the group")
+        return ErrorCode.none
+
+    def _remove_member(self, group: Group, member_id: str, reason: str) -> None:
+        member = group.members.pop(member_id)
+        _resolve(member.join_future, _join_error(ErrorCode.unknown_member_id, member_id))
+        _resolve(member.sync_future, _sync_result(ErrorCode.unknown_member_id))
+        log.info("group %s: member %s %s", group.group_id, member_id, reason)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            group.join_changed.set()
+        elif group.members:
+            self._prepare_rebalance(group, f"member {member_id} {reason}")
+        else:
+            group.state = GroupState.EMPTY
+            group.generation += 1
+            group.leader_id = group.protocol_name = None
+
+    def expire_sessions(self) -> None:
+        now = time.monotonic()
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if member.member_id in group.members and member.session_expired(now):
+                    self._remove_member(group, member.member_id, "missed its session timeout")
+            if group.state is GroupState.EMPTY:
+                self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
+
+    # ---- offsets ------------------------------------------------------------------------------
+    def check_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+        """Whether a member may commit offsets for this generation (generation -1: a simple commit)."""
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            return ErrorCode.none  # a simple commit (admin tools, assign() consumers)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        group.members[member_id].last_heartbeat = time.monotonic()
+        return ErrorCode.none
+
+    def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+        self.groups.setdefault(group_id, Group(group_id))
+        self.offsets.commit(group_id, offsets)
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        return self.offsets.offsets.get(group_id, {})
+
+    # ---- admin --------------------------------------------------------------------------------
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found
+        if group.members:
+            return ErrorCode.non_empty_group
+        del self.groups[group_id]
+        self.offsets.delete_group(group_id)
+        return ErrorCode.none
+
+    def describe(self, group_id: str) -> dict[str, Any]:
+        group = self.groups.get(group_id)
+        if group is None:
+            return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
+                    "protocol_type": "", "protocol_data": "", "members": []}
+        members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                    "client_id": m.client_id, "client_host": m.client_host,
+                    "member_metadata": m.metadata_for(group.protocol_name or ""),
+                    "member_assignment": m.assignment} for m in group.members.values()]
+        return {"error_code": ErrorCode.none, "group_id": group_id, "group_state": group.state.value,
+                "protocol_type": group.protocol_type or "", "protocol_data": group.protocol_name or "",
+                "members": members, "authorized_operations": -2147483648}
+
+
+def _resolve(future: asyncio.Future | None, result: dict[str, Any]) -> None:
+    if future is not None and not future.done():
+        future.set_result(result)
+
+
+def _join_error(code: ErrorCode, member_id: str) -> dict[str, Any]:
+    return {"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
+            "member_id": member_id, "members": []}
+
+
+def _sync_result(code: ErrorCode) -> dict[str, Any]:
+    return {"error_code": code, "assignment": b""}

@@ -1,0 +1,76 @@
+"""State of one consumer group under the classic protocol (members, generation, assignments)."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from dataclasses import dataclass, field
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join_future: asyncio.Future | None = None
+    sync_future: asyncio.Future | None = None
+    last_heartbeat: float = field(default_factory=time.monotonic)
+
+    def metadata_for(self, protocol: str) -> bytes:
+        return next((meta for name, meta in self.protocols if name == protocol), b"")
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_future is not None and not self.join_future.done()
+
+    def session_expired(self, now: float) -> bool:
+        waiting = self.awaiting_join or (self.sync_future is not None and not self.sync_future.done())
+        return not waiting and (now - self.last_heartbeat) * 1000 > self.session_timeout_ms
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    join_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    rebalance_task: asyncio.Task | None = None
+
+    def select_protocol(self) -> str | None:
+        """The first protocol, in the leader's order of preference, that every member supports."""
+        if not self.members:
+            return None
+        leader = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
+        supported = [{name for name, _ in m.protocols} for m in self.members.values()]
+        for name, _ in leader.protocols:
+            if all(name in names for names in supported):
+                return name
+        return None
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """Whether a joining member fits the group's protocol type and shares a protocol."""
+        if not self.members:
+            return True
+        if self.protocol_type is not None and protocol_type != self.protocol_type:
+            return False
+        names = {name for name, _ in protocols}
+        return all(names & {n for n, _ in m.protocols} for m in self.members.values())

@@ -1,0 +1,59 @@
+"""Registry of request handlers: one module per API group registers its APIs here.
+
+A handler is an async function `(ctx, body) -> dict | None` answering one API for every version in
+its advertised range; the dict is turned into the kio response of the request's version (see
+`strom.broker.protocol.build`). None means "send no response" (Produce with acks=0).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from strom.broker.broker import Broker
+
+HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    broker: Broker
+    api_version: int
+    client_id: str
+    client_host: str
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiHandler:
+    api_key: int
+    min_version: int
+    max_version: int
+    handle: Handler
+
+
+REGISTRY: dict[int, ApiHandler] = {}
+
+
+def handles(api_key: int, min_version: int, max_version: int) -> Callable[[Handler], Handler]:
+    """Registers the decorated function as the handler of `api_key` for these versions."""
+    def register(function: Handler) -> Handler:
+        REGISTRY[api_key] = ApiHandler(api_key, min_version, max_version, function)
+        return function
+    return register
+
+
+def load_handlers() -> dict[int, ApiHandler]:
+    for name in HANDLER_MODULES:
+        importlib.import_module(f"strom.broker.handlers.{name}")
+    return REGISTRY
+
+
+def ms(value: Any) -> int:
+    """Milliseconds of a kio timedelta field (or an int)."""
+    return value if isinstance(value, int) else round(value.total_seconds() * 1000)

@@ -1,0 +1,125 @@
+"""Fetch (with long polling) and ListOffsets.
+
+Fetch reads whole batches as stored. read_committed (isolation level 1) reads up to the
+partition's last stable offset and lists the aborted transactions in the range; the partition
+answers both (`Partition.last_stable_offset`, `Partition.aborted_transactions`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strom.broker.handlers import RequestContext, handles, ms
+from strom.broker.log.partition import OffsetOutOfRangeError
+
+FETCH, LIST_OFFSETS = 1, 2
+READ_COMMITTED = 1
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+@handles(FETCH, 4, 12)
+async def fetch(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + ms(body.max_wait) / 1000
+    committed_only = body.isolation_level == READ_COMMITTED
+    while True:
+        total, topics = _read_all(ctx, body, committed_only)
+        remaining = deadline - time.monotonic()
+        if total >= body.min_bytes or remaining <= 0 or ctx.broker.closing:
+            break
+        await _wait_for_data(ctx, body, remaining)
+    return {"error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+
+
+def _read_all(ctx: RequestContext, body: Any, committed_only: bool) -> tuple[int, list[dict[str, Any]]]:
+    budget = body.max_bytes
+    total = 0
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for request in topic.partitions:
+            data = _read_one(ctx, topic.topic, request, committed_only, budget if total else body.max_bytes)
+            size = len(data.get("records") or b"")
+            total += size
+            budget = max(budget - size, 0)
+            partitions.append(data)
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return total, topics
+
+
+def _read_one(ctx: RequestContext, topic: str, request: Any, committed_only: bool,
+              budget: int) -> dict[str, Any]:
+    result: dict[str, Any] = {"partition_index": request.partition, "high_watermark": -1,
+                              "last_stable_offset": -1, "log_start_offset": -1,
+                              "aborted_transactions": None, "records": None}
+    partition = ctx.broker.logs.partition(topic, request.partition)
+    if partition is None:
+        return {**result, "error_code": ErrorCode.unknown_topic_or_partition}
+    max_bytes = min(request.partition_max_bytes, budget) if budget > 0 else 0
+    try:
+        read = partition.read(request.fetch_offset, max_bytes, committed_only) if max_bytes else None
+    except OffsetOutOfRangeError:
+        return {**result, "error_code": ErrorCode.offset_out_of_range,
+                "high_watermark": partition.high_watermark, "log_start_offset": partition.log_start_offset}
+    if read is None:
+        return {**result, "error_code": ErrorCode.none, "high_watermark": partition.high_watermark,
+                "last_stable_offset": partition.last_stable_offset(),
+                "log_start_offset": partition.log_start_offset, "records": b""}
+    aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in read.aborted]
+    return {**result, "error_code": ErrorCode.none, "high_watermark": read.high_watermark,
+            "last_stable_offset": read.last_stable_offset, "log_start_offset": read.log_start_offset,
+            "aborted_transactions": aborted if committed_only else None, "records": read.data}
+
+
+async def _wait_for_data(ctx: RequestContext, body: Any, timeout: float) -> None:
+    """Sleeps until one of the fetched partitions gets data (or the timeout passes)."""
+    future = asyncio.get_running_loop().create_future()
+    partitions = [p for t in body.topics for r in t.partitions
+                  if (p := ctx.broker.logs.partition(t.topic, r.partition)) is not None]
+    for partition in partitions:
+        partition.add_waiter(future)
+    try:
+        await asyncio.wait_for(future, timeout)
+    except TimeoutError:
+        pass
+    finally:
+        for partition in partitions:
+            partition.remove_waiter(future)
+
+
+@handles(LIST_OFFSETS, 1, 7)
+async def list_offsets(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    committed_only = getattr(body, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for request in topic.partitions:
+            partitions.append(_list_one(ctx, topic.name, request.partition_index, request.timestamp,
+                                        committed_only))
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"topics": topics}
+
+
+def _list_one(ctx: RequestContext, topic: str, index: int, timestamp: int,
+              committed_only: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": 0}
+    partition = ctx.broker.logs.partition(topic, index)
+    if partition is None:
+        return {**result, "error_code": ErrorCode.unknown_topic_or_partition}
+    if timestamp == EARLIEST:
+        offset = partition.log_start_offset
+    elif timestamp == LATEST:
+        offset = partition.last_stable_offset() if committed_only else partition.high_watermark
+    elif timestamp == MAX_TIMESTAMP:
+        offset, found_ts = partition.max_timestamp_offset()
+        return {**result, "error_code": ErrorCode.none, "offset": offset, "timestamp": found_ts}
+    else:
+        found = partition.offset_for_timestamp(timestamp)
+        if found is None:
+            return {**result, "error_code": ErrorCode.none}
+        offset, timestamp = found
+        return {**result, "error_code": ErrorCode.none, "offset": offset, "timestamp": timestamp}
+    return {**result, "error_code": ErrorCode.none, "offset": offset}

@@ -1,0 +1,133 @@
+"""Consumer group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strom.broker.groups.offsets import CommittedOffset
+from strom.broker.handlers import RequestContext, handles, ms
+
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
+LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
+
+
+@handles(FIND_COORDINATOR, 0, 4)
+async def find_coordinator(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    node = {"node_id": broker.node_id, "host": broker.host, "port": broker.port,
+            "error_code": ErrorCode.none, "error_message": None}
+    keys = getattr(body, "coordinator_keys", None)
+    if ctx.api_version >= 4:
+        return {"coordinators": [{"key": key, **node} for key in keys or ()]}
+    return node
+
+
+@handles(JOIN_GROUP, 0, 7)
+async def join_group(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    session_ms = ms(body.session_timeout)
+    rebalance = getattr(body, "rebalance_timeout", None)
+    return await ctx.broker.groups.join(
+        group_id=body.group_id, member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None), client_id=ctx.client_id,
+        client_host=ctx.client_host, session_timeout_ms=session_ms,
+        rebalance_timeout_ms=ms(rebalance) if rebalance is not None else session_ms,
+        protocol_type=body.protocol_type, protocols=[(p.name, p.metadata) for p in body.protocols])
+
+
+@handles(SYNC_GROUP, 0, 5)
+async def sync_group(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    assignments = {a.member_id: a.assignment for a in body.assignments}
+    return await ctx.broker.groups.sync(body.group_id, body.generation_id, body.member_id, assignments)
+
+
+@handles(HEARTBEAT, 0, 4)
+async def heartbeat(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    return {"error_code": ctx.broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id)}
+
+
+@handles(LEAVE_GROUP, 0, 5)
+async def leave_group(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    groups = ctx.broker.groups
+    if ctx.api_version < 3:
+        return {"error_code": groups.leave(body.group_id, body.member_id)}
+    members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                "error_code": groups.leave(body.group_id, m.member_id)} for m in body.members]
+    return {"error_code": ErrorCode.none, "members": members}
+
+
+@handles(OFFSET_COMMIT, 2, 8)
+async def offset_commit(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    groups = ctx.broker.groups
+    error = groups.check_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id)
+    now = int(time.time() * 1000)
+    accepted: dict[tuple[str, int], CommittedOffset] = {}
+    topics = []
+    for topic in body.topics:
+        partitions = []
+        for p in topic.partitions:
+            code = error
+            if code is ErrorCode.none and ctx.broker.logs.partition(topic.name, p.partition_index) is None:
+                code = ErrorCode.unknown_topic_or_partition
+            if code is ErrorCode.none:
+                accepted[(topic.name, p.partition_index)] = CommittedOffset(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "", now)
+            partitions.append({"partition_index": p.partition_index, "error_code": code})
+        topics.append({"name": topic.name, "partitions": partitions})
+    groups.commit(body.group_id, accepted)
+    return {"topics": topics}
+
+
+@handles(OFFSET_FETCH, 1, 8)
+async def offset_fetch(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    if ctx.api_version >= 8:
+        groups = [{"group_id": g.group_id, "error_code": ErrorCode.none,
+                   "topics": _committed(ctx, g.group_id, g.topics)} for g in body.groups]
+        return {"groups": groups}
+    return {"error_code": ErrorCode.none, "topics": _committed(ctx, body.group_id, body.topics)}
+
+
+def _committed(ctx: RequestContext, group_id: str, topics: Any) -> list[dict[str, Any]]:
+    committed = ctx.broker.groups.committed(group_id)
+    if topics is None:
+        wanted: dict[str, list[int]] = {}
+        for topic, partition in sorted(committed):
+            wanted.setdefault(topic, []).append(partition)
+    else:
+        wanted = {t.name: list(t.partition_indexes) for t in topics}
+    result = []
+    for name, indexes in wanted.items():
+        partitions = []
+        for index in indexes:
+            found = committed.get((name, index))
+            partitions.append({
+                "partition_index": index, "error_code": ErrorCode.none,
+                "committed_offset": found.offset if found else -1,
+                "committed_leader_epoch": found.leader_epoch if found else -1,
+                "metadata": found.metadata if found else "",
+            })
+        result.append({"name": name, "partitions": partitions})
+    return result
+
+
+@handles(DESCRIBE_GROUPS, 0, 5)
+async def describe_groups(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    return {"groups": [ctx.broker.groups.describe(group_id) for group_id in body.groups]}
+
+
+@handles(LIST_GROUPS, 0, 4)
+async def list_groups(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    states = set(getattr(body, "states_filter", ()) or ())
+    listed = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value}
+              for g in ctx.broker.groups.groups.values() if not states or g.state.value in states]
+    return {"error_code": ErrorCode.none, "groups": listed}
+
+
+@handles(DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    results = [{"group_id": g, "error_code": ctx.broker.groups.delete_group(g)} for g in body.groups_names]
+    return {"results": results}

@@ -1,0 +1,193 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+IncrementalAlterConfigs and DeleteRecords."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from strom.broker.config import BROKER_SPECS, render
+from strom.broker.handlers import RequestContext, handles
+from strom.broker.log.manager import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+)
+from strom.broker.log.partition import OffsetOutOfRangeError
+
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
+DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@handles(CREATE_TOPICS, 2, 7)
+async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    logs = ctx.broker.logs
+    results = []
+    for request in body.topics:
+        result: dict[str, Any] = {"name": request.name, "num_partitions": -1, "replication_factor": -1}
+        try:
+            if request.replication_factor not in (-1, 1):
+                raise _Refused(ErrorCode.invalid_replication_factor,
+                               f"replication factor must be 1 (one broker), got {request.replication_factor}")
+            if request.assignments:
+                raise _Refused(ErrorCode.invalid_request, "manual replica assignment is not supported")
+            configs = {c.name: c.value for c in request.configs}
+            topic = logs.create_topic(request.name, request.num_partitions, configs, body.validate_only)
+            if topic is not None:
+                result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
+                              replication_factor=1, configs=_describe_topic(topic, None))
+            result["error_code"] = ErrorCode.none
+        except _Refused as refused:
+            result.update(error_code=refused.code, error_message=str(refused))
+        except TopicExistsError as exc:
+            result.update(error_code=ErrorCode.topic_already_exists, error_message=str(exc))
+        except InvalidTopicError as exc:
+            result.update(error_code=ErrorCode.invalid_topic_exception, error_message=str(exc))
+        except InvalidPartitionsError as exc:
+            result.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
+        except ValueError as exc:
+            result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
+        results.append(result)
+    return {"topics": results}
+
+
+class _Refused(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@handles(DELETE_TOPICS, 1, 5)
+async def delete_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    results = []
+    for name in body.topic_names:
+        topic = ctx.broker.logs.topics.get(name)
+        if topic is None:
+            results.append({"name": name, "error_code": ErrorCode.unknown_topic_or_partition})
+        elif topic.internal:
+            results.append({"name": name, "error_code": ErrorCode.invalid_topic_exception,
+                            "error_message": "internal topics cannot be deleted"})
+        else:
+            ctx.broker.delete_topic(name)
+            results.append({"name": name, "error_code": ErrorCode.none})
+    return {"responses": results}
+
+
+@handles(CREATE_PARTITIONS, 0, 3)
+async def create_partitions(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    results = []
+    for request in body.topics:
+        try:
+            if request.name not in ctx.broker.logs.topics:
+                raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {request.name!r} does not exist")
+            ctx.broker.logs.add_partitions(request.name, request.count, body.validate_only)
+            results.append({"name": request.name, "error_code": ErrorCode.none})
+        except _Refused as refused:
+            results.append({"name": request.name, "error_code": refused.code, "error_message": str(refused)})
+        except InvalidPartitionsError as exc:
+            results.append({"name": request.name, "error_code": ErrorCode.invalid_partitions,
+                            "error_message": str(exc)})
+    return {"results": results}
+
+
+@handles(DESCRIBE_CONFIGS, 1, 4)
+async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    results = []
+    for resource in body.resources:
+        result = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                  "error_code": ErrorCode.none}
+        keys = resource.configuration_keys
+        if resource.resource_type == TOPIC_RESOURCE:
+            topic = ctx.broker.logs.topics.get(resource.resource_name)
+            if topic is None:
+                result.update(error_code=ErrorCode.unknown_topic_or_partition,
+                              error_message=f"topic {resource.resource_name!r} does not exist")
+            else:
+                result["configs"] = _describe_topic(topic, keys)
+        elif resource.resource_type == BROKER_RESOURCE:
+            result["configs"] = [_entry(k, ctx.broker.config[k], SOURCE_STATIC_BROKER, True)
+                                 for k in BROKER_SPECS if keys is None or k in keys]
+        else:
+            result.update(error_code=ErrorCode.invalid_request, error_message="unsupported resource type")
+        results.append(result)
+    return {"results": results}
+
+
+def _describe_topic(topic: Any, keys: Any) -> list[dict[str, Any]]:
+    return [_entry(k, v, SOURCE_TOPIC if k in topic.overrides else SOURCE_DEFAULT, False)
+            for k, v in sorted(topic.config.items()) if keys is None or k in keys]
+
+
+def _entry(name: str, value: Any, source: int, read_only: bool) -> dict[str, Any]:
+    return {"name": name, "value": render(value), "read_only": read_only, "config_source": source,
+            "source": source, "is_default": source == SOURCE_DEFAULT, "is_sensitive": False,
+            "synonyms": []}
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    responses = []
+    for resource in body.resources:
+        response = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                    "error_code": ErrorCode.none}
+        try:
+            if resource.resource_type != TOPIC_RESOURCE:
+                raise _Refused(ErrorCode.invalid_request,
+                               "broker configs are static: restart the broker with --config key=value")
+            topic = ctx.broker.logs.topics.get(resource.resource_name)
+            if topic is None:
+                raise _Refused(ErrorCode.unknown_topic_or_partition,
+                               f"topic {resource.resource_name!r} does not exist")
+            overrides = _apply_ops(dict(topic.overrides), resource.configs)
+            ctx.broker.logs.alter_config(topic.name, overrides, body.validate_only)
+        except _Refused as refused:
+            response.update(error_code=refused.code, error_message=str(refused))
+        except ValueError as exc:
+            response.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
+        responses.append(response)
+    return {"responses": responses}
+
+
+def _apply_ops(overrides: dict[str, str], configs: Any) -> dict[str, str]:
+    for config in configs:
+        if config.config_operation == SET:
+            overrides[config.name] = config.value or ""
+        elif config.config_operation == DELETE:
+            overrides.pop(config.name, None)
+        elif config.config_operation in (APPEND, SUBTRACT):
+            items = [v for v in overrides.get(config.name, "").split(",") if v]
+            change = [v for v in (config.value or "").split(",") if v]
+            if config.config_operation == APPEND:
+                items += [v for v in change if v not in items]
+            else:
+                items = [v for v in items if v not in change]
+            overrides[config.name] = ",".join(items)
+        else:
+            raise _Refused(ErrorCode.invalid_request, f"unknown config operation {config.config_operation}")
+    return overrides
+
+
+@handles(DELETE_RECORDS, 0, 2)
+async def delete_records(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    topics = []
+    for request in body.topics:
+        partitions = []
+        for p in request.partitions:
+            result = {"partition_index": p.partition_index, "low_watermark": -1}
+            partition = ctx.broker.logs.partition(request.name, p.partition_index)
+            if partition is None:
+                result["error_code"] = ErrorCode.unknown_topic_or_partition
+            else:
+                try:
+                    result["low_watermark"] = partition.delete_records_before(p.offset)
+                    result["error_code"] = ErrorCode.none
+                except OffsetOutOfRangeError:
+                    result["error_code"] = ErrorCode.offset_out_of_range
+            partitions.append(result)
+        topics.append({"name": request.name, "partitions": partitions})
+    return {"topics": topics}
+

@@ -1,0 +1,310 @@
+"""A partition's log: segments, offset assignment, reads, roll, flush, retention and waiters."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crc32c import crc32c
+
+from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader
+from strom.broker.log.segment import Segment
+
+log = logging.getLogger(__name__)
+
+
+class OffsetOutOfRangeError(Exception):
+    """The fetch offset is outside [log start offset, log end offset]."""
+
+
+class RecordTooLargeError(Exception):
+    """A batch is larger than max.message.bytes."""
+
+
+class AppendRejectedError(Exception):
+    """The producer state refuses a batch (fenced epoch, sequence gap, ...): answered with `error_code`."""
+
+    def __init__(self, error_code: int, message: str) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    log_append_time: int  # -1 unless message.timestamp.type=LogAppendTime
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    data: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted: list[AbortedTransaction]
+
+
+class Partition:
+    """One topic partition. `config` is the topic's live effective config (shared dict)."""
+
+    def __init__(self, topic: str, index: int, directory: Path, config: dict[str, Any]) -> None:
+        self.topic = topic
+        self.index = index
+        self.directory = directory
+        self.config = config
+        directory.mkdir(parents=True, exist_ok=True)
+        self.segments: list[Segment] = self._open_segments()
+        self.log_start_offset = self._read_log_start()
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+        self._waiters: list[asyncio.Future] = []
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def _open_segments(self) -> list[Segment]:
+        bases = sorted(int(p.stem) for p in self.directory.glob("*.log"))
+        segments = [Segment.open(self.directory, base, recover=i == len(bases) - 1)
+                    for i, base in enumerate(bases)]
+        return segments or [Segment(self.directory, 0)]
+
+    def _read_log_start(self) -> int:
+        path = self.directory / "log-start-offset"
+        stored = int(path.read_text()) if path.exists() else 0
+        return max(stored, self.segments[0].base_offset)
+
+    def _write_log_start(self) -> None:
+        path = self.directory / "log-start-offset"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(self.log_start_offset))
+        tmp.replace(path)
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        self.wake_waiters()
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.delete()
+        self.wake_waiters()
+
+    # ---- offsets ------------------------------------------------------------------------------
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset  # single replica: everything written is committed
+
+    def last_stable_offset(self) -> int:
+        """First offset of the oldest open transaction, or the high watermark (no transactions)."""
+        return self.high_watermark
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound) for read_committed fetches."""
+        return []
+
+    # ---- producer state: the one place where producer id / epoch / sequence are checked --------
+    def check_producer(self, header: BatchHeader) -> int | None:
+        """Validates a batch's producer id, epoch and sequence before it is written.
+
+        Returns the base offset under which this batch was already written (a retried duplicate,
+        not written again), None to write it, or raises AppendRejectedError (answered with its
+        error code). Idempotence and transactions replace this body.
+        """
+        return None
+
+    def on_appended(self, batch: memoryview | bytes, base_offset: int) -> None:
+        """Records a written batch in the producer state (idempotence and transactions)."""
+
+    # ---- appending ----------------------------------------------------------------------------
+    def append(self, batches: list[tuple[BatchHeader, memoryview]]) -> AppendResult:
+        """Assigns offsets to already validated batches and writes them."""
+        max_bytes = self.config["max.message.bytes"]
+        for header, _ in batches:
+            if header.length > max_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {header.length} bytes exceeds max.message.bytes={max_bytes}")
+        log_append_time = -1
+        if self.config["message.timestamp.type"] == "LogAppendTime":
+            log_append_time = int(time.time() * 1000)
+            batches = [_stamp(header, batch, log_append_time) for header, batch in batches]
+        first_offset = None
+        for header, batch in batches:
+            duplicate = self.check_producer(header)
+            if duplicate is not None:
+                first_offset = duplicate if first_offset is None else first_offset
+                continue
+            self._maybe_roll(header.length)
+            base_offset = self.log_end_offset
+            self.active.append(base_offset, header, batch)
+            self.on_appended(batch, base_offset)
+            first_offset = base_offset if first_offset is None else first_offset
+            self._unflushed += header.records_count
+        self.flush_if_due()
+        self.wake_waiters()
+        return AppendResult(first_offset if first_offset is not None else self.log_end_offset,
+                            log_append_time)
+
+    def append_records(self, build: Callable[[int], bytes]) -> int:
+        """Appends a batch the broker builds itself; `build(base_offset)` returns its bytes."""
+        batch = build(self.log_end_offset)
+        header = BatchHeader.parse(batch)
+        return self.append([(header, memoryview(batch))]).base_offset
+
+    def _maybe_roll(self, incoming: int) -> None:
+        active = self.active
+        if not active.batch_count:
+            return
+        too_big = active.size + incoming > self.config["segment.bytes"]
+        too_old = (time.time() - active.created) * 1000 >= self.config["segment.ms"]
+        if too_big or too_old:
+            self.roll()
+
+    def roll(self) -> None:
+        """Closes the active segment for writing (fsync + indexes) and starts a new one."""
+        self.active.flush()
+        self.segments.append(Segment(self.directory, self.log_end_offset))
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+
+    def flush_if_due(self) -> None:
+        flush_ms = self.config["flush.ms"]
+        due_time = flush_ms >= 0 and (time.monotonic() - self._last_flush) * 1000 >= flush_ms
+        if self._unflushed >= self.config["flush.messages"] or due_time:
+            self.flush()
+
+    def flush(self) -> None:
+        self.active.flush()
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+
+    # ---- waiting for data (fetch long polling) -----------------------------------------------
+    def add_waiter(self, future: asyncio.Future) -> None:
+        self._waiters.append(future)
+
+    def remove_waiter(self, future: asyncio.Future) -> None:
+        if future in self._waiters:
+            self._waiters.remove(future)
+
+    def wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # ---- reading ------------------------------------------------------------------------------
+    def read(self, offset: int, max_bytes: int, committed_only: bool) -> ReadResult:
+        """Whole batches from `offset`, up to the high watermark (or the LSO for read_committed)."""
+        high_watermark = self.high_watermark
+        lso = self.last_stable_offset()
+        if offset < self.log_start_offset or offset > high_watermark:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {high_watermark}]")
+        upper = lso if committed_only else high_watermark
+        data = b""
+        segment_index = bisect_right([s.base_offset for s in self.segments], offset) - 1
+        for segment in self.segments[max(segment_index, 0):]:
+            position, length = segment.locate(offset, max_bytes, upper)
+            if length:
+                data = segment.read(position, length)
+                break
+            if segment.next_offset > offset:
+                break
+        aborted = self.aborted_transactions(offset, upper) if committed_only and data else []
+        return ReadResult(data, high_watermark, lso, self.log_start_offset, aborted)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch with a timestamp >= `timestamp`."""
+        for segment in self.segments:
+            offset = segment.offset_for_timestamp(timestamp)
+            if offset is not None:
+                return max(offset, self.log_start_offset), timestamp
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int]:
+        for segment in reversed(self.segments):
+            if segment.batch_count:
+                return segment.last_offsets[-1], segment.largest_timestamp
+        return -1, -1
+
+    def iter_batches(self, start_offset: int = 0) -> Iterator[tuple[int, bytes]]:
+        """(base offset, batch bytes) of every stored batch from `start_offset` (broker-internal reads)."""
+        for segment in self.segments:
+            for i in range(segment.batch_count):
+                if segment.last_offsets[i] < start_offset:
+                    continue
+                batch = segment.batch_at(i)
+                yield BatchHeader.parse(batch).base_offset, batch
+
+    # ---- deleting -----------------------------------------------------------------------------
+    def delete_records_before(self, offset: int) -> int:
+        """Moves the log start offset forward (DeleteRecords); whole segments below it go."""
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [0, {self.high_watermark}]")
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._write_log_start()
+            self._drop_segments_below(offset)
+        return self.log_start_offset
+
+    def _drop_segments_below(self, offset: int) -> None:
+        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+            self.segments.pop(0).delete()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Deletes closed segments past retention.ms / retention.bytes; returns how many."""
+        deleted = 0
+        retention_ms = self.config["retention.ms"]
+        retention_bytes = self.config["retention.bytes"]
+        total = sum(s.size for s in self.segments)
+        while len(self.segments) > 1:
+            oldest = self.segments[0]
+            expired = retention_ms >= 0 and now_ms - oldest.largest_timestamp > retention_ms
+            oversize = retention_bytes >= 0 and total - oldest.size >= retention_bytes
+            if not (expired or oversize):
+                break
+            total -= oldest.size
+            self.segments.pop(0).delete()
+            deleted += 1
+        if self.segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self.segments[0].base_offset
+            self._write_log_start()
+        if deleted:
+            log.info("%s-%d: retention deleted %d segment(s)", self.topic, self.index, deleted)
+        return deleted
+
+    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
+        """Swaps cleaned segments in for the ones they were made from (log compaction)."""
+        position = self.segments.index(old[0])
+        self.segments[position:position + len(old)] = new
+        for segment in old:
+            segment.delete()
+
+
+def _stamp(header: BatchHeader, batch: memoryview, now_ms: int) -> tuple[BatchHeader, memoryview]:
+    """The batch with LogAppendTime set (attributes and max timestamp rewritten, CRC recomputed)."""
+    stamped = bytearray(batch)
+    struct.pack_into(">h", stamped, 21, header.attributes | TIMESTAMP_LOG_APPEND)
+    struct.pack_into(">q", stamped, 35, now_ms)
+    struct.pack_into(">I", stamped, 17, crc32c(memoryview(stamped)[CRC_START:]))
+    return BatchHeader.parse(stamped), memoryview(stamped)

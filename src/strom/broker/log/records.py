@@ -1,0 +1,232 @@
+"""The v2 record batch format: header fields, validation, and (for the broker's own use) records.
+
+Client batches are stored as sent; the broker only reads their headers, checks their CRC32C and
+rewrites the base offset. Records are decoded only where the broker must look inside: compaction,
+loading `__consumer_offsets`, and batches the broker writes itself.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import cramjam
+from crc32c import crc32c
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
+CRC_START = 21  # the CRC covers attributes .. end of batch
+_OFFSET_LENGTH = struct.Struct(">qi")
+_INT64 = struct.Struct(">q")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_LOG_APPEND = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+class CorruptBatchError(Exception):
+    """A batch whose framing, magic or CRC is wrong (answered with CORRUPT_MESSAGE)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    length: int  # whole batch, LOG_OVERHEAD included
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @classmethod
+    def parse(cls, buffer: bytes | memoryview, position: int = 0) -> BatchHeader:
+        (base, length, _epoch, magic, crc, attributes, delta, base_ts, max_ts, pid, pepoch, seq,
+         count) = HEADER.unpack_from(buffer, position)
+        return cls(base, length + LOG_OVERHEAD, magic, crc, attributes, delta, base_ts, max_ts,
+                   pid, pepoch, seq, count)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+
+def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryview]]:
+    """Every batch of a produce record set, checked for framing, magic 2 and CRC32C."""
+    view = memoryview(data)
+    batches = []
+    position = 0
+    while position < len(view):
+        if len(view) - position < HEADER_SIZE:
+            raise CorruptBatchError(f"{len(view) - position} trailing bytes are not a batch")
+        header = BatchHeader.parse(view, position)
+        if header.magic != 2:
+            raise CorruptBatchError(f"record batch magic {header.magic} is not supported (only v2)")
+        if header.length < HEADER_SIZE or position + header.length > len(view):
+            raise CorruptBatchError(f"record batch length {header.length} does not fit the request")
+        batch = view[position:position + header.length]
+        if crc32c(batch[CRC_START:]) != header.crc:
+            raise CorruptBatchError("record batch CRC32C mismatch")
+        if header.last_offset_delta < 0 or header.records_count < 0:
+            raise CorruptBatchError("record batch has a negative record count")
+        batches.append((header, batch))
+        position += header.length
+    return batches
+
+
+def set_base_offset(base_offset: int) -> bytes:
+    """The 8 bytes that replace a batch's base offset (the CRC does not cover them)."""
+    return _INT64.pack(base_offset)
+
+
+def peek_offset_length(buffer: bytes | memoryview, position: int = 0) -> tuple[int, int]:
+    """Base offset and whole length of the batch at `position`."""
+    base, length = _OFFSET_LENGTH.unpack_from(buffer, position)
+    return base, length + LOG_OVERHEAD
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def iter_records(batch: bytes | memoryview) -> Iterator[Record]:
+    """The records of one stored batch, decompressed if needed."""
+    header = BatchHeader.parse(batch)
+    body = bytes(memoryview(batch)[HEADER_SIZE:])
+    body = decompress(header.compression, body)
+    position = 0
+    for _ in range(header.records_count):
+        record, position = _read_record(body, position, header)
+        yield record
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    if codec == NONE:
+        return data
+    if codec == GZIP:
+        return bytes(cramjam.gzip.decompress(data))
+    if codec == SNAPPY:
+        return _snappy(data)
+    if codec == LZ4:
+        return bytes(cramjam.lz4.decompress(data))
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.decompress(data))
+    raise CorruptBatchError(f"unknown compression codec {codec}")
+
+
+def _snappy(data: bytes) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    position = 16
+    while position < len(data):
+        (size,) = struct.unpack_from(">i", data, position)
+        position += 4
+        out += cramjam.snappy.decompress_raw(data[position:position + size])
+        position += size
+    return bytes(out)
+
+
+def _read_record(body: bytes, position: int, header: BatchHeader) -> tuple[Record, int]:
+    _length, position = read_varint(body, position)
+    position += 1  # attributes
+    ts_delta, position = read_varint(body, position)
+    offset_delta, position = read_varint(body, position)
+    key, position = _read_bytes(body, position)
+    value, position = _read_bytes(body, position)
+    count, position = read_varint(body, position)
+    headers = []
+    for _ in range(count):
+        name, position = _read_bytes(body, position)
+        header_value, position = _read_bytes(body, position)
+        headers.append(((name or b"").decode("utf-8", "replace"), header_value))
+    return Record(header.base_offset + offset_delta, header.base_timestamp + ts_delta, key, value,
+                  tuple(headers)), position
+
+
+def _read_bytes(body: bytes, position: int) -> tuple[bytes | None, int]:
+    size, position = read_varint(body, position)
+    if size < 0:
+        return None, position
+    return body[position:position + size], position + size
+
+
+def read_varint(data: bytes, position: int) -> tuple[int, int]:
+    """A zigzag varint and the position after it."""
+    shift = result = 0
+    while True:
+        if position >= len(data):
+            raise CorruptBatchError("record ends inside a varint")
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise CorruptBatchError("varint is too long")
+
+
+def write_varint(value: int) -> bytes:
+    value = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while value & ~0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _bytes_field(value: bytes | None) -> bytes:
+    return write_varint(-1) if value is None else write_varint(len(value)) + value
+
+
+def build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    timestamp: int,
+    base_offset: int = 0,
+    attributes: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """An uncompressed v2 batch of (key, value) records, all stamped `timestamp`."""
+    body = bytearray()
+    for delta, (key, value) in enumerate(records):
+        record = b"\0" + write_varint(0) + write_varint(delta) + _bytes_field(key) + _bytes_field(value)
+        record += write_varint(0)
+        body += write_varint(len(record)) + record
+    header = bytearray(HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0,
+                                   attributes, len(records) - 1, timestamp, timestamp,
+                                   producer_id, producer_epoch, base_sequence, len(records)))
+    batch = header + body
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)

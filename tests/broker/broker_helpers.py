@@ -1,0 +1,26 @@
+"""Helpers for broker tests: unique names and draining a consumer."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, Message
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def drain(consumer: Consumer, count: int, timeout: float = 30.0) -> list[Message]:
+    """Polls until `count` records arrived (fails on a consumer error or the timeout)."""
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while len(messages) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        assert message.error() is None, message.error()
+        messages.append(message)
+    assert len(messages) == count, f"got {len(messages)} of {count} records"
+    return messages
