@@ -114,6 +114,22 @@ class StringSerde(BaseSerde[str]):
     def __init__(self, encoding: str = "utf-8") -> None:
         self.encoding = encoding
 
+    def serialize(self, topic: str | None, data: str | None, headers: Any = None) -> bytes | None:
+        if type(data) is str:  # the per-record fast path; the base class reports errors
+            try:
+                return data.encode(self.encoding)
+            except UnicodeError:
+                pass
+        return super().serialize(topic, data, headers)
+
+    def deserialize(self, topic: str | None, data: bytes | None, headers: Any = None) -> str | None:
+        if type(data) is bytes:
+            try:
+                return data.decode(self.encoding)
+            except UnicodeError:
+                pass
+        return super().deserialize(topic, data, headers)
+
     def _to_bytes(self, data: str) -> bytes:
         if not isinstance(data, str):
             raise TypeError("expected str")
@@ -131,6 +147,23 @@ class _FixedWidthSerde(BaseSerde[T]):
 
     def __init__(self) -> None:
         self._struct = struct.Struct(self.fmt)
+        self._size = self._struct.size
+        self._pack = self._struct.pack
+        self._unpack = self._struct.unpack
+
+    def serialize(self, topic: str | None, data: T | None, headers: Any = None) -> bytes | None:
+        kind = type(data)
+        if kind is int or kind is self.kind:  # the per-record fast path; the base class reports errors
+            try:
+                return self._pack(data)
+            except struct.error:
+                pass
+        return super().serialize(topic, data, headers)
+
+    def deserialize(self, topic: str | None, data: bytes | None, headers: Any = None) -> T | None:
+        if data is not None and len(data) == self._size:
+            return self._unpack(data)[0]
+        return super().deserialize(topic, data, headers)
 
     def _to_bytes(self, data: T) -> bytes:
         if isinstance(data, bool) or not isinstance(data, self.kind | int):

@@ -49,10 +49,12 @@ class LRUCacheEntry:
         size = _ENTRY_OVERHEAD + len(key)
         if value is not None:
             size += len(value)
-        if context.topic:
-            size += len(context.topic)
-        for name, header_value in context.headers:
-            size += len(name) + (len(header_value) if header_value else 0)
+        topic = context[1]
+        if topic:
+            size += len(topic)
+        if context[4]:
+            for name, header_value in context[4]:
+                size += len(name) + (len(header_value) if header_value else 0)
         self.size = size
 
 
@@ -70,8 +72,9 @@ DirtyEntryFlushListener = Callable[[list[DirtyEntry]], None]
 class NamedCache:
     """One store's cache in one task: entries in LRU order (eldest first) and dirty keys in arrival order."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, owner: ThreadCache) -> None:
         self.name = name
+        self._owner = owner
         self._entries: OrderedDict[bytes, LRUCacheEntry] = OrderedDict()
         self._dirty: dict[bytes, None] = {}
         self._listener: DirtyEntryFlushListener | None = None
@@ -99,22 +102,27 @@ class NamedCache:
         if entry.dirty and self._listener is None:
             raise RuntimeError(f"No flush listener registered for cache {self.name!r}; "
                                "dirty entries could never be written")
-        old = self._entries.get(key)
+        entries = self._entries
+        old = entries.get(key)
+        delta = entry.size
         if old is not None:
             self.num_overwrites += 1
-            self.size_bytes -= old.size
-            self._entries.move_to_end(key)
-        self._entries[key] = entry
+            delta -= old.size
+            entries.move_to_end(key)
+        entries[key] = entry
         if entry.dirty:
             # remove then add, so the order is the arrival order of the latest writes
-            self._dirty.pop(key, None)
-            self._dirty[key] = None
-        self.size_bytes += entry.size
+            dirty = self._dirty
+            dirty.pop(key, None)
+            dirty[key] = None
+        self.size_bytes += delta
+        self._owner.current_bytes += delta
 
     def delete(self, key: bytes) -> LRUCacheEntry | None:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self.size_bytes -= entry.size
+            self._owner.current_bytes -= entry.size
             self._dirty.pop(key, None)
         return entry
 
@@ -124,6 +132,7 @@ class NamedCache:
             return
         key, eldest = self._entries.popitem(last=False)
         self.size_bytes -= eldest.size
+        self._owner.current_bytes -= eldest.size
         if eldest.dirty:
             self._flush(DirtyEntry(key, eldest.value, eldest.context))
 
@@ -163,6 +172,7 @@ class NamedCache:
     def clear(self) -> None:
         self._entries.clear()
         self._dirty.clear()
+        self._owner.current_bytes -= self.size_bytes
         self.size_bytes = 0
 
 
@@ -175,13 +185,14 @@ class ThreadCache:
                                         "a size in bytes >= 0")
         self.max_cache_size_bytes = max_cache_size_bytes
         self._caches: dict[str, NamedCache] = {}
+        self.current_bytes = 0
         self.num_puts = 0
         self.num_gets = 0
         self.num_evicts = 0
         self.num_flushes = 0
 
     def size_bytes(self) -> int:
-        return sum(cache.size_bytes for cache in self._caches.values())
+        return self.current_bytes
 
     def size(self) -> int:
         """Number of entries over all caches."""
@@ -190,7 +201,7 @@ class ThreadCache:
     def named_cache(self, namespace: str) -> NamedCache:
         cache = self._caches.get(namespace)
         if cache is None:
-            cache = self._caches[namespace] = NamedCache(namespace)
+            cache = self._caches[namespace] = NamedCache(namespace, self)
         return cache
 
     def add_dirty_entry_flush_listener(self, namespace: str, listener: DirtyEntryFlushListener) -> None:
@@ -203,9 +214,10 @@ class ThreadCache:
 
     def put(self, namespace: str, key: bytes, entry: LRUCacheEntry) -> None:
         self.num_puts += 1
-        cache = self.named_cache(namespace)
+        cache = self._caches.get(namespace) or self.named_cache(namespace)
         cache.put(key, entry)
-        self._maybe_evict(cache)
+        if self.current_bytes > self.max_cache_size_bytes:
+            self._maybe_evict(cache)
 
     def delete(self, namespace: str, key: bytes) -> LRUCacheEntry | None:
         cache = self._caches.get(namespace)
@@ -213,7 +225,7 @@ class ThreadCache:
 
     def _maybe_evict(self, cache: NamedCache) -> None:
         evicted = 0
-        while self.size_bytes() > self.max_cache_size_bytes:
+        while self.current_bytes > self.max_cache_size_bytes:
             # the put may have flushed into other caches; if this one is empty there is nothing to evict
             if not len(cache):
                 break
@@ -243,10 +255,14 @@ class ThreadCache:
 
     def close(self, namespace: str) -> None:
         """Remove a store's cache (its store closes); unflushed entries are dropped."""
-        cache = self._caches.pop(namespace, None)
-        if cache is not None and cache.dirty_keys():
+        cache = self._caches.get(namespace)
+        if cache is None:
+            return
+        if cache.dirty_keys():
             log.warning("Closing cache %s with %d unflushed entries; they are dropped",
                         namespace, len(cache.dirty_keys()))
+        cache.clear()
+        del self._caches[namespace]
 
     def resize(self, max_cache_size_bytes: int) -> None:
         """Change the budget (the number of threads changed); shrinking evicts across all caches."""

@@ -66,8 +66,7 @@ class CachingKeyValueStore(WrappedStore):
 
     def get(self, key: bytes) -> bytes | None:
         cache = self._cache
-        assert cache is not None, "store used before init"
-        entry = cache.get(self._namespace, key)
+        entry = cache.get(self._namespace, key)  # type: ignore[union-attr]
         if entry is not None:
             return entry.value
         value = self.wrapped.get(key)
@@ -77,9 +76,8 @@ class CachingKeyValueStore(WrappedStore):
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:
-        context = self._context
-        assert context is not None and self._cache is not None, "store used before init"
-        self._cache.put(self._namespace, key, LRUCacheEntry(key, value, True, context.record_context))
+        self._cache.put(self._namespace, key,  # type: ignore[union-attr]
+                        LRUCacheEntry(key, value, True, self._context.record_context))  # type: ignore[union-attr]
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         assert self._cache is not None, "store used before init"

@@ -10,7 +10,6 @@ reverse.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
@@ -25,13 +24,13 @@ Headers = Sequence[tuple[str, bytes | None]]
 """Record headers as confluent-kafka gives them: (name, value) pairs, names may repeat."""
 
 
-@dataclass(frozen=True, slots=True)
-class RecordContext:
+class RecordContext(NamedTuple):
     """Where the record being processed came from.
 
     A cache entry keeps the context of the record that last wrote it, so that when the entry is
     flushed later, the changelog record and the forwarded ``Change`` carry that record's timestamp,
     topic, partition, offset and headers, not those of whatever record triggered the flush.
+    (A NamedTuple: one is made per record, and tuples are the cheapest immutable objects to make.)
     """
 
     timestamp: int

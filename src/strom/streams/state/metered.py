@@ -6,9 +6,8 @@ adapts the caching layer's flush listener to typed values (seed 001: MeteredKeyV
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from time import perf_counter_ns
 from typing import Any
 
 from strom.errors import StromError
@@ -22,20 +21,14 @@ class NullKeyError(StromError, ValueError):
     """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
 
 
-@dataclass
 class StoreMetrics:
-    """Operation counts and total latency in nanoseconds, per operation (put, get, delete, range, ...)."""
+    """Operation counts of one store (``put``, ``get``, ``delete``, ``range``, ``flush``, ...).
 
-    counts: dict[str, int] = field(default_factory=dict)
-    latency_ns: dict[str, int] = field(default_factory=dict)
+    Counts only: timing every store call would cost more than many of the calls themselves.
+    """
 
-    def record(self, operation: str, started_ns: int) -> None:
-        self.counts[operation] = self.counts.get(operation, 0) + 1
-        self.latency_ns[operation] = self.latency_ns.get(operation, 0) + perf_counter_ns() - started_ns
-
-    def latency_avg_ns(self, operation: str) -> float:
-        count = self.counts.get(operation, 0)
-        return self.latency_ns.get(operation, 0) / count if count else 0.0
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
 
 
 class MeteredKeyValueStore:
@@ -47,6 +40,7 @@ class MeteredKeyValueStore:
         self._value_serde = value_serde
         self.metrics_scope = metrics_scope
         self.metrics = StoreMetrics()
+        self._counts = self.metrics.counts
         self._open = False
         self._topic: str | None = None
 
@@ -74,10 +68,8 @@ class MeteredKeyValueStore:
         self._value_ser = value_serde.serializer().serialize
         self._value_de = value_serde.deserializer().deserialize
         self._topic = context.changelog_topic(self.name)
-        started = perf_counter_ns()
         self.wrapped.init(context, root)
         self._open = True
-        self.metrics.record("restore", started)
 
     def _raw_key(self, key: Any) -> bytes:
         if not self._open:
@@ -88,31 +80,31 @@ class MeteredKeyValueStore:
         return self._key_ser(self._topic, key)
 
     def get(self, key: Any) -> Any:
-        started = perf_counter_ns()
-        value = self._value_de(self._topic, self.wrapped.get(self._raw_key(key)))
-        self.metrics.record("get", started)
-        return value
+        self._counts["get"] += 1
+        if key is None or not self._open:
+            self._raw_key(key)  # raises the right error
+        topic = self._topic
+        return self._value_de(topic, self.wrapped.get(self._key_ser(topic, key)))
 
     def put(self, key: Any, value: Any) -> None:
-        started = perf_counter_ns()
-        self.wrapped.put(self._raw_key(key), self._value_ser(self._topic, value))
-        self.metrics.record("put", started)
+        self._counts["put"] += 1
+        if key is None or not self._open:
+            self._raw_key(key)
+        topic = self._topic
+        self.wrapped.put(self._key_ser(topic, key), self._value_ser(topic, value))
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
-        started = perf_counter_ns()
         old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))
-        self.metrics.record("put-if-absent", started)
+        self._counts["put-if-absent"] += 1
         return self._value_de(self._topic, old)
 
     def put_all(self, entries: Sequence[tuple[Any, Any]]) -> None:
-        started = perf_counter_ns()
         self.wrapped.put_all([(self._raw_key(k), self._value_ser(self._topic, v)) for k, v in entries])
-        self.metrics.record("put-all", started)
+        self._counts["put-all"] += 1
 
     def delete(self, key: Any) -> Any:
-        started = perf_counter_ns()
         old = self.wrapped.delete(self._raw_key(key))
-        self.metrics.record("delete", started)
+        self._counts["delete"] += 1
         return self._value_de(self._topic, old)
 
     def _typed(self, raw: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
@@ -124,15 +116,13 @@ class MeteredKeyValueStore:
         return None if key is None else self._raw_key(key)
 
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
-        started = perf_counter_ns()
         raw = self.wrapped.range(self._bound(from_key), self._bound(to_key))
-        self.metrics.record("range", started)
+        self._counts["range"] += 1
         return self._typed(raw)
 
     def reverse_range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
-        started = perf_counter_ns()
         raw = self.wrapped.reverse_range(self._bound(from_key), self._bound(to_key))
-        self.metrics.record("range", started)
+        self._counts["range"] += 1
         return self._typed(raw)
 
     def all(self) -> Iterator[tuple[Any, Any]]:
@@ -142,18 +132,16 @@ class MeteredKeyValueStore:
         return self.reverse_range(None, None)
 
     def prefix_scan(self, prefix: Any, prefix_key_serializer: Any) -> Iterator[tuple[Any, Any]]:
-        started = perf_counter_ns()
         raw = self.wrapped.prefix_scan(prefix_key_serializer.serialize(self._topic, prefix))
-        self.metrics.record("prefix-scan", started)
+        self._counts["prefix-scan"] += 1
         return self._typed(raw)
 
     def approximate_num_entries(self) -> int:
         return self.wrapped.approximate_num_entries()
 
     def flush(self) -> None:
-        started = perf_counter_ns()
         self.wrapped.flush()
-        self.metrics.record("flush", started)
+        self._counts["flush"] += 1
 
     def close(self) -> None:
         self._open = False

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from strom.errors import SerializationError
 
@@ -12,8 +11,7 @@ V = TypeVar("V")
 _TIMESTAMP = struct.Struct(">q")
 
 
-@dataclass(frozen=True, slots=True)
-class ValueAndTimestamp(Generic[V]):
+class ValueAndTimestamp(NamedTuple, Generic[V]):
     """A stored value with the timestamp of the record that produced it (timestamped stores, KTables)."""
 
     value: V
