@@ -156,6 +156,16 @@ class KStream:
             self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
         return stream
 
+    def process_values(
+        self, supplier: ProcessorSupplier, *store_names: str, named: Named | None = None
+    ) -> KStream:
+        """Like ``process`` for a processor that keeps each record's key (KIP-820), so a stateful
+        operator after it needs no repartition topic."""
+        stream = self._child("KSTREAM-PROCESSVALUES-", named, supplier, keeps_serdes=False)
+        if store_names:
+            self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
+        return stream
+
     # ---- stateful -------------------------------------------------------------------------------
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
         from strom.streams.kstream.grouped import KGroupedStream

@@ -36,8 +36,10 @@ def windowed_by(grouped: KGroupedStream, windows: Any) -> TimeWindowedKStream | 
     if isinstance(windows, SessionWindows):
         return SessionWindowedKStream(grouped, windows)
     if isinstance(windows, SlidingWindows):
-        raise TopologyError("Sliding-window aggregations are not supported by strom yet; use hopping "
-                            "TimeWindows.of_size_with_no_grace(size).advance_by(step) instead.")
+        raise TopologyError(
+            "Sliding-window aggregations are not supported by strom yet; use hopping "
+            "TimeWindows.of_size_with_no_grace(size).advance_by(step) instead."
+        )
     raise TopologyError(f"windowed_by needs TimeWindows or SessionWindows, got {windows!r}.")
 
 
@@ -46,8 +48,10 @@ def _retention(materialized: Materialized | None, minimum: int, store_name: str)
     if retention is None:
         return minimum
     if retention < minimum:
-        raise TopologyError(f"The retention of store {store_name!r} ({retention} ms) must be at least the "
-                            f"window size plus grace ({minimum} ms); raise Materialized.with_retention.")
+        raise TopologyError(
+            f"The retention of store {store_name!r} ({retention} ms) must be at least the "
+            f"window size plus grace ({minimum} ms); raise Materialized.with_retention."
+        )
     return retention
 
 
@@ -66,9 +70,16 @@ class _WindowedStream:
     def __init__(self, grouped: KGroupedStream) -> None:
         self.grouped = grouped
 
-    def _table(self, prefix: str, named: Named | None, materialized: Materialized | None,
-               factory: Callable[[KTableProcessorSupplier], Any], store_builder: Callable[[str], Any],
-               key_serde: Any, value_serde: Any) -> KTable:
+    def _table(
+        self,
+        prefix: str,
+        named: Named | None,
+        materialized: Materialized | None,
+        factory: Callable[[KTableProcessorSupplier], Any],
+        store_builder: Callable[[str], Any],
+        key_serde: Any,
+        value_serde: Any,
+    ) -> KTable:
         grouped = self.grouped
         builder = grouped.builder
         store_name = builder.store_name(materialized, prefix)
@@ -78,8 +89,9 @@ class _WindowedStream:
         builder.internal.add_processor(name, supplier, parent)
         builder.internal.add_state_store(store_builder(store_name), name)
         queryable = store_name if materialized is not None and materialized.store_name else None
-        return KTable(builder, name, supplier, key_serde, value_serde, queryable,
-                      source_topics=grouped.source_topics)
+        return KTable(
+            builder, name, supplier, key_serde, value_serde, queryable, source_topics=grouped.source_topics
+        )
 
     def _value_serde(self, materialized: Materialized | None, default: Any) -> Any:
         return (materialized.value_serde if materialized else None) or default
@@ -96,38 +108,67 @@ class TimeWindowedKStream(_WindowedStream):
         self.windows = windows
 
     def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
-        return self._aggregate("KSTREAM-AGGREGATE-", _zero, _increment, named,
-                               _with_value_serde(materialized, Serdes.Long()))
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-", _zero, _increment, named, _with_value_serde(materialized, Serdes.Long())
+        )
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], named: Named | None = None,
-               materialized: Materialized | None = None) -> KTable:
+    def reduce(
+        self,
+        reducer: Callable[[Any, Any], Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         """``reducer(aggregate, value)``; the first value of a window is its initial aggregate."""
-        return self._aggregate("KSTREAM-REDUCE-", _none, _reducing(reducer), named,
-                               _with_value_serde(materialized, self.grouped.value_serde))
+        return self._aggregate(
+            "KSTREAM-REDUCE-",
+            _none,
+            _reducing(reducer),
+            named,
+            _with_value_serde(materialized, self.grouped.value_serde),
+        )
 
-    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
-                  named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         """``aggregator(key, value, aggregate)`` returns the window's new aggregate."""
         return self._aggregate("KSTREAM-AGGREGATE-", initializer, aggregator, named, materialized)
 
-    def _aggregate(self, prefix: str, initializer: Callable[[], Any], aggregator: Aggregator,
-                   named: Named | None, materialized: Materialized | None) -> KTable:
+    def _aggregate(
+        self,
+        prefix: str,
+        initializer: Callable[[], Any],
+        aggregator: Aggregator,
+        named: Named | None,
+        materialized: Materialized | None,
+    ) -> KTable:
         windows = self.windows
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
 
         def store(store_name: str) -> Any:
             retention = _retention(materialized, windows.size_ms + windows.grace_ms, store_name)
-            supplier = (materialized.store_supplier if materialized is not None else None) or \
-                builders.persistent_timestamped_window_store(store_name, retention, windows.size_ms)
-            return _apply_options(builders.window_store_builder(supplier, key_serde, value_serde),
-                                  materialized, cacheable=True)
+            supplier = (
+                materialized.store_supplier if materialized is not None else None
+            ) or builders.persistent_timestamped_window_store(store_name, retention, windows.size_ms)
+            return _apply_options(
+                builders.window_store_builder(supplier, key_serde, value_serde), materialized, cacheable=True
+            )
 
         return self._table(
-            prefix, named, materialized,
-            lambda s: KStreamWindowAggregate(windows, s.store_name, initializer, aggregator,
-                                             s.send_old_values),
-            store, TimeWindowedSerde(key_serde, windows.size_ms), value_serde)
+            prefix,
+            named,
+            materialized,
+            lambda s: KStreamWindowAggregate(
+                windows, s.store_name, initializer, aggregator, s.send_old_values
+            ),
+            store,
+            TimeWindowedSerde(key_serde, windows.size_ms),
+            value_serde,
+        )
 
 
 class SessionWindowedKStream(_WindowedStream):
@@ -138,41 +179,79 @@ class SessionWindowedKStream(_WindowedStream):
         self.windows = windows
 
     def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
-        return self._aggregate("KSTREAM-AGGREGATE-", _zero, _increment, _add, named,
-                               _with_value_serde(materialized, Serdes.Long()))
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-",
+            _zero,
+            _increment,
+            _add,
+            named,
+            _with_value_serde(materialized, Serdes.Long()),
+        )
 
-    def reduce(self, reducer: Callable[[Any, Any], Any], named: Named | None = None,
-               materialized: Materialized | None = None) -> KTable:
+    def reduce(
+        self,
+        reducer: Callable[[Any, Any], Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         reducing = _reducing(reducer)
-        return self._aggregate("KSTREAM-REDUCE-", _none, reducing, lambda key, a, b: reducing(key, b, a),
-                               named, _with_value_serde(materialized, self.grouped.value_serde))
+        return self._aggregate(
+            "KSTREAM-REDUCE-",
+            _none,
+            reducing,
+            lambda key, a, b: reducing(key, b, a),
+            named,
+            _with_value_serde(materialized, self.grouped.value_serde),
+        )
 
-    def aggregate(self, initializer: Callable[[], Any], aggregator: Callable[[Any, Any, Any], Any],
-                  session_merger: Callable[[Any, Any, Any], Any], named: Named | None = None,
-                  materialized: Materialized | None = None) -> KTable:
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        session_merger: Callable[[Any, Any, Any], Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         """``session_merger(key, aggregate1, aggregate2)`` combines two sessions that a record joins."""
-        return self._aggregate("KSTREAM-AGGREGATE-", initializer, aggregator, session_merger, named,
-                               materialized)
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-", initializer, aggregator, session_merger, named, materialized
+        )
 
-    def _aggregate(self, prefix: str, initializer: Callable[[], Any], aggregator: Aggregator,
-                   session_merger: Callable[[Any, Any, Any], Any], named: Named | None,
-                   materialized: Materialized | None) -> KTable:
+    def _aggregate(
+        self,
+        prefix: str,
+        initializer: Callable[[], Any],
+        aggregator: Aggregator,
+        session_merger: Callable[[Any, Any, Any], Any],
+        named: Named | None,
+        materialized: Materialized | None,
+    ) -> KTable:
         windows = self.windows
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
 
         def store(store_name: str) -> Any:
             retention = _retention(materialized, windows.gap_ms + windows.grace_ms, store_name)
-            supplier = (materialized.store_supplier if materialized is not None else None) or \
-                builders.persistent_session_store(store_name, retention)
-            return _apply_options(builders.session_store_builder(supplier, key_serde, value_serde),
-                                  materialized, cacheable=False)
+            supplier = (
+                materialized.store_supplier if materialized is not None else None
+            ) or builders.persistent_session_store(store_name, retention)
+            return _apply_options(
+                builders.session_store_builder(supplier, key_serde, value_serde),
+                materialized,
+                cacheable=False,
+            )
 
         return self._table(
-            prefix, named, materialized,
-            lambda s: KStreamSessionWindowAggregate(windows, s.store_name, initializer, aggregator,
-                                                    session_merger, s.send_old_values),
-            store, SessionWindowedSerde(key_serde), value_serde)
+            prefix,
+            named,
+            materialized,
+            lambda s: KStreamSessionWindowAggregate(
+                windows, s.store_name, initializer, aggregator, session_merger, s.send_old_values
+            ),
+            store,
+            SessionWindowedSerde(key_serde),
+            value_serde,
+        )
 
 
 def _with_value_serde(materialized: Materialized | None, serde: Any) -> Materialized:
