@@ -58,3 +58,11 @@ class DataLossError(StromError):
 
 class TransactionalIdNotFoundError(StromError):
     """The broker's transaction coordinator does not know a transactional.id."""
+
+
+class InvalidStateStoreError(StromError):
+    """A state store was used before it was initialised or after it was closed."""
+
+
+class ProcessorStateError(StromError):
+    """A task's local state cannot be used: a store's files cannot be opened, or its checkpoint is corrupt."""
