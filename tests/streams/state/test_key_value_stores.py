@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from strom.errors import InvalidStateStoreError
 from strom.kafka.serdes import Serdes
-from strom.streams.state.base import InvalidStateStoreError
 from strom.streams.state.metered import NullKeyError
 from strom.streams.state.stores import Stores
 
@@ -121,3 +121,13 @@ def test_wrong_value_type_is_a_serialization_error(store):
     from strom.errors import SerializationError
     with pytest.raises(SerializationError):
         store.put("a", "not a long")
+
+
+def test_rocksdb_store_in_use_gives_a_clear_error(make_host):
+    from strom.errors import ProcessorStateError
+    builder = lambda: Stores.key_value_store_builder(  # noqa: E731
+        Stores.persistent_key_value_store("kv"), Serdes.String(), Serdes.Long())
+    first = make_host("same").init(builder())
+    with pytest.raises(ProcessorStateError, match=r"own state\.dir"):
+        make_host("same").init(builder())
+    first.close()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strom.errors import TopologyError
+from strom.errors import ProcessorStateError, TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.state.context import ChangelogRecord
 from strom.streams.state.manager import read_checkpoint, write_checkpoint
@@ -98,7 +98,7 @@ def test_checkpoint_round_trip_and_corruption(tmp_path):
     write_checkpoint(path, {("t", 3): 10, ("a", 0): 5})
     assert read_checkpoint(path) == {("a", 0): 5, ("t", 3): 10}
     path.write_text("0\n2\nt 3 10\n")
-    with pytest.raises(TopologyError, match="Corrupt checkpoint"):
+    with pytest.raises(ProcessorStateError, match="Corrupt checkpoint"):
         read_checkpoint(path)
 
 

@@ -11,16 +11,11 @@ from collections.abc import Iterator, Sequence
 from itertools import takewhile
 from typing import Any
 
-from strom.errors import StromError
 from strom.streams.state.context import StateStore, StateStoreContext
 
 log = logging.getLogger(__name__)
 
 KeyValueIterator = Iterator[tuple[bytes, bytes]]
-
-
-class InvalidStateStoreError(StromError):
-    """A store was used before ``init`` or after ``close``."""
 
 
 class BytesStore:

@@ -20,7 +20,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from strom.errors import TopologyError
+from strom.errors import ProcessorStateError, TopologyError
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import (
     ChangelogRecord,
@@ -185,5 +185,5 @@ def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:
             raise ValueError(f"expected {count} entries, found {len(offsets)}")
         return offsets
     except (ValueError, IndexError) as exc:
-        raise TopologyError(f"Corrupt checkpoint file {path}: {exc}. Delete it; the task then restores "
+        raise ProcessorStateError(f"Corrupt checkpoint file {path}: {exc}. Delete it; the task then restores "
                             "its stores from their changelogs.") from exc

@@ -5,7 +5,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 
-from strom.streams.state.base import BytesStore, InvalidStateStoreError, KeyValueIterator
+from strom.errors import InvalidStateStoreError
+from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
 
 

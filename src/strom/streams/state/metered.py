@@ -10,8 +10,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from strom.errors import StromError
-from strom.streams.state.base import InvalidStateStoreError
+from strom.errors import InvalidStateStoreError, StromError
 from strom.streams.state.caching import CachingKeyValueStore
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde

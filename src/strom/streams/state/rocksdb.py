@@ -17,8 +17,8 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from strom.errors import StromError
-from strom.streams.state.base import BytesStore, InvalidStateStoreError, KeyValueIterator
+from strom.errors import InvalidStateStoreError, ProcessorStateError
+from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,6 @@ log = logging.getLogger(__name__)
 _OFFSETS_CF = "strom-offsets"
 _OFFSET_KEY = b"changelog-offset"
 _OFFSET = struct.Struct(">q")
-
-
-class StateStoreOpenError(StromError):
-    """RocksDB could not open a store's directory (in use by another process, or damaged)."""
 
 
 def _options() -> Options:
@@ -101,7 +97,7 @@ class RocksDBStore(BytesStore):
             self._db = Rdict(str(path), options=_options(),
                              column_families={_OFFSETS_CF: Options(raw_mode=True)})
         except Exception as exc:
-            raise StateStoreOpenError(
+            raise ProcessorStateError(
                 f"Cannot open RocksDB store {self.name!r} at {path}: {exc}. Another process may be "
                 "using the same state.dir for this task; give each instance its own state.dir.") from exc
         self._offsets = self._db.get_column_family(_OFFSETS_CF)
