@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.transactions.coordinator import (
     CONCURRENT_TRANSACTIONS,
     INVALID_PRODUCER_ID_MAPPING,
@@ -17,7 +18,6 @@ from strom.broker.transactions.coordinator import (
     TransactionCoordinator,
 )
 from strom.broker.transactions.metadata import TransactionMetadata, TxnState, decode_key, decode_value
-from strom.broker.transactions.producer_ids import ProducerIdManager
 
 
 class StateTopic:
@@ -71,7 +71,7 @@ def env(tmp_path: Path):
     clock = Clock()
 
     def coordinator() -> TransactionCoordinator:
-        c = TransactionCoordinator(log, parts, ProducerIdManager(tmp_path / "pids", block_size=10),
+        c = TransactionCoordinator(log, parts, ProducerIdManager(tmp_path),
                                    max_timeout_ms=60_000, clock=clock)
         c.load()
         return c
@@ -98,12 +98,12 @@ def test_transactional_id_keeps_its_producer_id_and_bumps_the_epoch(env) -> None
 
 
 def test_producer_ids_never_repeat_across_restarts(tmp_path: Path) -> None:
-    first = ProducerIdManager(tmp_path / "pids", block_size=10)
-    seen = {first.next_id() for _ in range(3)}
-    second = ProducerIdManager(tmp_path / "pids", block_size=10)  # restart (or crash) mid-block
-    seen_again = {second.next_id() for _ in range(25)}
+    first = ProducerIdManager(tmp_path)
+    seen = {first.allocate() for _ in range(3)}
+    second = ProducerIdManager(tmp_path)  # restart (or crash) mid-block
+    seen_again = {second.allocate() for _ in range(2500)}
     assert not seen & seen_again
-    assert len(seen_again) == 25
+    assert len(seen_again) == 2500
 
 
 def test_timeout_above_the_broker_maximum_is_refused(env) -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from broker_eos.batches import data_batch
+from strom.broker.log.records import BatchHeader
 from strom.broker.producer_state import (
     INVALID_PRODUCER_EPOCH,
     INVALID_TXN_STATE,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
-    BatchHeader,
-    ProducerStateError,
+    AppendRejectedError,
     ProducerStateManager,
 )
 from strom.broker.transactions.markers import control_batch
@@ -34,8 +34,7 @@ class Log:
         return self._append(batch)
 
     def marker(self, pid: int, epoch: int, commit: bool) -> int:
-        self.state.check_marker(pid, epoch, 0)
-        return self._append(control_batch(pid, epoch, commit, 0, int(time.time() * 1000)))
+        return self.produce(control_batch(pid, epoch, commit, 0, int(time.time() * 1000)))
 
     def _append(self, batch: bytes) -> int:
         base = self.end
@@ -47,7 +46,7 @@ class Log:
     def replay(self, start: int):
         for batch, base in self.batches:
             if base >= start:
-                yield batch, 0, base
+                yield base, batch
 
 
 @pytest.fixture
@@ -65,7 +64,7 @@ def test_resent_batch_is_answered_with_its_original_offset_and_not_written(log: 
 
 def test_sequence_gap_is_out_of_order(log: Log) -> None:
     log.produce(data_batch(1, 0, 0, [b"a"]))
-    with pytest.raises(ProducerStateError) as info:
+    with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 0, 5, [b"b"]))
     assert info.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.end == 1
@@ -75,17 +74,17 @@ def test_only_the_last_five_batches_are_deduplicated(log: Log) -> None:
     for seq in range(7):
         log.produce(data_batch(1, 0, seq, [b"x"]))
     assert log.produce(data_batch(1, 0, 2, [b"x"])) == 2
-    with pytest.raises(ProducerStateError) as info:
+    with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 0, 1, [b"x"]))
     assert info.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 def test_older_epoch_is_fenced_and_new_epoch_starts_at_zero(log: Log) -> None:
     log.produce(data_batch(1, 3, 0, [b"a"]))
-    with pytest.raises(ProducerStateError) as info:
+    with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 2, 1, [b"b"]))
     assert info.value.error_code == INVALID_PRODUCER_EPOCH
-    with pytest.raises(ProducerStateError) as info:
+    with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 4, 7, [b"b"]))
     assert info.value.error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.produce(data_batch(1, 4, 0, [b"b"])) == 1
@@ -131,7 +130,7 @@ def test_aborted_transactions_are_indexed_for_fetch(log: Log) -> None:
 
 def test_non_transactional_write_inside_open_transaction_is_refused(log: Log) -> None:
     log.produce(data_batch(1, 0, 0, [b"a"], transactional=True))
-    with pytest.raises(ProducerStateError) as info:
+    with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 0, 1, [b"b"]))
     assert info.value.error_code == INVALID_TXN_STATE
 
@@ -140,11 +139,11 @@ def test_marker_with_bumped_epoch_fences_the_old_producer(log: Log) -> None:
     log.produce(data_batch(1, 0, 0, [b"a"], transactional=True))
     log.marker(1, 1, commit=False)
     assert log.state.last_stable_offset(log.end) == log.end
-    with pytest.raises(ProducerStateError) as info:
+    with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 0, 1, [b"zombie"], transactional=True))
     assert info.value.error_code == INVALID_PRODUCER_EPOCH
-    with pytest.raises(ProducerStateError):
-        log.state.check_marker(1, 0, 0)
+    with pytest.raises(AppendRejectedError):
+        log.marker(1, 0, commit=True)
 
 
 def _restart(log: Log, directory: Path, snapshot: bool) -> Log:
@@ -168,7 +167,7 @@ def test_state_is_rebuilt_after_restart(tmp_path: Path, snapshot: bool) -> None:
     open_txn = log.end - 1
     restarted = _restart(log, tmp_path / "p0", snapshot)
     assert restarted.produce(data_batch(1, 0, 1, [b"b"])) == 3
-    with pytest.raises(ProducerStateError):
+    with pytest.raises(AppendRejectedError):
         restarted.produce(data_batch(1, 0, 9, [b"gap"]))
     assert restarted.state.last_stable_offset(restarted.end) == open_txn
     assert [(a.producer_id, a.first_offset) for a in restarted.state.aborted_transactions(0, 100)] == [(2, 1)]

@@ -18,6 +18,7 @@ from strom.broker.handlers import load_handlers
 from strom.broker.log.manager import LogManager, Topic
 from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.server import ConnectionHandler
+from strom.broker.transactions.service import TransactionService
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ class Broker:
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.offsets = OffsetStore(self.logs)
         self.groups = GroupCoordinator(self.config, self.offsets)
+        self.transactions = TransactionService(self.data_dir, self.config, self.logs, self.groups,
+                                               self.producer_ids)
         self._connections = ConnectionHandler(self)
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task] = []
@@ -65,6 +68,7 @@ class Broker:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
+        await self.transactions.start()
         self._server = await asyncio.start_server(self._connections, self.host, self.port,
                                                   limit=1 << 20, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -93,7 +97,7 @@ class Broker:
         for partition in self.logs.all_partitions():
             partition.wake_waiters()
         self._connections.close_all()
-        await asyncio.sleep(0)
+        await self.transactions.stop()
         self.logs.close()
         log.info("strom broker stopped; data flushed to %s", self.data_dir)
 

@@ -22,32 +22,29 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from strom.broker.log.records import BatchHeader, iter_records
+
 log = logging.getLogger(__name__)
 
-# replay(from_offset) yields (buffer, position, base_offset) for each stored batch at or after from_offset.
-ReplaySource = Callable[[int], Iterable[tuple[bytes | memoryview, int, int]]]
+# replay(from_offset) yields (base offset, batch) for each stored batch at or after from_offset.
+ReplaySource = Callable[[int], Iterable[tuple[int, bytes | memoryview]]]
 
-# v2 record batch header: baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes,
-# lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = _HEADER.size
-ATTR_TRANSACTIONAL = 0x10
-ATTR_CONTROL = 0x20
 NO_PRODUCER_ID = -1
 NO_SEQUENCE = -1
 MAX_CACHED_BATCHES = 5
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
+CONTROL_KEY = struct.Struct(">hh")  # version, type
+CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator epoch
 _INT32_MAX = 2**31 - 1
 
 # Kafka error codes this module answers with.
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
-TRANSACTION_COORDINATOR_FENCED = 52
 
 
-class ProducerStateError(Exception):
+class AppendRejectedError(Exception):
     """A batch the partition must refuse; ``error_code`` is the Kafka error for the produce response."""
 
     def __init__(self, error_code: int, message: str) -> None:
@@ -55,67 +52,21 @@ class ProducerStateError(Exception):
         self.error_code = error_code
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The fields of a v2 record batch header that producer state needs."""
-
-    base_offset: int
-    attributes: int
-    last_offset_delta: int
-    max_timestamp: int
-    producer_id: int
-    producer_epoch: int
-    base_sequence: int
-
-    @classmethod
-    def parse(cls, batch: bytes | memoryview, position: int = 0) -> BatchHeader:
-        (base_offset, _length, _leader_epoch, _magic, _crc, attributes, last_offset_delta, _first_ts,
-         max_ts, producer_id, producer_epoch, base_sequence, _count) = _HEADER.unpack_from(batch, position)
-        return cls(base_offset, attributes, last_offset_delta, max_ts, producer_id, producer_epoch,
-                   base_sequence)
-
-    @property
-    def is_transactional(self) -> bool:
-        return bool(self.attributes & ATTR_TRANSACTIONAL)
-
-    @property
-    def is_control(self) -> bool:
-        return bool(self.attributes & ATTR_CONTROL)
-
-    @property
-    def has_producer(self) -> bool:
-        return self.producer_id != NO_PRODUCER_ID
-
-    @property
-    def last_sequence(self) -> int:
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) % (_INT32_MAX + 1)
+def last_sequence(header: BatchHeader) -> int:
+    """Sequence number of the batch's last record (sequences wrap after Int32.MAX)."""
+    if header.base_sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    return (header.base_sequence + header.last_offset_delta) % (_INT32_MAX + 1)
 
 
-def control_type(batch: bytes | memoryview, position: int = 0) -> int:
-    """COMMIT or ABORT: the type in the key of a control batch's first record."""
-    pos = position + HEADER_SIZE
-    _length, pos = _read_varint(batch, pos)
-    pos += 1  # record attributes
-    _ts_delta, pos = _read_varint(batch, pos)
-    _offset_delta, pos = _read_varint(batch, pos)
-    key_length, pos = _read_varint(batch, pos)
-    if key_length < 4:
-        raise ValueError("control record key is shorter than 4 bytes")
-    _version, kind = struct.unpack_from(">hh", batch, pos)
-    return kind
-
-
-def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
+def read_control_record(batch: bytes | memoryview) -> tuple[int, int]:
+    """(COMMIT or ABORT, coordinator epoch) of a control batch's record."""
+    record = next(iter_records(batch))
+    if record.key is None or len(record.key) < 4 or record.value is None or len(record.value) < 6:
+        raise ValueError("control record is too short")
+    _version, kind = CONTROL_KEY.unpack_from(record.key)
+    _version, coordinator_epoch = CONTROL_VALUE.unpack_from(record.value)
+    return kind, coordinator_epoch
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +97,7 @@ class ProducerEntry:
         if header.producer_epoch != self.epoch:
             return None
         for batch in self.batches:
-            if batch.first_seq == header.base_sequence and batch.last_seq == header.last_sequence:
+            if batch.first_seq == header.base_sequence and batch.last_seq == last_sequence(header):
                 return batch
         return None
 
@@ -244,29 +195,31 @@ class ProducerStateManager:
 
     # -- the produce path ------------------------------------------------------------------------
     def check_append(self, header: BatchHeader) -> BatchMetadata | None:
-        """Validates a client batch before it is appended.
+        """Validates a batch before it is appended (a client's batch or a coordinator's marker).
 
         Returns the original batch if this one is a retry of it (answer with the original offsets and
-        do not append); raises ProducerStateError for a fenced epoch, a sequence gap or a
+        do not append); raises AppendRejectedError for a fenced epoch, a sequence gap or a
         non-transactional write inside an open transaction.
         """
-        if not header.has_producer:
+        if header.producer_id == NO_PRODUCER_ID:
             return None
         entry = self._producers.get(header.producer_id)
         if entry is None:
             return None  # a new producer (or one whose state expired) may start at any sequence
         if header.producer_epoch < entry.epoch:
-            raise ProducerStateError(
+            raise AppendRejectedError(
                 INVALID_PRODUCER_EPOCH,
                 f"producer {header.producer_id} epoch {header.producer_epoch} is older than "
                 f"the current epoch {entry.epoch}: this producer has been fenced")
+        if header.is_control:
+            return None
         duplicate = entry.find_duplicate(header)
         if duplicate is not None:
             return duplicate
         self._check_sequence(entry, header)
         if entry.current_txn_first_offset is not None and not header.is_transactional \
                 and header.producer_epoch == entry.epoch:
-            raise ProducerStateError(
+            raise AppendRejectedError(
                 INVALID_TXN_STATE,
                 f"producer {header.producer_id} wrote a non-transactional batch inside its open transaction")
         return None
@@ -275,7 +228,7 @@ class ProducerStateManager:
     def _check_sequence(entry: ProducerEntry, header: BatchHeader) -> None:
         if header.producer_epoch != entry.epoch:
             if header.base_sequence != 0:
-                raise ProducerStateError(
+                raise AppendRejectedError(
                     OUT_OF_ORDER_SEQUENCE_NUMBER,
                     f"producer {header.producer_id} started epoch {header.producer_epoch} at sequence "
                     f"{header.base_sequence}; a new epoch starts at 0")
@@ -285,30 +238,16 @@ class ProducerStateManager:
             return
         expected = 0 if last == _INT32_MAX else last + 1
         if header.base_sequence != expected:
-            raise ProducerStateError(
+            raise AppendRejectedError(
                 OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {header.producer_id} sent sequence {header.base_sequence}, expected {expected}")
 
-    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
-        """Refuses a commit/abort marker from a fenced coordinator or for an older producer epoch."""
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            return
-        if coordinator_epoch < entry.coordinator_epoch:
-            raise ProducerStateError(
-                TRANSACTION_COORDINATOR_FENCED,
-                f"marker from coordinator epoch {coordinator_epoch} < {entry.coordinator_epoch}")
-        if producer_epoch < entry.epoch:
-            raise ProducerStateError(
-                INVALID_PRODUCER_EPOCH,
-                f"marker for producer {producer_id} epoch {producer_epoch} < current epoch {entry.epoch}")
-
-    def on_append(self, batch: bytes | memoryview, base_offset: int, position: int = 0) -> None:
+    def on_append(self, batch: bytes | memoryview, base_offset: int) -> None:
         """Records a batch that has just been appended at ``base_offset`` (data or control marker)."""
-        header = BatchHeader.parse(batch, position)
+        header = BatchHeader.parse(batch)
         last_offset = base_offset + header.last_offset_delta
         self.map_end_offset = max(self.map_end_offset, last_offset + 1)
-        if not header.has_producer:
+        if header.producer_id == NO_PRODUCER_ID:
             return
         entry = self._producers.get(header.producer_id)
         if entry is None:
@@ -319,10 +258,11 @@ class ProducerStateManager:
             entry.batches.clear()
         entry.last_timestamp = header.max_timestamp
         if header.is_control:
-            self._complete_txn(entry, control_type(batch, position), last_offset)
+            kind, entry.coordinator_epoch = read_control_record(batch)
+            self._complete_txn(entry, kind, last_offset)
             return
         if header.base_sequence != NO_SEQUENCE:
-            entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, base_offset,
+            entry.batches.append(BatchMetadata(header.base_sequence, last_sequence(header), base_offset,
                                                last_offset, header.max_timestamp))
         if header.is_transactional and entry.current_txn_first_offset is None:
             entry.current_txn_first_offset = base_offset
@@ -337,11 +277,6 @@ class ProducerStateManager:
         lso = self.first_unstable_offset()
         self.aborted.append(AbortedTxn(entry.producer_id, first, marker_offset,
                                        marker_offset + 1 if lso is None else lso))
-
-    def set_coordinator_epoch(self, producer_id: int, coordinator_epoch: int) -> None:
-        entry = self._producers.get(producer_id)
-        if entry is not None:
-            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
 
     # -- the fetch path --------------------------------------------------------------------------
     def first_unstable_offset(self) -> int | None:
@@ -391,8 +326,8 @@ class ProducerStateManager:
         self.map_end_offset = start
         self.aborted.load(keep_below=start, log_start=log_start)
         replayed = 0
-        for buffer, position, base_offset in replay(start):
-            self.on_append(buffer, base_offset, position)
+        for base_offset, batch in replay(start):
+            self.on_append(batch, base_offset)
             replayed += 1
         self.map_end_offset = max(self.map_end_offset, log_end)
         log.debug("producer state of %s: snapshot at %d, %d batches replayed", self._dir, start, replayed)

@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 
 from strom.broker.log.manager import CONSUMER_OFFSETS, LogManager
-from strom.broker.log.records import build_batch, iter_records
+from strom.broker.log.records import BatchHeader, build_batch, iter_records
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,8 @@ class OffsetStore:
 
     def replay_batch(self, batch: bytes) -> None:
         """Applies the offset commits of one stored `__consumer_offsets` batch."""
+        if BatchHeader.parse(batch).is_control:
+            return  # a transaction marker; transactional offsets are committed by the coordinator
         for record in iter_records(batch):
             if record.key is None:
                 continue

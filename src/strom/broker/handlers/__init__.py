@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
 
-HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups")
+HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions")
 
 
 @dataclass(frozen=True, slots=True)

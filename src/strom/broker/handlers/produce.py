@@ -1,4 +1,4 @@
-"""Produce and InitProducerId (idempotent producers; transactional ids go to the transaction layer)."""
+"""Produce (producer ids, epochs and sequences are checked by the partition's producer state)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import RequestContext, handles
-from strom.broker.log.partition import AppendRejectedError, RecordTooLargeError
+from strom.broker.log.partition import RecordTooLargeError
 from strom.broker.log.records import CorruptBatchError, split_batches
+from strom.broker.producer_state import AppendRejectedError
 
 log = logging.getLogger(__name__)
 
-PRODUCE, INIT_PRODUCER_ID = 0, 22
+PRODUCE = 0
 
 
 @handles(PRODUCE, 3, 9)
@@ -52,18 +53,3 @@ def _append(ctx: RequestContext, topic: str, index: int, records: bytes | None) 
     return {**result, "error_code": ErrorCode.none, "base_offset": appended.base_offset,
             "log_append_time": appended.log_append_time if appended.log_append_time >= 0 else None,
             "log_start_offset": partition.log_start_offset}
-
-
-@handles(INIT_PRODUCER_ID, 0, 4)
-async def init_producer_id(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    if body.transactional_id is not None:
-        return await init_transactional_producer(ctx, body)
-    return {"error_code": ErrorCode.none, "producer_id": ctx.broker.producer_ids.allocate(),
-            "producer_epoch": 0}
-
-
-async def init_transactional_producer(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    """A transactional.id maps to a producer id through the transaction coordinator (issue 4)."""
-    log.warning("transactional producer %r refused: transactions are not available yet",
-                body.transactional_id)
-    return {"error_code": ErrorCode.invalid_request, "producer_id": -1, "producer_epoch": -1}

@@ -16,6 +16,7 @@ from crc32c import crc32c
 
 from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader
 from strom.broker.log.segment import Segment
+from strom.broker.producer_state import AbortedTxn, ProducerStateManager
 
 log = logging.getLogger(__name__)
 
@@ -28,24 +29,10 @@ class RecordTooLargeError(Exception):
     """A batch is larger than max.message.bytes."""
 
 
-class AppendRejectedError(Exception):
-    """The producer state refuses a batch (fenced epoch, sequence gap, ...): answered with `error_code`."""
-
-    def __init__(self, error_code: int, message: str) -> None:
-        super().__init__(message)
-        self.error_code = error_code
-
-
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     base_offset: int
     log_append_time: int  # -1 unless message.timestamp.type=LogAppendTime
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTransaction:
-    producer_id: int
-    first_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +41,7 @@ class ReadResult:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
-    aborted: list[AbortedTransaction]
+    aborted: list[AbortedTxn]
 
 
 class Partition:
@@ -71,6 +58,8 @@ class Partition:
         self._unflushed = 0
         self._last_flush = time.monotonic()
         self._waiters: list[asyncio.Future] = []
+        self.producer_state = ProducerStateManager(directory)
+        self.producer_state.load(self.log_start_offset, self.log_end_offset, self.iter_batches)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def _open_segments(self) -> list[Segment]:
@@ -91,6 +80,7 @@ class Partition:
         tmp.replace(path)
 
     def close(self) -> None:
+        self.producer_state.take_snapshot()
         for segment in self.segments:
             segment.close()
         self.wake_waiters()
@@ -115,11 +105,11 @@ class Partition:
 
     def last_stable_offset(self) -> int:
         """First offset of the oldest open transaction, or the high watermark (no transactions)."""
-        return self.high_watermark
+        return self.producer_state.last_stable_offset(self.high_watermark)
 
-    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTransaction]:
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound) for read_committed fetches."""
-        return []
+        return self.producer_state.aborted_transactions(fetch_offset, upper_bound)
 
     # ---- producer state: the one place where producer id / epoch / sequence are checked --------
     def check_producer(self, header: BatchHeader) -> int | None:
@@ -127,12 +117,14 @@ class Partition:
 
         Returns the base offset under which this batch was already written (a retried duplicate,
         not written again), None to write it, or raises AppendRejectedError (answered with its
-        error code). Idempotence and transactions replace this body.
+        error code).
         """
-        return None
+        duplicate = self.producer_state.check_append(header)
+        return None if duplicate is None else duplicate.first_offset
 
     def on_appended(self, batch: memoryview | bytes, base_offset: int) -> None:
         """Records a written batch in the producer state (idempotence and transactions)."""
+        self.producer_state.on_append(batch, base_offset)
 
     # ---- appending ----------------------------------------------------------------------------
     def append(self, batches: list[tuple[BatchHeader, memoryview]]) -> AppendResult:
@@ -182,6 +174,7 @@ class Partition:
         """Closes the active segment for writing (fsync + indexes) and starts a new one."""
         self.active.flush()
         self.segments.append(Segment(self.directory, self.log_end_offset))
+        self.producer_state.take_snapshot()
         self._unflushed = 0
         self._last_flush = time.monotonic()
 

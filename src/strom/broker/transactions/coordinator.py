@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.transactions.metadata import (
     TopicPartition,
     TransactionMetadata,
@@ -22,7 +23,6 @@ from strom.broker.transactions.metadata import (
     decode_key,
     decode_value,
 )
-from strom.broker.transactions.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class TransactionCoordinator:
         if txn_id is None:
             if producer_id >= 0 and 0 <= producer_epoch < MAX_EPOCH:
                 return producer_id, producer_epoch + 1  # KIP-360 epoch bump of an idempotent producer
-            return self._producer_ids.next_id(), 0
+            return self._producer_ids.allocate(), 0
         if not 0 < timeout_ms <= self._max_timeout_ms:
             raise CoordinatorError(
                 INVALID_TRANSACTION_TIMEOUT,
@@ -121,8 +121,8 @@ class TransactionCoordinator:
         async with self._locks[txn_id]:
             txn = self._txns.get(txn_id)
             if txn is None:
-                txn = TransactionMetadata(txn_id, self._producer_ids.next_id(), 0, timeout_ms, TxnState.EMPTY,
-                                          last_update_ms=self._now_ms())
+                txn = TransactionMetadata(txn_id, self._producer_ids.allocate(), 0, timeout_ms,
+                                          TxnState.EMPTY, last_update_ms=self._now_ms())
                 await self._persist(txn)
                 return txn.producer_id, txn.producer_epoch
             self._check_init_request(txn, producer_id, producer_epoch)
@@ -133,7 +133,7 @@ class TransactionCoordinator:
             txn = self._txns[txn_id]
             pid, epoch = txn.producer_id, txn.producer_epoch + 1
             if epoch > MAX_EPOCH:
-                pid, epoch = self._producer_ids.next_id(), 0
+                pid, epoch = self._producer_ids.allocate(), 0
             txn = txn.transition(TxnState.EMPTY, self._now_ms(), producer_id=pid, producer_epoch=epoch,
                                  timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1)
             await self._persist(txn)

@@ -1,0 +1,113 @@
+"""Wires the transaction coordinator to the broker: its state topic, partition logs and groups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from strom.broker.config import BrokerConfig
+from strom.broker.groups.coordinator import GroupCoordinator
+from strom.broker.groups.offsets import CommittedOffset
+from strom.broker.log.manager import CONSUMER_OFFSETS, TRANSACTION_STATE, LogManager
+from strom.broker.log.records import build_batch, iter_records
+from strom.broker.producer_ids import ProducerIdManager
+from strom.broker.transactions.coordinator import TransactionCoordinator
+from strom.broker.transactions.markers import control_batch
+from strom.broker.transactions.metadata import TopicPartition
+from strom.broker.transactions.offsets import PendingTxnOffsets
+
+log = logging.getLogger(__name__)
+
+
+class StateTopic:
+    """``__transaction_state``: one compacted record per transactional id and state change."""
+
+    def __init__(self, logs: LogManager, partitions: int) -> None:
+        self._topic = logs.ensure_internal(TRANSACTION_STATE, partitions)
+
+    async def append(self, key: bytes, value: bytes) -> None:
+        index = zlib.crc32(key) % len(self._topic.partitions)
+        now = int(time.time() * 1000)
+        self._topic.partitions[index].append_records(lambda base: build_batch([(key, value)], now, base))
+
+    def read(self) -> Iterator[tuple[bytes, bytes | None]]:
+        for partition in self._topic.partitions:
+            for _, batch in partition.iter_batches(partition.log_start_offset):
+                for record in iter_records(batch):
+                    if record.key is not None:
+                        yield record.key, record.value
+
+
+class PartitionMarkers:
+    """Writes commit/abort markers; on ``__consumer_offsets`` they also settle the pending offsets."""
+
+    def __init__(self, logs: LogManager, groups: GroupCoordinator, pending: PendingTxnOffsets) -> None:
+        self._logs = logs
+        self._groups = groups
+        self._pending = pending
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        found = self._logs.topics.get(topic)
+        return found is not None and 0 <= partition < len(found.partitions)
+
+    def offsets_partition(self, group_id: str) -> TopicPartition:
+        return CONSUMER_OFFSETS, self._groups.offsets.partition_for(group_id)
+
+    async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                           commit: bool, coordinator_epoch: int) -> None:
+        now = int(time.time() * 1000)
+        target = self._logs.topics[topic].partitions[partition]
+        target.append_records(lambda base: control_batch(producer_id, producer_epoch, commit,
+                                                         coordinator_epoch, now, base))
+        if topic == CONSUMER_OFFSETS:
+            self._settle_offsets(partition, producer_id, commit, now)
+
+    def _settle_offsets(self, partition: int, producer_id: int, commit: bool, now: int) -> None:
+        groups = {g for g in self._pending.groups_of(producer_id)
+                  if self._groups.offsets.partition_for(g) == partition}
+        for group_id, offsets in self._pending.take(producer_id, groups).items():
+            if commit:
+                self._groups.commit(group_id, {
+                    tp: CommittedOffset(o.offset, o.leader_epoch, o.metadata or "", now)
+                    for tp, o in offsets.items()})
+
+
+class TransactionService:
+    """The broker's transaction coordinator with everything it needs, and its timeout task."""
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, logs: LogManager, groups: GroupCoordinator,
+                 producer_ids: ProducerIdManager) -> None:
+        self.pending_offsets = PendingTxnOffsets(data_dir / "transaction-offsets")
+        self.coordinator = TransactionCoordinator(
+            StateTopic(logs, config["transaction.state.log.num.partitions"]),
+            PartitionMarkers(logs, groups, self.pending_offsets),
+            producer_ids,
+            max_timeout_ms=config["transaction.max.timeout.ms"],
+        )
+        self._check_interval = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Loads the transaction log, completes decided transactions, starts aborting expired ones."""
+        self.coordinator.load()
+        await self.coordinator.complete_prepared()
+        self._task = asyncio.create_task(self._abort_expired_forever(), name="transaction-timeouts")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _abort_expired_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval)
+            try:
+                await self.coordinator.abort_expired()
+            except Exception:  # keep the timer alive; the next round retries
+                log.exception("aborting timed-out transactions failed")

@@ -1,0 +1,83 @@
+"""A minimal blocking Kafka protocol client for requests librdkafka does not expose.
+
+Operator commands (ListTransactions, DescribeTransactions, DescribeProducers) and protocol-level
+tests send kio request entities and get kio response entities back, one request at a time.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from strom.errors import BrokerUnavailableError
+
+_SIZE = struct.Struct(">i")
+
+
+class WireClient:
+    """One connection to one broker (the first of ``bootstrap_servers``)."""
+
+    def __init__(self, bootstrap_servers: str, client_id: str = "strom", timeout: float = 10.0) -> None:
+        host, _, port = bootstrap_servers.split(",")[0].strip().rpartition(":")
+        try:
+            self._socket = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
+        except (OSError, ValueError) as exc:
+            raise BrokerUnavailableError(
+                f"Could not connect to a broker at {bootstrap_servers!r} ({exc}). Start one with "
+                "`strom broker` or pass the right --bootstrap-servers.") from exc
+        self._client_id = client_id
+        self._correlation = itertools.count(1)
+
+    def send(self, request: Any) -> Any:
+        """Sends a kio request entity and returns the broker's kio response entity."""
+        return self.receive(request, self.send_only(request))
+
+    def send_only(self, request: Any) -> int:
+        """Writes the request without reading the answer; returns its correlation id."""
+        correlation_id = next(self._correlation)
+        header_schema = request.__header_schema__
+        buffer = io.BytesIO()
+        entity_writer(header_schema)(buffer, header_schema(
+            request_api_key=request.__api_key__, request_api_version=request.__version__,
+            correlation_id=correlation_id, client_id=self._client_id))
+        entity_writer(type(request))(buffer, request)
+        payload = buffer.getvalue()
+        self._socket.sendall(_SIZE.pack(len(payload)) + payload)
+        return correlation_id
+
+    def receive(self, request: Any, correlation_id: int) -> Any:
+        """Reads the answer to a request sent with ``send_only`` (answers come back in order)."""
+        (size,) = _SIZE.unpack(self._read(4))
+        frame = self._read(size)
+        schema = load_response_schema(request.__api_key__, request.__version__)
+        header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
+        if header.correlation_id != correlation_id:
+            raise BrokerUnavailableError(
+                f"Broker answered correlation id {header.correlation_id}, expected {correlation_id}: "
+                "the connection is out of step; reconnect.")
+        response, _ = entity_reader(schema)(frame, header_size)
+        return response
+
+    def _read(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            chunk = self._socket.recv(size - len(chunks))
+            if not chunk:
+                raise BrokerUnavailableError("The broker closed the connection; check its log.")
+            chunks += chunk
+        return bytes(chunks)
+
+    def close(self) -> None:
+        self._socket.close()
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
