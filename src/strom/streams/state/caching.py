@@ -30,6 +30,7 @@ class CachingKeyValueStore(WrappedStore):
         self._listener: BytesFlushListener | None = None
         self._send_old_values = False
         self._thread: threading.Thread | None = None
+        self._named: Any = None
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         self.wrapped.init(context, root)
@@ -37,6 +38,7 @@ class CachingKeyValueStore(WrappedStore):
         self._cache = context.cache
         self._namespace = cache_namespace(context.task_id, self.name)
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
+        self._named = self._cache.named_cache(self._namespace)
         self._thread = threading.current_thread()
 
     def set_flush_listener(self, listener: BytesFlushListener, send_old_values: bool) -> bool:
@@ -65,14 +67,14 @@ class CachingKeyValueStore(WrappedStore):
             context.set_record_context(current)
 
     def get(self, key: bytes) -> bytes | None:
-        cache = self._cache
-        entry = cache.get(self._namespace, key)  # type: ignore[union-attr]
+        entry = self._named.get(key)
         if entry is not None:
             return entry.value
         value = self.wrapped.get(key)
         # only the task's own thread fills the cache: an interactive query must not trigger evictions
         if value is not None and threading.current_thread() is self._thread:
-            cache.put(self._namespace, key, LRUCacheEntry(key, value, False, _CLEAN))
+            self._cache.put(self._namespace, key,  # type: ignore[union-attr]
+                            LRUCacheEntry(key, value, False, _CLEAN))
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:

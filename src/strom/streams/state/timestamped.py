@@ -9,6 +9,7 @@ from strom.errors import SerializationError
 
 V = TypeVar("V")
 _TIMESTAMP = struct.Struct(">q")
+_new_tuple = tuple.__new__  # builds a ValueAndTimestamp without the NamedTuple's Python-level __new__
 
 
 class ValueAndTimestamp(NamedTuple, Generic[V]):
@@ -59,5 +60,5 @@ class ValueAndTimestampSerde:
         if len(data) < 8:
             raise SerializationError(f"Timestamped value from {topic!r} has {len(data)} bytes, fewer than "
                                      "the 8-byte timestamp prefix; the store was not written as timestamped.")
-        return ValueAndTimestamp(self.value_deserializer.deserialize(topic, data[8:], headers),
-                                 _TIMESTAMP.unpack_from(data)[0])
+        return _new_tuple(ValueAndTimestamp, (self.value_deserializer.deserialize(topic, data[8:], headers),
+                                              _TIMESTAMP.unpack_from(data)[0]))
