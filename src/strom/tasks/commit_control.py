@@ -48,18 +48,20 @@ class OutOfOrderCommitControl:
         self._latest = offset
         return state
 
-    def update_high_watermark(self, deferred_timeout_ms: int = -1) -> None:
-        """Drops the completed head of the queue; expires the head's deferred completions past timeout."""
+    def update_high_watermark(self, deferred_timeout_ms: int = -1) -> int:
+        """Drops the completed head of the queue (returning how many), expiring the head's deferred
+        completions past their timeout."""
         states = self._states
+        popped = 0
         while states:
             head = states[0]
-            if not head.done:
-                if head.timeout_at < 0 or not self._expire(head, deferred_timeout_ms):
-                    return
-                if not head.done:
-                    return
+            if not head.done and (head.timeout_at < 0 or not self._expire(head, deferred_timeout_ms)
+                                  or not head.done):
+                break
             self.high_watermark = head.offset
             states.popleft()
+            popped += 1
+        return popped
 
     def _expire(self, head: OffsetState, deferred_timeout_ms: int) -> bool:
         now = time.monotonic()

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import uvloop
+
 log = logging.getLogger(__name__)
 
 _STOP = object()
@@ -37,10 +39,11 @@ class SubPartitioner:
 
 
 class AsyncRuntime:
-    """An asyncio event loop running in its own daemon thread, hosting asynchronous units."""
+    """An asyncio event loop (uvloop: several times less CPU per task switch than the default loop)
+    running in its own daemon thread, hosting asynchronous units."""
 
     def __init__(self, name: str = "strom-async") -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -146,8 +149,7 @@ class KeyOrderedExecutor:
         self.concurrency = concurrency
         self._partitioner = SubPartitioner(concurrency)
         self._runtime = runtime
-        self._lock = threading.Lock()
-        self._inbox: list[tuple[_AsyncUnit, Any]] = []
+        self._inbox: deque[tuple[_AsyncUnit, Any]] = deque()
         self._scheduled = False
         self._units: list[Any]
         if runtime is None:
@@ -169,19 +171,19 @@ class KeyOrderedExecutor:
             unit.put(item)
             return
         unit.submitted += 1
-        with self._lock:
-            self._inbox.append((unit, item))
-            if self._scheduled:
-                return
+        self._inbox.append((unit, item))
+        if not self._scheduled:
             self._scheduled = True
-        self._runtime.loop.call_soon_threadsafe(self._dispatch)
+            self._runtime.loop.call_soon_threadsafe(self._dispatch)
 
     def _dispatch(self) -> None:
-        with self._lock:
-            inbox, self._inbox = self._inbox, []
-            self._scheduled = False
+        # Reset the flag before draining: an item appended after the drain sees False and schedules
+        # another dispatch (deque append/popleft are atomic, so no lock is needed).
+        self._scheduled = False
+        inbox = self._inbox
         create_task = self._runtime.loop.create_task  # type: ignore[union-attr]
-        for unit, item in inbox:
+        while inbox:
+            unit, item = inbox.popleft()
             unit.queue.append(item)
             if not unit.running:
                 unit.running = True

@@ -30,34 +30,64 @@ class TaskMetadata:
     due_ms: int = 0
 
 
+_LOCK_POOL = [threading.Lock() for _ in range(64)]  # striped: a lock per request would cost an allocation
+
+
 class TaskRequest:
     """One fetched record on its way through the pipeline; done when every stage completed."""
 
-    __slots__ = ("_lock", "_open", "headers", "key", "metadata", "offset_state", "on_done", "started",
-                 "value")
+    __slots__ = ("_lock", "_open", "_shared", "due_ms", "msg", "offset_state", "on_done", "retry_count",
+                 "started")
 
-    def __init__(self, metadata: TaskMetadata, key: bytes | None, value: bytes | None, headers: Headers,
-                 offset_state: OffsetState, on_done: Callable[[TaskRequest], None]) -> None:
-        self.metadata = metadata
-        self.key = key
-        self.value = value
-        self.headers = headers
+    def __init__(self, msg: Any, offset_state: OffsetState, on_done: Callable[[TaskRequest], None],
+                 retry_count: int = 0, due_ms: int = 0) -> None:
+        self.msg = msg
         self.offset_state = offset_state
         self.on_done = on_done
+        self.retry_count = retry_count
+        self.due_ms = due_ms
         self.started = 0.0
-        self._open = 0
-        self._lock = threading.Lock()
+        self._open = 1
+        self._shared = False
+        self._lock = _LOCK_POOL[offset_state.offset & 63]
+
+    @property
+    def key(self) -> bytes | None:
+        return self.msg.key()
+
+    @property
+    def value(self) -> bytes | None:
+        return self.msg.value()
+
+    @property
+    def headers(self) -> Headers:
+        return self.msg.headers() or []
+
+    @property
+    def metadata(self) -> TaskMetadata:
+        msg = self.msg
+        return TaskMetadata(msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1], self.retry_count,
+                            self.due_ms)
 
     def open_stage(self) -> None:
+        """Opens a stage pushed after stage 0 (stage 0 is open from the start)."""
         with self._lock:
             self._open += 1
 
+    def share(self) -> None:
+        """Called before a completion may close a stage from another thread: from now on, lock."""
+        self._shared = True
+
     def close_stage(self) -> None:
-        with self._lock:
+        if self._shared:
+            with self._lock:
+                self._open -= 1
+                done = self._open == 0
+        else:
             self._open -= 1
             done = self._open == 0
         if done:
-            self.offset_state.complete()
+            self.offset_state.done = True
             self.on_done(self)
 
 
@@ -95,6 +125,7 @@ class ProcessingContext:
         timeout_ms = self._pipeline.deferred_timeout_ms()
         if timeout_ms >= 0 and state.timeout_at < 0:
             state.timeout_at = time.monotonic() + timeout_ms / 1000
+        self._request.share()
         completion.when_complete(self._request.close_stage)
         return completion
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -27,19 +26,17 @@ class PartitionMetricsSnapshot:
 
 
 class PartitionMetrics:
-    """Counters written by units (completions) and by the subscription thread (starvation)."""
+    """Latencies are written by units; counts and starvation by the subscription thread."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._latencies: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
         self.completed = 0
         self._starved_since: float | None = time.monotonic()
         self._starved_total = 0.0
 
-    def record_completion(self, latency_s: float) -> None:
-        with self._lock:
-            self.completed += 1
-            self._latencies.append(latency_s)
+    def record_latency(self, latency_s: float) -> None:
+        """Called by units when a task completes (deque.append is atomic, so no lock)."""
+        self._latencies.append(latency_s)
 
     def update_starvation(self, pending: int) -> None:
         """Queue-starved time: how long the partition had nothing to process (called by the subscription)."""
@@ -55,8 +52,7 @@ class PartitionMetrics:
         return self._starved_total + extra
 
     def latency_percentiles_ms(self) -> tuple[float, float, float]:
-        with self._lock:
-            samples = sorted(self._latencies)
+        samples = sorted(self._latencies.copy())
         if not samples:
             return 0.0, 0.0, 0.0
         def at(q: float) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
-from strom.tasks.context import TaskMetadata, TaskRequest
+from strom.tasks.context import TaskRequest
 from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
@@ -34,6 +34,7 @@ class PartitionContext:
         self.topic = topic
         self.partition = partition
         self._props = props
+        self._max_pending = props.get(PROPS.MAX_PENDING_RECORDS)
         self._runtime = runtime
         self.commit_control = OutOfOrderCommitControl()
         self.metrics = PartitionMetrics()
@@ -61,7 +62,7 @@ class PartitionContext:
         return self.commit_control.pending_count()
 
     def _must_hold(self) -> bool:
-        return self.reload_requested or self.pending() >= self._props.value(PROPS.MAX_PENDING_RECORDS)
+        return self.reload_requested or self.commit_control.pending_count() >= self._max_pending.value
 
     def add_record(self, msg: Any) -> None:
         self._latest_fetched = msg.offset()
@@ -73,20 +74,21 @@ class PartitionContext:
             self._dispatch(msg)
 
     def _dispatch(self, msg: Any) -> None:
-        headers = msg.headers() or []
-        retry_count, due_ms = parse_retry_headers(headers) if headers else (0, 0)
-        offset = msg.offset()
-        metadata = TaskMetadata(self.topic, self.partition, offset, msg.timestamp()[1], retry_count, due_ms)
-        state = self.commit_control.report_fetched_offset(offset)
-        request = TaskRequest(metadata, msg.key(), msg.value(), headers, state, self._on_done)
-        self._executor.submit(request.key, request)
+        state = self.commit_control.report_fetched_offset(msg.offset())
+        headers = msg.headers()
+        if headers:
+            request = TaskRequest(msg, state, self._on_done, *parse_retry_headers(headers))
+        else:
+            request = TaskRequest(msg, state, self._on_done)
+        self._executor.submit(msg.key(), request)
 
     def _on_done(self, request: TaskRequest) -> None:
-        self.metrics.record_completion(time.monotonic() - request.started if request.started else 0.0)
+        self.metrics.record_latency(time.monotonic() - request.started)
 
     def update(self) -> None:
         """Advances the commit-ready offset, rebuilds units on a concurrency change, releases the backlog."""
-        self.commit_control.update_high_watermark(self._props.value(PROPS.DEFERRED_COMPLETE_TIMEOUT_MS))
+        self.metrics.completed += self.commit_control.update_high_watermark(
+            self._props.value(PROPS.DEFERRED_COMPLETE_TIMEOUT_MS))
         if self.reload_requested and self._executor.idle():
             self._rebuild()
         while self._backlog and not self._must_hold():

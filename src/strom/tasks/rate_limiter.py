@@ -24,6 +24,9 @@ class RateLimiter:
         self._tokens = 0.0
         self._updated = clock()
 
+    def limited(self) -> bool:
+        return self._rate.value != UNLIMITED
+
     def _reserve(self) -> float:
         """Takes one token (possibly going into debt) and returns how long the caller must wait."""
         rate = self._rate.value
