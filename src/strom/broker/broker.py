@@ -75,6 +75,7 @@ class Broker:
         self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)
+        self._every(self.config["log.cleaner.backoff.ms"] / 1000, self.logs.clean_compacted)
         log.info("strom broker listening on %s:%d, data in %s", self.host, self.port, self.data_dir)
 
     def _every(self, seconds: float, duty: Callable[[], None]) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.broker.config import BrokerConfig, parse_topic_configs
+from strom.broker.log import cleaner
 from strom.broker.log.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,11 @@ class LogManager:
         for partition in self.all_partitions():
             if "delete" in partition.config["cleanup.policy"]:
                 partition.apply_retention(now_ms)
+
+    def clean_compacted(self) -> None:
+        for partition in self.all_partitions():
+            if "compact" in partition.config["cleanup.policy"]:
+                cleaner.clean(partition)
 
     def close(self) -> None:
         for partition in self.all_partitions():

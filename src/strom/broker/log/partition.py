@@ -286,13 +286,6 @@ class Partition:
             log.info("%s-%d: retention deleted %d segment(s)", self.topic, self.index, deleted)
         return deleted
 
-    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
-        """Swaps cleaned segments in for the ones they were made from (log compaction)."""
-        position = self.segments.index(old[0])
-        self.segments[position:position + len(old)] = new
-        for segment in old:
-            segment.delete()
-
 
 def _stamp(header: BatchHeader, batch: memoryview, now_ms: int) -> tuple[BatchHeader, memoryview]:
     """The batch with LogAppendTime set (attributes and max timestamp rewritten, CRC recomputed)."""

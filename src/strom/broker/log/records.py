@@ -209,6 +209,28 @@ def _bytes_field(value: bytes | None) -> bytes:
     return write_varint(-1) if value is None else write_varint(len(value)) + value
 
 
+def encode_batch(records: Sequence[Record], base_offset: int, attributes: int = 0, producer_id: int = -1,
+                 producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """An uncompressed v2 batch holding `records` at their own offsets and timestamps."""
+    base_timestamp = min(r.timestamp for r in records)
+    body = bytearray()
+    for r in records:
+        record = bytearray(b"\0")
+        record += write_varint(r.timestamp - base_timestamp) + write_varint(r.offset - base_offset)
+        record += _bytes_field(r.key) + _bytes_field(r.value) + write_varint(len(r.headers))
+        for name, value in r.headers:
+            record += _bytes_field(name.encode()) + _bytes_field(value)
+        body += write_varint(len(record)) + record
+    attributes &= ~COMPRESSION_MASK
+    header = bytearray(HEADER.pack(
+        base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, attributes,
+        records[-1].offset - base_offset, base_timestamp, max(r.timestamp for r in records),
+        producer_id, producer_epoch, base_sequence, len(records)))
+    batch = header + body
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
+
+
 def build_batch(
     records: Sequence[tuple[bytes | None, bytes | None]],
     timestamp: int,
@@ -219,14 +241,5 @@ def build_batch(
     base_sequence: int = -1,
 ) -> bytes:
     """An uncompressed v2 batch of (key, value) records, all stamped `timestamp`."""
-    body = bytearray()
-    for delta, (key, value) in enumerate(records):
-        record = b"\0" + write_varint(0) + write_varint(delta) + _bytes_field(key) + _bytes_field(value)
-        record += write_varint(0)
-        body += write_varint(len(record)) + record
-    header = bytearray(HEADER.pack(base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0,
-                                   attributes, len(records) - 1, timestamp, timestamp,
-                                   producer_id, producer_epoch, base_sequence, len(records)))
-    batch = header + body
-    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[CRC_START:]))
-    return bytes(batch)
+    stamped = [Record(base_offset + i, timestamp, key, value) for i, (key, value) in enumerate(records)]
+    return encode_batch(stamped, base_offset, attributes, producer_id, producer_epoch, base_sequence)

@@ -136,28 +136,26 @@ class Segment:
         os.fsync(self._fd)
         self.write_indexes()
 
-    def truncate_to(self, offset: int) -> None:
-        """Drops every batch whose last offset is at or after `offset` (used by compaction swaps)."""
-        keep = bisect_left(self.last_offsets, offset)
-        position = self.positions[keep] if keep < len(self.positions) else self.size
-        os.ftruncate(self._fd, position)
-        self.size = position
-        del self.last_offsets[keep:], self.positions[keep:], self.max_timestamps[keep:]
-        self._indexed_entries = 0
-        self.write_indexes()
-
     def close(self) -> None:
         if self._fd >= 0:
             self.flush()
             os.close(self._fd)
             self._fd = -1
 
-    def delete(self) -> None:
+    def release(self) -> None:
+        """Closes the file without flushing (before the file is replaced or deleted)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        for path in (self.log_path, self.index_path, self.time_index_path):
-            path.unlink(missing_ok=True)
+
+    def delete_indexes(self) -> None:
+        self.index_path.unlink(missing_ok=True)
+        self.time_index_path.unlink(missing_ok=True)
+
+    def delete(self) -> None:
+        self.release()
+        self.delete_indexes()
+        self.log_path.unlink(missing_ok=True)
 
     # ---- reading ------------------------------------------------------------------------------
     @property

@@ -1,0 +1,182 @@
+"""The partition log without a network: recovery, roll, indexes, retention, compaction, deletes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from strom.broker.config import BrokerConfig
+from strom.broker.log import cleaner
+from strom.broker.log.partition import OffsetOutOfRangeError, Partition, RecordTooLargeError
+from strom.broker.log.records import (
+    TIMESTAMP_LOG_APPEND,
+    BatchHeader,
+    CorruptBatchError,
+    build_batch,
+    iter_records,
+    split_batches,
+)
+
+
+def _config(**overrides):
+    config = BrokerConfig().topic_defaults()
+    config.update({k.replace("_", "."): v for k, v in overrides.items()})
+    return config
+
+
+def _partition(path, **overrides) -> Partition:
+    return Partition("t", 0, path, _config(**overrides))
+
+
+def _append(partition: Partition, records, timestamp=None):
+    batch = build_batch(records, int(time.time() * 1000) if timestamp is None else timestamp)
+    return partition.append(split_batches(batch)).base_offset
+
+
+def _all_records(partition: Partition):
+    return [r for _, batch in partition.iter_batches() for r in iter_records(batch)]
+
+
+def test_offsets_are_assigned_and_batches_read_back(tmp_path):
+    partition = _partition(tmp_path)
+    assert _append(partition, [(b"a", b"1"), (b"b", b"2")]) == 0
+    assert _append(partition, [(b"c", b"3")]) == 2
+    assert partition.high_watermark == 3
+    read = partition.read(2, 1 << 20, committed_only=False)
+    assert [r.value for r in iter_records(read.data)] == [b"3"]
+    with pytest.raises(OffsetOutOfRangeError):
+        partition.read(4, 1 << 20, committed_only=False)
+
+
+def test_read_returns_whole_batches_within_max_bytes_but_at_least_one(tmp_path):
+    partition = _partition(tmp_path)
+    for i in range(10):
+        _append(partition, [(b"k", bytes(100) + bytes([i]))])
+    one = len(partition.read(0, 1, committed_only=False).data)
+    assert one > 100  # one whole batch even though max_bytes is 1
+    three = partition.read(0, one * 3 + 5, committed_only=False).data
+    assert len(split_batches(three)) == 3
+
+
+def test_torn_tail_is_truncated_on_recovery(tmp_path):
+    partition = _partition(tmp_path)
+    for i in range(5):
+        _append(partition, [(b"k", b"v%d" % i)])
+    partition.close()
+    log_file = next(tmp_path.glob("*.log"))
+    size = log_file.stat().st_size
+    with open(log_file, "ab") as f:  # half of a batch, as if the process died mid-write
+        f.write(build_batch([(b"k", b"torn")], 0, 5)[:30])
+    reopened = _partition(tmp_path)
+    assert reopened.high_watermark == 5
+    assert log_file.stat().st_size == size
+    assert _append(reopened, [(b"k", b"next")]) == 5
+
+
+def test_corrupt_batch_in_the_active_segment_is_cut_with_everything_after(tmp_path):
+    partition = _partition(tmp_path)
+    for i in range(4):
+        _append(partition, [(b"k", b"value-%d" % i)])
+    partition.close()
+    log_file = next(tmp_path.glob("*.log"))
+    data = bytearray(log_file.read_bytes())
+    second = BatchHeader.parse(data).length
+    data[second + 70] ^= 0xFF  # flip a byte inside the second batch's records
+    log_file.write_bytes(bytes(data))
+    assert _partition(tmp_path).high_watermark == 1
+
+
+def test_segments_roll_by_size_and_indexes_rebuild(tmp_path):
+    partition = _partition(tmp_path, segment_bytes=1024)
+    for i in range(50):
+        _append(partition, [(b"k%d" % i, bytes(100))])
+    assert len(partition.segments) > 3
+    partition.close()
+    for index in tmp_path.glob("*.index"):
+        index.unlink()  # lost indexes are rebuilt from the logs
+    reopened = _partition(tmp_path, segment_bytes=1024)
+    assert reopened.high_watermark == 50
+    assert [r.key for r in _all_records(reopened)] == [b"k%d" % i for i in range(50)]
+    middle = reopened.read(27, 1, committed_only=False)
+    assert next(iter_records(middle.data)).offset == 27
+
+
+def test_retention_by_bytes_and_by_time(tmp_path):
+    partition = _partition(tmp_path / "bytes", segment_bytes=1024, retention_bytes=2048)
+    for i in range(60):
+        _append(partition, [(b"k", bytes(100) + bytes([i]))])
+    partition.apply_retention(int(time.time() * 1000))
+    assert sum(s.size for s in partition.segments[:-1]) <= 2048
+    assert partition.log_start_offset > 0
+    with pytest.raises(OffsetOutOfRangeError):
+        partition.read(0, 1024, committed_only=False)
+
+    old = _partition(tmp_path / "time", segment_bytes=1024, retention_ms=60_000)
+    now = int(time.time() * 1000)
+    for _ in range(30):
+        _append(old, [(b"k", bytes(100))], timestamp=now - 3_600_000)
+    for _ in range(30):
+        _append(old, [(b"k", bytes(100))], timestamp=now)
+    old.apply_retention(now)
+    assert all(r.timestamp == now for r in _all_records(old) if r.offset >= old.log_start_offset)
+    assert old.log_start_offset >= 20
+
+
+def test_compaction_keeps_latest_per_key_and_offsets(tmp_path):
+    partition = _partition(tmp_path, segment_bytes=1024, cleanup_policy="compact", delete_retention_ms=1000)
+    now = int(time.time() * 1000)
+    for round_ in range(10):
+        for key in (b"a", b"b", b"c"):
+            _append(partition, [(key, b"%s-%d" % (key, round_))], timestamp=now - 10_000)
+    _append(partition, [(b"b", None)], timestamp=now - 10_000)  # old tombstone: removed
+    _append(partition, [(b"c", None)], timestamp=now)  # fresh tombstone: kept
+    for i in range(20):  # push everything above into closed segments
+        _append(partition, [(b"filler-%d" % i, bytes(200))], timestamp=now)
+    removed = cleaner.clean(partition, now)
+    assert removed > 0
+    records = _all_records(partition)
+    survivors = {r.key: (r.offset, r.value) for r in records if not r.key.startswith(b"filler")}
+    assert survivors[b"a"] == (27, b"a-9")
+    assert b"b" not in survivors  # superseded and its tombstone expired
+    assert survivors[b"c"] == (31, None)
+    offsets = [r.offset for r in _all_records(partition)]
+    assert offsets == sorted(offsets) and partition.high_watermark == 52
+    partition.close()
+    assert {r.key for r in _all_records(_partition(tmp_path, segment_bytes=1024))} >= {b"a", b"c"}
+
+
+def test_delete_records_moves_log_start(tmp_path):
+    partition = _partition(tmp_path, segment_bytes=1024)
+    for _ in range(40):
+        _append(partition, [(b"k", bytes(100))])
+    assert partition.delete_records_before(25) == 25
+    assert partition.segments[0].base_offset <= 25
+    with pytest.raises(OffsetOutOfRangeError):
+        partition.read(10, 100, committed_only=False)
+    partition.close()
+    assert _partition(tmp_path, segment_bytes=1024).log_start_offset == 25
+
+
+def test_too_large_and_corrupt_batches_are_refused(tmp_path):
+    partition = _partition(tmp_path, max_message_bytes=200)
+    with pytest.raises(RecordTooLargeError):
+        _append(partition, [(b"k", bytes(500))])
+    batch = bytearray(build_batch([(b"k", b"v")], 0))
+    batch[-1] ^= 1
+    with pytest.raises(CorruptBatchError):
+        split_batches(bytes(batch))
+    with pytest.raises(CorruptBatchError):
+        split_batches(b"\0" * 10)
+    assert partition.high_watermark == 0
+
+
+def test_log_append_time_rewrites_timestamps(tmp_path):
+    partition = _partition(tmp_path, message_timestamp_type="LogAppendTime")
+    before = int(time.time() * 1000)
+    result = partition.append(split_batches(build_batch([(b"k", b"v")], 5)))
+    header = BatchHeader.parse(partition.read(0, 1000, committed_only=False).data)
+    assert header.attributes & TIMESTAMP_LOG_APPEND
+    assert header.max_timestamp == result.log_append_time >= before
+    assert os.path.getsize(next(tmp_path.glob("*.log"))) == header.length
