@@ -27,6 +27,8 @@ def _register_commands() -> None:
     cli.add_command(preflight.preflight)
     from strom.cli import tasks
     cli.add_command(tasks.tasks)
+    from strom.cli import transactions
+    cli.add_command(transactions.transactions)
 
 
 _register_commands()

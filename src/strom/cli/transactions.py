@@ -57,7 +57,7 @@ def describe_command(bootstrap_servers: str, transactional_ids: tuple[str, ...])
     """State, producer id and epoch, timeout, start time and partitions of transactional ids."""
     with WireClient(bootstrap_servers) as client:
         response = client.send(DescribeTransactionsRequest(transactional_ids=transactional_ids))
-    table = Table("transactional.id", "producer id", "epoch", "state", "timeout ms", "started", "partitions")
+    console = Console()
     missing = []
     for state in response.transaction_states:
         if state.error_code == ErrorCode.transactional_id_not_found:
@@ -65,11 +65,17 @@ def describe_command(bootstrap_servers: str, transactional_ids: tuple[str, ...])
             continue
         _raise_for(state.error_code, f"DescribeTransactions({state.transactional_id})")
         partitions = ", ".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
-        table.add_row(state.transactional_id, str(state.producer_id), str(state.producer_epoch),
-                      state.transaction_state, str(int(state.transaction_timeout.total_seconds() * 1000)),
-                      _started(state.transaction_start_time), partitions or "-")
-    if table.rows:
-        Console().print(table)
+        grid = Table.grid(padding=(0, 2))
+        for name, value in (("transactional.id", state.transactional_id),
+                            ("state", state.transaction_state),
+                            ("producer id", str(state.producer_id)),
+                            ("producer epoch", str(state.producer_epoch)),
+                            ("timeout ms", str(int(state.transaction_timeout.total_seconds() * 1000))),
+                            ("started", _started(state.transaction_start_time)),
+                            ("partitions", partitions or "-")):
+            grid.add_row(name, value)
+        console.print(grid, soft_wrap=True)
+        console.print()
     if missing:
         raise TransactionalIdNotFoundError(
             f"Transactional id(s) not known to the broker at {bootstrap_servers}: {', '.join(missing)}. "
@@ -77,7 +83,7 @@ def describe_command(bootstrap_servers: str, transactional_ids: tuple[str, ...])
 
 
 def _started(moment: datetime.datetime) -> str:
-    if moment.timestamp() < 0:
+    if moment.timestamp() <= 0:
         return "-"
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 

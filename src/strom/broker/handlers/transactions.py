@@ -102,13 +102,14 @@ async def end_txn(ctx: RequestContext, body: Any) -> dict[str, Any]:
 
 @handles(DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    """Start time 0 (not Kafka's -1) when no transaction is open: kio cannot read negative times."""
     coordinator = ctx.broker.transactions.coordinator
     states = []
     for txn_id in body.transactional_ids:
         txn = coordinator.describe(txn_id)
         if txn is None:
             states.append({"error_code": ErrorCode.transactional_id_not_found, "transactional_id": txn_id,
-                           "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": -1,
+                           "transaction_state": "", "transaction_timeout": 0, "transaction_start_time": 0,
                            "producer_id": -1, "producer_epoch": -1, "topics": []})
             continue
         by_topic: dict[str, list[int]] = {}
@@ -116,7 +117,7 @@ async def describe_transactions(ctx: RequestContext, body: Any) -> dict[str, Any
             by_topic.setdefault(topic, []).append(partition)
         states.append({"error_code": ErrorCode.none, "transactional_id": txn_id,
                        "transaction_state": txn.state.wire_name, "transaction_timeout": txn.timeout_ms,
-                       "transaction_start_time": txn.start_ms, "producer_id": txn.producer_id,
+                       "transaction_start_time": max(txn.start_ms, 0), "producer_id": txn.producer_id,
                        "producer_epoch": txn.producer_epoch,
                        "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]})
     return {"transaction_states": states}
