@@ -244,3 +244,13 @@ def test_store_without_cache_reports_no_flush_listener(host):
     assert store.set_flush_listener(Forwarded(), False) is False
     store.put("a", 1)
     assert host.changelogs["plain"][0].key == b"a", "without a cache every write is logged at once"
+
+
+def test_deleting_a_key_that_never_existed_writes_and_forwards_nothing(host):
+    store, forwarded = cached_store(host)
+    store.put("a", 1)
+    store.delete("a")
+    store.delete("never")
+    host.commit()
+    assert forwarded == [] and host.changelogs == {}
+    assert list(store.all()) == []

@@ -60,8 +60,9 @@ class CachingKeyValueStore(WrappedStore):
                     wrapped.put(key, new)
                     continue
                 old = wrapped.get(key) if new is None or self._send_old_values else None
-                wrapped.put(key, new)
+                # deleting a key the store never had: nothing to write, log or forward (as Kafka)
                 if new is not None or old is not None:
+                    wrapped.put(key, new)
                     listener(key, new, old if self._send_old_values else None, entry_context.timestamp)
         finally:
             context.set_record_context(current)
