@@ -196,6 +196,26 @@ class KStream:
             self.source_topics,
         )
 
+    # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
+    def join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:
+        """Inner join with a KStream ``(other, joiner, JoinWindows, StreamJoined)``, a KTable
+        ``(other, joiner, Joined)`` or a GlobalKTable ``(other, key_selector, joiner, Named)``."""
+        from strom.streams.kstream.joins import INNER, stream_join
+
+        return stream_join(self, other, INNER, *args, **kwargs)
+
+    def left_join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:
+        """Left join; arguments as ``join``."""
+        from strom.streams.kstream.joins import LEFT, stream_join
+
+        return stream_join(self, other, LEFT, *args, **kwargs)
+
+    def outer_join(self, other: KStream, *args: Any, **kwargs: Any) -> KStream:
+        """Outer join with another KStream ``(other, joiner, JoinWindows, StreamJoined)``."""
+        from strom.streams.kstream.joins import OUTER, stream_join
+
+        return stream_join(self, other, OUTER, *args, **kwargs)
+
     def to_table(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
         from strom.streams.kstream.ktable import to_table
 

@@ -1,0 +1,40 @@
+"""KStream-KTable joins (Kafka's KStreamKTableJoin): each stream record looks up the table's current
+value for its key; table updates only change the table and never emit.
+
+Stream records with a null value are dropped (counted in dropped_records). A null key is dropped by
+the inner join; the left join joins it with None (KIP-962).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from strom.streams.kstream.join_options import ValueJoiner
+from strom.streams.processor.api import Processor, Record
+
+log = logging.getLogger(__name__)
+
+
+class KStreamKTableJoin(Processor):
+    def __init__(self, store_name: str, joiner: ValueJoiner, left: bool) -> None:
+        self.store_name = store_name
+        self.joiner = joiner
+        self.left = left
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.forward = context.forward
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        key = record.key
+        if record.value is None or (key is None and not self.left):
+            log.debug("Skipping stream-table join record with null key or value: %r", record)
+            self.context.metrics.dropped_records += 1
+            return
+        current = None if key is None else self.store.get(key)
+        if current is None and not self.left:
+            return
+        other = None if current is None else current.value
+        self.forward(Record(key, self.joiner(key, record.value, other), record.timestamp, record.headers))

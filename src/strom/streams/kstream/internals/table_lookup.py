@@ -1,0 +1,26 @@
+"""Joins read tables through their stores: a table that has none gets one (Kafka's value getters
+are backed by a materialized store in the same way)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from strom.streams.kstream.internals.materialize import timestamped_store_builder
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.ktable import KTable
+
+
+def ensure_materialized(table: KTable) -> str:
+    """The name of the timestamped store holding ``table``'s current values, created if needed."""
+    supplier = table.supplier
+    if supplier.store_name is None:
+        if table._materialize_on_demand is not None:
+            table._materialize_on_demand()
+        else:
+            store_name = table.builder.store_name(None, f"{table.name}-")
+            table.builder.internal.add_state_store(
+                timestamped_store_builder(None, store_name, table.key_serde, table.value_serde), table.name)
+            supplier.store_name = store_name
+    assert supplier.store_name is not None
+    return supplier.store_name

@@ -1,0 +1,92 @@
+"""Parameter objects of joins, named as Kafka Streams names them: Joined (stream-table) and
+StreamJoined (stream-stream). Immutable; ``with_*`` return copies."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from strom.errors import TopologyError
+from strom.streams.kstream.internals.functions import required_positional
+
+
+@dataclass(frozen=True)
+class Joined:
+    """Serdes and name of a stream-table join: the stream's key and value, the table's value."""
+
+    key_serde: Any = None
+    value_serde: Any = None
+    other_value_serde: Any = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(key_serde: Any = None, value_serde: Any = None, other_value_serde: Any = None) -> Joined:
+        return Joined(key_serde, value_serde, other_value_serde)
+
+    @staticmethod
+    def as_(name: str) -> Joined:
+        return Joined(name=name)
+
+    def with_name(self, name: str) -> Joined:
+        return dataclasses.replace(self, name=name)
+
+
+@dataclass(frozen=True)
+class StreamJoined:
+    """Serdes, name and store names of a stream-stream join (each side is buffered in a window store)."""
+
+    key_serde: Any = None
+    value_serde: Any = None
+    other_value_serde: Any = None
+    name: str | None = None
+    store_name: str | None = None
+    logging_enabled: bool = True
+    in_memory: bool = False
+
+    @staticmethod
+    def with_(key_serde: Any = None, value_serde: Any = None, other_value_serde: Any = None) -> StreamJoined:
+        return StreamJoined(key_serde, value_serde, other_value_serde)
+
+    @staticmethod
+    def as_(store_name: str) -> StreamJoined:
+        return StreamJoined(store_name=store_name)
+
+    def with_name(self, name: str) -> StreamJoined:
+        return dataclasses.replace(self, name=name)
+
+    def with_store_name(self, store_name: str) -> StreamJoined:
+        return dataclasses.replace(self, store_name=store_name)
+
+    def with_key_serde(self, serde: Any) -> StreamJoined:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> StreamJoined:
+        return dataclasses.replace(self, value_serde=serde)
+
+    def with_other_value_serde(self, serde: Any) -> StreamJoined:
+        return dataclasses.replace(self, other_value_serde=serde)
+
+    def with_logging_disabled(self) -> StreamJoined:
+        return dataclasses.replace(self, logging_enabled=False)
+
+    def with_in_memory_stores(self) -> StreamJoined:
+        """Buffer both sides in memory instead of RocksDB (restored from the changelogs)."""
+        return dataclasses.replace(self, in_memory=True)
+
+
+ValueJoiner = Callable[[Any, Any, Any], Any]
+
+
+def value_joiner(joiner: Callable[..., Any], operator: str) -> ValueJoiner:
+    """``joiner(left, right)`` or ``joiner(key, left, right)`` (Kafka's ValueJoinerWithKey)."""
+    if not callable(joiner):
+        raise TopologyError(f"{operator} needs a joiner function, got {joiner!r}.")
+    arity = required_positional(joiner)
+    if arity == 3:
+        return joiner
+    if arity in (2, None):
+        return lambda _key, left, right: joiner(left, right)
+    raise TopologyError(f"The joiner given to {operator} must take (left, right) or (key, left, right); "
+                        f"it takes {arity} arguments.")

@@ -1,0 +1,111 @@
+"""The DSL's joins, wired into the topology: ``KStream.join/left_join/outer_join`` with a KStream
+(windowed), a KTable or a GlobalKTable, and ``KTable.join/left_join/outer_join`` with a KTable.
+
+Node names follow Kafka Streams (``KSTREAM-JOIN-``, ``KTABLE-JOINTHIS-``, ``KTABLE-MERGE-``...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from strom.errors import TopologyError
+from strom.streams.kstream.internals.stream_table_join import KStreamKTableJoin
+from strom.streams.kstream.internals.table import KTableProcessorSupplier
+from strom.streams.kstream.internals.table_lookup import ensure_materialized
+from strom.streams.kstream.internals.table_table_join import (
+    KTableKTableJoinMerger,
+    KTableKTableJoinSide,
+    SideMode,
+)
+from strom.streams.kstream.join_options import Joined, value_joiner
+from strom.streams.kstream.options import Materialized, Named
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.kstream import KStream
+    from strom.streams.kstream.ktable import KTable
+
+INNER, LEFT, OUTER = "inner", "left", "outer"
+
+
+def stream_join(stream: KStream, other: Any, kind: str, *args: Any, **kwargs: Any) -> KStream:
+    """``KStream.join``/``left_join``/``outer_join``: dispatch on what ``other`` is."""
+    from strom.streams.kstream.kstream import KStream
+    from strom.streams.kstream.ktable import KTable
+
+    if isinstance(other, KStream):
+        from strom.streams.kstream.internals.stream_stream_join import stream_stream_join
+
+        return stream_stream_join(stream, other, kind, *args, **kwargs)
+    if kind == OUTER:
+        raise TopologyError("outer_join of a KStream needs another KStream; KStream-KTable and "
+                            "KStream-GlobalKTable joins are inner or left.")
+    if isinstance(other, KTable):
+        return stream_table_join(stream, other, kind, *args, **kwargs)
+    from strom.streams.kstream.global_table import GlobalKTable, stream_global_table_join
+
+    if isinstance(other, GlobalKTable):
+        return stream_global_table_join(stream, other, kind, *args, **kwargs)
+    raise TopologyError(f"A KStream joins a KStream, a KTable or a GlobalKTable, not {other!r}.")
+
+
+def stream_table_join(stream: KStream, table: KTable, kind: str, joiner: Callable[..., Any],
+                      joined: Joined | None = None) -> KStream:
+    """Each stream record looks up the table's value for its key (the stream is repartitioned first
+    when its key changed)."""
+    from strom.streams.kstream.kstream import KStream
+
+    joined = joined or Joined()
+    fn = value_joiner(joiner, f"KStream.{'join' if kind == INNER else 'left_join'}")
+    builder = stream.builder
+    name = builder.node_name(Named(joined.name), "KSTREAM-JOIN-" if kind == INNER else "KSTREAM-LEFTJOIN-")
+    if stream.repartition_required:
+        stream = builder.repartition(stream, f"{name}-left", joined.key_serde or stream.key_serde,
+                                     joined.value_serde or stream.value_serde)
+    store_name = ensure_materialized(table)
+    builder.internal.add_processor(name, lambda: KStreamKTableJoin(store_name, fn, kind == LEFT), stream.name)
+    builder.internal.connect_processor_and_state_stores(name, store_name)
+    builder.internal.copartition(stream.source_topics | table.source_topics)
+    return KStream(builder, name, joined.key_serde or stream.key_serde, None, False,
+                   stream.source_topics | table.source_topics)
+
+
+_TABLE_MODES = {INNER: (SideMode.INNER, SideMode.INNER, "KTABLE-JOIN"),
+                LEFT: (SideMode.PRESERVE_THIS, SideMode.PRESERVE_OTHER, "KTABLE-LEFTJOIN"),
+                OUTER: (SideMode.OUTER, SideMode.OUTER, "KTABLE-OUTERJOIN")}
+
+
+def table_table_join(left: KTable, right: KTable, kind: str, joiner: Callable[..., Any],
+                     named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+    """A table of ``joiner(left value, right value)`` per key, updated from both sides."""
+    from strom.streams.kstream.internals.materialize import timestamped_store_builder
+    from strom.streams.kstream.ktable import KTable
+
+    if right.builder is not left.builder:
+        raise TopologyError("Cannot join tables of different StreamsBuilders.")
+    fn = value_joiner(joiner, f"KTable.{kind}_join" if kind != INNER else "KTable.join")
+    left_mode, right_mode, prefix = _TABLE_MODES[kind]
+    builder = left.builder
+    left.enable_send_old_values()
+    right.enable_send_old_values()
+    left_store, right_store = ensure_materialized(left), ensure_materialized(right)
+    base = named.name if named is not None and named.name else None
+    this_name = f"{base}-join-this" if base else builder.node_name(None, f"{prefix}THIS-")
+    other_name = f"{base}-join-other" if base else builder.node_name(None, f"{prefix}OTHER-")
+    merge_name = base or builder.node_name(None, "KTABLE-MERGE-")
+    b = builder.internal
+    b.add_processor(this_name, lambda: KTableKTableJoinSide(right_store, fn, True, left_mode), left.name)
+    b.connect_processor_and_state_stores(this_name, right_store)
+    b.add_processor(other_name, lambda: KTableKTableJoinSide(left_store, fn, False, right_mode), right.name)
+    b.connect_processor_and_state_stores(other_name, left_store)
+    store_name = builder.store_name(materialized, f"{merge_name}-") if materialized is not None else None
+    supplier = KTableProcessorSupplier(KTableKTableJoinMerger, store_name)
+    b.add_processor(merge_name, supplier, this_name, other_name)
+    value_serde = materialized.value_serde if materialized is not None else None
+    if store_name is not None:
+        b.add_state_store(timestamped_store_builder(materialized, store_name, left.key_serde, value_serde),
+                          merge_name)
+    b.copartition(left.source_topics | right.source_topics)
+    queryable = store_name if materialized is not None and materialized.store_name else None
+    return KTable(builder, merge_name, supplier, left.key_serde, value_serde, queryable,
+                  source_topics=left.source_topics | right.source_topics)
