@@ -12,6 +12,7 @@ from collections import defaultdict
 
 import pytest
 
+from strom.broker import EmbeddedBroker
 from strom.errors import UnknownTopicError
 from strom.kafka import clients
 from strom.tasks import (
@@ -244,6 +245,9 @@ def test_kafka_topic_property_supplier_follows_the_topic(broker) -> None:
         supplier.close()
 
 
-def test_unknown_topic_is_a_clear_error(broker) -> None:
-    with pytest.raises(UnknownTopicError, match="does not exist"):
-        _subscription(broker.bootstrap_servers, unique("missing"), lambda context, task: None)
+@pytest.mark.slow
+def test_unknown_topic_is_a_clear_error(tmp_path) -> None:
+    """Needs a broker that does not auto-create topics (like a production cluster)."""
+    strict = EmbeddedBroker(data_dir=tmp_path, config={"auto.create.topics.enable": False})
+    with strict, pytest.raises(UnknownTopicError, match="does not exist"):
+        _subscription(strict.bootstrap_servers, unique("missing"), lambda context, task: None)

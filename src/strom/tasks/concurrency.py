@@ -79,6 +79,15 @@ class _Unit:
         self.submitted = 0
         self.processed = 0
         self.discarding = False
+        self.handing_back = False
+        self.handed_back: list[Any] = []
+
+    def skip(self, item: Any) -> bool:
+        """True if ``item`` is not to be handled: dropped (discarding) or kept to hand back."""
+        if self.handing_back:
+            self.handed_back.append(item)
+            return True
+        return self.discarding
 
     def idle(self) -> bool:
         return self.submitted == self.processed
@@ -102,7 +111,7 @@ class _ThreadUnit(_Unit):
     def _run(self) -> None:
         handler, get = self._handler, self._queue.get
         while (item := get()) is not _STOP:
-            if not self.discarding:
+            if not self.skip(item):
                 try:
                     handler(item)
                 except Exception:
@@ -129,7 +138,7 @@ class _AsyncUnit(_Unit):
         try:
             while q:
                 item = q.popleft()
-                if not self.discarding:
+                if not self.skip(item):
                     try:
                         await handler(item)
                     except Exception:
@@ -206,6 +215,17 @@ class KeyOrderedExecutor:
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
         return True
+
+    def hand_back(self) -> None:
+        """Asks the units to stop after their current item; the items still queued are kept and,
+        once ``idle()``, returned by ``handed_back()`` (to move them to new units, e.g. on a
+        concurrency change)."""
+        for unit in self._units:
+            unit.handing_back = True
+
+    def handed_back(self) -> list[Any]:
+        """The items queued when ``hand_back()`` was called; call once ``idle()`` is True."""
+        return [item for unit in self._units for item in unit.handed_back]
 
     def close(self, discard_queued: bool = False, timeout_s: float = 5.0) -> None:
         """Stops the units after the queued items (or dropping them with ``discard_queued``)."""

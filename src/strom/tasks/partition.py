@@ -89,19 +89,27 @@ class PartitionContext:
         """Advances the commit-ready offset, rebuilds units on a concurrency change, releases the backlog."""
         self.metrics.completed += self.commit_control.update_high_watermark(
             self._props.value(PROPS.DEFERRED_COMPLETE_TIMEOUT_MS))
-        if self.reload_requested and self._executor.idle():
-            self._rebuild()
+        if self.reload_requested:
+            self._advance_rebuild()
         while self._backlog and not self._must_hold():
             self._dispatch(self._backlog.popleft())
         self.metrics.update_starvation(self.pending())
 
-    def _rebuild(self) -> None:
+    def _advance_rebuild(self) -> None:
+        """A concurrency change: old units finish their current task and hand back the queued ones,
+        which go to the new units in offset order (so per-key order holds and nothing runs twice)."""
         old = self._executor
+        old.hand_back()
+        if not old.idle():
+            return
+        requeued = sorted(old.handed_back(), key=lambda request: request.offset_state.offset)
+        old.close(timeout_s=0.0)
         self._executor = self._new_executor()
         self.reload_requested = False
-        old.close(timeout_s=0.0)
-        log.info("%s-%d: units rebuilt with concurrency %d (was %d)", self.topic, self.partition,
-                 self._executor.concurrency, old.concurrency)
+        for request in requeued:
+            self._executor.submit(request.key, request)
+        log.info("%s-%d: units rebuilt with concurrency %d (was %d), %d queued tasks moved", self.topic,
+                 self.partition, self._executor.concurrency, old.concurrency, len(requeued))
 
     def should_pause(self) -> bool:
         return bool(self._backlog) or self._must_hold()
