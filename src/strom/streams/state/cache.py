@@ -67,6 +67,7 @@ class DirtyEntry(NamedTuple):
 
 
 DirtyEntryFlushListener = Callable[[list[DirtyEntry]], None]
+_new_tuple = tuple.__new__  # makes a DirtyEntry without the NamedTuple's Python-level __new__ (hot path)
 
 
 class NamedCache:
@@ -134,7 +135,7 @@ class NamedCache:
         self.size_bytes -= eldest.size
         self._owner.current_bytes -= eldest.size
         if eldest.dirty:
-            self._flush(DirtyEntry(key, eldest.value, eldest.context))
+            self._flush(_new_tuple(DirtyEntry, (key, eldest.value, eldest.context)))
 
     def flush(self) -> None:
         self._flush(None)
@@ -150,7 +151,7 @@ class NamedCache:
             self._dirty.pop(evicted.key, None)
         for key in self._dirty:
             entry = self._entries[key]
-            entries.append(DirtyEntry(key, entry.value, entry.context))
+            entries.append(_new_tuple(DirtyEntry, (key, entry.value, entry.context)))
             entry.dirty = False
             if entry.value is None:
                 deleted.append(key)
@@ -214,7 +215,9 @@ class ThreadCache:
 
     def put(self, namespace: str, key: bytes, entry: LRUCacheEntry) -> None:
         self.num_puts += 1
-        cache = self._caches.get(namespace) or self.named_cache(namespace)
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self.named_cache(namespace)
         cache.put(key, entry)
         if self.current_bytes > self.max_cache_size_bytes:
             self._maybe_evict(cache)
