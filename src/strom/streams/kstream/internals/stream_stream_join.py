@@ -1,0 +1,249 @@
+"""KStream-KStream windowed joins, inner, left and outer, with Kafka Streams' current semantics.
+
+Each side buffers its records in a window store (retaining duplicates) and looks up the other side's
+store for records within the join window. Left/outer records without a match wait in a shared
+"outer" store and are emitted with a None partner only once their window has closed (record time +
+window + grace < stream time), so no spurious [A, None] results appear before a late match
+(Kafka's KStreamKStreamJoin with the spurious-results fix, KIP-633).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from strom.errors import TopologyError
+from strom.kafka.serdes import Serdes
+from strom.streams.kstream.join_options import StreamJoined, ValueJoiner, value_joiner
+from strom.streams.kstream.windows import JoinWindows
+from strom.streams.processor.api import Processor, Record
+from strom.streams.state.stores import Stores
+from strom.streams.state.window import builders
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.kstream import KStream
+
+log = logging.getLogger(__name__)
+
+_TIME = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+LEFT_SIDE, RIGHT_SIDE = 1, 0
+NO_TIME = 2**63 - 1
+
+
+class TimeTracker:
+    """Stream time over both sides of one join in one task, and the oldest waiting outer record."""
+
+    def __init__(self) -> None:
+        self.stream_time = -1
+        self.min_time = NO_TIME
+
+    def advance(self, timestamp: int) -> None:
+        if timestamp > self.stream_time:
+            self.stream_time = timestamp
+
+
+class KStreamJoinWindow(Processor):
+    """Forwards a record to its join processor, then buffers it in its side's window store."""
+
+    def __init__(self, store_name: str) -> None:
+        self.store_name = store_name
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.key is None:
+            return
+        self.context.forward(record)
+        if record.value is not None:
+            self.store.put(record.key, record.value, record.timestamp)
+
+
+def _encode_values(values: list[bytes]) -> bytes:
+    return b"".join(_LENGTH.pack(len(v)) + v for v in values)
+
+
+def _decode_values(data: bytes) -> Iterator[bytes]:
+    position = 0
+    while position < len(data):
+        (length,) = _LENGTH.unpack_from(data, position)
+        yield data[position + 4:position + 4 + length]
+        position += 4 + length
+
+
+class KStreamKStreamJoinSide(Processor):
+    """The join processor of one side: looks up the other side's window store."""
+
+    def __init__(self, is_left: bool, other_store: str, outer_store: str | None, windows: JoinWindows,
+                 joiner: ValueJoiner, outer: bool, trackers: dict[str, TimeTracker],
+                 serdes: tuple[Any, Any, Any]) -> None:
+        self.is_left = is_left
+        self.other_store_name = other_store
+        self.outer_store_name = outer_store
+        self.join_before = windows.before_ms if is_left else windows.after_ms
+        self.join_after = windows.after_ms if is_left else windows.before_ms
+        self.windows = windows
+        self.joiner = joiner
+        self.outer = outer
+        self.trackers = trackers
+        self.serdes = serdes
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.other_store = context.get_state_store(self.other_store_name)
+        outer = self.outer_store_name
+        self.outer_store = None if outer is None else context.get_state_store(outer)
+        self.tracker = self.trackers.setdefault(context.task_id, TimeTracker())
+        key_serde, left_serde, right_serde = self.serdes
+        task = context.task
+        self.key_serde = key_serde or task.key_serde
+        self.value_serdes = {LEFT_SIDE: left_serde or task.value_serde,
+                             RIGHT_SIDE: right_serde or task.value_serde}
+        self.side = LEFT_SIDE if self.is_left else RIGHT_SIDE
+
+    def close(self) -> None:
+        self.trackers.pop(self.context.task_id, None)
+
+    def _join(self, key: Any, this: Any, other: Any) -> Any:
+        return self.joiner(key, this, other) if self.is_left else self.joiner(key, other, this)
+
+    def process(self, record: Record) -> None:
+        timestamp = record.timestamp
+        tracker = self.tracker
+        tracker.advance(timestamp)
+        key, value = record.key, record.value
+        if self.outer and key is None and value is not None:
+            self.context.forward(record.with_value(self._join(key, value, None)))
+            return
+        if key is None or value is None:
+            log.debug("Skipping stream-stream join record with null key or value: %r", record)
+            self.context.metrics.dropped_records += 1
+            return
+        if self.outer_store is not None and timestamp == tracker.stream_time:
+            self._emit_closed_outer_records(record)
+        time_from = max(0, timestamp - self.join_before)
+        time_to = max(0, timestamp + self.join_after)
+        matches = list(self.other_store.fetch_range(key, time_from, time_to))
+        for other_time, other_value in matches:
+            if self.outer_store is not None:
+                self.outer_store.delete(self._outer_key(key, other_time, 1 - self.side))
+            self.context.forward(Record(key, self._join(key, value, other_value), max(timestamp, other_time),
+                                        record.headers))
+        if self.outer and not matches:
+            if self.outer_store is None or time_to < tracker.stream_time:
+                self.context.forward(record.with_value(self._join(key, value, None)))
+            else:
+                tracker.min_time = min(tracker.min_time, timestamp)
+                self._wait_for_partner(key, value, timestamp)
+
+    # ---- the shared outer store -----------------------------------------------------------------
+    def _outer_key(self, key: Any, timestamp: int, side: int) -> bytes:
+        return _TIME.pack(timestamp) + bytes([side]) + self.key_serde.serializer().serialize(None, key)
+
+    def _wait_for_partner(self, key: Any, value: Any, timestamp: int) -> None:
+        assert self.outer_store is not None
+        outer_key = self._outer_key(key, timestamp, self.side)
+        raw = self.value_serdes[self.side].serializer().serialize(None, value)
+        existing = self.outer_store.get(outer_key)
+        self.outer_store.put(outer_key, (existing or b"") + _encode_values([raw]))
+
+    def _lookback(self, side: int) -> int:
+        return self.windows.after_ms if side == LEFT_SIDE else self.windows.before_ms
+
+    def _emit_closed_outer_records(self, record: Record) -> None:
+        tracker = self.tracker
+        grace = self.windows.grace_ms
+        if tracker.min_time + self.join_after + grace >= tracker.stream_time:
+            return
+        assert self.outer_store is not None
+        tracker.min_time = NO_TIME
+        open_sides: set[int] = set()
+        emitted: list[bytes] = []
+        for outer_key, data in self.outer_store.all():
+            if len(open_sides) == 2:
+                break
+            timestamp, side = _TIME.unpack_from(outer_key)[0], outer_key[8]
+            tracker.min_time = timestamp
+            if timestamp + self._lookback(side) + grace >= tracker.stream_time:
+                open_sides.add(side)
+                continue
+            key = self.key_serde.deserializer().deserialize(None, outer_key[9:])
+            deserialize = self.value_serdes[side].deserializer().deserialize
+            for raw in _decode_values(data):
+                value = deserialize(None, raw)
+                joined = self.joiner(key, value, None) if side == LEFT_SIDE else self.joiner(key, None, value)
+                self.context.forward(Record(key, joined, timestamp, record.headers))
+            emitted.append(outer_key)
+        for outer_key in emitted:
+            self.outer_store.delete(outer_key)
+
+
+def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callable[..., Any],
+                       windows: JoinWindows, stream_joined: StreamJoined | None = None) -> KStream:
+    """Wire a windowed stream-stream join: window nodes and stores per side, two join processors,
+    a shared outer store for left/outer joins, and a merge node whose stream is returned."""
+    from strom.streams.kstream.kstream import KStream
+
+    if not isinstance(windows, JoinWindows):
+        raise TopologyError(f"A KStream-KStream join needs JoinWindows, got {windows!r}; use e.g. "
+                            "JoinWindows.of_time_difference_with_no_grace(timedelta(minutes=5)).")
+    if right.builder is not left.builder:
+        raise TopologyError("Cannot join streams of different StreamsBuilders.")
+    joined = stream_joined or StreamJoined()
+    fn = value_joiner(joiner, f"KStream.{kind}_join" if kind != "inner" else "KStream.join")
+    builder = left.builder
+    key_serde = joined.key_serde or left.key_serde or right.key_serde
+    left_serde = joined.value_serde or left.value_serde
+    right_serde = joined.other_value_serde or right.value_serde
+    prefix = {"inner": "KSTREAM-JOIN", "left": "KSTREAM-LEFTJOIN", "outer": "KSTREAM-OUTERJOIN"}[kind]
+    base = joined.name
+    parts = (("this-windowed", "KSTREAM-WINDOWED-"), ("other-windowed", "KSTREAM-WINDOWED-"),
+             ("this-join", f"{prefix}THIS-"), ("other-join", f"{prefix}OTHER-"), ("merge", "KSTREAM-MERGE-"))
+    names = [f"{base}-{suffix}" if base else builder.node_name(None, generated)
+             for suffix, generated in parts]
+    this_window, other_window, this_join, other_join, merge = names
+    if left.repartition_required:
+        left = builder.repartition(left, f"{this_join}-left", key_serde, left_serde)
+    if right.repartition_required:
+        right = builder.repartition(right, f"{other_join}-right", key_serde, right_serde)
+    store_base = joined.store_name
+    this_store = f"{store_base}-this-join-store" if store_base else f"{this_join}-store"
+    other_store = f"{store_base}-other-join-store" if store_base else f"{other_join}-store"
+    outer_store = None
+    if kind != "inner":
+        outer_store = f"{store_base}-outer-shared-join-store" if store_base else \
+            builder.node_name(None, "KSTREAM-OUTERSHARED-") + "-store"
+    b = builder.internal
+    for store_name, value_serde in ((this_store, left_serde), (other_store, right_serde)):
+        factory = builders.in_memory_window_store if joined.in_memory else builders.persistent_window_store
+        store = builders.window_store_builder(factory(store_name, windows.size() + windows.grace_ms,
+                                                      windows.size(), retain_duplicates=True),
+                                              key_serde, value_serde)
+        b.add_state_store(store if joined.logging_enabled else store.with_logging_disabled())
+    if outer_store is not None:
+        supplier = Stores.in_memory_key_value_store(outer_store) if joined.in_memory else \
+            Stores.persistent_key_value_store(outer_store)
+        store = Stores.key_value_store_builder(supplier, Serdes.ByteArray(), Serdes.ByteArray())
+        b.add_state_store(store if joined.logging_enabled else store.with_logging_disabled())
+    trackers: dict[str, TimeTracker] = {}
+    serdes = (key_serde, left_serde, right_serde)
+    b.add_processor(this_window, lambda: KStreamJoinWindow(this_store), left.name)
+    b.add_processor(other_window, lambda: KStreamJoinWindow(other_store), right.name)
+    left_outer, right_outer = kind != "inner", kind == "outer"
+    b.add_processor(this_join, lambda: KStreamKStreamJoinSide(
+        True, other_store, outer_store, windows, fn, left_outer, trackers, serdes), this_window)
+    b.add_processor(other_join, lambda: KStreamKStreamJoinSide(
+        False, this_store, outer_store, windows, fn, right_outer, trackers, serdes), other_window)
+    b.connect_processor_and_state_stores(this_window, this_store)
+    b.connect_processor_and_state_stores(other_window, other_store)
+    for join_node, store_names in ((this_join, [other_store]), (other_join, [this_store])):
+        b.connect_processor_and_state_stores(join_node, *store_names, *([outer_store] if outer_store else []))
+    from strom.streams.kstream.internals.stateless import PassThrough
+
+    b.add_processor(merge, PassThrough, this_join, other_join)
+    b.copartition(left.source_topics | right.source_topics)
+    return KStream(builder, merge, key_serde, None, False, left.source_topics | right.source_topics)
