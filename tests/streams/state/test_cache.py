@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from strom.errors import ConfigError
 from strom.kafka.serdes import Serdes
@@ -10,6 +14,7 @@ from strom.streams.state.cache import LRUCacheEntry, ThreadCache, thread_cache_b
 from strom.streams.state.context import RecordContext
 from strom.streams.state.stores import Stores
 
+PROPERTY_RUN = itertools.count()
 CTX = RecordContext(timestamp=1, topic="t", partition=0, offset=0)
 
 
@@ -254,3 +259,38 @@ def test_deleting_a_key_that_never_existed_writes_and_forwards_nothing(host):
     host.commit()
     assert forwarded == [] and host.changelogs == {}
     assert list(store.all()) == []
+
+
+CACHE_OPS = st.lists(st.tuples(st.sampled_from(["put", "put", "put", "delete", "commit"]),
+                               st.integers(0, 12), st.integers(0, 100)), max_size=80)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=CACHE_OPS, cache_bytes=st.sampled_from([0, 150, 400, 2_000, 10**7]))
+def test_any_cache_size_gives_the_same_store_and_last_forwarded_values(make_host, ops, cache_bytes):
+    host = make_host(f"prop{next(PROPERTY_RUN)}", cache_bytes=cache_bytes)
+    store, forwarded = cached_store(host, send_old_values=True)
+    expected: dict[str, int] = {}
+    for i, (op, key, value) in enumerate(ops):
+        host.at(i, offset=i)
+        if op == "put":
+            store.put(f"k{key}", value)
+            expected[f"k{key}"] = value
+        elif op == "delete":
+            store.delete(f"k{key}")
+            expected.pop(f"k{key}", None)
+        else:
+            host.commit()
+    host.commit()
+    assert dict(store.all()) == expected
+    last = {}
+    for key, new, _old, _ts in forwarded:
+        last[key] = new
+    assert {k: v for k, v in last.items() if v is not None} == expected
+    assert len(forwarded) <= sum(op != "commit" for op, _, _ in ops)
+    # every forwarded Change's old value is the previous forwarded new value of that key
+    previous: dict[str, int | None] = {}
+    for key, new, old, _ts in forwarded:
+        assert old == previous.get(key)
+        previous[key] = new
+    store.close()
