@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals import stateless as sl
-from strom.streams.kstream.internals.functions import key_value_function, value_function
+from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
 from strom.streams.kstream.options import Branched, Grouped, Materialized, Named, Produced, Repartitioned
 from strom.streams.processor.api import ProcessorSupplier
 
@@ -64,11 +64,11 @@ class KStream:
     # ---- stateless ------------------------------------------------------------------------------
     def filter(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
         fn = key_value_function(predicate, "filter")
-        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn, True))
+        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn))
 
     def filter_not(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
         fn = key_value_function(predicate, "filter_not")
-        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn, False))
+        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilterNot(fn))
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], named: Named | None = None) -> KStream:
         fn = key_value_function(mapper, "map")
@@ -78,8 +78,8 @@ class KStream:
 
     def map_values(self, mapper: Callable[..., Any], named: Named | None = None) -> KStream:
         """``mapper(value)`` or ``mapper(key, value)``; the key stays, so no repartitioning follows."""
-        fn = value_function(mapper, "map_values")
-        return self._child("KSTREAM-MAPVALUES-", named, lambda: sl.KStreamMapValues(fn), keeps_serdes=False)
+        processor = sl.KStreamMapValuesWithKey if takes_key(mapper, "map_values") else sl.KStreamMapValues
+        return self._child("KSTREAM-MAPVALUES-", named, lambda: processor(mapper), keeps_serdes=False)
 
     def flat_map(
         self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], named: Named | None = None

@@ -129,22 +129,36 @@ class KTable:
             self.builder, name, grouped.key_serde, grouped.value_serde, grouped.name, self.source_topics
         )
 
-
     # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
-    def join(self, other: KTable, joiner: Callable[..., Any], named: Named | None = None,
-             materialized: Materialized | None = None) -> KTable:
+    def join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         from strom.streams.kstream.joins import INNER, table_table_join
 
         return table_table_join(self, other, INNER, joiner, named, materialized)
 
-    def left_join(self, other: KTable, joiner: Callable[..., Any], named: Named | None = None,
-                  materialized: Materialized | None = None) -> KTable:
+    def left_join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         from strom.streams.kstream.joins import LEFT, table_table_join
 
         return table_table_join(self, other, LEFT, joiner, named, materialized)
 
-    def outer_join(self, other: KTable, joiner: Callable[..., Any], named: Named | None = None,
-                   materialized: Materialized | None = None) -> KTable:
+    def outer_join(
+        self,
+        other: KTable,
+        joiner: Callable[..., Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
         from strom.streams.kstream.joins import OUTER, table_table_join
 
         return table_table_join(self, other, OUTER, joiner, named, materialized)

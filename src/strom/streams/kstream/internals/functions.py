@@ -28,18 +28,23 @@ def required_positional(fn: Callable[..., Any]) -> int | None:
     return count
 
 
-def value_function(fn: Callable[..., Any], operator: str) -> Callable[[Any, Any], Any]:
-    """``fn(value)`` or ``fn(key, value)`` as a function of (key, value)."""
+def takes_key(fn: Callable[..., Any], operator: str) -> bool:
+    """True for ``fn(key, value)``, False for ``fn(value)``."""
     if not callable(fn):
         raise TopologyError(f"{operator} needs a function, got {fn!r}.")
     arity = required_positional(fn)
-    if arity == 2:
-        return fn
-    if arity in (1, None):
-        return lambda _key, value: fn(value)
+    if arity in (1, 2, None):
+        return arity == 2
     raise TopologyError(
         f"The function given to {operator} must take (value) or (key, value); it takes {arity} arguments."
     )
+
+
+def value_function(fn: Callable[..., Any], operator: str) -> Callable[[Any, Any], Any]:
+    """``fn(value)`` or ``fn(key, value)`` as a function of (key, value)."""
+    if takes_key(fn, operator):
+        return fn
+    return lambda _key, value: fn(value)
 
 
 def key_value_function(fn: Callable[..., Any], operator: str) -> Callable[[Any, Any], Any]:

@@ -12,27 +12,37 @@ KV = Callable[[Any, Any], Any]
 
 
 class KStreamFilter(Processor):
-    def __init__(self, predicate: KV, keep_when: bool) -> None:
+    def __init__(self, predicate: KV) -> None:
         self.predicate = predicate
-        self.keep_when = keep_when
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
-        if bool(self.predicate(record.key, record.value)) is self.keep_when:
+        if self.predicate(record.key, record.value):
+            self.forward(record)
+
+
+class KStreamFilterNot(KStreamFilter):
+    def process(self, record: Record) -> None:
+        if not self.predicate(record.key, record.value):
             self.forward(record)
 
 
 class KStreamMapValues(Processor):
-    def __init__(self, mapper: KV) -> None:
+    def __init__(self, mapper: Callable[[Any], Any]) -> None:
         self.mapper = mapper
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
+    def process(self, record: Record) -> None:
+        self.forward(Record(record.key, self.mapper(record.value), record.timestamp, record.headers))
+
+
+class KStreamMapValuesWithKey(KStreamMapValues):
     def process(self, record: Record) -> None:
         self.forward(
             Record(record.key, self.mapper(record.key, record.value), record.timestamp, record.headers)
@@ -48,7 +58,7 @@ class KStreamMap(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         key, value = _pair(self.mapper(record.key, record.value), self.operator)
@@ -61,7 +71,7 @@ class KStreamSelectKey(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         self.forward(
@@ -75,7 +85,7 @@ class KStreamFlatMap(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         for pair in self.mapper(record.key, record.value) or ():
@@ -89,7 +99,7 @@ class KStreamFlatMapValues(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         for value in self.mapper(record.key, record.value) or ():
@@ -131,7 +141,7 @@ class PassThrough(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         self.forward(record)

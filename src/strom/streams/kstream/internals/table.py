@@ -135,7 +135,7 @@ class KTableToStream(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.forward = context.forward
+        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         self.forward(Record(record.key, record.value.new_value, record.timestamp, record.headers))

@@ -8,6 +8,7 @@ delivered per partition, which is what a store's changelog checkpoint records.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from strom.errors import ProcessingError, SerializationError
@@ -57,14 +58,15 @@ class RecordCollector:
         value: Any,
         timestamp: int,
         headers: Headers,
-        key_serializer: Any,
-        value_serializer: Any,
+        key_serialize: Callable[[str, Any], bytes | None],
+        value_serialize: Callable[[str, Any], bytes | None],
         partition: int | None = None,
     ) -> None:
-        self._check_error()
+        if self._error is not None:
+            self._check_error()
         try:
-            key_bytes = None if key is None else key_serializer.serialize(topic, key)
-            value_bytes = None if value is None else value_serializer.serialize(topic, value)
+            key_bytes = None if key is None else key_serialize(topic, key)
+            value_bytes = None if value is None else value_serialize(topic, value)
         except Exception as exc:
             if (
                 self.handler.handle_serialization_exception(topic, key, value, exc)

@@ -126,11 +126,14 @@ class ProcessorContextImpl:
         self.node = node
         self._targets: tuple[Callable[[Record], None], ...] = ()
         self._by_name: dict[str, Callable[[Record], None]] = {}
+        self.forwarder: Callable[[Record], None] = _drop
+        """``forward(record)`` to all children as one plain call: a single child's entry itself."""
 
     def wire(self) -> None:
         """Binds ``forward`` to the node's children once they exist."""
         self._by_name = {child.name: child.entry for child in self.node.children}
         self._targets = tuple(self._by_name.values())
+        self.forwarder = _forwarder(self._targets)
 
     @property
     def application_id(self) -> str:
@@ -214,3 +217,20 @@ class ProcessorContextImpl:
     @property
     def cache(self) -> ThreadCache:
         return self.task.cache
+
+
+def _drop(record: Record) -> None:
+    """Forwarding from a node without children."""
+
+
+def _forwarder(targets: tuple[Callable[[Record], None], ...]) -> Callable[[Record], None]:
+    if not targets:
+        return _drop
+    if len(targets) == 1:
+        return targets[0]
+
+    def fan_out(record: Record) -> None:
+        for target in targets:
+            target(record)
+
+    return fan_out

@@ -43,6 +43,8 @@ class ProcessorNode:
     def wire(self) -> None:
         assert self.context is not None
         self.context.wire()
+        if isinstance(self, SourceNode):
+            self.entry = self.context.forwarder  # a source only forwards: skip its processor
 
     def start(self) -> None:
         assert self.context is not None
@@ -63,8 +65,8 @@ class SourceNode(ProcessorNode):
     ) -> None:
         super().__init__(name, _ForwardProcessor(), [])
         self.topics = topics
-        self.key_deserializer = key_serde.deserializer()
-        self.value_deserializer = value_serde.deserializer()
+        self.key_deserialize = key_serde.deserializer().deserialize
+        self.value_deserialize = value_serde.deserializer().deserialize
         self.timestamp_extractor = timestamp_extractor
 
 
@@ -89,8 +91,8 @@ class SinkProcessor(Processor):
         self.collector = collector
         self.topic = topic
         self.topic_extractor = topic_extractor
-        self.key_serializer = key_serde.serializer()
-        self.value_serializer = value_serde.serializer()
+        self.key_serialize = key_serde.serializer().serialize
+        self.value_serialize = value_serde.serializer().serialize
         self.partitioner = partitioner
         self.decorate = decorate
 
@@ -107,7 +109,7 @@ class SinkProcessor(Processor):
             record.value,
             record.timestamp,
             record.headers,
-            self.key_serializer,
-            self.value_serializer,
+            self.key_serialize,
+            self.value_serialize,
             partition,
         )

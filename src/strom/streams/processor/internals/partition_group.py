@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from strom.streams.processor.internals.records import ConsumerRecord, TopicPartition
 
@@ -13,12 +14,14 @@ UNKNOWN = -1
 class RecordQueue:
     """Buffered raw records of one partition; partition time is the largest timestamp taken from it."""
 
-    __slots__ = ("partition", "partition_time", "records")
+    __slots__ = ("consumed_offset", "partition", "partition_time", "records", "source")
 
     def __init__(self, partition: TopicPartition) -> None:
         self.partition = partition
         self.records: deque[ConsumerRecord] = deque()
         self.partition_time = UNKNOWN
+        self.consumed_offset = UNKNOWN
+        self.source: Any = None  # the source node reading this partition's topic
 
     def head_timestamp(self) -> int:
         return self.records[0].timestamp if self.records else UNKNOWN
@@ -33,7 +36,7 @@ class PartitionGroup:
 
     def __init__(self, partitions: Iterable[TopicPartition]) -> None:
         self.queues: dict[TopicPartition, RecordQueue] = {tp: RecordQueue(tp) for tp in partitions}
-        self._single = next(iter(self.queues.values())) if len(self.queues) == 1 else None
+        self.single = next(iter(self.queues.values())) if len(self.queues) == 1 else None
         self.stream_time = UNKNOWN
         self.buffered = 0
 
@@ -48,8 +51,8 @@ class PartitionGroup:
     def next_queue(self) -> RecordQueue | None:
         if self.buffered == 0:
             return None
-        if self._single is not None:
-            return self._single
+        if self.single is not None:
+            return self.single
         best = None
         best_ts = 0
         for queue in self.queues.values():
@@ -60,6 +63,8 @@ class PartitionGroup:
         return best
 
     def clear(self) -> None:
+        """Drops buffered records and consumed positions (after an aborted commit)."""
         for queue in self.queues.values():
             queue.records.clear()
+            queue.consumed_offset = UNKNOWN
         self.buffered = 0

@@ -41,6 +41,11 @@ class PunctuationQueue:
         heapq.heappush(self._heap, (schedule.timestamp, next(self._seq), schedule))
         return schedule
 
+    def due(self, now: int) -> bool:
+        """Cheap check the task makes after every record."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= now
+
     def may_punctuate(self, now: int, run: Callable[[PunctuationSchedule, int], None]) -> bool:
         """Fires every schedule due at ``now`` (each at most once per call); True if any fired."""
         fired = False

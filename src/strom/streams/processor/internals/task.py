@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from strom.errors import ProcessingError, SerializationError, StromError
+from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
 from strom.streams import config as cfg
 from strom.streams.processor.api import Record
 from strom.streams.processor.internals.builder import (
@@ -104,7 +104,13 @@ class StreamTask:
         if partitions is None:
             partitions = [TopicPartition(topic, task_id.partition) for topic in self.sources]
         self.partition_group = PartitionGroup(partitions)
-        self.consumed: dict[TopicPartition, int] = {}
+        for tp, queue in self.partition_group.queues.items():
+            if tp.topic not in self.sources:
+                raise TopologyError(
+                    f"Partition {tp} is not read by sub-topology {task_id.subtopology}; its source "
+                    f"topics are {sorted(self.sources)}."
+                )
+            queue.source = self.sources[tp.topic]
         self.commit_needed = False
         self._flush_nodes = [n for n in self.nodes.values() if callable(getattr(n.processor, "flush", None))]
         self._initialized = False
@@ -212,53 +218,62 @@ class StreamTask:
 
     def process(self) -> bool:
         """Processes the buffered record with the smallest timestamp, depth-first; False if none is left."""
+        return self.process_batch(1) == 1
+
+    def process_all(self) -> int:
+        """Processes every buffered record, punctuating on stream time as it advances."""
+        return self.process_batch()
+
+    def process_batch(self, max_records: int = -1) -> int:
+        """Processes up to ``max_records`` buffered records (all when negative), each depth-first and in
+        timestamp order, firing due stream-time punctuations after each. The hot loop of the engine."""
         group = self.partition_group
-        queue = group.next_queue()
-        if queue is None:
-            return False
-        raw = queue.records.popleft()
-        group.buffered -= 1
-        self.consumed[queue.partition] = raw.offset
-        self.commit_needed = True
-        source = self.sources[raw.topic]
-        try:
-            key = source.key_deserializer.deserialize(raw.topic, raw.key)
-            value = source.value_deserializer.deserialize(raw.topic, raw.value)
-        except Exception as exc:
-            self._deserialization_failed(raw, exc)
-            return True
-        timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
-        if timestamp < 0:
-            self.metrics.dropped_records += 1
-            return True
-        if timestamp > queue.partition_time:
-            queue.partition_time = timestamp
+        single = group.single
         context = self.context
-        if timestamp > context.stream_time:
-            context.stream_time = timestamp
-        context.topic = raw.topic
-        context.source_partition = raw.partition
-        context.offset = raw.offset
-        context.timestamp = timestamp
-        context.headers = raw.headers
+        punctuations = context.stream_time_punctuations
+        count = 0
         try:
-            source.entry(Record(key, value, timestamp, raw.headers))
+            while group.buffered and count != max_records:
+                queue = single if single is not None else group.next_queue()
+                raw = queue.records.popleft()
+                group.buffered -= 1
+                queue.consumed_offset = raw.offset
+                count += 1
+                source = queue.source
+                topic = raw.topic
+                try:
+                    key = source.key_deserialize(topic, raw.key)
+                    value = source.value_deserialize(topic, raw.value)
+                except Exception as exc:
+                    self._deserialization_failed(raw, exc)
+                    continue
+                timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
+                if timestamp < 0:
+                    self.metrics.dropped_records += 1
+                    continue
+                if timestamp > queue.partition_time:
+                    queue.partition_time = timestamp
+                    if timestamp > context.stream_time:
+                        context.stream_time = timestamp
+                context.topic = topic
+                context.source_partition = raw.partition
+                context.offset = raw.offset
+                context.timestamp = timestamp
+                headers = context.headers = raw.headers
+                source.entry(Record(key, value, timestamp, headers))
+                if punctuations.due(context.stream_time):
+                    self.maybe_punctuate_stream_time()
         except StromError:
             raise
         except Exception as exc:
             raise ProcessingError(
-                f"Exception caught in process. taskId={self.id}, topic={raw.topic}, "
-                f"partition={raw.partition}, offset={raw.offset}: {type(exc).__name__}: {exc}"
+                f"Exception caught in process. taskId={self.id}, topic={context.topic}, "
+                f"partition={context.source_partition}, offset={context.offset}: {type(exc).__name__}: {exc}"
             ) from exc
-        self.metrics.processed += 1
-        return True
-
-    def process_all(self) -> int:
-        """Processes every buffered record, punctuating on stream time as it advances."""
-        count = 0
-        while self.process():
-            count += 1
-            self.maybe_punctuate_stream_time()
+        finally:
+            if count:
+                self.commit_needed = True
+                self.metrics.processed += count
         return count
 
     def _deserialization_failed(self, raw: ConsumerRecord, exc: Exception) -> None:
@@ -311,7 +326,15 @@ class StreamTask:
             node.processor.flush()  # type: ignore[attr-defined]
         self.state_manager.flush()
         self.collector.flush()
-        return {tp: offset + 1 for tp, offset in self.consumed.items()}
+        return self.committable_offsets()
+
+    def committable_offsets(self) -> dict[TopicPartition, int]:
+        """The next offset to read per input partition that has consumed records."""
+        return {
+            tp: q.consumed_offset + 1
+            for tp, q in self.partition_group.queues.items()
+            if q.consumed_offset >= 0
+        }
 
     def changelog_offsets(self) -> dict[str, int]:
         """Store name -> the offset after its last changelog record delivered so far."""
@@ -345,7 +368,6 @@ class StreamTask:
         """The commit failed: drop uncommitted store writes; the runtime re-feeds from committed offsets."""
         self.state_manager.abort()
         self.partition_group.clear()
-        self.consumed.clear()
         self.commit_needed = False
         self.context.commit_requested = False
 

@@ -1,0 +1,134 @@
+"""Engine throughput on one core, no broker: records/s through one StreamTask.
+
+Cases (10k distinct keys, string keys and values):
+  a  filter -> map_values -> to
+  b  group_by_key().count(), in-memory store
+  c  group_by_key().count(), RocksDB store
+each with caching on and off. Records are fed as raw (serialized) consumer records, the way the Spark
+runtime feeds a task; output goes to a sink that only counts. The task commits every --commit-every
+records (flush caches, changelog, offsets), as a commit interval would.
+
+    .venv/bin/python bench/engine.py [--records 200000] [--keys 10000] [--commit-every 50000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import tempfile
+import time
+
+from strom.kafka.serdes import Serdes
+from strom.streams import Materialized, Produced, Stores, StreamsBuilder, StreamsConfig, StreamTask
+from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.state.cache import ThreadCache
+
+S, L = Serdes.String(), Serdes.Long()
+
+
+class CountingSink:
+    def __init__(self) -> None:
+        self.records = 0
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def send(self, collector, topic, partition, key, value, timestamp, headers) -> None:
+        self.records += 1
+        if partition is not None:  # changelog records: remember offsets for the checkpoint
+            offset = self.offsets.get((topic, partition), -1) + 1
+            self.offsets[(topic, partition)] = offset
+            collector.delivered(topic, partition, offset)
+
+    def flush(self, collector) -> None:
+        pass
+
+
+def stateless(builder: StreamsBuilder, caching: bool) -> None:
+    (builder.stream("in").filter(lambda k, v: not v.endswith("7")).map_values(str.upper).to("out"))
+
+
+def count(supplier_factory):
+    def build(builder: StreamsBuilder, caching: bool) -> None:
+        materialized = Materialized.as_(supplier_factory("counts"))
+        if not caching:
+            materialized = materialized.with_caching_disabled()
+        builder.stream("in").group_by_key().count(materialized=materialized).to_stream().to(
+            "out", Produced.with_(S, L)
+        )
+
+    return build
+
+
+CASES = {
+    "a filter->map_values->to": stateless,
+    "b count, in-memory": count(Stores.in_memory_key_value_store),
+    "c count, RocksDB": count(Stores.persistent_key_value_store),
+}
+
+
+def make_records(n: int, keys: int) -> list[ConsumerRecord]:
+    key_bytes = [f"key-{i}".encode() for i in range(keys)]
+    return [
+        ConsumerRecord("in", 0, i, i, key_bytes[(i * 7919) % keys], f"value-{i}".encode()) for i in range(n)
+    ]
+
+
+def run_case(
+    build, caching: bool, records: list[ConsumerRecord], commit_every: int, cache_bytes: int
+) -> float:
+    state_dir = tempfile.mkdtemp(prefix="strom-bench-")
+    try:
+        builder = StreamsBuilder()
+        build(builder, caching)
+        config = StreamsConfig(
+            {
+                "application.id": "bench",
+                "state.dir": state_dir,
+                "default.key.serde": "String",
+                "default.value.serde": "String",
+                "statestore.cache.max.bytes": cache_bytes,
+            }
+        )
+        sink = CountingSink()
+        task = StreamTask(TaskId(0, 0), builder.build().internal, config, sink, ThreadCache(cache_bytes))
+        task.initialize()
+        task.complete_restoration()
+        partition = TopicPartition("in", 0)
+        gc.collect()
+        started = time.process_time()
+        for start in range(0, len(records), commit_every):
+            task.add_records(partition, records[start : start + commit_every])
+            task.process_all()
+            task.commit()
+        elapsed = time.process_time() - started
+        task.close()
+        return len(records) / elapsed
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--commit-every", type=int, default=50_000)
+    parser.add_argument("--cache-bytes", type=int, default=10 * 1024 * 1024)
+    parser.add_argument("--case", choices=["a", "b", "c"], action="append")
+    args = parser.parse_args()
+    records = make_records(args.records, args.keys)
+    print(
+        f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
+        f"cache {args.cache_bytes} bytes"
+    )
+    for name, build in CASES.items():
+        if args.case and name[0] not in args.case:
+            continue
+        for caching in (True, False):
+            rate = run_case(build, caching, records, args.commit_every, args.cache_bytes)
+            print(f"  {name:<28} caching {'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
+
+
+if __name__ == "__main__":
+    main()
