@@ -164,11 +164,21 @@ class NamedCache:
 
     def sorted_items(self, from_key: bytes | None, to_key: bytes | None,
                      reverse: bool = False) -> list[tuple[bytes, LRUCacheEntry]]:
-        """A snapshot of the entries with from_key <= key <= to_key, in key order."""
-        keys = sorted((k for k in self._entries
+        """A snapshot of the entries with from_key <= key <= to_key, in key order.
+
+        ``list(...)`` copies the keys in one step, so an interactive query on another thread never
+        iterates the dict while the task changes it.
+        """
+        entries = self._entries
+        keys = sorted((k for k in list(entries)
                        if (from_key is None or k >= from_key) and (to_key is None or k <= to_key)),
                       reverse=reverse)
-        return [(k, self._entries[k]) for k in keys]
+        snapshot = []
+        for key in keys:
+            entry = entries.get(key)
+            if entry is not None:
+                snapshot.append((key, entry))
+        return snapshot
 
     def clear(self) -> None:
         self._entries.clear()

@@ -49,7 +49,7 @@ class TransactionalKeyValueStore(WrappedStore):
         committed = self.wrapped._iterate(from_key, to_key, reverse)
         if not self._buffer:
             return committed
-        pending = sorted(((k, v) for k, v in self._buffer.items()
+        pending = sorted(((k, v) for k, v in list(self._buffer.items())
                           if (from_key is None or k >= from_key) and (to_key is None or k <= to_key)),
                          reverse=reverse)
         return merge_sorted(committed, iter(pending), reverse)
