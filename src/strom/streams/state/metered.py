@@ -6,7 +6,6 @@ adapts the caching layer's flush listener to typed values (seed 001: MeteredKeyV
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -21,13 +20,20 @@ class NullKeyError(StromError, ValueError):
 
 
 class StoreMetrics:
-    """Operation counts of one store (``put``, ``get``, ``delete``, ``range``, ``flush``, ...).
+    """Operation counts of one store. Counts only: timing every call would cost more than the calls.
 
-    Counts only: timing every store call would cost more than many of the calls themselves.
+    Plain int attributes, because a store counts on every get and put.
     """
 
+    __slots__ = ("delete", "flush", "get", "prefix_scan", "put", "put_all", "put_if_absent", "range")
+
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class MeteredKeyValueStore:
@@ -39,7 +45,6 @@ class MeteredKeyValueStore:
         self._value_serde = value_serde
         self.metrics_scope = metrics_scope
         self.metrics = StoreMetrics()
-        self._counts = self.metrics.counts
         self._open = False
         self._topic: str | None = None
 
@@ -79,14 +84,14 @@ class MeteredKeyValueStore:
         return self._key_ser(self._topic, key)
 
     def get(self, key: Any) -> Any:
-        self._counts["get"] += 1
+        self.metrics.get += 1
         if key is None or not self._open:
             self._raw_key(key)  # raises the right error
         topic = self._topic
         return self._value_de(topic, self.wrapped.get(self._key_ser(topic, key)))
 
     def put(self, key: Any, value: Any) -> None:
-        self._counts["put"] += 1
+        self.metrics.put += 1
         if key is None or not self._open:
             self._raw_key(key)
         topic = self._topic
@@ -94,16 +99,16 @@ class MeteredKeyValueStore:
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))
-        self._counts["put-if-absent"] += 1
+        self.metrics.put_if_absent += 1
         return self._value_de(self._topic, old)
 
     def put_all(self, entries: Sequence[tuple[Any, Any]]) -> None:
         self.wrapped.put_all([(self._raw_key(k), self._value_ser(self._topic, v)) for k, v in entries])
-        self._counts["put-all"] += 1
+        self.metrics.put_all += 1
 
     def delete(self, key: Any) -> Any:
         old = self.wrapped.delete(self._raw_key(key))
-        self._counts["delete"] += 1
+        self.metrics.delete += 1
         return self._value_de(self._topic, old)
 
     def _typed(self, raw: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
@@ -116,12 +121,12 @@ class MeteredKeyValueStore:
 
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
         raw = self.wrapped.range(self._bound(from_key), self._bound(to_key))
-        self._counts["range"] += 1
+        self.metrics.range += 1
         return self._typed(raw)
 
     def reverse_range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
         raw = self.wrapped.reverse_range(self._bound(from_key), self._bound(to_key))
-        self._counts["range"] += 1
+        self.metrics.range += 1
         return self._typed(raw)
 
     def all(self) -> Iterator[tuple[Any, Any]]:
@@ -132,7 +137,7 @@ class MeteredKeyValueStore:
 
     def prefix_scan(self, prefix: Any, prefix_key_serializer: Any) -> Iterator[tuple[Any, Any]]:
         raw = self.wrapped.prefix_scan(prefix_key_serializer.serialize(self._topic, prefix))
-        self._counts["prefix-scan"] += 1
+        self.metrics.prefix_scan += 1
         return self._typed(raw)
 
     def approximate_num_entries(self) -> int:
@@ -140,7 +145,7 @@ class MeteredKeyValueStore:
 
     def flush(self) -> None:
         self.wrapped.flush()
-        self._counts["flush"] += 1
+        self.metrics.flush += 1
 
     def close(self) -> None:
         self._open = False
