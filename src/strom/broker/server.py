@@ -7,8 +7,10 @@ malformed, too large or for an API the broker does not serve closes only that co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import struct
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -32,6 +34,7 @@ class ConnectionHandler:
         self.broker = broker
         self.open_connections = 0
         self._writers: set[asyncio.StreamWriter] = set()
+        self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
@@ -62,8 +65,10 @@ class ConnectionHandler:
             if size < 8 or size > max_size:
                 raise MalformedRequest(
                     f"frame size {size} is outside [8, socket.request.max.bytes={max_size}]")
-            frame = await reader.readexactly(size)
-            response = await self.dispatch(frame, host)
+            async with self._memory.reserve(size):
+                frame = await reader.readexactly(size)
+                response = await self.dispatch(frame, host)
+                del frame
             if response is not None:
                 writer.write(response)
                 await writer.drain()
@@ -86,3 +91,25 @@ class ConnectionHandler:
     def close_all(self) -> None:
         for writer in list(self._writers):
             writer.close()
+
+
+class MemoryBudget:
+    """Bounds the request bytes held at once: a connection waits for room before reading a frame."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.available = capacity
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def reserve(self, size: int) -> AsyncIterator[None]:
+        size = min(size, self.capacity)  # one frame may always use the whole budget
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.available >= size)
+            self.available -= size
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self.available += size
+                self._changed.notify_all()

@@ -54,7 +54,7 @@ def _read_one(ctx: RequestContext, topic: str, request: Any, committed_only: boo
               budget: int) -> dict[str, Any]:
     result: dict[str, Any] = {"partition_index": request.partition, "high_watermark": -1,
                               "last_stable_offset": -1, "log_start_offset": -1,
-                              "aborted_transactions": None, "records": None}
+                              "aborted_transactions": None, "records": b""}
     partition = ctx.broker.logs.partition(topic, request.partition)
     if partition is None:
         return {**result, "error_code": ErrorCode.unknown_topic_or_partition}
