@@ -1,9 +1,10 @@
 """State-store throughput: a count-by-key read-modify-write (get + put) per record, one core.
 
 Prints records/s for in-memory and RocksDB stores with caching on and off, through all layers
-(metered -> caching -> change-logging -> transactional buffer -> inner), committing every 10k records.
+(metered -> caching -> change-logging -> transactional buffer -> inner), committing every
+``commit_every`` records (default 100k: at 250k records/s that is a 0.4 s commit interval).
 
-    .venv/bin/python bench/state.py [records] [distinct keys]
+    .venv/bin/python bench/state.py [records] [distinct keys] [commit_every]
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class BenchContext:
         self.manager.commit(dict(self.changelog_end))
 
 
-def run(supplier: Any, caching: bool, records: int, keys: int) -> float:
+def run(supplier: Any, caching: bool, records: int, keys: int, commit_every: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         context = BenchContext(Path(tmp))
         builder = Stores.key_value_store_builder(supplier, Serdes.String(), Serdes.Long())
@@ -67,7 +68,7 @@ def run(supplier: Any, caching: bool, records: int, keys: int) -> float:
         for i, name in enumerate(names):
             count = store.get(name)
             store.put(name, 1 if count is None else count + 1)
-            if i % 10_000 == 9_999:
+            if i % commit_every == commit_every - 1:
                 context.commit()
         context.commit()
         elapsed = time.perf_counter() - started
@@ -78,11 +79,12 @@ def run(supplier: Any, caching: bool, records: int, keys: int) -> float:
 def main() -> None:
     records = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
     keys = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
-    print(f"count-by-key get+put, {records} records, {keys} keys")
+    commit_every = int(sys.argv[3]) if len(sys.argv) > 3 else 100_000
+    print(f"count-by-key get+put, {records} records, {keys} keys, commit every {commit_every}")
     for label, supplier in (("in-memory", Stores.in_memory_key_value_store),
                             ("rocksdb", Stores.persistent_key_value_store)):
         for caching in (True, False):
-            rate = run(supplier("counts"), caching, records, keys)
+            rate = run(supplier("counts"), caching, records, keys, commit_every)
             print(f"  {label:9s} caching={'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
 
 
