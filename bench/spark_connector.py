@@ -46,7 +46,7 @@ def bench_read(spark, bootstrap: str, topic: str, records: int) -> float:
 def bench_write(spark, bootstrap: str, topic: str, records: int, partitions: int, guarantee: str) -> float:
     df = (spark.range(records, numPartitions=partitions)
           .select(F.col("id").cast("string").alias("key"), F.lit("x" * 100).alias("value")))
-    writer = (df.write.format("strom").option("kafka.bootstrap.servers", bootstrap)
+    writer = (df.write.format("strom").mode("append").option("kafka.bootstrap.servers", bootstrap)
               .option("topic", topic).option("delivery.guarantee", guarantee))
     started = time.perf_counter()
     writer.save()

@@ -11,6 +11,12 @@ from pyspark.sql import functions as F
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 
+def _write(df, broker, **options):
+    writer = df.write.format("strom").mode("append").option("kafka.bootstrap.servers",
+                                                            broker.bootstrap_servers)
+    writer.options(**options).save()
+
+
 def _read(spark, broker, **options):
     reader = spark.read.format("strom").option("kafka.bootstrap.servers", broker.bootstrap_servers)
     return reader.options(**options).load()
@@ -23,8 +29,7 @@ def test_round_trip_of_keys_values_headers_timestamps(spark, broker, new_topic, 
             for i in range(50)]
     schema = "key binary, value binary, headers array<struct<key:string,value:binary>>"
     df = spark.createDataFrame(rows, schema)
-    (df.write.format("strom").option("kafka.bootstrap.servers", broker.bootstrap_servers)
-       .option("topic", topic).save())
+    _write(df, broker, topic=topic)
 
     read = _read(spark, broker, subscribe=topic, includeHeaders="true").collect()
     assert sorted((r.key, r.value) for r in read) == sorted((k, v) for k, v, _ in rows)
@@ -45,7 +50,7 @@ def test_topic_and_partition_columns_and_string_values(spark, broker, new_topic,
         [(first, 2, "a", "one"), (second, 0, None, "two"), (first, 1, "c", "three")],
         "topic string, partition int, key string, value string",
     )
-    df.write.format("strom").option("kafka.bootstrap.servers", broker.bootstrap_servers).save()
+    _write(df, broker)
     got_first = consume_all(broker.bootstrap_servers, first, expected=2)
     assert sorted((m.partition(), m.key(), m.value()) for m in got_first) == [
         (1, b"c", b"three"), (2, b"a", b"one")]
@@ -57,8 +62,7 @@ def test_exactly_once_batch_write_is_read_committed(spark, broker, new_topic, pr
     topic = new_topic(partitions=2)
     df = spark.range(1000).select(F.col("id").cast("string").alias("key"),
                                   F.to_json(F.struct("id")).alias("value")).repartition(3)
-    (df.write.format("strom").option("kafka.bootstrap.servers", broker.bootstrap_servers)
-       .option("topic", topic).option("delivery.guarantee", "exactly_once").save())
+    _write(df, broker, topic=topic, **{"delivery.guarantee": "exactly_once"})
     got = consume_all(broker.bootstrap_servers, topic, expected=1000)
     assert sorted(json.loads(m.value())["id"] for m in got) == list(range(1000))
 
@@ -109,8 +113,6 @@ def test_bad_input_gets_an_error_naming_the_option(spark, broker, options, messa
 def test_bad_sink_input_is_named(spark, broker):
     df = spark.createDataFrame([("a", 1)], "value string, extra int")
     with pytest.raises(Exception, match="Column 'extra' cannot be written"):
-        df.write.format("strom").option("kafka.bootstrap.servers", broker.bootstrap_servers).option(
-            "topic", "x").save()
+        _write(df, broker, topic="x")
     with pytest.raises(Exception, match="set option 'topic' or add a 'topic' column"):
-        spark.createDataFrame([("a",)], "value string").write.format("strom").option(
-            "kafka.bootstrap.servers", broker.bootstrap_servers).save()
+        _write(spark.createDataFrame([("a",)], "value string"), broker)

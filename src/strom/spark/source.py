@@ -35,7 +35,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from strom.errors import DataLossError
+from strom.errors import ConfigError, DataLossError
 from strom.spark.metadata import TopicMetadata
 from strom.spark.options import SourceOptions, TopicPartitionOffsets, sink_options, source_options
 from strom.spark.reader import OffsetRange, ReadSettings, read_range
@@ -89,6 +89,9 @@ class StromDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from strom.spark.sink import KafkaBatchWriter
 
+        if overwrite:
+            raise ConfigError("Kafka topics cannot be overwritten, only appended to: use "
+                              "df.write.format('strom').mode('append').")
         return KafkaBatchWriter(sink_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
