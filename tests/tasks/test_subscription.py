@@ -75,10 +75,13 @@ def test_per_key_order_at_concurrency_16_and_commits_everything(broker) -> None:
     group = unique("order")
     sub = _subscription(bootstrap, topic, process, {"decaton.partition.concurrency": 16}, group=group)
     assert wait_for(lambda: sum(map(len, seen.values())) >= n)
+    ends = end_offsets(bootstrap, topic, 3)
+    # the periodic async commits (every 100 ms) reach the end while running, not only at close()
+    assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 3) == ends, 10, 0.1)
+    assert sum(s.commit_lag for s in sub.metrics()) == 0
     sub.close()
     assert sorted(v for values in seen.values() for v in values) == list(range(n))
     _assert_per_key_order(seen)
-    assert committed_offsets(bootstrap, group, topic, 3) == end_offsets(bootstrap, topic, 3)
 
 
 def test_async_processors_run_on_asyncio_units(broker) -> None:

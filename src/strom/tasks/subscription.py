@@ -173,21 +173,23 @@ class ProcessorSubscription:
 
     # ---- loop -----------------------------------------------------------------------------------
     def _run(self) -> None:
-        consumer = clients.consumer(self._bootstrap, **self._config)
+        # librdkafka calls on_commit inside consume() on this thread, once the manager exists
+        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+            self._commit_manager.on_commit(err, partitions)
+
+        consumer = clients.consumer(self._bootstrap, **self._config, on_commit=on_commit)
         self._commit_manager = CommitManager(consumer, self._contexts, self._props)
-        consumer_commit_cb = self._commit_manager.on_commit
         try:
             consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                on_lost=self._on_lost)
-            self._consumer = consumer
-            self._loop(consumer, consumer_commit_cb)
+            self._loop(consumer)
         except BaseException as exc:
             self._error = exc
             log.exception("Subscription %s stopped on an error", self.subscription_id)
         finally:
             self._shutdown(consumer)
 
-    def _loop(self, consumer: Consumer, on_commit: Any) -> None:
+    def _loop(self, consumer: Consumer) -> None:
         while not self._terminated.is_set():
             for msg in consumer.consume(_POLL_BATCH, _POLL_TIMEOUT_S):
                 err = msg.error()
