@@ -129,6 +129,12 @@ class KTable:
             self.builder, name, grouped.key_serde, grouped.value_serde, grouped.name, self.source_topics
         )
 
+    def suppress(self, suppressed: Any) -> KTable:
+        """Hold back updates: final results per window, or at most one per key per time limit."""
+        from strom.streams.kstream.internals.suppress import suppress
+
+        return suppress(self, suppressed)
+
     # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
     def join(
         self,

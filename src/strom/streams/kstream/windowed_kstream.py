@@ -66,7 +66,17 @@ def _apply_options(builder: Any, materialized: Materialized | None, cacheable: b
     return builder
 
 
+class WindowedKTable(KTable):
+    """A KTable keyed by ``Windowed`` keys; it remembers its windows (for suppress until they close)."""
+
+    def __init__(self, *args: Any, windows: TimeWindows | SessionWindows, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.windows = windows
+
+
 class _WindowedStream:
+    windows: TimeWindows | SessionWindows
+
     def __init__(self, grouped: KGroupedStream) -> None:
         self.grouped = grouped
 
@@ -79,7 +89,7 @@ class _WindowedStream:
         store_builder: Callable[[str], Any],
         key_serde: Any,
         value_serde: Any,
-    ) -> KTable:
+    ) -> WindowedKTable:
         grouped = self.grouped
         builder = grouped.builder
         store_name = builder.store_name(materialized, prefix)
@@ -89,9 +99,8 @@ class _WindowedStream:
         builder.internal.add_processor(name, supplier, parent)
         builder.internal.add_state_store(store_builder(store_name), name)
         queryable = store_name if materialized is not None and materialized.store_name else None
-        return KTable(
-            builder, name, supplier, key_serde, value_serde, queryable, source_topics=grouped.source_topics
-        )
+        return WindowedKTable(builder, name, supplier, key_serde, value_serde, queryable,
+                              source_topics=grouped.source_topics, windows=self.windows)
 
     def _value_serde(self, materialized: Materialized | None, default: Any) -> Any:
         return (materialized.value_serde if materialized else None) or default

@@ -1,0 +1,80 @@
+"""``KTable.suppress`` configuration, named as Kafka Streams: Suppressed and BufferConfig."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+from strom.errors import TopologyError
+from strom.streams.kstream.windows import Duration, to_millis
+
+
+class BufferFullStrategy(enum.Enum):
+    EMIT = "emit"            # emit the oldest records early to make room
+    SHUT_DOWN = "shut_down"  # stop the application: results must never be emitted early
+
+
+@dataclass(frozen=True)
+class BufferConfig:
+    """How much a suppression buffer may hold, and what happens when it is full."""
+
+    record_limit: int | None = None
+    byte_limit: int | None = None
+    strategy: BufferFullStrategy = BufferFullStrategy.EMIT
+
+    @staticmethod
+    def unbounded() -> BufferConfig:
+        """No limit (bounded only by memory); never emits early."""
+        return BufferConfig(strategy=BufferFullStrategy.SHUT_DOWN)
+
+    @staticmethod
+    def max_records(records: int) -> BufferConfig:
+        """At most ``records`` keys; emits early when full unless ``shut_down_when_full``."""
+        return BufferConfig().with_max_records(records)
+
+    @staticmethod
+    def max_bytes(size: int) -> BufferConfig:
+        """At most ``size`` bytes (keys, values and overhead); emits early when full by default."""
+        return BufferConfig().with_max_bytes(size)
+
+    def with_max_records(self, records: int) -> BufferConfig:
+        if not isinstance(records, int) or records < 1:
+            raise TopologyError(f"BufferConfig max records must be a positive int, got {records!r}.")
+        return dataclasses.replace(self, record_limit=records)
+
+    def with_max_bytes(self, size: int) -> BufferConfig:
+        if not isinstance(size, int) or size < 1:
+            raise TopologyError(f"BufferConfig max bytes must be a positive int, got {size!r}.")
+        return dataclasses.replace(self, byte_limit=size)
+
+    def emit_early_when_full(self) -> BufferConfig:
+        return dataclasses.replace(self, strategy=BufferFullStrategy.EMIT)
+
+    def shut_down_when_full(self) -> BufferConfig:
+        return dataclasses.replace(self, strategy=BufferFullStrategy.SHUT_DOWN)
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """``until_window_closes``: one final result per window and key, when the window closes.
+    ``until_time_limit``: at most one update per key every ``time_to_wait`` of stream time."""
+
+    final_results: bool
+    time_to_wait_ms: int
+    buffer_config: BufferConfig
+    name: str | None = None
+
+    @staticmethod
+    def until_window_closes(buffer_config: BufferConfig) -> Suppressed:
+        if buffer_config.strategy is not BufferFullStrategy.SHUT_DOWN:
+            raise TopologyError("until_window_closes never emits early: use BufferConfig.unbounded() or "
+                                "a bounded BufferConfig with shut_down_when_full().")
+        return Suppressed(True, 0, buffer_config)
+
+    @staticmethod
+    def until_time_limit(time_to_wait: Duration, buffer_config: BufferConfig) -> Suppressed:
+        return Suppressed(False, to_millis(time_to_wait, "Suppression time limit"), buffer_config)
+
+    def with_name(self, name: str) -> Suppressed:
+        return dataclasses.replace(self, name=name)

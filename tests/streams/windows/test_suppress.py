@@ -1,0 +1,97 @@
+"""KTable.suppress: one final result per window and key; time-limited rate limiting; full buffers;
+the buffer is logged and restored."""
+
+import pytest
+
+from strom.kafka.serdes import Serdes
+from strom.streams.kstream.builder import StreamsBuilder
+from strom.streams.kstream.internals.suppress import SuppressionBufferFullError
+from strom.streams.kstream.options import Consumed, Materialized, Produced
+from strom.streams.kstream.suppressed import BufferConfig, Suppressed
+from strom.streams.kstream.windowed_serdes import WindowedSerdes
+from strom.streams.kstream.windows import TimeWindows, Window, Windowed
+from strom.streams.state.context import ChangelogRecord
+from strom.streams.test_driver import TopologyTestDriver
+
+PROPS = {"application.id": "suppress", "default.key.serde": "String", "default.value.serde": "String"}
+WINDOWED = WindowedSerdes.time_windowed_serde_from(Serdes.String(), 10)
+
+
+def _windowed_counts(suppressed, grace=5):
+    builder = StreamsBuilder()
+    (builder.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
+     .windowed_by(TimeWindows.of_size_and_grace(10, grace))
+     .count(materialized=Materialized.as_("counts").with_caching_disabled())
+     .suppress(suppressed.with_name("final"))
+     .to_stream().to("output", Produced.with_(WINDOWED, Serdes.Long())))
+    return builder.build()
+
+
+def _pipe(driver, records):
+    topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+    for key, timestamp in records:
+        topic.pipe_input(key, "v", timestamp)
+    return driver.create_output_topic("output", WINDOWED, Serdes.Long()).read_key_values_to_list()
+
+
+def test_until_window_closes_emits_one_final_result_per_window_and_key():
+    topology = _windowed_counts(Suppressed.until_window_closes(BufferConfig.unbounded()))
+    with TopologyTestDriver(topology, PROPS) as driver:
+        out = _pipe(driver, [("a", 1), ("a", 2), ("b", 3), ("a", 9), ("a", 12), ("b", 14)])
+        # window [0,10) closes at stream time 10 + grace 5 = 15: nothing final yet
+        assert out == []
+        more = _pipe(driver, [("c", 15), ("a", 16), ("a", 26)])
+        assert more == [(Windowed("a", Window(0, 10)), 3), (Windowed("b", Window(0, 10)), 1),
+                        (Windowed("a", Window(10, 20)), 2), (Windowed("b", Window(10, 20)), 1),
+                        (Windowed("c", Window(10, 20)), 1)]
+
+
+def test_until_time_limit_rate_limits_per_key():
+    builder = StreamsBuilder()
+    (builder.table("input", Consumed.with_(Serdes.String(), Serdes.String()))
+     .suppress(Suppressed.until_time_limit(10, BufferConfig.max_records(100)))
+     .to_stream().to("output"))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        rows = [("k", "1", 0), ("k", "2", 5), ("j", "x", 6), ("k", "3", 10), ("j", "y", 20)]
+        for key, value, timestamp in rows:
+            topic.pipe_input(key, value, timestamp)
+        out = driver.create_output_topic("output", Serdes.String(), Serdes.String()).read_key_values_to_list()
+    # k's first update waited from 0 to stream time 10 and went out as its latest value; j (buffered
+    # at 6) went out at stream time 20 with the update that arrived then
+    assert out == [("k", "3"), ("j", "y")]
+
+
+def test_full_buffer_emits_early_or_shuts_down():
+    builder = StreamsBuilder()
+    (builder.table("input", Consumed.with_(Serdes.String(), Serdes.String()))
+     .suppress(Suppressed.until_time_limit(1_000, BufferConfig.max_records(2).emit_early_when_full()))
+     .to_stream().to("output"))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        for key, timestamp in [("a", 1), ("b", 2), ("c", 3)]:
+            topic.pipe_input(key, key.upper(), timestamp)
+        out = driver.create_output_topic("output", Serdes.String(), Serdes.String()).read_key_values_to_list()
+    assert out == [("a", "A")]
+    strict = BufferConfig.max_records(1).shut_down_when_full()
+    topology = _windowed_counts(Suppressed.until_window_closes(strict))
+    with TopologyTestDriver(topology, PROPS) as driver, pytest.raises(SuppressionBufferFullError):
+        _pipe(driver, [("a", 1), ("b", 2)])
+
+
+def test_suppression_buffer_is_logged_and_restored():
+    topology = _windowed_counts(Suppressed.until_window_closes(BufferConfig.unbounded()))
+    with TopologyTestDriver(topology, PROPS) as driver:
+        _pipe(driver, [("a", 1), ("a", 2), ("b", 3)])
+        changelog = driver.producer_records("suppress-final-store-changelog")
+        buffer = driver.get_state_store("final-store")
+        assert len(buffer) == 2
+    assert [key for key, _, _ in changelog] == [WINDOWED.serialize("t", Windowed("a", Window(0, 10))),
+                                               WINDOWED.serialize("t", Windowed("a", Window(0, 10))),
+                                               WINDOWED.serialize("t", Windowed("b", Window(0, 10)))]
+    with TopologyTestDriver(topology, PROPS) as restored:
+        buffer = restored.get_state_store("final-store")
+        buffer.restore([ChangelogRecord(k, v, offset, ts) for offset, (k, v, ts) in enumerate(changelog)])
+        assert len(buffer) == 2
+        out = _pipe(restored, [("c", 30)])
+        assert out == [(Windowed("a", Window(0, 10)), 2), (Windowed("b", Window(0, 10)), 1)]
