@@ -124,7 +124,7 @@ def test_zero_budget_flushes_every_put_immediately():
     cache.put("a", b"k", entry(b"k", b"1"))
     cache.put("a", b"k", entry(b"k", b"2"))
     assert rec["a"].flushes == [[(b"k", b"1")], [(b"k", b"2")]]
-    assert cache.size() == 0
+    assert cache.size_bytes() == 0
 
 
 def test_budget_split_among_threads_and_resize():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import NamedTuple
 
 from strom.errors import ConfigError
@@ -80,8 +80,6 @@ class NamedCache:
         self._dirty: dict[bytes, None] = {}
         self._listener: DirtyEntryFlushListener | None = None
         self.size_bytes = 0
-        self.num_flushes = 0
-        self.num_overwrites = 0
 
     def set_listener(self, listener: DirtyEntryFlushListener) -> None:
         self._listener = listener
@@ -107,7 +105,6 @@ class NamedCache:
         old = entries.get(key)
         delta = entry.size
         if old is not None:
-            self.num_overwrites += 1
             delta -= old.size
             entries.move_to_end(key)
         entries[key] = entry
@@ -141,7 +138,6 @@ class NamedCache:
         self._flush(None)
 
     def _flush(self, evicted: DirtyEntry | None) -> None:
-        self.num_flushes += 1
         if evicted is None and not self._dirty:
             return
         entries: list[DirtyEntry] = []
@@ -205,10 +201,6 @@ class ThreadCache:
     def size_bytes(self) -> int:
         return self.current_bytes
 
-    def size(self) -> int:
-        """Number of entries over all caches."""
-        return sum(len(cache) for cache in self._caches.values())
-
     def named_cache(self, namespace: str) -> NamedCache:
         cache = self._caches.get(namespace)
         if cache is None:
@@ -232,10 +224,6 @@ class ThreadCache:
         if self.current_bytes > self.max_cache_size_bytes:
             self._maybe_evict(cache)
 
-    def delete(self, namespace: str, key: bytes) -> LRUCacheEntry | None:
-        cache = self._caches.get(namespace)
-        return None if cache is None else cache.delete(key)
-
     def _maybe_evict(self, cache: NamedCache) -> None:
         evicted = 0
         while self.current_bytes > self.max_cache_size_bytes:
@@ -254,6 +242,9 @@ class ThreadCache:
         cache = self._caches.get(namespace)
         if cache is not None:
             cache.flush()
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("Cache stats on flush: #puts=%d, #gets=%d, #evicts=%d, #flushes=%d",
+                      self.num_puts, self.num_gets, self.num_evicts, self.num_flushes)
 
     def range(self, namespace: str, from_key: bytes | None, to_key: bytes | None,
               reverse: bool = False) -> list[tuple[bytes, LRUCacheEntry]]:
@@ -286,6 +277,3 @@ class ThreadCache:
                     break
                 cache.evict()
                 self.num_evicts += 1
-
-    def namespaces(self) -> Iterator[str]:
-        return iter(list(self._caches))

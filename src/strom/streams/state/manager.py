@@ -70,14 +70,6 @@ class ProcessorStateManager:
             transaction.wipe()
         self._stores[store.name] = _Registered(store, transaction, logged)
 
-    def get_store(self, name: str) -> StateStore | None:
-        registered = self._stores.get(name)
-        return None if registered is None else registered.store
-
-    @property
-    def stores(self) -> list[StateStore]:
-        return [registered.store for registered in self._stores.values()]
-
     def changelog_partitions(self) -> dict[str, tuple[str, int]]:
         """Logged store name -> (changelog topic, partition) to read for restoration."""
         return {name: (self._changelog_topic(name), self.partition)
