@@ -146,11 +146,20 @@ class RocksDBStore(BytesStore):
 
     def wipe(self) -> None:
         """Delete the database files and start empty (the store is then restored from its changelog)."""
+        if self._is_empty():
+            return
         path = self.path
         self.close()
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
             self._open(path)
+
+    def _is_empty(self) -> bool:
+        if self.committed_offset is not None:
+            return False
+        iterator = self._live().iter()
+        iterator.seek_to_first()
+        return not iterator.valid()
 
     def flush(self) -> None:
         """Nothing to force: RocksDB's WAL makes each write batch durable."""
