@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from strom.cli.tasks import tasks
+from strom.errors import ConfigError
 from tasks.tasks_kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
 
 pytestmark = pytest.mark.broker
@@ -40,8 +43,11 @@ def test_tasks_run_processes_and_stops_gracefully_on_ctrl_c(broker, tmp_path) ->
     assert committed_offsets(bootstrap, group, topic, 2) == end_offsets(bootstrap, topic, 2)
 
 
-def test_tasks_run_rejects_a_bad_processor_spec(tmp_path) -> None:
-    result = subprocess.run([STROM, "tasks", "run", "no_colon", "--topic", "t", "--subscription", "s"],
-                            capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 2
-    assert "module:name" in result.stderr
+def test_tasks_run_rejects_a_bad_processor_spec_and_property() -> None:
+    runner = CliRunner()
+    result = runner.invoke(tasks, ["run", "no_colon", "--topic", "t", "--subscription", "s"])
+    assert isinstance(result.exception, ConfigError) and "module:name" in str(result.exception)
+    result = runner.invoke(tasks, ["run", "m:p", "--topic", "t", "--subscription", "s",
+                                   "--property", "decaton.partition.concurency=4"])
+    assert isinstance(result.exception, ConfigError)
+    assert "Did you mean 'decaton.partition.concurrency'" in str(result.exception)
