@@ -151,6 +151,10 @@ class _FixedWidthSerde(BaseSerde[T]):
         self._pack = self._struct.pack
         self._unpack = self._struct.unpack
 
+    def __reduce__(self) -> tuple:
+        """Pickles as its class (struct.Struct cannot be pickled): Spark ships serdes to executors."""
+        return (type(self), ())
+
     def serialize(self, topic: str | None, data: T | None, headers: Any = None) -> bytes | None:
         kind = type(data)
         if kind is int or kind is self.kind:  # the per-record fast path; the base class reports errors
