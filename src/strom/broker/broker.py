@@ -32,7 +32,7 @@ class Broker:
     def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
                  config: Mapping[str, Any] | None = None) -> None:
         self.config = BrokerConfig(config)
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.host = host
         self.port = port

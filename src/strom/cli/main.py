@@ -29,6 +29,11 @@ def _register_commands() -> None:
     cli.add_command(tasks.tasks)
     from strom.cli import transactions
     cli.add_command(transactions.transactions)
+    from strom.cli import broker, consume, produce, topics
+    cli.add_command(broker.broker)
+    cli.add_command(topics.topics)
+    cli.add_command(produce.produce)
+    cli.add_command(consume.consume)
 
 
 _register_commands()

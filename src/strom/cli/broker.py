@@ -1,0 +1,44 @@
+"""`strom broker`: run the strom broker in the foreground until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from strom.broker.broker import Broker, serve
+
+
+def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    """`key=value` options as a dict (shared by the topic and broker commands)."""
+    config = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not key=value")
+        config[key.strip()] = value.strip()
+    return config
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("data"),
+              show_default=True, help="Directory of the topic logs and broker state.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=9092, show_default=True, help="Port to listen on (0: any free).")
+@click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+              help="Broker config with Kafka's name, e.g. num.partitions=3; repeatable.")
+def broker(data_dir: Path, host: str, port: int, config: dict[str, str]) -> None:
+    """Run a single-node Kafka-protocol broker (Ctrl-C stops it cleanly)."""
+    logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
+    console = Console(stderr=True)
+    instance = Broker(data_dir, host, port, config)
+
+    def ready(running: Broker) -> None:
+        console.print(f"strom broker listening on [bold]{running.host}:{running.port}[/bold], "
+                      f"data in {running.data_dir.resolve()} (Ctrl-C to stop)")
+
+    asyncio.run(serve(instance, ready))
+    console.print("strom broker stopped; logs flushed and closed")
