@@ -20,6 +20,7 @@ from typing import Any
 
 from strom.errors import TopologyError, UnknownTopicError
 from strom.streams import config as cfg
+from strom.streams.kstream.global_table import GlobalStateStores
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
 from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
@@ -107,6 +108,9 @@ class TopologyTestDriver:
         self._task_by_topic: dict[str, StreamTask] = {}
         self._closed = False
         sink = _DriverSink(self)
+        self.global_state = GlobalStateStores(
+            self.builder.global_stores, self.config,
+            Path(self.config[cfg.STATE_DIR]) / self.config.application_id / "global")
         for plan in self.builder.subtopologies():
             task_id = TaskId(plan.id, 0)
             state_dir = Path(self.config[cfg.STATE_DIR]) / self.config.application_id / str(task_id)
@@ -119,6 +123,7 @@ class TopologyTestDriver:
                 state_dir,
                 system_time=lambda: self.wall_clock_ms,
             )
+            task.context.global_stores = self.global_state.stores
             task.initialize()
             task.complete_restoration()
             self.tasks.append(task)
@@ -134,7 +139,7 @@ class TopologyTestDriver:
         start_timestamp_ms: int | None = None,
         auto_advance_ms: int = 0,
     ) -> TestInputTopic:
-        if name not in self._task_by_topic:
+        if name not in self._task_by_topic and name not in self.global_state.by_topic:
             raise UnknownTopicError(
                 f"Topic {name!r} is not a source topic of this topology; its source topics "
                 f"are {sorted(self._task_by_topic)}."
@@ -165,6 +170,9 @@ class TopologyTestDriver:
         self._check_open()
         offset = self._input_offsets.get(topic, 0)
         self._input_offsets[topic] = offset + 1
+        if topic in self.global_state.by_topic:
+            self.global_state.apply(topic, [(0, offset, timestamp, key, value)])
+            return
         task = self._task_by_topic[topic]
         task.add_records(
             TopicPartition(topic, 0),
@@ -221,6 +229,8 @@ class TopologyTestDriver:
 
     # ---- stores ---------------------------------------------------------------------------------
     def get_state_store(self, name: str) -> Any:
+        if name in self.global_state.stores:
+            return self.global_state.stores[name]
         """The store itself (timestamped stores hold ValueAndTimestamp values)."""
         for task in self.tasks:
             if name in task.context.stores:
@@ -275,6 +285,7 @@ class TopologyTestDriver:
             self._closed = True
             for task in self.tasks:
                 task.close()
+            self.global_state.close()
             if self._own_state_dir:
                 shutil.rmtree(self.config[cfg.STATE_DIR], ignore_errors=True)
 

@@ -13,6 +13,7 @@ from strom.streams.processor.internals.builder import InternalTopologyBuilder
 from strom.streams.processor.topology import Topology
 
 if TYPE_CHECKING:
+    from strom.streams.kstream.global_table import GlobalKTable
     from strom.streams.kstream.ktable import KTable
 
 
@@ -91,6 +92,14 @@ class StreamsBuilder:
         from strom.streams.kstream.ktable import source_table
 
         return source_table(self.builder, topic, consumed or Consumed(), materialized)
+
+    def global_table(
+        self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None
+    ) -> GlobalKTable:
+        """A table of every partition of ``topic``, replicated to every task (restored from the topic)."""
+        from strom.streams.kstream.global_table import global_table
+
+        return global_table(self.builder, topic, consumed, materialized)
 
     def add_state_store(self, store_builder: Any) -> StreamsBuilder:
         """Adds a store for Processor API steps (``KStream.process(supplier, store_name)``)."""

@@ -74,6 +74,8 @@ class InternalTopologyBuilder:
         self.store_users: dict[str, list[str]] = {}
         self.internal_topics: dict[str, InternalTopic] = {}
         self.copartition_groups: list[set[str]] = []
+        self.global_stores: dict[str, Any] = {}
+        """Global tables: store name -> GlobalStoreSpec (strom.streams.kstream.global_table)."""
         self.application_id: str | None = None
         self._topic_to_source: dict[str, str] = {}
         self._plans: list[SubtopologyPlan] | None = None

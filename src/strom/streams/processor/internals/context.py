@@ -72,6 +72,8 @@ class TaskContext:
         self.metrics = metrics
         self.changelog_topics = changelog_topics or {}
         self.stores: dict[str, StateStore] = {}
+        self.global_stores: dict[str, StateStore] = {}
+        """Global tables' stores, shared by all tasks (set by the runner); any processor may read them."""
         self.stream_time = -1
         self.commit_requested = False
         self.stream_time_punctuations = PunctuationQueue()
@@ -165,6 +167,8 @@ class ProcessorContextImpl:
         target(record)
 
     def get_state_store(self, name: str) -> Any:
+        if name in self.task.global_stores:
+            return self.task.global_stores[name]
         if name not in self.node.stores:
             raise TopologyError(
                 f"Processor {self.node.name!r} has no access to state store {name!r}; connect them with "

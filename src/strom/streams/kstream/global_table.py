@@ -1,0 +1,210 @@
+"""GlobalKTable: a table replicated in full to every task, and KStream-GlobalKTable joins.
+
+A global table's store is filled from *every* partition of its topic, once per application instance,
+and read by all tasks. It has no changelog: the topic itself is its changelog, so the store is
+restored by reading the topic from the beginning. Whoever runs the topology (the TopologyTestDriver,
+the Spark runtime) owns a ``GlobalStateStores`` and feeds it the topic's records with ``apply``.
+Stream records join on ``key_selector(key, value)``, so no co-partitioning or repartitioning is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from strom.errors import TopologyError
+from strom.streams.kstream.internals.functions import key_value_function
+from strom.streams.kstream.join_options import ValueJoiner, value_joiner
+from strom.streams.kstream.options import Consumed, Materialized, Named
+from strom.streams.processor.api import Processor, Record
+from strom.streams.state.cache import ThreadCache
+from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
+from strom.streams.state.stores import Stores
+from strom.streams.state.timestamped import ValueAndTimestamp
+
+if TYPE_CHECKING:
+    from strom.streams.config import StreamsConfig
+    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.kstream import KStream
+
+log = logging.getLogger(__name__)
+
+GLOBAL_TASK_ID = "global"
+
+
+@dataclass(frozen=True)
+class GlobalStoreSpec:
+    """What the topology says about one global store: its topic, serdes and store builder."""
+
+    name: str
+    topic: str
+    key_serde: Any
+    value_serde: Any
+    store_builder: Any
+
+
+class GlobalKTable:
+    """A table readable by every task: ``KStream.join(table, key_selector, joiner)``."""
+
+    def __init__(self, builder: InternalStreamsBuilder, spec: GlobalStoreSpec) -> None:
+        self.builder = builder
+        self.spec = spec
+
+    @property
+    def queryable_store_name(self) -> str:
+        return self.spec.name
+
+
+def global_table(builder: InternalStreamsBuilder, topic: str, consumed: Consumed | None,
+                 materialized: Materialized | None) -> GlobalKTable:
+    """``StreamsBuilder.global_table``: in memory unless ``Materialized.as_`` names a supplier."""
+    consumed = consumed or Consumed()
+    materialized = materialized or Materialized()
+    name = materialized.store_name or f"{topic}-STATE-STORE-{builder.next_index()}"
+    key_serde = materialized.key_serde or consumed.key_serde
+    value_serde = materialized.value_serde or consumed.value_serde
+    supplier = materialized.store_supplier or Stores.in_memory_key_value_store(name)
+    store_builder = Stores.timestamped_key_value_store_builder(supplier, key_serde, value_serde)
+    store_builder.with_caching_disabled().with_logging_disabled()
+    internal = builder.internal
+    if any(spec.topic == topic for spec in internal.global_stores.values()):
+        raise TopologyError(f"Topic {topic!r} is already read as a global table; reuse that GlobalKTable.")
+    spec = GlobalStoreSpec(name, topic, key_serde, value_serde, store_builder)
+    internal.global_stores[name] = spec
+    return GlobalKTable(builder, spec)
+
+
+class _GlobalContext:
+    """The StateStoreContext of global stores: no task, no cache, no changelog."""
+
+    application_id: str
+    task_id = GLOBAL_TASK_ID
+    partition = -1
+
+    def __init__(self, config: StreamsConfig, state_dir: Path, topics: dict[str, str]) -> None:
+        from strom.streams.processor.internals.context import default_serde
+
+        self.topics = topics
+        self.config = config
+        self.application_id = config.application_id
+        self.state_dir = state_dir
+        self.cache = ThreadCache(0)
+        self.record_context = RecordContext(-1)
+        self.transactions: dict[str, StoreTransaction] = {}
+        self._default_serde = default_serde
+
+    @property
+    def key_serde(self) -> Any:
+        return self._default_serde(self.config, "key", "a global table")
+
+    @property
+    def value_serde(self) -> Any:
+        return self._default_serde(self.config, "value", "a global table")
+
+    def set_record_context(self, record_context: RecordContext) -> None:
+        self.record_context = record_context
+
+    def changelog_topic(self, store_name: str) -> str:
+        """The source topic: a global store's topic is its changelog."""
+        return self.topics[store_name]
+
+    def log_change(self, store_name: str, *args: Any) -> None:
+        raise TopologyError(f"Global store {store_name!r} is not logged.")
+
+    def register_store(self, store: StateStore, transaction: StoreTransaction, logged: bool) -> None:
+        self.transactions[store.name] = transaction
+
+
+class GlobalStateStores:
+    """The global stores of one application instance, kept up to date from their topics."""
+
+    def __init__(self, specs: dict[str, GlobalStoreSpec], config: StreamsConfig, state_dir: Path) -> None:
+        self.context = _GlobalContext(config, state_dir, {name: spec.topic for name, spec in specs.items()})
+        self.specs = specs
+        self.stores: dict[str, Any] = {}
+        self.by_topic = {spec.topic: spec for spec in specs.values()}
+        self.offsets: dict[tuple[str, int], int] = {}
+        for name, spec in specs.items():
+            store = spec.store_builder.build()
+            store.init(self.context, store)
+            self.stores[name] = store
+        self._deserializers = {spec.topic: self._deserializers_of(spec) for spec in specs.values()}
+
+    def _deserializers_of(self, spec: GlobalStoreSpec) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        key_serde = spec.key_serde or self.context.key_serde
+        value_serde = spec.value_serde or self.context.value_serde
+        return key_serde.deserializer().deserialize, value_serde.deserializer().deserialize
+
+    @property
+    def topics(self) -> list[str]:
+        return list(self.by_topic)
+
+    def apply(self, topic: str, records: Iterable[tuple[int, int, int, bytes | None, bytes | None]]) -> int:
+        """Apply (partition, offset, timestamp, key, value) records of ``topic`` from any partition, in
+        offset order per partition; a None value deletes. Used for restoring and for keeping up."""
+        spec = self.by_topic[topic]
+        store = self.stores[spec.name]
+        key_from, value_from = self._deserializers[topic]
+        applied = 0
+        for partition, offset, timestamp, key_bytes, value_bytes in records:
+            self.offsets[(topic, partition)] = offset + 1
+            key = key_from(topic, key_bytes)
+            if key is None:
+                log.warning("Skipping a global table record with a null key (%s-%d@%d)",
+                            topic, partition, offset)
+                continue
+            self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
+            store.put(key, ValueAndTimestamp.make(value_from(topic, value_bytes), timestamp))
+            applied += 1
+        self.context.transactions[spec.name].commit(None)
+        return applied
+
+    def close(self) -> None:
+        for store in self.stores.values():
+            store.close()
+
+
+class KStreamGlobalKTableJoin(Processor):
+    """Looks up ``key_selector(key, value)`` in the global store; the output keeps the stream key."""
+
+    def __init__(self, store_name: str, key_selector: Callable[[Any, Any], Any], joiner: ValueJoiner,
+                 left: bool) -> None:
+        self.store_name = store_name
+        self.key_selector = key_selector
+        self.joiner = joiner
+        self.left = left
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+
+    def process(self, record: Record) -> None:
+        if record.value is None:
+            self.context.metrics.dropped_records += 1
+            return
+        table_key = self.key_selector(record.key, record.value)
+        current = None if table_key is None else self.store.get(table_key)
+        if current is None and not self.left:
+            if table_key is None:
+                self.context.metrics.dropped_records += 1
+            return
+        other = None if current is None else current.value
+        self.context.forward(record.with_value(self.joiner(record.key, record.value, other)))
+
+
+def stream_global_table_join(stream: KStream, table: GlobalKTable, kind: str,
+                             key_selector: Callable[..., Any], joiner: Callable[..., Any],
+                             named: Named | None = None) -> KStream:
+    from strom.streams.kstream.kstream import KStream
+
+    selector = key_value_function(key_selector, "KStream.join(GlobalKTable) key selector")
+    fn = value_joiner(joiner, "KStream.join(GlobalKTable)")
+    builder = stream.builder
+    name = builder.node_name(named, "KSTREAM-JOIN-" if kind == "inner" else "KSTREAM-LEFTJOIN-")
+    store_name = table.spec.name
+    builder.internal.add_processor(
+        name, lambda: KStreamGlobalKTableJoin(store_name, selector, fn, kind == "left"), stream.name)
+    return KStream(builder, name, stream.key_serde, None, stream.repartition_required, stream.source_topics)

@@ -1,0 +1,68 @@
+"""GlobalKTable: filled from every partition of its topic, read by every task; KStream-GlobalKTable joins."""
+
+from strom.kafka.serdes import Serdes
+from strom.streams.config import StreamsConfig
+from strom.streams.kstream.builder import StreamsBuilder
+from strom.streams.kstream.global_table import GlobalStateStores
+from strom.streams.kstream.options import Materialized
+from strom.streams.test_driver import TopologyTestDriver
+
+PROPS = {"application.id": "global", "default.key.serde": "String", "default.value.serde": "String"}
+
+
+def _topology(kind):
+    builder = StreamsBuilder()
+    products = builder.global_table("products", materialized=Materialized.as_("products-store"))
+    orders = builder.stream("orders")
+    # orders are keyed by order id; the value names the product
+    getattr(orders, kind)(products, lambda order_id, product: product,
+                          lambda order, product: f"{order}:{product}").to("output")
+    return builder.build()
+
+
+def _run(kind, events):
+    with TopologyTestDriver(_topology(kind), PROPS) as driver:
+        topics = {t: driver.create_input_topic(t, Serdes.String(), Serdes.String())
+                  for t in ("products", "orders")}
+        for topic, key, value in events:
+            topics[topic].pipe_input(key, value, 0)
+        store = driver.get_key_value_store("products-store")
+        contents = dict(store.all())
+        output = driver.create_output_topic("output", Serdes.String(), Serdes.String())
+        return output.read_key_values_to_list(), contents
+
+
+EVENTS = [("orders", "o1", "p1"), ("products", "p1", "apple"), ("orders", "o2", "p1"),
+          ("orders", "o3", "p2"), ("products", "p1", None), ("orders", "o4", "p1")]
+
+
+def test_inner_join_with_key_selector():
+    output, contents = _run("join", EVENTS)
+    assert output == [("o2", "p1:apple")]
+    assert contents == {}
+
+
+def test_left_join_keeps_unmatched_stream_records():
+    output, _ = _run("left_join", EVENTS)
+    assert output == [("o1", "p1:None"), ("o2", "p1:apple"), ("o3", "p2:None"), ("o4", "p1:None")]
+
+
+def test_global_store_is_filled_from_every_partition(tmp_path):
+    builder = StreamsBuilder()
+    builder.global_table("products", materialized=Materialized.as_("products-store"))
+    config = StreamsConfig(PROPS | {"state.dir": str(tmp_path)})
+    state = GlobalStateStores(builder.build().internal.global_stores, config, tmp_path / "global")
+    key, value = Serdes.String(), Serdes.String()
+    records = [(partition, offset, 10 * offset, key.serialize("products", f"p{partition}{offset}"),
+                value.serialize("products", f"v{partition}{offset}"))
+               for partition in range(3) for offset in range(2)]
+    assert state.apply("products", records) == 6
+    store = state.stores["products-store"]
+    assert store.get("p21").value == "v21" and store.get("p21").timestamp == 10
+    assert state.offsets == {("products", 0): 2, ("products", 1): 2, ("products", 2): 2}
+    # restoring is replaying the topic: a fresh instance reading it again has the same contents
+    again = GlobalStateStores(builder.build().internal.global_stores, config, tmp_path / "again")
+    again.apply("products", records)
+    assert dict(again.stores["products-store"].all()) == dict(store.all())
+    state.close()
+    again.close()
