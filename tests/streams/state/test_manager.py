@@ -209,3 +209,24 @@ def test_timestamped_store_changelog_has_kafka_layout_and_restores_timestamps(ma
     assert list(restored.all()) == [("a", ValueAndTimestamp("x", 111))]
     store.close()
     restored.close()
+
+
+def test_catching_up_from_the_changelog_replaces_cached_values(make_host):
+    """A task that ran elsewhere meanwhile: its local store restores the changelog tail between
+    commits, and values cached before must not shadow the restored ones."""
+    here = make_host("here")
+    store = here.init(kv_builder("rocksdb", caching=True))
+    store.set_flush_listener(lambda *change: None, False)
+    store.put("a", 1)
+    here.commit()
+    assert store.get("a") == 1  # now cached as a clean entry
+    elsewhere = [ChangelogRecord(b"a", Serdes.Long().serialize("t", 7), 1, 50),
+                 ChangelogRecord(b"b", Serdes.Long().serialize("t", 8), 2, 51)]
+    assert here.manager.restore("kv", elsewhere) == 2
+    assert list(store.all()) == [("a", 7), ("b", 8)]
+    assert store.get("a") == 7
+    assert here.manager.changelog_offsets() == {"kv": 3}
+    store.put("c", 1)
+    with pytest.raises(RuntimeError, match="unflushed"):
+        here.manager.restore("kv", elsewhere)
+    store.close()

@@ -82,7 +82,8 @@ class ProcessorStateManager:
 
     def restore(self, store_name: str, records: Iterable[ChangelogRecord | tuple[Any, ...]]) -> int:
         """Replay changelog records (in offset order, from ``changelog_offsets()[store_name]``) into the
-        store; returns how many were applied. Call before the task processes."""
+        store; returns how many were applied. Call before the task processes, or between commits to
+        catch up with records another instance wrote (the store's cached entries are then dropped)."""
         registered = self._registered(store_name)
         if not registered.logged:
             raise TopologyError(f"Store {store_name!r} has logging disabled, so it has no changelog "
@@ -91,6 +92,8 @@ class ProcessorStateManager:
         iterator = iter(records)
         while batch := [r if isinstance(r, ChangelogRecord) else ChangelogRecord._make(r)
                         for r in islice(iterator, RESTORE_BATCH_SIZE)]:
+            if not restored:
+                self._drop_cached(store_name)
             registered.transaction.restore(batch)
             restored += len(batch)
         if restored:
@@ -130,6 +133,16 @@ class ProcessorStateManager:
                             registered.store.name, self.task_id, pending)
             registered.store.close()
         self._stores.clear()
+
+    def _drop_cached(self, store_name: str) -> None:
+        """Cached entries may predate the records being restored; uncommitted ones must not exist."""
+        if self._cache is None:
+            return
+        namespace = cache_namespace(self.task_id, store_name)
+        if self._cache.named_cache(namespace).dirty_keys():
+            raise RuntimeError(f"Store {store_name} of task {self.task_id} has unflushed cached writes; "
+                               "commit or abort before restoring")
+        self._cache.clear(namespace)
 
     def _registered(self, name: str) -> _Registered:
         try:
