@@ -4,6 +4,8 @@ logging layers; all must behave as Kafka's KeyValueStore (ordered by serialized 
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka.serdes import Serdes
@@ -131,3 +133,38 @@ def test_rocksdb_store_in_use_gives_a_clear_error(make_host):
     with pytest.raises(ProcessorStateError, match=r"own state\.dir"):
         make_host("same").init(builder())
     first.close()
+
+
+BYTE_OPS = st.lists(st.one_of(
+    st.tuples(st.just("put"), st.binary(max_size=3), st.binary(min_size=1, max_size=2)),
+    st.tuples(st.just("delete"), st.binary(max_size=3), st.just(b"")),
+    st.tuples(st.just("bulk"), st.integers(0, 200), st.just(b"")),
+    st.tuples(st.just("scan"), st.binary(max_size=2), st.binary(max_size=2)),
+), max_size=60)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=BYTE_OPS)
+def test_in_memory_store_scans_match_a_sorted_model(host, ops):
+    from strom.streams.state.memory import InMemoryKeyValueStore
+    store = InMemoryKeyValueStore("model")
+    store.init(host, store)
+    model: dict[bytes, bytes] = {}
+    for op, a, b in ops:
+        if op == "put":
+            store.put(a, b)
+            model[a] = b
+        elif op == "delete":
+            store.put(a, None)
+            model.pop(a, None)
+        elif op == "bulk":  # enough new keys to take the re-sort path
+            for i in range(a):
+                store.put(b"%03d" % i, b"v")
+                model[b"%03d" % i] = b"v"
+        else:
+            low, high = min(a, b), max(a, b)
+            expected = sorted((k, v) for k, v in model.items() if low <= k <= high)
+            assert list(store.range(low, high)) == expected
+        assert list(store.all()) == sorted(model.items())
+        assert list(store.reverse_all()) == sorted(model.items(), reverse=True)
+        assert store.approximate_num_entries() == len(model)

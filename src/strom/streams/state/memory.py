@@ -1,13 +1,21 @@
-"""The in-memory key-value store: a dict plus a sorted key list, so range scans are ordered."""
+"""The in-memory key-value store: a dict for reads and writes, plus a key index sorted lazily for scans.
+
+Keeping a sorted list up to date on every insert costs O(n) per new key (a million keys: minutes), so
+writes only note new keys and deletes leave stale index entries behind; the first scan after writes
+folds them in: a few new keys by binary insertion, many by re-sorting the dict's keys.
+"""
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
 from strom.errors import InvalidStateStoreError
 from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
+
+_INSERT_LIMIT = 64
+"""Up to this many new keys are inserted one by one into the index; more trigger a re-sort."""
 
 
 class InMemoryKeyValueStore(BytesStore):
@@ -18,7 +26,9 @@ class InMemoryKeyValueStore(BytesStore):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._data: dict[bytes, bytes] = {}
-        self._keys: list[bytes] = []
+        self._index: list[bytes] = []  # sorted; may hold deleted keys, which scans skip
+        self._new_keys: list[bytes] = []  # added since the index was last brought up to date
+        self._deleted = 0  # stale index entries, roughly
         self._open = False
         self.committed_offset: int | None = None
 
@@ -36,17 +46,29 @@ class InMemoryKeyValueStore(BytesStore):
         data = self._data
         if value is None:
             if data.pop(key, None) is not None:
-                keys = self._keys
-                del keys[bisect_left(keys, key)]
+                self._deleted += 1
             return
         if key not in data:
-            insort(self._keys, key)
+            self._new_keys.append(key)
         data[key] = value
+
+    def _sorted_keys(self) -> list[bytes]:
+        index, new_keys = self._index, self._new_keys
+        if len(new_keys) > _INSERT_LIMIT or self._deleted > len(index) // 2 + _INSERT_LIMIT:
+            self._index = index = sorted(self._data)
+            self._deleted = 0
+        else:
+            for key in new_keys:
+                at = bisect_left(index, key)
+                if at == len(index) or index[at] != key:  # a deleted key may still be indexed
+                    index.insert(at, key)
+        new_keys.clear()
+        return index
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         if not self._open:
             raise InvalidStateStoreError(f"Store {self.name} is not open; use it between init and close.")
-        keys = self._keys
+        keys = self._sorted_keys()
         lo = 0 if from_key is None else bisect_left(keys, from_key)
         hi = len(keys) if to_key is None else bisect_right(keys, to_key)
         snapshot = keys[lo:hi]
@@ -73,7 +95,9 @@ class InMemoryKeyValueStore(BytesStore):
 
     def wipe(self) -> None:
         self._data.clear()
-        self._keys.clear()
+        self._index.clear()
+        self._new_keys.clear()
+        self._deleted = 0
         self.committed_offset = None
 
     def flush(self) -> None:
