@@ -179,6 +179,22 @@ class AbortedTxnIndex:
         os.replace(tmp, self._path)
 
 
+class AbortedRanges:
+    """Offset ranges of aborted transactions, per producer id."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            self._ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+
+    def contains(self, header: BatchHeader) -> bool:
+        """True for a transactional data batch that belongs to an aborted transaction."""
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._ranges.get(header.producer_id, ())
+        return any(first <= header.base_offset <= last for first, last in ranges)
+
+
 class ProducerStateManager:
     """Producer ids, epochs, sequences and open transactions of one partition."""
 
@@ -289,6 +305,10 @@ class ProducerStateManager:
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         return self.aborted.collect(fetch_offset, upper_bound)
+
+    def aborted_ranges(self) -> AbortedRanges:
+        """Where aborted transactions lie, so that log compaction drops their records."""
+        return AbortedRanges(self.aborted.collect(0, self.map_end_offset))
 
     def active_producers(self) -> list[ProducerEntry]:
         return list(self._producers.values())

@@ -2,10 +2,11 @@
 
 Only closed segments are cleaned, and only records older than `min.compaction.lag.ms`. Offsets
 never change: a batch keeps its base offset and its records their offsets; batches that lose no
-record are kept byte for byte. Tombstones (null values) are kept until `delete.retention.ms`
-after their timestamp, so consumers that are behind still see the delete. A cleaned segment is
-written beside the old one and swapped in; a crash mid-swap leaves a log without indexes, which
-the next start rebuilds.
+record are kept byte for byte. Records of aborted transactions are dropped, and nothing at or
+above the last stable offset is cleaned (an open transaction may still abort). Tombstones (null
+values) are kept until `delete.retention.ms` after their timestamp, so consumers that are behind
+still see the delete. A cleaned segment is written beside the old one and swapped in; a crash
+mid-swap leaves a log without indexes, which the next start rebuilds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from strom.broker.log.partition import Partition
 from strom.broker.log.records import BatchHeader, Record, encode_batch, iter_records
 from strom.broker.log.segment import Segment
+from strom.broker.producer_state import AbortedRanges
 
 log = logging.getLogger(__name__)
 
@@ -27,23 +29,30 @@ def clean(partition: Partition, now_ms: int | None = None) -> int:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     closed = partition.segments[:-1]
     lag = partition.config["min.compaction.lag.ms"]
-    cleanable = [s for s in closed if s.batch_count and s.largest_timestamp <= now_ms - lag]
+    stable = partition.last_stable_offset()  # records of open transactions may still be aborted
+    cleanable = [s for s in closed if s.batch_count and s.largest_timestamp <= now_ms - lag
+                 and s.next_offset <= stable]
     if not cleanable:
         return 0
-    latest = _latest_offsets(partition)
+    aborted = partition.producer_state.aborted_ranges()
+    latest = _latest_offsets(partition, stable, aborted)
     tombstone_horizon = now_ms - partition.config["delete.retention.ms"]
     removed = 0
     for segment in cleanable:
-        removed += _clean_segment(partition, segment, latest, tombstone_horizon)
+        removed += _clean_segment(partition, segment, latest, tombstone_horizon, aborted)
     if removed:
         log.info("%s-%d: compaction removed %d record(s)", partition.topic, partition.index, removed)
     return removed
 
 
-def _latest_offsets(partition: Partition) -> dict[bytes, int]:
+def _latest_offsets(partition: Partition, stable: int, aborted: AbortedRanges) -> dict[bytes, int]:
+    """Offset of the latest committed record of every key below the last stable offset."""
     latest: dict[bytes, int] = {}
-    for _, batch in partition.iter_batches(partition.log_start_offset):
-        if BatchHeader.parse(batch).is_control:
+    for base_offset, batch in partition.iter_batches(partition.log_start_offset):
+        if base_offset >= stable:
+            break
+        header = BatchHeader.parse(batch)
+        if header.is_control or aborted.contains(header):
             continue
         for record in iter_records(batch):
             if record.key is not None:
@@ -51,7 +60,8 @@ def _latest_offsets(partition: Partition) -> dict[bytes, int]:
     return latest
 
 
-def _clean_segment(partition: Partition, segment: Segment, latest: dict[bytes, int], horizon: int) -> int:
+def _clean_segment(partition: Partition, segment: Segment, latest: dict[bytes, int], horizon: int,
+                   aborted: AbortedRanges) -> int:
     work = partition.directory / "cleaning"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -60,7 +70,8 @@ def _clean_segment(partition: Partition, segment: Segment, latest: dict[bytes, i
     for i in range(segment.batch_count):
         batch = segment.batch_at(i)
         header = BatchHeader.parse(batch)
-        kept_batch, dropped = _compact_batch(header, batch, latest, horizon)
+        kept_batch, dropped = (None, header.records_count) if aborted.contains(header) else \
+            _compact_batch(header, batch, latest, horizon)
         removed += dropped
         if kept_batch is not None:
             cleaned.append(header.base_offset, BatchHeader.parse(kept_batch), kept_batch)
