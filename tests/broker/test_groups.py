@@ -59,6 +59,22 @@ def _wait(condition, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+def _run_members(bootstrap: str, topic: str, group: str, workdir: Path, members: dict) -> None:
+    """a consumes alone, b and c join, b leaves; waits for every record, then stops a and c."""
+    _wait(lambda: len(_consumed(workdir)) > 50, 60, "the first member to consume")
+    for name in ("b", "c"):
+        members[name] = _start_member(bootstrap, topic, group, workdir, name)
+    _wait(lambda: all((workdir / f"{n}.out").exists() and (workdir / f"{n}.out").stat().st_size
+                      for n in ("b", "c")), 60, "the joining members to get partitions")
+    (workdir / "b.stop").touch()  # b leaves the group; a and c take over its partitions
+    members["b"].wait(30)
+    _wait(lambda: set(_consumed(workdir)) >= {str(i) for i in range(900)}, 90, "every record")
+    for name in ("a", "c"):
+        (workdir / f"{name}.stop").touch()
+    for process in members.values():
+        assert process.wait(30) == 0
+
+
 def test_three_member_processes_share_six_partitions(tmp_path):
     topic, group = "events", "three"
     with EmbeddedBroker(data_dir=tmp_path / "data") as broker:
@@ -69,18 +85,13 @@ def test_three_member_processes_share_six_partitions(tmp_path):
         assert producer.flush(20) == 0
 
         members = {"a": _start_member(broker.bootstrap_servers, topic, group, tmp_path, "a")}
-        _wait(lambda: len(_consumed(tmp_path)) > 50, 60, "the first member to consume")
-        for name in ("b", "c"):
-            members[name] = _start_member(broker.bootstrap_servers, topic, group, tmp_path, name)
-        _wait(lambda: all((tmp_path / f"{n}.out").exists() and (tmp_path / f"{n}.out").stat().st_size
-                          for n in ("b", "c")), 60, "the joining members to get partitions")
-        (tmp_path / "b.stop").touch()  # b leaves the group; a and c take over its partitions
-        members["b"].wait(30)
-        _wait(lambda: set(_consumed(tmp_path)) >= {str(i) for i in range(900)}, 90, "every record")
-        for name in ("a", "c"):
-            (tmp_path / f"{name}.stop").touch()
-        for process in members.values():
-            assert process.wait(30) == 0
+        try:
+            _run_members(broker.bootstrap_servers, topic, group, tmp_path, members)
+        finally:
+            for process in members.values():
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
 
         assert set(_consumed(tmp_path)) == {str(i) for i in range(900)}
         broker.restart()
