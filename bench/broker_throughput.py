@@ -1,0 +1,74 @@
+"""Produce and consume throughput of the strom broker with confluent-kafka (acks=all, idempotent).
+
+Usage: .venv/bin/python bench/broker_throughput.py [--records-100b N] [--records-1kb N] [--partitions P]
+Prints records/s and MB/s for produce and consume, for 100 B and 1 KB records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from strom.broker import EmbeddedBroker
+from strom.kafka import clients
+
+PRODUCER_TUNING = {"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
+                   "queue.buffering.max.messages": 2_000_000}
+CONSUMER_TUNING = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+                   "queued.max.messages.kbytes": 1_048_576, "isolation.level": "read_uncommitted"}
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int) -> float:
+    producer = clients.producer(bootstrap, **PRODUCER_TUNING)
+    value = b"x" * size
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=str(i % 1000).encode())
+                break
+            except BufferError:
+                producer.poll(0.005)
+    if producer.flush(300) != 0:
+        raise RuntimeError("records were not acknowledged")
+    return time.perf_counter() - start
+
+
+def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
+    consumer = clients.consumer(bootstrap, None, **CONSUMER_TUNING)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    start = time.perf_counter()
+    received = 0
+    while received < count:
+        for message in consumer.consume(10_000, 1.0):
+            if message.error() is None:
+                received += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def report(label: str, count: int, size: int, seconds: float) -> None:
+    print(f"{label:<22} {count / seconds:>12,.0f} records/s {count * size / seconds / 1e6:>9.1f} MB/s "
+          f"({count:,} records in {seconds:.2f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records-100b", type=int, default=1_000_000)
+    parser.add_argument("--records-1kb", type=int, default=200_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        for size, count in ((100, args.records_100b), (1000, args.records_1kb)):
+            topic = f"bench-{size}"
+            clients.create_topics(bootstrap, {topic: args.partitions})
+            report(f"produce {size} B", count, size, produce(bootstrap, topic, count, size))
+            report(f"consume {size} B", count, size, consume(bootstrap, topic, args.partitions, count))
+
+
+if __name__ == "__main__":
+    main()
