@@ -7,6 +7,7 @@ folds them in: a few new keys by binary insertion, many by re-sorting the dict's
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 
@@ -29,6 +30,7 @@ class InMemoryKeyValueStore(BytesStore):
         self._index: list[bytes] = []  # sorted; may hold deleted keys, which scans skip
         self._new_keys: list[bytes] = []  # added since the index was last brought up to date
         self._deleted = 0  # stale index entries, roughly
+        self._index_lock = threading.Lock()
         self._open = False
         self.committed_offset: int | None = None
 
@@ -49,29 +51,32 @@ class InMemoryKeyValueStore(BytesStore):
                 self._deleted += 1
             return
         if key not in data:
-            self._new_keys.append(key)
+            with self._index_lock:
+                self._new_keys.append(key)
         data[key] = value
 
-    def _sorted_keys(self) -> list[bytes]:
-        index, new_keys = self._index, self._new_keys
-        if len(new_keys) > _INSERT_LIMIT or self._deleted > len(index) // 2 + _INSERT_LIMIT:
-            self._index = index = sorted(self._data)
-            self._deleted = 0
-        else:
-            for key in new_keys:
-                at = bisect_left(index, key)
-                if at == len(index) or index[at] != key:  # a deleted key may still be indexed
-                    index.insert(at, key)
-        new_keys.clear()
-        return index
+    def _keys_between(self, from_key: bytes | None, to_key: bytes | None) -> list[bytes]:
+        """A sorted snapshot of the indexed keys in range; locked because an interactive query may
+        scan from another thread while the task writes."""
+        with self._index_lock:
+            index, new_keys = self._index, self._new_keys
+            if len(new_keys) > _INSERT_LIMIT or self._deleted > len(index) // 2 + _INSERT_LIMIT:
+                self._index = index = sorted(list(self._data))
+                self._deleted = 0
+            else:
+                for key in new_keys:
+                    at = bisect_left(index, key)
+                    if at == len(index) or index[at] != key:  # a deleted key may still be indexed
+                        index.insert(at, key)
+            new_keys.clear()
+            lo = 0 if from_key is None else bisect_left(index, from_key)
+            hi = len(index) if to_key is None else bisect_right(index, to_key)
+            return index[lo:hi]
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         if not self._open:
             raise InvalidStateStoreError(f"Store {self.name} is not open; use it between init and close.")
-        keys = self._sorted_keys()
-        lo = 0 if from_key is None else bisect_left(keys, from_key)
-        hi = len(keys) if to_key is None else bisect_right(keys, to_key)
-        snapshot = keys[lo:hi]
+        snapshot = self._keys_between(from_key, to_key)
         if reverse:
             snapshot.reverse()
         return self._lookup(snapshot)
