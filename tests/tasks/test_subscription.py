@@ -254,3 +254,39 @@ def test_unknown_topic_is_a_clear_error(tmp_path) -> None:
     strict = EmbeddedBroker(data_dir=tmp_path, config={"auto.create.topics.enable": False})
     with strict, pytest.raises(UnknownTopicError, match="does not exist"):
         _subscription(strict.bootstrap_servers, unique("missing"), lambda context, task: None)
+
+
+def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 4)
+    n = produce(bootstrap, topic, _records(2400, 60))
+    processed: dict[str, list[int]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def processor(member: str):
+        def process(context, task: int) -> None:
+            time.sleep(0.01)
+            with lock:
+                processed[member].append(task)
+        return process
+
+    group = unique("rebalance")
+    # few pending records per partition, so the revoke drains quickly and work remains for the second
+    props = {"decaton.partition.concurrency": 2, "decaton.max.pending.records": 40,
+             "decaton.group.rebalance.timeout.ms": 5000}
+    first = _subscription(bootstrap, topic, processor("first"), props, group=group)
+    second = None
+    try:
+        assert wait_for(lambda: len(processed["first"]) >= 200)
+        second = _subscription(bootstrap, topic, processor("second"), props, group=group)
+        everything = set(range(n))
+        assert wait_for(lambda: set(processed["first"]) | set(processed["second"]) >= everything, 60)
+        ends = end_offsets(bootstrap, topic, 4)
+        assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 4) == ends, 20, 0.1)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    assert processed["second"], "the second member got partitions"
+    # revoked partitions were drained and committed before the hand-over: nothing ran twice
+    assert sorted(processed["first"] + processed["second"]) == list(range(n))
