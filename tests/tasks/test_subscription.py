@@ -98,7 +98,14 @@ def test_async_processors_run_on_asyncio_units(broker) -> None:
     start = time.monotonic()
     assert wait_for(lambda: sum(map(len, seen.values())) >= n)
     elapsed = time.monotonic() - start
+    assert wait_for(lambda: sum(s.completed for s in sub.metrics()) == n, 5)
+    snapshots = sub.metrics()
     sub.close()
+    assert sorted(s.partition for s in snapshots) == [0, 1]
+    for snapshot in snapshots:
+        assert snapshot.pending == 0 and snapshot.concurrency == 50
+        assert 10 <= snapshot.latency_p50_ms <= snapshot.latency_p99_ms <= snapshot.latency_max_ms
+        assert snapshot.queue_starved_s > 0  # idle before the first records and after the last
     _assert_per_key_order(seen)
     assert elapsed < 10  # sequential would take 2000 * 10 ms / 2 partitions = 10 s
 
