@@ -109,3 +109,78 @@ def table_table_join(left: KTable, right: KTable, kind: str, joiner: Callable[..
     queryable = store_name if materialized is not None and materialized.store_name else None
     return KTable(builder, merge_name, supplier, left.key_serde, value_serde, queryable,
                   source_topics=left.source_topics | right.source_topics)
+
+
+def table_join(left: KTable, right: KTable, kind: str, *args: Any, **kwargs: Any) -> KTable:
+    """``KTable.join``/``left_join``/``outer_join``: ``(other, joiner, named, materialized)`` joins on
+    the primary key; ``(other, foreign_key_extractor, joiner, named, materialized)`` on a foreign key."""
+    if len(args) >= 2 and callable(args[0]) and callable(args[1]):
+        if kind == OUTER:
+            raise TopologyError("Foreign-key joins are inner or left; outer_join joins on the primary key.")
+        return foreign_key_join(left, right, kind, *args, **kwargs)
+    return table_table_join(left, right, kind, *args, **kwargs)
+
+
+def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extractor: Callable[[Any], Any],
+                     joiner: Callable[..., Any], named: Named | None = None,
+                     materialized: Materialized | None = None) -> KTable:
+    """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` names."""
+    from strom.kafka.serdes import Serdes
+    from strom.streams.kstream.internals import foreign_key_join as fk
+    from strom.streams.kstream.internals.materialize import timestamped_store_builder
+    from strom.streams.kstream.ktable import KTable
+    from strom.streams.state.stores import Stores
+
+    if right.builder is not left.builder:
+        raise TopologyError("Cannot join tables of different StreamsBuilders.")
+    if not callable(foreign_key_extractor):
+        raise TopologyError("A foreign-key join needs a foreign_key_extractor(value), got "
+                            f"{foreign_key_extractor!r}.")
+    fn = value_joiner(joiner, "KTable foreign-key join")
+    builder = left.builder
+    b = builder.internal
+    base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
+    left.enable_send_old_values()
+    right.enable_send_old_values()
+    left_store, right_store = ensure_materialized(left), ensure_materialized(right)
+    serdes = (left.key_serde, right.key_serde, left.value_serde, right.value_serde)
+    subscription_topic = f"{base}-subscription-registration-topic"
+    response_topic = f"{base}-subscription-response-topic"
+    subscription_store = f"{base}-subscription-store"
+    send, result = f"{base}-subscription-send", f"{base}-result"
+    left_join = kind == LEFT
+    for topic in (subscription_topic, response_topic):
+        b.add_internal_topic(topic)
+    bytes_serde = Serdes.ByteArray()
+    b.add_processor(send, lambda: fk.SubscriptionSend(foreign_key_extractor, fn, left_join, serdes,
+                                                      f"{base}-subscription-sink", result), left.name)
+    b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
+               value_serde=bytes_serde)
+    b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
+    b.add_state_store(Stores.key_value_store_builder(Stores.persistent_key_value_store(subscription_store),
+                                                     bytes_serde, bytes_serde).with_caching_disabled())
+    b.add_processor(f"{base}-subscription-receive",
+                    lambda: fk.SubscriptionReceive(subscription_store, right_store, serdes),
+                    f"{base}-subscription-source")
+    b.connect_processor_and_state_stores(f"{base}-subscription-receive", subscription_store, right_store)
+    b.add_processor(f"{base}-foreign-table-change", lambda: fk.ForeignTableChange(subscription_store, serdes),
+                    right.name)
+    b.connect_processor_and_state_stores(f"{base}-foreign-table-change", subscription_store)
+    b.add_sink(f"{base}-response-sink", response_topic, f"{base}-subscription-receive",
+               f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde)
+    b.add_source(f"{base}-response-source", [response_topic], bytes_serde, bytes_serde)
+    b.add_processor(f"{base}-response-join", lambda: fk.ResponseJoin(left_store, fn, left_join, serdes),
+                    f"{base}-response-source")
+    b.connect_processor_and_state_stores(f"{base}-response-join", left_store)
+    b.copartition(right.source_topics | {subscription_topic})
+    b.copartition(left.source_topics | {response_topic})
+    store_name = builder.store_name(materialized, f"{base}-") if materialized is not None else None
+    supplier = KTableProcessorSupplier(KTableKTableJoinMerger, store_name)
+    b.add_processor(result, supplier, f"{base}-response-join", send)
+    value_serde = materialized.value_serde if materialized is not None else None
+    if store_name is not None:
+        b.add_state_store(timestamped_store_builder(materialized, store_name, left.key_serde, value_serde),
+                          result)
+    queryable = store_name if materialized is not None and materialized.store_name else None
+    return KTable(builder, result, supplier, left.key_serde, value_serde, queryable,
+                  source_topics=left.source_topics)

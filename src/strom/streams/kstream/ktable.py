@@ -136,38 +136,24 @@ class KTable:
         return suppress(self, suppressed)
 
     # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
-    def join(
-        self,
-        other: KTable,
-        joiner: Callable[..., Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
-    ) -> KTable:
-        from strom.streams.kstream.joins import INNER, table_table_join
+    def join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
+        """Inner join on the primary key ``(other, joiner, named, materialized)``, or on a foreign key
+        ``(other, foreign_key_extractor, joiner, named, materialized)``."""
+        from strom.streams.kstream.joins import INNER, table_join
 
-        return table_table_join(self, other, INNER, joiner, named, materialized)
+        return table_join(self, other, INNER, *args, **kwargs)
 
-    def left_join(
-        self,
-        other: KTable,
-        joiner: Callable[..., Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
-    ) -> KTable:
-        from strom.streams.kstream.joins import LEFT, table_table_join
+    def left_join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
+        """Left join; arguments as ``join``."""
+        from strom.streams.kstream.joins import LEFT, table_join
 
-        return table_table_join(self, other, LEFT, joiner, named, materialized)
+        return table_join(self, other, LEFT, *args, **kwargs)
 
-    def outer_join(
-        self,
-        other: KTable,
-        joiner: Callable[..., Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
-    ) -> KTable:
-        from strom.streams.kstream.joins import OUTER, table_table_join
+    def outer_join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
+        """Outer join on the primary key ``(other, joiner, named, materialized)``."""
+        from strom.streams.kstream.joins import OUTER, table_join
 
-        return table_table_join(self, other, OUTER, joiner, named, materialized)
+        return table_join(self, other, OUTER, *args, **kwargs)
 
 
 def source_table(

@@ -1,0 +1,227 @@
+"""KTable-KTable foreign-key joins, inner and left (Kafka's KIP-213 subscription/response protocol).
+
+The left table (primary key ``pk``) extracts a foreign key ``fk`` from each value; the right table is
+keyed by ``fk``. Four steps, meeting only through two internal topics so each side stays in its own
+partitioning:
+1. the left side sends a subscription (fk -> pk, hash of the left value, instruction) to the
+   subscription topic, partitioned by fk like the right table;
+2. the right side keeps subscriptions in a store and answers each with the current right value;
+3. a right-table update answers every subscriber of its fk again;
+4. answers travel on the response topic, partitioned by pk; the left side drops answers whose hash no
+   longer matches its current value (stale) and forwards ``joiner(left, right)`` (left join: with None
+   when there is no right value; inner: a tombstone).
+All payloads on the internal topics are bytes laid out here; keys are the serialized pk / fk.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from strom.kafka.serdes import Serdes
+from strom.streams.kstream.change import Change
+from strom.streams.kstream.join_options import ValueJoiner
+from strom.streams.processor.api import Processor, Record
+
+_LENGTH = struct.Struct(">i")
+HASH_SIZE = 16
+
+
+class Instruction(enum.IntEnum):
+    DELETE_KEY_NO_PROPAGATE = 0
+    DELETE_KEY_AND_PROPAGATE = 1
+    PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE = 2
+    PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE = 3
+
+
+def value_hash(data: bytes | None) -> bytes | None:
+    return None if data is None else hashlib.blake2b(data, digest_size=HASH_SIZE).digest()
+
+
+def _optional(data: bytes | None) -> bytes:
+    return b"\x00" if data is None else b"\x01" + data
+
+
+def encode_subscription(instruction: Instruction, hashed: bytes | None, pk: bytes) -> bytes:
+    return bytes([instruction]) + _optional(hashed) + pk
+
+
+def decode_subscription(data: bytes) -> tuple[Instruction, bytes | None, bytes]:
+    instruction = Instruction(data[0])
+    if data[1]:
+        return instruction, data[2:2 + HASH_SIZE], data[2 + HASH_SIZE:]
+    return instruction, None, data[2:]
+
+
+def encode_response(hashed: bytes | None, foreign_value: bytes | None) -> bytes:
+    return _optional(hashed) + _optional(foreign_value)
+
+
+def decode_response(data: bytes) -> tuple[bytes | None, bytes | None]:
+    hashed, position = (data[1:1 + HASH_SIZE], 1 + HASH_SIZE) if data[0] else (None, 1)
+    return hashed, (data[position + 1:] if data[position] else None)
+
+
+def subscription_prefix(fk: bytes) -> bytes:
+    return _LENGTH.pack(len(fk)) + fk
+
+
+def subscription_key(fk: bytes, pk: bytes) -> bytes:
+    return subscription_prefix(fk) + pk
+
+
+class _Serdes:
+    """Serdes resolved at init: given ones, else the application's defaults."""
+
+    def __init__(self, context: Any, pk: Any, fk: Any, left_value: Any, right_value: Any) -> None:
+        task = context.task
+        self.pk = pk or task.key_serde
+        self.fk = fk or task.key_serde
+        self.left_value = left_value or task.value_serde
+        self.right_value = right_value or task.value_serde
+
+
+class SubscriptionSend(Processor):
+    """Left side, step 1: turns each left update into subscription messages (key: fk bytes)."""
+
+    def __init__(self, extractor: Callable[[Any], Any], joiner: ValueJoiner, left_join: bool,
+                 serdes: tuple[Any, Any, Any, Any], sink: str, result: str) -> None:
+        self.extractor = extractor
+        self.joiner = joiner
+        self.left_join = left_join
+        self.serde_config = serdes
+        self.sink = sink
+        self.result = result
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.serdes = _Serdes(context, *self.serde_config)
+
+    def _fk_bytes(self, value: Any) -> bytes | None:
+        fk = None if value is None else self.extractor(value)
+        return None if fk is None else self.serdes.fk.serializer().serialize(None, fk)
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        new, old = change.new_value, change.old_value
+        if new is None and old is None:
+            return
+        pk = self.serdes.pk.serializer().serialize(None, record.key)
+        hashed = value_hash(self.serdes.left_value.serializer().serialize(None, new))
+        new_fk, old_fk = self._fk_bytes(new), self._fk_bytes(old)
+        if old_fk is not None and old_fk != new_fk:
+            # the old fk answers (with no right value) only when no new subscription will answer
+            answered_elsewhere = new_fk is not None or (self.left_join and new is not None)
+            instruction = Instruction.DELETE_KEY_NO_PROPAGATE if answered_elsewhere \
+                else Instruction.DELETE_KEY_AND_PROPAGATE
+            self._send(record, old_fk, instruction, hashed, pk)
+        if new_fk is not None:
+            propagate = Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE \
+                if self.left_join or (old_fk is not None and old_fk != new_fk) \
+                else Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE
+            self._send(record, new_fk, propagate, hashed, pk)
+        elif new is not None and self.left_join:
+            # no foreign key: a left join has its result at once (KIP-962)
+            self.context.forward(Record(record.key, Change(self.joiner(record.key, new, None), None),
+                                        record.timestamp, record.headers), self.result)
+
+    def _send(self, record: Record, fk: bytes, instruction: Instruction, hashed: bytes | None,
+              pk: bytes) -> None:
+        self.context.forward(Record(fk, encode_subscription(instruction, hashed, pk), record.timestamp,
+                                    record.headers), self.sink)
+
+
+class SubscriptionReceive(Processor):
+    """Right side, step 2: stores subscriptions and answers them with the right value (key: pk bytes)."""
+
+    def __init__(self, subscription_store: str, right_store: str, serdes: tuple[Any, Any, Any, Any]) -> None:
+        self.subscription_store_name = subscription_store
+        self.right_store_name = right_store
+        self.serde_config = serdes
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.serdes = _Serdes(context, *self.serde_config)
+        self.subscriptions = context.get_state_store(self.subscription_store_name)
+        self.right = context.get_state_store(self.right_store_name)
+
+    def process(self, record: Record) -> None:
+        fk_bytes: bytes = record.key
+        instruction, hashed, pk = decode_subscription(record.value)
+        key = subscription_key(fk_bytes, pk)
+        if instruction in (Instruction.DELETE_KEY_NO_PROPAGATE, Instruction.DELETE_KEY_AND_PROPAGATE):
+            self.subscriptions.delete(key)
+        else:
+            self.subscriptions.put(key, _optional(hashed))
+        if instruction is Instruction.DELETE_KEY_NO_PROPAGATE:
+            return
+        current = self.right.get(self.serdes.fk.deserializer().deserialize(None, fk_bytes))
+        if instruction is Instruction.DELETE_KEY_AND_PROPAGATE:
+            foreign = None
+        else:
+            if current is None and instruction is Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE:
+                return
+            foreign = None if current is None else \
+                self.serdes.right_value.serializer().serialize(None, current.value)
+        timestamp = record.timestamp if current is None else max(record.timestamp, current.timestamp)
+        self.context.forward(Record(pk, encode_response(hashed, foreign), timestamp, record.headers))
+
+
+class ForeignTableChange(Processor):
+    """Right side, step 3: a right-table update answers every subscriber of its key again."""
+
+    def __init__(self, subscription_store: str, serdes: tuple[Any, Any, Any, Any]) -> None:
+        self.subscription_store_name = subscription_store
+        self.serde_config = serdes
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.serdes = _Serdes(context, *self.serde_config)
+        self.subscriptions = context.get_state_store(self.subscription_store_name)
+
+    def process(self, record: Record) -> None:
+        change: Change = record.value
+        if change.new_value is None and change.old_value is None:
+            return
+        fk = self.serdes.fk.serializer().serialize(None, record.key)
+        foreign = self.serdes.right_value.serializer().serialize(None, change.new_value)
+        prefix = subscription_prefix(fk)
+        for key, stored_hash in self.subscriptions.prefix_scan(prefix, Serdes.ByteArray()):
+            hashed = stored_hash[1:] if stored_hash[0] else None
+            self.context.forward(Record(key[len(prefix):], encode_response(hashed, foreign), record.timestamp,
+                                        record.headers))
+
+
+class ResponseJoin(Processor):
+    """Left side, step 4: joins a fresh answer with the current left value, drops stale ones."""
+
+    def __init__(self, left_store: str, joiner: ValueJoiner, left_join: bool,
+                 serdes: tuple[Any, Any, Any, Any]) -> None:
+        self.left_store_name = left_store
+        self.joiner = joiner
+        self.left_join = left_join
+        self.serde_config = serdes
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.serdes = _Serdes(context, *self.serde_config)
+        self.left = context.get_state_store(self.left_store_name)
+
+    def process(self, record: Record) -> None:
+        hashed, foreign_bytes = decode_response(record.value)
+        pk = self.serdes.pk.deserializer().deserialize(None, record.key)
+        current = self.left.get(pk)
+        current_value = None if current is None else current.value
+        current_hash = value_hash(self.serdes.left_value.serializer().serialize(None, current_value))
+        if current_hash != hashed:
+            return  # the left value changed since this subscription: a newer answer follows
+        foreign = None if foreign_bytes is None else \
+            self.serdes.right_value.deserializer().deserialize(None, foreign_bytes)
+        if foreign is None and (not self.left_join or current_value is None):
+            result = None
+        else:
+            result = self.joiner(pk, current_value, foreign)
+        self.context.forward(Record(pk, Change(result, None), record.timestamp, record.headers))
