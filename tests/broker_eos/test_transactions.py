@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from broker_eos.wire import READ_COMMITTED, READ_UNCOMMITTED, latest_offset
@@ -141,12 +141,18 @@ def test_transactional_offsets_become_visible_at_commit(txn_broker: EmbeddedBrok
     producer.begin_transaction()
     producer.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], consumer.consumer_group_metadata())
 
-    observer = clients.consumer(txn_broker.bootstrap_servers, group)
+    uncommitted = {"isolation.level": "read_uncommitted"}
+    observer = clients.consumer(txn_broker.bootstrap_servers, group, **uncommitted)
     assert observer.committed([TopicPartition(topic, 0)], 10)[0].offset < 0  # not before the commit
+    stable_observer = clients.consumer(txn_broker.bootstrap_servers, group)  # read_committed: require_stable
+    with pytest.raises(KafkaException) as info:  # answered UNSTABLE_OFFSET_COMMIT (retried) until it ends
+        stable_observer.committed([TopicPartition(topic, 0)], 2)
+    assert info.value.args[0].code() == KafkaError._TIMED_OUT
     producer.commit_transaction(10)
     assert observer.committed([TopicPartition(topic, 0)], 10)[0].offset == 3
-    observer.close()
-    consumer.close()
+    assert stable_observer.committed([TopicPartition(topic, 0)], 10)[0].offset == 3
+    for c in (observer, stable_observer, consumer):
+        c.close()
 
 
 def test_transactional_offsets_are_dropped_on_abort(txn_broker: EmbeddedBroker) -> None:

@@ -86,12 +86,13 @@ async def offset_commit(ctx: RequestContext, body: Any) -> dict[str, Any]:
 async def offset_fetch(ctx: RequestContext, body: Any) -> dict[str, Any]:
     if ctx.api_version >= 8:
         groups = [{"group_id": g.group_id, "error_code": ErrorCode.none,
-                   "topics": _committed(ctx, g.group_id, g.topics)} for g in body.groups]
+                   "topics": _committed(ctx, g.group_id, g.topics, body.require_stable)} for g in body.groups]
         return {"groups": groups}
-    return {"error_code": ErrorCode.none, "topics": _committed(ctx, body.group_id, body.topics)}
+    stable = getattr(body, "require_stable", False)
+    return {"error_code": ErrorCode.none, "topics": _committed(ctx, body.group_id, body.topics, stable)}
 
 
-def _committed(ctx: RequestContext, group_id: str, topics: Any) -> list[dict[str, Any]]:
+def _committed(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool) -> list[dict[str, Any]]:
     committed = ctx.broker.groups.committed(group_id)
     if topics is None:
         wanted: dict[str, list[int]] = {}
@@ -104,8 +105,12 @@ def _committed(ctx: RequestContext, group_id: str, topics: Any) -> list[dict[str
         partitions = []
         for index in indexes:
             found = committed.get((name, index))
+            # KIP-447: offsets an open transaction is about to commit are not answered yet
+            unstable = require_stable and ctx.broker.transactions.pending_offsets.has_pending(
+                group_id, {(name, index)})
             partitions.append({
-                "partition_index": index, "error_code": ErrorCode.none,
+                "partition_index": index,
+                "error_code": ErrorCode.unstable_offset_commit if unstable else ErrorCode.none,
                 "committed_offset": found.offset if found else -1,
                 "committed_leader_epoch": found.leader_epoch if found else -1,
                 "metadata": found.metadata if found else "",
