@@ -109,7 +109,10 @@ class RocksDBStore(BytesStore):
         return self._db
 
     def get(self, key: bytes) -> bytes | None:
-        return self._live().get(key)
+        db = self._db
+        if db is None:
+            self._live()  # raises
+        return db.get(key)
 
     def put(self, key: bytes, value: bytes | None) -> None:
         db = self._live()
