@@ -26,14 +26,14 @@ class StateTopic:
     def __init__(self) -> None:
         self.records: list[tuple[bytes, bytes]] = []
 
-    async def append(self, key: bytes, value: bytes) -> None:
+    async def append(self, key: bytes, value: bytes | None) -> None:
         self.records.append((key, value))
 
     def read(self):
         return iter(self.records)
 
     def states(self, txn_id: str) -> list[TxnState]:
-        return [decode_value(txn_id, v).state for k, v in self.records if decode_key(k) == txn_id]
+        return [decode_value(txn_id, v).state for k, v in self.records if decode_key(k) == txn_id and v]
 
 
 class Partitions:
@@ -188,6 +188,21 @@ def test_decision_is_completed_after_a_crash(env) -> None:
     assert restarted.describe("app-0").state == TxnState.COMPLETE_COMMIT
     written = [(m[0], m[1], m[4]) for m in parts.markers]
     assert written == [("out", 0, True), ("out", 0, True), ("out", 1, True)]
+
+
+def test_idle_transactional_ids_expire_but_open_ones_stay(env) -> None:
+    make, _, _, clock = env
+    c = make()
+    idle_pid, _ = run(c.init_producer_id("idle", 60_000))
+    pid, epoch = run(c.init_producer_id("busy", 60_000))
+    run(c.add_partitions("busy", pid, epoch, [("out", 0)]))
+    clock.now += 30
+    assert run(c.expire_transactional_ids(20_000)) == ["idle"]
+    restarted = make()
+    assert restarted.describe("idle") is None
+    assert restarted.describe("busy").state == TxnState.ONGOING
+    new_pid, new_epoch = run(restarted.init_producer_id("idle", 60_000))
+    assert new_pid != idle_pid and new_epoch == 0
 
 
 def test_list_filters_by_state_and_producer(env) -> None:

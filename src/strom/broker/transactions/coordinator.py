@@ -52,8 +52,8 @@ class CoordinatorError(Exception):
 class TransactionLog(Protocol):
     """The ``__transaction_state`` topic, as the broker stores it."""
 
-    async def append(self, key: bytes, value: bytes) -> None:
-        """Appends one record and returns once it is durable."""
+    async def append(self, key: bytes, value: bytes | None) -> None:
+        """Appends one record (None: a tombstone) and returns once it is durable."""
 
     def read(self) -> Iterable[tuple[bytes, bytes | None]]:
         """Every record (key, value) in log order, for loading at start."""
@@ -242,6 +242,23 @@ class TransactionCoordinator:
                     await self._fence_and_abort(txn)
                     aborted.append(txn_id)
         return aborted
+
+    async def expire_transactional_ids(self, expiration_ms: int) -> list[str]:
+        """Forgets transactional ids idle longer than transactional.id.expiration.ms (no open transaction)."""
+        now = self._now_ms()
+        idle = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        expired = []
+        for txn_id in [t.transactional_id for t in self._txns.values() if t.state in idle]:
+            async with self._locks[txn_id]:
+                txn = self._txns.get(txn_id)
+                if txn is not None and txn.state in idle and now - txn.last_update_ms > expiration_ms:
+                    await self._log.append(txn.key_bytes(), None)
+                    del self._txns[txn_id]
+                    self._locks.pop(txn_id, None)
+                    expired.append(txn_id)
+        if expired:
+            log.info("expired %d idle transactional id(s)", len(expired))
+        return expired
 
     # -- operators -------------------------------------------------------------------------------
     def list_transactions(self, states: Iterable[TxnState] = (), producer_ids: Iterable[int] = (),

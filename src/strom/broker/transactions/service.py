@@ -30,7 +30,7 @@ class StateTopic:
     def __init__(self, logs: LogManager, partitions: int) -> None:
         self._topic = logs.ensure_internal(TRANSACTION_STATE, partitions)
 
-    async def append(self, key: bytes, value: bytes) -> None:
+    async def append(self, key: bytes, value: bytes | None) -> None:
         index = zlib.crc32(key) % len(self._topic.partitions)
         now = int(time.time() * 1000)
         self._topic.partitions[index].append_records(lambda base: build_batch([(key, value)], now, base))
@@ -60,6 +60,9 @@ class PartitionMarkers:
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                            commit: bool, coordinator_epoch: int) -> None:
+        if not self.partition_exists(topic, partition):
+            log.warning("no marker for %s-%d: the partition was deleted", topic, partition)
+            return
         now = int(time.time() * 1000)
         target = self._logs.topics[topic].partitions[partition]
         target.append_records(lambda base: control_batch(producer_id, producer_epoch, commit,
@@ -90,13 +93,14 @@ class TransactionService:
             max_timeout_ms=config["transaction.max.timeout.ms"],
         )
         self._check_interval = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
+        self._id_expiration_ms = config["transactional.id.expiration.ms"]
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
         """Loads the transaction log, completes decided transactions, starts aborting expired ones."""
         self.coordinator.load()
         await self.coordinator.complete_prepared()
-        self._task = asyncio.create_task(self._abort_expired_forever(), name="transaction-timeouts")
+        self._task = asyncio.create_task(self._expire_forever(), name="transaction-timeouts")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -104,10 +108,11 @@ class TransactionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def _abort_expired_forever(self) -> None:
+    async def _expire_forever(self) -> None:
         while True:
             await asyncio.sleep(self._check_interval)
             try:
                 await self.coordinator.abort_expired()
+                await self.coordinator.expire_transactional_ids(self._id_expiration_ms)
             except Exception:  # keep the timer alive; the next round retries
-                log.exception("aborting timed-out transactions failed")
+                log.exception("expiring transactions failed")
