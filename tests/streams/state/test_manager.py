@@ -230,3 +230,41 @@ def test_catching_up_from_the_changelog_replaces_cached_values(make_host):
     with pytest.raises(RuntimeError, match="unflushed"):
         here.manager.restore("kv", elsewhere)
     store.close()
+
+
+TXN_OPS = st.lists(st.tuples(st.sampled_from(["put", "put", "delete", "flush", "commit", "abort", "check"]),
+                             st.integers(0, 9), st.integers(0, 50)), max_size=60)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=TXN_OPS, kind=st.sampled_from(sorted(SUPPLIERS)), caching=st.booleans(),
+       cache_bytes=st.sampled_from([0, 300, 10**7]))
+def test_commit_and_abort_match_a_transactional_model(make_host, ops, kind, caching, cache_bytes):
+    name = f"txn{next(RUN)}"
+    host = make_host(name, cache_bytes=cache_bytes)
+    store = host.init(kv_builder(kind, caching=caching))
+    committed: dict[str, int] = {}
+    current: dict[str, int] = {}
+    for op, key, value in ops:
+        if op == "put":
+            store.put(f"k{key}", value)
+            current[f"k{key}"] = value
+        elif op == "delete":
+            assert store.delete(f"k{key}") == current.pop(f"k{key}", None)
+        elif op == "flush":
+            host.manager.flush()
+        elif op == "commit":
+            host.commit()
+            committed = dict(current)
+        elif op == "abort":
+            host.manager.abort()
+            current = dict(committed)
+        else:
+            assert dict(store.all()) == current
+            assert store.get(f"k{key}") == current.get(f"k{key}")
+    assert dict(store.all()) == current
+    host.manager.close()
+    if kind == "rocksdb":  # reopened after a crash: exactly the last commit
+        reopened = make_host(name).init(kv_builder(kind))
+        assert dict(reopened.all()) == committed
+        reopened.close()
