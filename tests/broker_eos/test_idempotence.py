@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +18,7 @@ from broker_eos.wire import (
     send_batch,
 )
 from strom.broker import EmbeddedBroker
+from strom.broker.transactions.markers import control_batch
 from strom.kafka.clients import create_topics
 from strom.kafka.wire import WireClient
 
@@ -47,6 +49,15 @@ def test_resent_request_is_written_once_and_a_gap_is_rejected(own_broker: Embedd
         error, _ = send_batch(client, TOPIC, 0, data_batch(pid, epoch, 7, [b"gap"]))
         assert error == ErrorCode.out_of_order_sequence_number
         assert latest_offset(client, TOPIC, 0, READ_UNCOMMITTED) == start + 3
+
+
+def test_clients_cannot_write_transaction_markers(own_broker: EmbeddedBroker) -> None:
+    with WireClient(own_broker.bootstrap_servers) as client:
+        pid, epoch = init_producer_id(client)
+        before = latest_offset(client, TOPIC, 0, READ_UNCOMMITTED)
+        marker = control_batch(pid, epoch, True, 0, int(time.time() * 1000))
+        assert send_batch(client, TOPIC, 0, marker)[0] == ErrorCode.invalid_record
+        assert latest_offset(client, TOPIC, 0, READ_UNCOMMITTED) == before
 
 
 @pytest.mark.parametrize("crash", [False, True], ids=["clean-restart", "kill-9"])

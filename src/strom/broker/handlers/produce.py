@@ -42,6 +42,9 @@ def _append(ctx: RequestContext, topic: str, index: int, records: bytes | None) 
         batches = split_batches(records or b"")
         if not batches:
             raise CorruptBatchError("the produce request carries no record batch")
+        if any(header.is_control for header, _ in batches):
+            raise AppendRejectedError(ErrorCode.invalid_record.value,
+                                      "clients cannot write control batches (transaction markers)")
         appended = partition.append(batches)
     except CorruptBatchError as exc:
         log.warning("rejected produce to %s-%d from %s: %s", topic, index, ctx.client_id, exc)
