@@ -109,8 +109,10 @@ class TopologyTestDriver:
         self._closed = False
         sink = _DriverSink(self)
         self.global_state = GlobalStateStores(
-            self.builder.global_stores, self.config,
-            Path(self.config[cfg.STATE_DIR]) / self.config.application_id / "global")
+            self.builder.global_stores,
+            self.config,
+            Path(self.config[cfg.STATE_DIR]) / self.config.application_id / "global",
+        )
         for plan in self.builder.subtopologies():
             task_id = TaskId(plan.id, 0)
             state_dir = Path(self.config[cfg.STATE_DIR]) / self.config.application_id / str(task_id)

@@ -4,50 +4,37 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-class Record:
-    """One record flowing through a topology. Immutable by convention: ``with_*`` return copies.
+class Record(NamedTuple):
+    """One record flowing through a topology; immutable, ``with_*`` return copies.
 
-    A plain ``__slots__`` class instead of a frozen dataclass: records are created once per processor
-    hop, so construction cost is the hot path.
+    A NamedTuple: a record is made per processor hop, and the engine builds them with the C-level
+    ``new_record(Record, (key, value, timestamp, headers))``.
     """
 
-    __slots__ = ("headers", "key", "timestamp", "value")
-
-    def __init__(self, key: Any, value: Any, timestamp: int, headers: Headers = ()) -> None:
-        self.key = key
-        self.value = value
-        self.timestamp = timestamp
-        self.headers = headers
+    key: Any
+    value: Any
+    timestamp: int
+    headers: Headers = ()
 
     def with_key(self, key: Any) -> Record:
-        return Record(key, self.value, self.timestamp, self.headers)
+        return new_record(Record, (key, self.value, self.timestamp, self.headers))
 
     def with_value(self, value: Any) -> Record:
-        return Record(self.key, value, self.timestamp, self.headers)
+        return new_record(Record, (self.key, value, self.timestamp, self.headers))
 
     def with_timestamp(self, timestamp: int) -> Record:
-        return Record(self.key, self.value, timestamp, self.headers)
+        return new_record(Record, (self.key, self.value, timestamp, self.headers))
 
     def with_headers(self, headers: Headers) -> Record:
-        return Record(self.key, self.value, self.timestamp, tuple(headers))
+        return new_record(Record, (self.key, self.value, self.timestamp, tuple(headers)))
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Record) and (self.key, self.value, self.timestamp, self.headers) == (
-            other.key,
-            other.value,
-            other.timestamp,
-            other.headers,
-        )
 
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Record(key={self.key!r}, value={self.value!r}, timestamp={self.timestamp})"
+new_record = tuple.__new__
 
 
 class RecordMetadata:

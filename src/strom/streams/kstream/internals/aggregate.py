@@ -13,6 +13,7 @@ from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
+new_value_and_timestamp = tuple.__new__
 
 
 class _Aggregating(Processor):
@@ -23,6 +24,9 @@ class _Aggregating(Processor):
         self.context = context
         self.store = context.get_state_store(self.supplier.store_name)
         self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
+        self.get = self.store.get
+        self.put = self.store.put
+        self.forward_each = not self.forwarder.caching
 
     def _skip(self, record: Record, what: str) -> None:
         log.debug("Skipping record with null %s in %s", what, self.supplier.store_name)
@@ -47,16 +51,19 @@ class KStreamAggregate(_Aggregating):
         if key is None or record.value is None:
             self._skip(record, "key or value")
             return
-        previous = self.store.get(key)
+        previous = self.get(key)
+        timestamp = record.timestamp
         if previous is None:
-            old, timestamp = None, record.timestamp
+            old = None
             aggregate = self.initializer()
         else:
-            old = aggregate = previous.value
-            timestamp = max(record.timestamp, previous.timestamp)
+            old = aggregate = previous[0]
+            if previous[1] > timestamp:
+                timestamp = previous[1]
         new = self.aggregator(key, record.value, aggregate)
-        self.store.put(key, ValueAndTimestamp(new, timestamp))
-        self.forwarder.maybe_forward(key, new, old, timestamp)
+        self.put(key, new_value_and_timestamp(ValueAndTimestamp, (new, timestamp)))
+        if self.forward_each:
+            self.forwarder.maybe_forward(key, new, old, timestamp)
 
 
 class KStreamReduce(_Aggregating):
@@ -71,15 +78,18 @@ class KStreamReduce(_Aggregating):
         if key is None or record.value is None:
             self._skip(record, "key or value")
             return
-        previous = self.store.get(key)
+        previous = self.get(key)
+        timestamp = record.timestamp
         if previous is None:
-            old, new, timestamp = None, record.value, record.timestamp
+            old, new = None, record.value
         else:
-            old = previous.value
+            old = previous[0]
             new = self.reducer(old, record.value)
-            timestamp = max(record.timestamp, previous.timestamp)
-        self.store.put(key, ValueAndTimestamp(new, timestamp))
-        self.forwarder.maybe_forward(key, new, old, timestamp)
+            if previous[1] > timestamp:
+                timestamp = previous[1]
+        self.put(key, new_value_and_timestamp(ValueAndTimestamp, (new, timestamp)))
+        if self.forward_each:
+            self.forwarder.maybe_forward(key, new, old, timestamp)
 
 
 class KTableAggregate(_Aggregating):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.streams.kstream.change import Change
-from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.api import Processor, Record, new_record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
@@ -26,12 +26,14 @@ class TimestampedTupleForwarder:
         self.caching = store.set_flush_listener(self._flushed, send_old_values)
 
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        self.context.forward(Record(key, Change(new, old), timestamp, self.context.record_headers))
+        self.context.forward(
+            new_record(Record, (key, Change(new, old), timestamp, self.context.record_headers))
+        )
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if not self.caching:
             change = Change(new, old if self.send_old_values else None)
-            self.context.forward(Record(key, change, timestamp, self.context.record_headers))
+            self.context.forward(new_record(Record, (key, change, timestamp, self.context.record_headers)))
 
 
 class KTableProcessorSupplier:
@@ -70,7 +72,7 @@ class _StoreBacked(Processor):
             self.forwarder.maybe_forward(key, new, old, timestamp)
         else:
             change = Change(new, old if self.supplier.send_old_values else None)
-            self.context.forward(Record(key, change, timestamp, self.context.record_headers))
+            self.context.forward(new_record(Record, (key, change, timestamp, self.context.record_headers)))
 
 
 class KTableSource(_StoreBacked):
@@ -138,7 +140,9 @@ class KTableToStream(Processor):
         self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
-        self.forward(Record(record.key, record.value.new_value, record.timestamp, record.headers))
+        self.forward(
+            new_record(Record, (record.key, record.value.new_value, record.timestamp, record.headers))
+        )
 
 
 class KTableRepartitionMap(Processor):
@@ -152,7 +156,11 @@ class KTableRepartitionMap(Processor):
         change: Change = record.value
         if change.old_value is not None:
             key, value = self.selector(record.key, change.old_value)
-            self.context.forward(Record(key, Change(None, value), record.timestamp, record.headers))
+            self.context.forward(
+                new_record(Record, (key, Change(None, value), record.timestamp, record.headers))
+            )
         if change.new_value is not None:
             key, value = self.selector(record.key, change.new_value)
-            self.context.forward(Record(key, Change(value, None), record.timestamp, record.headers))
+            self.context.forward(
+                new_record(Record, (key, Change(value, None), record.timestamp, record.headers))
+            )

@@ -42,6 +42,12 @@ def default_serde(config: StreamsConfig, which: str, user: str) -> Any:
     return Serdes.from_config(key, value)
 
 
+NO_RECORD = RecordContext(-1)
+new_record_context = tuple.__new__
+"""``new_record_context(RecordContext, (timestamp, topic, partition, offset, headers))``: the C-level
+tuple constructor, a record context per record being the hot path."""
+
+
 class TaskContext:
     """Task-wide context: identity, stores, record context, clocks, punctuation and commit requests."""
 
@@ -78,12 +84,8 @@ class TaskContext:
         self.commit_requested = False
         self.stream_time_punctuations = PunctuationQueue()
         self.wall_clock_punctuations = PunctuationQueue()
-        # current record context, as plain fields; RecordContext objects are built only on demand
-        self.timestamp = -1
-        self.topic: str | None = None
-        self.source_partition = -1
-        self.offset = -1
-        self.headers: Headers = ()
+        self.record_context = NO_RECORD
+        """The context of the record being processed (timestamp, topic, partition, offset, headers)."""
 
     # ---- StateStoreContext ----------------------------------------------------------------------
     @property
@@ -94,16 +96,8 @@ class TaskContext:
     def value_serde(self) -> Any:
         return default_serde(self.config, "value", f"a store of task {self.task_id}")
 
-    @property
-    def record_context(self) -> RecordContext:
-        return RecordContext(self.timestamp, self.topic, self.source_partition, self.offset, self.headers)
-
     def set_record_context(self, record_context: RecordContext) -> None:
-        self.timestamp = record_context.timestamp
-        self.topic = record_context.topic
-        self.source_partition = record_context.partition
-        self.offset = record_context.offset
-        self.headers = tuple(record_context.headers)
+        self.record_context = record_context
 
     def changelog_topic(self, store_name: str) -> str:
         return self.changelog_topics.get(store_name) or changelog_topic_name(self.application_id, store_name)
@@ -194,9 +188,10 @@ class ProcessorContextImpl:
         self.task.commit_requested = True
 
     def record_metadata(self) -> RecordMetadata | None:
-        if self.task.topic is None:
+        context = self.task.record_context
+        if context.topic is None:
             return None
-        return RecordMetadata(self.task.topic, self.task.source_partition, self.task.offset)
+        return RecordMetadata(context.topic, context.partition, context.offset)
 
     def current_stream_time_ms(self) -> int:
         return self.task.stream_time
@@ -212,11 +207,11 @@ class ProcessorContextImpl:
 
     @property
     def record_headers(self) -> Headers:
-        return self.task.headers
+        return self.task.record_context.headers
 
     @property
     def record_timestamp(self) -> int:
-        return self.task.timestamp
+        return self.task.record_context.timestamp
 
     @property
     def cache(self) -> ThreadCache:

@@ -101,6 +101,8 @@ class TimestampExtractor(Protocol):
 class FailOnInvalidTimestamp:
     """The record's own timestamp; a negative one stops processing (Kafka Streams' default)."""
 
+    record_timestamp_when_valid = True
+
     def extract(self, record: ConsumerRecord, partition_time: int) -> int:
         if record.timestamp < 0:
             raise ProcessingError(
@@ -113,6 +115,8 @@ class FailOnInvalidTimestamp:
 
 class LogAndSkipOnInvalidTimestamp:
     """The record's own timestamp; a record with a negative one is skipped (returns -1)."""
+
+    record_timestamp_when_valid = True
 
     def extract(self, record: ConsumerRecord, partition_time: int) -> int:
         if record.timestamp < 0:
@@ -127,6 +131,8 @@ class LogAndSkipOnInvalidTimestamp:
 
 
 class UsePartitionTimeOnInvalidTimestamp:
+    record_timestamp_when_valid = True
+
     def extract(self, record: ConsumerRecord, partition_time: int) -> int:
         if record.timestamp >= 0:
             return record.timestamp

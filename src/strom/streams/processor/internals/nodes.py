@@ -7,7 +7,8 @@ from typing import Any
 
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.collector import RecordCollector
-from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
+from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext, new_record_context
+from strom.streams.state.context import RecordContext
 
 
 class ProcessorNode:
@@ -32,8 +33,12 @@ class ProcessorNode:
             process = self.processor.process
 
             def entry(record: Record) -> None:
-                task.timestamp = record.timestamp
-                task.headers = record.headers
+                current = task.record_context
+                if current.timestamp != record.timestamp or current.headers is not record.headers:
+                    task.record_context = new_record_context(
+                        RecordContext,
+                        (record.timestamp, current.topic, current.partition, current.offset, record.headers),
+                    )
                 process(record)
 
             self.entry = entry
@@ -68,6 +73,8 @@ class SourceNode(ProcessorNode):
         self.key_deserialize = key_serde.deserializer().deserialize
         self.value_deserialize = value_serde.deserializer().deserialize
         self.timestamp_extractor = timestamp_extractor
+        self.record_timestamp_when_valid = getattr(timestamp_extractor, "record_timestamp_when_valid", False)
+        """The extractor returns a record's own timestamp when it is not negative: the task skips the call."""
 
 
 class _ForwardProcessor(Processor):

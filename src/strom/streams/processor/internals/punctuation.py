@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from strom.streams.processor.api import Punctuator
 
+NEVER = 1 << 62
+
 
 class PunctuationSchedule:
     """One ``context.schedule`` call: the node it belongs to, its interval and next due time."""
@@ -36,15 +38,13 @@ class PunctuationQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, PunctuationSchedule]] = []
         self._seq = itertools.count()
+        self.next_time = NEVER
+        """When the earliest schedule is due: the task compares it with stream time after every record."""
 
     def schedule(self, schedule: PunctuationSchedule) -> PunctuationSchedule:
         heapq.heappush(self._heap, (schedule.timestamp, next(self._seq), schedule))
+        self.next_time = self._heap[0][0]
         return schedule
-
-    def due(self, now: int) -> bool:
-        """Cheap check the task makes after every record."""
-        heap = self._heap
-        return bool(heap) and heap[0][0] <= now
 
     def may_punctuate(self, now: int, run: Callable[[PunctuationSchedule, int], None]) -> bool:
         """Fires every schedule due at ``now`` (each at most once per call); True if any fired."""
@@ -60,6 +60,7 @@ class PunctuationQueue:
             if not schedule.cancelled:
                 schedule.timestamp = schedule.next_time(now)
                 heapq.heappush(self._heap, (schedule.timestamp, next(self._seq), schedule))
+        self.next_time = self._heap[0][0] if self._heap else NEVER
         return fired
 
     def __len__(self) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 
 from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
 from strom.streams import config as cfg
-from strom.streams.processor.api import Record
+from strom.streams.processor.api import Record, new_record
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
     ProcessorNodeFactory,
@@ -29,13 +29,14 @@ from strom.streams.processor.internals.builder import (
     SourceNodeFactory,
 )
 from strom.streams.processor.internals.collector import RecordCollector, RecordSink
-from strom.streams.processor.internals.context import TaskContext, default_serde
+from strom.streams.processor.internals.context import TaskContext, default_serde, new_record_context
 from strom.streams.processor.internals.handlers import HandlerResponse, resolve
 from strom.streams.processor.internals.nodes import ProcessorNode, SinkProcessor, SourceNode
 from strom.streams.processor.internals.partition_group import PartitionGroup
 from strom.streams.processor.internals.punctuation import PunctuationSchedule
 from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.state.cache import ThreadCache
+from strom.streams.state.context import RecordContext
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +248,9 @@ class StreamTask:
                 except Exception as exc:
                     self._deserialization_failed(raw, exc)
                     continue
-                timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
+                timestamp = raw.timestamp
+                if timestamp < 0 or not source.record_timestamp_when_valid:
+                    timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
                 if timestamp < 0:
                     self.metrics.dropped_records += 1
                     continue
@@ -255,20 +258,20 @@ class StreamTask:
                     queue.partition_time = timestamp
                     if timestamp > context.stream_time:
                         context.stream_time = timestamp
-                context.topic = topic
-                context.source_partition = raw.partition
-                context.offset = raw.offset
-                context.timestamp = timestamp
-                headers = context.headers = raw.headers
-                source.entry(Record(key, value, timestamp, headers))
-                if punctuations.due(context.stream_time):
+                headers = raw.headers
+                context.record_context = new_record_context(
+                    RecordContext, (timestamp, topic, raw.partition, raw.offset, headers)
+                )
+                source.entry(new_record(Record, (key, value, timestamp, headers)))
+                if context.stream_time >= punctuations.next_time:
                     self.maybe_punctuate_stream_time()
         except StromError:
             raise
         except Exception as exc:
             raise ProcessingError(
-                f"Exception caught in process. taskId={self.id}, topic={context.topic}, "
-                f"partition={context.source_partition}, offset={context.offset}: {type(exc).__name__}: {exc}"
+                f"Exception caught in process. taskId={self.id}, topic={context.record_context.topic}, "
+                f"partition={context.record_context.partition}, offset={context.record_context.offset}: "
+                f"{type(exc).__name__}: {exc}"
             ) from exc
         finally:
             if count:
@@ -299,8 +302,7 @@ class StreamTask:
 
     def _punctuate(self, schedule: PunctuationSchedule, now: int) -> None:
         context = self.context
-        context.topic, context.source_partition, context.offset = None, -1, -1
-        context.timestamp, context.headers = now, ()
+        context.record_context = RecordContext(now)
         try:
             schedule.punctuator(now)
         except StromError:
