@@ -294,3 +294,16 @@ def test_any_cache_size_gives_the_same_store_and_last_forwarded_values(make_host
         assert old == previous.get(key)
         previous[key] = new
     store.close()
+
+
+def test_put_dirty_updates_in_place_with_the_same_accounting_as_put():
+    cache, rec = cache_with(["a"], 10_000)
+    cache.put("a", b"k1", entry(b"k1", b"v", dirty=False))
+    cache.put_dirty("a", b"k2", b"xx", CTX)
+    cache.put_dirty("a", b"k1", b"longer", CTX)
+    assert cache.size_bytes() == entry(b"k1", b"longer").size + entry(b"k2", b"xx").size
+    assert cache.named_cache("a").dirty_keys() == [b"k2", b"k1"]
+    cache.put_dirty("a", b"k2", None, CTX)
+    cache.flush("a")
+    assert rec["a"].flushes == [[(b"k1", b"longer"), (b"k2", None)]]
+    assert cache.size_bytes() == entry(b"k1", b"longer").size

@@ -46,16 +46,20 @@ class LRUCacheEntry:
         self.value = value
         self.dirty = dirty
         self.context = context
-        size = _ENTRY_OVERHEAD + len(key)
-        if value is not None:
-            size += len(value)
-        topic = context[1]
-        if topic:
-            size += len(topic)
-        if context[4]:
-            for name, header_value in context[4]:
-                size += len(name) + (len(header_value) if header_value else 0)
-        self.size = size
+        self.size = _entry_size(key, value, context)
+
+
+def _entry_size(key: bytes, value: bytes | None, context: RecordContext) -> int:
+    size = _ENTRY_OVERHEAD + len(key)
+    if value is not None:
+        size += len(value)
+    topic = context[1]
+    if topic:
+        size += len(topic)
+    if context[4]:
+        for name, header_value in context[4]:
+            size += len(name) + (len(header_value) if header_value else 0)
+    return size
 
 
 class DirtyEntry(NamedTuple):
@@ -113,6 +117,23 @@ class NamedCache:
             dirty = self._dirty
             dirty.pop(key, None)
             dirty[key] = None
+        self.size_bytes += delta
+        self._owner.current_bytes += delta
+
+    def put_dirty(self, key: bytes, value: bytes | None, context: RecordContext) -> None:
+        """``put`` of a dirty entry that updates a cached entry in place (no new object per write)."""
+        entries = self._entries
+        entry = entries.get(key)
+        if entry is None:
+            self.put(key, LRUCacheEntry(key, value, True, context))
+            return
+        entries.move_to_end(key)
+        entry.value, entry.dirty, entry.context = value, True, context
+        old_size, entry.size = entry.size, _entry_size(key, value, context)
+        dirty = self._dirty
+        dirty.pop(key, None)
+        dirty[key] = None
+        delta = entry.size - old_size
         self.size_bytes += delta
         self._owner.current_bytes += delta
 
@@ -221,6 +242,17 @@ class ThreadCache:
         if cache is None:
             cache = self.named_cache(namespace)
         cache.put(key, entry)
+        if self.current_bytes > self.max_cache_size_bytes:
+            self._maybe_evict(cache)
+
+    def put_dirty(self, namespace: str, key: bytes, value: bytes | None, context: RecordContext) -> None:
+        """A caching store's per-record write: like ``put`` of a dirty entry, without a new entry object
+        when the key is cached already (the hot path of every cached aggregation)."""
+        self.num_puts += 1
+        cache = self._caches.get(namespace)
+        if cache is None:
+            cache = self.named_cache(namespace)
+        cache.put_dirty(key, value, context)
         if self.current_bytes > self.max_cache_size_bytes:
             self._maybe_evict(cache)
 

@@ -79,8 +79,8 @@ class CachingKeyValueStore(WrappedStore):
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:
-        self._cache.put(self._namespace, key,  # type: ignore[union-attr]
-                        LRUCacheEntry(key, value, True, self._context.record_context))  # type: ignore[union-attr]
+        self._cache.put_dirty(self._namespace, key, value,  # type: ignore[union-attr]
+                              self._context.record_context)  # type: ignore[union-attr]
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         assert self._cache is not None, "store used before init"
