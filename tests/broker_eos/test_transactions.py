@@ -219,3 +219,22 @@ def _field(output: str, name: str) -> str:
         if line.startswith(name + "  "):
             return line[len(name):].strip()
     raise AssertionError(f"no {name!r} in:\n{output}")
+
+
+def test_describe_producers_shows_the_open_transaction(txn_broker: EmbeddedBroker) -> None:
+    from kio.schema.describe_producers.v0 import request as dp
+    from kio.static.primitive import i32
+
+    topic = topic_on(txn_broker)
+    producer = txn_producer(txn_broker, unique("app"))
+    producer.begin_transaction()
+    producer.produce(topic, b"a", partition=0)
+    producer.produce(topic, b"b", partition=0)
+    producer.flush(10)
+    request = dp.DescribeProducersRequest(topics=(dp.TopicRequest(name=topic, partition_indexes=(i32(0),)),))
+    with WireClient(txn_broker.bootstrap_servers) as client:
+        (active,) = client.send(request).topics[0].partitions[0].active_producers
+        assert (active.current_txn_start_offset, active.last_sequence) == (0, 1)
+        producer.commit_transaction(10)
+        (active,) = client.send(request).topics[0].partitions[0].active_producers
+        assert active.current_txn_start_offset == -1
