@@ -103,7 +103,7 @@ def run(processor: str, topic: str, subscription_id: str, bootstrap_servers: str
     console = Console(stderr=True)
     last_count, last_time = 0, time.monotonic()
     try:
-        with Live(Text("starting..."), console=console, refresh_per_second=4, transient=False) as live:
+        with Live(_status(subscription, 0.0), console=console, refresh_per_second=4) as live:
             while not stop.wait(_REFRESH_S) and subscription.is_alive():
                 now, count = time.monotonic(), _completed(subscription)
                 live.update(_status(subscription, max(0, count - last_count) / (now - last_time)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from strom.tasks.commit_control import OutOfOrderCommitControl
@@ -64,23 +65,31 @@ class PartitionContext:
     def _must_hold(self) -> bool:
         return self.reload_requested or self.commit_control.pending_count() >= self._max_pending.value
 
-    def add_record(self, msg: Any) -> None:
-        self._latest_fetched = msg.offset()
+    def add_records(self, msgs: list[Any]) -> None:
+        """Takes records of this partition in fetch order; those over the pending limit wait (backlog)."""
         if self.committed_offset < 0:
-            self.committed_offset = self._latest_fetched - 1
-        if self._backlog or self._must_hold():
-            self._backlog.append(msg)
-        else:
-            self._dispatch(msg)
+            self.committed_offset = msgs[0].offset() - 1
+        self._latest_fetched = msgs[-1].offset()
+        if self._backlog or self.reload_requested:
+            self._backlog.extend(msgs)
+            return
+        room = max(0, self._max_pending.value - self.commit_control.pending_count())
+        if room < len(msgs):
+            self._backlog.extend(msgs[room:])
+            msgs = msgs[:room]
+        self._dispatch(msgs)
 
-    def _dispatch(self, msg: Any) -> None:
-        state = self.commit_control.report_fetched_offset(msg.offset())
-        headers = msg.headers()
-        if headers:
-            request = TaskRequest(msg, state, self._on_done, *parse_retry_headers(headers))
-        else:
-            request = TaskRequest(msg, state, self._on_done)
-        self._executor.submit(msg.key(), request)
+    def _dispatch(self, msgs: Iterable[Any]) -> None:
+        report, submit = self.commit_control.report_fetched_offset, self._executor.submit
+        on_done = self._on_done
+        for msg in msgs:
+            state = report(msg.offset())
+            headers = msg.headers()
+            if headers:
+                request = TaskRequest(msg, state, on_done, *parse_retry_headers(headers))
+            else:
+                request = TaskRequest(msg, state, on_done)
+            submit(msg.key(), request)
 
     def _on_done(self, request: TaskRequest) -> None:
         self.metrics.record_latency(time.monotonic() - request.started)
@@ -91,8 +100,11 @@ class PartitionContext:
             self._props.value(PROPS.DEFERRED_COMPLETE_TIMEOUT_MS))
         if self.reload_requested:
             self._advance_rebuild()
-        while self._backlog and not self._must_hold():
-            self._dispatch(self._backlog.popleft())
+        backlog = self._backlog
+        if backlog and not self.reload_requested:
+            room = min(len(backlog), self._max_pending.value - self.commit_control.pending_count())
+            if room > 0:
+                self._dispatch([backlog.popleft() for _ in range(room)])
         self.metrics.update_starvation(self.pending())
 
     def _advance_rebuild(self) -> None:

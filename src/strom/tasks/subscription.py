@@ -191,16 +191,24 @@ class ProcessorSubscription:
 
     def _loop(self, consumer: Consumer) -> None:
         while not self._terminated.is_set():
+            batches: dict[TP, list[Any]] = {}
             for msg in consumer.consume(_POLL_BATCH, _POLL_TIMEOUT_S):
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._COMMIT_FAILED or not err.fatal():
+                    if not err.fatal():
                         log.warning("Consumer: %s", err)
                         continue
                     raise KafkaException(err)
-                ctx = self._contexts.get((msg.topic(), msg.partition()))
+                key = (msg.topic(), msg.partition())
+                batch = batches.get(key)
+                if batch is None:
+                    batches[key] = [msg]
+                else:
+                    batch.append(msg)
+            for key, batch in batches.items():
+                ctx = self._contexts.get(key)
                 if ctx is not None:
-                    ctx.add_record(msg)
+                    ctx.add_records(batch)
             self._housekeeping(consumer)
 
     def _housekeeping(self, consumer: Consumer) -> None:
