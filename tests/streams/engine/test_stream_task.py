@@ -230,3 +230,37 @@ def test_wall_clock_punctuation_is_driven_by_the_caller(tmp_path):
     assert fired == [1_250]
     assert task.maybe_punctuate_system_time(1_300)
     assert fired == [1_250, 1_300]
+
+
+def test_negative_timestamps_fail_by_default_and_can_be_skipped(tmp_path):
+    builder = StreamsBuilder()
+    builder.stream("a").to("out")
+    task = make_task(builder.build(), tmp_path, ListSink())
+    task.add_records(TopicPartition("a", 1), [raw("a", 0, -5, b"k", b"v")])
+    with pytest.raises(ProcessingError, match="invalid timestamp -5"):
+        task.process()
+
+    builder = StreamsBuilder()
+    builder.stream("a").to("out")
+    sink = ListSink()
+    task = make_task(builder.build(), tmp_path / "2", sink,
+                     **{"default.timestamp.extractor": "LogAndSkipOnInvalidTimestamp"})
+    task.add_records(TopicPartition("a", 1), [raw("a", 0, -5, b"k", b"bad"), raw("a", 1, 7, b"k", b"ok")])
+    task.process_all()
+    assert [value for _, _, value, _ in sink.sent] == [b"ok"]
+    assert task.metrics.dropped_records == 1
+
+
+def test_consumed_timestamp_extractor_sets_record_time(tmp_path):
+    class FromValue:
+        def extract(self, record, partition_time):
+            return int(record.value)
+
+    builder = StreamsBuilder()
+    builder.stream("a", Consumed.with_(timestamp_extractor=FromValue())).to("out")
+    sink = ListSink()
+    task = make_task(builder.build(), tmp_path, sink)
+    task.add_records(TopicPartition("a", 1), [raw("a", 0, 1, b"k", b"1000"), raw("a", 1, 2, b"k", b"500")])
+    task.process_all()
+    assert [ts for _, _, _, ts in sink.sent] == [1000, 500]
+    assert task.stream_time == 1000

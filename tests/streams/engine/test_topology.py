@@ -25,7 +25,7 @@ Topologies:
     Sink: words-repartition-sink (topic: words-repartition)
       <-- words-repartition-filter
 
-   Sub-topology: 1
+  Sub-topology: 1
     Source: words-repartition-source (topics: [words-repartition])
       --> KSTREAM-AGGREGATE-0000000003
     Processor: KSTREAM-AGGREGATE-0000000003 (stores: [counts])

@@ -39,7 +39,7 @@ class SubtopologyDescription:
     nodes: list[NodeDescription]
 
     def __str__(self) -> str:
-        return f"   Sub-topology: {self.id}\n" + "".join(f"    {node}" for node in self.nodes)
+        return f"Sub-topology: {self.id}\n" + "".join(f"    {node}" for node in self.nodes) + "\n"
 
 
 @dataclass
@@ -47,7 +47,9 @@ class TopologyDescription:
     subtopologies: list[SubtopologyDescription]
 
     def __str__(self) -> str:
-        return "Topologies:\n" + "\n".join(str(s) for s in self.subtopologies) + "\n"
+        """Byte for byte as Kafka Streams prints it (including its odd indentation: the first
+        sub-topology line has three leading spaces, the others two)."""
+        return "Topologies:\n " + "".join(f"  {s}" for s in self.subtopologies)
 
 
 class Topology:
