@@ -6,6 +6,7 @@ Unknown keys are rejected with a did-you-mean hint; Kafka client keys pass throu
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,24 +14,20 @@ from typing import Any
 
 from strom.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 APPLICATION_ID = "application.id"
 BOOTSTRAP_SERVERS = "bootstrap.servers"
 PROCESSING_GUARANTEE = "processing.guarantee"
 COMMIT_INTERVAL_MS = "commit.interval.ms"
 STATESTORE_CACHE_MAX_BYTES = "statestore.cache.max.bytes"
 CACHE_MAX_BYTES_BUFFERING = "cache.max.bytes.buffering"
-NUM_STANDBY_REPLICAS = "num.standby.replicas"
-NUM_STREAM_THREADS = "num.stream.threads"
 STATE_DIR = "state.dir"
 DEFAULT_KEY_SERDE = "default.key.serde"
 DEFAULT_VALUE_SERDE = "default.value.serde"
 DEFAULT_TIMESTAMP_EXTRACTOR = "default.timestamp.extractor"
 DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER = "default.deserialization.exception.handler"
 DEFAULT_PRODUCTION_EXCEPTION_HANDLER = "default.production.exception.handler"
-MAX_TASK_IDLE_MS = "max.task.idle.ms"
-BUFFERED_RECORDS_PER_PARTITION = "buffered.records.per.partition"
-REPLICATION_FACTOR = "replication.factor"
-TOPOLOGY_OPTIMIZATION = "topology.optimization"
 CLIENT_ID = "client.id"
 
 AT_LEAST_ONCE = "at_least_once"
@@ -62,13 +59,6 @@ def _non_negative_int(key: str, value: Any) -> int:
     return number
 
 
-def _positive_int(key: str, value: Any) -> int:
-    number = _non_negative_int(key, value)
-    if number == 0:
-        raise ConfigError.bad_value(key, value, "a positive integer")
-    return number
-
-
 def _text(key: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError.bad_value(key, value, "a non-empty string")
@@ -95,12 +85,6 @@ def _guarantee(key: str, value: Any) -> str:
     return value
 
 
-def _optimization(key: str, value: Any) -> str:
-    if value not in ("none", "all"):
-        raise ConfigError.bad_value(key, value, "'none' or 'all'")
-    return value
-
-
 def _anything(key: str, value: Any) -> Any:
     return value
 
@@ -115,19 +99,24 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     COMMIT_INTERVAL_MS: (30_000, _non_negative_int),
     STATESTORE_CACHE_MAX_BYTES: (10 * 1024 * 1024, _non_negative_int),
     CACHE_MAX_BYTES_BUFFERING: (None, _non_negative_int),
-    NUM_STANDBY_REPLICAS: (0, _non_negative_int),
-    NUM_STREAM_THREADS: (1, _positive_int),
     STATE_DIR: (str(Path(tempfile.gettempdir()) / "strom-streams"), _text),
     DEFAULT_KEY_SERDE: (None, _anything),
     DEFAULT_VALUE_SERDE: (None, _anything),
     DEFAULT_TIMESTAMP_EXTRACTOR: (None, _anything),
     DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER: ("LogAndFailExceptionHandler", _anything),
     DEFAULT_PRODUCTION_EXCEPTION_HANDLER: ("DefaultProductionExceptionHandler", _anything),
-    MAX_TASK_IDLE_MS: (0, _non_negative_int),
-    BUFFERED_RECORDS_PER_PARTITION: (1000, _positive_int),
-    REPLICATION_FACTOR: (-1, _anything),
-    TOPOLOGY_OPTIMIZATION: ("none", _optimization),
     CLIENT_ID: ("", _anything),
+}
+
+
+# Kafka Streams keys strom accepts but does not use: setting one logs why (values are not checked).
+IGNORED: dict[str, str] = {
+    "num.stream.threads": "Spark's executors and task slots run the stream tasks",
+    "num.standby.replicas": "there are no standby tasks; a moved task restores from its changelog",
+    "max.task.idle.ms": "a task processes what each micro-batch holds for all its partitions",
+    "buffered.records.per.partition": "the runtime feeds each task whole micro-batches",
+    "replication.factor": "internal topics are created by the runtime with its own settings",
+    "topology.optimization": "topologies are run as built",
 }
 
 
@@ -147,6 +136,8 @@ class StreamsConfig:
         for key, value in self.originals.items():
             if key in DEFINITIONS:
                 self._values[key] = DEFINITIONS[key][1](key, value)
+            elif key in IGNORED:
+                log.warning("Configuration %r is ignored by strom: %s.", key, IGNORED[key])
             elif not (key.startswith(_CLIENT_PREFIXES) or key in _CLIENT_KEYS):
                 raise ConfigError.unknown_key(key, list(DEFINITIONS))
         if APPLICATION_ID not in self._values:

@@ -134,7 +134,7 @@ def test_config_rejects_unknown_keys_with_a_hint():
     [
         ("processing.guarantee", "exactly_once"),
         ("commit.interval.ms", -1),
-        ("num.stream.threads", 0),
+        ("statestore.cache.max.bytes", -1),
         ("application.id", "has space"),
     ],
 )
@@ -158,3 +158,8 @@ def test_config_defaults_and_aliases():
     assert eos["statestore.cache.max.bytes"] == 1024
     assert eos.client_props("producer.") == {"linger.ms": 1}
     assert StreamsConfig({"application.id": "a"})["commit.interval.ms"] == 30_000
+
+
+def test_config_accepts_but_reports_kafka_keys_strom_does_not_use(caplog):
+    StreamsConfig({"application.id": "a", "num.standby.replicas": 1})
+    assert "'num.standby.replicas' is ignored by strom" in caplog.text
