@@ -136,17 +136,14 @@ class AbortedTxnIndex:
         self._last_offsets: list[int] = []
 
     def load(self, keep_below: int, log_start: int = 0) -> None:
-        """Reads the file, keeping entries whose marker lies in [log_start, keep_below); rewrites it."""
+        """Reads the file, keeping entries whose marker lies in [log_start, keep_below); rewrites it.
+
+        Entries below the log start (deleted by retention) are dropped here, at the next start."""
         data = self._path.read_bytes() if self._path.exists() else b""
         usable = len(data) - len(data) % self._ENTRY.size
         entries = [AbortedTxn(*self._ENTRY.unpack_from(data, pos))
                    for pos in range(0, usable, self._ENTRY.size)]
         self._set([e for e in entries if log_start <= e.last_offset < keep_below])
-
-    def truncate_head(self, log_start: int) -> None:
-        """Forgets transactions whose marker is below the log start offset (deleted by retention)."""
-        if self._entries and self._entries[0].last_offset < log_start:
-            self._set([e for e in self._entries if e.last_offset >= log_start])
 
     def append(self, txn: AbortedTxn) -> None:
         with self._path.open("ab") as file:
