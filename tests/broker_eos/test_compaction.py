@@ -32,10 +32,11 @@ def _committed_view(partition: Partition) -> dict[bytes, bytes]:
     while offset < partition.last_stable_offset():
         read = partition.read(offset, 1 << 30, committed_only=True)
         aborted = [(a.producer_id, a.first_offset, a.last_offset) for a in read.aborted]
+        data = read.records.read() if read.records is not None else b""
         position = 0
-        while position < len(read.data):
-            header = BatchHeader.parse(read.data, position)
-            batch = read.data[position:position + header.length]
+        while position < len(data):
+            header = BatchHeader.parse(data, position)
+            batch = data[position:position + header.length]
             position += header.length
             offset = header.last_offset + 1
             dropped = any(pid == header.producer_id and first <= header.base_offset <= last
