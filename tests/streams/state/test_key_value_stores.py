@@ -168,3 +168,17 @@ def test_in_memory_store_scans_match_a_sorted_model(host, ops):
         assert list(store.all()) == sorted(model.items())
         assert list(store.reverse_all()) == sorted(model.items(), reverse=True)
         assert store.approximate_num_entries() == len(model)
+
+
+def test_timestamped_store_needs_value_and_timestamp(host):
+    from strom.errors import SerializationError
+    from strom.streams.state.timestamped import ValueAndTimestamp
+    store = host.init(Stores.timestamped_key_value_store_builder(
+        Stores.in_memory_key_value_store("ts"), Serdes.String(), Serdes.Long()))
+    with pytest.raises(SerializationError, match=r"ValueAndTimestamp\.make"):
+        store.put("a", 5)
+    store.put("a", ValueAndTimestamp.make(5, 10))
+    store.put("b", ValueAndTimestamp.make(None, 10))
+    assert list(store.all()) == [("a", ValueAndTimestamp(5, 10))]
+    assert ValueAndTimestamp.get_value_or_null(store.get("a")) == 5
+    assert ValueAndTimestamp.get_value_or_null(store.get("b")) is None

@@ -129,7 +129,13 @@ class NamedCache:
             return
         entries.move_to_end(key)
         entry.value, entry.dirty, entry.context = value, True, context
-        old_size, entry.size = entry.size, _entry_size(key, value, context)
+        topic = context[1]
+        if context[4]:
+            size = _entry_size(key, value, context)
+        else:  # the common case, inlined: no headers
+            size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
+                    + (len(topic) if topic else 0))
+        old_size, entry.size = entry.size, size
         dirty = self._dirty
         dirty.pop(key, None)
         dirty[key] = None

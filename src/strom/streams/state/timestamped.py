@@ -9,6 +9,8 @@ from strom.errors import SerializationError
 
 V = TypeVar("V")
 _TIMESTAMP = struct.Struct(">q")
+_pack_timestamp = _TIMESTAMP.pack
+_unpack_timestamp = _TIMESTAMP.unpack_from
 _new_tuple = tuple.__new__  # builds a ValueAndTimestamp without the NamedTuple's Python-level __new__
 
 
@@ -32,8 +34,8 @@ class ValueAndTimestampSerde:
     """Wraps a value serde; serializer and deserializer in one, like the serdes of strom.kafka.serdes."""
 
     def __init__(self, value_serde: Any) -> None:
-        self.value_serializer = value_serde.serializer()
-        self.value_deserializer = value_serde.deserializer()
+        self._serialize_value = value_serde.serializer().serialize
+        self._deserialize_value = value_serde.deserializer().deserialize
 
     def serializer(self) -> ValueAndTimestampSerde:
         return self
@@ -43,15 +45,18 @@ class ValueAndTimestampSerde:
 
     def serialize(self, topic: str | None, data: ValueAndTimestamp[Any] | None, headers: Any = None
                   ) -> bytes | None:
-        if data is None:
-            return None
-        if not isinstance(data, ValueAndTimestamp):
-            raise SerializationError(f"A timestamped store needs ValueAndTimestamp values, got "
-                                     f"{type(data).__name__}; wrap it: ValueAndTimestamp.make(value, ts).")
-        raw = self.value_serializer.serialize(topic, data.value, headers)
+        if type(data) is not ValueAndTimestamp:
+            if data is None:
+                return None
+            if not isinstance(data, ValueAndTimestamp):
+                raise SerializationError(
+                    f"A timestamped store needs ValueAndTimestamp values, got {type(data).__name__}; "
+                    "wrap it: ValueAndTimestamp.make(value, ts).")
+        value, timestamp = data
+        raw = self._serialize_value(topic, value, headers)
         if raw is None:
             return None
-        return _TIMESTAMP.pack(data.timestamp) + raw
+        return _pack_timestamp(timestamp) + raw
 
     def deserialize(self, topic: str | None, data: bytes | None, headers: Any = None
                     ) -> ValueAndTimestamp[Any] | None:
@@ -60,5 +65,5 @@ class ValueAndTimestampSerde:
         if len(data) < 8:
             raise SerializationError(f"Timestamped value from {topic!r} has {len(data)} bytes, fewer than "
                                      "the 8-byte timestamp prefix; the store was not written as timestamped.")
-        return _new_tuple(ValueAndTimestamp, (self.value_deserializer.deserialize(topic, data[8:], headers),
-                                              _TIMESTAMP.unpack_from(data)[0]))
+        return _new_tuple(ValueAndTimestamp, (self._deserialize_value(topic, data[8:], headers),
+                                              _unpack_timestamp(data)[0]))
