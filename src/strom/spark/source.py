@@ -135,9 +135,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._options = options
         self._schema = schema
-        self._metadata = TopicMetadata(options)
+        self._metadata_client: TopicMetadata | None = None
         self._latest: TopicPartitionOffsets | None = None
         self._available_now_target: TopicPartitionOffsets | None = None
+
+    @property
+    def _metadata(self) -> TopicMetadata:
+        """Driver-only, built on first use; executors get the reader pickled without it."""
+        if self._metadata_client is None:
+            self._metadata_client = TopicMetadata(self._options)
+        return self._metadata_client
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_metadata_client": None}
 
     def initialOffset(self) -> dict:
         partitions = self._metadata.topic_partitions()
