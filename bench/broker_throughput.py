@@ -16,21 +16,29 @@ from strom.kafka import clients
 
 PRODUCER_TUNING = {"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
                    "queue.buffering.max.messages": 2_000_000}
+BATCH = 10_000
 CONSUMER_TUNING = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
                    "queued.max.messages.kbytes": 1_048_576, "isolation.level": "read_uncommitted"}
 
 
-def produce(bootstrap: str, topic: str, count: int, size: int) -> float:
+def produce(bootstrap: str, topic: str, partitions: int, count: int, size: int) -> float:
+    """Seconds to produce `count` records (produce_batch per partition, delivery awaited)."""
     producer = clients.producer(bootstrap, **PRODUCER_TUNING)
     value = b"x" * size
+    chunk = [{"value": value, "key": b"%d" % i} for i in range(BATCH)]
     start = time.perf_counter()
-    for i in range(count):
-        while True:
+    sent = 0
+    while sent < count:
+        messages = chunk[:min(BATCH, count - sent)]
+        partition = (sent // BATCH) % partitions
+        queued = 0
+        while queued < len(messages):
             try:
-                producer.produce(topic, value=value, key=str(i % 1000).encode())
-                break
+                queued += producer.produce_batch(topic, messages[queued:], partition=partition)
             except BufferError:
                 producer.poll(0.005)
+        producer.poll(0)
+        sent += len(messages)
     if producer.flush(300) != 0:
         raise RuntimeError("records were not acknowledged")
     return time.perf_counter() - start
@@ -56,7 +64,8 @@ def report(label: str, count: int, size: int, seconds: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records-100b", type=int, default=1_000_000)
     parser.add_argument("--records-1kb", type=int, default=200_000)
     parser.add_argument("--partitions", type=int, default=4)
@@ -66,7 +75,7 @@ def main() -> None:
         for size, count in ((100, args.records_100b), (1000, args.records_1kb)):
             topic = f"bench-{size}"
             clients.create_topics(bootstrap, {topic: args.partitions})
-            report(f"produce {size} B", count, size, produce(bootstrap, topic, count, size))
+            report(f"produce {size} B", count, size, produce(bootstrap, topic, args.partitions, count, size))
             report(f"consume {size} B", count, size, consume(bootstrap, topic, args.partitions, count))
 
 

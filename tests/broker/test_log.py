@@ -45,7 +45,7 @@ def test_offsets_are_assigned_and_batches_read_back(tmp_path):
     assert _append(partition, [(b"c", b"3")]) == 2
     assert partition.high_watermark == 3
     read = partition.read(2, 1 << 20, committed_only=False)
-    assert [r.value for r in iter_records(read.data)] == [b"3"]
+    assert [r.value for r in iter_records(read.records.read())] == [b"3"]
     with pytest.raises(OffsetOutOfRangeError):
         partition.read(4, 1 << 20, committed_only=False)
 
@@ -54,9 +54,9 @@ def test_read_returns_whole_batches_within_max_bytes_but_at_least_one(tmp_path):
     partition = _partition(tmp_path)
     for i in range(10):
         _append(partition, [(b"k", bytes(100) + bytes([i]))])
-    one = len(partition.read(0, 1, committed_only=False).data)
+    one = len(partition.read(0, 1, committed_only=False).records.read())
     assert one > 100  # one whole batch even though max_bytes is 1
-    three = partition.read(0, one * 3 + 5, committed_only=False).data
+    three = partition.read(0, one * 3 + 5, committed_only=False).records.read()
     assert len(split_batches(three)) == 3
 
 
@@ -100,7 +100,7 @@ def test_segments_roll_by_size_and_indexes_rebuild(tmp_path):
     assert reopened.high_watermark == 50
     assert [r.key for r in _all_records(reopened)] == [b"k%d" % i for i in range(50)]
     middle = reopened.read(27, 1, committed_only=False)
-    assert next(iter_records(middle.data)).offset == 27
+    assert next(iter_records(middle.records.read())).offset == 27
 
 
 def test_retention_by_bytes_and_by_time(tmp_path):
@@ -176,7 +176,7 @@ def test_log_append_time_rewrites_timestamps(tmp_path):
     partition = _partition(tmp_path, message_timestamp_type="LogAppendTime")
     before = int(time.time() * 1000)
     result = partition.append(split_batches(build_batch([(b"k", b"v")], 5)))
-    header = BatchHeader.parse(partition.read(0, 1000, committed_only=False).data)
+    header = BatchHeader.parse(partition.read(0, 1000, committed_only=False).records.read())
     assert header.attributes & TIMESTAMP_LOG_APPEND
     assert header.max_timestamp == result.log_append_time >= before
     assert os.path.getsize(next(tmp_path.glob("*.log"))) == header.length

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from strom.broker.fetch_response import EncodedResponse, FileRange
 from strom.broker.handlers import REGISTRY, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
 from strom.broker.protocol import MalformedRequest, encode_response, parse_request, peek_api
@@ -69,11 +70,13 @@ class ConnectionHandler:
                 frame = await reader.readexactly(size)
                 response = await self.dispatch(frame, host)
                 del frame
-            if response is not None:
+            if isinstance(response, EncodedResponse):
+                await _send_parts(writer, response)
+            elif response is not None:
                 writer.write(response)
                 await writer.drain()
 
-    async def dispatch(self, frame: bytes, host: str) -> bytes | None:
+    async def dispatch(self, frame: bytes, host: str) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -82,15 +85,27 @@ class ConnectionHandler:
                                        api_versions_response(ErrorCode.unsupported_version))
             raise MalformedRequest(f"api_key={api_key} v{version} is not supported")
         request = parse_request(frame)
-        ctx = RequestContext(self.broker, version, request.client_id or "", host)
+        ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
         data = await handler.handle(ctx, request.body)
-        if data is None:
-            return None
+        if data is None or isinstance(data, EncodedResponse):
+            return data
         return encode_response(api_key, version, correlation_id, data)
 
     def close_all(self) -> None:
         for writer in list(self._writers):
             writer.close()
+
+
+async def _send_parts(writer: asyncio.StreamWriter, response: EncodedResponse) -> None:
+    """Writes encoded fields and sends file ranges with sendfile(2) (no copy through Python)."""
+    loop = asyncio.get_running_loop()
+    for part in response.parts:
+        if isinstance(part, FileRange):
+            await writer.drain()
+            await loop.sendfile(writer.transport, part.file, part.position, part.length)
+        else:
+            writer.write(part)
+    await writer.drain()
 
 
 class MemoryBudget:

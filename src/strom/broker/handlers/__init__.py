@@ -1,8 +1,9 @@
 """Registry of request handlers: one module per API group registers its APIs here.
 
-A handler is an async function `(ctx, body) -> dict | None` answering one API for every version in
-its advertised range; the dict is turned into the kio response of the request's version (see
-`strom.broker.protocol.build`). None means "send no response" (Produce with acks=0).
+A handler is an async function `(ctx, body) -> dict | EncodedResponse | None` answering one API for
+every version in its advertised range; a dict is turned into the kio response of the request's
+version (see `strom.broker.protocol.build`), an EncodedResponse (Fetch) is sent as it is, None
+means "send no response" (Produce with acks=0).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
+    from strom.broker.fetch_response import EncodedResponse
 
 HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions")
 
@@ -24,9 +26,10 @@ class RequestContext:
     api_version: int
     client_id: str
     client_host: str
+    correlation_id: int
 
 
-Handler = Callable[[RequestContext, Any], Awaitable[dict[str, Any] | None]]
+Handler = Callable[[RequestContext, Any], Awaitable["dict[str, Any] | EncodedResponse | None"]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Fetch (with long polling) and ListOffsets.
 
-Fetch reads whole batches as stored. read_committed (isolation level 1) reads up to the
+Fetch reads whole batches as stored and sends them from the segment files with
+sendfile(2). read_committed (isolation level 1) reads up to the
 partition's last stable offset and lists the aborted transactions in the range; the partition
 answers both (`Partition.last_stable_offset`, `Partition.aborted_transactions`).
 """
@@ -13,8 +14,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from strom.broker.fetch_response import EncodedResponse, PartitionData, encode
 from strom.broker.handlers import RequestContext, handles, ms
 from strom.broker.log.partition import OffsetOutOfRangeError
+from strom.broker.log.segment import FileRange
 
 FETCH, LIST_OFFSETS = 1, 2
 READ_COMMITTED = 1
@@ -22,7 +25,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
 @handles(FETCH, 4, 12)
-async def fetch(ctx: RequestContext, body: Any) -> dict[str, Any]:
+async def fetch(ctx: RequestContext, body: Any) -> EncodedResponse:
     deadline = time.monotonic() + ms(body.max_wait) / 1000
     committed_only = body.isolation_level == READ_COMMITTED
     while True:
@@ -31,10 +34,13 @@ async def fetch(ctx: RequestContext, body: Any) -> dict[str, Any]:
         if total >= body.min_bytes or remaining <= 0 or ctx.broker.closing:
             break
         await _wait_for_data(ctx, body, remaining)
-    return {"error_code": ErrorCode.none, "session_id": 0, "responses": topics}
+    return encode(ctx.api_version, ctx.correlation_id, topics)
 
 
-def _read_all(ctx: RequestContext, body: Any, committed_only: bool) -> tuple[int, list[dict[str, Any]]]:
+def _read_all(ctx: RequestContext, body: Any,
+              committed_only: bool) -> tuple[int, list[tuple[str, list[PartitionData]]]]:
+    """Reads every requested partition within the response's max_bytes (the first read gets at
+    least one batch even if it is larger)."""
     budget = body.max_bytes
     total = 0
     topics = []
@@ -42,36 +48,32 @@ def _read_all(ctx: RequestContext, body: Any, committed_only: bool) -> tuple[int
         partitions = []
         for request in topic.partitions:
             data = _read_one(ctx, topic.topic, request, committed_only, budget if total else body.max_bytes)
-            size = len(data.get("records") or b"")
+            size = data.records.length if isinstance(data.records, FileRange) else 0
             total += size
             budget = max(budget - size, 0)
             partitions.append(data)
-        topics.append({"topic": topic.topic, "partitions": partitions})
+        topics.append((topic.topic, partitions))
     return total, topics
 
 
 def _read_one(ctx: RequestContext, topic: str, request: Any, committed_only: bool,
-              budget: int) -> dict[str, Any]:
-    result: dict[str, Any] = {"partition_index": request.partition, "high_watermark": -1,
-                              "last_stable_offset": -1, "log_start_offset": -1,
-                              "aborted_transactions": None, "records": b""}
+              budget: int) -> PartitionData:
     partition = ctx.broker.logs.partition(topic, request.partition)
     if partition is None:
-        return {**result, "error_code": ErrorCode.unknown_topic_or_partition}
+        return PartitionData(request.partition, ErrorCode.unknown_topic_or_partition.value,
+                             -1, -1, -1, None, b"")
     max_bytes = min(request.partition_max_bytes, budget) if budget > 0 else 0
     try:
         read = partition.read(request.fetch_offset, max_bytes, committed_only) if max_bytes else None
     except OffsetOutOfRangeError:
-        return {**result, "error_code": ErrorCode.offset_out_of_range,
-                "high_watermark": partition.high_watermark, "log_start_offset": partition.log_start_offset}
+        return PartitionData(request.partition, ErrorCode.offset_out_of_range.value,
+                             partition.high_watermark, -1, partition.log_start_offset, None, b"")
     if read is None:
-        return {**result, "error_code": ErrorCode.none, "high_watermark": partition.high_watermark,
-                "last_stable_offset": partition.last_stable_offset(),
-                "log_start_offset": partition.log_start_offset, "records": b""}
-    aborted = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in read.aborted]
-    return {**result, "error_code": ErrorCode.none, "high_watermark": read.high_watermark,
-            "last_stable_offset": read.last_stable_offset, "log_start_offset": read.log_start_offset,
-            "aborted_transactions": aborted if committed_only else None, "records": read.data}
+        return PartitionData(request.partition, 0, partition.high_watermark,
+                             partition.last_stable_offset(), partition.log_start_offset, None, b"")
+    aborted = [(a.producer_id, a.first_offset) for a in read.aborted] if committed_only else None
+    return PartitionData(request.partition, 0, read.high_watermark, read.last_stable_offset,
+                         read.log_start_offset, aborted, read.records or b"")
 
 
 async def _wait_for_data(ctx: RequestContext, body: Any, timeout: float) -> None:

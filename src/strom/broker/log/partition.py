@@ -15,7 +15,7 @@ from typing import Any
 from crc32c import crc32c
 
 from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader
-from strom.broker.log.segment import Segment
+from strom.broker.log.segment import FileRange, Segment
 from strom.broker.producer_state import AbortedTxn, ProducerStateManager
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    data: bytes
+    records: FileRange | None  # whole batches, None when there is nothing to read
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -212,17 +212,17 @@ class Partition:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self.log_start_offset}, {high_watermark}]")
         upper = lso if committed_only else high_watermark
-        data = b""
+        records = None
         segment_index = bisect_right([s.base_offset for s in self.segments], offset) - 1
         for segment in self.segments[max(segment_index, 0):]:
             position, length = segment.locate(offset, max_bytes, upper)
             if length:
-                data = segment.read(position, length)
+                records = segment.file_range(position, length)
                 break
             if segment.next_offset > offset:
                 break
-        aborted = self.aborted_transactions(offset, upper) if committed_only and data else []
-        return ReadResult(data, high_watermark, lso, self.log_start_offset, aborted)
+        aborted = self.aborted_transactions(offset, upper) if committed_only and records else []
+        return ReadResult(records, high_watermark, lso, self.log_start_offset, aborted)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first batch with a timestamp >= `timestamp`."""

@@ -15,7 +15,9 @@ import struct
 import time
 from array import array
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from crc32c import crc32c
 
@@ -24,6 +26,19 @@ from strom.broker.log.records import CRC_START, HEADER_SIZE, BatchHeader, set_ba
 log = logging.getLogger(__name__)
 
 _INDEX_ENTRY = struct.Struct(">Ii")
+
+
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """`length` bytes at `position` of an open segment file (sent to clients with sendfile)."""
+
+    file: BinaryIO
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        return os.pread(self.file.fileno(), self.length, self.position)
+
 _TIME_ENTRY = struct.Struct(">qI")
 
 
@@ -42,6 +57,7 @@ class Segment:
         self.max_timestamps = array("q")  # running maximum, so it is sorted
         self.created = time.time()
         self._indexed_entries = 0  # entries already in the index files
+        self._reader: BinaryIO | None = None
 
     # ---- opening ------------------------------------------------------------------------------
     @classmethod
@@ -139,11 +155,13 @@ class Segment:
     def close(self) -> None:
         if self._fd >= 0:
             self.flush()
-            os.close(self._fd)
-            self._fd = -1
+        self.release()
 
     def release(self) -> None:
         """Closes the file without flushing (before the file is replaced or deleted)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -190,6 +208,11 @@ class Segment:
 
     def read(self, position: int, length: int) -> bytes:
         return os.pread(self._fd, length, position)
+
+    def file_range(self, position: int, length: int) -> FileRange:
+        if self._reader is None:
+            self._reader = open(self.log_path, "rb", buffering=0)  # noqa: SIM115 - closed by release()
+        return FileRange(self._reader, position, length)
 
     def batch_at(self, i: int) -> bytes:
         return self.read(self.positions[i], self._end_of(i) - self.positions[i])
