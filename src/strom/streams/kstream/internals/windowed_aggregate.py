@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.streams.kstream.change import Change
-from strom.streams.kstream.windows import SessionWindow, SessionWindows, TimeWindows, Windowed
+from strom.streams.kstream.windows import SessionWindow, SessionWindows, TimeWindows, Window, Windowed
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
@@ -52,6 +52,7 @@ class KStreamWindowAggregate(_WindowedProcessor):
     ) -> None:
         super().__init__(store_name, send_old_values)
         self.windows = windows
+        self.tumbling = windows.advance_ms == windows.size_ms
         self.initializer = initializer
         self.aggregator = aggregator
 
@@ -73,7 +74,13 @@ class KStreamWindowAggregate(_WindowedProcessor):
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.windows.grace_ms
         store = self.store
-        for window_start, window in self.windows.windows_for(timestamp).items():
+        windows = self.windows
+        if self.tumbling and timestamp >= 0:
+            start = timestamp - timestamp % windows.size_ms
+            matched: Any = ((start, Window(start, start + windows.size_ms)),)
+        else:
+            matched = windows.windows_for(timestamp).items()
+        for window_start, window in matched:
             if window.end <= close_time:
                 self._drop(
                     record,

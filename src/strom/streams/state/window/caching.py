@@ -26,6 +26,9 @@ class CachingWindowStore:
         self._namespace = ""
         self._listener: WindowFlushListener | None = None
         self._send_old_values = False
+        self._last_key: bytes | None = None
+        self._last_start = -1
+        self._last_binary = b""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
@@ -51,7 +54,9 @@ class CachingWindowStore:
             for binary_key, new, entry_context in entries:
                 key, start, _ = schemas.split_window_store_key(binary_key)
                 context.set_record_context(entry_context)
-                old = self.wrapped.fetch(key, start) if self._listener is not None else None
+                # the old value matters only to forward it, or to tell whether a delete changes anything
+                needs_old = self._listener is not None and (new is None or self._send_old_values)
+                old = self.wrapped.fetch(key, start) if needs_old else None
                 self.wrapped.put(key, new, start)
                 if self._listener is not None and (new is not None or old is not None):
                     self._listener(key, start, new, old if self._send_old_values else None,
@@ -59,17 +64,25 @@ class CachingWindowStore:
         finally:
             context.set_record_context(current)
 
+    def _binary_key(self, key: bytes, window_start: int) -> bytes:
+        # an aggregation fetches then puts the same window: build its store key once
+        if key is self._last_key and window_start == self._last_start:
+            return self._last_binary
+        self._last_key, self._last_start = key, window_start
+        self._last_binary = schemas.window_store_key(key, window_start, 0)
+        return self._last_binary
+
     def put(self, key: bytes, value: bytes | None, window_start: int) -> bytes:
         context = self._context
         assert context is not None and self._cache is not None, "store used before init"
-        binary_key = schemas.window_store_key(key, window_start, 0)
+        binary_key = self._binary_key(key, window_start)
         self._cache.put(self._namespace, binary_key,
                         LRUCacheEntry(binary_key, value, True, context.record_context))
         return binary_key
 
     def fetch(self, key: bytes, window_start: int) -> bytes | None:
         assert self._cache is not None, "store used before init"
-        entry = self._cache.get(self._namespace, schemas.window_store_key(key, window_start, 0))
+        entry = self._cache.get(self._namespace, self._binary_key(key, window_start))
         if entry is not None:
             return entry.value
         return self.wrapped.fetch(key, window_start)

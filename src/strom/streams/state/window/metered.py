@@ -7,13 +7,16 @@ stored as Kafka does: an 8-byte timestamp followed by the serialized value.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from typing import Any
 
 from strom.kafka.serdes import Serde
 from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
-from strom.streams.state.timestamped import ValueAndTimestampSerde
+from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
+
+_TIMESTAMP = struct.Struct(">q")
 
 WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
 
@@ -24,6 +27,8 @@ class _Metered:
         self._key_serde = key_serde
         self._value_serde = value_serde
         self._topic: str | None = None
+        self._last_key: Any = None
+        self._last_key_bytes = b""
         self.num_puts = 0
         self.num_fetches = 0
 
@@ -53,9 +58,14 @@ class _Metered:
         return value_serde
 
     def _key_bytes(self, key: Any) -> bytes:
+        # an aggregation fetches then puts the same key: serialize it once
+        if key is self._last_key:
+            return self._last_key_bytes
         if key is None:
             raise ValueError(f"store {self.name!r}: keys must not be None")
-        return self._key_to(self._topic, key)
+        self._last_key_bytes = self._key_to(self._topic, key)
+        self._last_key = key
+        return self._last_key_bytes
 
     def flush(self) -> None:
         self.wrapped.flush()
@@ -74,13 +84,26 @@ class MeteredWindowStore(_Metered):
         self.timestamped = timestamped
 
     def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
-        return ValueAndTimestampSerde(value_serde) if self.timestamped else value_serde
+        if self.timestamped:
+            # the hot path packs and unpacks ValueAndTimestamp itself; the serde validates the layout
+            self._plain_to = value_serde.serializer().serialize
+            self._plain_from = value_serde.deserializer().deserialize
+            return ValueAndTimestampSerde(value_serde)
+        return value_serde
 
     def _to_bytes(self, value: Any) -> bytes | None:
-        return None if value is None else self._value_to(self._topic, value)
+        if value is None:
+            return None
+        if self.timestamped and type(value) is ValueAndTimestamp:
+            return _TIMESTAMP.pack(value.timestamp) + self._plain_to(self._topic, value.value)
+        return self._value_to(self._topic, value)
 
     def _from_bytes(self, data: bytes | None) -> Any:
-        return None if data is None else self._value_from(self._topic, data)
+        if data is None:
+            return None
+        if self.timestamped and len(data) >= 8:
+            return ValueAndTimestamp(self._plain_from(self._topic, data[8:]), _TIMESTAMP.unpack_from(data)[0])
+        return self._value_from(self._topic, data)
 
     def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
         return Windowed(self._key_from(self._topic, key), Window(start, min(start + self.window_size_ms,

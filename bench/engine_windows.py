@@ -1,0 +1,115 @@
+"""Windowed and join throughput on one core, no broker: records/s through one StreamTask.
+
+Cases (10k distinct keys, string keys and values, record timestamps 1 ms apart):
+  d  group_by_key().windowed_by(1-minute tumbling windows).count(), RocksDB and in-memory window store
+  e  stream-table join: each stream record looks up a 10k-key table (loaded first, not timed)
+with caching on and off. Records are fed raw to the task, which commits every --commit-every records,
+as in bench/engine.py (whose feeding and sink this reuses).
+
+    .venv/bin/python bench/engine_windows.py [--records 500000] [--keys 10000] [--commit-every 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import shutil
+import tempfile
+import time
+from datetime import timedelta
+
+from engine import CountingSink, make_records, run_case
+from strom.kafka.serdes import Serdes
+from strom.streams import Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
+from strom.streams.kstream.windowed_serdes import WindowedSerdes
+from strom.streams.kstream.windows import TimeWindows
+from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.state.cache import ThreadCache
+from strom.streams.state.window import builders
+
+S, L = Serdes.String(), Serdes.Long()
+MINUTE = timedelta(minutes=1)
+
+
+def windowed_count(store_factory):
+    def build(builder: StreamsBuilder, caching: bool) -> None:
+        windows = TimeWindows.of_size_with_no_grace(MINUTE)
+        materialized = Materialized.as_(store_factory("counts", windows.size_ms, windows.size_ms))
+        if not caching:
+            materialized = materialized.with_caching_disabled()
+        key_serde = WindowedSerdes.time_windowed_serde_from(S, windows.size_ms)
+        (builder.stream("in").group_by_key().windowed_by(windows).count(materialized=materialized)
+         .to_stream().to("out", Produced.with_(key_serde, L)))
+
+    return build
+
+
+def stream_table_join(builder: StreamsBuilder, caching: bool) -> None:
+    materialized = Materialized.as_("table") if caching else Materialized.as_("table").with_caching_disabled()
+    table = builder.table("table", materialized=materialized)
+    builder.stream("in").join(table, lambda value, other: value + other).to("out")
+
+
+def run_join(caching: bool, records: list[ConsumerRecord], keys: int, commit_every: int,
+             cache_bytes: int) -> float:
+    state_dir = tempfile.mkdtemp(prefix="strom-bench-")
+    try:
+        builder = StreamsBuilder()
+        stream_table_join(builder, caching)
+        config = StreamsConfig({"application.id": "bench", "state.dir": state_dir,
+                                "default.key.serde": "String", "default.value.serde": "String",
+                                "statestore.cache.max.bytes": cache_bytes})
+        task = StreamTask(TaskId(0, 0), builder.build().internal, config, CountingSink(),
+                          ThreadCache(cache_bytes))
+        task.initialize()
+        task.complete_restoration()
+        table = [ConsumerRecord("table", 0, i, 0, f"key-{i}".encode(), f"t{i}".encode()) for i in range(keys)]
+        task.add_records(TopicPartition("table", 0), table)
+        task.process_all()
+        task.commit()
+        gc.collect()
+        best = float("inf")
+        for start in range(0, len(records), commit_every):
+            chunk = records[start:start + commit_every]
+            started = time.process_time()
+            task.add_records(TopicPartition("in", 0), chunk)
+            task.process_all()
+            task.commit()
+            best = min(best, (time.process_time() - started) / len(chunk))
+        task.close()
+        return 1 / best
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+WINDOWED = {
+    "d windowed count, RocksDB": windowed_count(builders.persistent_timestamped_window_store),
+    "d windowed count, in-memory": windowed_count(builders.in_memory_timestamped_window_store),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--commit-every", type=int, default=100_000)
+    parser.add_argument("--cache-bytes", type=int, default=10 * 1024 * 1024)
+    parser.add_argument("--case", choices=["d", "e"], action="append")
+    args = parser.parse_args()
+    records = make_records(args.records, args.keys)
+    print(f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
+          f"cache {args.cache_bytes} bytes")
+    for caching in (True, False):
+        if not args.case or "d" in args.case:
+            for name, build in WINDOWED.items():
+                rate = run_case(build, caching, records, args.commit_every, args.cache_bytes)
+                print(f"  {name:<30} caching {'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
+        if not args.case or "e" in args.case:
+            rate = run_join(caching, records, args.keys, args.commit_every, args.cache_bytes)
+            label = "e stream-table join"
+            print(f"  {label:<30} caching {'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
+
+
+if __name__ == "__main__":
+    main()
