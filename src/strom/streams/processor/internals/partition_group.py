@@ -9,6 +9,7 @@ from typing import Any
 from strom.streams.processor.internals.records import ConsumerRecord, TopicPartition
 
 UNKNOWN = -1
+NEVER = 1 << 62
 
 
 class RecordQueue:
@@ -31,8 +32,8 @@ class RecordQueue:
 
 
 class PartitionGroup:
-    """The task's queues. ``next_queue`` returns the non-empty queue whose head has the smallest timestamp
-    (ties by partition order), so a task processes its partitions in timestamp order."""
+    """The task's queues; ``next_run`` picks where the next records come from, so a task processes its
+    partitions in timestamp order."""
 
     def __init__(self, partitions: Iterable[TopicPartition]) -> None:
         self.queues: dict[TopicPartition, RecordQueue] = {tp: RecordQueue(tp) for tp in partitions}
@@ -48,19 +49,24 @@ class PartitionGroup:
         self.buffered += added
         return added
 
-    def next_queue(self) -> RecordQueue | None:
-        if self.buffered == 0:
-            return None
+    def next_run(self) -> tuple[RecordQueue, int]:
+        """The non-empty queue whose head has the smallest timestamp (ties: the first), and the
+        smallest head timestamp of the others: records stay the right choice up to that time."""
         if self.single is not None:
-            return self.single
-        best = None
-        best_ts = 0
+            return self.single, NEVER
+        best: RecordQueue | None = None
+        best_ts = NEVER
+        others = NEVER
         for queue in self.queues.values():
             if queue.records:
                 ts = queue.records[0].timestamp
                 if best is None or ts < best_ts:
+                    others = min(others, best_ts)
                     best, best_ts = queue, ts
-        return best
+                else:
+                    others = min(others, ts)
+        assert best is not None, "next_run() needs buffered records"
+        return best, others
 
     def clear(self) -> None:
         """Drops buffered records and consumed positions (after an aborted commit)."""

@@ -229,42 +229,47 @@ class StreamTask:
         """Processes up to ``max_records`` buffered records (all when negative), each depth-first and in
         timestamp order, firing due stream-time punctuations after each. The hot loop of the engine."""
         group = self.partition_group
-        single = group.single
         context = self.context
         punctuations = context.stream_time_punctuations
         count = 0
         try:
             while group.buffered and count != max_records:
-                queue = single if single is not None else group.next_queue()
-                raw = queue.records.popleft()
-                group.buffered -= 1
-                queue.consumed_offset = raw.offset
-                count += 1
+                queue, until = group.next_run()
+                records = queue.records
+                popleft = records.popleft
                 source = queue.source
-                topic = raw.topic
-                try:
-                    key = source.key_deserialize(topic, raw.key)
-                    value = source.value_deserialize(topic, raw.value)
-                except Exception as exc:
-                    self._deserialization_failed(raw, exc)
-                    continue
-                timestamp = raw.timestamp
-                if timestamp < 0 or not source.record_timestamp_when_valid:
-                    timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
-                if timestamp < 0:
-                    self.metrics.dropped_records += 1
-                    continue
-                if timestamp > queue.partition_time:
-                    queue.partition_time = timestamp
-                    if timestamp > context.stream_time:
-                        context.stream_time = timestamp
-                headers = raw.headers
-                context.record_context = new_record_context(
-                    RecordContext, (timestamp, topic, raw.partition, raw.offset, headers)
-                )
-                source.entry(new_record(Record, (key, value, timestamp, headers)))
-                if context.stream_time >= punctuations.next_time:
-                    self.maybe_punctuate_stream_time()
+                key_deserialize, value_deserialize = source.key_deserialize, source.value_deserialize
+                entry = source.entry
+                trusted_timestamps = source.record_timestamp_when_valid
+                while records and count != max_records and records[0].timestamp <= until:
+                    raw = popleft()
+                    group.buffered -= 1
+                    queue.consumed_offset = raw.offset
+                    count += 1
+                    topic = raw.topic
+                    try:
+                        key = key_deserialize(topic, raw.key)
+                        value = value_deserialize(topic, raw.value)
+                    except Exception as exc:
+                        self._deserialization_failed(raw, exc)
+                        continue
+                    timestamp = raw.timestamp
+                    if timestamp < 0 or not trusted_timestamps:
+                        timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
+                        if timestamp < 0:
+                            self.metrics.dropped_records += 1
+                            continue
+                    if timestamp > queue.partition_time:
+                        queue.partition_time = timestamp
+                        if timestamp > context.stream_time:
+                            context.stream_time = timestamp
+                    headers = raw.headers
+                    context.record_context = new_record_context(
+                        RecordContext, (timestamp, topic, raw.partition, raw.offset, headers)
+                    )
+                    entry(new_record(Record, (key, value, timestamp, headers)))
+                    if context.stream_time >= punctuations.next_time:
+                        self.maybe_punctuate_stream_time()
         except StromError:
             raise
         except Exception as exc:
