@@ -180,3 +180,28 @@ def test_user_exception_names_the_record(props):
 def test_function_with_wrong_arity_is_rejected_when_building():
     with pytest.raises(TopologyError, match="takes 3 arguments"):
         StreamsBuilder().stream("in").map_values(lambda a, b, c: a)
+
+
+def test_repartition_drops_records_whose_new_key_is_null(props):
+    builder = StreamsBuilder()
+    builder.stream("in").select_key(lambda k, v: None if v == "drop" else v).repartition().to("out")
+    assert run(builder, props, [("a", "keep"), ("b", "drop")]) == [("keep", "keep")]
+
+
+def test_process_with_a_store_added_to_the_builder(props):
+    from strom.streams import Processor, Record, Stores
+
+    class Dedupe(Processor):
+        def init(self, context):
+            self.context = context
+            self.seen = context.get_state_store("seen")
+
+        def process(self, record: Record) -> None:
+            if self.seen.get(record.value) is None:
+                self.seen.put(record.value, record.key)
+                self.context.forward(record.with_key(record.value))
+
+    builder = StreamsBuilder()
+    builder.add_state_store(Stores.key_value_store_builder(Stores.in_memory_key_value_store("seen"), S, S))
+    builder.stream("in").process(Dedupe, "seen").to("out")
+    assert run(builder, props, [("1", "x"), ("2", "y"), ("3", "x")]) == [("x", "x"), ("y", "y")]

@@ -243,8 +243,12 @@ def test_negative_timestamps_fail_by_default_and_can_be_skipped(tmp_path):
     builder = StreamsBuilder()
     builder.stream("a").to("out")
     sink = ListSink()
-    task = make_task(builder.build(), tmp_path / "2", sink,
-                     **{"default.timestamp.extractor": "LogAndSkipOnInvalidTimestamp"})
+    task = make_task(
+        builder.build(),
+        tmp_path / "2",
+        sink,
+        **{"default.timestamp.extractor": "LogAndSkipOnInvalidTimestamp"},
+    )
     task.add_records(TopicPartition("a", 1), [raw("a", 0, -5, b"k", b"bad"), raw("a", 1, 7, b"k", b"ok")])
     task.process_all()
     assert [value for _, _, value, _ in sink.sent] == [b"ok"]
