@@ -1,0 +1,112 @@
+"""Driver-side planning: sub-topologies, their stream tasks, and the internal topics they need.
+
+As Kafka Streams' partition assignor does, the number of tasks of a sub-topology is the largest
+partition count among its source topics; a repartition topic gets the partition count of the
+sub-topology writing it; a store's changelog has one partition per task of its sub-topology.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from strom.errors import BrokerUnavailableError, TopologyError
+from strom.kafka import clients
+from strom.streams.config import StreamsConfig
+from strom.streams.processor.topology import Topology
+
+log = logging.getLogger(__name__)
+
+_TIMEOUT_S = 30.0
+COMPACTED = {"cleanup.policy": "compact"}
+
+
+@dataclass(frozen=True)
+class SubtopologyTasks:
+    """One sub-topology as the runtime runs it: one Spark streaming query with ``tasks`` tasks."""
+
+    id: int
+    source_topics: dict[str, int]  # real topic name -> partition count
+    tasks: int
+    changelog_topics: tuple[str, ...]
+
+    def owned_topics(self, partition: int) -> list[str]:
+        """The source topics that have partition ``partition`` (task ``<id>_<partition>`` reads them)."""
+        return [t for t, count in self.source_topics.items() if partition < count]
+
+
+@dataclass(frozen=True)
+class InternalTopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ApplicationPlan:
+    subtopologies: tuple[SubtopologyTasks, ...]
+    internal_topics: tuple[InternalTopicSpec, ...]
+
+    @property
+    def task_ids(self) -> list[str]:
+        return [f"{s.id}_{p}" for s in self.subtopologies for p in range(s.tasks)]
+
+
+def plan_application(topology: Topology, config: StreamsConfig, admin: AdminClient) -> ApplicationPlan:
+    """Reads the source topics' partition counts and derives tasks and internal topics.
+
+    A missing source topic raises TopologyError; joined topics that disagree, CoPartitioningError.
+    """
+    builder = topology.internal
+    builder.application_id = config.application_id
+    existing = existing_topics(admin, config["bootstrap.servers"])
+    counts = builder.topic_partitions(existing)
+    subtopologies, internal = [], []
+    for sub in builder.subtopologies():
+        sources = {builder.decorate(t): counts[t] for t in sub.source_topics}
+        tasks = max(sources.values())
+        changelogs = []
+        for store in sub.stores:
+            store_builder = builder.store_builders[store]
+            if getattr(store_builder, "logging_enabled", False):
+                topic = builder.changelog_topic(store)
+                changelogs.append(topic)
+                internal.append(InternalTopicSpec(topic, tasks, {**COMPACTED, **store_builder.log_config}))
+        subtopologies.append(SubtopologyTasks(sub.id, sources, tasks, tuple(changelogs)))
+    for name in builder.internal_topics:
+        internal.append(InternalTopicSpec(builder.decorate(name), counts[name], {}))
+    return ApplicationPlan(tuple(subtopologies), tuple(internal))
+
+
+def existing_topics(admin: AdminClient, bootstrap_servers: str) -> dict[str, int]:
+    """Topic name -> partition count of every topic the cluster has."""
+    try:
+        cluster = admin.list_topics(timeout=_TIMEOUT_S)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"Could not read topic metadata from bootstrap.servers={bootstrap_servers!r}: {exc}. "
+            "Check that the broker is running (e.g. `strom broker`)."
+        ) from exc
+    return {name: len(meta.partitions) for name, meta in cluster.topics.items() if meta.error is None}
+
+
+def create_internal_topics(plan: ApplicationPlan, admin: AdminClient, bootstrap_servers: str) -> list[str]:
+    """Creates missing repartition and changelog topics; an existing one must have the planned
+    partition count. Returns the names created."""
+    existing = existing_topics(admin, bootstrap_servers)
+    wrong = {t.name: (existing[t.name], t.partitions) for t in plan.internal_topics
+             if t.name in existing and existing[t.name] != t.partitions}
+    if wrong:
+        raise TopologyError(
+            "Internal topics exist with the wrong partition count (have, need): "
+            + ", ".join(f"{name} {have}/{need}" for name, (have, need) in sorted(wrong.items()))
+            + ". Delete them (the application rebuilds them) or reset the application."
+        )
+    missing = [t for t in plan.internal_topics if t.name not in existing]
+    for spec in missing:
+        clients.create_topics(bootstrap_servers, {spec.name: spec.partitions}, spec.config)
+        log.info("Created internal topic %s (%d partitions, %s)", spec.name, spec.partitions, spec.config)
+    return [t.name for t in missing]

@@ -1,0 +1,71 @@
+"""ProducerSink: the RecordSink of a stream task running on Spark, over a confluent-kafka producer.
+
+Records without a partition use the murmur2 partitioner, as Kafka's Java clients (and so Kafka
+Streams) do: a key lands on the same partition whichever client wrote it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from strom.kafka import clients
+from strom.streams.processor.api import Headers
+from strom.streams.processor.internals.collector import RecordCollector
+
+JAVA_PARTITIONER = {"partitioner": "murmur2_random"}
+_POLL_EVERY = 1000
+FLUSH_TIMEOUT_S = 60.0
+
+
+class ProducerSink:
+    """Sends a task's records; reports deliveries and failures to the task's collector."""
+
+    def __init__(self, bootstrap_servers: str, config: dict[str, Any]) -> None:
+        self._collector: RecordCollector | None = None
+        self.producer: Producer = clients.producer(
+            bootstrap_servers, **{**JAVA_PARTITIONER, **config, "on_delivery": self._on_delivery})
+        self.sent: Counter[str] = Counter()
+        self._unpolled = 0
+
+    def send(self, collector: RecordCollector, topic: str, partition: int | None, key: bytes | None,
+             value: bytes | None, timestamp: int, headers: Headers) -> None:
+        self._collector = collector
+        kwargs: dict[str, Any] = {"timestamp": timestamp}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = list(headers)
+        while True:
+            try:
+                self.producer.produce(topic, value, key, **kwargs)
+                break
+            except BufferError:
+                self.producer.poll(0.05)  # librdkafka's queue is full: serve deliveries, retry
+        self.sent[topic] += 1
+        self._unpolled += 1
+        if self._unpolled >= _POLL_EVERY:
+            self._unpolled = 0
+            self.producer.poll(0)
+
+    def flush(self, collector: RecordCollector) -> None:
+        self._collector = collector
+        remaining = self.producer.flush(FLUSH_TIMEOUT_S)
+        if remaining:
+            collector.send_failed("(unknown)", None, None, KafkaException(KafkaError(
+                KafkaError._TIMED_OUT, f"{remaining} records not acknowledged in {FLUSH_TIMEOUT_S:.0f}s")))
+
+    def close(self) -> None:
+        """Drops the producer (it holds this sink's callback, so the cycle is broken explicitly)."""
+        self.producer = None  # type: ignore[assignment]
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        collector = self._collector
+        if collector is None:
+            return
+        if error is None:
+            collector.delivered(message.topic(), message.partition(), message.offset())
+        else:
+            collector.send_failed(message.topic(), message.key(), message.value(), KafkaException(error))
