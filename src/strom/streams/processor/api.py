@@ -13,7 +13,7 @@ class Record(NamedTuple):
     """One record flowing through a topology; immutable, ``with_*`` return copies.
 
     A NamedTuple: a record is made per processor hop, and the engine builds them with the C-level
-    ``new_record(Record, (key, value, timestamp, headers))``.
+    ``new_tuple(Record, (key, value, timestamp, headers))``.
     """
 
     key: Any
@@ -22,19 +22,21 @@ class Record(NamedTuple):
     headers: Headers = ()
 
     def with_key(self, key: Any) -> Record:
-        return new_record(Record, (key, self.value, self.timestamp, self.headers))
+        return new_tuple(Record, (key, self.value, self.timestamp, self.headers))
 
     def with_value(self, value: Any) -> Record:
-        return new_record(Record, (self.key, value, self.timestamp, self.headers))
+        return new_tuple(Record, (self.key, value, self.timestamp, self.headers))
 
     def with_timestamp(self, timestamp: int) -> Record:
-        return new_record(Record, (self.key, self.value, timestamp, self.headers))
+        return new_tuple(Record, (self.key, self.value, timestamp, self.headers))
 
     def with_headers(self, headers: Headers) -> Record:
-        return new_record(Record, (self.key, self.value, self.timestamp, tuple(headers)))
+        return new_tuple(Record, (self.key, self.value, self.timestamp, tuple(headers)))
 
 
-new_record = tuple.__new__
+new_tuple = tuple.__new__
+"""``new_tuple(Record, (key, value, timestamp, headers))``: the C-level constructor of a NamedTuple
+(Record, Change, RecordContext, ValueAndTimestamp), for the per-record hot path."""
 
 
 class RecordMetadata:

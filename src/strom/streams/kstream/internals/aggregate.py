@@ -9,11 +9,10 @@ from typing import Any
 
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
-from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
-new_value_and_timestamp = tuple.__new__
 
 
 class _Aggregating(Processor):
@@ -61,7 +60,7 @@ class KStreamAggregate(_Aggregating):
             if previous[1] > timestamp:
                 timestamp = previous[1]
         new = self.aggregator(key, record.value, aggregate)
-        self.put(key, new_value_and_timestamp(ValueAndTimestamp, (new, timestamp)))
+        self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
         if self.forward_each:
             self.forwarder.maybe_forward(key, new, old, timestamp)
 
@@ -87,7 +86,7 @@ class KStreamReduce(_Aggregating):
             new = self.reducer(old, record.value)
             if previous[1] > timestamp:
                 timestamp = previous[1]
-        self.put(key, new_value_and_timestamp(ValueAndTimestamp, (new, timestamp)))
+        self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
         if self.forward_each:
             self.forwarder.maybe_forward(key, new, old, timestamp)
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from strom.errors import ProcessingError
-from strom.streams.processor.api import Processor, Record, new_record
+from strom.streams.processor.api import Processor, Record, new_tuple
 
 KV = Callable[[Any, Any], Any]
 
@@ -40,14 +40,14 @@ class KStreamMapValues(Processor):
 
     def process(self, record: Record) -> None:
         self.forward(
-            new_record(Record, (record.key, self.mapper(record.value), record.timestamp, record.headers))
+            new_tuple(Record, (record.key, self.mapper(record.value), record.timestamp, record.headers))
         )
 
 
 class KStreamMapValuesWithKey(KStreamMapValues):
     def process(self, record: Record) -> None:
         self.forward(
-            new_record(
+            new_tuple(
                 Record, (record.key, self.mapper(record.key, record.value), record.timestamp, record.headers)
             )
         )
@@ -66,7 +66,7 @@ class KStreamMap(Processor):
 
     def process(self, record: Record) -> None:
         key, value = _pair(self.mapper(record.key, record.value), self.operator)
-        self.forward(new_record(Record, (key, value, record.timestamp, record.headers)))
+        self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
 
 
 class KStreamSelectKey(Processor):
@@ -79,7 +79,7 @@ class KStreamSelectKey(Processor):
 
     def process(self, record: Record) -> None:
         self.forward(
-            new_record(
+            new_tuple(
                 Record,
                 (self.selector(record.key, record.value), record.value, record.timestamp, record.headers),
             )
@@ -97,7 +97,7 @@ class KStreamFlatMap(Processor):
     def process(self, record: Record) -> None:
         for pair in self.mapper(record.key, record.value) or ():
             key, value = _pair(pair, "flat_map")
-            self.forward(new_record(Record, (key, value, record.timestamp, record.headers)))
+            self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
 
 
 class KStreamFlatMapValues(Processor):
@@ -110,7 +110,7 @@ class KStreamFlatMapValues(Processor):
 
     def process(self, record: Record) -> None:
         for value in self.mapper(record.key, record.value) or ():
-            self.forward(new_record(Record, (record.key, value, record.timestamp, record.headers)))
+            self.forward(new_tuple(Record, (record.key, value, record.timestamp, record.headers)))
 
 
 class KStreamPeek(Processor):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.streams.kstream.change import Change
-from strom.streams.processor.api import Processor, Record, new_record
+from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
@@ -22,18 +22,18 @@ class TimestampedTupleForwarder:
 
     def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
         self.context = context
+        self.forward = context.forwarder
         self.send_old_values = send_old_values
         self.caching = store.set_flush_listener(self._flushed, send_old_values)
 
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        self.context.forward(
-            new_record(Record, (key, Change(new, old), timestamp, self.context.record_headers))
-        )
+        change = new_tuple(Change, (new, old))
+        self.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if not self.caching:
-            change = Change(new, old if self.send_old_values else None)
-            self.context.forward(new_record(Record, (key, change, timestamp, self.context.record_headers)))
+            change = new_tuple(Change, (new, old if self.send_old_values else None))
+            self.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
 
 
 class KTableProcessorSupplier:
@@ -72,7 +72,7 @@ class _StoreBacked(Processor):
             self.forwarder.maybe_forward(key, new, old, timestamp)
         else:
             change = Change(new, old if self.supplier.send_old_values else None)
-            self.context.forward(new_record(Record, (key, change, timestamp, self.context.record_headers)))
+            self.context.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
 
 
 class KTableSource(_StoreBacked):
@@ -141,7 +141,7 @@ class KTableToStream(Processor):
 
     def process(self, record: Record) -> None:
         self.forward(
-            new_record(Record, (record.key, record.value.new_value, record.timestamp, record.headers))
+            new_tuple(Record, (record.key, record.value.new_value, record.timestamp, record.headers))
         )
 
 
@@ -157,10 +157,10 @@ class KTableRepartitionMap(Processor):
         if change.old_value is not None:
             key, value = self.selector(record.key, change.old_value)
             self.context.forward(
-                new_record(Record, (key, Change(None, value), record.timestamp, record.headers))
+                new_tuple(Record, (key, Change(None, value), record.timestamp, record.headers))
             )
         if change.new_value is not None:
             key, value = self.selector(record.key, change.new_value)
             self.context.forward(
-                new_record(Record, (key, Change(value, None), record.timestamp, record.headers))
+                new_tuple(Record, (key, Change(value, None), record.timestamp, record.headers))
             )

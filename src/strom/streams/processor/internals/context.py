@@ -44,7 +44,7 @@ def default_serde(config: StreamsConfig, which: str, user: str) -> Any:
 
 NO_RECORD = RecordContext(-1)
 new_record_context = tuple.__new__
-"""``new_record_context(RecordContext, (timestamp, topic, partition, offset, headers))``: the C-level
+"""``new_tuple(RecordContext, (timestamp, topic, partition, offset, headers))``: the C-level
 tuple constructor, a record context per record being the hot path."""
 
 
@@ -100,14 +100,18 @@ class TaskContext:
         self.record_context = record_context
 
     def changelog_topic(self, store_name: str) -> str:
-        return self.changelog_topics.get(store_name) or changelog_topic_name(self.application_id, store_name)
+        topic = self.changelog_topics.get(store_name)
+        if topic is None:
+            topic = self.changelog_topics[store_name] = changelog_topic_name(self.application_id, store_name)
+        return topic
 
     def log_change(
         self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers
     ) -> None:
-        self.collector.send_bytes(
-            self.changelog_topic(store_name), self.partition, key, value, timestamp, tuple(headers)
-        )
+        topic = self.changelog_topics.get(store_name) or self.changelog_topic(store_name)
+        if type(headers) is not tuple:
+            headers = tuple(headers)
+        self.collector.send_bytes(topic, self.partition, key, value, timestamp, headers)
 
     def register_store(self, store: StateStore, transaction: StoreTransaction, logged: bool) -> None:
         self.stores[store.name] = store

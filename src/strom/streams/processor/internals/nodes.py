@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.processor.internals.collector import RecordCollector
-from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext, new_record_context
+from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
 from strom.streams.state.context import RecordContext
 
 
@@ -35,7 +35,7 @@ class ProcessorNode:
             def entry(record: Record) -> None:
                 current = task.record_context
                 if current.timestamp != record.timestamp or current.headers is not record.headers:
-                    task.record_context = new_record_context(
+                    task.record_context = new_tuple(
                         RecordContext,
                         (record.timestamp, current.topic, current.partition, current.offset, record.headers),
                     )

@@ -21,7 +21,7 @@ from typing import Any
 
 from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
 from strom.streams import config as cfg
-from strom.streams.processor.api import Record, new_record
+from strom.streams.processor.api import Record, new_tuple
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
     ProcessorNodeFactory,
@@ -29,7 +29,7 @@ from strom.streams.processor.internals.builder import (
     SourceNodeFactory,
 )
 from strom.streams.processor.internals.collector import RecordCollector, RecordSink
-from strom.streams.processor.internals.context import TaskContext, default_serde, new_record_context
+from strom.streams.processor.internals.context import TaskContext, default_serde
 from strom.streams.processor.internals.handlers import HandlerResponse, resolve
 from strom.streams.processor.internals.nodes import ProcessorNode, SinkProcessor, SourceNode
 from strom.streams.processor.internals.partition_group import PartitionGroup
@@ -264,10 +264,10 @@ class StreamTask:
                         if timestamp > context.stream_time:
                             context.stream_time = timestamp
                     headers = raw.headers
-                    context.record_context = new_record_context(
+                    context.record_context = new_tuple(
                         RecordContext, (timestamp, topic, raw.partition, raw.offset, headers)
                     )
-                    entry(new_record(Record, (key, value, timestamp, headers)))
+                    entry(new_tuple(Record, (key, value, timestamp, headers)))
                     if context.stream_time >= punctuations.next_time:
                         self.maybe_punctuate_stream_time()
         except StromError:
