@@ -103,3 +103,13 @@ def test_session_store_layers_and_restore(tmp_path, persistent):
     restored_context.transaction("sessions").restore(context.changelog)
     assert list(restored.find_sessions_key_range(None, None, 0, 100)) == \
         list(store.find_sessions_key_range(None, None, 0, 100))
+
+
+def test_windowed_changelogs_are_compacted_and_time_deleted():
+    builder = builders.window_store_builder(builders.persistent_window_store("w", 1_000, 100))
+    assert builder.log_config == {"cleanup.policy": "compact,delete", "retention.ms": str(1_000 + 86_400_000)}
+    builder.with_logging_enabled({"retention.ms": "5000", "min.insync.replicas": "1"})
+    assert builder.log_config["retention.ms"] == "5000"
+    assert builder.log_config["cleanup.policy"] == "compact,delete"
+    session = builders.session_store_builder(builders.in_memory_session_store("s", 10))
+    assert session.log_config["retention.ms"] == str(10 + 86_400_000)

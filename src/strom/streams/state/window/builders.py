@@ -84,21 +84,32 @@ def in_memory_session_store(name: str, retention: Duration) -> SessionBytesStore
     return SessionBytesStoreSupplier(name, to_millis(retention, "Session store retention"), False)
 
 
+CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
+"""Kafka's ``windowstore.changelog.additional.retention.ms`` default: one day beyond the store's."""
+
+
 class _Builder:
     def __init__(self, supplier: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
         self.supplier = supplier
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.logging_enabled = True
-        self.log_config: dict[str, str] = {}
+        self.log_config: dict[str, str] = self._changelog_defaults()
+
+    def _changelog_defaults(self) -> dict[str, str]:
+        """Windowed changelogs are compacted *and* deleted by time, as Kafka Streams creates them:
+        keys of expired windows are never written again, so compaction alone would keep them forever."""
+        retention = self.supplier.retention_ms + CHANGELOG_ADDITIONAL_RETENTION_MS
+        return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
 
     @property
     def name(self) -> str:
         return self.supplier.name
 
     def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> _Builder:
+        """Log to the changelog topic; ``config`` adds to (or overrides) its topic configs."""
         self.logging_enabled = True
-        self.log_config = dict(config or {})
+        self.log_config = {**self._changelog_defaults(), **(config or {})}
         return self
 
     def with_logging_disabled(self) -> _Builder:

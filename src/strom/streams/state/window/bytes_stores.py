@@ -149,7 +149,6 @@ class SegmentedBytesStore:
                 self._apply(segments, segment_id, binary_key, value)
         self._pending.clear()
         segments.drop_expired(self.observed_stream_time)
-        segments.flush()
         self._committed_stream_time = self.observed_stream_time
         if changelog_offset is not None:
             self._committed_offset = changelog_offset

@@ -12,7 +12,7 @@ import copy
 import heapq
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
@@ -198,6 +198,7 @@ class SuppressionBufferBuilder:
     key_serde: Any
     value_serde: Any
     logging_enabled: bool = True
+    log_config: dict[str, str] = field(default_factory=dict)
 
     def build(self) -> TimeOrderedKeyValueBuffer:
         return TimeOrderedKeyValueBuffer(self.name, self.key_serde, self.value_serde, self.logging_enabled)
