@@ -256,3 +256,36 @@ def test_rocksdb_store_files_live_under_state_dir(props, tmp_path):
         driver.create_input_topic("in", S, S).pipe_input("l", "a")
         task_dir = tmp_path / "state" / "app" / "1_0"
         assert task_dir.is_dir() and any(task_dir.iterdir())
+
+
+def test_group_by_through_a_filtered_table_subtracts_filtered_out_updates(props):
+    builder = StreamsBuilder()
+    (
+        builder.table("user-region")
+        .filter(lambda user, region: region != "hidden")
+        .group_by(lambda user, region: (region, user))
+        .count(materialized=Materialized.as_("visible-per-region"))
+    )
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("user-region", S, S)
+        source.pipe_input("alice", "eu")
+        source.pipe_input("bob", "eu")
+        source.pipe_input("alice", "hidden")  # leaves eu, counted nowhere
+        source.pipe_input("bob", "us")
+        assert dict(driver.get_key_value_store("visible-per-region").all()) == {"eu": 0, "us": 1}
+
+
+def test_materialized_filter_and_map_values_are_queryable(props):
+    builder = StreamsBuilder()
+    table = builder.table("t", Consumed.with_(S, L))
+    big = table.filter(lambda k, v: v > 10, materialized=Materialized.as_("big").with_value_serde(L))
+    doubled = big.map_values(lambda v: v * 2, materialized=Materialized.as_("doubled").with_value_serde(L))
+    assert (big.queryable_store_name, doubled.queryable_store_name) == ("big", "doubled")
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("t", S, L)
+        source.pipe_input("a", 50)
+        source.pipe_input("b", 5)
+        source.pipe_input("a", 7)
+        source.pipe_input("c", 11)
+        assert dict(driver.get_key_value_store("big").all()) == {"c": 11}
+        assert dict(driver.get_key_value_store("doubled").all()) == {"c": 22}
