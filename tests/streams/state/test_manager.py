@@ -262,6 +262,10 @@ def test_commit_and_abort_match_a_transactional_model(make_host, ops, kind, cach
         else:
             assert dict(store.all()) == current
             assert store.get(f"k{key}") == current.get(f"k{key}")
+            low, high = sorted((f"k{key}", f"k{value % 10}"))
+            in_range = sorted((k, v) for k, v in current.items() if low <= k <= high)
+            assert list(store.range(low, high)) == in_range
+            assert list(store.reverse_range(low, high)) == in_range[::-1]
     assert dict(store.all()) == current
     host.manager.close()
     if kind == "rocksdb":  # reopened after a crash: exactly the last commit

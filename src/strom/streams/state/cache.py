@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 from strom.errors import ConfigError
 from strom.streams.state.context import RecordContext
+from strom.streams.state.key_index import SortedKeyIndex
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class NamedCache:
         self.name = name
         self._owner = owner
         self._entries: OrderedDict[bytes, LRUCacheEntry] = OrderedDict()
+        self._index = SortedKeyIndex()
         self._dirty: dict[bytes, None] = {}
         self._listener: DirtyEntryFlushListener | None = None
         self.size_bytes = 0
@@ -111,6 +113,8 @@ class NamedCache:
         if old is not None:
             delta -= old.size
             entries.move_to_end(key)
+        else:
+            self._index.added(key)
         entries[key] = entry
         if entry.dirty:
             # remove then add, so the order is the arrival order of the latest writes
@@ -146,6 +150,7 @@ class NamedCache:
     def delete(self, key: bytes) -> LRUCacheEntry | None:
         entry = self._entries.pop(key, None)
         if entry is not None:
+            self._index.removed()
             self.size_bytes -= entry.size
             self._owner.current_bytes -= entry.size
             self._dirty.pop(key, None)
@@ -156,6 +161,7 @@ class NamedCache:
         if not self._entries:
             return
         key, eldest = self._entries.popitem(last=False)
+        self._index.removed()
         self.size_bytes -= eldest.size
         self._owner.current_bytes -= eldest.size
         if eldest.dirty:
@@ -183,19 +189,17 @@ class NamedCache:
         assert self._listener is not None
         self._listener(entries)
         for key in deleted:
-            self.delete(key)
+            entry = self._entries.get(key)
+            if entry is not None and entry.value is None and not entry.dirty:  # not rewritten meanwhile
+                self.delete(key)
 
     def sorted_items(self, from_key: bytes | None, to_key: bytes | None,
                      reverse: bool = False) -> list[tuple[bytes, LRUCacheEntry]]:
-        """A snapshot of the entries with from_key <= key <= to_key, in key order.
-
-        ``list(...)`` copies the keys in one step, so an interactive query on another thread never
-        iterates the dict while the task changes it.
-        """
+        """A snapshot of the entries with from_key <= key <= to_key, in key order."""
         entries = self._entries
-        keys = sorted((k for k in list(entries)
-                       if (from_key is None or k >= from_key) and (to_key is None or k <= to_key)),
-                      reverse=reverse)
+        keys = self._index.between(entries, from_key, to_key)
+        if reverse:
+            keys.reverse()
         snapshot = []
         for key in keys:
             entry = entries.get(key)
@@ -205,6 +209,7 @@ class NamedCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._index.clear()
         self._dirty.clear()
         self._owner.current_bytes -= self.size_bytes
         self.size_bytes = 0

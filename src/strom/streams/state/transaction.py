@@ -14,6 +14,7 @@ from typing import Any
 
 from strom.streams.state.base import KeyValueIterator, WrappedStore, merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.key_index import SortedKeyIndex
 
 _MISSING = object()
 _TIMESTAMP = struct.Struct(">q")
@@ -27,6 +28,7 @@ class TransactionalKeyValueStore(WrappedStore):
         self.logged = logged
         self.timestamped = timestamped
         self._buffer: dict[bytes, bytes | None] = {}
+        self._index = SortedKeyIndex()
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         self.wrapped.init(context, root)
@@ -43,16 +45,21 @@ class TransactionalKeyValueStore(WrappedStore):
         return value  # type: ignore[return-value]
 
     def put(self, key: bytes, value: bytes | None) -> None:
-        self._buffer[key] = value
+        buffer = self._buffer
+        if key not in buffer:
+            self._index.added(key)
+        buffer[key] = value
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
         if not self._buffer:
             return committed
-        pending = sorted(((k, v) for k, v in list(self._buffer.items())
-                          if (from_key is None or k >= from_key) and (to_key is None or k <= to_key)),
-                         reverse=reverse)
-        return merge_sorted(committed, iter(pending), reverse)
+        buffer = self._buffer
+        keys = self._index.between(buffer, from_key, to_key)
+        if reverse:
+            keys.reverse()
+        pending = [(key, value) for key in keys if (value := buffer.get(key, _MISSING)) is not _MISSING]
+        return merge_sorted(committed, iter(pending), reverse)  # type: ignore[arg-type]
 
     def approximate_num_entries(self) -> int:
         return self.wrapped.approximate_num_entries() + len(self._buffer)
@@ -63,10 +70,14 @@ class TransactionalKeyValueStore(WrappedStore):
 
     def commit(self, changelog_offset: int | None) -> None:
         self.wrapped.write_batch(self._buffer.items(), changelog_offset)
-        self._buffer.clear()
+        self._clear()
 
     def abort(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self._buffer.clear()
+        self._index.clear()
 
     def restore(self, records: Sequence[ChangelogRecord]) -> None:
         """Write committed changelog records straight to the inner store, with the offset after the last."""
@@ -82,9 +93,9 @@ class TransactionalKeyValueStore(WrappedStore):
         self.wrapped.write_batch(writes, records[-1].offset + 1)
 
     def wipe(self) -> None:
-        self._buffer.clear()
+        self._clear()
         self.wrapped.wipe()
 
     def close(self) -> None:
-        self._buffer.clear()
+        self._clear()
         self.wrapped.close()

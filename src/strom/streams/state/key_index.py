@@ -1,0 +1,63 @@
+"""A lazily sorted index over the keys of a dict, for range scans over dict-backed byte stores.
+
+Keeping a sorted list exact on every insert costs O(n) per new key (a million keys: minutes), and
+sorting all keys on every scan costs O(n log n) per scan. Instead, writes only note new keys and
+removals leave stale entries behind; the next scan folds the new keys in (a few by binary insertion,
+many by re-sorting the dict's keys, which also drops stale ones). Scans get a snapshot of the keys in
+range, which may hold removed keys: callers look each key up and skip the missing ones.
+
+The in-memory store, the transactional write buffer and the record cache each keep one.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection
+
+INSERT_LIMIT = 64
+"""Up to this many new keys are inserted one by one; more trigger a re-sort."""
+
+
+class SortedKeyIndex:
+    """Locked, because an interactive query may scan from another thread while the task writes."""
+
+    __slots__ = ("_index", "_lock", "_new", "_stale")
+
+    def __init__(self) -> None:
+        self._index: list[bytes] = []
+        self._new: list[bytes] = []
+        self._stale = 0
+        self._lock = threading.Lock()
+
+    def added(self, key: bytes) -> None:
+        """``key`` was not in the dict and now is."""
+        with self._lock:
+            self._new.append(key)
+
+    def removed(self) -> None:
+        """A key left the dict (its index entry goes stale)."""
+        self._stale += 1
+
+    def clear(self) -> None:
+        with self._lock:
+            self._index = []
+            self._new = []
+            self._stale = 0
+
+    def between(self, keys: Collection[bytes], from_key: bytes | None, to_key: bytes | None) -> list[bytes]:
+        """Sorted snapshot of the indexed keys with from_key <= key <= to_key; ``keys`` is the dict."""
+        with self._lock:
+            index, new = self._index, self._new
+            if len(new) > INSERT_LIMIT or self._stale > len(index) // 2 + INSERT_LIMIT:
+                self._index = index = sorted(list(keys))
+                self._stale = 0
+            else:
+                for key in new:
+                    at = bisect_left(index, key)
+                    if at == len(index) or index[at] != key:  # a removed key may still be indexed
+                        index.insert(at, key)
+            new.clear()
+            lo = 0 if from_key is None else bisect_left(index, from_key)
+            hi = len(index) if to_key is None else bisect_right(index, to_key)
+            return index[lo:hi]
