@@ -89,7 +89,28 @@ def test_retention_shorter_than_window_and_grace_is_rejected():
                .count(materialized=Materialized.as_("c").with_retention(5_000)), [])
 
 
-def test_sliding_windows_are_refused_with_a_hint():
-    with pytest.raises(TopologyError, match="hopping"):
-        StreamsBuilder().stream("input").group_by_key().windowed_by(
-            SlidingWindows.of_time_difference_with_no_grace(10))
+def test_sliding_windows_exist_where_records_are():
+    driver, out = _drive(
+        lambda s: s.group_by_key().windowed_by(SlidingWindows.of_time_difference_and_grace(10, 100))
+        .count(materialized=Materialized.as_("sliding").with_caching_disabled()),
+        [("k", "x", 10), ("k", "x", 15), ("k", "x", 12)],
+        output_key_serde=WindowedSerdes.time_windowed_serde_from(Serdes.String(), 10))
+    window = lambda start: Windowed("k", Window(start, start + 10))  # noqa: E731
+    assert out == [(window(0), 1),                       # 10: its left window
+                   (window(11), 1), (window(5), 2),      # 15: right window of 10, its own left window
+                   (window(5), 3), (window(11), 2),      # 12 (late, within grace) updates both ...
+                   (window(2), 2), (window(13), 1)]      # ... gets its left window and its right one
+    store = driver.get_window_store("sliding")
+    assert {w.window.start: count for w, count in store.all()} == {0: 1, 2: 2, 5: 3, 11: 2, 13: 1}
+    driver.close()
+
+
+def test_sliding_windows_put_early_records_in_the_first_window():
+    driver, out = _drive(
+        lambda s: s.group_by_key().windowed_by(SlidingWindows.of_time_difference_with_no_grace(10))
+        .count(materialized=Materialized.with_(None, None).with_caching_disabled()),
+        [("k", "x", 3), ("k", "x", 5)],
+        output_key_serde=WindowedSerdes.time_windowed_serde_from(Serdes.String(), 10))
+    assert out == [(Windowed("k", Window(0, 10)), 1), (Windowed("k", Window(4, 14)), 1),
+                   (Windowed("k", Window(0, 10)), 2)]
+    driver.close()

@@ -15,6 +15,7 @@ from strom.kafka.serdes import Serdes
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.windowed_aggregate import (
     KStreamSessionWindowAggregate,
+    KStreamSlidingWindowAggregate,
     KStreamWindowAggregate,
 )
 from strom.streams.kstream.ktable import KTable
@@ -24,6 +25,7 @@ from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWi
 from strom.streams.state.window import builders
 
 Aggregator = Callable[[Any, Any, Any], Any]
+AnyWindows = TimeWindows | SlidingWindows | SessionWindows
 
 if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedStream
@@ -31,16 +33,11 @@ if TYPE_CHECKING:
 
 def windowed_by(grouped: KGroupedStream, windows: Any) -> TimeWindowedKStream | SessionWindowedKStream:
     """``KGroupedStream.windowed_by``: time windows (tumbling, hopping) or session windows."""
-    if isinstance(windows, TimeWindows):
+    if isinstance(windows, TimeWindows | SlidingWindows):
         return TimeWindowedKStream(grouped, windows)
     if isinstance(windows, SessionWindows):
         return SessionWindowedKStream(grouped, windows)
-    if isinstance(windows, SlidingWindows):
-        raise TopologyError(
-            "Sliding-window aggregations are not supported by strom yet; use hopping "
-            "TimeWindows.of_size_with_no_grace(size).advance_by(step) instead."
-        )
-    raise TopologyError(f"windowed_by needs TimeWindows or SessionWindows, got {windows!r}.")
+    raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}.")
 
 
 def _retention(materialized: Materialized | None, minimum: int, store_name: str) -> int:
@@ -69,13 +66,13 @@ def _apply_options(builder: Any, materialized: Materialized | None, cacheable: b
 class WindowedKTable(KTable):
     """A KTable keyed by ``Windowed`` keys; it remembers its windows (for suppress until they close)."""
 
-    def __init__(self, *args: Any, windows: TimeWindows | SessionWindows, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, windows: AnyWindows, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.windows = windows
 
 
 class _WindowedStream:
-    windows: TimeWindows | SessionWindows
+    windows: AnyWindows
 
     def __init__(self, grouped: KGroupedStream) -> None:
         self.grouped = grouped
@@ -110,9 +107,9 @@ class _WindowedStream:
 
 
 class TimeWindowedKStream(_WindowedStream):
-    """Aggregations per key and time window (tumbling or hopping)."""
+    """Aggregations per key and time window: tumbling, hopping or sliding."""
 
-    def __init__(self, grouped: KGroupedStream, windows: TimeWindows) -> None:
+    def __init__(self, grouped: KGroupedStream, windows: TimeWindows | SlidingWindows) -> None:
         super().__init__(grouped)
         self.windows = windows
 
@@ -157,12 +154,19 @@ class TimeWindowedKStream(_WindowedStream):
         windows = self.windows
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
+        if isinstance(windows, SlidingWindows):
+            # a record's right window reaches one time difference past it, and is fetched from there
+            size, minimum = windows.time_difference_ms, 2 * windows.time_difference_ms + windows.grace_ms
+            processor: Any = KStreamSlidingWindowAggregate
+        else:
+            size, minimum = windows.size_ms, windows.size_ms + windows.grace_ms
+            processor = KStreamWindowAggregate
 
         def store(store_name: str) -> Any:
-            retention = _retention(materialized, windows.size_ms + windows.grace_ms, store_name)
+            retention = _retention(materialized, minimum, store_name)
             supplier = (
                 materialized.store_supplier if materialized is not None else None
-            ) or builders.persistent_timestamped_window_store(store_name, retention, windows.size_ms)
+            ) or builders.persistent_timestamped_window_store(store_name, retention, size)
             return _apply_options(
                 builders.window_store_builder(supplier, key_serde, value_serde), materialized, cacheable=True
             )
@@ -171,11 +175,9 @@ class TimeWindowedKStream(_WindowedStream):
             prefix,
             named,
             materialized,
-            lambda s: KStreamWindowAggregate(
-                windows, s.store_name, initializer, aggregator, s.send_old_values
-            ),
+            lambda s: processor(windows, s.store_name, initializer, aggregator, s.send_old_values),
             store,
-            TimeWindowedSerde(key_serde, windows.size_ms),
+            TimeWindowedSerde(key_serde, size),
             value_serde,
         )
 

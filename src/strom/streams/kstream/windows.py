@@ -145,7 +145,8 @@ class SlidingWindows:
         return self.grace_ms
 
     def retention_ms(self) -> int:
-        return self.time_difference_ms + self.grace_ms
+        """A record's right window ends one time difference after it: twice the difference + grace."""
+        return 2 * self.time_difference_ms + self.grace_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.streams.kstream.change import Change
-from strom.streams.kstream.windows import SessionWindow, SessionWindows, TimeWindows, Window, Windowed
+from strom.streams.kstream.windows import (
+    SessionWindow,
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    Window,
+    Windowed,
+)
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
@@ -156,3 +163,125 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: Record) -> None:
         change = Change(new, old if self.send_old_values else None)
         self.context.forward(Record(session, change, session.window.end, record.headers))
+
+
+class KStreamSlidingWindowAggregate(_WindowedProcessor):
+    """Sliding windows (Kafka's KStreamSlidingWindowAggregate): windows of ``time_difference`` that
+    exist only where records are, each record's "left" window ``[t - d, t]`` and, when later records
+    fall in it, its "right" window ``[t + 1, t + 1 + d]``. Records before ``d`` share ``[0, d]``."""
+
+    def __init__(self, windows: SlidingWindows, store_name: str, initializer: Initializer,
+                 aggregator: Aggregator, send_old_values: bool = False) -> None:
+        super().__init__(store_name, send_old_values)
+        self.windows = windows
+        self.difference = windows.time_difference_ms
+        self.initializer = initializer
+        self.aggregator = aggregator
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
+
+    def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
+        self.context.forward(Record(windowed, Change(new, old), timestamp))
+
+    def process(self, record: Record) -> None:
+        if record.key is None or record.value is None:
+            self._drop(record, "null key or value")
+            return
+        timestamp = record.timestamp
+        if timestamp > self.observed_stream_time:
+            self.observed_stream_time = timestamp
+        close_time = self.observed_stream_time - self.windows.grace_ms
+        if timestamp + 1 + self.difference <= close_time:
+            self._drop(record, f"all its windows closed at stream time {self.observed_stream_time}")
+            return
+        if timestamp < self.difference:
+            self._process_early(record, close_time)
+        else:
+            self._process_in_order(record, close_time)
+
+    def _process_in_order(self, record: Record, close_time: int) -> None:
+        timestamp, difference = record.timestamp, self.difference
+        starts: set[int] = set()
+        left_aggregate = right_aggregate = None
+        left_exists = right_exists = False
+        previous_time: int | None = None
+        for start, value in list(self.store.fetch_range(record.key, max(0, timestamp - 2 * difference),
+                                                        timestamp + 1)):
+            starts.add(start)
+            end = start + difference
+            if end < timestamp:
+                left_aggregate, previous_time = value, value.timestamp
+            elif end == timestamp:
+                left_exists = True
+                if value.timestamp < timestamp:
+                    previous_time = value.timestamp
+                self._update(start, value, record, close_time)
+            elif start <= timestamp:
+                right_aggregate = value
+                self._update(start, value, record, close_time)
+            else:  # start == timestamp + 1: this record's right window exists already
+                right_exists = True
+        if previous_time is not None:
+            previous_right = previous_time + 1
+            if previous_right not in starts and previous_right + difference >= timestamp:
+                self._update(previous_right, None, record, close_time)
+        if not left_exists:
+            left_not_empty = previous_time is not None and timestamp - difference <= previous_time
+            seed = ValueAndTimestamp(left_aggregate.value, timestamp) if left_not_empty and left_aggregate \
+                else None
+            self._update(timestamp - difference, seed, record, close_time)
+        if not right_exists and right_aggregate is not None and right_aggregate.timestamp > timestamp:
+            self._create_right_window(record, right_aggregate)
+
+    def _process_early(self, record: Record, close_time: int) -> None:
+        """Records before ``time_difference`` would open windows starting before 0: they all go into
+        ``[0, d]``, and right windows are made as later records arrive."""
+        timestamp = record.timestamp
+        starts: set[int] = set()
+        combined = right_aggregate = None
+        right_exists = False
+        previous_time: int | None = None
+        for start, value in list(self.store.fetch_range(record.key, 0, timestamp + 1)):
+            starts.add(start)
+            if start == 0:
+                combined = value
+                if value.timestamp < timestamp:
+                    previous_time = value.timestamp
+            elif start <= timestamp:
+                right_aggregate = value
+                self._update(start, value, record, close_time)
+            else:
+                right_exists = True
+        if right_aggregate is None and combined is not None and combined.timestamp > timestamp:
+            right_aggregate = combined
+        if not right_exists and right_aggregate is not None and right_aggregate.timestamp > timestamp:
+            self._create_right_window(record, right_aggregate)
+        if previous_time is not None and previous_time + 1 not in starts:
+            self._update(previous_time + 1, None, record, close_time)
+        self._update(0, combined, record, close_time)
+
+    def _create_right_window(self, record: Record, aggregate: ValueAndTimestamp[Any]) -> None:
+        """The record's right window holds exactly the later records already aggregated elsewhere."""
+        start = record.timestamp + 1
+        self.store.put(record.key, aggregate, start)
+        if not self.cached:
+            self.context.forward(Record(Windowed(record.key, Window(start, start + self.difference)),
+                                        Change(aggregate.value, None), aggregate.timestamp, record.headers))
+
+    def _update(self, start: int, current: ValueAndTimestamp[Any] | None, record: Record,
+                close_time: int) -> None:
+        end = start + self.difference
+        if end < close_time:
+            self._drop(record, f"window [{start}, {end}] closed at stream time {self.observed_stream_time}")
+            return
+        old = None if current is None else current.value
+        new = self.aggregator(record.key, record.value, self.initializer() if current is None else old)
+        new_timestamp = record.timestamp if current is None else max(record.timestamp, current.timestamp)
+        self.store.put(record.key, ValueAndTimestamp(new, new_timestamp), start)
+        if not self.cached:
+            self.context.forward(Record(Windowed(record.key, Window(start, end)),
+                                        Change(new, old if self.send_old_values else None), new_timestamp,
+                                        record.headers))
