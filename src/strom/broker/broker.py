@@ -47,7 +47,6 @@ class Broker:
         self.transactions = TransactionService(self.data_dir, self.config, self.logs, self.groups,
                                                self.producer_ids)
         self._connections = ConnectionHandler(self)
-        self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task] = []
 
     def _cluster_id(self) -> str:
@@ -69,9 +68,7 @@ class Broker:
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
         await self.transactions.start()
-        self._server = await asyncio.start_server(self._connections, self.host, self.port,
-                                                  limit=1 << 20, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.port = await self._connections.start(self.host, self.port)
         self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)
@@ -91,13 +88,11 @@ class Broker:
     async def stop(self) -> None:
         """Stops accepting, ends background work, flushes and closes every segment."""
         self.closing = True
-        if self._server is not None:
-            self._server.close()
         for task in self._tasks:
             task.cancel()
         for partition in self.logs.all_partitions():
             partition.wake_waiters()
-        self._connections.close_all()
+        self._connections.close()
         await self.transactions.stop()
         self.logs.close()
         log.info("strom broker stopped; data flushed to %s", self.data_dir)

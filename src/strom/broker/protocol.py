@@ -39,7 +39,7 @@ class Request:
     body: Any
 
 
-def peek_api(frame: bytes) -> tuple[int, int, int]:
+def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
     """api_key, api_version and correlation id of a request frame (without the size prefix)."""
     if len(frame) < 8:
         raise MalformedRequest(f"request frame of {len(frame)} bytes is shorter than a header")
@@ -47,7 +47,7 @@ def peek_api(frame: bytes) -> tuple[int, int, int]:
     return api_key, api_version, _INT32.unpack_from(frame, 4)[0]
 
 
-def parse_request(frame: bytes) -> Request:
+def parse_request(frame: bytes | memoryview) -> Request:
     api_key, api_version, _ = peek_api(frame)
     try:
         schema = load_request_schema(api_key, api_version)

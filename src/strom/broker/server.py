@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import struct
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -29,54 +30,81 @@ _SIZE = struct.Struct(">i")
 
 
 class ConnectionHandler:
-    """Serves the connections of one broker."""
+    """Accepts and serves the connections of one broker.
+
+    Sockets are read with `sock_recv_into` straight into one buffer per frame (no stream buffer
+    to copy through) and Fetch records go out with `sock_sendfile`.
+    """
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.open_connections = 0
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()  # one per open connection
         self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
 
-    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        if self.open_connections >= self.broker.config["max.connections"]:
-            log.warning("refusing connection from %s: max.connections=%d reached", peer,
-                        self.broker.config["max.connections"])
-            writer.close()
-            return
-        self.open_connections += 1
-        self._writers.add(writer)
+    @property
+    def open_connections(self) -> int:
+        return len(self._tasks)
+
+    async def start(self, host: str, port: int) -> int:
+        """Starts listening; returns the bound port."""
+        listener = socket.create_server((host, port), reuse_port=False, backlog=512)
+        listener.setblocking(False)
+        self._listener = listener
+        self._accepting = asyncio.get_running_loop().create_task(self._accept(listener))
+        return listener.getsockname()[1]
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            connection, peer = await loop.sock_accept(listener)
+            if self.open_connections >= self.broker.config["max.connections"]:
+                log.warning("refusing connection from %s: max.connections=%d reached", peer,
+                            self.broker.config["max.connections"])
+                connection.close()
+                continue
+            connection.setblocking(False)
+            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = loop.create_task(self._connection(connection, peer))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _connection(self, sock: socket.socket, peer: tuple) -> None:
         try:
-            await self._serve(reader, writer, str(peer[0]))
-        except (ConnectionError, asyncio.IncompleteReadError):
+            await self._serve(sock, str(peer[0]))
+        except (ConnectionError, EOFError):
             pass
         except MalformedRequest as exc:
             log.warning("closing connection from %s: %s", peer, exc)
+        except asyncio.CancelledError:
+            raise
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
-            self.open_connections -= 1
-            self._writers.discard(writer)
-            writer.close()
+            sock.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+    async def _serve(self, sock: socket.socket, host: str) -> None:
+        loop = asyncio.get_running_loop()
         max_size = self.broker.config["socket.request.max.bytes"]
+        size_buffer = bytearray(4)
         while not self.broker.closing:
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            await _receive(loop, sock, memoryview(size_buffer))
+            (size,) = _SIZE.unpack(size_buffer)
             if size < 8 or size > max_size:
                 raise MalformedRequest(
                     f"frame size {size} is outside [8, socket.request.max.bytes={max_size}]")
             async with self._memory.reserve(size):
-                frame = await reader.readexactly(size)
-                response = await self.dispatch(frame, host)
+                frame = bytearray(size)
+                await _receive(loop, sock, memoryview(frame))
+                response = await self.dispatch(memoryview(frame).toreadonly(), host)
                 del frame
             if isinstance(response, EncodedResponse):
-                await _send_parts(writer, response)
+                await _send_parts(loop, sock, response)
             elif response is not None:
-                writer.write(response)
-                await writer.drain()
+                await loop.sock_sendall(sock, response)
 
-    async def dispatch(self, frame: bytes, host: str) -> bytes | EncodedResponse | None:
+    async def dispatch(self, frame: bytes | memoryview, host: str) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -91,21 +119,33 @@ class ConnectionHandler:
             return data
         return encode_response(api_key, version, correlation_id, data)
 
-    def close_all(self) -> None:
-        for writer in list(self._writers):
-            writer.close()
+    def close(self) -> None:
+        """Stops accepting and ends every connection."""
+        if self._accepting is not None:
+            self._accepting.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._listener is not None:
+            self._listener.close()
 
 
-async def _send_parts(writer: asyncio.StreamWriter, response: EncodedResponse) -> None:
-    """Writes encoded fields and sends file ranges with sendfile(2) (no copy through Python)."""
-    loop = asyncio.get_running_loop()
+async def _receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, view: memoryview) -> None:
+    """Fills `view` from the socket; EOFError if the peer closes first."""
+    while view:
+        received = await loop.sock_recv_into(sock, view)
+        if not received:
+            raise EOFError
+        view = view[received:]
+
+
+async def _send_parts(loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                      response: EncodedResponse) -> None:
+    """Sends encoded fields, and file ranges with sendfile(2) (no copy through Python)."""
     for part in response.parts:
         if isinstance(part, FileRange):
-            await writer.drain()
-            await loop.sendfile(writer.transport, part.file, part.position, part.length)
+            await loop.sock_sendfile(sock, part.file, part.position, part.length)
         else:
-            writer.write(part)
-    await writer.drain()
+            await loop.sock_sendall(sock, part)
 
 
 class MemoryBudget:
