@@ -18,7 +18,7 @@ def joiner(left, right):
     return f"[{left}, {right}]"
 
 
-def run_rows(topology, rows, props=PROPS, time_unit=1):
+def run_rows(topology, rows, props=PROPS, time_unit=1, key=KEY):
     """Pipes the rows and returns, per row, the values written to "output" while processing it."""
     results = []
     with TopologyTestDriver(topology, props) as driver:
@@ -26,7 +26,7 @@ def run_rows(topology, rows, props=PROPS, time_unit=1):
                   for side in ("left", "right")}
         output = driver.create_output_topic("output", Serdes.String(), Serdes.String())
         for timestamp, side, value in rows:
-            topics[side].pipe_input(KEY, value, timestamp * time_unit)
+            topics[side].pipe_input(key, value, timestamp * time_unit)
             results.append((timestamp, output.read_values_to_list()))
     return results
 

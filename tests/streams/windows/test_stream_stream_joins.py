@@ -47,3 +47,10 @@ def test_asymmetric_windows_with_before_and_after():
     rows = [(10, "right", "early"), (12, "left", "L"), (13, "right", "late")]
     # only right records at most 5 ms before the left one join; later ones do not
     assert run_rows(builder.build(), rows) == [(10, []), (12, ["[L, early]"]), (13, [])]
+
+
+def test_null_keys_join_with_none_in_left_and_outer_joins_only():
+    rows = [(1, "left", "A"), (2, "right", "a")]
+    for kind, expected in (("join", [(1, []), (2, [])]), ("left_join", [(1, ["[A, None]"]), (2, [])]),
+                           ("outer_join", [(1, ["[A, None]"]), (2, ["[None, a]"])])):
+        assert run_rows(_topology(kind), rows, key=None) == expected

@@ -182,5 +182,13 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
         b.add_state_store(timestamped_store_builder(materialized, store_name, left.key_serde, value_serde),
                           result)
     queryable = store_name if materialized is not None and materialized.store_name else None
-    return KTable(builder, result, supplier, left.key_serde, value_serde, queryable,
-                  source_topics=left.source_topics)
+    table = KTable(builder, result, supplier, left.key_serde, value_serde, queryable,
+                   source_topics=left.source_topics)
+    if store_name is None:
+        # results carry no old value: a downstream operator that needs one gets a store here
+        def materialize() -> None:
+            supplier.store_name = name = builder.store_name(None, f"{base}-")
+            b.add_state_store(timestamped_store_builder(None, name, left.key_serde, None), result)
+
+        table._materialize_on_demand = materialize
+    return table

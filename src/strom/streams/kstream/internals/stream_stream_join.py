@@ -56,10 +56,10 @@ class KStreamJoinWindow(Processor):
         self.store = context.get_state_store(self.store_name)
 
     def process(self, record: Record) -> None:
-        if record.key is None:
-            return
         self.context.forward(record)
-        if record.value is not None:
+        # a record without key or value can never be joined: nothing to buffer (KIP-962 lets left
+        # and outer joins still emit null-key records, which the join processor decides)
+        if record.key is not None and record.value is not None:
             self.store.put(record.key, record.value, record.timestamp)
 
 

@@ -117,7 +117,10 @@ class CachingWindowStore:
                 time_to: int) -> Iterator[tuple[bytes, int, bytes | None]]:
         assert self._cache is not None, "store used before init"
         time_from = max(time_from, self.wrapped.min_live_time())
-        for binary_key, entry in self._cache.range(self._namespace, key_from, None):
+        single = key_from is not None and key_from == key_to
+        low = schemas.window_store_key(key_from, max(time_from, 0), 0) if single else key_from
+        high = schemas.window_store_key(key_from, time_to, schemas.MAX_SEQNUM) if single else None
+        for binary_key, entry in self._cache.range(self._namespace, low, high):
             key, start, _ = schemas.split_window_store_key(binary_key)
             if (time_from <= start <= time_to and (key_from is None or key >= key_from)
                     and (key_to is None or key <= key_to)):
