@@ -1,13 +1,17 @@
 """Produce and consume throughput of the strom broker with confluent-kafka (acks=all, idempotent).
 
 Usage: .venv/bin/python bench/broker_throughput.py [--records-100b N] [--records-1kb N] [--partitions P]
-Prints records/s and MB/s for produce and consume, for 100 B and 1 KB records.
+Prints records/s and MB/s for produce and consume, for 100 B and 1 KB records, and the CPU seconds
+the broker and this client process used: on a shared machine the CPU figures show where time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
@@ -58,9 +62,24 @@ def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
     return elapsed
 
 
-def report(label: str, count: int, size: int, seconds: float) -> None:
-    print(f"{label:<22} {count / seconds:>12,.0f} records/s {count * size / seconds / 1e6:>9.1f} MB/s "
-          f"({count:,} records in {seconds:.2f} s)")
+def _broker_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _client_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def measure(label: str, count: int, size: int, broker_pid: int, run: Callable[[], float]) -> None:
+    broker_before, client_before = _broker_cpu(broker_pid), _client_cpu()
+    seconds = run()
+    broker_cpu, client_cpu = _broker_cpu(broker_pid) - broker_before, _client_cpu() - client_before
+    megabytes = count * size / 1e6
+    print(f"{label:<16} {count / seconds:>10,.0f} records/s {megabytes / seconds:>7.1f} MB/s   "
+          f"({count:,} in {seconds:.2f} s; CPU s: broker {broker_cpu:.2f}, client {client_cpu:.2f}; "
+          f"broker {megabytes / max(broker_cpu, 0.01):,.0f} MB per CPU s)")
 
 
 def main() -> None:
@@ -75,8 +94,12 @@ def main() -> None:
         for size, count in ((100, args.records_100b), (1000, args.records_1kb)):
             topic = f"bench-{size}"
             clients.create_topics(bootstrap, {topic: args.partitions})
-            report(f"produce {size} B", count, size, produce(bootstrap, topic, args.partitions, count, size))
-            report(f"consume {size} B", count, size, consume(bootstrap, topic, args.partitions, count))
+            pid = broker.pid
+            assert pid is not None
+            measure(f"produce {size} B", count, size, pid,
+                    lambda: produce(bootstrap, topic, args.partitions, count, size))  # noqa: B023
+            measure(f"consume {size} B", count, size, pid,
+                    lambda: consume(bootstrap, topic, args.partitions, count))  # noqa: B023
 
 
 if __name__ == "__main__":

@@ -99,6 +99,11 @@ class EmbeddedBroker:
         self.start()
 
     @property
+    def pid(self) -> int | None:
+        """Process id of the running broker (benchmarks read its CPU time)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
