@@ -22,6 +22,18 @@ from strom.streams.kstream import (
     Repartitioned,
     StreamsBuilder,
 )
+from strom.streams.kstream.global_table import GlobalKTable
+from strom.streams.kstream.join_options import Joined, StreamJoined
+from strom.streams.kstream.suppressed import BufferConfig, Suppressed
+from strom.streams.kstream.windowed_serdes import WindowedSerdes
+from strom.streams.kstream.windows import (
+    JoinWindows,
+    SessionWindows,
+    SlidingWindows,
+    TimeWindows,
+    Window,
+    Windowed,
+)
 from strom.streams.processor import (
     Processor,
     ProcessorContext,
@@ -38,9 +50,13 @@ from strom.streams.test_driver import TestInputTopic, TestOutputTopic, TestRecor
 __all__ = [
     "Branched",
     "BranchedKStream",
+    "BufferConfig",
     "Change",
     "Consumed",
+    "GlobalKTable",
     "Grouped",
+    "JoinWindows",
+    "Joined",
     "KGroupedStream",
     "KGroupedTable",
     "KStream",
@@ -54,15 +70,23 @@ __all__ = [
     "Record",
     "Repartitioned",
     "Serdes",
+    "SessionWindows",
+    "SlidingWindows",
     "Stores",
+    "StreamJoined",
     "StreamTask",
     "StreamsBuilder",
     "StreamsConfig",
+    "Suppressed",
     "TestInputTopic",
     "TestOutputTopic",
     "TestRecord",
+    "TimeWindows",
     "Topology",
     "TopologyDescription",
     "TopologyTestDriver",
     "ValueAndTimestamp",
+    "Window",
+    "Windowed",
+    "WindowedSerdes",
 ]
