@@ -268,3 +268,16 @@ def test_consumed_timestamp_extractor_sets_record_time(tmp_path):
     task.process_all()
     assert [ts for _, _, _, ts in sink.sent] == [1000, 500]
     assert task.stream_time == 1000
+
+
+def test_error_downstream_of_a_cache_flush_names_the_commit(tmp_path):
+    def explode(key, value):
+        raise ValueError("downstream broke")
+
+    builder = StreamsBuilder()
+    builder.stream("a").group_by_key().count(materialized=Materialized.as_("c")).to_stream().foreach(explode)
+    task = make_task(builder.build(), tmp_path, ListSink())
+    task.add_records(TopicPartition("a", 1), [raw("a", 0, 1, b"k", b"v")])
+    task.process_all()  # the count sits in the cache
+    with pytest.raises(ProcessingError, match="flushing task 0_1 for a commit: ValueError: downstream broke"):
+        task.prepare_commit()

@@ -329,9 +329,16 @@ class StreamTask:
     def prepare_commit(self) -> dict[TopicPartition, int]:
         """Finishes in-flight work, flushes caches, stores and output; returns the offsets to commit
         (the next offset to read per input partition)."""
-        for node in self._flush_nodes:
-            node.processor.flush()  # type: ignore[attr-defined]
-        self.state_manager.flush()
+        try:
+            for node in self._flush_nodes:
+                node.processor.flush()  # type: ignore[attr-defined]
+            self.state_manager.flush()
+        except StromError:
+            raise
+        except Exception as exc:  # a processor downstream of a flushed cache entry raised
+            raise ProcessingError(
+                f"Exception caught while flushing task {self.id} for a commit: {type(exc).__name__}: {exc}"
+            ) from exc
         self.collector.flush()
         return self.committable_offsets()
 
