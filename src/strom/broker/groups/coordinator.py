@@ -53,6 +53,7 @@ class GroupCoordinator:
             return _join_error(ErrorCode.unknown_member_id, member_id)
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
+            self._replace_static_member(group, group_instance_id)
         member = group.members.get(member_id)
         if member is None:
             member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
@@ -72,6 +73,16 @@ class GroupCoordinator:
         else:
             self._prepare_rebalance(group, f"member {member_id} joined")
         return await member.join_future
+
+    def _replace_static_member(self, group: Group, group_instance_id: str | None) -> None:
+        """A restarted static member (same group.instance.id) takes the place of its old self."""
+        if group_instance_id is None:
+            return
+        for old in list(group.members.values()):
+            if old.group_instance_id == group_instance_id:
+                group.members.pop(old.member_id)
+                _resolve(old.join_future, _join_error(ErrorCode.fenced_instance_id, old.member_id))
+                _resolve(old.sync_future, _sync_result(ErrorCode.fenced_instance_id))
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         initial = group.state is GroupState.EMPTY

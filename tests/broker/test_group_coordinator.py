@@ -1,0 +1,122 @@
+"""The group coordinator on its own (asyncio, real logs on disk): joins, syncs, session and rebalance
+timeouts, generation checks, static members and committed offsets across a reload."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from kio.schema.errors import ErrorCode
+
+from strom.broker.config import BrokerConfig
+from strom.broker.groups.coordinator import GroupCoordinator
+from strom.broker.groups.group import GroupState
+from strom.broker.groups.offsets import CommittedOffset, OffsetStore
+from strom.broker.log.manager import LogManager
+
+CONFIG = {"group.initial.rebalance.delay.ms": 0, "group.min.session.timeout.ms": 10}
+PROTOCOLS = [("range", b"meta")]
+
+
+def _open(path) -> tuple[GroupCoordinator, LogManager]:
+    config = BrokerConfig(CONFIG)
+    logs = LogManager(path, config)
+    return GroupCoordinator(config, OffsetStore(logs)), logs
+
+
+def _coordinator(path) -> GroupCoordinator:
+    return _open(path)[0]
+
+
+async def _join(coordinator, member_id="", session_ms=400, rebalance_ms=400, instance=None):
+    return await coordinator.join("g", member_id, instance, "client", "127.0.0.1", session_ms, rebalance_ms,
+                                  "consumer", PROTOCOLS)
+
+
+def test_join_sync_and_assignment(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        first, second = await asyncio.gather(_join(coordinator), _join(coordinator))
+        assert first["generation_id"] == second["generation_id"] == 1
+        leader, follower = (first, second) if first["members"] else (second, first)
+        assert {m["member_id"] for m in leader["members"]} == {first["member_id"], second["member_id"]}
+        assert follower["members"] == []
+        assignments = {leader["member_id"]: b"to-leader", follower["member_id"]: b"to-follower"}
+        synced = await asyncio.gather(
+            coordinator.sync("g", 1, follower["member_id"], {}),
+            coordinator.sync("g", 1, leader["member_id"], assignments))
+        assert [s["assignment"] for s in synced] == [b"to-follower", b"to-leader"]
+        assert coordinator.groups["g"].state is GroupState.STABLE
+        assert coordinator.heartbeat("g", 1, leader["member_id"]) is ErrorCode.none
+        assert coordinator.heartbeat("g", 0, leader["member_id"]) is ErrorCode.illegal_generation
+        assert coordinator.heartbeat("g", 1, "stranger") is ErrorCode.unknown_member_id
+        assert coordinator.check_commit("g", 0, leader["member_id"]) is ErrorCode.illegal_generation
+        assert coordinator.check_commit("g", -1, "") is ErrorCode.none
+
+    asyncio.run(scenario())
+
+
+def test_missed_session_timeout_rebalances_without_the_member(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        alive, silent = await asyncio.gather(_join(coordinator), _join(coordinator))
+        leader = alive if alive["members"] else silent
+        await asyncio.gather(*[coordinator.sync("g", 1, m["member_id"], {}) for m in (alive, silent)
+                               if m is not leader], coordinator.sync("g", 1, leader["member_id"], {}))
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:  # only `alive` heartbeats
+            coordinator.heartbeat("g", 1, alive["member_id"])
+            coordinator.expire_sessions()
+            await asyncio.sleep(0.05)
+        group = coordinator.groups["g"]
+        assert silent["member_id"] not in group.members
+        assert coordinator.heartbeat("g", 1, alive["member_id"]) is ErrorCode.rebalance_in_progress
+        rejoined = await _join(coordinator, alive["member_id"])
+        assert rejoined["generation_id"] == 2 and [m["member_id"] for m in rejoined["members"]] == [
+            alive["member_id"]]
+
+    asyncio.run(scenario())
+
+
+def test_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        a, b = await asyncio.gather(_join(coordinator, session_ms=10_000, rebalance_ms=300),
+                                    _join(coordinator, session_ms=10_000, rebalance_ms=300))
+        newcomer = asyncio.create_task(_join(coordinator, session_ms=10_000, rebalance_ms=300))
+        await asyncio.sleep(0.05)
+        started = time.monotonic()
+        rejoined_a = await _join(coordinator, a["member_id"], session_ms=10_000, rebalance_ms=300)
+        joined = await newcomer
+        assert time.monotonic() - started >= 0.2, "the coordinator waited for b to rejoin"
+        assert rejoined_a["generation_id"] == joined["generation_id"] == 2
+        assert b["member_id"] not in coordinator.groups["g"].members
+
+    asyncio.run(scenario())
+
+
+def test_static_member_restart_replaces_its_old_incarnation(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        old = await _join(coordinator, instance="instance-1", session_ms=10_000)
+        await coordinator.sync("g", 1, old["member_id"], {old["member_id"]: b"x"})
+        new = await _join(coordinator, instance="instance-1", session_ms=10_000)
+        assert list(coordinator.groups["g"].members) == [new["member_id"]]
+        stale = coordinator.heartbeat("g", new["generation_id"], old["member_id"])
+        assert stale is ErrorCode.unknown_member_id
+
+    asyncio.run(scenario())
+
+
+def test_committed_offsets_are_replayed_from_the_log(tmp_path):
+    coordinator, logs = _open(tmp_path)
+    coordinator.commit("g", {("t", 0): CommittedOffset(5, -1, "m", int(time.time() * 1000)),
+                             ("t", 1): CommittedOffset(9, -1, "", int(time.time() * 1000))})
+    coordinator.commit("g", {("t", 0): CommittedOffset(7, -1, "", int(time.time() * 1000))})
+    coordinator.offsets.delete_offsets("g", [("t", 1)])
+    logs.close()
+    reloaded, logs = _open(tmp_path)
+    assert {k: v.offset for k, v in reloaded.committed("g").items()} == {("t", 0): 7}
+    assert reloaded.delete_group("g") is ErrorCode.none
+    logs.close()
+    assert _coordinator(tmp_path).committed("g") == {}
