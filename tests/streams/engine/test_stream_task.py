@@ -281,3 +281,19 @@ def test_error_downstream_of_a_cache_flush_names_the_commit(tmp_path):
     task.process_all()  # the count sits in the cache
     with pytest.raises(ProcessingError, match="flushing task 0_1 for a commit: ValueError: downstream broke"):
         task.prepare_commit()
+
+
+def test_produced_partitioner_chooses_the_output_partition(tmp_path):
+    from strom.streams import Produced
+
+    class PartitionSink(ListSink):
+        def send(self, collector, topic, partition, key, value, timestamp, headers):
+            self.sent.append((topic, partition, value, timestamp))
+
+    builder = StreamsBuilder()
+    builder.stream("a").to("out", Produced.with_(partitioner=lambda topic, key, value: len(value)))
+    sink = PartitionSink()
+    task = make_task(builder.build(), tmp_path, sink)
+    task.add_records(TopicPartition("a", 1), [raw("a", 0, 1, b"k", b"xyz"), raw("a", 1, 2, b"k", b"x")])
+    task.process_all()
+    assert [(topic, partition) for topic, partition, _, _ in sink.sent] == [("out", 3), ("out", 1)]
