@@ -269,13 +269,6 @@ class InternalTopologyBuilder:
         seen.add(name)
         return any(p not in seen and self._reaches_source(p, seen) for p in node.predecessors)
 
-    def subtopology_of_topic(self, topic: str) -> SubtopologyPlan:
-        """The sub-topology that reads ``topic`` (undecorated or decorated name)."""
-        for plan in self.subtopologies():
-            if topic in plan.source_topics or topic in (self.decorate(t) for t in plan.source_topics):
-                return plan
-        raise TopologyError(f"No sub-topology reads topic {topic!r}.")
-
     # ---- partitions -----------------------------------------------------------------------------
     def topic_partitions(self, external: Mapping[str, int]) -> dict[str, int]:
         """Partition counts of every source topic (undecorated names), internal ones computed as Kafka

@@ -24,12 +24,6 @@ class RecordQueue:
         self.consumed_offset = UNKNOWN
         self.source: Any = None  # the source node reading this partition's topic
 
-    def head_timestamp(self) -> int:
-        return self.records[0].timestamp if self.records else UNKNOWN
-
-    def __len__(self) -> int:
-        return len(self.records)
-
 
 class PartitionGroup:
     """The task's queues; ``next_run`` picks where the next records come from, so a task processes its
@@ -38,7 +32,6 @@ class PartitionGroup:
     def __init__(self, partitions: Iterable[TopicPartition]) -> None:
         self.queues: dict[TopicPartition, RecordQueue] = {tp: RecordQueue(tp) for tp in partitions}
         self.single = next(iter(self.queues.values())) if len(self.queues) == 1 else None
-        self.stream_time = UNKNOWN
         self.buffered = 0
 
     def add(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:

@@ -62,6 +62,3 @@ class PunctuationQueue:
                 heapq.heappush(self._heap, (schedule.timestamp, next(self._seq), schedule))
         self.next_time = self._heap[0][0] if self._heap else NEVER
         return fired
-
-    def __len__(self) -> int:
-        return sum(1 for _, _, s in self._heap if not s.cancelled)
