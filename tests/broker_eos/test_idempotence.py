@@ -51,6 +51,17 @@ def test_resent_request_is_written_once_and_a_gap_is_rejected(own_broker: Embedd
         assert latest_offset(client, TOPIC, 0, READ_UNCOMMITTED) == start + 3
 
 
+def test_older_epoch_is_fenced_after_an_epoch_bump(own_broker: EmbeddedBroker) -> None:
+    with WireClient(own_broker.bootstrap_servers) as client:
+        pid, epoch = init_producer_id(client)
+        assert send_batch(client, TOPIC, 0, data_batch(pid, epoch, 0, [b"old"]))[0] == ErrorCode.none
+        same_pid, bumped = init_producer_id(client, pid, epoch)
+        assert (same_pid, bumped) == (pid, epoch + 1)
+        assert send_batch(client, TOPIC, 0, data_batch(pid, bumped, 0, [b"new"]))[0] == ErrorCode.none
+        error, _ = send_batch(client, TOPIC, 0, data_batch(pid, epoch, 1, [b"zombie"]))
+        assert error == ErrorCode.invalid_producer_epoch
+
+
 def test_clients_cannot_write_transaction_markers(own_broker: EmbeddedBroker) -> None:
     with WireClient(own_broker.bootstrap_servers) as client:
         pid, epoch = init_producer_id(client)

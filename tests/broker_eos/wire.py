@@ -42,8 +42,10 @@ def latest_offset(client: WireClient, topic: str, partition: int, isolation: int
     return answer.offset
 
 
-def init_producer_id(client: WireClient) -> tuple[int, int]:
+def init_producer_id(client: WireClient, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+    """A new producer id, or (KIP-360) the next epoch of ``producer_id``."""
     response = client.send(InitProducerIdRequest(
-        transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60)))
+        transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+        producer_id=i64(producer_id), producer_epoch=i16(epoch)))
     assert response.error_code == ErrorCode.none
     return response.producer_id, response.producer_epoch
