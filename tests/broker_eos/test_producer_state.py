@@ -105,11 +105,12 @@ def test_open_transaction_holds_back_the_last_stable_offset(log: Log) -> None:
     log.produce(data_batch(1, 0, 0, [b"t1"], transactional=True))
     log.produce(data_batch(2, 0, 0, [b"t2"], transactional=True))
     log.produce(data_batch(1, 0, 1, [b"t1b"], transactional=True))
-    assert log.state.last_stable_offset(log.end) == 1
+    assert log.state.last_stable_offset(log.end, 0) == 1
     log.marker(1, 0, commit=True)
-    assert log.state.last_stable_offset(log.end) == 2
+    assert log.state.last_stable_offset(log.end, 0) == 2
+    assert log.state.last_stable_offset(log.end, 3) == 3  # records before the log start were deleted
     log.marker(2, 0, commit=True)
-    assert log.state.last_stable_offset(log.end) == log.end
+    assert log.state.last_stable_offset(log.end, 0) == log.end
     assert log.state.aborted_transactions(0, log.end) == []
 
 
@@ -138,7 +139,7 @@ def test_non_transactional_write_inside_open_transaction_is_refused(log: Log) ->
 def test_marker_with_bumped_epoch_fences_the_old_producer(log: Log) -> None:
     log.produce(data_batch(1, 0, 0, [b"a"], transactional=True))
     log.marker(1, 1, commit=False)
-    assert log.state.last_stable_offset(log.end) == log.end
+    assert log.state.last_stable_offset(log.end, 0) == log.end
     with pytest.raises(AppendRejectedError) as info:
         log.produce(data_batch(1, 0, 1, [b"zombie"], transactional=True))
     assert info.value.error_code == INVALID_PRODUCER_EPOCH
@@ -169,7 +170,7 @@ def test_state_is_rebuilt_after_restart(tmp_path: Path, snapshot: bool) -> None:
     assert restarted.produce(data_batch(1, 0, 1, [b"b"])) == 3
     with pytest.raises(AppendRejectedError):
         restarted.produce(data_batch(1, 0, 9, [b"gap"]))
-    assert restarted.state.last_stable_offset(restarted.end) == open_txn
+    assert restarted.state.last_stable_offset(restarted.end, 0) == open_txn
     assert [(a.producer_id, a.first_offset) for a in restarted.state.aborted_transactions(0, 100)] == [(2, 1)]
     restarted.marker(2, 0, commit=False)
     assert [a.first_offset for a in restarted.state.aborted_transactions(0, 100)] == [1, open_txn]

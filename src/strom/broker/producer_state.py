@@ -296,9 +296,10 @@ class ProducerStateManager:
         """First offset of the oldest open transaction, or None when no transaction is open."""
         return min(self._ongoing.values()) if self._ongoing else None
 
-    def last_stable_offset(self, high_watermark: int) -> int:
+    def last_stable_offset(self, high_watermark: int, log_start: int) -> int:
+        """Where read_committed reads stop: the oldest open transaction's start, not below the log start."""
         first = self.first_unstable_offset()
-        return high_watermark if first is None else min(first, high_watermark)
+        return high_watermark if first is None else min(max(first, log_start), high_watermark)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         return self.aborted.collect(fetch_offset, upper_bound)

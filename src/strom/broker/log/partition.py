@@ -105,7 +105,7 @@ class Partition:
 
     def last_stable_offset(self) -> int:
         """First offset of the oldest open transaction, or the high watermark (no transactions)."""
-        return self.producer_state.last_stable_offset(self.high_watermark)
+        return self.producer_state.last_stable_offset(self.high_watermark, self.log_start_offset)
 
     def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound) for read_committed fetches."""
