@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 
 
 class TaskMetrics:
+    """Counters a runtime reports: records taken from the buffers, records dropped (bad data, null
+    keys where a key is needed), punctuations fired."""
+
     __slots__ = ("dropped_records", "processed", "punctuated")
 
     def __init__(self) -> None:
@@ -55,6 +58,13 @@ def wall_clock_ms() -> int:
 
 
 class StreamTask:
+    """Task ``<subtopology>_<partition>``: its processors, stores, input buffers and output collector.
+
+    ``partitions`` defaults to partition ``task_id.partition`` of every source topic of the
+    sub-topology; ``system_time`` is the clock of WALL_CLOCK_TIME punctuations (the driver's mock clock
+    in tests). Not thread-safe: one thread drives a task.
+    """
+
     def __init__(
         self,
         task_id: TaskId,
