@@ -43,9 +43,6 @@ def default_serde(config: StreamsConfig, which: str, user: str) -> Any:
 
 
 NO_RECORD = RecordContext(-1)
-new_record_context = tuple.__new__
-"""``new_tuple(RecordContext, (timestamp, topic, partition, offset, headers))``: the C-level
-tuple constructor, a record context per record being the hot path."""
 
 
 class TaskContext:
@@ -62,7 +59,6 @@ class TaskContext:
         cache: ThreadCache,
         system_time: Callable[[], int],
         metrics: Any,
-        changelog_topics: dict[str, str] | None = None,
     ) -> None:
         self.application_id = application_id
         self.task_id = task_id
@@ -76,7 +72,8 @@ class TaskContext:
         )
         self.system_time = system_time
         self.metrics = metrics
-        self.changelog_topics = changelog_topics or {}
+        self.changelog_topics: dict[str, str] = {}
+        """Store name -> changelog topic, filled on first use."""
         self.stores: dict[str, StateStore] = {}
         self.global_stores: dict[str, StateStore] = {}
         """Global tables' stores, shared by all tasks (set by the runner); any processor may read them."""
@@ -108,7 +105,7 @@ class TaskContext:
     def log_change(
         self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers
     ) -> None:
-        topic = self.changelog_topics.get(store_name) or self.changelog_topic(store_name)
+        topic = self.changelog_topic(store_name)
         if type(headers) is not tuple:
             headers = tuple(headers)
         self.collector.send_bytes(topic, self.partition, key, value, timestamp, headers)
