@@ -63,6 +63,15 @@ def test_unknown_producer_may_start_at_any_sequence(log: Log) -> None:
     assert log.produce(data_batch(9, 0, 43, [b"b"])) == 1
 
 
+def test_idle_producers_expire_but_not_inside_a_transaction(log: Log) -> None:
+    log.produce(data_batch(1, 0, 0, [b"idle"]))
+    log.produce(data_batch(2, 0, 0, [b"open"], transactional=True))
+    newest = max(p.last_timestamp for p in log.state.active_producers())
+    assert log.state.remove_expired(newest + 1000, expiration_ms=500) == 1
+    assert [p.producer_id for p in log.state.active_producers()] == [2]
+    assert log.produce(data_batch(1, 0, 9, [b"back"])) == 2  # forgotten: any sequence is accepted
+
+
 def test_sequence_wraps_after_int32_max(log: Log) -> None:
     log.produce(data_batch(1, 0, 2**31 - 2, [b"a", b"b"]))
     assert log.produce(data_batch(1, 0, 0, [b"c"])) == 2

@@ -311,6 +311,14 @@ class ProducerStateManager:
     def active_producers(self) -> list[ProducerEntry]:
         return list(self._producers.values())
 
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forgets producers idle longer than producer.id.expiration.ms, unless a transaction is open."""
+        expired = [p for p in self._producers.values()
+                   if p.current_txn_first_offset is None and now_ms - p.last_timestamp > expiration_ms]
+        for entry in expired:
+            del self._producers[entry.producer_id]
+        return len(expired)
+
     # -- persistence -----------------------------------------------------------------------------
     def take_snapshot(self) -> Path:
         """Writes the state up to ``map_end_offset`` (call on segment roll and shutdown)."""

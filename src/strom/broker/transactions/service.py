@@ -94,6 +94,8 @@ class TransactionService:
         )
         self._check_interval = config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
         self._id_expiration_ms = config["transactional.id.expiration.ms"]
+        self._producer_expiration_ms = config["producer.id.expiration.ms"]
+        self._logs = logs
         self._task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -108,11 +110,19 @@ class TransactionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def _expire_producers(self) -> None:
+        now = int(time.time() * 1000)
+        removed = sum(p.producer_state.remove_expired(now, self._producer_expiration_ms)
+                      for p in self._logs.all_partitions())
+        if removed:
+            log.info("forgot %d idle producer id(s) (producer.id.expiration.ms)", removed)
+
     async def _expire_forever(self) -> None:
         while True:
             await asyncio.sleep(self._check_interval)
             try:
                 await self.coordinator.abort_expired()
                 await self.coordinator.expire_transactional_ids(self._id_expiration_ms)
+                self._expire_producers()
             except Exception:  # keep the timer alive; the next round retries
                 log.exception("expiring transactions failed")
