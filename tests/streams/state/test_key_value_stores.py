@@ -182,3 +182,21 @@ def test_timestamped_store_needs_value_and_timestamp(host):
     assert list(store.all()) == [("a", ValueAndTimestamp(5, 10))]
     assert ValueAndTimestamp.get_value_or_null(store.get("a")) == 5
     assert ValueAndTimestamp.get_value_or_null(store.get("b")) is None
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPLIERS))
+@pytest.mark.parametrize("caching", [False, True])
+def test_prefix_scan_bounds_with_0xff_bytes(host, kind, caching):
+    builder = Stores.key_value_store_builder(SUPPLIERS[kind]("raw"), Serdes.ByteArray(), Serdes.ByteArray())
+    store = host.init(builder.with_caching_enabled() if caching else builder)
+    keys = [b"a", b"a\xff", b"a\xff\x00", b"a\xff\xff", b"b", b"\xff", b"\xff\x01", b""]
+    for key in keys:
+        store.put(key, b"v")
+    host.commit()
+    store.put(b"a\xff\x05", b"w")  # uncommitted, and cached when caching is on
+    scan = lambda prefix: [k for k, _ in store.prefix_scan(prefix, Serdes.ByteArray())]  # noqa: E731
+    assert scan(b"a\xff") == [b"a\xff", b"a\xff\x00", b"a\xff\x05", b"a\xff\xff"]
+    assert scan(b"\xff") == [b"\xff", b"\xff\x01"]
+    assert scan(b"a") == [b"a", b"a\xff", b"a\xff\x00", b"a\xff\x05", b"a\xff\xff"]
+    assert len(scan(b"")) == len(keys) + 1
+    store.close()

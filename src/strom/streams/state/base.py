@@ -71,7 +71,15 @@ class BytesStore:
     def prefix_scan(self, prefix: Any, prefix_key_serializer: Any = None) -> KeyValueIterator:
         """Entries whose key starts with ``prefix`` (bytes, or serialized by ``prefix_key_serializer``)."""
         raw = prefix if prefix_key_serializer is None else prefix_key_serializer.serialize(None, prefix)
-        return takewhile(lambda item: item[0].startswith(raw), self._iterate(raw, None, False))
+        return takewhile(lambda item: item[0].startswith(raw), self._iterate(raw, _successor(raw), False))
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The smallest key after every key starting with ``prefix`` (None: there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def _inverted(from_key: bytes | None, to_key: bytes | None, name: str) -> bool:
