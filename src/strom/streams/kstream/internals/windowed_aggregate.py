@@ -80,35 +80,33 @@ class KStreamWindowAggregate(_WindowedProcessor):
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.windows.grace_ms
-        store = self.store
-        windows = self.windows
+        size = self.windows.size_ms
         if self.tumbling and timestamp >= 0:
-            start = timestamp - timestamp % windows.size_ms
-            matched: Any = ((start, Window(start, start + windows.size_ms)),)
+            first = timestamp - timestamp % size
+            starts: Any = (first,)
         else:
-            matched = windows.windows_for(timestamp).items()
-        for window_start, window in matched:
-            if window.end <= close_time:
-                self._drop(
-                    record,
-                    f"window [{window.start}, {window.end}) closed at stream time "
-                    f"{self.observed_stream_time}",
-                )
+            starts = self.windows.windows_for(timestamp)
+        for window_start in starts:
+            window_end = window_start + size
+            if window_end <= close_time:
+                self._drop(record, f"window [{window_start}, {window_end}) closed at stream time "
+                                   f"{self.observed_stream_time}")
                 continue
-            old = store.fetch(key, window_start)
-            if old is None:
-                aggregate, new_timestamp = self.initializer(), timestamp
-            else:
-                aggregate, new_timestamp = old.value, max(timestamp, old.timestamp)
-            new_aggregate = self.aggregator(key, record.value, aggregate)
-            store.put(key, ValueAndTimestamp(new_aggregate, new_timestamp), window_start)
-            if not self.cached:
-                old_value = old.value if old is not None and self.send_old_values else None
-                self.context.forward(
-                    Record(
-                        Windowed(key, window), Change(new_aggregate, old_value), new_timestamp, record.headers
-                    )
-                )
+            self._aggregate(record, window_start, window_end)
+
+    def _aggregate(self, record: Record, window_start: int, window_end: int) -> None:
+        key, timestamp = record.key, record.timestamp
+        old = self.store.fetch(key, window_start)
+        if old is None:
+            aggregate, new_timestamp = self.initializer(), timestamp
+        else:
+            aggregate, new_timestamp = old.value, max(timestamp, old.timestamp)
+        new_aggregate = self.aggregator(key, record.value, aggregate)
+        self.store.put(key, ValueAndTimestamp(new_aggregate, new_timestamp), window_start)
+        if not self.cached:
+            old_value = old.value if old is not None and self.send_old_values else None
+            self.context.forward(Record(Windowed(key, Window(window_start, window_end)),
+                                        Change(new_aggregate, old_value), new_timestamp, record.headers))
 
 
 class KStreamSessionWindowAggregate(_WindowedProcessor):
