@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
@@ -289,3 +292,18 @@ def test_materialized_filter_and_map_values_are_queryable(props):
         source.pipe_input("c", 11)
         assert dict(driver.get_key_value_store("big").all()) == {"c": 11}
         assert dict(driver.get_key_value_store("doubled").all()) == {"c": 22}
+
+
+def test_named_and_materialized_in_either_position_as_kafkas_overloads(props):
+    from strom.streams import Named
+
+    builder = StreamsBuilder()
+    grouped = builder.stream("in").group_by_key()
+    grouped.count(Materialized.as_("by-position"))
+    grouped.count(Named.as_("counter"), Materialized.as_("both"))
+    builder.table("t", Materialized.as_("table-store"))
+    names = {node.name for sub in builder.build().describe().subtopologies for node in sub.nodes}
+    assert "counter" in names
+    assert set(builder.build().internal.store_builders) >= {"by-position", "both", "table-store"}
+    with pytest.raises(TopologyError, match="at most one Named and one Materialized"):
+        grouped.count(Materialized.as_("x"), Materialized.as_("y"))

@@ -87,10 +87,17 @@ class StreamsBuilder:
         )
 
     def table(
-        self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None
+        self,
+        topic: str,
+        consumed: Consumed | Materialized | None = None,
+        materialized: Materialized | None = None,
     ) -> KTable:
+        """``table(topic)``, ``table(topic, Consumed)``, ``table(topic, Materialized)`` or
+        ``table(topic, Consumed, Materialized)``, as Kafka's overloads."""
         from strom.streams.kstream.ktable import source_table
 
+        if isinstance(consumed, Materialized) and materialized is None:
+            consumed, materialized = None, consumed
         return source_table(self.builder, topic, consumed or Consumed(), materialized)
 
     def global_table(

@@ -12,7 +12,7 @@ from strom.streams.kstream.internals.materialize import timestamped_store_builde
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable
-from strom.streams.kstream.options import Materialized, Named
+from strom.streams.kstream.options import Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
@@ -100,8 +100,11 @@ class KGroupedStream(_Grouped):
         parent = self._input(store_name)
         return self._aggregate_node(prefix, named, materialized, parent, factory, value_serde, store_name)
 
-    def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+    def count(
+        self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
+    ) -> KTable:
         """Records per key (null keys and values are skipped); values are Longs unless Materialized says."""
+        named, materialized = named_and_materialized(named, materialized)
         value_serde = (materialized.value_serde if materialized else None) or Serdes.Long()
         return self._build(
             "KSTREAM-AGGREGATE-",
@@ -114,9 +117,10 @@ class KGroupedStream(_Grouped):
     def reduce(
         self,
         reducer: Callable[[Any, Any], Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         value_serde = (materialized.value_serde if materialized else None) or self.value_serde
         return self._build(
             "KSTREAM-REDUCE-", named, materialized, lambda s: ag.KStreamReduce(s, reducer), value_serde
@@ -126,11 +130,12 @@ class KGroupedStream(_Grouped):
         self,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
         """``aggregator(key, value, aggregate)`` returns the new aggregate; give the aggregate's serde with
         ``Materialized.with_value_serde`` (else default.value.serde)."""
+        named, materialized = named_and_materialized(named, materialized)
         value_serde = materialized.value_serde if materialized else None
         return self._build(
             "KSTREAM-AGGREGATE-",
@@ -177,7 +182,10 @@ class KGroupedTable(_Grouped):
             prefix, named, materialized, f"{base}-repartition-source", factory, value_serde, store_name
         )
 
-    def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+    def count(
+        self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
+    ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         value_serde = (materialized.value_serde if materialized else None) or Serdes.Long()
         return self._build(
             "KTABLE-AGGREGATE-",
@@ -191,9 +199,10 @@ class KGroupedTable(_Grouped):
         self,
         adder: Callable[[Any, Any], Any],
         subtractor: Callable[[Any, Any], Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         value_serde = (materialized.value_serde if materialized else None) or self.value_serde
         return self._build(
             "KTABLE-REDUCE-",
@@ -208,9 +217,10 @@ class KGroupedTable(_Grouped):
         initializer: Callable[[], Any],
         adder: Callable[[Any, Any, Any], Any],
         subtractor: Callable[[Any, Any, Any], Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         value_serde = materialized.value_serde if materialized else None
         return self._build(
             "KTABLE-AGGREGATE-",

@@ -216,7 +216,10 @@ class KStream:
 
         return stream_join(self, other, OUTER, *args, **kwargs)
 
-    def to_table(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+    def to_table(
+        self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
+    ) -> KTable:
+        """The stream as a table: each record is an update of its key (null keys are dropped)."""
         from strom.streams.kstream.ktable import to_table
 
         return to_table(self, named, materialized)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from strom.streams.kstream.internals import table as tp
 from strom.streams.kstream.internals.functions import key_value_function, value_function
 from strom.streams.kstream.internals.materialize import timestamped_store_builder
-from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named
+from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
@@ -76,9 +76,10 @@ class KTable:
     def filter(
         self,
         predicate: Callable[[Any, Any], bool],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         fn = key_value_function(predicate, "KTable.filter")
         return self._derive(
             "KTABLE-FILTER-", named, materialized, lambda s: tp.KTableFilter(s, fn, True), self.value_serde
@@ -87,17 +88,22 @@ class KTable:
     def filter_not(
         self,
         predicate: Callable[[Any, Any], bool],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         fn = key_value_function(predicate, "KTable.filter_not")
         return self._derive(
             "KTABLE-FILTER-", named, materialized, lambda s: tp.KTableFilter(s, fn, False), self.value_serde
         )
 
     def map_values(
-        self, mapper: Callable[..., Any], named: Named | None = None, materialized: Materialized | None = None
+        self,
+        mapper: Callable[..., Any],
+        named: Named | Materialized | None = None,
+        materialized: Materialized | Named | None = None,
     ) -> KTable:
+        named, materialized = named_and_materialized(named, materialized)
         fn = value_function(mapper, "KTable.map_values")
         return self._derive(
             "KTABLE-MAPVALUES-",
@@ -179,7 +185,10 @@ def source_table(
     return table
 
 
-def to_table(stream: KStream, named: Named | None, materialized: Materialized | None) -> KTable:
+def to_table(
+    stream: KStream, named: Named | Materialized | None, materialized: Materialized | Named | None
+) -> KTable:
+    named, materialized = named_and_materialized(named, materialized)
     return _table_processor(
         stream.builder,
         "KSTREAM-TOTABLE-",

@@ -226,3 +226,22 @@ class Branched:
     @staticmethod
     def with_consumer(chain: Callable[[Any], None], name: str | None = None) -> Branched:
         return Branched(_check_name(name), chain, consume=True)
+
+
+def named_and_materialized(first: Any, second: Any) -> tuple[Named | None, Materialized | None]:
+    """Kafka's overloads ``op()``, ``op(Named)``, ``op(Materialized)``, ``op(Named, Materialized)``:
+    the two optional arguments of an operator may come in either position."""
+    named: Named | None = None
+    materialized: Materialized | None = None
+    for option in (first, second):
+        if option is None:
+            continue
+        if isinstance(option, Named) and named is None:
+            named = option
+        elif isinstance(option, Materialized) and materialized is None:
+            materialized = option
+        else:
+            raise TopologyError(
+                f"Expected at most one Named and one Materialized, got {first!r} and {second!r}."
+            )
+    return named, materialized
