@@ -58,7 +58,7 @@ def run_pipeline(spark, bootstrap: str, source: str, sink: str, guarantee: str, 
     query = (stats.select(F.col("page").alias("key"), F.to_json(F.struct("page", "views", "users"))
                           .alias("value"))
              .writeStream.format("strom")
-             .outputMode("update")
+             .outputMode("complete")
              .option("kafka.bootstrap.servers", bootstrap)
              .option("topic", sink)
              .option("delivery.guarantee", guarantee)

@@ -24,7 +24,7 @@ def main(bootstrap: str, source: str, sink: str, checkpoint: str) -> None:
     counts = events.groupBy("key").count()
     query = (counts.select("key", F.col("count").cast("string").alias("value"))
              .writeStream.format("strom")
-             .outputMode("update")
+             .outputMode("complete")
              .option("kafka.bootstrap.servers", bootstrap)
              .option("topic", sink)
              .option("delivery.guarantee", "exactly_once")
