@@ -15,6 +15,7 @@ import tempfile
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,17 @@ class _DriverSink:
         """Delivery is synchronous here."""
 
 
+def to_millis(value: int | datetime | timedelta) -> int:
+    """Milliseconds from an int (already ms), an aware or naive-UTC datetime, or a timedelta."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return int(value.timestamp() * 1000)
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)
+
+
 class TopologyTestDriver:
     __test__ = False
 
@@ -86,7 +98,7 @@ class TopologyTestDriver:
         self,
         topology: Topology,
         props: Mapping[str, Any] | None = None,
-        initial_wall_clock_time_ms: int = 0,
+        initial_wall_clock_time: int | datetime = 0,
         commit_per_record: bool = True,
     ) -> None:
         props = dict(props or {})
@@ -98,8 +110,8 @@ class TopologyTestDriver:
         self.builder = topology.internal
         self.builder.application_id = self.config.application_id
         self.commit_per_record = commit_per_record
-        self.wall_clock_ms = initial_wall_clock_time_ms
-        self._last_commit_ms = initial_wall_clock_time_ms
+        self.wall_clock_ms = to_millis(initial_wall_clock_time)
+        self._last_commit_ms = self.wall_clock_ms
         self.produced: dict[str, list[_Produced]] = {}
         self._outputs: dict[str, deque[_Produced]] = {}
         self._input_offsets: dict[str, int] = {}
@@ -194,11 +206,11 @@ class TopologyTestDriver:
         return len(self._outputs.get(topic, ()))
 
     # ---- time and commits -----------------------------------------------------------------------
-    def advance_wall_clock_time(self, delta_ms: int) -> None:
+    def advance_wall_clock_time(self, delta: int | timedelta) -> None:
         """Moves the driver's clock: fires due WALL_CLOCK_TIME punctuations and, when
         ``commit_per_record`` is off, commits once ``commit.interval.ms`` has passed."""
         self._check_open()
-        self.wall_clock_ms += int(delta_ms)
+        self.wall_clock_ms += to_millis(delta)
         for task in self.tasks:
             task.maybe_punctuate_system_time(self.wall_clock_ms)
         self._run()
@@ -348,8 +360,13 @@ class TestInputTopic:
         self.auto_advance_ms = auto_advance_ms
 
     def pipe_input(
-        self, key: Any = None, value: Any = None, timestamp: int | None = None, headers: Headers = ()
+        self,
+        key: Any = None,
+        value: Any = None,
+        timestamp: int | datetime | None = None,
+        headers: Headers = (),
     ) -> None:
+        """``timestamp`` in epoch milliseconds or a datetime; None: the topic's time, then auto-advance."""
         if timestamp is None:
             timestamp = self.current_time_ms
             self.current_time_ms += self.auto_advance_ms
@@ -357,7 +374,7 @@ class TestInputTopic:
             self.name,
             self.key_serializer.serialize(self.name, key),
             self.value_serializer.serialize(self.name, value),
-            timestamp,
+            to_millis(timestamp),
             headers,
         )
 
@@ -375,8 +392,8 @@ class TestInputTopic:
         for value in values:
             self.pipe_input(None, value)
 
-    def advance_time(self, delta_ms: int) -> None:
-        self.current_time_ms += delta_ms
+    def advance_time(self, delta: int | timedelta) -> None:
+        self.current_time_ms += to_millis(delta)
 
 
 class TestOutputTopic:

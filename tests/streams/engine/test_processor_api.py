@@ -63,7 +63,7 @@ def test_stream_time_punctuation_fires_as_records_advance_time(props):
 
 def test_wall_clock_punctuation_follows_the_driver_clock(props):
     processor = CountingProcessor(PunctuationType.WALL_CLOCK_TIME)
-    with TopologyTestDriver(counting_topology(processor), props, initial_wall_clock_time_ms=1000) as driver:
+    with TopologyTestDriver(counting_topology(processor), props, initial_wall_clock_time=1000) as driver:
         driver.create_input_topic("in", S, S).pipe_input("a", "x")
         assert processor.punctuations == []
         driver.advance_wall_clock_time(9)
@@ -172,3 +172,16 @@ def test_builder_rejects_invalid_wiring(problem, match):
     topology = Topology().add_source("s", "in").add_sink("k", "out", "s")
     with pytest.raises(TopologyError, match=match):
         problem(topology)
+
+
+def test_driver_times_accept_datetimes_and_timedeltas(props):
+    from datetime import UTC, datetime, timedelta
+
+    processor = CountingProcessor(PunctuationType.WALL_CLOCK_TIME)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with TopologyTestDriver(counting_topology(processor), props, initial_wall_clock_time=start) as driver:
+        driver.create_input_topic("in", S, S).pipe_input("a", "x", timestamp=start)
+        driver.advance_wall_clock_time(timedelta(milliseconds=10))
+        assert processor.punctuations == [int(start.timestamp() * 1000) + 10]
+        record = driver.create_output_topic("out", S, L).read_record()
+        assert record.timestamp == int(start.timestamp() * 1000) + 10
