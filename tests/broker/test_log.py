@@ -143,6 +143,8 @@ def test_compaction_keeps_latest_per_key_and_offsets(tmp_path):
     assert survivors[b"c"] == (31, None)
     offsets = [r.offset for r in _all_records(partition)]
     assert offsets == sorted(offsets) and partition.high_watermark == 52
+    for closed, following in zip(partition.segments, partition.segments[1:], strict=False):
+        assert closed.next_offset == following.base_offset, "segments keep their end offsets (no gaps)"
     partition.close()
     assert {r.key for r in _all_records(_partition(tmp_path, segment_bytes=1024))} >= {b"a", b"c"}
 

@@ -142,7 +142,7 @@ async def incremental_alter_configs(ctx: RequestContext, body: Any) -> dict[str,
             if topic is None:
                 raise _Refused(ErrorCode.unknown_topic_or_partition,
                                f"topic {resource.resource_name!r} does not exist")
-            overrides = _apply_ops(dict(topic.overrides), resource.configs)
+            overrides = _apply_ops(dict(topic.overrides), topic.config, resource.configs)
             ctx.broker.logs.alter_config(topic.name, overrides, body.validate_only)
         except _Refused as refused:
             response.update(error_code=refused.code, error_message=str(refused))
@@ -152,14 +152,17 @@ async def incremental_alter_configs(ctx: RequestContext, body: Any) -> dict[str,
     return {"responses": responses}
 
 
-def _apply_ops(overrides: dict[str, str], configs: Any) -> dict[str, str]:
+def _apply_ops(overrides: dict[str, str], effective: dict[str, Any], configs: Any) -> dict[str, str]:
+    """The topic's explicit configs after SET / DELETE / APPEND / SUBTRACT (lists start from the
+    effective value, as in Kafka)."""
     for config in configs:
         if config.config_operation == SET:
             overrides[config.name] = config.value or ""
         elif config.config_operation == DELETE:
             overrides.pop(config.name, None)
         elif config.config_operation in (APPEND, SUBTRACT):
-            items = [v for v in overrides.get(config.name, "").split(",") if v]
+            current = overrides.get(config.name, render(effective.get(config.name, "")))
+            items = [v for v in current.split(",") if v]
             change = [v for v in (config.value or "").split(",") if v]
             if config.config_operation == APPEND:
                 items += [v for v in change if v not in items]

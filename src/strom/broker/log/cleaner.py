@@ -17,7 +17,7 @@ import shutil
 import time
 
 from strom.broker.log.partition import Partition
-from strom.broker.log.records import BatchHeader, Record, encode_batch, iter_records
+from strom.broker.log.records import BatchHeader, Record, empty_batch, encode_batch, iter_records
 from strom.broker.log.segment import Segment
 from strom.broker.producer_state import AbortedRanges
 
@@ -72,6 +72,8 @@ def _clean_segment(partition: Partition, segment: Segment, latest: dict[bytes, i
         header = BatchHeader.parse(batch)
         kept_batch, dropped = (None, header.records_count) if aborted.contains(header) else \
             _compact_batch(header, batch, latest, horizon)
+        if kept_batch is None and i == segment.batch_count - 1:
+            kept_batch = empty_batch(header)  # the segment keeps its end offset: fetches never stall in a gap
         removed += dropped
         if kept_batch is not None:
             cleaned.append(header.base_offset, BatchHeader.parse(kept_batch), kept_batch)

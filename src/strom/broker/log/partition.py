@@ -14,7 +14,7 @@ from typing import Any
 
 from crc32c import crc32c
 
-from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader
+from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader, iter_records
 from strom.broker.log.segment import FileRange, Segment
 from strom.broker.producer_state import AbortedTxn, ProducerStateManager
 
@@ -216,20 +216,25 @@ class Partition:
         segment_index = bisect_right([s.base_offset for s in self.segments], offset) - 1
         for segment in self.segments[max(segment_index, 0):]:
             position, length = segment.locate(offset, max_bytes, upper)
-            if length:
+            if length:  # compaction can leave segments without a batch at or after `offset`
                 records = segment.file_range(position, length)
-                break
-            if segment.next_offset > offset:
                 break
         aborted = self.aborted_transactions(offset, upper) if committed_only and records else []
         return ReadResult(records, high_watermark, lso, self.log_start_offset, aborted)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch with a timestamp >= `timestamp`."""
+        """(offset, timestamp) of the first record with a timestamp >= `timestamp` (ListOffsets)."""
         for segment in self.segments:
-            offset = segment.offset_for_timestamp(timestamp)
-            if offset is not None:
-                return max(offset, self.log_start_offset), timestamp
+            for i in range(segment.first_batch_reaching(timestamp), segment.batch_count):
+                batch = segment.batch_at(i)
+                header = BatchHeader.parse(batch)
+                if header.is_control or header.last_offset < self.log_start_offset:
+                    continue
+                if header.attributes & TIMESTAMP_LOG_APPEND:
+                    return max(header.base_offset, self.log_start_offset), header.max_timestamp
+                for record in iter_records(batch):
+                    if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                        return record.offset, record.timestamp
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int]:

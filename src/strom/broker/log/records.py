@@ -231,6 +231,17 @@ def encode_batch(records: Sequence[Record], base_offset: int, attributes: int = 
     return bytes(batch)
 
 
+def empty_batch(header: BatchHeader) -> bytes:
+    """A batch with the offsets, timestamps and producer of `header` but no records (what compaction
+    leaves of a segment's last batch, so the segment keeps its end offset)."""
+    batch = bytearray(HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD, 0, 2, 0, header.attributes & ~COMPRESSION_MASK,
+        header.last_offset_delta, header.base_timestamp, header.max_timestamp, header.producer_id,
+        header.producer_epoch, header.base_sequence, 0))
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[CRC_START:]))
+    return bytes(batch)
+
+
 def build_batch(
     records: Sequence[tuple[bytes | None, bytes | None]],
     timestamp: int,

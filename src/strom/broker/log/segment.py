@@ -217,9 +217,6 @@ class Segment:
     def batch_at(self, i: int) -> bytes:
         return self.read(self.positions[i], self._end_of(i) - self.positions[i])
 
-    def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """Base offset of the first batch whose largest timestamp is >= `timestamp`."""
-        i = bisect_left(self.max_timestamps, timestamp)
-        if i >= len(self.max_timestamps):
-            return None
-        return self.last_offsets[i - 1] + 1 if i else self.base_offset
+    def first_batch_reaching(self, timestamp: int) -> int:
+        """Index of the first batch whose largest timestamp is >= `timestamp` (batch_count if none)."""
+        return bisect_left(self.max_timestamps, timestamp)
