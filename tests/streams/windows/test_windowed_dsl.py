@@ -114,3 +114,27 @@ def test_sliding_windows_put_early_records_in_the_first_window():
     assert out == [(Windowed("k", Window(0, 10)), 1), (Windowed("k", Window(4, 14)), 1),
                    (Windowed("k", Window(0, 10)), 2)]
     driver.close()
+
+
+def test_cached_session_store_emits_only_surviving_sessions_per_commit():
+    sb = StreamsBuilder()
+    session_serde = WindowedSerdes.session_windowed_serde_from(Serdes.String())
+    (sb.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
+     .windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 1_000))
+     .count(materialized=Materialized.as_("cached-sessions"))
+     .to_stream().to("output", Produced.with_(session_serde, Serdes.Long())))
+    with TopologyTestDriver(sb.build(), PROPS, commit_per_record=False) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        output = driver.create_output_topic("output", session_serde, Serdes.Long())
+        for timestamp in (0, 3, 100):
+            topic.pipe_input("u", "x", timestamp)
+        assert output.read_key_values_to_list() == []
+        driver.commit()
+        # [0, 0] was merged into [0, 3] before anything was flushed: it is never emitted nor retracted
+        assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(0, 3)), 2),
+                                                    (Windowed("u", SessionWindow(100, 100)), 1)]
+        topic.pipe_input("u", "x", 104)
+        driver.commit()
+        assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(100, 100)), None),
+                                                    (Windowed("u", SessionWindow(100, 104)), 2)]
+        assert [count for _, count in driver.get_session_store("cached-sessions").fetch("u")] == [2, 2]

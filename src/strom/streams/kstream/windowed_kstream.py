@@ -249,7 +249,7 @@ class SessionWindowedKStream(_WindowedStream):
             return _apply_options(
                 builders.session_store_builder(supplier, key_serde, value_serde),
                 materialized,
-                cacheable=False,
+                cacheable=True,
             )
 
         return self._table(

@@ -130,6 +130,10 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
     def init(self, context: Any) -> None:
         self.context = context
         self.store = context.get_state_store(self.store_name)
+        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
+
+    def _forward_flushed(self, session: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
+        self.context.forward(Record(session, Change(new, old), timestamp))
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -159,6 +163,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         self._forward(window, aggregate, None, record)
 
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: Record) -> None:
+        if self.cached:
+            return  # the cache forwards what is left of these updates when it flushes
         change = Change(new, old if self.send_old_values else None)
         self.context.forward(Record(session, change, session.window.end, record.headers))
 

@@ -1,7 +1,7 @@
 """Suppliers and builders of window and session stores (Kafka's ``Stores`` window/session factories).
 
 A builder stacks the layers exactly as Kafka Streams: metered -> caching -> change-logging -> inner.
-Session stores have no caching layer: every session update goes down and downstream at once.
+Caching is off unless the builder enables it (the DSL does, unless Materialized disables it).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from strom.kafka.serdes import Serde
 from strom.streams.kstream.windows import Duration, WindowSpecError, to_millis
 from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
-from strom.streams.state.window.caching import CachingWindowStore
+from strom.streams.state.window.caching import CachingSessionStore, CachingWindowStore
 from strom.streams.state.window.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
 
@@ -148,10 +148,27 @@ class WindowStoreBuilder(_Builder):
 
 
 class SessionStoreBuilder(_Builder):
+    """Builds a session store; caching is off until ``with_caching_enabled``."""
+
+    def __init__(self, supplier: SessionBytesStoreSupplier, key_serde: Serde[Any] | None,
+                 value_serde: Serde[Any] | None) -> None:
+        super().__init__(supplier, key_serde, value_serde)
+        self.caching_enabled = False
+
+    def with_caching_enabled(self) -> SessionStoreBuilder:
+        self.caching_enabled = True
+        return self
+
+    def with_caching_disabled(self) -> SessionStoreBuilder:
+        self.caching_enabled = False
+        return self
+
     def build(self) -> MeteredSessionStore:
         inner = self.supplier.get()
         inner.logged = self.logging_enabled
         store: Any = ChangeLoggingSessionStore(inner) if self.logging_enabled else inner
+        if self.caching_enabled:
+            store = CachingSessionStore(store)
         return MeteredSessionStore(store, self.key_serde, self.value_serde)
 
 

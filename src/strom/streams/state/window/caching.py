@@ -135,3 +135,123 @@ class CachingWindowStore:
         if self._cache is not None:
             self._cache.close(self._namespace)
         self.wrapped.close()
+
+
+SessionFlushListener = Callable[[bytes, int, int, bytes | None, bytes | None], None]
+"""(key, session start, session end, new value, old value) in bytes; the metered layer deserializes."""
+
+
+class CachingSessionStore:
+    """Kafka's CachingSessionStore: session updates (removals included) wait in the record cache.
+
+    A session aggregation reads every session of a key near each record, so the layer keeps an index
+    of the sessions it cached per key; entries the cache evicted since are skipped (and were written
+    below when they were flushed).
+    """
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+        self._context: StateStoreContext | None = None
+        self._cache: ThreadCache | None = None
+        self._namespace = ""
+        self._listener: SessionFlushListener | None = None
+        self._send_old_values = False
+        self._by_key: dict[bytes, set[bytes]] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.wrapped, name)
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self.wrapped.init(context, root)
+        self._context = context
+        self._cache = context.cache
+        self._namespace = cache_namespace(context.task_id, self.wrapped.name)
+        self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
+
+    def set_flush_listener(self, listener: SessionFlushListener, send_old_values: bool) -> bool:
+        self._listener = listener
+        self._send_old_values = send_old_values
+        return True
+
+    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+        context = self._context
+        assert context is not None
+        current = context.record_context
+        try:
+            for binary_key, new, entry_context in entries:
+                key, start, end = schemas.split_session_store_key(binary_key)
+                context.set_record_context(entry_context)
+                needs_old = self._listener is not None and (new is None or self._send_old_values)
+                old = self.wrapped.fetch_session(key, start, end) if needs_old else None
+                self.wrapped.put(key, start, end, new)
+                if self._listener is not None and (new is not None or old is not None):
+                    self._listener(key, start, end, new, old if self._send_old_values else None)
+        finally:
+            context.set_record_context(current)
+
+    def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bytes:
+        context = self._context
+        assert context is not None and self._cache is not None, "store used before init"
+        binary_key = schemas.session_store_key(key, start, end)
+        self._cache.put(self._namespace, binary_key,
+                        LRUCacheEntry(binary_key, value, True, context.record_context))
+        self._by_key.setdefault(key, set()).add(binary_key)
+        return binary_key
+
+    def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None:
+        assert self._cache is not None, "store used before init"
+        entry = self._cache.get(self._namespace, schemas.session_store_key(key, start, end))
+        if entry is not None:
+            return entry.value
+        return self.wrapped.fetch_session(key, start, end)
+
+    def find_sessions(self, key_from: bytes | None, key_to: bytes | None, earliest_session_end: int,
+                      latest_session_start: int,
+                      reverse: bool = False) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """As the store below, with cached writes (and removals) applied; same order."""
+        merged = {schemas.session_store_key(k, s, e): v for k, s, e, v in
+                  self.wrapped.find_sessions(key_from, key_to, earliest_session_end, latest_session_start)}
+        for binary_key, value in self._cached(key_from, key_to):
+            key, start, end = schemas.split_session_store_key(binary_key)
+            if end >= earliest_session_end and start <= latest_session_start:
+                merged[binary_key] = value
+        interval = self.wrapped.segment_interval_ms
+        order = sorted(merged, key=lambda b: (schemas.session_end_of(b) // interval, b), reverse=reverse)
+        for binary_key in order:
+            value = merged[binary_key]
+            if value is not None:
+                key, start, end = schemas.split_session_store_key(binary_key)
+                yield key, start, end, value
+
+    def _cached(self, key_from: bytes | None, key_to: bytes | None) -> list[tuple[bytes, bytes | None]]:
+        assert self._cache is not None, "store used before init"
+        if key_from is not None and key_from == key_to:
+            keys = [key_from]
+        else:
+            keys = [k for k in self._by_key
+                    if (key_from is None or k >= key_from) and (key_to is None or k <= key_to)]
+        found = []
+        for key in keys:
+            binaries = self._by_key.get(key)
+            if not binaries:
+                continue
+            for binary_key in list(binaries):
+                entry = self._cache.get(self._namespace, binary_key)
+                if entry is None:
+                    binaries.discard(binary_key)  # evicted (and written below when it was flushed)
+                else:
+                    found.append((binary_key, entry.value))
+            if not binaries:
+                del self._by_key[key]
+        return found
+
+    def flush(self) -> None:
+        if self._cache is not None:
+            self._cache.flush(self._namespace)
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close(self._namespace)
+        self._by_key.clear()
+        self.wrapped.close()

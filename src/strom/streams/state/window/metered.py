@@ -221,8 +221,20 @@ class MeteredSessionStore(_Metered):
         return self.backward_find_sessions(key, 0, MAX_TIMESTAMP)
 
     def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
-        """Session stores are not cached: the session aggregation forwards every update itself."""
-        return False
+        """With caching, flushed sessions reach ``listener(Windowed key, new, old, timestamp)`` (the
+        timestamp is the session end); returns False when the store is not cached."""
+        set_listener = getattr(self.wrapped, "set_flush_listener", None)
+        if set_listener is None:
+            return False
+
+        def on_flush(key: bytes, start: int, end: int, new: bytes | None, old: bytes | None) -> None:
+            window = Windowed(self._key_from(self._topic, key), SessionWindow(start, end))
+            listener(window, self._value_or_none(new), self._value_or_none(old), end)
+
+        return set_listener(on_flush, send_old_values)
+
+    def _value_or_none(self, data: bytes | None) -> Any:
+        return None if data is None else self._value_from(self._topic, data)
 
     def _sessions(self, records: Iterator[tuple[bytes, int, int, bytes]]) -> WindowedRecords:
         self.num_fetches += 1
