@@ -166,6 +166,7 @@ def test_context_commit_requests_a_commit(props):
         (lambda t: t.add_source("s", "other"), "already exists"),
         (lambda t: t.add_source("s2", "in"), "already read by source"),
         (lambda t: t.add_processor("k2", Processor, "k"), "cannot have children"),
+        (lambda t: t.add_processor("p", Processor(), "s"), "needs a supplier"),
     ],
 )
 def test_builder_rejects_invalid_wiring(problem, match):

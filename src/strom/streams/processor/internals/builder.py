@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.errors import CoPartitioningError, TopologyError
-from strom.streams.processor.api import ProcessorSupplier
+from strom.streams.processor.api import Processor, ProcessorSupplier
 
 TopicExtractor = Callable[[Any, Any, Any], str]
 
@@ -104,6 +104,12 @@ class InternalTopologyBuilder:
         self._add(SourceNodeFactory(name, [], topics, key_serde, value_serde, timestamp_extractor))
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parents: str) -> None:
+        """``supplier`` makes a new processor for every task: a Processor class or a function."""
+        if isinstance(supplier, Processor) or not callable(supplier):
+            raise TopologyError(
+                f"Processor {name!r} needs a supplier that makes a new processor per task (the Processor "
+                f"class, or a function returning a new instance), got {supplier!r}."
+            )
         self._check_new_name(name)
         self._check_parents(name, parents)
         self._add(ProcessorNodeFactory(name, list(parents), supplier))
