@@ -273,7 +273,7 @@ class StreamTask:
                         queue.partition_time = timestamp
                         if timestamp > context.stream_time:
                             context.stream_time = timestamp
-                    headers = raw.headers
+                    headers = raw.headers or ()
                     context.record_context = new_tuple(
                         RecordContext, (timestamp, topic, raw.partition, raw.offset, headers)
                     )
