@@ -34,6 +34,8 @@ def _register_commands() -> None:
     cli.add_command(topics.topics)
     cli.add_command(produce.produce)
     cli.add_command(consume.consume)
+    from strom.cli import demo
+    cli.add_command(demo.demo)
 
 
 _register_commands()

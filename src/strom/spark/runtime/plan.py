@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -16,12 +17,16 @@ from confluent_kafka.admin import AdminClient
 from strom.errors import BrokerUnavailableError, TopologyError
 from strom.kafka import clients
 from strom.streams.config import StreamsConfig
+from strom.streams.processor.internals.records import TaskId
+from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.topology import Topology
+from strom.streams.state.cache import ThreadCache
 
 log = logging.getLogger(__name__)
 
 _TIMEOUT_S = 30.0
 COMPACTED = {"cleanup.policy": "compact"}
+_NO_SINK: Any = None  # a task built only to validate it never sends
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,14 @@ def plan_application(topology: Topology, config: StreamsConfig, admin: AdminClie
     for name in builder.internal_topics:
         internal.append(InternalTopicSpec(builder.decorate(name), counts[name], {}))
     return ApplicationPlan(tuple(subtopologies), tuple(internal))
+
+
+def check_tasks_build(topology: Topology, config: StreamsConfig) -> None:
+    """Builds (without opening stores) one task per sub-topology on the driver, so a missing serde
+    or a wiring mistake fails ``start()`` with its ConfigError/TopologyError, not a Spark task."""
+    builder = topology.internal
+    for sub in builder.subtopologies():
+        StreamTask(TaskId(sub.id, 0), builder, config, _NO_SINK, ThreadCache(0))
 
 
 def existing_topics(admin: AdminClient, bootstrap_servers: str) -> dict[str, int]:

@@ -27,6 +27,7 @@ from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
 from strom.spark.runtime.plan import (
     ApplicationPlan,
     SubtopologyTasks,
+    check_tasks_build,
     create_internal_topics,
     plan_application,
 )
@@ -122,6 +123,7 @@ class SparkStreams:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
         admin = clients.admin(self.bootstrap_servers)
         self.plan = plan_application(self._topology, self.config, admin)
+        check_tasks_build(self._topology, self.config)
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)
@@ -130,7 +132,18 @@ class SparkStreams:
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._stop_file.unlink(missing_ok=True)
         for sub in self.plan.subtopologies:
-            self._queries[sub.id] = self._start_query(spark, sub)
+            self._queries[sub.id] = query = self._start_query(spark, sub)
+            self._await_initialized(query)
+
+    def _await_initialized(self, query: StreamingQuery) -> None:
+        """Queries start one after the other: Spark gives a new Python source process only 10 s to
+        connect back, which a busy machine misses when several start at once."""
+        deadline = time.monotonic() + _STOP_WAIT_S
+        while query.isActive and query.status["message"] == "Initializing sources":
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self._raise_if_failed()
 
     def _default_session(self) -> SparkSession:
         import strom.spark

@@ -1,0 +1,91 @@
+"""Records/s of a count-by-key topology on Spark local[2]: exactly_once_v2 vs at_least_once.
+
+    python bench/spark_runtime.py [--records 200000] [--keys 1000] [--partitions 2]
+
+An embedded broker; one input topic pre-filled with ``--records`` records; for each guarantee a
+fresh application (``stream → group_by_key → count → to``, RocksDB store with changelog) runs
+until every input record is committed. Figures: processing time from the first micro-batch to
+caught-up (Spark start-up excluded), records/s, micro-batches and mean task time per batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import uuid
+
+from strom.broker import EmbeddedBroker
+from strom.kafka import clients
+from strom.spark.runtime import SparkStreams
+from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
+from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder, Topology
+
+S, L = Serdes.String(), Serdes.Long()
+
+
+def count_by_key(source: str, sink: str) -> Topology:
+    builder = StreamsBuilder()
+    (builder.stream(source, Consumed.with_(S, S)).group_by_key()
+        .count(materialized=Materialized.as_("counts")).to_stream().to(sink, Produced.with_(S, L)))
+    return builder.build()
+
+
+def fill(bootstrap: str, topic: str, records: int, keys: int) -> None:
+    producer = clients.producer(bootstrap, **JAVA_PARTITIONER, **{"linger.ms": 50})
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, b"x" * 50, f"key-{i % keys}".encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def run(spark, bootstrap: str, source: str, guarantee: str, records: int) -> dict[str, float]:
+    sink = f"bench-out-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(bootstrap, {sink: 2})
+    app = SparkStreams(count_by_key(source, sink), {
+        "application.id": f"bench-{guarantee}-{uuid.uuid4().hex[:8]}", "bootstrap.servers": bootstrap,
+        "processing.guarantee": guarantee, "commit.interval.ms": 100,
+        "state.dir": tempfile.mkdtemp(prefix="strom-bench-")}, spark)
+    app.start()
+    started = time.monotonic()
+    try:
+        assert app.wait_until_caught_up(600), "not caught up in 600 s"
+        elapsed = time.monotonic() - started
+    finally:
+        app.stop()
+    tasks = app.progress.tasks.values()
+    batches = sum(t.batches for t in tasks)
+    return {"seconds": elapsed, "records_per_s": records / elapsed, "batches": batches,
+            "task_ms_per_batch": sum(t.millis for t in tasks) / max(1, batches)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=2)
+    args = parser.parse_args()
+    import strom.spark
+
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        source = f"bench-in-{uuid.uuid4().hex[:8]}"
+        clients.create_topics(bootstrap, {source: args.partitions})
+        fill(bootstrap, source, args.records, args.keys)
+        spark = strom.spark.session(app_name="strom-bench-runtime", log_level="ERROR")
+        print(f"count-by-key, {args.records} records, {args.keys} keys, {args.partitions} partitions, "
+              "local[2], commit.interval.ms=100")
+        for guarantee in ("exactly_once_v2", "at_least_once"):
+            figures = run(spark, bootstrap, source, guarantee, args.records)
+            print(f"{guarantee:>16}: {figures['records_per_s']:>9,.0f} records/s  "
+                  f"({figures['seconds']:.1f} s, {figures['batches']:.0f} task batches, "
+                  f"{figures['task_ms_per_batch']:.0f} ms per task batch)")
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

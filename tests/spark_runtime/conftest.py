@@ -1,0 +1,41 @@
+"""Fixtures of the Spark runtime tests: one local SparkSession, fresh topics, a word-count topology."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+
+import pytest
+
+from strom.kafka import clients
+from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import strom.spark
+
+    session = strom.spark.session(app_name="strom-runtime-tests", log_level="ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topics(broker):
+    """``topics(lines=2, counts=2)`` creates fresh topics; returns their real names by alias."""
+
+    def create(**partitions: int) -> dict[str, str]:
+        names = {alias: f"rt-{alias}-{uuid.uuid4().hex[:8]}" for alias in partitions}
+        clients.create_topics(broker.bootstrap_servers, {names[a]: n for a, n in partitions.items()})
+        return names
+
+    return create
+
+
+def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]]) -> None:
+    """Writes (key, line) records, keyed as Kafka's Java clients would partition them."""
+    producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
+    for key, line in lines:
+        producer.produce(topic, line.encode(), key.encode())
+        producer.poll(0)
+    assert producer.flush(30) == 0

@@ -1,0 +1,80 @@
+"""Exactly-once holds when the Spark driver process is SIGKILLed mid-run and started again.
+
+The app (wordcount.py, 50 records per micro-batch, so many transactions) runs in its own process
+group; once its first offsets are committed the whole group (Python driver, JVM, Python workers)
+is killed at a random moment, then a new process resumes from the committed offsets. Read
+read_committed, every word's updates must rise strictly (a batch committed twice would repeat a
+count) and end at the exact count: open transactions of the killed run were fenced and aborted.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from strom.kafka import clients
+
+from .conftest import produce_lines
+from .wordcount import read_updates
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+
+APP = Path(__file__).with_name("wordcount.py")
+
+
+def _start(broker, names: dict[str, str], state_dir: Path, app_id: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(APP), broker.bootstrap_servers, names["lines"], names["counts"],
+         str(state_dir), app_id],
+        start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=Path(__file__).parents[2])
+
+
+def _committed(bootstrap: str, app_id: str, topic: str) -> int:
+    consumer = clients.consumer(bootstrap, group_id=app_id)
+    try:
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(2)], 10)
+    finally:
+        consumer.close()
+    return sum(max(0, tp.offset) for tp in offsets)
+
+
+def test_exactly_once_when_driver_is_killed_and_restarted(broker, topics, tmp_path):
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    names = topics(lines=2, counts=2)
+    words = [f"w{i}" for i in range(12)]
+    lines = [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 5)))) for i in range(400)]
+    produce_lines(broker.bootstrap_servers, names["lines"], lines)
+    app_id = f"rt-kill-{names['lines']}"
+
+    first = _start(broker, names, tmp_path, app_id)
+    deadline = time.monotonic() + 200
+    while (_committed(broker.bootstrap_servers, app_id, names["lines"]) == 0
+           and first.poll() is None and time.monotonic() < deadline):
+        time.sleep(0.2)
+    time.sleep(rng.uniform(0.0, 1.0))
+    assert first.poll() is None, f"the app ended before it was killed: {first.stderr.read().decode()[-2000:]}"
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(30)
+    done_before_restart = _committed(broker.bootstrap_servers, app_id, names["lines"])
+    assert done_before_restart < len(lines), f"killed after all input was committed (seed {seed})"
+
+    second = _start(broker, names, tmp_path, app_id)
+    _, stderr = second.communicate(timeout=240)
+    assert second.returncode == 0, stderr.decode()[-3000:]
+
+    expected = Counter(w for _, line in lines for w in line.split())
+    updates = read_updates(broker.bootstrap_servers, names["counts"])
+    assert {k: v[-1] for k, v in updates.items()} == dict(expected), seed
+    for key, seen in updates.items():
+        assert seen == sorted(set(seen)), f"{key}: duplicate or reordered updates {seen} (seed {seed})"
