@@ -1,0 +1,50 @@
+"""Property: a windowed count equals a direct count of the records each window holds, with records
+arriving after their window closed (end + grace <= max timestamp seen before them) left out."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strom.kafka.serdes import Serdes
+from strom.streams.kstream.builder import StreamsBuilder
+from strom.streams.kstream.options import Consumed, Materialized
+from strom.streams.kstream.windows import TimeWindows
+from strom.streams.state.window import builders
+from strom.streams.test_driver import TopologyTestDriver
+
+PROPS = {"application.id": "window-props", "default.key.serde": "String", "default.value.serde": "String"}
+
+records = st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 200)), min_size=1, max_size=40)
+
+
+def expected_counts(rows, size, advance, grace):
+    counts: dict[tuple[str, int], int] = {}
+    stream_time = -1
+    for key, timestamp in rows:
+        stream_time = max(stream_time, timestamp)
+        start = max(0, timestamp - size + advance) // advance * advance
+        while start <= timestamp:
+            if start + size > stream_time - grace:
+                counts[(key, start)] = counts.get((key, start), 0) + 1
+            start += advance
+    return counts
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=records, size=st.integers(1, 40), advance_fraction=st.integers(1, 4), grace=st.integers(0, 30),
+       caching=st.booleans())
+def test_windowed_count_matches_direct_count(rows, size, advance_fraction, grace, caching):
+    advance = max(1, size // advance_fraction)
+    windows = TimeWindows.of_size_and_grace(size, grace).advance_by(advance)
+    supplier = builders.in_memory_timestamped_window_store("counts", 10_000, size)
+    materialized = Materialized.as_(supplier)
+    if not caching:
+        materialized = materialized.with_caching_disabled()
+    builder = StreamsBuilder()
+    (builder.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
+     .windowed_by(windows).count(materialized=materialized))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        for key, timestamp in rows:
+            topic.pipe_input(key, "v", timestamp)
+        actual = {(w.key, w.window.start): count for w, count in driver.get_window_store("counts").all()}
+    assert actual == expected_counts(rows, size, advance, grace)
