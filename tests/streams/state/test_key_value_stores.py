@@ -200,3 +200,24 @@ def test_prefix_scan_bounds_with_0xff_bytes(host, kind, caching):
     assert scan(b"a") == [b"a", b"a\xff", b"a\xff\x00", b"a\xff\x05", b"a\xff\xff"]
     assert len(scan(b"")) == len(keys) + 1
     store.close()
+
+
+def test_store_names_and_suppliers_are_validated():
+    from strom.errors import TopologyError
+    with pytest.raises(TopologyError, match="Invalid store name 'my store'"):
+        Stores.in_memory_key_value_store("my store")
+    with pytest.raises(TopologyError, match="not a key-value store supplier"):
+        Stores.key_value_store_builder("counts", Serdes.String(), Serdes.Long())
+    builder = Stores.key_value_store_builder(Stores.persistent_key_value_store("ok.name-1"), None, None)
+    assert (builder.name, builder.caching_enabled, builder.logging_enabled) == ("ok.name-1", False, True)
+    builder.with_logging_enabled({"retention.ms": "1000"}).with_caching_enabled()
+    assert builder.log_config == {"retention.ms": "1000"} and builder.caching_enabled
+    builder.with_logging_disabled().with_caching_disabled()
+    assert (builder.logging_enabled, builder.log_config, builder.caching_enabled) == (False, {}, False)
+
+
+def test_store_without_serdes_uses_the_default_serdes(host):
+    store = host.init(Stores.key_value_store_builder(Stores.in_memory_key_value_store("d"), None, None))
+    store.put("k", "v")  # the host's defaults are String serdes
+    assert store.get("k") == "v"
+    assert store.wrapped.get(b"k") is not None
