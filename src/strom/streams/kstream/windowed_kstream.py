@@ -155,15 +155,14 @@ class TimeWindowedKStream(_WindowedStream):
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
         if isinstance(windows, SlidingWindows):
-            # a record's right window reaches one time difference past it, and is fetched from there
-            size, minimum = windows.time_difference_ms, 2 * windows.time_difference_ms + windows.grace_ms
+            size = windows.time_difference_ms
             processor: Any = KStreamSlidingWindowAggregate
         else:
-            size, minimum = windows.size_ms, windows.size_ms + windows.grace_ms
+            size = windows.size_ms
             processor = KStreamWindowAggregate
 
         def store(store_name: str) -> Any:
-            retention = _retention(materialized, minimum, store_name)
+            retention = _retention(materialized, windows.retention_ms(), store_name)
             supplier = (
                 materialized.store_supplier if materialized is not None else None
             ) or builders.persistent_timestamped_window_store(store_name, retention, size)
@@ -242,7 +241,7 @@ class SessionWindowedKStream(_WindowedStream):
         value_serde = self._value_serde(materialized, None)
 
         def store(store_name: str) -> Any:
-            retention = _retention(materialized, windows.gap_ms + windows.grace_ms, store_name)
+            retention = _retention(materialized, windows.retention_ms(), store_name)
             supplier = (
                 materialized.store_supplier if materialized is not None else None
             ) or builders.persistent_session_store(store_name, retention)

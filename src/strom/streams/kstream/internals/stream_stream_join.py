@@ -220,7 +220,7 @@ def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callabl
     b = builder.internal
     for store_name, value_serde in ((this_store, left_serde), (other_store, right_serde)):
         factory = builders.in_memory_window_store if joined.in_memory else builders.persistent_window_store
-        store = builders.window_store_builder(factory(store_name, windows.size() + windows.grace_ms,
+        store = builders.window_store_builder(factory(store_name, windows.retention_ms(),
                                                       windows.size(), retain_duplicates=True),
                                               key_serde, value_serde)
         b.add_state_store(store if joined.logging_enabled else store.with_logging_disabled())
