@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from broker_helpers import unique
 from click.testing import CliRunner
 
-from strom.cli.main import cli
+from strom.cli.main import cli, main
 
 pytestmark = pytest.mark.broker
-STROM = str(Path(sys.executable).parent / "strom")
 
 
 def _run(args: list[str], stdin: str | None = None) -> str:
@@ -43,14 +40,17 @@ def test_topics_produce_consume_round_trip(broker):
     assert topic not in _run(["topics", "list", *bootstrap])
 
 
-def test_cli_errors_are_one_line_with_exit_code_2(broker):
+def test_cli_errors_are_one_line_with_exit_code_2(broker, monkeypatch, capsys, tmp_path):
     bootstrap = ["--bootstrap-servers", broker.bootstrap_servers]
     topic = unique("dup")
     _run(["topics", "create", topic, *bootstrap])
     for args in (["topics", "create", topic, *bootstrap],
                  ["topics", "describe", unique("missing"), *bootstrap],
-                 ["broker", "--port", "0", "--config", "num.partitons=3"]):
-        process = subprocess.run([STROM, *args], capture_output=True, text=True, timeout=60)
-        assert process.returncode == 2, process.stderr
-        assert process.stderr.startswith("error: ")
-    assert "Did you mean 'num.partitions'" in process.stderr
+                 ["broker", "--data-dir", str(tmp_path), "--port", "0", "--config", "num.partitons=3"]):
+        monkeypatch.setattr(sys, "argv", ["strom", *args])
+        with pytest.raises(SystemExit) as exit_info:
+            main()
+        assert exit_info.value.code == 2
+        stderr = capsys.readouterr().err
+        assert stderr.startswith("error: ") and stderr.count("\n") == 1, stderr
+    assert "Did you mean 'num.partitions'" in stderr
