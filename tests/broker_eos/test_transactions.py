@@ -238,3 +238,12 @@ def test_describe_producers_shows_the_open_transaction(txn_broker: EmbeddedBroke
         producer.commit_transaction(10)
         (active,) = client.send(request).topics[0].partitions[0].active_producers
         assert active.current_txn_start_offset == -1
+
+
+def test_strom_transactions_reports_bad_input(txn_broker: EmbeddedBroker) -> None:
+    runner = CliRunner()
+    unknown_state = runner.invoke(cli, ["transactions", "list", "--bootstrap-servers",
+                                        txn_broker.bootstrap_servers, "--state", "Pending"])
+    assert unknown_state.exit_code != 0 and "Pending" in str(unknown_state.exception)
+    unreachable = runner.invoke(cli, ["transactions", "list", "--bootstrap-servers", "127.0.0.1:1"])
+    assert unreachable.exit_code != 0 and "Could not connect" in str(unreachable.exception)
