@@ -74,6 +74,7 @@ def test_rocksdb_window_store_reopens_from_disk(tmp_path):
     assert reopened.fetch(b"k", 300) == b"v"
     assert reopened.fetch(b"k", 310) is None
     assert reopened.committed_offset == 7
+    assert reopened.observed_stream_time == 300  # retention keeps counting from where it was
     reopened.close()
 
 

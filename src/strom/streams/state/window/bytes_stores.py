@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from strom.streams.kstream.windows import WindowSpecError
+from strom.streams.state.base import merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.window import schemas
 from strom.streams.state.window.segments import (
@@ -75,7 +76,9 @@ class SegmentedBytesStore:
             self._segments = rocksdb_segments(directory, self._name, self.retention_ms,
                                               self.segment_interval_ms)
             self._offset_file = os.path.join(directory, self._name, ".changelog-offset")
-            self._committed_offset = _read_offset(self._offset_file)
+            # stream time survives restarts, so retention keeps holding without a restore
+            self._committed_offset, self.observed_stream_time = _read_offset(self._offset_file)
+            self._committed_stream_time = self.observed_stream_time
         else:
             self._segments = in_memory_segments(self.retention_ms, self.segment_interval_ms)
 
@@ -133,7 +136,7 @@ class SegmentedBytesStore:
             if pending is None:
                 yield from committed
             else:
-                yield from _merge(committed, _range(pending, lo, hi, reverse), reverse)
+                yield from merge_sorted(committed, _range(pending, lo, hi, reverse), reverse)
 
     # ---- StoreTransaction -----------------------------------------------------------------------
     @property
@@ -153,7 +156,7 @@ class SegmentedBytesStore:
         if changelog_offset is not None:
             self._committed_offset = changelog_offset
             if self._offset_file is not None:
-                _write_offset(self._offset_file, changelog_offset)
+                _write_offset(self._offset_file, changelog_offset, self.observed_stream_time)
 
     def abort(self) -> None:
         self._pending.clear()
@@ -175,7 +178,7 @@ class SegmentedBytesStore:
         if records:
             self._committed_offset = records[-1].offset + 1
             if self._offset_file is not None:
-                _write_offset(self._offset_file, self._committed_offset)
+                _write_offset(self._offset_file, self._committed_offset, self.observed_stream_time)
 
     def wipe(self) -> None:
         self._open_segments().destroy_all()
@@ -218,36 +221,20 @@ def _range(segment: Segment | InMemorySegment, lo: bytes | None, hi: bytes | Non
     return segment.range(lo or b"", hi, reverse)
 
 
-def _merge(committed: Iterator[tuple[bytes, bytes]], pending: Iterator[tuple[bytes, bytes | None]],
-           reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-    """Both iterators in key order; pending writes win on equal keys and tombstones hide records."""
-    marker = object()
-    c = next(committed, marker)
-    p = next(pending, marker)
-    while c is not marker or p is not marker:
-        if p is marker or (c is not marker and (c[0] > p[0] if reverse else c[0] < p[0])):  # type: ignore[index]
-            yield c  # type: ignore[misc]
-            c = next(committed, marker)
-            continue
-        if c is not marker and c[0] == p[0]:  # type: ignore[index]
-            c = next(committed, marker)
-        if p[1] is not None:  # type: ignore[index]
-            yield p  # type: ignore[misc]
-        p = next(pending, marker)
-
-
-def _read_offset(path: str) -> int | None:
+def _read_offset(path: str) -> tuple[int | None, int]:
+    """(changelog offset, stream time) recorded at the last commit; (None, -1) if never committed."""
     try:
         with open(path) as file:
-            return int(file.read().strip())
+            offset, stream_time = file.read().split()
+            return int(offset), int(stream_time)
     except FileNotFoundError:
-        return None
+        return None, -1
 
 
-def _write_offset(path: str, offset: int) -> None:
+def _write_offset(path: str, offset: int, stream_time: int) -> None:
     temporary = path + ".tmp"
     with open(temporary, "w") as file:
-        file.write(str(offset))
+        file.write(f"{offset} {stream_time}")
     os.replace(temporary, path)
 
 
