@@ -163,3 +163,20 @@ def test_config_defaults_and_aliases():
 def test_config_accepts_but_reports_kafka_keys_strom_does_not_use(caplog):
     StreamsConfig({"application.id": "a", "num.standby.replicas": 1})
     assert "'num.standby.replicas' is ignored by strom" in caplog.text
+
+
+def test_aggregating_merged_streams_requires_copartitioned_inputs():
+    builder = StreamsBuilder()
+    merged = builder.stream("left").merge(builder.stream("right"))
+    merged.to("out")  # stateless use of a merge needs nothing
+    assert builder.build().internal.topic_partitions({"left": 4, "right": 2}) == {"left": 4, "right": 2}
+    merged.group_by_key().count()
+    with pytest.raises(CoPartitioningError, match="same number of partitions"):
+        builder.build().internal.topic_partitions({"left": 4, "right": 2})
+
+
+def test_to_table_after_a_key_change_repartitions():
+    builder = StreamsBuilder()
+    builder.stream("in").select_key(lambda k, v: v).to_table()
+    plans = builder.build().internal.subtopologies()
+    assert len(plans) == 2 and plans[1].source_topics[0].endswith("-repartition")

@@ -40,6 +40,12 @@ class InternalStreamsBuilder:
             return materialized.store_name
         return f"{prefix}STATE-STORE-{self.next_index()}"
 
+    def require_copartitioned(self, source_topics: frozenset[str]) -> None:
+        """State read by key across several source topics (e.g. an aggregation after a merge) is only
+        right when every key lands in the same task: the topics must have equal partition counts."""
+        if len(source_topics) > 1:
+            self.internal.copartition(source_topics)
+
     def repartition(
         self,
         stream: KStream,

@@ -81,6 +81,7 @@ class KGroupedStream(_Grouped):
 
     def _input(self, store_name: str) -> str:
         if not self.repartition_required:
+            self.builder.require_copartitioned(self.source_topics)
             return self.name
         stream = KStream(self.builder, self.name, self.key_serde, self.value_serde, True, self.source_topics)
         repartitioned = self.builder.repartition(

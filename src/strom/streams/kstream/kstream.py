@@ -153,6 +153,7 @@ class KStream:
         """Runs a Processor API processor; what it forwards is the returned stream (key may change)."""
         stream = self._child("KSTREAM-PROCESSOR-", named, supplier, key_changed=True, keeps_serdes=False)
         if store_names:
+            self.builder.require_copartitioned(self.source_topics)
             self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
         return stream
 
@@ -163,6 +164,7 @@ class KStream:
         operator after it needs no repartition topic."""
         stream = self._child("KSTREAM-PROCESSVALUES-", named, supplier, keeps_serdes=False)
         if store_names:
+            self.builder.require_copartitioned(self.source_topics)
             self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
         return stream
 
@@ -219,10 +221,17 @@ class KStream:
     def to_table(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
     ) -> KTable:
-        """The stream as a table: each record is an update of its key (null keys are dropped)."""
+        """The stream as a table: each record is an update of its key (null keys are dropped). After a key
+        change the stream goes through a repartition topic first."""
         from strom.streams.kstream.ktable import to_table
 
-        return to_table(self, named, materialized)
+        stream = self
+        if self.repartition_required:
+            base = self.builder.node_name(None, "KSTREAM-TOTABLE-")
+            stream = self.builder.repartition(self, base, self.key_serde, self.value_serde)
+        else:
+            self.builder.require_copartitioned(self.source_topics)
+        return to_table(stream, named, materialized)
 
 
 class BranchedKStream:
