@@ -136,3 +136,18 @@ def test_restore_replays_changelog_records_and_wipe_clears(window_store):
     window_store.wipe()
     assert list(window_store.all()) == []
     assert window_store.committed_offset is None
+
+
+def test_reads_hide_windows_expired_by_retention_within_a_live_segment(window_store):
+    # retention 100: at stream time 100 the window starting at 0 has expired, though its segment lives
+    window_store.put(b"k", b"old", 0)
+    window_store.put(b"k", b"new", 100)
+    assert list(window_store.fetch_range(b"k", 0, 200)) == [(100, b"new")]
+    assert [start for _, start, _ in window_store.all()] == [100]
+    assert window_store.fetch(b"k", 0) is None
+
+
+def test_reads_hide_sessions_expired_by_retention(session_store):
+    session_store.put(b"k", 0, 0, b"old")
+    session_store.put(b"k", 100, 100, b"new")
+    assert [(s, e) for _, s, e, _ in session_store.find_sessions(None, None, 0, 1_000)] == [(100, 100)]

@@ -37,7 +37,7 @@ def _drive(build, records, props=PROPS, output_key_serde=None):
 def test_tumbling_count_by_key():
     driver, out = _drive(
         lambda s: s.group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(10_000))
-        .count(materialized=Materialized.as_("counts")),
+        .count(materialized=Materialized.as_("counts").with_retention(60_000)),
         [("a", "x", 1_000), ("b", "x", 2_000), ("a", "x", 9_999), ("a", "x", 10_000)])
     assert out == [(Windowed("a", Window(0, 10_000)), 1), (Windowed("b", Window(0, 10_000)), 1),
                    (Windowed("a", Window(0, 10_000)), 2), (Windowed("a", Window(10_000, 20_000)), 1)]

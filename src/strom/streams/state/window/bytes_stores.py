@@ -267,7 +267,8 @@ class WindowBytesStore(SegmentedBytesStore):
     def fetch_range(self, key: bytes, time_from: int, time_to: int,
                     reverse: bool = False) -> Iterator[tuple[int, bytes]]:
         """(window start, value) of ``key``'s windows starting in [time_from, time_to]."""
-        lo = schemas.window_store_key(key, max(time_from, 0), 0)
+        time_from = max(time_from, self.min_live_time())
+        lo = schemas.window_store_key(key, time_from, 0)
         hi = schemas.window_store_key(key, time_to, schemas.MAX_SEQNUM)
         for binary, value in self.scan(time_from, time_to, lo, hi, reverse):
             record_key, start, _ = schemas.split_window_store_key(binary)
@@ -277,6 +278,7 @@ class WindowBytesStore(SegmentedBytesStore):
     def fetch_key_range(self, key_from: bytes | None, key_to: bytes | None, time_from: int, time_to: int,
                         reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
         """(key, window start, value) for keys in [key_from, key_to] (None: unbounded), segment by segment."""
+        time_from = max(time_from, self.min_live_time())
         for binary, value in self.scan(time_from, time_to, key_from, None, reverse):
             record_key, start, _ = schemas.split_window_store_key(binary)
             if (time_from <= start <= time_to and (key_from is None or record_key >= key_from)
@@ -307,6 +309,7 @@ class SessionBytesStore(SegmentedBytesStore):
                       reverse: bool = False) -> Iterator[tuple[bytes, int, int, bytes]]:
         """(key, start, end, value) of sessions with end >= earliest_session_end and
         start <= latest_session_start, for keys in [key_from, key_to] (None: unbounded)."""
+        earliest_session_end = max(earliest_session_end, self.min_live_time())
         single = key_from is not None and key_from == key_to
         lo = schemas.session_store_key(key_from, 0, max(earliest_session_end, 0)) if single else key_from
         hi = schemas.session_store_key(key_from, MAX, MAX) if single else None
