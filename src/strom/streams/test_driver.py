@@ -125,24 +125,30 @@ class TopologyTestDriver:
             self.config,
             Path(self.config[cfg.STATE_DIR]) / self.config.application_id / "global",
         )
-        for plan in self.builder.subtopologies():
-            task_id = TaskId(plan.id, 0)
-            state_dir = Path(self.config[cfg.STATE_DIR]) / self.config.application_id / str(task_id)
-            task = StreamTask(
-                task_id,
-                self.builder,
-                self.config,
-                sink,
-                self.cache,
-                state_dir,
-                system_time=lambda: self.wall_clock_ms,
-            )
-            task.context.global_stores = self.global_state.stores
-            task.initialize()
-            task.complete_restoration()
-            self.tasks.append(task)
-            for tp in task.partitions:
-                self._task_by_topic[tp.topic] = task
+        try:
+            for plan in self.builder.subtopologies():
+                self._start_task(TaskId(plan.id, 0), sink)
+        except BaseException:
+            self._release()
+            raise
+
+    def _start_task(self, task_id: TaskId, sink: _DriverSink) -> None:
+        state_dir = Path(self.config[cfg.STATE_DIR]) / self.config.application_id / str(task_id)
+        task = StreamTask(
+            task_id,
+            self.builder,
+            self.config,
+            sink,
+            self.cache,
+            state_dir,
+            system_time=lambda: self.wall_clock_ms,
+        )
+        self.tasks.append(task)
+        task.context.global_stores = self.global_state.stores
+        task.initialize()
+        task.complete_restoration()
+        for tp in task.partitions:
+            self._task_by_topic[tp.topic] = task
 
     # ---- topics ---------------------------------------------------------------------------------
     def create_input_topic(
@@ -285,6 +291,10 @@ class TopologyTestDriver:
             "punctuated": sum(t.metrics.punctuated for t in self.tasks),
         }
 
+    def produced_topic_names(self) -> set[str]:
+        """Every topic the topology wrote to, internal topics included."""
+        return set(self.produced)
+
     def producer_records(self, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
         """Everything written to ``topic`` so far (changelogs included) as (key, value, timestamp) bytes."""
         return [(r.key, r.value, r.timestamp) for r in self.produced.get(topic, [])]
@@ -296,10 +306,16 @@ class TopologyTestDriver:
         try:
             self.commit()
         finally:
-            self._closed = True
+            self._release()
+
+    def _release(self) -> None:
+        """Closes tasks and global stores and removes the driver's own state directory."""
+        self._closed = True
+        try:
             for task in self.tasks:
                 task.close()
             self.global_state.close()
+        finally:
             if self._own_state_dir:
                 shutil.rmtree(self.config[cfg.STATE_DIR], ignore_errors=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strom.errors import TopologyError
+from strom.errors import ProcessingError, TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams import Processor, PunctuationType, Record, Stores, Topology, TopologyTestDriver
 
@@ -186,3 +186,20 @@ def test_driver_times_accept_datetimes_and_timedeltas(props):
         assert processor.punctuations == [int(start.timestamp() * 1000) + 10]
         record = driver.create_output_topic("out", S, L).read_record()
         assert record.timestamp == int(start.timestamp() * 1000) + 10
+
+
+def test_processor_failing_in_init_is_named(props):
+    class Broken(Processor):
+        def init(self, context):
+            raise RuntimeError("no config")
+
+    topology = Topology().add_source("s", "in").add_processor("broken", Broken, "s")
+    with pytest.raises(ProcessingError, match="Processor 'broken' of task 0_0 failed in init"):
+        TopologyTestDriver(topology, props)
+
+
+def test_produced_topic_names_include_changelogs(props):
+    processor = CountingProcessor(PunctuationType.STREAM_TIME)
+    with TopologyTestDriver(counting_topology(processor), props) as driver:
+        driver.create_input_topic("in", S, S).pipe_input("a", "x")
+        assert driver.produced_topic_names() == {"out", "app-counts-changelog"}

@@ -189,7 +189,14 @@ class StreamTask:
         for node in self.nodes.values():
             node.wire()
         for node in self.nodes.values():
-            node.start()
+            try:
+                node.start()
+            except StromError:
+                raise
+            except Exception as exc:
+                raise ProcessingError(
+                    f"Processor {node.name!r} of task {self.id} failed in init(): {type(exc).__name__}: {exc}"
+                ) from exc
         self._initialized = True
 
     def close(self) -> None:
