@@ -123,6 +123,10 @@ class PartitionContext:
         log.info("%s-%d: units rebuilt with concurrency %d (was %d), %d queued tasks moved", self.topic,
                  self.partition, self._executor.concurrency, old.concurrency, len(requeued))
 
+    def drop_backlog(self) -> None:
+        """Forgets fetched records not yet handed to processors (on revoke and shutdown)."""
+        self._backlog.clear()
+
     def should_pause(self) -> bool:
         return bool(self._backlog) or self._must_hold()
 

@@ -151,6 +151,9 @@ class ProcessorSubscription:
             ctx.reload_requested = True
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # librdkafka keeps a partition's pause flag across assignments: start every new one fetching
+        consumer.assign(partitions)
+        consumer.resume(partitions)
         for tp in partitions:
             key = (tp.topic, tp.partition)
             if key not in self._contexts:
@@ -229,15 +232,19 @@ class ProcessorSubscription:
         self._commit_manager.maybe_commit_async()
 
     def _drain(self, keys: list[TP], timeout_s: float) -> bool:
-        """Waits until the given partitions have nothing pending, or the timeout passes."""
+        """Waits until the tasks handed to processors in the given partitions completed, or the timeout
+        passes. Fetched records not yet handed over are dropped: not committed, so fetched again."""
         deadline = time.monotonic() + timeout_s
+        for key in keys:
+            if key in self._contexts:
+                self._contexts[key].drop_backlog()
         while True:
             if self._retry_queue is not None:
                 self._retry_queue.poll()
             contexts = [self._contexts[k] for k in keys if k in self._contexts]
             for ctx in contexts:
                 ctx.update()
-            if all(ctx.pending() == 0 and not ctx.should_pause() for ctx in contexts):
+            if all(ctx.pending() == 0 for ctx in contexts):
                 return True
             if time.monotonic() >= deadline:
                 log.warning("%s: %d records still pending after %.1f s; they will be processed again",
