@@ -213,14 +213,17 @@ class TopologyTestDriver:
 
     # ---- time and commits -----------------------------------------------------------------------
     def advance_wall_clock_time(self, delta: int | timedelta) -> None:
-        """Moves the driver's clock: fires due WALL_CLOCK_TIME punctuations and, when
-        ``commit_per_record`` is off, commits once ``commit.interval.ms`` has passed."""
+        """Moves the driver's clock and fires due WALL_CLOCK_TIME punctuations; then commits (as Kafka's
+        driver does), or with ``commit_per_record`` off once ``commit.interval.ms`` has passed."""
         self._check_open()
         self.wall_clock_ms += to_millis(delta)
         for task in self.tasks:
             task.maybe_punctuate_system_time(self.wall_clock_ms)
         self._run()
-        self._maybe_commit()
+        if self.commit_per_record:
+            self.commit()
+        else:
+            self._maybe_commit()
 
     def commit(self) -> None:
         """Commits every task (flush hooks, caches, output), then processes what that produced."""

@@ -203,3 +203,21 @@ def test_produced_topic_names_include_changelogs(props):
     with TopologyTestDriver(counting_topology(processor), props) as driver:
         driver.create_input_topic("in", S, S).pipe_input("a", "x")
         assert driver.produced_topic_names() == {"out", "app-counts-changelog"}
+
+
+def test_advancing_the_clock_commits_what_a_punctuation_wrote(props):
+    class Ticker(Processor):
+        def init(self, context):
+            self.store = context.get_state_store("ticks")
+            context.schedule(5, PunctuationType.WALL_CLOCK_TIME, lambda ts: self.store.put("last", str(ts)))
+
+        def process(self, record):
+            pass
+
+    store = Stores.key_value_store_builder(
+        Stores.in_memory_key_value_store("ticks"), S, S
+    ).with_caching_enabled()
+    topology = Topology().add_source("s", "in").add_processor("t", Ticker, "s").add_state_store(store, "t")
+    with TopologyTestDriver(topology, props) as driver:
+        driver.advance_wall_clock_time(5)
+        assert driver.producer_records("app-ticks-changelog") == [(b"last", b"5", 5)]
