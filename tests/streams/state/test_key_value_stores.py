@@ -221,3 +221,16 @@ def test_store_without_serdes_uses_the_default_serdes(host):
     store.put("k", "v")  # the host's defaults are String serdes
     assert store.get("k") == "v"
     assert store.wrapped.get(b"k") is not None
+
+
+def test_iterating_a_store_closed_under_the_iterator_fails_clearly(host):
+    store = host.init(Stores.key_value_store_builder(Stores.persistent_key_value_store("it"),
+                                                     Serdes.String(), Serdes.Long()))
+    for i in range(5):
+        store.put(f"k{i}", i)
+    host.commit()
+    iterator = store.all()
+    assert next(iterator) == ("k0", 0)
+    store.close()
+    with pytest.raises(InvalidStateStoreError, match="closed while an iterator"):
+        next(iterator)

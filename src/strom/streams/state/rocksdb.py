@@ -38,8 +38,11 @@ def _options() -> Options:
 class _StoreIterator:
     """Holds the only reference to a RocksDB iterator, so closing the store can release it."""
 
-    def __init__(self, raw: Any, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> None:
+    def __init__(self, store: str, raw: Any, from_key: bytes | None, to_key: bytes | None,
+                 reverse: bool) -> None:
+        self._store = store
         self._raw = raw
+        self._closed_under = False
         self._reverse = reverse
         self._bound = from_key if reverse else to_key
         start = to_key if reverse else from_key
@@ -54,6 +57,9 @@ class _StoreIterator:
     def __next__(self) -> tuple[bytes, bytes]:
         raw = self._raw
         if raw is None or not raw.valid():
+            if self._closed_under:
+                raise InvalidStateStoreError(f"Store {self._store} was closed while an iterator over it "
+                                             "was open; finish iterating before the task closes.")
             self.release()
             raise StopIteration
         key = raw.key()
@@ -67,6 +73,10 @@ class _StoreIterator:
 
     def release(self) -> None:
         self._raw = None
+
+    def store_closed(self) -> None:
+        self._raw = None
+        self._closed_under = True
 
 
 class RocksDBStore(BytesStore):
@@ -122,7 +132,7 @@ class RocksDBStore(BytesStore):
             db.put(key, value)
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
-        iterator = _StoreIterator(self._live().iter(), from_key, to_key, reverse)
+        iterator = _StoreIterator(self.name, self._live().iter(), from_key, to_key, reverse)
         self._iterators.add(iterator)
         return iterator
 
@@ -172,7 +182,7 @@ class RocksDBStore(BytesStore):
         if self._db is None:
             return
         for iterator in list(self._iterators):
-            iterator.release()
+            iterator.store_closed()
         self._offsets = self._offsets_handle = None
         db, self._db = self._db, None
         db.close()
