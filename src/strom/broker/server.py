@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from strom.broker.fetch_response import EncodedResponse, FileRange
 from strom.broker.handlers import REGISTRY, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
+from strom.broker.produce_request import parse_produce
 from strom.broker.protocol import MalformedRequest, encode_response, parse_request, peek_api
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
+KEPT_BUFFER_BYTES = 4 << 20
+PRODUCE = 0
 
 
 class ConnectionHandler:
@@ -88,6 +91,7 @@ class ConnectionHandler:
         loop = asyncio.get_running_loop()
         max_size = self.broker.config["socket.request.max.bytes"]
         size_buffer = bytearray(4)
+        kept = bytearray(0)  # reused for frames up to KEPT_BUFFER_BYTES: no allocation per request
         while not self.broker.closing:
             await _receive(loop, sock, memoryview(size_buffer))
             (size,) = _SIZE.unpack(size_buffer)
@@ -95,16 +99,17 @@ class ConnectionHandler:
                 raise MalformedRequest(
                     f"frame size {size} is outside [8, socket.request.max.bytes={max_size}]")
             async with self._memory.reserve(size):
-                frame = bytearray(size)
-                await _receive(loop, sock, memoryview(frame))
-                response = await self.dispatch(memoryview(frame).toreadonly(), host)
-                del frame
+                if size > len(kept) and size <= KEPT_BUFFER_BYTES:
+                    kept = bytearray(max(size, min(2 * len(kept), KEPT_BUFFER_BYTES)))
+                frame = memoryview(kept if size <= len(kept) else bytearray(size))[:size]
+                await _receive(loop, sock, frame)
+                response = await self.dispatch(frame.toreadonly(), host)
             if isinstance(response, EncodedResponse):
                 await _send_parts(loop, sock, response)
             elif response is not None:
                 await loop.sock_sendall(sock, response)
 
-    async def dispatch(self, frame: bytes | memoryview, host: str) -> bytes | EncodedResponse | None:
+    async def dispatch(self, frame: memoryview, host: str) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -112,7 +117,7 @@ class ConnectionHandler:
                 return encode_response(API_VERSIONS, 0, correlation_id,
                                        api_versions_response(ErrorCode.unsupported_version))
             raise MalformedRequest(f"api_key={api_key} v{version} is not supported")
-        request = parse_request(frame)
+        request = parse_produce(frame) if api_key == PRODUCE else parse_request(frame)
         ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
         data = await handler.handle(ctx, request.body)
         if data is None or isinstance(data, EncodedResponse):
