@@ -121,6 +121,7 @@ class KGroupedStream(_Grouped):
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
+        """Combines the values of a key with ``reducer(aggregate, value)``; the first value starts it."""
         named, materialized = named_and_materialized(named, materialized)
         value_serde = (materialized.value_serde if materialized else None) or self.value_serde
         return self._build(
@@ -203,6 +204,8 @@ class KGroupedTable(_Grouped):
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
+        """Adds each new value with ``adder(aggregate, value)`` and removes the value it replaces with
+        ``subtractor(aggregate, value)``."""
         named, materialized = named_and_materialized(named, materialized)
         value_serde = (materialized.value_serde if materialized else None) or self.value_serde
         return self._build(

@@ -63,14 +63,17 @@ class KStream:
 
     # ---- stateless ------------------------------------------------------------------------------
     def filter(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
+        """Keeps records for which ``predicate(key, value)`` is true."""
         fn = key_value_function(predicate, "filter")
         return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn))
 
     def filter_not(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
+        """Drops records for which ``predicate(key, value)`` is true."""
         fn = key_value_function(predicate, "filter_not")
         return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilterNot(fn))
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], named: Named | None = None) -> KStream:
+        """``mapper(key, value)`` returns the new (key, value); a stateful operator after it repartitions."""
         fn = key_value_function(mapper, "map")
         return self._child(
             "KSTREAM-MAP-", named, lambda: sl.KStreamMap(fn, "map"), key_changed=True, keeps_serdes=False
@@ -84,33 +87,40 @@ class KStream:
     def flat_map(
         self, mapper: Callable[[Any, Any], Iterable[tuple[Any, Any]]], named: Named | None = None
     ) -> KStream:
+        """``mapper(key, value)`` returns zero or more (key, value) pairs; the key may change."""
         fn = key_value_function(mapper, "flat_map")
         return self._child(
             "KSTREAM-FLATMAP-", named, lambda: sl.KStreamFlatMap(fn), key_changed=True, keeps_serdes=False
         )
 
     def flat_map_values(self, mapper: Callable[..., Iterable[Any]], named: Named | None = None) -> KStream:
+        """``mapper(value)`` or ``mapper(key, value)`` returns zero or more values; the key stays."""
         fn = value_function(mapper, "flat_map_values")
         return self._child(
             "KSTREAM-FLATMAPVALUES-", named, lambda: sl.KStreamFlatMapValues(fn), keeps_serdes=False
         )
 
     def select_key(self, mapper: Callable[[Any, Any], Any], named: Named | None = None) -> KStream:
+        """``mapper(key, value)`` returns the new key; a stateful operator after it repartitions."""
         fn = key_value_function(mapper, "select_key")
         return self._child("KSTREAM-KEY-SELECT-", named, lambda: sl.KStreamSelectKey(fn), key_changed=True)
 
     def peek(self, action: Callable[[Any, Any], None], named: Named | None = None) -> KStream:
+        """Calls ``action(key, value)`` for each record and forwards it unchanged (logging, metrics)."""
         fn = key_value_function(action, "peek")
         return self._child("KSTREAM-PEEK-", named, lambda: sl.KStreamPeek(fn, True))
 
     def foreach(self, action: Callable[[Any, Any], None], named: Named | None = None) -> None:
+        """Calls ``action(key, value)`` for each record; terminal."""
         fn = key_value_function(action, "foreach")
         self._child("KSTREAM-FOREACH-", named, lambda: sl.KStreamPeek(fn, False))
 
     def split(self, named: Named | None = None) -> BranchedKStream:
+        """Routes each record to the first matching branch (``branch``), else the default branch."""
         return BranchedKStream(self, self.builder.node_name(named, "KSTREAM-BRANCH-"))
 
     def merge(self, other: KStream, named: Named | None = None) -> KStream:
+        """Interleaves this stream and ``other`` in arrival order."""
         if other.builder is not self.builder:
             raise TopologyError("Cannot merge streams of different StreamsBuilders.")
         merged = self._child("KSTREAM-MERGE-", named, sl.PassThrough, parents=[other.name])
@@ -170,6 +180,7 @@ class KStream:
 
     # ---- stateful -------------------------------------------------------------------------------
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
+        """Groups by the current key for an aggregation (repartitioned if the key changed upstream)."""
         from strom.streams.kstream.grouped import KGroupedStream
 
         grouped = grouped or Grouped()
@@ -184,6 +195,7 @@ class KStream:
         )
 
     def group_by(self, selector: Callable[[Any, Any], Any], grouped: Grouped | None = None) -> KGroupedStream:
+        """Groups by ``selector(key, value)``; the aggregation reads through a repartition topic."""
         from strom.streams.kstream.grouped import KGroupedStream
 
         grouped = grouped or Grouped()
@@ -250,6 +262,7 @@ class BranchedKStream:
     def branch(
         self, predicate: Callable[[Any, Any], bool], branched: Branched | None = None
     ) -> BranchedKStream:
+        """Adds a branch taking the records ``predicate(key, value)`` accepts and no earlier branch took."""
         self._check_open()
         branched = branched or Branched()
         child = self.name + (branched.name or str(len(self._branches) + 1))
@@ -257,10 +270,12 @@ class BranchedKStream:
         return self
 
     def default_branch(self, branched: Branched | None = None) -> dict[str, Any]:
+        """Adds the branch for records no predicate accepted and finishes the split."""
         branched = branched or Branched()
         return self._finish((self.name + (branched.name or "0"), branched))
 
     def no_default_branch(self) -> dict[str, Any]:
+        """Finishes the split; records no predicate accepted are dropped."""
         return self._finish(None)
 
     def _check_open(self) -> None:

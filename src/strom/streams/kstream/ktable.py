@@ -79,6 +79,7 @@ class KTable:
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
+        """Keeps rows for which ``predicate(key, value)`` is true; others become deletions."""
         named, materialized = named_and_materialized(named, materialized)
         fn = key_value_function(predicate, "KTable.filter")
         return self._derive(
@@ -91,6 +92,7 @@ class KTable:
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
+        """Drops rows for which ``predicate(key, value)`` is true (they become deletions)."""
         named, materialized = named_and_materialized(named, materialized)
         fn = key_value_function(predicate, "KTable.filter_not")
         return self._derive(
@@ -103,6 +105,7 @@ class KTable:
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
+        """``mapper(value)`` or ``mapper(key, value)`` for every row; deletions stay deletions."""
         named, materialized = named_and_materialized(named, materialized)
         fn = value_function(mapper, "KTable.map_values")
         return self._derive(
@@ -114,6 +117,7 @@ class KTable:
         )
 
     def to_stream(self, named: Named | None = None) -> KStream:
+        """The table's changelog as a stream of new values (None for a deletion)."""
         from strom.streams.kstream.kstream import KStream
 
         name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
