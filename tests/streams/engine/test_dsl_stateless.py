@@ -8,6 +8,7 @@ from strom.errors import ProcessingError, TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Branched,
+    Consumed,
     Named,
     Produced,
     Repartitioned,
@@ -205,3 +206,18 @@ def test_process_with_a_store_added_to_the_builder(props):
     builder.add_state_store(Stores.key_value_store_builder(Stores.in_memory_key_value_store("seen"), S, S))
     builder.stream("in").process(Dedupe, "seen").to("out")
     assert run(builder, props, [("1", "x"), ("2", "y"), ("3", "x")]) == [("x", "x"), ("y", "y")]
+
+
+def test_a_finished_split_cannot_take_more_branches():
+    split = StreamsBuilder().stream("in").split()
+    split.branch(lambda k, v: True)
+    split.no_default_branch()
+    with pytest.raises(TopologyError, match="already finished"):
+        split.branch(lambda k, v: False)
+
+
+def test_consumed_and_produced_names_name_the_nodes():
+    builder = StreamsBuilder()
+    builder.stream("in", Consumed.as_("orders-source")).to("out", Produced.as_("orders-sink"))
+    (subtopology,) = builder.build().describe().subtopologies
+    assert [node.name for node in subtopology.nodes] == ["orders-source", "orders-sink"]
