@@ -6,6 +6,10 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 from strom.broker.broker import Broker, serve
@@ -29,7 +33,20 @@ def main() -> None:
             tmp.write_text(json.dumps({"host": b.host, "port": b.port}))
             tmp.replace(args.ready_file)
 
+    _stop_with_parent()
     asyncio.run(serve(broker, ready))
+
+
+def _stop_with_parent() -> None:
+    """An embedded broker whose parent died (even by kill -9) shuts down instead of lingering."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 if __name__ == "__main__":
