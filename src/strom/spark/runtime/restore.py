@@ -47,7 +47,7 @@ def _records(consumer: Consumer, topic: str, partition: int, start: int) -> Iter
     last_progress = time.monotonic()
     try:
         while True:
-            messages = consumer.consume(_BATCH, 1.0)
+            messages = consumer.consume(_BATCH, 0) or [m for m in [consumer.poll(1.0)] if m is not None]
             if messages:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:

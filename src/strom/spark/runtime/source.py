@@ -68,7 +68,8 @@ class SourcePlan:
     def source_options(self) -> SourceOptions:
         return SourceOptions(self.bootstrap_servers, Subscription(topics=tuple(self.topics)),
                              OffsetSpec(EARLIEST), OffsetSpec(LATEST), self.max_records, True, True,
-                             {**self.client_config, "isolation.level": "read_committed"})
+                             {**self.client_config, "isolation.level": "read_committed",
+                              "fetch.wait.max.ms": "10"})
 
 
 @dataclass(frozen=True)

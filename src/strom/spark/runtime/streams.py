@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"
 _STOP_WAIT_S = 60.0
+_MAX_RESTARTS = 5
+_TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
 def _positive(key: str, value: Any) -> int:
@@ -103,6 +105,7 @@ class SparkStreams:
         self._lock = threading.Lock()
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
+        self._restarts = 0
 
     @property
     def bootstrap_servers(self) -> str:
@@ -127,23 +130,25 @@ class SparkStreams:
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)
-        spark = self._spark or self._default_session()
+        spark = self._spark = self._spark or self._default_session()
         spark.dataSource.register(StreamTaskSource)
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._stop_file.unlink(missing_ok=True)
-        for sub in self.plan.subtopologies:
-            self._queries[sub.id] = query = self._start_query(spark, sub)
-            self._await_initialized(query)
+        try:
+            for sub in self.plan.subtopologies:
+                self._queries[sub.id] = self._start_initialized(spark, sub)
+        except BaseException:
+            self.stop()
+            raise
 
-    def _await_initialized(self, query: StreamingQuery) -> None:
-        """Queries start one after the other: Spark gives a new Python source process only 10 s to
-        connect back, which a busy machine misses when several start at once."""
+    def _start_initialized(self, spark: SparkSession, sub: SubtopologyTasks) -> StreamingQuery:
+        """Starts a query and waits for its first trigger, so queries start one after the other:
+        Spark gives each new Python source process a fixed 10 s to connect back."""
+        query = self._start_query(spark, sub)
         deadline = time.monotonic() + _STOP_WAIT_S
-        while query.isActive and query.status["message"] == "Initializing sources":
-            if time.monotonic() > deadline:
-                break
+        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        self._raise_if_failed()
+        return query
 
     def _default_session(self) -> SparkSession:
         import strom.spark
@@ -223,11 +228,23 @@ class SparkStreams:
         return True
 
     def _raise_if_failed(self) -> None:
-        for sub_id, query in self._queries.items():
+        """Raises the first query failure; a query whose Python worker could not start (a busy
+        machine missing Spark's fixed connect-back timeout) is restarted instead, a few times:
+        nothing it did is lost, it resumes from the committed offsets."""
+        for sub_id, query in list(self._queries.items()):
             error = query.exception()
-            if error is not None:
-                raise ProcessingError(f"Sub-topology {sub_id} of {self.config.application_id} failed: "
-                                      f"{error}") from error
+            if error is None:
+                continue
+            transient = any(marker in str(error) for marker in _TRANSIENT)
+            if transient and self._restarts < _MAX_RESTARTS and self.plan is not None:
+                self._restarts += 1
+                log.warning("Sub-topology %d: a Spark Python worker did not start in time; restarting "
+                            "its query (%d/%d)", sub_id, self._restarts, _MAX_RESTARTS)
+                sub = next(s for s in self.plan.subtopologies if s.id == sub_id)
+                self._queries[sub_id] = self._start_initialized(self._spark, sub)
+                continue
+            raise ProcessingError(f"Sub-topology {sub_id} of {self.config.application_id} failed: "
+                                  f"{error}") from error
 
     def stop(self) -> None:
         """Stops planning new micro-batches, lets running ones commit, then stops the queries."""
