@@ -1,16 +1,19 @@
 """Produce and consume throughput of the strom broker with confluent-kafka (acks=all, idempotent).
 
-Usage: .venv/bin/python bench/broker_throughput.py [--records-100b N] [--records-1kb N] [--partitions P]
-Prints records/s and MB/s for produce and consume, for 100 B and 1 KB records, and the CPU seconds
-the broker and this client process used: on a shared machine the CPU figures show where time goes.
+Usage: .venv/bin/python bench/broker_throughput.py [--records-100b N] [--records-1kb N]
+                                                   [--partitions P] [--clients C]
+Prints records/s and MB/s for produce and consume, for 100 B and 1 KB records. C client processes
+share the partitions (Python clients are CPU-bound: one process cannot saturate the broker). The
+CPU seconds of the broker and of the clients are printed too: on a shared machine they show where
+the time went.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -20,21 +23,20 @@ from strom.kafka import clients
 
 PRODUCER_TUNING = {"linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
                    "queue.buffering.max.messages": 2_000_000}
-BATCH = 10_000
 CONSUMER_TUNING = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
                    "queued.max.messages.kbytes": 1_048_576, "isolation.level": "read_uncommitted"}
+BATCH = 10_000
 
 
-def produce(bootstrap: str, topic: str, partitions: int, count: int, size: int) -> float:
-    """Seconds to produce `count` records (produce_batch per partition, delivery awaited)."""
+def produce(bootstrap: str, topic: str, partitions: list[int], count: int, size: int) -> None:
+    """Produces `count` records to `partitions` (produce_batch, all deliveries awaited)."""
     producer = clients.producer(bootstrap, **PRODUCER_TUNING)
     value = b"x" * size
     chunk = [{"value": value, "key": b"%d" % i} for i in range(BATCH)]
-    start = time.perf_counter()
     sent = 0
     while sent < count:
         messages = chunk[:min(BATCH, count - sent)]
-        partition = (sent // BATCH) % partitions
+        partition = partitions[(sent // BATCH) % len(partitions)]
         queued = 0
         while queued < len(messages):
             try:
@@ -45,21 +47,30 @@ def produce(bootstrap: str, topic: str, partitions: int, count: int, size: int) 
         sent += len(messages)
     if producer.flush(300) != 0:
         raise RuntimeError("records were not acknowledged")
-    return time.perf_counter() - start
 
 
-def consume(bootstrap: str, topic: str, partitions: int, count: int) -> float:
+def consume(bootstrap: str, topic: str, partitions: list[int], count: int, _size: int) -> None:
+    """Reads `count` records from the start of `partitions`."""
     consumer = clients.consumer(bootstrap, None, **CONSUMER_TUNING)
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    start = time.perf_counter()
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     received = 0
     while received < count:
-        for message in consumer.consume(10_000, 1.0):
-            if message.error() is None:
-                received += 1
-    elapsed = time.perf_counter() - start
+        received += sum(1 for m in consumer.consume(10_000, 1.0) if m.error() is None)
     consumer.close()
-    return elapsed
+
+
+def _client(job: tuple, barrier, results) -> None:
+    """One client process: its share of the work after the barrier; reports (start, end, CPU s)."""
+    kind, bootstrap, topic, partitions, count, size = job
+    barrier.wait()
+    cpu_before, start = _cpu(), time.time()
+    {"produce": produce, "consume": consume}[kind](bootstrap, topic, partitions, count, size)
+    results.put((start, time.time(), _cpu() - cpu_before))
+
+
+def _cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def _broker_cpu(pid: int) -> float:
@@ -67,18 +78,35 @@ def _broker_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _client_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
-def measure(label: str, count: int, size: int, broker_pid: int, run: Callable[[], float]) -> None:
-    broker_before, client_before = _broker_cpu(broker_pid), _client_cpu()
-    seconds = run()
-    broker_cpu, client_cpu = _broker_cpu(broker_pid) - broker_before, _client_cpu() - client_before
+def run(kind: str, broker: EmbeddedBroker, topic: str, partitions: int, clients_count: int,
+        count: int, size: int) -> None:
+    shares = [[p for p in range(partitions) if p % clients_count == c] for c in range(clients_count)]
+    if kind == "produce":
+        counts = [count // clients_count + (c < count % clients_count) for c in range(clients_count)]
+    else:
+        consumer = clients.consumer(broker.bootstrap_servers, None)
+        ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)]
+        consumer.close()
+        counts = [sum(ends[p] for p in share) for share in shares]
+    jobs = [(kind, broker.bootstrap_servers, topic, share, n, size)
+            for share, n in zip(shares, counts, strict=True)]
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(clients_count), context.Queue()
+    processes = [context.Process(target=_client, args=(job, barrier, queue)) for job in jobs]
+    broker_before = _broker_cpu(broker.pid or 0)
+    for process in processes:
+        process.start()
+    results = [queue.get(timeout=600) for _ in processes]
+    for process in processes:
+        process.join()
+    broker_cpu = _broker_cpu(broker.pid or 0) - broker_before
+    seconds = max(end for _, end, _ in results) - min(start for start, _, _ in results)
+    client_cpu = sum(cpu for _, _, cpu in results)
     megabytes = count * size / 1e6
-    print(f"{label:<16} {count / seconds:>10,.0f} records/s {megabytes / seconds:>7.1f} MB/s   "
-          f"({count:,} in {seconds:.2f} s; CPU s: broker {broker_cpu:.2f}, client {client_cpu:.2f}; "
+    print(f"{kind} {size:>4} B  {count / seconds:>10,.0f} records/s {megabytes / seconds:>7.1f} MB/s   "
+          f"({count:,} in {seconds:.2f} s, {clients_count} client process(es); CPU s: "
+          f"broker {broker_cpu:.2f}, clients {client_cpu:.2f}; "
           f"broker {megabytes / max(broker_cpu, 0.01):,.0f} MB per CPU s)")
 
 
@@ -86,20 +114,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records-100b", type=int, default=1_000_000)
-    parser.add_argument("--records-1kb", type=int, default=200_000)
+    parser.add_argument("--records-1kb", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--clients", type=int, default=2)
     args = parser.parse_args()
     with EmbeddedBroker() as broker:
-        bootstrap = broker.bootstrap_servers
         for size, count in ((100, args.records_100b), (1000, args.records_1kb)):
             topic = f"bench-{size}"
-            clients.create_topics(bootstrap, {topic: args.partitions})
-            pid = broker.pid
-            assert pid is not None
-            measure(f"produce {size} B", count, size, pid,
-                    lambda: produce(bootstrap, topic, args.partitions, count, size))  # noqa: B023
-            measure(f"consume {size} B", count, size, pid,
-                    lambda: consume(bootstrap, topic, args.partitions, count))  # noqa: B023
+            clients.create_topics(broker.bootstrap_servers, {topic: args.partitions})
+            for kind in ("produce", "consume"):
+                run(kind, broker, topic, args.partitions, args.clients, count, size)
 
 
 if __name__ == "__main__":
