@@ -82,7 +82,3 @@ class OutOfOrderCommitControl:
 
     def pending_count(self) -> int:
         return len(self._states)
-
-    @property
-    def latest(self) -> int:
-        return self._latest

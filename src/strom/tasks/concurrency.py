@@ -170,9 +170,6 @@ class KeyOrderedExecutor:
     def asynchronous(self) -> bool:
         return self._runtime is not None
 
-    def unit_for(self, key: Any) -> int:
-        return self._partitioner.partition_for(key)
-
     def submit(self, key: Any, item: Any) -> None:
         """Queues ``item`` on the unit of ``key``; never blocks."""
         unit = self._units[self._partitioner.partition_for(key)]

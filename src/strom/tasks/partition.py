@@ -135,9 +135,6 @@ class PartitionContext:
         ready = self.commit_control.commit_ready_offset()
         return ready + 1 if ready > self.committed_offset else None
 
-    def wait_idle(self, timeout_s: float) -> bool:
-        return self._executor.wait_idle(timeout_s)
-
     def close(self) -> None:
         """Stops the units; queued records are dropped (their offsets are not committed)."""
         self._backlog.clear()

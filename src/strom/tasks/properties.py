@@ -25,7 +25,6 @@ class PropertyDefinition:
     default: Any
     expected: str
     check: Callable[[Any], bool]
-    reloadable: bool = True
 
     def parse(self, raw: Any) -> Any:
         value = raw
@@ -39,9 +38,8 @@ class PropertyDefinition:
         return value
 
 
-def _define(name: str, default: int, expected: str, check: Callable[[int], bool],
-            reloadable: bool = True) -> PropertyDefinition:
-    return PropertyDefinition(name, default, expected, check, reloadable)
+def _define(name: str, default: int, expected: str, check: Callable[[int], bool]) -> PropertyDefinition:
+    return PropertyDefinition(name, default, expected, check)
 
 
 class ProcessorProperties:

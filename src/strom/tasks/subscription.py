@@ -117,9 +117,7 @@ class ProcessorSubscription:
             self._topics.append(self._retry_queue.retry_topic)
         self._check_topics()
         self._terminated = threading.Event()
-        self._started = threading.Event()
         self._error: BaseException | None = None
-        self._closing = False
         self._thread = threading.Thread(target=self._run, name=f"subscription-{subscription_id}", daemon=True)
         props.get(PROPS.PARTITION_CONCURRENCY).listen(self._on_concurrency_change)
 
@@ -160,7 +158,6 @@ class ProcessorSubscription:
                 self._contexts[key] = PartitionContext(tp.topic, tp.partition, self._builder, self._props,
                                                        self._runtime, self._retry_queue)
         log.info("%s: assigned %s", self.subscription_id, sorted(self._contexts))
-        self._started.set()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._contexts]
@@ -259,7 +256,6 @@ class ProcessorSubscription:
                 ctx.close()
 
     def _shutdown(self, consumer: Consumer) -> None:
-        self._closing = True
         try:
             keys = list(self._contexts)
             if keys and self._error is None:
@@ -276,10 +272,6 @@ class ProcessorSubscription:
             self._terminated.set()
 
     # ---- public ---------------------------------------------------------------------------------
-    def wait_assigned(self, timeout_s: float = 30.0) -> bool:
-        """Blocks until the first partition assignment (useful in tests and tools)."""
-        return self._started.wait(timeout_s)
-
     def close(self) -> None:
         """Graceful shutdown: stop fetching, drain, commit, close. Raises what stopped the loop, if any."""
         self._terminated.set()
