@@ -92,3 +92,17 @@ def test_admin_describe_and_alter(broker):
 
     admin.delete_topics([topic])[topic].result(10)
     assert topic not in admin.list_topics(timeout=10).topics
+
+
+@pytest.mark.parametrize("acks", ["0", "1"])
+def test_acks_0_and_1(broker, acks):
+    topic = unique(f"acks{acks}")
+    clients.create_topics(broker.bootstrap_servers, {topic: 1})
+    producer = clients.producer(broker.bootstrap_servers, **{"acks": acks, "enable.idempotence": False})
+    for i in range(50):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(10) == 0
+    consumer = clients.consumer(broker.bootstrap_servers, unique("g"))
+    consumer.subscribe([topic])
+    assert sorted(int(m.value()) for m in drain(consumer, 50)) == list(range(50))
+    consumer.close()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-KEPT_BUFFER_BYTES = 4 << 20
+KEPT_BUFFER_BYTES = 2 << 20
 PRODUCE = 0
 
 
