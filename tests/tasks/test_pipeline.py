@@ -1,0 +1,113 @@
+"""Processor pipelines within one partition (no broker): push to the next processor, deferred
+completion across stages, errors, and the pending limit of the backlog."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from strom.tasks.completion import Completion
+from strom.tasks.partition import PartitionContext
+from strom.tasks.processors import ProcessorsBuilder
+from strom.tasks.properties import ProcessorPropertiesView, StaticPropertySupplier
+
+
+class FetchedRecord:
+    """The few accessors of confluent_kafka.Message that a partition context reads."""
+
+    def __init__(self, offset: int, key: bytes | None, value: bytes) -> None:
+        self._offset, self._key, self._value = offset, key, value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def headers(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 0
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1000 + self._offset)
+
+
+def _context(builder: ProcessorsBuilder, **props: int) -> PartitionContext:
+    view = ProcessorPropertiesView([StaticPropertySupplier(props)])
+    return PartitionContext("t", 0, builder, view, None, None)
+
+
+def _wait(ctx: PartitionContext, predicate, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ctx.update()
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_push_and_deferred_completion_in_a_later_stage_hold_the_offset() -> None:
+    held: list[Completion] = []
+    seen: list[tuple[str, int]] = []
+
+    def parse(context, task: bytes) -> None:
+        seen.append(("parse", context.metadata().offset))
+        context.push(int(task))
+
+    def send(context, task: int) -> None:
+        seen.append(("send", task))
+        if task == 1:
+            held.append(context.defer_completion())
+
+    ctx = _context(ProcessorsBuilder.consuming("t").then_process(parse).then_process(send))
+    ctx.add_records([FetchedRecord(o, b"k", str(o).encode()) for o in range(3)])
+    assert _wait(ctx, lambda: len(seen) == 6)
+    ctx.update()
+    assert ctx.commit_control.commit_ready_offset() == 0  # offset 1 waits for its deferred send
+    assert ctx.offset_waiting_commit() == 1
+    threading.Thread(target=held[0].complete).start()
+    assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 2)
+    assert seen == [("parse", 0), ("send", 0), ("parse", 1), ("send", 1), ("parse", 2), ("send", 2)]
+    ctx.close()
+
+
+def test_a_raising_processor_or_deserializer_does_not_block_the_partition(caplog) -> None:
+    def fail_on_two(context, task: int) -> None:
+        if task == 2:
+            raise RuntimeError("boom")
+
+    ctx = _context(ProcessorsBuilder.consuming("t", int).then_process(fail_on_two))
+    ctx.add_records([FetchedRecord(0, None, b"1"), FetchedRecord(1, None, b"2"),
+                     FetchedRecord(2, None, b"not a number"), FetchedRecord(3, None, b"4")])
+    assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 3)
+    assert "boom" in caplog.text and "t-0@2" in caplog.text
+    ctx.close()
+
+
+def test_records_over_the_pending_limit_wait_in_the_backlog() -> None:
+    gate = threading.Event()
+    started: list[int] = []
+
+    def blocked(context, task: bytes) -> None:
+        started.append(context.metadata().offset)
+        gate.wait(5)
+
+    ctx = _context(ProcessorsBuilder.consuming("t").then_process(blocked),
+                   **{"decaton.max.pending.records": 5, "decaton.partition.concurrency": 10})
+    ctx.add_records([FetchedRecord(o, str(o).encode(), b"x") for o in range(12)])
+    ctx.update()
+    assert ctx.pending() == 5 and ctx.should_pause()
+    assert ctx.snapshot().pending == 12  # five handed over, seven waiting
+    gate.set()
+    assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 11)
+    assert sorted(started) == list(range(12)) and not ctx.should_pause()
+    ctx.close()
