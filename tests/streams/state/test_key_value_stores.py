@@ -234,3 +234,22 @@ def test_iterating_a_store_closed_under_the_iterator_fails_clearly(host):
     store.close()
     with pytest.raises(InvalidStateStoreError, match="closed while an iterator"):
         next(iterator)
+
+
+def test_key_index_stays_small_without_scans_and_scans_stay_correct():
+    from strom.streams.state.key_index import INSERT_LIMIT, SortedKeyIndex
+    index, keys = SortedKeyIndex(), {}
+    for round_ in range(50):  # churn: keys come and go, nobody scans
+        for i in range(100):
+            key = b"%02d-%03d" % (round_ % 7, i)
+            if key not in keys:
+                index.added(key)
+            keys[key] = None
+        for key in [k for k in keys if k.endswith(b"5")]:
+            del keys[key]
+            index.removed()
+        assert len(index._new) <= INSERT_LIMIT and len(index._index) <= len(keys) + INSERT_LIMIT
+    assert index.between(keys, b"03", b"04") == sorted(k for k in keys if b"03" <= k <= b"04")
+    index.added(b"03-x")
+    keys[b"03-x"] = None
+    assert index.between(keys, b"03-", b"03-z")[-1] == b"03-x"

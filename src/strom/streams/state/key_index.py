@@ -22,18 +22,27 @@ INSERT_LIMIT = 64
 class SortedKeyIndex:
     """Locked, because an interactive query may scan from another thread while the task writes."""
 
-    __slots__ = ("_index", "_lock", "_new", "_stale")
+    __slots__ = ("_index", "_lock", "_new", "_resort", "_stale")
 
     def __init__(self) -> None:
         self._index: list[bytes] = []
         self._new: list[bytes] = []
+        self._resort = False  # the next scan re-sorts the dict's keys; nothing else is kept until then
         self._stale = 0
         self._lock = threading.Lock()
 
     def added(self, key: bytes) -> None:
-        """``key`` was not in the dict and now is."""
+        """``key`` was not in the dict and now is. Memory stays bounded without scans: past
+        INSERT_LIMIT new keys the index is dropped and rebuilt by the next scan."""
         with self._lock:
-            self._new.append(key)
+            if self._resort:
+                return
+            new = self._new
+            new.append(key)
+            if len(new) > INSERT_LIMIT:
+                self._resort = True
+                self._index = []
+                new.clear()
 
     def removed(self) -> None:
         """A key left the dict (its index entry goes stale)."""
@@ -43,14 +52,16 @@ class SortedKeyIndex:
         with self._lock:
             self._index = []
             self._new = []
+            self._resort = False
             self._stale = 0
 
     def between(self, keys: Collection[bytes], from_key: bytes | None, to_key: bytes | None) -> list[bytes]:
         """Sorted snapshot of the indexed keys with from_key <= key <= to_key; ``keys`` is the dict."""
         with self._lock:
             index, new = self._index, self._new
-            if len(new) > INSERT_LIMIT or self._stale > len(index) // 2 + INSERT_LIMIT:
+            if self._resort or self._stale > len(index) // 2 + INSERT_LIMIT:
                 self._index = index = sorted(list(keys))
+                self._resort = False
                 self._stale = 0
             else:
                 for key in new:
