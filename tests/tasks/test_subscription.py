@@ -44,11 +44,11 @@ def _records(n: int, keys: int) -> list[tuple[bytes, bytes]]:
 
 
 def _subscription(bootstrap: str, topic: str, processor, props: dict | None = None, *suppliers,
-                  group: str | None = None, retry: bool = False):
+                  group: str | None = None, retry: bool = False, consumer: dict | None = None):
     builder = (SubscriptionBuilder.new_builder(group or unique("sub"))
                .processors_builder(ProcessorsBuilder.consuming(topic, int).then_process(processor))
                .properties({"decaton.commit.interval.ms": 100, **(props or {})}, *suppliers)
-               .consumer_config({"bootstrap.servers": bootstrap}))
+               .consumer_config({"bootstrap.servers": bootstrap, **(consumer or {})}))
     if retry:
         builder.enable_retry()
     return builder.build_and_start()
@@ -266,13 +266,13 @@ def test_unknown_topic_is_a_clear_error(tmp_path) -> None:
 def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, 4)
-    n = produce(bootstrap, topic, _records(2400, 60))
+    n = produce(bootstrap, topic, _records(1600, 60))  # the first member alone needs 4 s
     processed: dict[str, list[int]] = defaultdict(list)
     lock = threading.Lock()
 
     def processor(member: str):
         def process(context, task: int) -> None:
-            time.sleep(0.01)
+            time.sleep(0.02)
             with lock:
                 processed[member].append(task)
         return process
@@ -281,11 +281,13 @@ def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
     # few pending records per partition, so the revoke drains quickly and work remains for the second
     props = {"decaton.partition.concurrency": 2, "decaton.max.pending.records": 40,
              "decaton.group.rebalance.timeout.ms": 5000}
-    first = _subscription(bootstrap, topic, processor("first"), props, group=group)
+    fast_heartbeat = {"heartbeat.interval.ms": 200}  # members notice the rebalance quickly
+    first = _subscription(bootstrap, topic, processor("first"), props, group=group, consumer=fast_heartbeat)
     second = None
     try:
-        assert wait_for(lambda: len(processed["first"]) >= 200)
-        second = _subscription(bootstrap, topic, processor("second"), props, group=group)
+        assert wait_for(lambda: len(processed["first"]) >= 100)
+        second = _subscription(bootstrap, topic, processor("second"), props, group=group,
+                               consumer=fast_heartbeat)
         everything = set(range(n))
         assert wait_for(lambda: set(processed["first"]) | set(processed["second"]) >= everything, 60)
         ends = end_offsets(bootstrap, topic, 4)
@@ -297,3 +299,30 @@ def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
     assert processed["second"], "the second member got partitions"
     # revoked partitions were drained and committed before the hand-over: nothing ran twice
     assert sorted(processed["first"] + processed["second"]) == list(range(n))
+
+
+def test_processing_rate_limits_and_zero_pauses(broker, tmp_path) -> None:
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1)
+    n = produce(bootstrap, topic, _records(150, 150))
+    prop_file = tmp_path / "rate.json"
+    prop_file.write_text(json.dumps({"decaton.processing.rate.per.partition": 50}))
+    supplier = FilePropertySupplier(prop_file, poll_interval_s=0.05)
+    times: list[float] = []
+    sub = _subscription(bootstrap, topic, lambda context, task: times.append(time.monotonic()),
+                        {"decaton.partition.concurrency": 4}, supplier)
+    try:
+        assert wait_for(lambda: len(times) >= 60)
+        prop_file.write_text(json.dumps({"decaton.processing.rate.per.partition": 0}))
+        time.sleep(0.3)
+        paused_at = len(times)
+        time.sleep(0.5)
+        assert len(times) <= paused_at + 1  # at most one task that had its token already
+        assert all(s.paused for s in sub.metrics())
+        prop_file.write_text(json.dumps({"decaton.processing.rate.per.partition": -1}))
+        assert wait_for(lambda: len(times) >= n, 10)
+    finally:
+        sub.close()
+        supplier.close()
+    # 50 tasks/s with a burst of one second's worth: at most 50 at once, then 50/s (unlimited: ~5 ms)
+    assert times[59] - times[0] >= 0.15

@@ -275,7 +275,12 @@ class ProcessorSubscription:
     def close(self) -> None:
         """Graceful shutdown: stop fetching, drain, commit, close. Raises what stopped the loop, if any."""
         self._terminated.set()
-        if self._thread.is_alive():
+        if self._thread.ident is None:  # built but never started: only the helpers to release
+            if self._runtime is not None:
+                self._runtime.close()
+            if self._retry_queue is not None:
+                self._retry_queue.flush(5.0)
+        elif self._thread.is_alive():
             self._thread.join()
         if self._error is not None and not isinstance(self._error, KeyboardInterrupt):
             raise self._error
