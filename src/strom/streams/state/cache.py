@@ -110,12 +110,12 @@ class NamedCache:
         entries = self._entries
         old = entries.get(key)
         delta = entry.size
+        entries[key] = entry
         if old is not None:
             delta -= old.size
             entries.move_to_end(key)
         else:
-            self._index.added(key)
-        entries[key] = entry
+            self._index.added(key)  # after the insert: a concurrent scan then never misses the key
         if entry.dirty:
             # remove then add, so the order is the arrival order of the latest writes
             dirty = self._dirty

@@ -38,9 +38,11 @@ class InMemoryKeyValueStore(BytesStore):
             if data.pop(key, None) is not None:
                 self._index.removed()
             return
-        if key not in data:
-            self._index.added(key)
-        data[key] = value
+        if key in data:
+            data[key] = value
+        else:
+            data[key] = value
+            self._index.added(key)  # after the insert: a concurrent scan then never misses the key
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         if not self._open:

@@ -46,9 +46,11 @@ class TransactionalKeyValueStore(WrappedStore):
 
     def put(self, key: bytes, value: bytes | None) -> None:
         buffer = self._buffer
-        if key not in buffer:
-            self._index.added(key)
-        buffer[key] = value
+        if key in buffer:
+            buffer[key] = value
+        else:
+            buffer[key] = value
+            self._index.added(key)  # after the insert: a concurrent scan then never misses the key
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
