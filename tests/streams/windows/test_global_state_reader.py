@@ -1,0 +1,45 @@
+"""A GlobalKTable's store is filled from every partition of its topic on a real broker, and catches up."""
+
+import uuid
+
+import pytest
+
+from strom.kafka import clients
+from strom.streams import Materialized, StreamsBuilder, StreamsConfig
+from strom.streams.kstream.global_state_reader import catch_up
+from strom.streams.kstream.global_table import GlobalStateStores
+
+pytestmark = pytest.mark.broker
+
+
+def _produce(bootstrap, topic, records):
+    producer = clients.producer(bootstrap)
+    for partition, key, value in records:
+        producer.produce(topic, key=key.encode(), value=None if value is None else value.encode(),
+                         partition=partition)
+    producer.flush(30)
+
+
+def test_global_store_reads_every_partition_and_catches_up(broker, tmp_path):
+    topic = f"products-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(broker.bootstrap_servers, {topic: 3})
+    rows = [(p, f"p{p}-{i}", f"v{p}-{i}") for p in range(3) for i in range(2)]
+    _produce(broker.bootstrap_servers, topic, rows)
+    builder = StreamsBuilder()
+    builder.global_table(topic, materialized=Materialized.as_("products"))
+    config = StreamsConfig({"application.id": "global-reader", "state.dir": str(tmp_path),
+                            "default.key.serde": "String", "default.value.serde": "String"})
+    state = GlobalStateStores(builder.build().internal.global_stores, config, tmp_path / "global")
+    consumer = clients.consumer(broker.bootstrap_servers, **{"enable.partition.eof": True})
+    try:
+        assert catch_up(state, consumer) == 6
+        store = state.stores["products"]
+        assert {k: v.value for k, v in store.all()} == {key: value for _, key, value in rows}
+        assert catch_up(state, consumer) == 0
+        _produce(broker.bootstrap_servers, topic, [(1, "p1-0", None), (2, "p2-9", "new")])
+        assert catch_up(state, consumer) == 2
+        assert store.get("p1-0") is None and store.get("p2-9").value == "new"
+        assert state.offsets[(topic, 2)] == 3
+    finally:
+        consumer.close()
+        state.close()
