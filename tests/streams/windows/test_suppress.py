@@ -95,3 +95,23 @@ def test_suppression_buffer_is_logged_and_restored():
         assert len(buffer) == 2
         out = _pipe(restored, [("c", 30)])
         assert out == [(Windowed("a", Window(0, 10)), 2), (Windowed("b", Window(0, 10)), 1)]
+
+
+def test_final_session_results_once_the_session_closes():
+    from strom.streams.kstream.windows import SessionWindow, SessionWindows
+
+    sessions = WindowedSerdes.session_windowed_serde_from(Serdes.String())
+    builder = StreamsBuilder()
+    (builder.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
+     .windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 2)).count()
+     .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+     .to_stream().to("output", Produced.with_(sessions, Serdes.Long())))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        output = driver.create_output_topic("output", sessions, Serdes.Long())
+        for timestamp in (0, 3, 6):  # one growing session [0, 6]: merged twice, never final yet
+            topic.pipe_input("u", "v", timestamp)
+        topic.pipe_input("w", "v", 7)
+        assert output.read_key_values_to_list() == []
+        topic.pipe_input("w", "v", 8)  # stream time 8 = session end 6 + grace 2: [0, 6] is final
+        assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(0, 6)), 3)]
