@@ -110,12 +110,12 @@ class ProcessorSubscription:
         self._config = config
         self._topics = [builder.topic]
         self._contexts: dict[TP, PartitionContext] = {}
-        self._runtime = AsyncRuntime(f"{subscription_id}-async") if builder.asynchronous else None
         self._retry_queue: RetryQueue | None = None
         if retry:
             self._retry_queue = self._start_retry()
             self._topics.append(self._retry_queue.retry_topic)
         self._check_topics()
+        self._runtime = AsyncRuntime(f"{subscription_id}-async") if builder.asynchronous else None
         self._terminated = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"subscription-{subscription_id}", daemon=True)
