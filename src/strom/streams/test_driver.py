@@ -263,6 +263,13 @@ class TopologyTestDriver:
             f"{sorted(s for t in self.tasks for s in t.context.stores)}."
         )
 
+    def get_all_state_stores(self) -> dict[str, Any]:
+        """Every store of every task (and the global stores), by name."""
+        stores: dict[str, Any] = dict(self.global_state.stores)
+        for task in self.tasks:
+            stores.update(task.context.stores)
+        return stores
+
     def get_timestamped_key_value_store(self, name: str) -> Any:
         return self.get_state_store(name)
 

@@ -203,6 +203,7 @@ def test_produced_topic_names_include_changelogs(props):
     with TopologyTestDriver(counting_topology(processor), props) as driver:
         driver.create_input_topic("in", S, S).pipe_input("a", "x")
         assert driver.produced_topic_names() == {"out", "app-counts-changelog"}
+        assert list(driver.get_all_state_stores()) == ["counts"]
 
 
 def test_advancing_the_clock_commits_what_a_punctuation_wrote(props):
