@@ -253,3 +253,38 @@ def test_key_index_stays_small_without_scans_and_scans_stay_correct():
     index.added(b"03-x")
     keys[b"03-x"] = None
     assert index.between(keys, b"03-", b"03-z")[-1] == b"03-x"
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPLIERS))
+def test_interactive_queries_from_another_thread_while_the_task_writes(host, kind):
+    import threading
+    builder = Stores.key_value_store_builder(SUPPLIERS[kind]("iq"), Serdes.String(), Serdes.Long())
+    store = host.init(builder.with_caching_enabled())
+    store.set_flush_listener(lambda *change: None, False)
+    host.cache.resize(2_000)  # small: evictions and flushes happen while the reader scans
+    stop, errors, scans = threading.Event(), [], [0]
+
+    def query() -> None:
+        try:
+            while not stop.is_set():
+                keys = [k for k, _ in store.range("k000", "k999")]
+                assert keys == sorted(set(keys)) and all("k000" <= k <= "k999" for k in keys)
+                store.get("k001")
+                scans[0] += 1
+        except Exception as exc:  # reported to the test thread
+            errors.append(exc)
+
+    reader = threading.Thread(target=query)
+    reader.start()
+    try:
+        for i in range(4_000):
+            key = f"k{i * 7919 % 1000:03d}"
+            store.delete(key) if i % 5 == 0 else store.put(key, i)
+            if i % 500 == 499:
+                host.commit()
+    finally:
+        stop.set()
+        reader.join()
+    assert not errors, errors
+    assert scans[0] > 0
+    store.close()
