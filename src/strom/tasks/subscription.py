@@ -104,6 +104,10 @@ class ProcessorSubscription:
         if not self._bootstrap:
             raise ConfigError("consumer_config needs 'bootstrap.servers' (where the Kafka broker listens).")
         config.setdefault("group.id", subscription_id)
+        for key in ("on_commit", "enable.auto.commit"):
+            if key in config:
+                raise ConfigError(f"consumer_config must not set {key!r}: the subscription commits the "
+                                  "offsets of completed tasks itself.")
         self.subscription_id = subscription_id
         self._builder = builder
         self._props = props
