@@ -182,3 +182,27 @@ def test_log_append_time_rewrites_timestamps(tmp_path):
     assert header.attributes & TIMESTAMP_LOG_APPEND
     assert header.max_timestamp == result.log_append_time >= before
     assert os.path.getsize(next(tmp_path.glob("*.log"))) == header.length
+
+
+def test_expired_active_segment_is_rolled_and_deleted(tmp_path):
+    partition = _partition(tmp_path, retention_ms=60_000)
+    now = int(time.time() * 1000)
+    for _ in range(3):
+        _append(partition, [(b"k", b"old")], timestamp=now - 3_600_000)
+    assert partition.apply_retention(now) == 1
+    assert partition.log_start_offset == partition.high_watermark == 3
+    assert _append(partition, [(b"k", b"new")]) == 3
+
+
+def test_compaction_waits_for_the_dirty_ratio_unless_overdue(tmp_path):
+    now = int(time.time() * 1000)
+    lazy = _partition(tmp_path / "lazy", segment_bytes=1024, cleanup_policy="compact",
+                      min_cleanable_dirty_ratio=0.9)
+    overdue = _partition(tmp_path / "overdue", segment_bytes=1024, cleanup_policy="compact",
+                         min_cleanable_dirty_ratio=0.9, max_compaction_lag_ms=1000)
+    for partition in (lazy, overdue):
+        for i in range(40):  # half of the records are superseded: ratio 0.5 < 0.9
+            _append(partition, [(b"key-%d" % (i % 20), bytes(100))], timestamp=now - 5000)
+        _append(partition, [(b"tail", bytes(900))], timestamp=now)
+    assert cleaner.clean(lazy, now) == 0
+    assert cleaner.clean(overdue, now) > 0

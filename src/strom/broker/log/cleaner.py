@@ -1,6 +1,8 @@
 """Log compaction for `cleanup.policy=compact`: keep the latest record of every key.
 
-Only closed segments are cleaned, and only records older than `min.compaction.lag.ms`. Offsets
+Only closed segments are cleaned, and only records older than `min.compaction.lag.ms`; a run
+happens when at least `min.cleanable.dirty.ratio` of their records can go, or when one of them is
+older than `max.compaction.lag.ms`. Offsets
 never change: a batch keeps its base offset and its records their offsets; batches that lose no
 record are kept byte for byte. Records of aborted transactions are dropped, and nothing at or
 above the last stable offset is cleaned (an open transaction may still abort). Tombstones (null
@@ -15,6 +17,7 @@ import logging
 import os
 import shutil
 import time
+import weakref
 
 from strom.broker.log.partition import Partition
 from strom.broker.log.records import BatchHeader, Record, empty_batch, encode_batch, iter_records
@@ -22,6 +25,9 @@ from strom.broker.log.segment import Segment
 from strom.broker.producer_state import AbortedRanges
 
 log = logging.getLogger(__name__)
+
+# partition -> (log end offset, time) of its last cleaning run
+_last_run: weakref.WeakKeyDictionary[Partition, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 def clean(partition: Partition, now_ms: int | None = None) -> int:
@@ -34,15 +40,43 @@ def clean(partition: Partition, now_ms: int | None = None) -> int:
                  and s.next_offset <= stable]
     if not cleanable:
         return 0
+    leo = partition.log_end_offset
+    last = _last_run.get(partition)
+    if last is not None and last[0] == leo and now_ms - last[1] < partition.config["delete.retention.ms"]:
+        return 0  # nothing new since the last run, and no tombstone can have expired yet
+    _last_run[partition] = (leo, now_ms)
     aborted = partition.producer_state.aborted_ranges()
     latest = _latest_offsets(partition, stable, aborted)
     tombstone_horizon = now_ms - partition.config["delete.retention.ms"]
+    overdue = any(s.largest_timestamp < now_ms - partition.config["max.compaction.lag.ms"] for s in cleanable)
+    dirty = _removable_ratio(cleanable, latest, tombstone_horizon, aborted)
+    if dirty < partition.config["min.cleanable.dirty.ratio"] and not overdue:
+        return 0
     removed = 0
     for segment in cleanable:
         removed += _clean_segment(partition, segment, latest, tombstone_horizon, aborted)
     if removed:
         log.info("%s-%d: compaction removed %d record(s)", partition.topic, partition.index, removed)
     return removed
+
+
+def _removable_ratio(segments: list[Segment], latest: dict[bytes, int], horizon: int,
+                     aborted: AbortedRanges) -> float:
+    """Fraction of the records in `segments` that compaction would remove."""
+    total = removable = 0
+    for segment in segments:
+        for i in range(segment.batch_count):
+            batch = segment.batch_at(i)
+            header = BatchHeader.parse(batch)
+            if header.is_control:
+                continue
+            total += header.records_count
+            if aborted.contains(header):
+                removable += header.records_count
+                continue
+            removable += sum(1 for r in iter_records(batch)
+                             if r.key is not None and not _survives(r, latest, horizon))
+    return removable / total if total else 0.0
 
 
 def _latest_offsets(partition: Partition, stable: int, aborted: AbortedRanges) -> dict[bytes, int]:

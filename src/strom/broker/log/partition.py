@@ -275,6 +275,9 @@ class Partition:
         retention_ms = self.config["retention.ms"]
         retention_bytes = self.config["retention.bytes"]
         total = sum(s.size for s in self.segments)
+        active = self.active
+        if active.batch_count and retention_ms >= 0 and now_ms - active.largest_timestamp > retention_ms:
+            self.roll()  # an idle topic's only segment expires too, as in Kafka
         while len(self.segments) > 1:
             oldest = self.segments[0]
             expired = retention_ms >= 0 and now_ms - oldest.largest_timestamp > retention_ms
