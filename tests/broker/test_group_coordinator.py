@@ -117,6 +117,9 @@ def test_committed_offsets_are_replayed_from_the_log(tmp_path):
     logs.close()
     reloaded, logs = _open(tmp_path)
     assert {k: v.offset for k, v in reloaded.committed("g").items()} == {("t", 0): 7}
+    reloaded.commit("h", {("gone", 0): CommittedOffset(3, -1, "", int(time.time() * 1000))})
+    reloaded.offsets.delete_topic("gone")
+    assert reloaded.committed("h") == {}
     assert reloaded.delete_group("g") is ErrorCode.none
     logs.close()
     assert _coordinator(tmp_path).committed("g") == {}

@@ -63,7 +63,9 @@ class Broker:
         return self.logs.create_topic(name, -1)
 
     def delete_topic(self, name: str) -> None:
+        """Deletes a topic's data and the offsets groups committed for it (as Kafka does)."""
         self.logs.delete_topic(name)
+        self.offsets.delete_topic(name)
 
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:

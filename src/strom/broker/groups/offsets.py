@@ -132,6 +132,11 @@ class OffsetStore:
             for key in present:
                 committed.pop(key)
 
+    def delete_topic(self, topic: str) -> None:
+        """Forgets every group's committed offsets of a deleted topic."""
+        for group, committed in list(self.offsets.items()):
+            self.delete_offsets(group, [key for key in committed if key[0] == topic])
+
     def expire(self, group: str, retention_ms: int) -> None:
         """Drops offsets of an empty group committed longer than `retention_ms` ago."""
         now = int(time.time() * 1000)

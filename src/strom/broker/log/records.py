@@ -20,7 +20,6 @@ HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
 CRC_START = 21  # the CRC covers attributes .. end of batch
-_OFFSET_LENGTH = struct.Struct(">qi")
 _INT64 = struct.Struct(">q")
 
 COMPRESSION_MASK = 0x07
@@ -100,12 +99,6 @@ def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryvie
 def set_base_offset(base_offset: int) -> bytes:
     """The 8 bytes that replace a batch's base offset (the CRC does not cover them)."""
     return _INT64.pack(base_offset)
-
-
-def peek_offset_length(buffer: bytes | memoryview, position: int = 0) -> tuple[int, int]:
-    """Base offset and whole length of the batch at `position`."""
-    base, length = _OFFSET_LENGTH.unpack_from(buffer, position)
-    return base, length + LOG_OVERHEAD
 
 
 @dataclass(frozen=True, slots=True)
