@@ -66,3 +66,11 @@ def test_global_store_is_filled_from_every_partition(tmp_path):
     assert dict(again.stores["products-store"].all()) == dict(store.all())
     state.close()
     again.close()
+
+
+def test_describe_lists_the_global_store_after_the_task_sub_topologies():
+    text = str(_topology("join").describe())
+    assert "Sub-topology: 1 for global store (will not generate tasks)\n" \
+           "    Source: KSTREAM-SOURCE-0000000000 (topics: [products])\n" \
+           "      --> KTABLE-SOURCE-0000000001\n" \
+           "    Processor: KTABLE-SOURCE-0000000001 (stores: [products-store])\n" in text

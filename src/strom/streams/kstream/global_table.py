@@ -44,6 +44,8 @@ class GlobalStoreSpec:
     key_serde: Any
     value_serde: Any
     store_builder: Any
+    source_name: str
+    processor_name: str
 
 
 class GlobalKTable:
@@ -72,7 +74,9 @@ def global_table(builder: InternalStreamsBuilder, topic: str, consumed: Consumed
     internal = builder.internal
     if any(spec.topic == topic for spec in internal.global_stores.values()):
         raise TopologyError(f"Topic {topic!r} is already read as a global table; reuse that GlobalKTable.")
-    spec = GlobalStoreSpec(name, topic, key_serde, value_serde, store_builder)
+    spec = GlobalStoreSpec(name, topic, key_serde, value_serde, store_builder,
+                           builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-"),
+                           builder.node_name(None, "KTABLE-SOURCE-"))
     internal.global_stores[name] = spec
     return GlobalKTable(builder, spec)
 

@@ -37,9 +37,11 @@ class NodeDescription:
 class SubtopologyDescription:
     id: int
     nodes: list[NodeDescription]
+    global_store: bool = False
 
     def __str__(self) -> str:
-        return f"Sub-topology: {self.id}\n" + "".join(f"    {node}" for node in self.nodes) + "\n"
+        suffix = " for global store (will not generate tasks)" if self.global_store else ""
+        return f"Sub-topology: {self.id}{suffix}\n" + "".join(f"    {node}" for node in self.nodes) + "\n"
 
 
 @dataclass
@@ -114,6 +116,11 @@ def describe(builder: InternalTopologyBuilder) -> TopologyDescription:
                 n.name for n in sorted((nodes[p] for p in node.predecessors), key=_node_order)
             ]
         subtopologies.append(SubtopologyDescription(plan.id, order))
+    for spec in builder.global_stores.values():  # numbered after the task sub-topologies
+        source = NodeDescription(spec.source_name, "Source", f"topics: [{spec.topic}]", [spec.processor_name])
+        table = NodeDescription(spec.processor_name, "Processor", f"stores: [{spec.name}]", [],
+                                [spec.source_name])
+        subtopologies.append(SubtopologyDescription(len(subtopologies), [source, table], global_store=True))
     return TopologyDescription(subtopologies)
 
 
