@@ -206,3 +206,23 @@ def test_compaction_waits_for_the_dirty_ratio_unless_overdue(tmp_path):
         _append(partition, [(b"tail", bytes(900))], timestamp=now)
     assert cleaner.clean(lazy, now) == 0
     assert cleaner.clean(overdue, now) > 0
+
+
+def test_flush_policy_by_messages_and_time(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    by_count = _partition(tmp_path / "count", flush_messages=3)
+    for _ in range(7):
+        _append(by_count, [(b"k", b"v")])
+    assert len(synced) == 2  # after the 3rd and the 6th record
+    by_time = _partition(tmp_path / "time", flush_ms=5000)
+    _append(by_time, [(b"k", b"v")])
+    synced.clear()
+    by_time.flush_if_due()
+    assert synced == []
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + 6)  # flush.ms has passed
+    by_time.flush_if_due()
+    by_time.flush_if_due()  # nothing new since: no second fsync
+    assert len(synced) == 1

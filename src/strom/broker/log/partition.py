@@ -179,6 +179,9 @@ class Partition:
         self._last_flush = time.monotonic()
 
     def flush_if_due(self) -> None:
+        """fsyncs after flush.messages records or flush.ms since the last fsync (if anything is new)."""
+        if not self._unflushed:
+            return
         flush_ms = self.config["flush.ms"]
         due_time = flush_ms >= 0 and (time.monotonic() - self._last_flush) * 1000 >= flush_ms
         if self._unflushed >= self.config["flush.messages"] or due_time:
