@@ -28,11 +28,13 @@ def _topology(kind, stream_joined=None):
     return builder.build()
 
 
+@pytest.mark.parametrize("in_memory", [True, False])
 @pytest.mark.parametrize("kind", ["join", "left_join", "outer_join"])
-def test_stream_stream_join_semantics(kind):
+def test_stream_stream_join_semantics(kind, in_memory):
     rows = ROWS + LATE_ROWS
     expected = [(t, {**EARLY, **LATE[kind]}.get(t, [])) for t, _, _ in rows]
-    assert run_rows(_topology(kind, StreamJoined.with_().with_in_memory_stores()), rows) == expected
+    stream_joined = StreamJoined.with_().with_in_memory_stores() if in_memory else None
+    assert run_rows(_topology(kind, stream_joined), rows) == expected
 
 
 def test_records_outside_the_window_do_not_join():
