@@ -6,7 +6,9 @@ Cases (10k distinct keys, string keys and values):
   c  group_by_key().count(), RocksDB store
 each with caching on and off. Records are fed as raw (serialized) consumer records, the way the Spark
 runtime feeds a task; output goes to a sink that only counts. The task commits every --commit-every
-records (flush caches, changelog, offsets), as a commit interval would.
+records (flush caches, changelog, offsets), as a commit interval would. Each commit interval is timed
+in CPU seconds of this process (time.process_time) and the best interval is printed, so other load
+on the machine skews the figures less.
 
     .venv/bin/python bench/engine.py [--records 500000] [--keys 10000] [--commit-every 100000]
 """
