@@ -16,6 +16,7 @@ from strom.streams.kstream.options import Materialized, Named, named_and_materia
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.windowed_kstream import AnyWindows, SessionWindowedKStream, TimeWindowedKStream
 
 
 class _Grouped:
@@ -147,8 +148,8 @@ class KGroupedStream(_Grouped):
             value_serde,
         )
 
-    def windowed_by(self, windows: Any) -> Any:
-        """Aggregate per window: TimeWindows (tumbling/hopping) or SessionWindows."""
+    def windowed_by(self, windows: AnyWindows) -> TimeWindowedKStream | SessionWindowedKStream:
+        """Aggregate per window: TimeWindows (tumbling/hopping), SlidingWindows or SessionWindows."""
         from strom.streams.kstream.windowed_kstream import windowed_by
 
         return windowed_by(self, windows)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
     from strom.streams.kstream.grouped import KGroupedTable
     from strom.streams.kstream.kstream import KStream
+    from strom.streams.kstream.suppressed import Suppressed
 
 
 class KTable:
@@ -139,7 +140,7 @@ class KTable:
             self.builder, name, grouped.key_serde, grouped.value_serde, grouped.name, self.source_topics
         )
 
-    def suppress(self, suppressed: Any) -> KTable:
+    def suppress(self, suppressed: Suppressed) -> KTable:
         """Hold back updates: final results per window, or at most one per key per time limit."""
         from strom.streams.kstream.internals.suppress import suppress
 
