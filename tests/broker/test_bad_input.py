@@ -75,13 +75,18 @@ def test_garbage_truncated_and_huge_frames_close_only_that_connection(broker):
               struct.pack(">i", 12) + struct.pack(">hhi", 999, 0, 1) + b"\0\0\0\0",  # unknown api key
               struct.pack(">i", 10) + struct.pack(">hhi", 3, 12, 1) + b"\0\0"]  # truncated metadata body
     frames += [rng.randbytes(rng.randint(1, 300)) for _ in range(60)]
-    frames += [struct.pack(">i", 200) + struct.pack(">hhi", rng.choice([0, 1, 3, 11, 19]), 9, 1)
-               + rng.randbytes(192) for _ in range(60)]  # known APIs, garbage bodies
+    frames += [struct.pack(">i", 200) + struct.pack(">hhi", rng.choice([0, 1, 3, 8, 19]), 8, 1)
+               + rng.randbytes(192) for _ in range(60)]  # served APIs and versions, garbage bodies
     for frame in frames:
         with _connect(broker.bootstrap_servers) as sock:
             sock.sendall(frame)
             if len(frame) >= 4 and struct.unpack(">i", frame[:4])[0] == len(frame) - 4:
                 assert _closed_by_broker(sock)
+    with _connect(broker.bootstrap_servers) as sock:  # a served API in a version it does not serve
+        join_group_v9 = struct.pack(">hhih", 11, 9, 1, -1) + rng.randbytes(50)
+        sock.sendall(struct.pack(">i", len(join_group_v9)) + join_group_v9)
+        _size, correlation_id = struct.unpack(">ii", _recv(sock, 8))
+        assert correlation_id == 1
     truncated = _connect(broker.bootstrap_servers)
     truncated.sendall(struct.pack(">i", 1000) + b"only part of the frame")
     truncated.close()
@@ -91,6 +96,15 @@ def test_garbage_truncated_and_huge_frames_close_only_that_connection(broker):
     size, correlation_id, error_code = struct.unpack(">iih", _recv(bystander, 10))
     assert (correlation_id, error_code) == (99, 0) and size > 6
     bystander.close()
+
+
+def test_apis_the_broker_does_not_serve_get_unsupported_version(broker):
+    sasl_handshake_v1 = struct.pack(">hhih", 17, 1, 5, -1) + struct.pack(">h", 5) + b"PLAIN"
+    with _connect(broker.bootstrap_servers) as sock:
+        sock.sendall(struct.pack(">i", len(sasl_handshake_v1)) + sasl_handshake_v1)
+        size, correlation_id, error_code = struct.unpack(">iih", _recv(sock, 10))
+    assert (correlation_id, error_code) == (5, ErrorCode.unsupported_version.value) and size >= 6
+    _still_serves(broker.bootstrap_servers)
 
 
 def test_corrupt_and_oversized_batches_get_error_codes(broker):

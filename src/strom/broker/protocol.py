@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_schema_field_type
@@ -72,6 +72,19 @@ def encode_response(api_key: int, api_version: int, correlation_id: int, data: d
     frame = buffer.getbuffer()
     _INT32.pack_into(frame, 0, len(frame) - 4)
     return bytes(frame)
+
+
+def unsupported_version_response(api_key: int, api_version: int, correlation_id: int) -> bytes | None:
+    """An UNSUPPORTED_VERSION answer for an API or version the broker does not serve, if the
+    response of that API has a top-level error code (otherwise the connection is closed)."""
+    try:
+        schema = response_schema(api_key, api_version)
+    except KioIndexError:  # an API or version kio does not know either
+        return None
+    if "error_code" not in {f.name for f in dataclasses.fields(schema)}:
+        return None
+    return encode_response(api_key, api_version, correlation_id,
+                           {"error_code": ErrorCode.unsupported_version})
 
 
 def build(schema: type, data: dict) -> Any:

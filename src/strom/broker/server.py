@@ -20,7 +20,13 @@ from strom.broker.fetch_response import EncodedResponse, FileRange
 from strom.broker.handlers import REGISTRY, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
 from strom.broker.produce_request import parse_produce
-from strom.broker.protocol import MalformedRequest, encode_response, parse_request, peek_api
+from strom.broker.protocol import (
+    MalformedRequest,
+    encode_response,
+    parse_request,
+    peek_api,
+    unsupported_version_response,
+)
 
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
@@ -116,7 +122,11 @@ class ConnectionHandler:
             if api_key == API_VERSIONS:  # clients retry with the versions we list
                 return encode_response(API_VERSIONS, 0, correlation_id,
                                        api_versions_response(ErrorCode.unsupported_version))
-            raise MalformedRequest(f"api_key={api_key} v{version} is not supported")
+            refusal = unsupported_version_response(api_key, version, correlation_id)
+            if refusal is None:
+                raise MalformedRequest(f"api_key={api_key} v{version} is not supported")
+            log.warning("refused api_key=%d v%d from %s: not supported", api_key, version, host)
+            return refusal
         request = parse_produce(frame) if api_key == PRODUCE else parse_request(frame)
         ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
         data = await handler.handle(ctx, request.body)
