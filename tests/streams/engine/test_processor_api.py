@@ -222,3 +222,27 @@ def test_advancing_the_clock_commits_what_a_punctuation_wrote(props):
     with TopologyTestDriver(topology, props) as driver:
         driver.advance_wall_clock_time(5)
         assert driver.producer_records("app-ticks-changelog") == [(b"last", b"5", 5)]
+
+
+def test_schedule_takes_a_timedelta_and_rejects_bad_arguments(props):
+    from datetime import timedelta
+
+    fired = []
+
+    class Scheduler(Processor):
+        def init(self, context):
+            context.schedule(timedelta(milliseconds=20), PunctuationType.STREAM_TIME, fired.append)
+            with pytest.raises(TopologyError, match="at least 1 ms"):
+                context.schedule(0, PunctuationType.STREAM_TIME, fired.append)
+            with pytest.raises(TopologyError, match="Punctuation type"):
+                context.schedule(5, "stream", fired.append)
+
+        def process(self, record):
+            pass
+
+    topology = Topology().add_source("s", "in").add_processor("p", Scheduler, "s")
+    with TopologyTestDriver(topology, props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        for ts in (0, 19, 20, 45):
+            source.pipe_input("k", "v", timestamp=ts)
+    assert fired == [0, 20, 45]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -82,7 +83,7 @@ class ProcessorContext(Protocol):
     def get_state_store(self, name: str) -> Any: ...
 
     def schedule(
-        self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+        self, interval: int | timedelta, punctuation_type: PunctuationType, punctuator: Punctuator
     ) -> Cancellable: ...
 
     def commit(self) -> None: ...

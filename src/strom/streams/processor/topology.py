@@ -118,8 +118,9 @@ def describe(builder: InternalTopologyBuilder) -> TopologyDescription:
         subtopologies.append(SubtopologyDescription(plan.id, order))
     for spec in builder.global_stores.values():  # numbered after the task sub-topologies
         source = NodeDescription(spec.source_name, "Source", f"topics: [{spec.topic}]", [spec.processor_name])
-        table = NodeDescription(spec.processor_name, "Processor", f"stores: [{spec.name}]", [],
-                                [spec.source_name])
+        table = NodeDescription(
+            spec.processor_name, "Processor", f"stores: [{spec.name}]", [], [spec.source_name]
+        )
         subtopologies.append(SubtopologyDescription(len(subtopologies), [source, table], global_store=True))
     return TopologyDescription(subtopologies)
 

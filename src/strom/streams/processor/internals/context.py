@@ -5,6 +5,7 @@ node's children so a depth-first hop is a direct call)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,10 +173,18 @@ class ProcessorContextImpl:
         return self.task.stores[name]
 
     def schedule(
-        self, interval_ms: int, punctuation_type: PunctuationType, punctuator: Punctuator
+        self, interval: int | timedelta, punctuation_type: PunctuationType, punctuator: Punctuator
     ) -> Cancellable:
-        if interval_ms < 1:
-            raise TopologyError(f"Punctuation interval must be at least 1 ms, got {interval_ms}.")
+        """Calls ``punctuator(timestamp)`` every ``interval`` (milliseconds or a timedelta) of stream
+        time or wall-clock time; the returned object's ``cancel()`` stops it."""
+        interval_ms = int(interval.total_seconds() * 1000) if isinstance(interval, timedelta) else interval
+        if not isinstance(interval_ms, int) or interval_ms < 1:
+            raise TopologyError(f"Punctuation interval must be at least 1 ms, got {interval!r}.")
+        if not isinstance(punctuation_type, PunctuationType):
+            raise TopologyError(
+                "Punctuation type must be PunctuationType.STREAM_TIME or WALL_CLOCK_TIME, got "
+                f"{punctuation_type!r}."
+            )
         if punctuation_type is PunctuationType.STREAM_TIME:
             return self.task.stream_time_punctuations.schedule(
                 PunctuationSchedule(self.node, 0, interval_ms, punctuator)
