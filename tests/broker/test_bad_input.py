@@ -7,6 +7,7 @@ import io
 import random
 import socket
 import struct
+import time
 
 import pytest
 from broker_helpers import unique
@@ -31,10 +32,13 @@ def _connect(bootstrap: str) -> socket.socket:
 
 
 def _closed_by_broker(sock: socket.socket) -> bool:
+    """True if the broker closes the connection within the socket timeout (10 s)."""
     try:
         return sock.recv(1) == b""
-    except (ConnectionResetError, TimeoutError):
+    except ConnectionResetError:
         return True
+    except TimeoutError:
+        return False
 
 
 def _still_serves(bootstrap: str) -> None:
@@ -144,12 +148,15 @@ def test_invalid_topic_names_and_out_of_range_fetch(broker):
     assert message is not None and message.error().code() == KafkaError._AUTO_OFFSET_RESET
 
 
-def test_connection_limit_closes_extra_connections(tmp_path):
-    with EmbeddedBroker(config={"max.connections": 3}) as limited:
+def test_connection_limit_and_idle_connections(tmp_path):
+    with EmbeddedBroker(config={"max.connections": 3, "connections.max.idle.ms": 1500}) as limited:
         held = [_connect(limited.bootstrap_servers) for _ in range(3)]
         extra = _connect(limited.bootstrap_servers)
         assert _closed_by_broker(extra)
+        extra.close()
+        started = time.monotonic()
+        assert all(_closed_by_broker(sock) for sock in held)  # idle past connections.max.idle.ms
+        assert time.monotonic() - started < 8
         for sock in held:
             sock.close()
-        extra.close()
         _still_serves(limited.bootstrap_servers)

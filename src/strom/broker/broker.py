@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 SESSION_CHECK_SECONDS = 0.5
 FLUSH_CHECK_SECONDS = 1.0
+IDLE_CHECK_SECONDS = 1.0
 
 
 class Broker:
@@ -73,6 +74,7 @@ class Broker:
         self.port = await self._connections.start(self.host, self.port)
         self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
+        self._every(IDLE_CHECK_SECONDS, self._connections.close_idle)
         self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)
         self._every(self.config["log.cleaner.backoff.ms"] / 1000, self.logs.clean_compacted)
         log.info("strom broker listening on %s:%d, data in %s", self.host, self.port, self.data_dir)

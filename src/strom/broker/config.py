@@ -79,6 +79,7 @@ BROKER_SPECS: dict[str, Spec] = {
     "message.max.bytes": Spec(_int(64), 1_048_588, "largest record batch accepted"),
     "socket.request.max.bytes": Spec(_int(1024), 104_857_600, "largest request frame accepted"),
     "max.connections": Spec(_int(1), 1000, "connections served at once; more are closed"),
+    "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),
     "queued.max.request.bytes": Spec(_int(1024), 256 << 20,
                                      "request bytes held in memory at once over all connections"),
     "group.initial.rebalance.delay.ms": Spec(_int(), 3000, "wait for more members of a new group"),

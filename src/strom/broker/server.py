@@ -11,6 +11,7 @@ import contextlib
 import logging
 import socket
 import struct
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -50,6 +51,7 @@ class ConnectionHandler:
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
         self._tasks: set[asyncio.Task] = set()  # one per open connection
+        self._last_active: dict[asyncio.Task, float] = {}
         self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
 
     @property
@@ -77,7 +79,20 @@ class ConnectionHandler:
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = loop.create_task(self._connection(connection, peer))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._last_active[task] = time.monotonic()
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        self._last_active.pop(task, None)
+
+    def close_idle(self) -> None:
+        """Closes connections that sent nothing for connections.max.idle.ms."""
+        limit = time.monotonic() - self.broker.config["connections.max.idle.ms"] / 1000
+        for task, last in list(self._last_active.items()):
+            if last < limit:
+                log.info("closing a connection idle for more than connections.max.idle.ms")
+                task.cancel()
 
     async def _connection(self, sock: socket.socket, peer: tuple) -> None:
         try:
@@ -98,8 +113,10 @@ class ConnectionHandler:
         max_size = self.broker.config["socket.request.max.bytes"]
         size_buffer = bytearray(4)
         kept = bytearray(0)  # reused for frames up to KEPT_BUFFER_BYTES: no allocation per request
+        me = asyncio.current_task()
         while not self.broker.closing:
             await _receive(loop, sock, memoryview(size_buffer))
+            self._last_active[me] = time.monotonic()
             (size,) = _SIZE.unpack(size_buffer)
             if size < 8 or size > max_size:
                 raise MalformedRequest(
