@@ -1,11 +1,12 @@
-"""The streaming source of one sub-topology: one Spark input partition per stream task.
+"""The streaming source of an application: one Spark input partition per stream task.
 
-Each micro-batch covers ``[start, end)`` of every source partition. Input partition ``p`` holds
-the ranges of partition ``p`` of every source topic (task ``<sub>_<p>``), so one Spark task
-executes one stream task. ``read`` first yields a *plan row* (``topic`` null, ``offset`` -1,
-``value`` the JSON of the task and its ranges), then the records of each range as Arrow batches
-(the connector's reader). The executor needs the plan row to know where the batch ends even
-when a range holds no visible record (transaction markers, aborted records).
+Each micro-batch covers ``[start, end)`` of every source partition of every sub-topology. The
+input partition of task ``<sub>_<p>`` holds the ranges of partition ``p`` of each source topic
+of sub-topology ``sub``, so one Spark task executes one stream task. ``read`` first yields a
+*plan row* (``topic`` null, ``offset`` -1, ``value`` the JSON of the task and its ranges), then
+the records of each range as Arrow batches (the connector's reader). The executor needs the
+plan row to know where the batch ends even when a range holds no visible record (transaction
+markers, aborted records).
 
 The first batch starts at the committed offsets of group ``<application.id>`` (Kafka's
 committed offsets are the source of truth), else at the earliest offsets. Nothing is committed
@@ -52,8 +53,7 @@ class SourcePlan:
 
     bootstrap_servers: str
     application_id: str
-    subtopology: int
-    topics: dict[str, int]
+    subtopologies: dict[str, dict[str, int]]  # sub-topology id -> {source topic: partitions}
     max_records: int | None
     client_config: dict[str, str]
     stop_file: str
@@ -64,6 +64,17 @@ class SourcePlan:
     @classmethod
     def from_json(cls, text: str) -> SourcePlan:
         return cls(**json.loads(text))
+
+    @property
+    def topics(self) -> dict[str, int]:
+        return {t: n for topics in self.subtopologies.values() for t, n in topics.items()}
+
+    def subtopology_of(self, topic: str) -> int:
+        return next(int(s) for s, topics in self.subtopologies.items() if topic in topics)
+
+    def owned(self, subtopology: int, partition: int) -> tuple[str, ...]:
+        """The source topics of a sub-topology that have ``partition``: what its task reads."""
+        return tuple(t for t, n in self.subtopologies[str(subtopology)].items() if partition < n)
 
     def source_options(self) -> SourceOptions:
         return SourceOptions(self.bootstrap_servers, Subscription(topics=tuple(self.topics)),
@@ -147,13 +158,14 @@ class StreamTaskReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = offsets_from_json(start), offsets_from_json(end)
-        tasks: dict[int, list[OffsetRange]] = {}
+        tasks: dict[tuple[int, int], list[OffsetRange]] = {}
         for (topic, partition), offset in sorted(stop.items()):
             if offset > begin[(topic, partition)]:
-                tasks.setdefault(partition, []).append(
+                task = (self._plan.subtopology_of(topic), partition)
+                tasks.setdefault(task, []).append(
                     OffsetRange(topic, partition, begin[(topic, partition)], offset))
-        return [TaskInput(self._plan.subtopology, p, tuple(t for t, n in self._plan.topics.items() if p < n),
-                          tuple(ranges)) for p, ranges in sorted(tasks.items())]
+        return [TaskInput(sub, p, self._plan.owned(sub, p), tuple(ranges))
+                for (sub, p), ranges in sorted(tasks.items())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TaskInput)

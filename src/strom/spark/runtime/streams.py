@@ -1,9 +1,11 @@
 """SparkStreams: Kafka Streams' ``KafkaStreams`` for Spark.
 
-Each sub-topology runs as one Spark streaming query: the source plans one input partition per
-stream task (``strom-stream-tasks``), ``mapInArrow`` runs the stream task in the same Spark task
-(no shuffle), and ``foreachBatch`` collects one summary row per task for the progress figures.
-The trigger interval is ``commit.interval.ms``: every micro-batch ends in a commit.
+The application runs as one Spark streaming query: its source (``strom-stream-tasks``) plans one
+input partition per stream task of every sub-topology, ``mapInArrow`` runs the stream task in
+the same Spark task (no shuffle), and ``foreachBatch`` collects one summary row per task for the
+progress figures. The trigger interval is ``commit.interval.ms``: every micro-batch ends in a
+commit. (One query for all sub-topologies, not one each: every query costs Spark a Python
+source process and a job per trigger, which a small machine feels.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from strom.spark.metadata import TopicMetadata
 from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
 from strom.spark.runtime.plan import (
     ApplicationPlan,
-    SubtopologyTasks,
     check_tasks_build,
     create_internal_topics,
     plan_application,
@@ -74,7 +75,7 @@ class StreamsProgress:
     """Per task totals since ``start()``; ``records`` counts input records processed."""
 
     tasks: dict[str, TaskProgress] = field(default_factory=dict)
-    batches: dict[int, int] = field(default_factory=dict)
+    batches: int = 0
 
     @property
     def records(self) -> int:
@@ -101,11 +102,11 @@ class SparkStreams:
         self._props = dict(props)
         self._topology = topology
         self._spark = spark
-        self._queries: dict[int, StreamingQuery] = {}
+        self._query: StreamingQuery | None = None
         self._lock = threading.Lock()
+        self._restarts = 0
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
-        self._restarts = 0
 
     @property
     def bootstrap_servers(self) -> str:
@@ -120,9 +121,10 @@ class SparkStreams:
         return self._app_dir / "stopping"
 
     def start(self) -> None:
-        """Plans tasks (co-partitioning checked), creates internal topics, starts one query per
-        sub-topology. Queries resume from the committed offsets of group ``application.id``."""
-        if self._queries:
+        """Plans tasks (co-partitioning checked), builds each sub-topology's task once on the driver
+        (a missing serde fails here), creates internal topics, starts the query. It resumes from
+        the committed offsets of group ``application.id``."""
+        if self._query is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
         admin = clients.admin(self.bootstrap_servers)
         self.plan = plan_application(self._topology, self.config, admin)
@@ -130,96 +132,84 @@ class SparkStreams:
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)
-        spark = self._spark = self._spark or self._default_session()
-        spark.dataSource.register(StreamTaskSource)
+        if self._spark is None:
+            import strom.spark
+
+            self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}")
+        self._spark.dataSource.register(StreamTaskSource)
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._stop_file.unlink(missing_ok=True)
-        try:
-            for sub in self.plan.subtopologies:
-                self._queries[sub.id] = self._start_initialized(spark, sub)
-        except BaseException:
-            self.stop()
-            raise
+        self._query = self._start_query()
 
-    def _start_initialized(self, spark: SparkSession, sub: SubtopologyTasks) -> StreamingQuery:
-        """Starts a query and waits for its first trigger, so queries start one after the other:
-        Spark gives each new Python source process a fixed 10 s to connect back."""
-        query = self._start_query(spark, sub)
-        deadline = time.monotonic() + _STOP_WAIT_S
-        while query.isActive and query.lastProgress is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return query
-
-    def _default_session(self) -> SparkSession:
-        import strom.spark
-
-        self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}")
-        return self._spark
-
-    def _source_plan(self, sub: SubtopologyTasks) -> SourcePlan:
-        return SourcePlan(self.bootstrap_servers, self.config.application_id, sub.id, dict(sub.source_topics),
+    def _source_plan(self) -> SourcePlan:
+        assert self.plan is not None
+        return SourcePlan(self.bootstrap_servers, self.config.application_id,
+                          {str(sub.id): dict(sub.source_topics) for sub in self.plan.subtopologies},
                           self.config[MAX_OFFSETS_PER_TRIGGER], self.config.client_props("consumer."),
                           str(self._stop_file))
 
-    def _start_query(self, spark: SparkSession, sub: SubtopologyTasks) -> StreamingQuery:
-        checkpoint = self._app_dir / "spark-checkpoints" / str(sub.id)
+    def _start_query(self) -> StreamingQuery:
+        assert self._spark is not None
+        checkpoint = self._app_dir / "spark-checkpoint"
         shutil.rmtree(checkpoint, ignore_errors=True)  # committed Kafka offsets say where to resume
-        source = (spark.readStream.format(FORMAT)
-                  .option(PLAN_OPTION, self._source_plan(sub).to_json())
+        source = (self._spark.readStream.format(FORMAT)
+                  .option(PLAN_OPTION, self._source_plan().to_json())
                   .load())
         summaries = source.mapInArrow(StreamTaskRunner(self._topology, self._props), SUMMARY_DDL)
         return (summaries.writeStream
-                .queryName(f"{self.config.application_id}-subtopology-{sub.id}")
-                .foreachBatch(self._batch_handler(sub.id))
+                .queryName(self.config.application_id)
+                .foreachBatch(self._record_batch)
                 .trigger(processingTime=f"{self.config[cfg.COMMIT_INTERVAL_MS]} milliseconds")
                 .option("checkpointLocation", str(checkpoint))
                 .start())
 
-    def _batch_handler(self, sub_id: int):
-        def handle(df: DataFrame, batch_id: int) -> None:
-            rows = df.collect()
-            with self._lock:
-                self.progress.batches[sub_id] = self.progress.batches.get(sub_id, 0) + 1
-                for row in rows:
-                    task = self.progress.tasks.setdefault(row["task"], TaskProgress())
-                    task.batches += 1
-                    task.records += row["records"]
-                    task.output += row["output"]
-                    task.restored += row["restored"]
-                    task.skipped += int(row["skipped"])
-                    task.millis += row["millis"]
-
-        return handle
+    def _record_batch(self, df: DataFrame, batch_id: int) -> None:
+        rows = df.collect()
+        with self._lock:
+            self.progress.batches += 1
+            for row in rows:
+                task = self.progress.tasks.setdefault(row["task"], TaskProgress())
+                task.batches += 1
+                task.records += row["records"]
+                task.output += row["output"]
+                task.restored += row["restored"]
+                task.skipped += int(row["skipped"])
+                task.millis += row["millis"]
 
     def lag(self) -> int:
-        """Records in the source topics (committed data) that the application has not committed yet."""
+        """Records in the source topics (committed data) that the application has not committed yet,
+        read sub-topology by sub-topology."""
         if self.plan is None:
             raise ConfigError("Call start() first.")
+        source = self._source_plan()
+        metadata = TopicMetadata(source.source_options())
         behind = 0
         for sub in self.plan.subtopologies:
-            source = self._source_plan(sub)
             partitions = [(t, p) for t, n in sub.source_topics.items() for p in range(n)]
-            latest = TopicMetadata(source.source_options()).latest(partitions)
+            latest = metadata.latest(partitions)
             committed = committed_offsets(source, partitions)
             behind += sum(max(0, end - committed.get(tp, 0)) for tp, end in latest.items())
         return behind
 
     def wait_until_caught_up(self, timeout: float) -> bool:
-        """Waits until every source partition is committed up to its end (sub-topologies in order,
-        so records a sub-topology wrote to a repartition topic are counted); False on timeout."""
+        """Waits until every source partition is committed up to its end, seen twice in a row (so
+        records an upstream task wrote to a repartition topic meanwhile are counted); False on
+        timeout."""
         deadline = time.monotonic() + timeout
+        zeros = 0
         while time.monotonic() < deadline:
             self._raise_if_failed()
-            if self.lag() == 0:
+            zeros = zeros + 1 if self.lag() == 0 else 0
+            if zeros == 2:
                 return True
             time.sleep(0.2)
         return False
 
     def await_termination(self, timeout: float | None = None) -> bool:
-        """Blocks until the queries stop (True) or ``timeout`` seconds pass (False); a query that
-        failed raises ProcessingError with Spark's message."""
+        """Blocks until the query stops (True) or ``timeout`` seconds pass (False); a failed query
+        raises ProcessingError with Spark's message."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while any(q.isActive for q in self._queries.values()):
+        while self._query is not None and self._query.isActive:
             self._raise_if_failed()
             if deadline is not None and time.monotonic() > deadline:
                 return False
@@ -228,45 +218,40 @@ class SparkStreams:
         return True
 
     def _raise_if_failed(self) -> None:
-        """Raises the first query failure; a query whose Python worker could not start (a busy
-        machine missing Spark's fixed connect-back timeout) is restarted instead, a few times:
-        nothing it did is lost, it resumes from the committed offsets."""
-        for sub_id, query in list(self._queries.items()):
-            error = query.exception()
-            if error is None:
-                continue
-            transient = any(marker in str(error) for marker in _TRANSIENT)
-            if transient and self._restarts < _MAX_RESTARTS and self.plan is not None:
-                self._restarts += 1
-                log.warning("Sub-topology %d: a Spark Python worker did not start in time; restarting "
-                            "its query (%d/%d)", sub_id, self._restarts, _MAX_RESTARTS)
-                sub = next(s for s in self.plan.subtopologies if s.id == sub_id)
-                self._queries[sub_id] = self._start_initialized(self._spark, sub)
-                continue
-            raise ProcessingError(f"Sub-topology {sub_id} of {self.config.application_id} failed: "
-                                  f"{error}") from error
+        """Raises the query's failure. A query whose Python worker could not start (a busy machine
+        missing Spark's fixed 10 s connect-back timeout) is restarted instead, a few times: nothing
+        is lost, it resumes from the committed offsets."""
+        error = None if self._query is None else self._query.exception()
+        if error is None:
+            return
+        if any(marker in str(error) for marker in _TRANSIENT) and self._restarts < _MAX_RESTARTS:
+            self._restarts += 1
+            log.warning("A Spark Python worker of %s did not start in time; restarting the query "
+                        "(%d/%d)", self.config.application_id, self._restarts, _MAX_RESTARTS)
+            self._query = self._start_query()
+            return
+        raise ProcessingError(f"Application {self.config.application_id} failed: {error}") from error
 
     def stop(self) -> None:
-        """Stops planning new micro-batches, lets running ones commit, then stops the queries."""
-        if not self._queries:
+        """Stops planning micro-batches, lets a running one commit, then stops the query."""
+        query = self._query
+        if query is None:
             return
         self._stop_file.touch()
         deadline = time.monotonic() + _STOP_WAIT_S
         idle_since: float | None = None
-        interval = self.config[cfg.COMMIT_INTERVAL_MS] / 1000
-        while time.monotonic() < deadline:
-            busy = any(q.isActive and q.status["isTriggerActive"] for q in self._queries.values())
+        quiet = max(0.5, 2 * self.config[cfg.COMMIT_INTERVAL_MS] / 1000)
+        while query.isActive and time.monotonic() < deadline:
             now = time.monotonic()
-            if busy:
+            if query.status["isTriggerActive"]:
                 idle_since = None
             elif idle_since is None:
                 idle_since = now
-            elif now - idle_since > max(0.5, 2 * interval):
+            elif now - idle_since > quiet:
                 break
             time.sleep(0.05)
-        for query in self._queries.values():
-            query.stop()
-        self._queries.clear()
+        query.stop()
+        self._query = None
         self._stop_file.unlink(missing_ok=True)
 
     def __enter__(self) -> SparkStreams:
