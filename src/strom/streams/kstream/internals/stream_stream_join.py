@@ -38,7 +38,7 @@ class TimeTracker:
 
     def __init__(self) -> None:
         self.stream_time = -1
-        self.min_time = NO_TIME
+        self.min_time = -1  # unknown (e.g. after a restart): the first check scans the outer store
 
     def advance(self, timestamp: int) -> None:
         if timestamp > self.stream_time:
@@ -98,6 +98,7 @@ class KStreamKStreamJoinSide(Processor):
         outer = self.outer_store_name
         self.outer_store = None if outer is None else context.get_state_store(outer)
         self.tracker = self.trackers.setdefault(context.task_id, TimeTracker())
+        self.tracker.advance(self.other_store.observed_stream_time)  # both sides' times survive restarts
         key_serde, left_serde, right_serde = self.serdes
         task = context.task
         self.key_serde = key_serde or task.key_serde

@@ -66,6 +66,8 @@ class KStreamWindowAggregate(_WindowedProcessor):
     def init(self, context: Any) -> None:
         self.context = context
         self.store = context.get_state_store(self.store_name)
+        # a lower bound of the stream time this aggregation saw before a restart
+        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
         self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
 
     def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
@@ -130,6 +132,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
     def init(self, context: Any) -> None:
         self.context = context
         self.store = context.get_state_store(self.store_name)
+        # a lower bound of the stream time this aggregation saw before a restart
+        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
         self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
 
     def _forward_flushed(self, session: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
@@ -185,6 +189,8 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
     def init(self, context: Any) -> None:
         self.context = context
         self.store = context.get_state_store(self.store_name)
+        # a lower bound of the stream time this aggregation saw before a restart
+        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
         self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
 
     def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:

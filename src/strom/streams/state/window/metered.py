@@ -44,6 +44,12 @@ class _Metered:
     def is_open(self) -> bool:
         return self.wrapped.is_open
 
+    @property
+    def observed_stream_time(self) -> int:
+        """The largest record time the store has seen (window start; session end), kept across
+        restarts and restores: processors recreated for a new run resume their stream time from it."""
+        return self.wrapped.observed_stream_time
+
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         key_serde = self._key_serde or context.key_serde
         value_serde = self._stored_value_serde(self._value_serde or context.value_serde)
