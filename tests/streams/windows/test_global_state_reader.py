@@ -6,7 +6,7 @@ import pytest
 
 from strom.kafka import clients
 from strom.streams import Materialized, StreamsBuilder, StreamsConfig
-from strom.streams.kstream.global_state_reader import catch_up
+from strom.streams.kstream.global_state_reader import catch_up, shared_global_stores
 from strom.streams.kstream.global_table import GlobalStateStores
 
 pytestmark = pytest.mark.broker
@@ -43,3 +43,24 @@ def test_global_store_reads_every_partition_and_catches_up(broker, tmp_path):
     finally:
         consumer.close()
         state.close()
+
+
+def test_shared_global_stores_are_built_once_per_process_and_kept_current(broker, tmp_path):
+    topic = f"rates-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(broker.bootstrap_servers, {topic: 2})
+    _produce(broker.bootstrap_servers, topic, [(0, "eur", "1.0"), (1, "usd", "1.1")])
+    builder = StreamsBuilder()
+    builder.global_table(topic, materialized=Materialized.as_("rates"))
+    internal = builder.build().internal
+    config = StreamsConfig({"application.id": f"shared-{topic}", "state.dir": str(tmp_path),
+                            "default.key.serde": "String", "default.value.serde": "String"})
+    consumer = clients.consumer(broker.bootstrap_servers, **{"enable.partition.eof": True})
+    try:
+        first = shared_global_stores(internal, config, tmp_path / "global", consumer)
+        assert {k: v.value for k, v in first["rates"].all()} == {"eur": "1.0", "usd": "1.1"}
+        _produce(broker.bootstrap_servers, topic, [(1, "usd", "1.2")])
+        again = shared_global_stores(internal, config, tmp_path / "global", consumer)
+        assert again["rates"] is first["rates"] and again["rates"].get("usd").value == "1.2"
+        assert shared_global_stores(StreamsBuilder().build().internal, config, tmp_path, consumer) == {}
+    finally:
+        consumer.close()

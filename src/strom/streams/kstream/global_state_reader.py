@@ -4,6 +4,7 @@ where this instance is (the beginning at start: that is the restore) to its curr
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError
@@ -71,3 +72,24 @@ def _catch_up_partition(state: GlobalStateStores, consumer: Any, topic: str, par
         if (records and records[-1][1] + 1 >= high) or any(m.error() is not None for m in messages):
             break
     return state.apply(topic, records) if records else 0
+
+
+_PROCESS_STATE: dict[tuple[str, str], GlobalStateStores] = {}
+
+
+def shared_global_stores(builder: Any, config: Any, state_dir: Path, consumer: Any) -> dict[str, Any]:
+    """The global stores of ``builder``'s topology for this process, caught up with their topics.
+
+    A runtime that creates a task per run (as each Spark micro-batch does) calls this before
+    initializing the task and sets ``task.context.global_stores`` to the result: the first call in a
+    process builds and restores the stores from the whole topics, later calls read only what was
+    appended since.
+    """
+    if not builder.global_stores:
+        return {}
+    key = (config.application_id, str(state_dir))
+    state = _PROCESS_STATE.get(key)
+    if state is None:
+        state = _PROCESS_STATE[key] = GlobalStateStores(builder.global_stores, config, state_dir)
+    catch_up(state, consumer)
+    return state.stores
