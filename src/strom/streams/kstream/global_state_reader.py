@@ -15,6 +15,8 @@ from strom.streams.kstream.global_table import GlobalStateStores
 
 TIMEOUT_S = 10.0
 BATCH = 1_000
+POLL_S = 0.1
+"""consume() waits this long for a full batch; short, as a partition's end comes as an EOF event."""
 
 
 def catch_up(state: GlobalStateStores, consumer: Any) -> int:
@@ -55,7 +57,7 @@ def _catch_up_partition(state: GlobalStateStores, consumer: Any, topic: str, par
     records: list[tuple[int, int, int, bytes | None, bytes | None]] = []
     last_progress = time.monotonic()
     while True:
-        messages = consumer.consume(BATCH, 1.0)
+        messages = consumer.consume(BATCH, POLL_S)
         if messages:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > 3 * TIMEOUT_S:
