@@ -159,9 +159,9 @@ class Segment:
 
     def release(self) -> None:
         """Closes the file without flushing (before the file is replaced or deleted)."""
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        # The reader is not closed here: a Fetch may still be sending from it, and a closed fd
+        # could be reused by another file mid-sendfile. It closes when the last FileRange goes.
+        self._reader = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -211,7 +211,7 @@ class Segment:
 
     def file_range(self, position: int, length: int) -> FileRange:
         if self._reader is None:
-            self._reader = open(self.log_path, "rb", buffering=0)  # noqa: SIM115 - closed by release()
+            self._reader = open(self.log_path, "rb", buffering=0)  # noqa: SIM115 - see release()
         return FileRange(self._reader, position, length)
 
     def batch_at(self, i: int) -> bytes:
