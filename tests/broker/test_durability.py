@@ -75,6 +75,21 @@ def test_kill_9_during_acks_all_produce_loses_no_acknowledged_record(tmp_path):
         assert offsets == list(range(len(offsets))), "offsets stay contiguous after recovery"
 
 
+def test_clean_shutdown_writes_every_index(tmp_path):
+    with EmbeddedBroker(data_dir=tmp_path / "data") as broker:
+        clients.create_topics(broker.bootstrap_servers, {"indexed": 2})
+        producer = clients.producer(broker.bootstrap_servers)
+        for i in range(200):
+            producer.produce("indexed", key=str(i).encode(), value=b"v")
+        assert producer.flush(10) == 0
+        broker.stop()  # SIGTERM: flush and close
+        for partition in (tmp_path / "data" / "topics" / "indexed").glob("[0-9]*"):
+            log_file = next(partition.glob("*.log"))
+            index = log_file.with_suffix(".index")
+            assert index.exists() and index.stat().st_size > 0, f"{index} was not written on shutdown"
+            assert log_file.with_suffix(".timeindex").stat().st_size == index.stat().st_size * 12 // 8
+
+
 def test_committed_offsets_survive_restart(tmp_path):
     with EmbeddedBroker(data_dir=tmp_path / "data") as broker:
         clients.create_topics(broker.bootstrap_servers, {"kept": 3})
