@@ -32,3 +32,19 @@ def test_stream_table_join_with_key_joiner_and_named_materialized_table():
         table, lambda key, left, right: f"{key}:{left}+{right}", Joined.as_("enrich")).to("output")
     rows = [(1, "right", "x"), (2, "left", "L")]
     assert run_rows(builder.build(), rows) == [(1, []), (2, ["k:L+x"])]
+
+
+def test_stream_with_changed_key_is_repartitioned_with_the_joined_serdes():
+    from strom.kafka.serdes import Serdes
+    from strom.streams.kstream.options import Consumed
+
+    builder = StreamsBuilder()
+    table = builder.table("right")
+    (builder.stream("left", Consumed.with_(Serdes.String(), Serdes.String()))
+     .select_key(lambda key, value: value).map_values(len)
+     .join(table, lambda left, right: f"{left}:{right}", Joined.with_(Serdes.String(), Serdes.Long()))
+     .to("output"))
+    topology = builder.build()
+    assert any(topic.endswith("-left-repartition") for topic in topology.internal.internal_topics)
+    rows = [(1, "right", "x"), (2, "left", "k")]  # the left value "k" becomes the key
+    assert run_rows(topology, rows) == [(1, []), (2, ["1:x"])]

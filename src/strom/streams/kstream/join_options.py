@@ -14,16 +14,16 @@ from strom.streams.kstream.internals.functions import required_positional
 
 @dataclass(frozen=True)
 class Joined:
-    """Serdes and name of a stream-table join: the stream's key and value, the table's value."""
+    """Serdes and name of a stream-table join. The serdes are the stream's key and value, used when
+    the stream must be repartitioned first; the table is read through its own store and serdes."""
 
     key_serde: Any = None
     value_serde: Any = None
-    other_value_serde: Any = None
     name: str | None = None
 
     @staticmethod
-    def with_(key_serde: Any = None, value_serde: Any = None, other_value_serde: Any = None) -> Joined:
-        return Joined(key_serde, value_serde, other_value_serde)
+    def with_(key_serde: Any = None, value_serde: Any = None) -> Joined:
+        return Joined(key_serde, value_serde)
 
     @staticmethod
     def as_(name: str) -> Joined:
