@@ -38,7 +38,6 @@ class Segment(Protocol):
         ...
 
     def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]: ...
-    def flush(self) -> None: ...
     def close(self) -> None: ...
     def destroy(self) -> None: ...
 
@@ -84,9 +83,6 @@ class InMemorySegment:
         values = self._values
         return iter([(k, values[k]) for k in (reversed(keys) if reverse else keys)])
 
-    def flush(self) -> None:
-        """Nothing to persist."""
-
     def close(self) -> None:
         self._values.clear()
         self._keys.clear()
@@ -129,9 +125,6 @@ class RocksDBSegment:
 
     def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         yield from self._db.items(backwards=reverse)
-
-    def flush(self) -> None:
-        self._db.flush()
 
     def close(self) -> None:
         self._db.close()
@@ -187,10 +180,6 @@ class Segments:
         for segment in self._segments.values():
             segment.destroy()
         self._segments.clear()
-
-    def flush(self) -> None:
-        for segment in self._segments.values():
-            segment.flush()
 
     def close(self) -> None:
         for segment in self._segments.values():
