@@ -68,9 +68,6 @@ class InMemorySegment:
             del self._values[key]
             del self._keys[bisect.bisect_left(self._keys, key)]
 
-    def __len__(self) -> int:
-        return len(self._keys)
-
     def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         end = len(self._keys) if hi is None else bisect.bisect_right(self._keys, hi)
         keys = self._keys[bisect.bisect_left(self._keys, lo):end]
