@@ -31,8 +31,8 @@ def expected_counts(rows, size, advance, grace):
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=records, size=st.integers(1, 40), advance_fraction=st.integers(1, 4), grace=st.integers(0, 30),
-       caching=st.booleans())
-def test_windowed_count_matches_direct_count(rows, size, advance_fraction, grace, caching):
+       caching=st.booleans(), cache_bytes=st.sampled_from([0, 400, 10_000_000]))
+def test_windowed_count_matches_direct_count(rows, size, advance_fraction, grace, caching, cache_bytes):
     advance = max(1, size // advance_fraction)
     windows = TimeWindows.of_size_and_grace(size, grace).advance_by(advance)
     supplier = builders.in_memory_timestamped_window_store("counts", 10_000, size)
@@ -42,9 +42,11 @@ def test_windowed_count_matches_direct_count(rows, size, advance_fraction, grace
     builder = StreamsBuilder()
     (builder.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
      .windowed_by(windows).count(materialized=materialized))
-    with TopologyTestDriver(builder.build(), PROPS) as driver:
+    props = PROPS | {"statestore.cache.max.bytes": cache_bytes}  # small caches evict and flush early
+    with TopologyTestDriver(builder.build(), props, commit_per_record=False) as driver:
         topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
         for key, timestamp in rows:
             topic.pipe_input(key, "v", timestamp)
+        driver.commit()
         actual = {(w.key, w.window.start): count for w, count in driver.get_window_store("counts").all()}
     assert actual == expected_counts(rows, size, advance, grace)
