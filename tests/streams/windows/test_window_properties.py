@@ -50,3 +50,40 @@ def test_windowed_count_matches_direct_count(rows, size, advance_fraction, grace
         driver.commit()
         actual = {(w.key, w.window.start): count for w, count in driver.get_window_store("counts").all()}
     assert actual == expected_counts(rows, size, advance, grace)
+
+
+def expected_sessions(rows, gap):
+    sessions = {}
+    for key in {k for k, _ in rows}:
+        times = sorted(t for k, t in rows if k == key)
+        start = previous = times[0]
+        count = 0
+        for timestamp in times:
+            if timestamp - previous > gap:
+                sessions[(key, start, previous)] = count
+                start, count = timestamp, 0
+            previous = timestamp
+            count += 1
+        sessions[(key, start, previous)] = count
+    return sessions
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=records, gap=st.integers(1, 30), caching=st.booleans())
+def test_session_count_matches_clusters_of_records_within_the_gap(rows, gap, caching):
+    from strom.streams.kstream.windows import SessionWindows
+
+    materialized = Materialized.as_(builders.in_memory_session_store("sessions", 100_000))
+    if not caching:
+        materialized = materialized.with_caching_disabled()
+    builder = StreamsBuilder()
+    (builder.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
+     .windowed_by(SessionWindows.of_inactivity_gap_and_grace(gap, 100_000)).count(materialized=materialized))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        for key, timestamp in rows:
+            topic.pipe_input(key, "v", timestamp)
+        store = driver.get_session_store("sessions")
+        actual = {(w.key, w.window.start, w.window.end): count
+                  for w, count in store.find_sessions_key_range(None, None, 0, 10**6)}
+    assert actual == expected_sessions(rows, gap)
