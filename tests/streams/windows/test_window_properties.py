@@ -87,3 +87,27 @@ def test_session_count_matches_clusters_of_records_within_the_gap(rows, gap, cac
         actual = {(w.key, w.window.start, w.window.end): count
                   for w, count in store.find_sessions_key_range(None, None, 0, 10**6)}
     assert actual == expected_sessions(rows, gap)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.sampled_from(["left", "right"]), st.sampled_from("ab"),
+                               st.integers(0, 100)), max_size=30),
+       before=st.integers(0, 20), after=st.integers(0, 20))
+def test_inner_stream_stream_join_emits_each_pair_within_the_window_once(rows, before, after):
+    from strom.streams.kstream.windows import JoinWindows
+
+    builder = StreamsBuilder()
+    windows = JoinWindows.of_time_difference_and_grace(0, 10_000).before(before).after(after)
+    builder.stream("left").join(builder.stream("right"), lambda left, right: f"{left}+{right}",
+                                windows).to("output")
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topics = {side: driver.create_input_topic(side, Serdes.String(), Serdes.String())
+                  for side in ("left", "right")}
+        for index, (side, key, timestamp) in enumerate(rows):
+            topics[side].pipe_input(key, f"{side[0]}{index}", timestamp)
+        output = driver.create_output_topic("output", Serdes.String(), Serdes.String())
+        actual = sorted(output.read_key_values_to_list())
+    expected = sorted((lk, f"l{i}+r{j}") for i, (ls, lk, lt) in enumerate(rows) if ls == "left"
+                      for j, (rs, rk, rt) in enumerate(rows)
+                      if rs == "right" and rk == lk and lt - before <= rt <= lt + after)
+    assert actual == expected
