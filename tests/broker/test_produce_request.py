@@ -1,4 +1,5 @@
-"""The zero-copy Produce parser reads what kio reads, for every served version, and rejects garbage."""
+"""The zero-copy Produce parser reads what kio reads and rejects garbage; the hand-encoded Produce
+response equals kio's; for every served version."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from kio.serial import entity_writer
 
 from strom.broker.log.records import build_batch
 from strom.broker.produce_request import parse_produce
-from strom.broker.protocol import MalformedRequest, build, parse_request
+from strom.broker.produce_response import PartitionResult
+from strom.broker.produce_response import encode as encode_produce_response
+from strom.broker.protocol import MalformedRequest, build, encode_response, parse_request
 
 BATCH = build_batch([(b"k", b"v"), (None, b"w" * 300)], 1_700_000_000_000)
 
@@ -58,3 +61,17 @@ def test_truncated_or_noisy_frames_raise_only_malformed_request():
             noisy[rng.randint(8, len(noisy) - 1)] = rng.randint(0, 255)
         with contextlib.suppress(MalformedRequest):  # noise may still parse; nothing else may escape
             parse_produce(memoryview(bytes(noisy)))
+
+
+@pytest.mark.parametrize("version", range(3, 10))
+def test_response_matches_kio(version):
+    results = [PartitionResult(0, 0, 42, -1, 3), PartitionResult(5, 2, error_message="CRC mismatch"),
+               PartitionResult(7, 0, 9, 1_700_000_000_123, 0)]
+    ours = encode_produce_response(version, 99, [("tópico", results), ("none", [])])
+    data = {"responses": [
+        {"name": "tópico", "partition_responses": [
+            {"index": r.index, "error_code": r.error_code, "base_offset": r.base_offset,
+             "log_append_time": None if r.log_append_time < 0 else r.log_append_time,
+             "log_start_offset": r.log_start_offset, "error_message": r.error_message} for r in results]},
+        {"name": "none", "partition_responses": []}]}
+    assert ours == encode_response(0, version, 99, data)

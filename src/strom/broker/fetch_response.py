@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from strom.broker.log.segment import FileRange
+from strom.broker.protocol import EncodedResponse, Part
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -30,19 +31,6 @@ class PartitionData:
     log_start_offset: int
     aborted_transactions: Sequence[tuple[int, int]] | None  # (producer id, first offset)
     records: FileRange | bytes
-
-
-Part = bytes | FileRange
-
-
-@dataclass(frozen=True, slots=True)
-class EncodedResponse:
-    """A complete response frame (size prefix included) as bytes and file ranges, in order."""
-
-    parts: list[Part]
-
-    def to_bytes(self) -> bytes:
-        return b"".join(p.read() if isinstance(p, FileRange) else p for p in self.parts)
 
 
 def encode(version: int, correlation_id: int,

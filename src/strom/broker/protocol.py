@@ -21,6 +21,8 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field, get_schema_field_type
 
+from strom.broker.log.segment import FileRange
+
 _API_KEY_VERSION = struct.Struct(">hh")
 _INT32 = struct.Struct(">i")
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
@@ -28,6 +30,19 @@ _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
 class MalformedRequest(Exception):
     """The frame cannot be parsed: the connection that sent it is closed."""
+
+
+Part = bytes | FileRange
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EncodedResponse:
+    """A complete response frame (size prefix included) as bytes and file ranges, in order."""
+
+    parts: list[Part]
+
+    def to_bytes(self) -> bytes:
+        return b"".join(p.read() if isinstance(p, FileRange) else p for p in self.parts)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.fetch_response import EncodedResponse, FileRange
 from strom.broker.handlers import REGISTRY, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
+from strom.broker.log.segment import FileRange
 from strom.broker.produce_request import parse_produce
 from strom.broker.protocol import (
+    EncodedResponse,
     MalformedRequest,
     encode_response,
     parse_request,

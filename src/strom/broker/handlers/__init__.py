@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
-    from strom.broker.fetch_response import EncodedResponse
+    from strom.broker.protocol import EncodedResponse
 
 HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions")
 

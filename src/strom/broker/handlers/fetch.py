@@ -14,10 +14,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.fetch_response import EncodedResponse, PartitionData, encode
+from strom.broker.fetch_response import PartitionData, encode
 from strom.broker.handlers import RequestContext, handles, ms
 from strom.broker.log.partition import OffsetOutOfRangeError
 from strom.broker.log.segment import FileRange
+from strom.broker.protocol import EncodedResponse
 
 FETCH, LIST_OFFSETS = 1, 2
 READ_COMMITTED = 1
