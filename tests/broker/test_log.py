@@ -226,3 +226,21 @@ def test_flush_policy_by_messages_and_time(tmp_path, monkeypatch):
     by_time.flush_if_due()
     by_time.flush_if_due()  # nothing new since: no second fsync
     assert len(synced) == 1
+
+
+def test_failed_write_leaves_no_partial_batch(tmp_path, monkeypatch):
+    partition = _partition(tmp_path)
+    _append(partition, [(b"k", b"before")])
+    size = partition.active.size
+
+    def disk_full(fd, buffers):
+        os.write(fd, bytes(buffers[0]))  # part of the batch reaches the file, then the disk is full
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "writev", disk_full)
+    with pytest.raises(OSError):
+        _append(partition, [(b"k", b"lost")])
+    monkeypatch.undo()
+    assert os.path.getsize(partition.active.log_path) == size
+    assert _append(partition, [(b"k", b"after")]) == 1
+    assert [r.value for r in _all_records(partition)] == [b"before", b"after"]

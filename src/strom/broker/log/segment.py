@@ -117,9 +117,13 @@ class Segment:
     def append(self, base_offset: int, header: BatchHeader, batch: memoryview | bytes) -> None:
         """Writes a batch under `base_offset` without copying its body."""
         position = self.size
-        written = os.writev(self._fd, [set_base_offset(base_offset), memoryview(batch)[8:]])
-        if written != len(batch):
-            raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
+        try:
+            written = os.writev(self._fd, [set_base_offset(base_offset), memoryview(batch)[8:]])
+            if written != len(batch):
+                raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
+        except OSError:
+            os.ftruncate(self._fd, position)  # no partial batch stays behind (disk full, ...)
+            raise
         self.size += written
         self._index(base_offset + header.last_offset_delta, position, header.max_timestamp)
 
