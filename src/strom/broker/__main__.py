@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -22,6 +23,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--config", action="append", default=[], help="key=value broker config")
     parser.add_argument("--ready-file", type=Path, help="written with the bound port once listening")
+    parser.add_argument("--temporary", action="store_true",
+                        help="the data dir is the parent's temporary dir: remove it if the parent dies")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = dict(item.split("=", 1) for item in args.config)
@@ -33,20 +36,26 @@ def main() -> None:
             tmp.write_text(json.dumps({"host": b.host, "port": b.port}))
             tmp.replace(args.ready_file)
 
-    _stop_with_parent()
+    orphaned = _stop_with_parent()
     asyncio.run(serve(broker, ready))
+    if args.temporary and orphaned.is_set():  # nobody is left to clean up after us
+        shutil.rmtree(args.data_dir, ignore_errors=True)
 
 
-def _stop_with_parent() -> None:
-    """An embedded broker whose parent died (even by kill -9) shuts down instead of lingering."""
+def _stop_with_parent() -> threading.Event:
+    """An embedded broker whose parent died (even by kill -9) shuts down instead of lingering;
+    the returned event is set when that happened."""
     parent = os.getppid()
+    orphaned = threading.Event()
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
+        orphaned.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    return orphaned
 
 
 if __name__ == "__main__":

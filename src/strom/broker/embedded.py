@@ -57,6 +57,8 @@ class EmbeddedBroker:
                    "--host", self.host, "--port", str(self.port), "--ready-file", str(ready)]
         for key, value in self.config.items():
             command += ["--config", f"{key}={value}"]
+        if self._temporary:
+            command.append("--temporary")
         with open(self.log_path, "ab") as log_file:
             self._process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
