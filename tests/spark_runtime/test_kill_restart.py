@@ -1,6 +1,6 @@
 """Exactly-once holds when the Spark driver process is SIGKILLed mid-run and started again.
 
-The app (wordcount.py, 50 records per micro-batch, so many transactions) runs in its own process
+The app (wordcount.py, 60 records per micro-batch, so many transactions) runs in its own process
 group; once its first offsets are committed the whole group (Python driver, JVM, Python workers)
 is killed at a random moment, then a new process resumes from the committed offsets. Read
 read_committed, every word's updates must rise strictly (a batch committed twice would repeat a
@@ -53,7 +53,7 @@ def test_exactly_once_when_driver_is_killed_and_restarted(broker, topics, tmp_pa
     rng = random.Random(seed)
     names = topics(lines=2, counts=2)
     words = [f"w{i}" for i in range(12)]
-    lines = [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 5)))) for i in range(400)]
+    lines = [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 5)))) for i in range(200)]
     produce_lines(broker.bootstrap_servers, names["lines"], lines)
     app_id = f"rt-kill-{names['lines']}"
 

@@ -41,7 +41,7 @@ def _driver_counts(topics: dict[str, str], lines: list[tuple[str, str]]) -> dict
 def _props(broker, state_dir: Path, app_id: str) -> dict:
     return {"application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
             "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir),
-            "commit.interval.ms": 200, "max.offsets.per.trigger": 150}
+            "commit.interval.ms": 200, "max.offsets.per.trigger": 1000}
 
 
 def _assert_exactly_once(updates: dict[str, list[int]], expected: dict[str, int]) -> None:

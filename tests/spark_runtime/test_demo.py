@@ -1,0 +1,17 @@
+"""`strom demo` runs end to end (its own embedded broker, Spark, exactly-once) and verifies itself."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from strom.cli.main import cli
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_demo_counts_page_views_exactly_once_and_verifies(spark):
+    result = CliRunner().invoke(cli, ["demo", "--records", "3000", "--timeout", "150"])
+    assert result.exit_code == 0, result.output
+    assert "verification" in result.output and "OK" in result.output
+    assert "3,000" in result.output  # records in
