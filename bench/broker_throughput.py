@@ -32,7 +32,7 @@ def produce(bootstrap: str, topic: str, partitions: list[int], count: int, size:
     """Produces `count` records to `partitions` (produce_batch, all deliveries awaited)."""
     producer = clients.producer(bootstrap, **PRODUCER_TUNING)
     value = b"x" * size
-    chunk = [{"value": value, "key": b"%d" % i} for i in range(BATCH)]
+    chunk = [{"value": value} for _ in range(BATCH)]  # partition chosen per batch: no key needed
     sent = 0
     while sent < count:
         messages = chunk[:min(BATCH, count - sent)]
