@@ -32,6 +32,10 @@ class BrokerUnavailableError(StromError):
     """No Kafka broker answered at the configured bootstrap servers."""
 
 
+class BrokerStartError(StromError):
+    """The strom broker cannot start: its port is taken or its data directory is unusable."""
+
+
 class UnknownTopicError(StromError):
     """A topic that the application needs does not exist."""
 

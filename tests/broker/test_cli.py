@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
@@ -44,8 +45,11 @@ def test_cli_errors_are_one_line_with_exit_code_2(broker, monkeypatch, capsys, t
     bootstrap = ["--bootstrap-servers", broker.bootstrap_servers]
     topic = unique("dup")
     _run(["topics", "create", topic, *bootstrap])
+    taken = socket.create_server(("127.0.0.1", 0))
+    busy_port = str(taken.getsockname()[1])
     for args in (["topics", "create", topic, *bootstrap],
                  ["topics", "describe", unique("missing"), *bootstrap],
+                 ["broker", "--data-dir", str(tmp_path / "busy"), "--port", busy_port],
                  ["broker", "--data-dir", str(tmp_path), "--port", "0", "--config", "num.partitons=3"]):
         monkeypatch.setattr(sys, "argv", ["strom", *args])
         with pytest.raises(SystemExit) as exit_info:
@@ -53,4 +57,5 @@ def test_cli_errors_are_one_line_with_exit_code_2(broker, monkeypatch, capsys, t
         assert exit_info.value.code == 2
         stderr = capsys.readouterr().err
         assert stderr.startswith("error: ") and stderr.count("\n") == 1, stderr
+    taken.close()
     assert "Did you mean 'num.partitions'" in stderr

@@ -108,12 +108,12 @@ async def serve(broker: Broker, on_ready: Callable[[Broker], None] | None = None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await broker.start()
-    if on_ready is not None:
-        on_ready(broker)
     try:
+        await broker.start()
+        if on_ready is not None:
+            on_ready(broker)
         await stop.wait()
-    finally:
+    finally:  # also after a failed start: the logs opened by Broker() are closed
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import struct
 import time
@@ -29,6 +30,7 @@ from strom.broker.protocol import (
     peek_api,
     unsupported_version_response,
 )
+from strom.errors import BrokerStartError
 
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
@@ -61,7 +63,12 @@ class ConnectionHandler:
 
     async def start(self, host: str, port: int) -> int:
         """Starts listening; returns the bound port."""
-        listener = socket.create_server((host, port), reuse_port=False, backlog=512)
+        try:
+            listener = socket.create_server((host, port), reuse_port=False, backlog=512)
+        except OSError as exc:
+            raise BrokerStartError(
+                f"Cannot listen on {host}:{port}: {os.strerror(exc.errno or 0)}. Stop the process using "
+                "the port or choose another one (--port; 0 picks a free port).") from exc
         listener.setblocking(False)
         self._listener = listener
         self._accepting = asyncio.get_running_loop().create_task(self._accept(listener))
