@@ -116,3 +116,20 @@ def test_bad_sink_input_is_named(spark, broker):
         _write(df, broker, topic="x")
     with pytest.raises(Exception, match="set option 'topic' or add a 'topic' column"):
         _write(spark.createDataFrame([("a",)], "value string"), broker)
+
+
+def test_data_loss_fails_naming_fail_on_data_loss_or_is_skipped(spark, broker, new_topic, produce):
+    from confluent_kafka import TopicPartition
+
+    from strom.kafka import clients
+
+    topic = new_topic()
+    produce(broker.bootstrap_servers, topic, [(None, f"{i}".encode()) for i in range(10)])
+    admin = clients.admin(broker.bootstrap_servers)
+    for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        future.result(30)
+    start = json.dumps({topic: {"0": 2}})
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        _read(spark, broker, subscribe=topic, startingOffsets=start).collect()
+    kept = _read(spark, broker, subscribe=topic, startingOffsets=start, failOnDataLoss="false").collect()
+    assert [r.offset for r in kept] == [6, 7, 8, 9]

@@ -6,6 +6,7 @@ plain assigned consumer (no group), so Spark's checkpoint alone decides what was
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import time
 from collections.abc import Iterator
@@ -69,20 +70,7 @@ def _ranged_messages(consumer, part: OffsetRange, settings: ReadSettings) -> Ite
     last_progress = time.monotonic()
     while True:
         messages = _next_messages(consumer)
-        records, done = [], False
-        for message in messages:
-            error = message.error()
-            if error is None:
-                if message.offset() >= part.end:
-                    done = True
-                    break
-                records.append(message)
-                done = message.offset() >= part.end - 1
-            elif error.code() == KafkaError._PARTITION_EOF:
-                _check_eof(message.offset(), part, settings)
-                done = True
-            else:
-                _raise_consumer_error(error, part, settings)
+        records, done = _in_range(messages, part, settings)
         if records or messages:
             last_progress = time.monotonic()
         elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
@@ -95,6 +83,25 @@ def _ranged_messages(consumer, part: OffsetRange, settings: ReadSettings) -> Ite
             yield records
         if done:
             return
+
+
+def _in_range(messages: list[Message], part: OffsetRange, settings: ReadSettings
+              ) -> tuple[list[Message], bool]:
+    """The records below ``end`` and whether the range is complete; whole-list operations, as
+    a per-message Python loop would cost more than building the Arrow batch."""
+    done = False
+    errors = [m for m in messages if m.error() is not None]
+    for message in errors:
+        if message.error().code() == KafkaError._PARTITION_EOF:
+            _check_eof(message.offset(), part, settings)
+            done = True
+        else:
+            _raise_consumer_error(message.error(), part, settings)
+    records = [m for m in messages if m.error() is None] if errors else messages
+    if records and records[-1].offset() >= part.end - 1:
+        done = True
+        records = records[:bisect.bisect_left(records, part.end, key=Message.offset)]
+    return records, done
 
 
 def _next_messages(consumer) -> list[Message]:

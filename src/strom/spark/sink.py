@@ -178,8 +178,9 @@ class _TransactionalTask:
             options.bootstrap_servers,
             **{**options.client_config, "transactional.id": identity.transactional_id},
         )
-        self._marker_consumer = clients.consumer(options.bootstrap_servers,
-                                                 group_id=identity.marker_group)
+        self._marker_consumer = clients.consumer(  # read_committed: fetches only stable markers
+            options.bootstrap_servers, group_id=identity.marker_group,
+            **{**options.client_config, "isolation.level": "read_committed"})
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         try:
