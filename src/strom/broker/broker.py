@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import uuid
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ from strom.broker.log.manager import LogManager, Topic
 from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.server import ConnectionHandler
 from strom.broker.transactions.service import TransactionService
+from strom.errors import BrokerStartError
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +36,15 @@ class Broker:
                  config: Mapping[str, Any] | None = None) -> None:
         self.config = BrokerConfig(config)
         self.data_dir = Path(data_dir).resolve()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self.cluster_id = self._cluster_id()
+        except OSError as exc:
+            raise BrokerStartError(f"Cannot use {self.data_dir} as the data directory: "
+                                   f"{os.strerror(exc.errno or 0)}. Pass a writable --data-dir.") from exc
         self.host = host
         self.port = port
         self.node_id: int = self.config["node.id"]
-        self.cluster_id = self._cluster_id()
         self.closing = False
         load_handlers()
         self.logs = LogManager(self.data_dir, self.config)
