@@ -123,3 +123,14 @@ def test_committed_offsets_are_replayed_from_the_log(tmp_path):
     assert reloaded.delete_group("g") is ErrorCode.none
     logs.close()
     assert _coordinator(tmp_path).committed("g") == {}
+
+
+def test_offsets_of_empty_groups_expire(tmp_path):
+    config = BrokerConfig({**CONFIG, "offsets.retention.minutes": 1})
+    coordinator = GroupCoordinator(config, OffsetStore(LogManager(tmp_path, config)))
+    old = int(time.time() * 1000) - 120_000
+    coordinator.commit("idle", {("t", 0): CommittedOffset(1, -1, "", old)})
+    coordinator.commit("recent", {("t", 0): CommittedOffset(1, -1, "", int(time.time() * 1000))})
+    coordinator.expire_offsets()
+    assert coordinator.committed("idle") == {}
+    assert coordinator.committed("recent") != {}

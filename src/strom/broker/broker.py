@@ -79,6 +79,7 @@ class Broker:
         await self.transactions.start()
         self.port = await self._connections.start(self.host, self.port)
         self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
+        self._every(self.config["offsets.retention.check.interval.ms"] / 1000, self.groups.expire_offsets)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(IDLE_CHECK_SECONDS, self._connections.close_idle)
         self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)

@@ -86,6 +86,7 @@ BROKER_SPECS: dict[str, Spec] = {
     "group.min.session.timeout.ms": Spec(_int(1), 6000, "smallest session.timeout.ms accepted"),
     "group.max.session.timeout.ms": Spec(_int(1), 1_800_000, "largest session.timeout.ms accepted"),
     "offsets.retention.minutes": Spec(_int(1), 10080, "expire committed offsets of empty groups"),
+    "offsets.retention.check.interval.ms": Spec(_int(1), 600_000, "how often offsets expire"),
     "offsets.topic.num.partitions": Spec(_int(1, 1000), 1, "partitions of __consumer_offsets"),
     "transaction.max.timeout.ms": Spec(_int(1), 900_000, "largest transaction.timeout.ms accepted"),
     "transaction.state.log.num.partitions": Spec(_int(1, 1000), 1, "partitions of __transaction_state"),

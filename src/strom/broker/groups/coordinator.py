@@ -205,6 +205,10 @@ class GroupCoordinator:
             for member in list(group.members.values()):
                 if member.member_id in group.members and member.session_expired(now):
                     self._remove_member(group, member.member_id, "missed its session timeout")
+
+    def expire_offsets(self) -> None:
+        """Drops offsets of empty groups committed longer than offsets.retention.minutes ago."""
+        for group in list(self.groups.values()):
             if group.state is GroupState.EMPTY:
                 self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
 
