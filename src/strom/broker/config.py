@@ -88,6 +88,7 @@ BROKER_SPECS: dict[str, Spec] = {
     "offsets.retention.minutes": Spec(_int(1), 10080, "expire committed offsets of empty groups"),
     "offsets.retention.check.interval.ms": Spec(_int(1), 600_000, "how often offsets expire"),
     "offsets.topic.num.partitions": Spec(_int(1, 1000), 1, "partitions of __consumer_offsets"),
+    "offsets.topic.segment.bytes": Spec(_int(1024), 100 << 20, "segment size of __consumer_offsets"),
     "transaction.max.timeout.ms": Spec(_int(1), 900_000, "largest transaction.timeout.ms accepted"),
     "transaction.state.log.num.partitions": Spec(_int(1, 1000), 1, "partitions of __transaction_state"),
     "transactional.id.expiration.ms": Spec(_int(1), 604_800_000, "forget idle transactional ids"),

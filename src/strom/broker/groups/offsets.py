@@ -79,7 +79,8 @@ class OffsetStore:
     def __init__(self, logs: LogManager) -> None:
         self._logs = logs
         partitions = logs.config["offsets.topic.num.partitions"]
-        self._topic = logs.ensure_internal(CONSUMER_OFFSETS, partitions)
+        segment_bytes = logs.config["offsets.topic.segment.bytes"]
+        self._topic = logs.ensure_internal(CONSUMER_OFFSETS, partitions, segment_bytes)
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self._load()
 

@@ -117,11 +117,14 @@ class LogManager:
         log.info("created topic %s with %d partition(s)", name, partitions)
         return topic
 
-    def ensure_internal(self, name: str, partitions: int) -> Topic:
+    def ensure_internal(self, name: str, partitions: int, segment_bytes: int = 100 << 20) -> Topic:
+        """The compacted internal topic `name`, created on first use (segments of 100 MiB as
+        Kafka's offsets.topic.segment.bytes, so compaction gets closed segments to work on)."""
         existing = self.topics.get(name)
         if existing is not None:
             return existing
-        topic = self.create_topic(name, partitions, {"cleanup.policy": "compact"})
+        configs = {"cleanup.policy": "compact", "segment.bytes": segment_bytes}
+        topic = self.create_topic(name, partitions, configs)
         assert topic is not None
         return topic
 
