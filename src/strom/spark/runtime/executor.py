@@ -46,6 +46,10 @@ TIMEOUT_S = 60.0
 # The end of a range or changelog is seen when a fetch at the log end returns: do not let the
 # broker hold that fetch for fetch.wait.max.ms (500 ms) on every task batch.
 QUICK_EOF = {"fetch.wait.max.ms": 10}
+# Right after a task's previous batch committed, its coordinator is still writing the markers:
+# InitProducerId and a read_committed OffsetFetch are answered "retry" for a few milliseconds.
+# librdkafka's default backoff would turn that into half a second per task batch.
+QUICK_RETRY = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
 _NO_OFFSET = -1001
 
 SUMMARY_SCHEMA = pa.schema([
@@ -133,13 +137,13 @@ class TaskAttempt:
         self.eos = config.exactly_once
         self.name = f"{config.application_id}-{plan.task_id}"
         bootstrap = config[cfg.BOOTSTRAP_SERVERS]
-        producer_config = config.client_props("producer.")
+        producer_config = {**QUICK_RETRY, **config.client_props("producer.")}
         if self.eos:
             producer_config["transactional.id"] = self.name
         self.sink = ProducerSink(bootstrap, producer_config)
         self.consumer: Consumer = clients.consumer(
             bootstrap, group_id=config.application_id,
-            **{**config.client_props("consumer."), "enable.partition.eof": True, **QUICK_EOF,
+            **{**QUICK_RETRY, **config.client_props("consumer."), "enable.partition.eof": True, **QUICK_EOF,
                "isolation.level": "read_committed" if self.eos else "read_uncommitted"})
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> TaskSummary:
