@@ -178,6 +178,27 @@ class KStream:
             self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
         return stream
 
+    def map_values_concurrently(
+        self, mapper: Callable[[Any], Any], concurrency: int, named: Named | None = None
+    ) -> KStream:
+        """``mapper(value)`` (plain or ``async def``) on ``concurrency`` key-ordered units, for I/O-bound
+        steps: outputs keep per-key order and all finish before the task commits (docs/tasks.md)."""
+        from strom.streams.kstream.internals.concurrent import map_values_supplier
+
+        supplier = map_values_supplier(mapper, concurrency)
+        return self._child("KSTREAM-MAPVALUES-CONCURRENTLY-", named, supplier, keeps_serdes=False)
+
+    def process_concurrently(
+        self, fn: Callable[[Any], Any], concurrency: int, named: Named | None = None
+    ) -> KStream:
+        """``fn(record)`` returning a Record, Records or None, run like ``map_values_concurrently``;
+        the key may change."""
+        from strom.streams.kstream.internals.concurrent import process_supplier
+
+        supplier = process_supplier(fn, concurrency)
+        return self._child("KSTREAM-PROCESS-CONCURRENTLY-", named, supplier, key_changed=True,
+                           keeps_serdes=False)
+
     # ---- stateful -------------------------------------------------------------------------------
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
         """Groups by the current key for an aggregation (repartitioned if the key changed upstream)."""
