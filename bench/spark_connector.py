@@ -68,7 +68,9 @@ def main() -> None:
         fill(bootstrap, "bench-100b", n, 100)
         fill(bootstrap, "bench-1kb", n, 1000)
         spark = strom.spark.session(app_name="strom-bench", log_level="ERROR")
-        bench_write(spark, bootstrap, "bench-warmup", 10_000, parts, "at_least_once")
+        # Warm-up: Python workers, JIT and code generation, so the figures measure steady state.
+        bench_write(spark, bootstrap, "bench-warmup", 20_000, parts, "at_least_once")
+        bench_read(spark, bootstrap, "bench-warmup", 20_000)
 
         print(f"strom Spark connector, local[2], {n} records, {parts} partitions")
         read_small = bench_read(spark, bootstrap, "bench-100b", n)
