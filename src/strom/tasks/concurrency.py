@@ -111,7 +111,7 @@ class _ThreadUnit(_Unit):
     def _run(self) -> None:
         handler, get = self._handler, self._queue.get
         while (item := get()) is not _STOP:
-            if not self.skip(item):
+            if not ((self.handing_back or self.discarding) and self.skip(item)):
                 try:
                     handler(item)
                 except Exception:
@@ -138,7 +138,7 @@ class _AsyncUnit(_Unit):
         try:
             while q:
                 item = q.popleft()
-                if not self.skip(item):
+                if not ((self.handing_back or self.discarding) and self.skip(item)):
                     try:
                         await handler(item)
                     except Exception:
