@@ -110,6 +110,14 @@ def test_bad_input_gets_an_error_naming_the_option(spark, broker, options, messa
         _read(spark, broker, **options).collect()
 
 
+def test_starting_offsets_past_ending_offsets_is_named(spark, broker, new_topic, produce):
+    topic = new_topic()
+    produce(broker.bootstrap_servers, topic, [(None, b"a"), (None, b"b"), (None, b"c")])
+    with pytest.raises(Exception, match="Option 'startingOffsets' is past 'endingOffsets'"):
+        _read(spark, broker, subscribe=topic, startingOffsets=json.dumps({topic: {"0": 2}}),
+              endingOffsets=json.dumps({topic: {"0": 1}})).collect()
+
+
 def test_bad_sink_input_is_named(spark, broker):
     df = spark.createDataFrame([("a", 1)], "value string, extra int")
     with pytest.raises(Exception, match="Column 'extra' cannot be written"):

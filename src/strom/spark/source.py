@@ -122,6 +122,13 @@ class KafkaBatchReader(DataSourceReader):
         partitions = metadata.topic_partitions()
         start = metadata.resolve("startingOffsets", self._options.starting, partitions)
         end = metadata.resolve("endingOffsets", self._options.ending, partitions)
+        backwards = sorted(tp for tp in partitions if start[tp] > end[tp])
+        if backwards:
+            raise ConfigError(
+                "Option 'startingOffsets' is past 'endingOffsets' for "
+                + ", ".join(f"{t}-{p} ({start[(t, p)]} > {end[(t, p)]})" for t, p in backwards)
+                + ". Lower startingOffsets or raise endingOffsets."
+            )
         start = _check_start(start, metadata.earliest(partitions), self._options.fail_on_data_loss)
         return _ranges(start, end)
 
