@@ -28,6 +28,7 @@ class _DynamicSupplier:
     def __init__(self) -> None:
         self._properties = {d.name: Property(d) for d in ProcessorProperties.ALL}
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def provide(self, definition: PropertyDefinition) -> Property | None:
         return self._properties[definition.name]
@@ -40,7 +41,10 @@ class _DynamicSupplier:
         prop.set(prop.definition.default if raw is None else raw)
 
     def close(self) -> None:
+        """Stops following the source (waits for the follower thread to release it)."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
 
 
 class FilePropertySupplier(_DynamicSupplier):
