@@ -70,3 +70,7 @@ class InvalidStateStoreError(StromError):
 
 class ProcessorStateError(StromError):
     """A task's local state cannot be used: a store's files cannot be opened, or its checkpoint is corrupt."""
+
+
+class ProducerFencedError(StromError):
+    """Another attempt of the same stream task took over its transactional.id (init_transactions)."""

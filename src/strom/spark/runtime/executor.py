@@ -29,7 +29,7 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError, StromError
+from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
@@ -61,10 +61,6 @@ SUMMARY_SCHEMA = pa.schema([
     ("millis", pa.float64()),
 ])
 SUMMARY_DDL = "task string, records long, output long, restored long, skipped boolean, millis double"
-
-
-class FencedError(StromError):
-    """Another attempt of the same stream task took over (its producer fenced this one)."""
 
 
 @dataclass(frozen=True)
@@ -234,7 +230,7 @@ class TaskAttempt:
             error: KafkaError = exc.args[0]
             if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                 KafkaError.INVALID_PRODUCER_EPOCH):
-                raise FencedError(f"Stream task {self.name} was fenced in {method.__name__}: another "
+                raise ProducerFencedError(f"Stream task {self.name} was fenced in {method.__name__}: another "
                                   "attempt of the same task took over. Spark retries the task.") from exc
             raise BrokerUnavailableError(
                 f"Stream task {self.name} failed in {method.__name__}: {error.str()}. Check the broker "
