@@ -18,6 +18,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from confluent_kafka import TopicPartition
+
+from strom.kafka import clients
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
@@ -25,27 +28,34 @@ KEYS = 10
 RECORDS = 2400
 KILLS = 2
 QUERY = Path(__file__).with_name("eos_query.py")
-
-
-def _commits(checkpoint: Path) -> int:
-    commits = checkpoint / "commits"
-    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.exists() else 0
+GUARANTEE = "exactly_once"
 
 
 def _start(broker, source: str, sink: str, checkpoint: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(QUERY), broker.bootstrap_servers, source, sink, str(checkpoint)],
+        [sys.executable, str(QUERY), broker.bootstrap_servers, source, sink, str(checkpoint), GUARANTEE],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
 
 
-def _kill_while_writing(process: subprocess.Popen, checkpoint: Path, rng: random.Random) -> bool:
-    """Waits for a new committed batch, then SIGKILLs the group mid-stream; False if it ended first."""
-    before = _commits(checkpoint)
-    deadline = time.monotonic() + 120
-    while _commits(checkpoint) == before and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(rng.uniform(0.0, 1.5))
+def _written(broker, topic: str) -> int:
+    """Records and transaction markers in ``topic``, committed or not (sum of high watermarks)."""
+    consumer = clients.consumer(broker.bootstrap_servers)
+    try:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                   for p in (0, 1))
+    finally:
+        consumer.close()
+
+
+def _kill_while_writing(process: subprocess.Popen, broker, sink: str, rng: random.Random) -> bool:
+    """SIGKILLs the query's process group just after it starts writing to the sink, before Spark
+    can commit the batch (the window where a replay would write twice); False if it ended first."""
+    before = _written(broker, sink)
+    deadline = time.monotonic() + 150
+    while _written(broker, sink) == before and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 0.5))
     alive = process.poll() is None
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(30)
@@ -62,7 +72,7 @@ def test_exactly_once_output_survives_sigkill_and_restart(broker, new_topic, pro
 
     interrupted = 0
     for _ in range(KILLS):
-        interrupted += _kill_while_writing(_start(broker, source, sink, checkpoint), checkpoint, rng)
+        interrupted += _kill_while_writing(_start(broker, source, sink, checkpoint), broker, sink, rng)
     final = _start(broker, source, sink, checkpoint)
     _, stderr = final.communicate(timeout=200)
     assert final.returncode == 0, stderr.decode()[-3000:]
