@@ -58,7 +58,7 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -
     app = SparkStreams(word_count(lines, counts), {
         "application.id": app_id, "bootstrap.servers": bootstrap, "state.dir": state_dir,
         "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100,
-        "max.offsets.per.trigger": 60}, spark)
+        "max.offsets.per.trigger": 120}, spark)
     app.start()
     caught_up = app.wait_until_caught_up(240)
     app.stop()
