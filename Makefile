@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: $(STAMP)
-	$(BIN)/strom preflight
+	$(BIN)/strom demo
 
 # kcat is a real third-party Kafka client the broker tests use as a judge.
 tools:
