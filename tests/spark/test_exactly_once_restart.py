@@ -25,7 +25,7 @@ from strom.kafka import clients
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 KEYS = 10
-RECORDS = 2400
+RECORDS = 1800
 KILLS = 2
 QUERY = Path(__file__).with_name("eos_query.py")
 GUARANTEE = "exactly_once"
