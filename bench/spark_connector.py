@@ -69,8 +69,9 @@ def main() -> None:
         fill(bootstrap, "bench-1kb", n, 1000)
         spark = strom.spark.session(app_name="strom-bench", log_level="ERROR")
         # Warm-up: Python workers, JIT and code generation, so the figures measure steady state.
-        bench_write(spark, bootstrap, "bench-warmup", 20_000, parts, "at_least_once")
-        bench_read(spark, bootstrap, "bench-warmup", 20_000)
+        # A full-size pass: the first large write and read are much slower than the ones after.
+        bench_write(spark, bootstrap, "bench-warmup", n, parts, "at_least_once")
+        bench_read(spark, bootstrap, "bench-warmup", n)
 
         print(f"strom Spark connector, local[2], {n} records, {parts} partitions")
         read_small = bench_read(spark, bootstrap, "bench-100b", n)
