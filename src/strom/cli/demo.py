@@ -23,8 +23,6 @@ from rich.table import Table
 
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
-from strom.spark.runtime import SparkStreams
-from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
 from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, Topology
 
 STRING, LONG, JSON = Serdes.String(), Serdes.Long(), Serdes.Json()
@@ -60,6 +58,7 @@ def page_view_counts(views_topic: str, counts_topic: str) -> Topology:
 
 def produce_page_views(bootstrap: str, topic: str, records: int, seed: int) -> Counter[str]:
     """Writes ``records`` page views; returns the true count per page."""
+    from strom.spark.runtime.producer_sink import JAVA_PARTITIONER  # imports pyspark: only when run
     rng = random.Random(seed)
     weights = [1 / (rank + 1) for rank in range(len(PAGES))]
     producer = clients.producer(bootstrap, **JAVA_PARTITIONER, **{"linger.ms": 20})
@@ -125,6 +124,7 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
     console.print(f"Producing {records} page views to [bold]{views}[/] ({partitions} partitions)...")
     result.expected = produce_page_views(bootstrap, views, records, seed=records)
     import strom.spark
+    from strom.spark.runtime import SparkStreams
 
     console.print("Starting Spark (local) and the topology...")
     started = time.monotonic()
