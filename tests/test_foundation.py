@@ -78,3 +78,10 @@ def test_console_script_reports_strom_errors_without_traceback(tmp_path):
     assert result.returncode == 2
     assert "error: Spark needs Java 17+" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_readme_first_topology_runs_as_shown(capsys):
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    code = readme.split("```python", 1)[1].split("```", 1)[0]
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["[('world', 1), ('hello', 2)]", "2"]
