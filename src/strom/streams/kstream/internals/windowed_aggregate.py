@@ -39,6 +39,16 @@ class _WindowedProcessor(Processor):
         self.observed_stream_time = -1
         self.dropped_records = 0
 
+    def init(self, context: Any) -> None:
+        self.context = context
+        self.store = context.get_state_store(self.store_name)
+        # a lower bound of the stream time this aggregation saw before a restart
+        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
+        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
+
+    def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
+        self.context.forward(Record(windowed, Change(new, old), timestamp))
+
     def _drop(self, record: Record, reason: str) -> None:
         self.dropped_records += 1
         self.context.metrics.dropped_records += 1
@@ -62,16 +72,6 @@ class KStreamWindowAggregate(_WindowedProcessor):
         self.tumbling = windows.advance_ms == windows.size_ms
         self.initializer = initializer
         self.aggregator = aggregator
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.store = context.get_state_store(self.store_name)
-        # a lower bound of the stream time this aggregation saw before a restart
-        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
-        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
-
-    def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
-        self.context.forward(Record(windowed, Change(new, old), timestamp))
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -129,16 +129,6 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         self.aggregator = aggregator
         self.merger = merger
 
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.store = context.get_state_store(self.store_name)
-        # a lower bound of the stream time this aggregation saw before a restart
-        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
-        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
-
-    def _forward_flushed(self, session: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
-        self.context.forward(Record(session, Change(new, old), timestamp))
-
     def process(self, record: Record) -> None:
         key = record.key
         if key is None or record.value is None:
@@ -185,16 +175,6 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         self.difference = windows.time_difference_ms
         self.initializer = initializer
         self.aggregator = aggregator
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.store = context.get_state_store(self.store_name)
-        # a lower bound of the stream time this aggregation saw before a restart
-        self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
-        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
-
-    def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
-        self.context.forward(Record(windowed, Change(new, old), timestamp))
 
     def process(self, record: Record) -> None:
         if record.key is None or record.value is None:
