@@ -18,17 +18,16 @@ WindowFlushListener = Callable[[bytes, int, bytes | None, bytes | None, int], No
 """(key, window start, new value, old value, timestamp) in bytes; the metered layer deserializes."""
 
 
-class CachingWindowStore:
+class _CachingLayer:
+    """Wires a window or session store to the task's record cache; subclasses define ``_flush_entries``."""
+
     def __init__(self, wrapped: Any) -> None:
         self.wrapped = wrapped
         self._context: StateStoreContext | None = None
         self._cache: ThreadCache | None = None
         self._namespace = ""
-        self._listener: WindowFlushListener | None = None
+        self._listener: Any = None
         self._send_old_values = False
-        self._last_key: bytes | None = None
-        self._last_start = -1
-        self._last_binary = b""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.wrapped, name)
@@ -40,11 +39,20 @@ class CachingWindowStore:
         self._namespace = cache_namespace(context.task_id, self.wrapped.name)
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
 
-    def set_flush_listener(self, listener: WindowFlushListener, send_old_values: bool) -> bool:
-        """Forward flushed windows to ``listener``; True tells the processor that caching is on."""
+    def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
+        """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
         self._listener = listener
         self._send_old_values = send_old_values
         return True
+
+
+class CachingWindowStore(_CachingLayer):
+    def __init__(self, wrapped: Any) -> None:
+        super().__init__(wrapped)
+        self._listener: WindowFlushListener | None = None
+        self._last_key: bytes | None = None
+        self._last_start = -1
+        self._last_binary = b""
 
     def _flush_entries(self, entries: list[DirtyEntry]) -> None:
         context = self._context
@@ -141,7 +149,7 @@ SessionFlushListener = Callable[[bytes, int, int, bytes | None, bytes | None], N
 """(key, session start, session end, new value, old value) in bytes; the metered layer deserializes."""
 
 
-class CachingSessionStore:
+class CachingSessionStore(_CachingLayer):
     """Kafka's CachingSessionStore: session updates (removals included) wait in the record cache.
 
     A session aggregation reads every session of a key near each record, so the layer keeps an index
@@ -150,28 +158,9 @@ class CachingSessionStore:
     """
 
     def __init__(self, wrapped: Any) -> None:
-        self.wrapped = wrapped
-        self._context: StateStoreContext | None = None
-        self._cache: ThreadCache | None = None
-        self._namespace = ""
+        super().__init__(wrapped)
         self._listener: SessionFlushListener | None = None
-        self._send_old_values = False
         self._by_key: dict[bytes, set[bytes]] = {}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
-
-    def init(self, context: StateStoreContext, root: StateStore) -> None:
-        self.wrapped.init(context, root)
-        self._context = context
-        self._cache = context.cache
-        self._namespace = cache_namespace(context.task_id, self.wrapped.name)
-        self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
-
-    def set_flush_listener(self, listener: SessionFlushListener, send_old_values: bool) -> bool:
-        self._listener = listener
-        self._send_old_values = send_old_values
-        return True
 
     def _flush_entries(self, entries: list[DirtyEntry]) -> None:
         context = self._context
