@@ -11,13 +11,17 @@ from strom.streams.processor.api import Processor, Record, new_tuple
 KV = Callable[[Any, Any], Any]
 
 
-class KStreamFilter(Processor):
-    def __init__(self, predicate: KV) -> None:
-        self.predicate = predicate
+class _Forwarding(Processor):
+    """Binds the node's forwarder once at init: forwarding is the whole per-record hot path."""
 
     def init(self, context: Any) -> None:
         self.context = context
         self.forward = context.forwarder
+
+
+class KStreamFilter(_Forwarding):
+    def __init__(self, predicate: KV) -> None:
+        self.predicate = predicate
 
     def process(self, record: Record) -> None:
         if self.predicate(record.key, record.value):
@@ -30,13 +34,9 @@ class KStreamFilterNot(KStreamFilter):
             self.forward(record)
 
 
-class KStreamMapValues(Processor):
+class KStreamMapValues(_Forwarding):
     def __init__(self, mapper: Callable[[Any], Any]) -> None:
         self.mapper = mapper
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         self.forward(
@@ -53,29 +53,21 @@ class KStreamMapValuesWithKey(KStreamMapValues):
         )
 
 
-class KStreamMap(Processor):
+class KStreamMap(_Forwarding):
     """map and select_key: ``mapper(key, value)`` returns a (key, value) pair."""
 
     def __init__(self, mapper: KV, operator: str) -> None:
         self.mapper = mapper
         self.operator = operator
 
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.forward = context.forwarder
-
     def process(self, record: Record) -> None:
         key, value = _pair(self.mapper(record.key, record.value), self.operator)
         self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
 
 
-class KStreamSelectKey(Processor):
+class KStreamSelectKey(_Forwarding):
     def __init__(self, selector: KV) -> None:
         self.selector = selector
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         self.forward(
@@ -86,13 +78,9 @@ class KStreamSelectKey(Processor):
         )
 
 
-class KStreamFlatMap(Processor):
+class KStreamFlatMap(_Forwarding):
     def __init__(self, mapper: KV) -> None:
         self.mapper = mapper
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         for pair in self.mapper(record.key, record.value) or ():
@@ -100,13 +88,9 @@ class KStreamFlatMap(Processor):
             self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
 
 
-class KStreamFlatMapValues(Processor):
+class KStreamFlatMapValues(_Forwarding):
     def __init__(self, mapper: KV) -> None:
         self.mapper = mapper
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         for value in self.mapper(record.key, record.value) or ():
@@ -143,12 +127,8 @@ class KStreamBranch(Processor):
             self.context.forward(record, self.default_child)
 
 
-class PassThrough(Processor):
+class PassThrough(_Forwarding):
     """merge, and the branches of split: forwards every record unchanged."""
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.forward = context.forwarder
 
     def process(self, record: Record) -> None:
         self.forward(record)
