@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import ChangeSerde
 from strom.streams.kstream.internals import aggregate as ag
-from strom.streams.kstream.internals.materialize import timestamped_store_builder
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.kstream import KStream
-from strom.streams.kstream.ktable import KTable
+from strom.streams.kstream.ktable import KTable, materialized_table
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
@@ -19,7 +19,10 @@ if TYPE_CHECKING:
     from strom.streams.kstream.windowed_kstream import AnyWindows, SessionWindowedKStream, TimeWindowedKStream
 
 
-class _Grouped:
+class _Grouped(ABC):
+    """What both grouped kinds share: an aggregation is a table processor with a timestamped store,
+    fed by ``_input`` (the grouped node, or a repartition topic in front of it)."""
+
     def __init__(
         self,
         builder: InternalStreamsBuilder,
@@ -36,29 +39,39 @@ class _Grouped:
         self.grouped_name = grouped_name
         self.source_topics = source_topics
 
-    def _aggregate_node(
+    @abstractmethod
+    def _input(self, store_name: str) -> str:
+        """The node the aggregation reads from; ``store_name`` names a repartition topic if one is needed."""
+
+    def _repartition(self, store_name: str, value_serde: Any) -> str:
+        """Writes the grouped records to ``<Grouped name, else store name>-repartition``; returns the
+        source node reading them back."""
+        stream = KStream(self.builder, self.name, self.key_serde, self.value_serde, True, self.source_topics)
+        base = self.grouped_name or store_name
+        return self.builder.repartition(stream, base, self.key_serde, value_serde).name
+
+    def _build(
         self,
         prefix: str,
-        named: Named | None,
-        materialized: Materialized | None,
-        parent: str,
+        named: Named | Materialized | None,
+        materialized: Materialized | Named | None,
         factory: Callable[[KTableProcessorSupplier], Any],
         value_serde: Any,
-        store_name: str,
     ) -> KTable:
+        """``value_serde`` is the result's serde unless the Materialized gives one."""
+        named, materialized = named_and_materialized(named, materialized)
+        store_name = self.builder.store_name(materialized, prefix)
+        parent = self._input(store_name)
         name = self.builder.node_name(named, prefix)
-        supplier = KTableProcessorSupplier(factory, store_name)
-        self.builder.internal.add_processor(name, supplier, parent)
-        store = timestamped_store_builder(materialized, store_name, self.key_serde, value_serde)
-        self.builder.internal.add_state_store(store, name)
-        queryable = store_name if materialized is not None and materialized.store_name else None
-        return KTable(
+        return materialized_table(
             self.builder,
             name,
-            supplier,
-            store.key_serde,
-            store.value_serde,
-            queryable,
+            parent,
+            factory,
+            materialized,
+            store_name,
+            self.key_serde,
+            value_serde,
             source_topics=self.source_topics,
         )
 
@@ -84,36 +97,18 @@ class KGroupedStream(_Grouped):
         if not self.repartition_required:
             self.builder.require_copartitioned(self.source_topics)
             return self.name
-        stream = KStream(self.builder, self.name, self.key_serde, self.value_serde, True, self.source_topics)
-        repartitioned = self.builder.repartition(
-            stream, self.grouped_name or store_name, self.key_serde, self.value_serde
-        )
-        return repartitioned.name
-
-    def _build(
-        self,
-        prefix: str,
-        named: Named | None,
-        materialized: Materialized | None,
-        factory: Callable[[KTableProcessorSupplier], Any],
-        value_serde: Any,
-    ) -> KTable:
-        store_name = self.builder.store_name(materialized, prefix)
-        parent = self._input(store_name)
-        return self._aggregate_node(prefix, named, materialized, parent, factory, value_serde, store_name)
+        return self._repartition(store_name, self.value_serde)
 
     def count(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
     ) -> KTable:
         """Records per key (null keys and values are skipped); values are Longs unless Materialized says."""
-        named, materialized = named_and_materialized(named, materialized)
-        value_serde = (materialized.value_serde if materialized else None) or Serdes.Long()
         return self._build(
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
             lambda s: ag.KStreamAggregate(s, _zero, _increment),
-            value_serde,
+            Serdes.Long(),
         )
 
     def reduce(
@@ -123,10 +118,8 @@ class KGroupedStream(_Grouped):
         materialized: Materialized | Named | None = None,
     ) -> KTable:
         """Combines the values of a key with ``reducer(aggregate, value)``; the first value starts it."""
-        named, materialized = named_and_materialized(named, materialized)
-        value_serde = (materialized.value_serde if materialized else None) or self.value_serde
         return self._build(
-            "KSTREAM-REDUCE-", named, materialized, lambda s: ag.KStreamReduce(s, reducer), value_serde
+            "KSTREAM-REDUCE-", named, materialized, lambda s: ag.KStreamReduce(s, reducer), self.value_serde
         )
 
     def aggregate(
@@ -138,14 +131,12 @@ class KGroupedStream(_Grouped):
     ) -> KTable:
         """``aggregator(key, value, aggregate)`` returns the new aggregate; give the aggregate's serde with
         ``Materialized.with_value_serde`` (else default.value.serde)."""
-        named, materialized = named_and_materialized(named, materialized)
-        value_serde = materialized.value_serde if materialized else None
         return self._build(
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
             lambda s: ag.KStreamAggregate(s, initializer, aggregator),
-            value_serde,
+            None,
         )
 
     def windowed_by(self, windows: AnyWindows) -> TimeWindowedKStream | SessionWindowedKStream:
@@ -156,46 +147,20 @@ class KGroupedStream(_Grouped):
 
 
 class KGroupedTable(_Grouped):
-    """A re-keyed table; its updates always travel through a repartition topic."""
+    """A re-keyed table; its updates always travel through a repartition topic, as Change records."""
 
-    def _build(
-        self,
-        prefix: str,
-        named: Named | None,
-        materialized: Materialized | None,
-        factory: Callable[[KTableProcessorSupplier], Any],
-        value_serde: Any,
-    ) -> KTable:
-        store_name = self.builder.store_name(materialized, prefix)
-        base = self.grouped_name or store_name
-        topic = f"{base}-repartition"
-        b = self.builder.internal
-        b.add_internal_topic(topic)
-        change_serde = ChangeSerde(self.value_serde)
-        b.add_processor(f"{base}-repartition-filter", _drop_null_keys(), self.name)
-        b.add_sink(
-            f"{base}-repartition-sink",
-            topic,
-            f"{base}-repartition-filter",
-            key_serde=self.key_serde,
-            value_serde=change_serde,
-        )
-        b.add_source(f"{base}-repartition-source", [topic], self.key_serde, change_serde)
-        return self._aggregate_node(
-            prefix, named, materialized, f"{base}-repartition-source", factory, value_serde, store_name
-        )
+    def _input(self, store_name: str) -> str:
+        return self._repartition(store_name, ChangeSerde(self.value_serde))
 
     def count(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
     ) -> KTable:
-        named, materialized = named_and_materialized(named, materialized)
-        value_serde = (materialized.value_serde if materialized else None) or Serdes.Long()
         return self._build(
             "KTABLE-AGGREGATE-",
             named,
             materialized,
             lambda s: ag.KTableAggregate(s, _zero, _increment, _decrement),
-            value_serde,
+            Serdes.Long(),
         )
 
     def reduce(
@@ -207,14 +172,12 @@ class KGroupedTable(_Grouped):
     ) -> KTable:
         """Adds each new value with ``adder(aggregate, value)`` and removes the value it replaces with
         ``subtractor(aggregate, value)``."""
-        named, materialized = named_and_materialized(named, materialized)
-        value_serde = (materialized.value_serde if materialized else None) or self.value_serde
         return self._build(
             "KTABLE-REDUCE-",
             named,
             materialized,
             lambda s: ag.KTableReduce(s, adder, subtractor),
-            value_serde,
+            self.value_serde,
         )
 
     def aggregate(
@@ -225,21 +188,13 @@ class KGroupedTable(_Grouped):
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
-        named, materialized = named_and_materialized(named, materialized)
-        value_serde = materialized.value_serde if materialized else None
         return self._build(
             "KTABLE-AGGREGATE-",
             named,
             materialized,
             lambda s: ag.KTableAggregate(s, initializer, adder, subtractor),
-            value_serde,
+            None,
         )
-
-
-def _drop_null_keys() -> Callable[[], Any]:
-    from strom.streams.kstream.internals.stateless import DropNullKeys
-
-    return DropNullKeys
 
 
 def _zero() -> int:

@@ -52,26 +52,38 @@ class KTable:
                 self._materialize_on_demand()
         self.supplier.send_old_values = True
 
+    def _materialize(self, materialized: Materialized | None, store_name: str) -> None:
+        """Gives this table's processor a timestamped store built as ``materialized`` says (RocksDB,
+        cached and logged unless it says otherwise); queryable only under a name the user gave."""
+        self.supplier.store_name = store_name
+        store = timestamped_store_builder(materialized, store_name, self.key_serde, self.value_serde)
+        self.builder.internal.add_state_store(store, self.name)
+        if materialized is not None and materialized.store_name:
+            self.queryable_store_name = store_name
+
     def _derive(
         self,
         prefix: str,
-        named: Named | None,
-        materialized: Materialized | None,
+        named: Named | Materialized | None,
+        materialized: Materialized | Named | None,
         factory: Callable[[tp.KTableProcessorSupplier], Any],
         value_serde: Any,
     ) -> KTable:
+        """A table computed from this one; stored only when a Materialized is given."""
+        named, materialized = named_and_materialized(named, materialized)
         name = self.builder.node_name(named, prefix)
-        store_name = None
-        if materialized is not None:
-            store_name = self.builder.store_name(materialized, prefix)
-        supplier = tp.KTableProcessorSupplier(factory, store_name)
-        self.builder.internal.add_processor(name, supplier, self.name)
-        if store_name is not None:
-            store = timestamped_store_builder(materialized, store_name, self.key_serde, value_serde)
-            self.builder.internal.add_state_store(store, name)
-        queryable = store_name if materialized is not None and materialized.store_name else None
-        return KTable(
-            self.builder, name, supplier, self.key_serde, value_serde, queryable, self, self.source_topics
+        store_name = None if materialized is None else self.builder.store_name(materialized, prefix)
+        return materialized_table(
+            self.builder,
+            name,
+            self.name,
+            factory,
+            materialized,
+            store_name,
+            self.key_serde,
+            value_serde,
+            parent=self,
+            source_topics=self.source_topics,
         )
 
     def filter(
@@ -81,11 +93,7 @@ class KTable:
         materialized: Materialized | Named | None = None,
     ) -> KTable:
         """Keeps rows for which ``predicate(key, value)`` is true; others become deletions."""
-        named, materialized = named_and_materialized(named, materialized)
-        fn = key_value_function(predicate, "KTable.filter")
-        return self._derive(
-            "KTABLE-FILTER-", named, materialized, lambda s: tp.KTableFilter(s, fn, True), self.value_serde
-        )
+        return self._filter(key_value_function(predicate, "KTable.filter"), True, named, materialized)
 
     def filter_not(
         self,
@@ -94,10 +102,21 @@ class KTable:
         materialized: Materialized | Named | None = None,
     ) -> KTable:
         """Drops rows for which ``predicate(key, value)`` is true (they become deletions)."""
-        named, materialized = named_and_materialized(named, materialized)
-        fn = key_value_function(predicate, "KTable.filter_not")
+        return self._filter(key_value_function(predicate, "KTable.filter_not"), False, named, materialized)
+
+    def _filter(
+        self,
+        predicate: Callable[[Any, Any], bool],
+        keep_when: bool,
+        named: Named | Materialized | None,
+        materialized: Materialized | Named | None,
+    ) -> KTable:
         return self._derive(
-            "KTABLE-FILTER-", named, materialized, lambda s: tp.KTableFilter(s, fn, False), self.value_serde
+            "KTABLE-FILTER-",
+            named,
+            materialized,
+            lambda s: tp.KTableFilter(s, predicate, keep_when),
+            self.value_serde,
         )
 
     def map_values(
@@ -106,15 +125,11 @@ class KTable:
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
-        """``mapper(value)`` or ``mapper(key, value)`` for every row; deletions stay deletions."""
-        named, materialized = named_and_materialized(named, materialized)
+        """``mapper(value)`` or ``mapper(key, value)`` for every row; deletions stay deletions. The
+        result's value serde is the Materialized's (else default.value.serde)."""
         fn = value_function(mapper, "KTable.map_values")
         return self._derive(
-            "KTABLE-MAPVALUES-",
-            named,
-            materialized,
-            lambda s: tp.KTableMapValues(s, fn),
-            materialized.value_serde if materialized else None,
+            "KTABLE-MAPVALUES-", named, materialized, lambda s: tp.KTableMapValues(s, fn), None
         )
 
     def to_stream(self, named: Named | None = None) -> KStream:
@@ -165,6 +180,32 @@ class KTable:
         from strom.streams.kstream.joins import OUTER, table_join
 
         return table_join(self, other, OUTER, *args, **kwargs)
+
+
+def materialized_table(
+    builder: InternalStreamsBuilder,
+    name: str,
+    parent_node: str,
+    factory: Callable[[tp.KTableProcessorSupplier], Any],
+    materialized: Materialized | None,
+    store_name: str | None,
+    key_serde: Any,
+    value_serde: Any,
+    *,
+    parent: KTable | None = None,
+    source_topics: frozenset[str] = frozenset(),
+) -> KTable:
+    """Adds table processor ``name`` (with its store when ``store_name`` is given). The table's serdes
+    are the Materialized's, else the given ones."""
+    if materialized is not None:
+        key_serde = materialized.key_serde or key_serde
+        value_serde = materialized.value_serde or value_serde
+    supplier = tp.KTableProcessorSupplier(factory, None)
+    builder.internal.add_processor(name, supplier, parent_node)
+    table = KTable(builder, name, supplier, key_serde, value_serde, None, parent, source_topics)
+    if store_name is not None:
+        table._materialize(materialized, store_name)
+    return table
 
 
 def source_table(
@@ -218,32 +259,22 @@ def _table_processor(
     store_prefix: str,
     source_topics: frozenset[str] = frozenset(),
 ) -> KTable:
+    """A KTableSource: materialized now under the user's store name, else only when a downstream
+    operator needs old values."""
     name = builder.node_name(named, prefix)
     store_name = builder.store_name(materialized, store_prefix)
-    named_store = materialized is not None and (materialized.store_name is not None)
-    key_serde = (materialized.key_serde if materialized else None) or key_serde
-    value_serde = (materialized.value_serde if materialized else None) or value_serde
-    supplier = tp.KTableProcessorSupplier(tp.KTableSource, store_name if named_store else None)
-    builder.internal.add_processor(name, supplier, parent)
-    table = KTable(
+    named_store = materialized is not None and materialized.store_name is not None
+    table = materialized_table(
         builder,
         name,
-        supplier,
+        parent,
+        tp.KTableSource,
+        materialized,
+        store_name if named_store else None,
         key_serde,
         value_serde,
-        store_name if named_store else None,
         source_topics=source_topics,
     )
-
-    def materialize() -> None:
-        if supplier.store_name is None:
-            supplier.store_name = store_name
-            store = timestamped_store_builder(materialized, store_name, key_serde, value_serde)
-            builder.internal.add_state_store(store, name)
-
-    if named_store:
-        supplier.store_name = None
-        materialize()
-    else:
-        table._materialize_on_demand = materialize
+    if not named_store:
+        table._materialize_on_demand = lambda: table._materialize(materialized, store_name)
     return table

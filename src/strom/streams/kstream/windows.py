@@ -23,23 +23,43 @@ class WindowSpecError(StromError, ValueError):
     """A window, grace period or join window was given an invalid duration."""
 
 
-def to_millis(duration: Duration, what: str) -> int:
-    """Milliseconds of ``duration``; raises a WindowSpecError naming ``what`` when it is not a duration."""
+def _millis(duration: Duration, what: str) -> int:
+    """Milliseconds of ``duration``, any sign; a WindowSpecError naming ``what`` when it is not a duration."""
     if isinstance(duration, bool) or not isinstance(duration, timedelta | int):
         raise WindowSpecError(
             f"{what} must be a datetime.timedelta or whole milliseconds (int), got {duration!r}."
         )
-    millis = duration if isinstance(duration, int) else duration // timedelta(milliseconds=1)
+    return duration if isinstance(duration, int) else duration // timedelta(milliseconds=1)
+
+
+def to_millis(duration: Duration, what: str) -> int:
+    """Milliseconds of a duration that must not be negative (grace periods, retention, time limits)."""
+    millis = _millis(duration, what)
     if millis < 0:
         raise WindowSpecError(f"{what} must not be negative, got {millis} ms. Pass a duration >= 0.")
     return millis
 
 
 def _positive_millis(duration: Duration, what: str) -> int:
+    """Milliseconds of a window's defining duration (size, advance, gap), which must be above zero."""
     millis = to_millis(duration, what)
     if millis == 0:
         raise WindowSpecError(f"{what} must be greater than zero. Pass a positive duration.")
     return millis
+
+
+def _grace_millis(grace: Duration) -> int:
+    return to_millis(grace, "Grace period")
+
+
+class _GracePeriod:
+    """What every window spec shares: the grace period after a window's end in which late records count."""
+
+    __slots__ = ()
+    grace_ms: int
+
+    def grace_period_ms(self) -> int:
+        return self.grace_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +94,7 @@ class Windowed(Generic[K]):
 
 
 @dataclass(frozen=True, slots=True)
-class TimeWindows:
+class TimeWindows(_GracePeriod):
     """Fixed-size windows: tumbling when ``advance == size``, hopping (overlapping) when smaller."""
 
     size_ms: int
@@ -90,7 +110,7 @@ class TimeWindows:
     def of_size_and_grace(cls, size: Duration, grace: Duration) -> TimeWindows:
         """Tumbling windows of ``size`` that still accept records up to ``grace`` after their end."""
         size_ms = _positive_millis(size, "Window size")
-        return cls(size_ms, size_ms, to_millis(grace, "Grace period"))
+        return cls(size_ms, size_ms, _grace_millis(grace))
 
     def advance_by(self, advance: Duration) -> TimeWindows:
         """Hopping windows: a new window starts every ``advance`` (0 < advance <= size)."""
@@ -114,16 +134,13 @@ class TimeWindows:
     def size(self) -> int:
         return self.size_ms
 
-    def grace_period_ms(self) -> int:
-        return self.grace_ms
-
     def retention_ms(self) -> int:
         """How long a store must keep a window: until it closes."""
         return self.size_ms + self.grace_ms
 
 
 @dataclass(frozen=True, slots=True)
-class SlidingWindows:
+class SlidingWindows(_GracePeriod):
     """Windows of ``time_difference`` that slide with the records: two records share a window when
     their timestamps differ by at most the time difference (both ends inclusive)."""
 
@@ -138,11 +155,8 @@ class SlidingWindows:
     def of_time_difference_and_grace(cls, time_difference: Duration, grace: Duration) -> SlidingWindows:
         return cls(
             _positive_millis(time_difference, "Sliding window time difference"),
-            to_millis(grace, "Grace period"),
+            _grace_millis(grace),
         )
-
-    def grace_period_ms(self) -> int:
-        return self.grace_ms
 
     def retention_ms(self) -> int:
         """A record's right window ends one time difference after it: twice the difference + grace."""
@@ -150,7 +164,7 @@ class SlidingWindows:
 
 
 @dataclass(frozen=True, slots=True)
-class SessionWindows:
+class SessionWindows(_GracePeriod):
     """Sessions of activity per key, separated by gaps longer than ``inactivity_gap``."""
 
     gap_ms: int
@@ -163,21 +177,18 @@ class SessionWindows:
     @classmethod
     def of_inactivity_gap_and_grace(cls, inactivity_gap: Duration, grace: Duration) -> SessionWindows:
         return cls(
-            _positive_millis(inactivity_gap, "Session inactivity gap"), to_millis(grace, "Grace period")
+            _positive_millis(inactivity_gap, "Session inactivity gap"), _grace_millis(grace)
         )
 
     def inactivity_gap(self) -> int:
         return self.gap_ms
-
-    def grace_period_ms(self) -> int:
-        return self.grace_ms
 
     def retention_ms(self) -> int:
         return self.gap_ms + self.grace_ms
 
 
 @dataclass(frozen=True, slots=True)
-class JoinWindows:
+class JoinWindows(_GracePeriod):
     """How far apart two records of a stream-stream join may be: the other side's timestamp must lie
     in [this timestamp - before, this timestamp + after]."""
 
@@ -192,15 +203,15 @@ class JoinWindows:
     @classmethod
     def of_time_difference_and_grace(cls, time_difference: Duration, grace: Duration) -> JoinWindows:
         difference_ms = to_millis(time_difference, "Join time difference")
-        return cls(difference_ms, difference_ms, to_millis(grace, "Grace period"))
+        return cls(difference_ms, difference_ms, _grace_millis(grace))
 
     def before(self, time_difference: Duration) -> JoinWindows:
         """Same window, but the other side may be at most ``time_difference`` earlier."""
-        return self._with_bounds(_signed_millis(time_difference, "Join window 'before'"), self.after_ms)
+        return self._with_bounds(_millis(time_difference, "Join window 'before'"), self.after_ms)
 
     def after(self, time_difference: Duration) -> JoinWindows:
         """Same window, but the other side may be at most ``time_difference`` later."""
-        return self._with_bounds(self.before_ms, _signed_millis(time_difference, "Join window 'after'"))
+        return self._with_bounds(self.before_ms, _millis(time_difference, "Join window 'after'"))
 
     def _with_bounds(self, before_ms: int, after_ms: int) -> JoinWindows:
         if before_ms + after_ms < 0:
@@ -213,19 +224,6 @@ class JoinWindows:
     def size(self) -> int:
         return self.before_ms + self.after_ms
 
-    def grace_period_ms(self) -> int:
-        return self.grace_ms
-
     def retention_ms(self) -> int:
         return self.size() + self.grace_ms
 
-
-def _signed_millis(duration: Duration, what: str) -> int:
-    """Join bounds may be negative (Kafka allows ``before(-x)``); everything else must not."""
-    if isinstance(duration, timedelta):
-        return duration // timedelta(milliseconds=1)
-    if isinstance(duration, int) and not isinstance(duration, bool):
-        return duration
-    raise WindowSpecError(
-        f"{what} must be a datetime.timedelta or whole milliseconds (int), got {duration!r}."
-    )
