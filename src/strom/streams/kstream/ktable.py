@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from strom.errors import TopologyError
 from strom.streams.kstream.internals import table as tp
 from strom.streams.kstream.internals.functions import key_value_function, value_function
 from strom.streams.kstream.internals.materialize import timestamped_store_builder
@@ -132,13 +133,22 @@ class KTable:
             "KTABLE-MAPVALUES-", named, materialized, lambda s: tp.KTableMapValues(s, fn), None
         )
 
-    def to_stream(self, named: Named | None = None) -> KStream:
-        """The table's changelog as a stream of new values (None for a deletion)."""
+    def to_stream(
+        self, mapper: Callable[[Any, Any], Any] | Named | None = None, named: Named | None = None
+    ) -> KStream:
+        """The table's changelog as a stream of new values (None for a deletion). With
+        ``mapper(key, value)`` the records are keyed by what it returns (as ``to_stream().select_key``),
+        so a stateful operator after it repartitions. ``to_stream(named)`` names the node."""
         from strom.streams.kstream.kstream import KStream
 
+        if isinstance(mapper, Named):
+            if named is not None:
+                raise TopologyError("to_stream takes one Named; pass it as to_stream(mapper, named).")
+            mapper, named = None, mapper
         name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
         self.builder.internal.add_processor(name, tp.KTableToStream, self.name)
-        return KStream(self.builder, name, self.key_serde, self.value_serde, False, self.source_topics)
+        stream = KStream(self.builder, name, self.key_serde, self.value_serde, False, self.source_topics)
+        return stream if mapper is None else stream.select_key(mapper)
 
     def group_by(
         self, selector: Callable[[Any, Any], tuple[Any, Any]], grouped: Grouped | None = None
