@@ -159,7 +159,8 @@ class TopologyTestDriver:
         start_timestamp_ms: int | None = None,
         auto_advance_ms: int = 0,
     ) -> TestInputTopic:
-        if name not in self._task_by_topic and name not in self.global_state.by_topic:
+        known = name in self._task_by_topic or name in self.global_state.by_topic
+        if not known and self._subscribe_pattern_topic(name) is None:
             raise UnknownTopicError(
                 f"Topic {name!r} is not a source topic of this topology; its source topics "
                 f"are {sorted(self._task_by_topic)}."
@@ -170,8 +171,19 @@ class TopologyTestDriver:
     def create_output_topic(self, name: str, key_serde: Any, value_serde: Any) -> TestOutputTopic:
         return TestOutputTopic(self, name, key_serde, value_serde)
 
+    def _subscribe_pattern_topic(self, topic: str) -> StreamTask | None:
+        """The task of the pattern source matching ``topic``, now reading it too (as a consumer's pattern
+        subscription picks up a new topic); None when no pattern matches."""
+        source = self.builder.subscribe_pattern_topic(topic)
+        if source is None:
+            return None
+        task = next(t for t in self.tasks if source in t.nodes)
+        task.add_source_partition(TopicPartition(topic, 0), source)
+        self._task_by_topic[topic] = task
+        return task
+
     def route(self, topic: str, record: _Produced) -> None:
-        task = self._task_by_topic.get(topic)
+        task = self._task_by_topic.get(topic) or self._subscribe_pattern_topic(topic)
         if task is not None:
             task.add_records(
                 TopicPartition(topic, 0),

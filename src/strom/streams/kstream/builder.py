@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -81,16 +82,21 @@ class StreamsBuilder:
     def __init__(self) -> None:
         self.builder = InternalStreamsBuilder()
 
-    def stream(self, topics: str | list[str], consumed: Consumed | None = None) -> KStream:
+    def stream(self, topics: str | list[str] | re.Pattern[str], consumed: Consumed | None = None) -> KStream:
+        """A stream of one topic, several topics, or every topic a compiled pattern fully matches
+        (Kafka's ``Pattern`` sources: the topics are found when the application starts)."""
         consumed = consumed or Consumed()
-        topic_list = [topics] if isinstance(topics, str) else list(topics)
+        if isinstance(topics, re.Pattern):
+            source_topics: re.Pattern[str] | list[str] = topics
+            copartitioned: frozenset[str] = frozenset()
+        else:
+            source_topics = [topics] if isinstance(topics, str) else list(topics)
+            copartitioned = frozenset(source_topics)
         name = self.builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-")
         self.builder.internal.add_source(
-            name, topic_list, consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
+            name, source_topics, consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
         )
-        return KStream(
-            self.builder, name, consumed.key_serde, consumed.value_serde, False, frozenset(topic_list)
-        )
+        return KStream(self.builder, name, consumed.key_serde, consumed.value_serde, False, copartitioned)
 
     def table(
         self,

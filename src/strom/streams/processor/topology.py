@@ -134,7 +134,7 @@ def _describe_node(builder: InternalTopologyBuilder, name: str) -> NodeDescripti
     factory = builder.nodes[name]
     children = builder.children(name)
     if isinstance(factory, SourceNodeFactory):
-        return NodeDescription(name, "Source", f"topics: [{', '.join(factory.topics)}]", children, [])
+        return NodeDescription(name, "Source", f"topics: {factory.subscription()}", children, [])
     if isinstance(factory, SinkNodeFactory):
         target = (
             f"topic: {factory.topic}"

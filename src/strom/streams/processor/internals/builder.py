@@ -6,6 +6,7 @@ as ``<application.id>-<name>`` once the application id is known, as Kafka Stream
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +25,21 @@ class NodeFactory:
 
 @dataclass
 class SourceNodeFactory(NodeFactory):
+    """``topics`` of a pattern source are the topics its ``pattern`` matched (update_subscribed_topics)."""
+
     topics: list[str]
     key_serde: Any = None
     value_serde: Any = None
     timestamp_extractor: Any = None
+    pattern: re.Pattern[str] | None = None
+
+    def matches(self, topic: str) -> bool:
+        """True when this is a pattern source whose pattern fully matches ``topic`` (Java's matches())."""
+        return self.pattern is not None and self.pattern.fullmatch(topic) is not None
+
+    def subscription(self) -> str:
+        """What it reads, as Kafka Streams describes it: ``[a, b]`` or the pattern itself."""
+        return self.pattern.pattern if self.pattern is not None else f"[{', '.join(self.topics)}]"
 
 
 @dataclass
@@ -84,11 +96,17 @@ class InternalTopologyBuilder:
     def add_source(
         self,
         name: str,
-        topics: Iterable[str],
+        topics: Iterable[str] | re.Pattern[str],
         key_serde: Any = None,
         value_serde: Any = None,
         timestamp_extractor: Any = None,
     ) -> None:
+        """A source reading ``topics``, or every topic ``topics`` (a compiled pattern) fully matches."""
+        if isinstance(topics, re.Pattern):
+            self._check_new_name(name)
+            self._check_pattern_is_new(topics)
+            self._add(SourceNodeFactory(name, [], [], key_serde, value_serde, timestamp_extractor, topics))
+            return
         topics = list(topics)
         if not topics:
             raise TopologyError(f"Source {name!r} needs at least one topic.")
@@ -99,9 +117,62 @@ class InternalTopologyBuilder:
                     f"Topic {topic!r} is already read by source {self._topic_to_source[topic]!r}; a topic "
                     "can be a source only once in a topology. Reuse the existing stream (or merge) instead."
                 )
+            if topic not in self.internal_topics and (source := self._pattern_source_for(topic)):
+                raise TopologyError(
+                    f"Topic {topic!r} matches the pattern {source.subscription()!r} of source "
+                    f"{source.name!r}; a topic can be a source only once in a topology."
+                )
         for topic in topics:
             self._topic_to_source[topic] = name
         self._add(SourceNodeFactory(name, [], topics, key_serde, value_serde, timestamp_extractor))
+
+    def _check_pattern_is_new(self, pattern: re.Pattern[str]) -> None:
+        for topic, source in self._topic_to_source.items():
+            if topic not in self.internal_topics and pattern.fullmatch(topic):
+                raise TopologyError(
+                    f"Pattern {pattern.pattern!r} matches topic {topic!r}, already read by source "
+                    f"{source!r}; a topic can be a source only once in a topology."
+                )
+
+    def _pattern_sources(self) -> list[SourceNodeFactory]:
+        return [n for n in self.nodes.values() if isinstance(n, SourceNodeFactory) and n.pattern is not None]
+
+    def _pattern_source_for(self, topic: str) -> SourceNodeFactory | None:
+        matching = [n for n in self._pattern_sources() if n.matches(topic)]
+        if len(matching) > 1:
+            raise TopologyError(
+                f"Topic {topic!r} matches the patterns of sources {[n.name for n in matching]}; a topic "
+                "can be a source only once in a topology. Make the patterns disjoint."
+            )
+        return matching[0] if matching else None
+
+    def subscribe_pattern_topic(self, topic: str) -> str | None:
+        """Adds ``topic`` to the pattern source matching it and returns that source's name (None when
+        no pattern matches, or the topic belongs to the application or the broker)."""
+        if topic in self._topic_to_source or self._application_owns(topic):
+            return None
+        source = self._pattern_source_for(topic)
+        if source is None:
+            return None
+        if topic not in source.topics:
+            source.topics.append(topic)
+            self._plans = None
+        return source.name
+
+    def update_subscribed_topics(self, topics: Iterable[str]) -> None:
+        """Kafka's subscription update: each pattern source reads exactly the given (real) topics its
+        pattern matches, in name order."""
+        for source in self._pattern_sources():
+            source.topics = []
+        for topic in sorted(topics):
+            self.subscribe_pattern_topic(topic)
+        self._plans = None
+
+    def _application_owns(self, topic: str) -> bool:
+        """Broker-internal topics (``__consumer_offsets``) and this application's repartition and
+        changelog topics are never matched by patterns."""
+        own = self.application_id is not None and topic.startswith(f"{self.application_id}-")
+        return topic.startswith("__") or (own and topic.endswith(("-repartition", "-changelog")))
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parents: str) -> None:
         """``supplier`` makes a new processor for every task: a Processor class or a function."""
@@ -280,6 +351,14 @@ class InternalTopologyBuilder:
         """Partition counts of every source topic (undecorated names), internal ones computed as Kafka
         Streams does: a repartition topic gets the largest partition count among the source topics of
         the sub-topology writing to it, unless set explicitly; co-partitioned groups must agree."""
+        if self._pattern_sources():
+            self.update_subscribed_topics(external)
+        for source in self._pattern_sources():
+            if not source.topics:
+                raise TopologyError(
+                    f"Source {source.name!r} reads the topics matching {source.subscription()!r}, but no "
+                    "topic matches it; create a matching topic before starting the application."
+                )
         counts: dict[str, int] = {}
         for plan in self.subtopologies():
             for topic in plan.source_topics:

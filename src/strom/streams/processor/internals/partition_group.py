@@ -30,9 +30,17 @@ class PartitionGroup:
     partitions in timestamp order."""
 
     def __init__(self, partitions: Iterable[TopicPartition]) -> None:
-        self.queues: dict[TopicPartition, RecordQueue] = {tp: RecordQueue(tp) for tp in partitions}
-        self.single = next(iter(self.queues.values())) if len(self.queues) == 1 else None
+        self.queues: dict[TopicPartition, RecordQueue] = {}
+        self.single: RecordQueue | None = None
         self.buffered = 0
+        for partition in partitions:
+            self.add_partition(partition)
+
+    def add_partition(self, partition: TopicPartition) -> RecordQueue:
+        """A new, empty queue (a topic a pattern source matched after the task was built)."""
+        queue = self.queues[partition] = RecordQueue(partition)
+        self.single = queue if len(self.queues) == 1 else None
+        return queue
 
     def add(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:
         queue = self.queues[partition]

@@ -218,6 +218,14 @@ class StreamTask:
     def partitions(self) -> list[TopicPartition]:
         return list(self.partition_group.queues)
 
+    def add_source_partition(self, partition: TopicPartition, source_name: str) -> None:
+        """Reads ``partition`` too, through source ``source_name``: a topic its pattern matched after the
+        task was built (the test driver subscribes pattern topics as they are first piped)."""
+        source = self.nodes[source_name]
+        assert isinstance(source, SourceNode), f"{source_name!r} is not a source of task {self.id}"
+        self.sources[partition.topic] = source
+        self.partition_group.add_partition(partition).source = source
+
     def add_records(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:
         if partition not in self.partition_group.queues:
             raise ProcessingError(
