@@ -21,6 +21,7 @@ from strom.streams.kstream import (
     Produced,
     Repartitioned,
     StreamsBuilder,
+    ValueTransformerWithKey,
 )
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.join_options import Joined, StreamJoined
@@ -86,6 +87,7 @@ __all__ = [
     "TopologyDescription",
     "TopologyTestDriver",
     "ValueAndTimestamp",
+    "ValueTransformerWithKey",
     "Window",
     "Windowed",
     "WindowedSerdes",

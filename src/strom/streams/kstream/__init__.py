@@ -4,7 +4,7 @@ from strom.streams.kstream.builder import StreamsBuilder
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.grouped import KGroupedStream, KGroupedTable
 from strom.streams.kstream.kstream import BranchedKStream, KStream
-from strom.streams.kstream.ktable import KTable
+from strom.streams.kstream.ktable import KTable, ValueTransformerWithKey
 from strom.streams.kstream.options import (
     Branched,
     Consumed,
@@ -30,4 +30,5 @@ __all__ = [
     "Produced",
     "Repartitioned",
     "StreamsBuilder",
+    "ValueTransformerWithKey",
 ]

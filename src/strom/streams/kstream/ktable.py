@@ -16,6 +16,22 @@ if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedTable
     from strom.streams.kstream.kstream import KStream
     from strom.streams.kstream.suppressed import Suppressed
+    from strom.streams.processor.api import ProcessorContext
+
+
+class ValueTransformerWithKey:
+    """Kafka's ValueTransformerWithKey for ``KTable.transform_values``: a stateful per-task value
+    mapping. ``init`` gets the processor context (``get_state_store`` for connected stores);
+    ``transform(key, value)`` returns the new value; ``close`` releases resources."""
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def transform(self, key: Any, value: Any) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Called once when the task closes."""
 
 
 class KTable:
@@ -132,6 +148,32 @@ class KTable:
         return self._derive(
             "KTABLE-MAPVALUES-", named, materialized, lambda s: tp.KTableMapValues(s, fn), None
         )
+
+    def transform_values(
+        self,
+        supplier: Callable[[], ValueTransformerWithKey],
+        *store_names: str,
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``supplier()`` makes a ValueTransformerWithKey per task; it may read and write the named
+        stores. Unlike ``map_values`` it sees deletions too (value None); a None result deletes."""
+        if isinstance(supplier, ValueTransformerWithKey) or not callable(supplier):
+            raise TopologyError(
+                "transform_values needs a supplier that makes a new transformer per task (the "
+                f"ValueTransformerWithKey class, or a function returning a new instance), got {supplier!r}."
+            )
+        table = self._derive(
+            "KTABLE-TRANSFORMVALUES-",
+            named,
+            materialized,
+            lambda s: tp.KTableTransformValues(s, supplier()),
+            None,
+        )
+        if store_names:
+            self.builder.require_copartitioned(self.source_topics)
+            self.builder.internal.connect_processor_and_state_stores(table.name, *store_names)
+        return table
 
     def to_stream(
         self, mapper: Callable[[Any, Any], Any] | Named | None = None, named: Named | None = None

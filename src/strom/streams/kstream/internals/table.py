@@ -1,5 +1,6 @@
-"""KTable processors: sources, filter, map_values, to_stream, the group_by re-keying, and the tuple
-forwarder that forwards Change records directly or, when the store caches, on cache flush (seed 001)."""
+"""KTable processors: sources, filter, map_values, transform_values, to_stream, the group_by re-keying,
+and the tuple forwarder that forwards Change records directly or, when the store caches, on cache flush
+(seed 001)."""
 
 from __future__ import annotations
 
@@ -120,16 +121,38 @@ class KTableMapValues(_StoreBacked):
         super().__init__(supplier)
         self.mapper = mapper
 
+    def _compute(self, key: Any, value: Any) -> Any:
+        return None if value is None else self.mapper(key, value)
+
     def process(self, record: Record) -> None:
         change: Change = record.value
-        new = None if change.new_value is None else self.mapper(record.key, change.new_value)
+        new = self._compute(record.key, change.new_value)
         old = None
         if self.store is not None:
             previous = self.store.get(record.key)
             old = None if previous is None else previous.value
-        elif self.supplier.send_old_values and change.old_value is not None:
-            old = self.mapper(record.key, change.old_value)
+        elif self.supplier.send_old_values:
+            old = self._compute(record.key, change.old_value)
         self.emit(record.key, new, old, record.timestamp)
+
+
+class KTableTransformValues(KTableMapValues):
+    """KTable.transform_values: one ValueTransformerWithKey per task. As in Kafka Streams it also sees
+    deletions (value None), and a None result deletes the row."""
+
+    def __init__(self, supplier: KTableProcessorSupplier, transformer: Any) -> None:
+        super().__init__(supplier, transformer.transform)
+        self.transformer = transformer
+
+    def _compute(self, key: Any, value: Any) -> Any:
+        return self.mapper(key, value)
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.transformer.init(context)
+
+    def close(self) -> None:
+        self.transformer.close()
 
 
 class KTableToStream(Processor):

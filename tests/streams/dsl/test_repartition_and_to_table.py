@@ -1,0 +1,50 @@
+"""KStream.repartition(Repartitioned...) and KStream.to_table(named, materialized) through the driver."""
+
+from __future__ import annotations
+
+from strom.kafka.serdes import Serdes
+from strom.streams import (
+    Consumed,
+    Materialized,
+    Named,
+    Produced,
+    Repartitioned,
+    StreamsBuilder,
+    TopologyTestDriver,
+)
+
+S = Serdes.String()
+
+
+def test_repartition_with_number_of_partitions_and_name(props):
+    builder = StreamsBuilder()
+    (
+        builder.stream("in", Consumed.with_(S, S))
+        .select_key(lambda key, value: value)
+        .repartition(Repartitioned.with_number_of_partitions(4).with_name("by-value"))
+        .to("out", Produced.with_(S, S))
+    )
+    topology = builder.build()
+    internal = topology.internal
+    assert internal.topic_partitions({"in": 2})["by-value-repartition"] == 4
+    assert "Sink: by-value-repartition-sink (topic: by-value-repartition)" in str(topology.describe())
+    with TopologyTestDriver(topology, props) as driver:
+        driver.create_input_topic("in", S, S).pipe_input("k", "v")
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [("v", "v")]
+        assert driver.producer_records("app-by-value-repartition") == [(b"v", b"v", 0)]
+
+
+def test_to_table_with_name_and_materialized_keeps_the_latest_value_per_key(props):
+    builder = StreamsBuilder()
+    stream = builder.stream("in", Consumed.with_(S, S))
+    table = stream.to_table(Named.as_("latest"), Materialized.as_("latest-store"))
+    table.to_stream().to("out", Produced.with_(S, S))
+    assert table.name == "latest" and table.queryable_store_name == "latest-store"
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        for key, value in [("a", "1"), ("b", "2"), ("a", "3"), ("b", None)]:
+            source.pipe_input(key, value)
+        assert dict(driver.get_key_value_store("latest-store").all()) == {"a": "3"}
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
+            ("a", "1"), ("b", "2"), ("a", "3"), ("b", None)
+        ]
