@@ -1,4 +1,4 @@
-"""Driver properties with a per-test state directory."""
+"""Helpers shared by the streams tests: driver properties with a per-test state directory."""
 
 from __future__ import annotations
 
