@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from strom.streams.kstream.internals.materialize import timestamped_store_builder
-
 if TYPE_CHECKING:
     from strom.streams.kstream.ktable import KTable
 
@@ -18,9 +16,6 @@ def ensure_materialized(table: KTable) -> str:
         if table._materialize_on_demand is not None:
             table._materialize_on_demand()
         else:
-            store_name = table.builder.store_name(None, f"{table.name}-")
-            table.builder.internal.add_state_store(
-                timestamped_store_builder(None, store_name, table.key_serde, table.value_serde), table.name)
-            supplier.store_name = store_name
+            table._materialize(None, table.builder.store_name(None, f"{table.name}-"))
     assert supplier.store_name is not None
     return supplier.store_name
