@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from strom.errors import TopologyError
 
@@ -20,17 +20,34 @@ def _check_name(name: str | None) -> str | None:
     return name
 
 
+class _WithName:
+    """``as_(name)`` / ``with_name(name)`` of the options that name a node, store or topic."""
+
+    @classmethod
+    def as_(cls, name: str) -> Self:
+        return cls(name=_check_name(name))
+
+    def with_name(self, name: str) -> Self:
+        return dataclasses.replace(self, name=_check_name(name))
+
+
+class _WithSerdes:
+    """``with_key_serde`` / ``with_value_serde`` of the options that carry serdes."""
+
+    def with_key_serde(self, serde: Any) -> Self:
+        return dataclasses.replace(self, key_serde=serde)
+
+    def with_value_serde(self, serde: Any) -> Self:
+        return dataclasses.replace(self, value_serde=serde)
+
+
 @dataclass(frozen=True)
-class Named:
+class Named(_WithName):
     name: str | None = None
 
-    @staticmethod
-    def as_(name: str) -> Named:
-        return Named(_check_name(name))
-
 
 @dataclass(frozen=True)
-class Consumed:
+class Consumed(_WithName, _WithSerdes):
     key_serde: Any = None
     value_serde: Any = None
     timestamp_extractor: Any = None
@@ -40,28 +57,15 @@ class Consumed:
     def with_(key_serde: Any = None, value_serde: Any = None, timestamp_extractor: Any = None) -> Consumed:
         return Consumed(key_serde, value_serde, timestamp_extractor)
 
-    @staticmethod
-    def as_(name: str) -> Consumed:
-        return Consumed(name=_check_name(name))
-
-    def with_key_serde(self, serde: Any) -> Consumed:
-        return dataclasses.replace(self, key_serde=serde)
-
-    def with_value_serde(self, serde: Any) -> Consumed:
-        return dataclasses.replace(self, value_serde=serde)
-
     def with_timestamp_extractor(self, extractor: Any) -> Consumed:
         return dataclasses.replace(self, timestamp_extractor=extractor)
-
-    def with_name(self, name: str) -> Consumed:
-        return dataclasses.replace(self, name=_check_name(name))
 
 
 StreamPartitioner = Callable[[str, Any, Any], int | None]
 
 
 @dataclass(frozen=True)
-class Produced:
+class Produced(_WithName, _WithSerdes):
     key_serde: Any = None
     value_serde: Any = None
     partitioner: StreamPartitioner | None = None
@@ -73,25 +77,12 @@ class Produced:
     ) -> Produced:
         return Produced(key_serde, value_serde, partitioner)
 
-    @staticmethod
-    def as_(name: str) -> Produced:
-        return Produced(name=_check_name(name))
-
-    def with_key_serde(self, serde: Any) -> Produced:
-        return dataclasses.replace(self, key_serde=serde)
-
-    def with_value_serde(self, serde: Any) -> Produced:
-        return dataclasses.replace(self, value_serde=serde)
-
     def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Produced:
         return dataclasses.replace(self, partitioner=partitioner)
 
-    def with_name(self, name: str) -> Produced:
-        return dataclasses.replace(self, name=_check_name(name))
-
 
 @dataclass(frozen=True)
-class Grouped:
+class Grouped(_WithName, _WithSerdes):
     key_serde: Any = None
     value_serde: Any = None
     name: str | None = None
@@ -100,22 +91,9 @@ class Grouped:
     def with_(key_serde: Any = None, value_serde: Any = None) -> Grouped:
         return Grouped(key_serde, value_serde)
 
-    @staticmethod
-    def as_(name: str) -> Grouped:
-        return Grouped(name=_check_name(name))
-
-    def with_key_serde(self, serde: Any) -> Grouped:
-        return dataclasses.replace(self, key_serde=serde)
-
-    def with_value_serde(self, serde: Any) -> Grouped:
-        return dataclasses.replace(self, value_serde=serde)
-
-    def with_name(self, name: str) -> Grouped:
-        return dataclasses.replace(self, name=_check_name(name))
-
 
 @dataclass(frozen=True)
-class Repartitioned:
+class Repartitioned(_WithName, _WithSerdes):
     key_serde: Any = None
     value_serde: Any = None
     name: str | None = None
@@ -127,10 +105,6 @@ class Repartitioned:
         return Repartitioned(key_serde, value_serde)
 
     @staticmethod
-    def as_(name: str) -> Repartitioned:
-        return Repartitioned(name=_check_name(name))
-
-    @staticmethod
     def with_number_of_partitions(n: int) -> Repartitioned:
         return Repartitioned().with_partitions(n)
 
@@ -139,21 +113,12 @@ class Repartitioned:
             raise TopologyError(f"Repartitioned needs a positive number of partitions, got {n!r}.")
         return dataclasses.replace(self, number_of_partitions=n)
 
-    def with_key_serde(self, serde: Any) -> Repartitioned:
-        return dataclasses.replace(self, key_serde=serde)
-
-    def with_value_serde(self, serde: Any) -> Repartitioned:
-        return dataclasses.replace(self, value_serde=serde)
-
-    def with_name(self, name: str) -> Repartitioned:
-        return dataclasses.replace(self, name=_check_name(name))
-
     def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Repartitioned:
         return dataclasses.replace(self, partitioner=partitioner)
 
 
 @dataclass(frozen=True)
-class Materialized:
+class Materialized(_WithSerdes):
     """How a DSL operator's store is built: name or supplier, serdes, caching, logging.
 
     ``Materialized.as_("name")`` makes the store queryable under that name; ``as_(supplier)`` picks the
@@ -183,12 +148,6 @@ class Materialized:
     @staticmethod
     def with_(key_serde: Any = None, value_serde: Any = None) -> Materialized:
         return Materialized(key_serde=key_serde, value_serde=value_serde)
-
-    def with_key_serde(self, serde: Any) -> Materialized:
-        return dataclasses.replace(self, key_serde=serde)
-
-    def with_value_serde(self, serde: Any) -> Materialized:
-        return dataclasses.replace(self, value_serde=serde)
 
     def with_caching_enabled(self) -> Materialized:
         return dataclasses.replace(self, caching_enabled=True)
