@@ -20,6 +20,13 @@ def _check_name(name: str | None) -> str | None:
     return name
 
 
+def positive_int(value: int, what: str) -> int:
+    """``value`` when it is a whole number above zero; else a TopologyError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TopologyError(f"{what} must be a positive int, got {value!r}.")
+    return value
+
+
 class _WithName:
     """``as_(name)`` / ``with_name(name)`` of the options that name a node, store or topic."""
 
@@ -109,9 +116,7 @@ class Repartitioned(_WithName, _WithSerdes):
         return Repartitioned().with_partitions(n)
 
     def with_partitions(self, n: int) -> Repartitioned:
-        if not isinstance(n, int) or n < 1:
-            raise TopologyError(f"Repartitioned needs a positive number of partitions, got {n!r}.")
-        return dataclasses.replace(self, number_of_partitions=n)
+        return dataclasses.replace(self, number_of_partitions=positive_int(n, "Repartitioned partitions"))
 
     def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Repartitioned:
         return dataclasses.replace(self, partitioner=partitioner)

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass
 
 from strom.errors import TopologyError
+from strom.streams.kstream.options import positive_int
 from strom.streams.kstream.windows import Duration, to_millis
 
 
@@ -39,14 +40,10 @@ class BufferConfig:
         return BufferConfig().with_max_bytes(size)
 
     def with_max_records(self, records: int) -> BufferConfig:
-        if not isinstance(records, int) or records < 1:
-            raise TopologyError(f"BufferConfig max records must be a positive int, got {records!r}.")
-        return dataclasses.replace(self, record_limit=records)
+        return dataclasses.replace(self, record_limit=positive_int(records, "BufferConfig max records"))
 
     def with_max_bytes(self, size: int) -> BufferConfig:
-        if not isinstance(size, int) or size < 1:
-            raise TopologyError(f"BufferConfig max bytes must be a positive int, got {size!r}.")
-        return dataclasses.replace(self, byte_limit=size)
+        return dataclasses.replace(self, byte_limit=positive_int(size, "BufferConfig max bytes"))
 
     def emit_early_when_full(self) -> BufferConfig:
         return dataclasses.replace(self, strategy=BufferFullStrategy.EMIT)
