@@ -39,3 +39,12 @@ def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]]) 
         producer.produce(topic, line.encode(), key.encode())
         producer.poll(0)
     assert producer.flush(30) == 0
+
+
+@pytest.fixture(autouse=True)
+def _close_parked_tasks():
+    """Tasks a test's batches left open in this process are closed before the next test."""
+    yield
+    from strom.spark.runtime.parked import PARKED
+
+    PARKED.close_all()

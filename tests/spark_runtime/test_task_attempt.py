@@ -48,9 +48,11 @@ def _batch(bootstrap: str, topic: str, start: int, end: int) -> tuple[BatchPlan,
     return plan, read_range(OffsetRange(topic, 0, start, end), settings, kafka_schema(True))
 
 
-def _run(topology: Topology, config: StreamsConfig, bootstrap: str, topic: str, start: int, end: int):
+def _run(topology: Topology, config: StreamsConfig, bootstrap: str, topic: str, start: int, end: int,
+         run_id: str = "counts"):
+    """One task batch; ``run_id`` stands for one SparkStreams.start() (open tasks are reused within it)."""
     plan, batches = _batch(bootstrap, topic, start, end)
-    return TaskAttempt(topology, config, plan).run(batches)
+    return TaskAttempt(topology, config, plan, run_id).run(batches)
 
 
 def test_replayed_batch_is_skipped_and_failed_batch_leaves_nothing(broker, topics, tmp_path):
@@ -70,7 +72,7 @@ def test_replayed_batch_is_skipped_and_failed_batch_leaves_nothing(broker, topic
 
     failing = _counts(names["source"], names["sink"], fail_on="boom")
     with pytest.raises(ProcessingError, match="bad record boom"):
-        _run(failing, config, bootstrap, names["source"], 3, 5)
+        _run(failing, config, bootstrap, names["source"], 3, 5, run_id="failing")
     assert read_updates(bootstrap, names["sink"]) == {"a": [2], "b": [1]}  # aborted: nothing new
 
     retry = _run(topology, config, bootstrap, names["source"], 3, 5)

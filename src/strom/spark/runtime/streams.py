@@ -14,6 +14,7 @@ import logging
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from strom.errors import ConfigError, ProcessingError
 from strom.kafka import clients
 from strom.spark.metadata import TopicMetadata
 from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
+from strom.spark.runtime.lease import request_release
 from strom.spark.runtime.plan import (
     ApplicationPlan,
     check_tasks_build,
@@ -67,6 +69,7 @@ class TaskProgress:
     output: int = 0
     restored: int = 0
     skipped: int = 0
+    reused: int = 0
     millis: float = 0.0
 
 
@@ -84,6 +87,11 @@ class StreamsProgress:
     @property
     def output(self) -> int:
         return sum(t.output for t in self.tasks.values())
+
+    @property
+    def reused(self) -> int:
+        """Task batches that ran on a task kept open since its previous batch."""
+        return sum(t.reused for t in self.tasks.values())
 
 
 class SparkStreams:
@@ -107,6 +115,7 @@ class SparkStreams:
         self._restarts = 0
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
+        self._run_id = ""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -139,6 +148,7 @@ class SparkStreams:
         self._spark.dataSource.register(StreamTaskSource)
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._stop_file.unlink(missing_ok=True)
+        self._run_id = uuid.uuid4().hex
         self._query = self._start_query()
 
     def _source_plan(self) -> SourcePlan:
@@ -155,7 +165,8 @@ class SparkStreams:
         source = (self._spark.readStream.format(FORMAT)
                   .option(PLAN_OPTION, self._source_plan().to_json())
                   .load())
-        summaries = source.mapInArrow(StreamTaskRunner(self._topology, self._props), SUMMARY_DDL)
+        runner = StreamTaskRunner(self._topology, self._props, self._run_id)
+        summaries = source.mapInArrow(runner, SUMMARY_DDL)
         return (summaries.writeStream
                 .queryName(self.config.application_id)
                 .foreachBatch(self._record_batch)
@@ -174,6 +185,7 @@ class SparkStreams:
                 task.output += row["output"]
                 task.restored += row["restored"]
                 task.skipped += int(row["skipped"])
+                task.reused += int(row["reused"])
                 task.millis += row["millis"]
 
     def lag(self) -> int:
@@ -253,6 +265,8 @@ class SparkStreams:
         query.stop()
         self._query = None
         self._stop_file.unlink(missing_ok=True)
+        for task_id in self.plan.task_ids if self.plan else ():
+            request_release(self._app_dir / task_id)  # Python workers close the tasks they keep open
 
     def __enter__(self) -> SparkStreams:
         self.start()

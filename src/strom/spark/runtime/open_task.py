@@ -1,0 +1,163 @@
+"""OpenTask: one stream task with its clients, open across the micro-batches of one run.
+
+Opening (``open``) is what a task pays once per Python worker instead of once per batch: the
+lease on its directory, a producer (transactional under exactly-once, ``init_transactions``
+fencing earlier attempts), a consumer of group ``<application.id>``, the committed offsets, the
+stores opened and restored to the end of their changelogs. ``positions`` follows the group's
+committed offsets as this task commits them, so a later batch can tell whether it starts exactly
+where the open task stands.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.kafka import clients
+from strom.spark.runtime.lease import TaskLease
+from strom.spark.runtime.producer_sink import ProducerSink
+from strom.spark.runtime.restore import restore_task
+from strom.streams import config as cfg
+from strom.streams.config import StreamsConfig
+from strom.streams.kstream.global_state_reader import shared_global_stores
+from strom.streams.processor.internals.records import TaskId, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.topology import Topology
+from strom.streams.state.cache import ThreadCache
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 60.0
+# The end of a range or changelog is seen when a fetch at the log end returns: do not let the
+# broker hold that fetch for fetch.wait.max.ms (500 ms) on every task batch.
+QUICK_EOF = {"fetch.wait.max.ms": 10}
+# Right after a task's previous batch committed, its coordinator is still writing the markers:
+# InitProducerId and a read_committed OffsetFetch are answered "retry" for a few milliseconds.
+# librdkafka's default backoff would turn that into half a second per task batch.
+QUICK_RETRY = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
+_NO_OFFSET = -1001
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+
+Offsets = dict[tuple[str, int], int]
+
+
+class OpenTask:
+    """A StreamTask, its producer and consumer, and the lease on its state directory."""
+
+    def __init__(self, topology: Topology, config: StreamsConfig, task_id: TaskId,
+                 owned: tuple[str, ...], run_id: str) -> None:
+        self.config = config
+        self.run_id = run_id
+        self.name = f"{config.application_id}-{task_id}"
+        self.eos = config.exactly_once
+        self._topology = topology
+        self.positions: Offsets = {}
+        self.lease = TaskLease.acquire(Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id))
+        try:
+            self._connect(owned, task_id)
+        except BaseException:
+            self.lease.release()
+            raise
+        self._closed = False
+
+    def _connect(self, owned: tuple[str, ...], task_id: TaskId) -> None:
+        bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
+        producer_config = {**QUICK_RETRY, **self.config.client_props("producer.")}
+        if self.eos:
+            producer_config["transactional.id"] = self.name
+        self.sink = ProducerSink(bootstrap, producer_config)
+        self.consumer: Consumer = clients.consumer(
+            bootstrap, group_id=self.config.application_id,
+            **{**QUICK_RETRY, **self.config.client_props("consumer."), "enable.partition.eof": True,
+               **QUICK_EOF, "isolation.level": "read_committed" if self.eos else "read_uncommitted"})
+        self.task = StreamTask(task_id, self._topology.internal, self.config, self.sink,
+                               ThreadCache(self.config[cfg.STATESTORE_CACHE_MAX_BYTES]),
+                               partitions=[TopicPartition(t, task_id.partition) for t in owned])
+
+    @property
+    def release_requested(self) -> bool:
+        return self.lease.release_requested
+
+    def open(self, partitions: list[tuple[str, int]]) -> int:
+        """Fences earlier attempts, reads the committed offsets of ``partitions``, catches up the
+        global stores, opens and restores the stores; returns the changelog records restored."""
+        if self.eos:
+            self.call(self.sink.producer.init_transactions, TIMEOUT_S)
+        self.positions = self._committed(partitions)
+        self.refresh_global_stores()
+        self.task.initialize()
+        restored = restore_task(self.task, self.consumer)
+        self.task.complete_restoration()
+        return restored
+
+    def refresh_global_stores(self) -> None:
+        """Applies what the global tables' topics gained since the last batch (this process's
+        global stores are shared by its tasks; ``global/<pid>`` as a persistent store cannot be
+        open in two Python workers)."""
+        app_dir = Path(self.config[cfg.STATE_DIR]) / self.config.application_id
+        self.task.context.global_stores = shared_global_stores(
+            self._topology.internal, self.config, app_dir / "global" / str(os.getpid()), self.consumer)
+
+    def begin(self, offsets: Offsets) -> None:
+        """Starts the batch's transaction with its end offsets in it. Sending them first makes a
+        producer fenced since the last batch fail here, before any record is processed."""
+        if self.eos:
+            self.call(self.sink.producer.begin_transaction)
+            self.call(self.sink.producer.send_offsets_to_transaction, _kafka(offsets),
+                      self.consumer.consumer_group_metadata(), TIMEOUT_S)
+
+    def commit(self, offsets: Offsets) -> None:
+        if self.eos:
+            self.call(self.sink.producer.commit_transaction, TIMEOUT_S)
+        else:
+            self.call(self.consumer.commit, offsets=_kafka(offsets), asynchronous=False)
+        self.positions.update(offsets)
+
+    def abort(self) -> None:
+        if self.eos:
+            try:
+                self.sink.producer.abort_transaction(TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning("Task %s: abort_transaction failed (%s); the next attempt's "
+                            "init_transactions aborts it", self.name, exc)
+        self.task.abort()
+
+    def close(self) -> None:
+        """Closes the task (uncommitted store writes are dropped), the clients, then the lease."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.task.close()
+        finally:
+            self.consumer.close()
+            self.sink.close()
+            self.lease.release()
+
+    def _committed(self, partitions: list[tuple[str, int]]) -> Offsets:
+        result = self.call(self.consumer.committed, [KafkaTopicPartition(t, p) for t, p in partitions],
+                           TIMEOUT_S)
+        return {(tp.topic, tp.partition): tp.offset for tp in result if tp.offset != _NO_OFFSET}
+
+    def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """Calls a client method; Kafka errors become ProducerFencedError or BrokerUnavailableError."""
+        try:
+            return method(*args, **kwargs)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in _FENCED:
+                raise ProducerFencedError(f"Stream task {self.name} was fenced in {method.__name__}: another "
+                                          "attempt of the same task took over.") from exc
+            raise BrokerUnavailableError(
+                f"Stream task {self.name} failed in {method.__name__}: {error.str()}. Check the broker "
+                f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc
+
+
+def _kafka(offsets: Offsets) -> list[KafkaTopicPartition]:
+    return [KafkaTopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]

@@ -1,0 +1,102 @@
+"""Open tasks kept across micro-batches (without Spark): reused when the next batch starts where the
+task stands, reopened when it was fenced or another opener asked for it, closed when idle."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from strom.kafka import clients
+from strom.spark.runtime.lease import TaskLease
+from strom.spark.runtime.open_task import OpenTask
+from strom.spark.runtime.parked import PARKED, ParkedTasks
+from strom.spark.runtime.plan import create_internal_topics, plan_application
+from strom.streams.config import StreamsConfig
+from strom.streams.processor.internals.records import TaskId
+
+from .conftest import produce_lines
+from .test_task_attempt import _counts, _run
+from .wordcount import read_updates
+
+pytestmark = [pytest.mark.broker]
+
+
+@pytest.fixture
+def counting(broker, topics, tmp_path):
+    bootstrap = broker.bootstrap_servers
+    names = topics(source=1, sink=1)
+    config = StreamsConfig({"application.id": f"rt-reuse-{names['source']}", "bootstrap.servers": bootstrap,
+                            "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path)})
+    topology = _counts(names["source"], names["sink"])
+    create_internal_topics(plan_application(topology, config, clients.admin(bootstrap)),
+                           clients.admin(bootstrap), bootstrap)
+    produce_lines(bootstrap, names["source"], [("a", "x"), ("b", "x"), ("a", "x"), ("a", "x"), ("b", "x")])
+    return topology, config, names
+
+
+def test_next_batch_reuses_the_open_task_and_a_fenced_one_is_reopened(broker, counting):
+    topology, config, names = counting
+    bootstrap, source = broker.bootstrap_servers, names["source"]
+
+    first = _run(topology, config, bootstrap, source, 0, 2)
+    second = _run(topology, config, bootstrap, source, 2, 3)
+    assert (first.reused, second.reused) == (False, True)
+    assert (second.records, second.restored, second.output) == (1, 0, 1)
+
+    # another attempt of task 0_0 (elsewhere, without the lease) fences the parked producer
+    other: Producer = clients.producer(bootstrap, **{"transactional.id": f"{config.application_id}-0_0"})
+    other.init_transactions(30)
+    third = _run(topology, config, bootstrap, source, 3, 5)
+    assert (third.reused, third.skipped, third.records) == (False, False, 2)
+    assert read_updates(bootstrap, names["sink"]) == {"a": [1, 2, 3], "b": [1, 2]}
+
+
+def test_batch_not_starting_where_the_task_stands_reopens_it(broker, counting):
+    topology, config, names = counting
+    bootstrap, source = broker.bootstrap_servers, names["source"]
+    _run(topology, config, bootstrap, source, 0, 3)
+    replay = _run(topology, config, bootstrap, source, 0, 3)  # Spark retried a committed batch
+    assert (replay.reused, replay.skipped) == (False, True)
+    other_run = _run(topology, config, bootstrap, source, 3, 5, run_id="a later start()")
+    assert (other_run.reused, other_run.records) == (False, 2)
+    assert read_updates(bootstrap, names["sink"]) == {"a": [2, 3], "b": [1, 2]}
+
+
+def test_another_opener_makes_the_holder_release_the_parked_task(broker, counting):
+    topology, config, names = counting
+    _run(topology, config, broker.bootstrap_servers, names["source"], 0, 3)
+    key = (config.application_id, "0_0")
+    started = time.monotonic()
+    # as another Python worker would: the lease (and RocksDB) are held by the parked task until released
+    opener = OpenTask(topology, config, TaskId(0, 0), (names["source"],), "counts")
+    try:
+        assert time.monotonic() - started < 5
+        assert PARKED.take(key) is None
+        assert opener.open([(names["source"], 0)]) == 0  # the local checkpoint is current
+        assert opener.positions == {(names["source"], 0): 3}
+    finally:
+        opener.close()
+
+
+class _Held:
+    def __init__(self, lease: TaskLease) -> None:
+        self.lease = lease
+
+    @property
+    def release_requested(self) -> bool:
+        return self.lease.release_requested
+
+    def close(self) -> None:
+        self.lease.release()
+
+
+def test_idle_parked_task_is_closed_and_its_lease_freed(tmp_path):
+    parked = ParkedTasks(idle_s=0.1)
+    parked.park(("app", "0_0"), _Held(TaskLease.acquire(tmp_path / "0_0")))
+    deadline = time.monotonic() + 5
+    while len(parked) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(parked) == 0
+    TaskLease.acquire(tmp_path / "0_0", timeout_s=0.5).release()  # free without asking anyone
