@@ -47,6 +47,15 @@ class InternalStreamsBuilder:
         if len(source_topics) > 1:
             self.internal.copartition(source_topics)
 
+    def connect_stores(
+        self, processor: str, store_names: tuple[str, ...], source_topics: frozenset[str]
+    ) -> None:
+        """Gives a Processor API step its stores; it reads them by key, so its input topics must be
+        co-partitioned."""
+        if store_names:
+            self.require_copartitioned(source_topics)
+            self.internal.connect_processor_and_state_stores(processor, *store_names)
+
     def repartition(
         self,
         stream: KStream,

@@ -162,9 +162,7 @@ class KStream:
     def process(self, supplier: ProcessorSupplier, *store_names: str, named: Named | None = None) -> KStream:
         """Runs a Processor API processor; what it forwards is the returned stream (key may change)."""
         stream = self._child("KSTREAM-PROCESSOR-", named, supplier, key_changed=True, keeps_serdes=False)
-        if store_names:
-            self.builder.require_copartitioned(self.source_topics)
-            self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
+        self.builder.connect_stores(stream.name, store_names, self.source_topics)
         return stream
 
     def process_values(
@@ -173,9 +171,7 @@ class KStream:
         """Like ``process`` for a processor that keeps each record's key (KIP-820), so a stateful
         operator after it needs no repartition topic."""
         stream = self._child("KSTREAM-PROCESSVALUES-", named, supplier, keeps_serdes=False)
-        if store_names:
-            self.builder.require_copartitioned(self.source_topics)
-            self.builder.internal.connect_processor_and_state_stores(stream.name, *store_names)
+        self.builder.connect_stores(stream.name, store_names, self.source_topics)
         return stream
 
     def map_values_concurrently(

@@ -170,9 +170,7 @@ class KTable:
             lambda s: tp.KTableTransformValues(s, supplier()),
             None,
         )
-        if store_names:
-            self.builder.require_copartitioned(self.source_topics)
-            self.builder.internal.connect_processor_and_state_stores(table.name, *store_names)
+        self.builder.connect_stores(table.name, store_names, self.source_topics)
         return table
 
     def to_stream(
