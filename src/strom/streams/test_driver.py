@@ -161,9 +161,11 @@ class TopologyTestDriver:
     ) -> TestInputTopic:
         known = name in self._task_by_topic or name in self.global_state.by_topic
         if not known and self._subscribe_pattern_topic(name) is None:
+            patterns = [source.subscription() for source in self.builder.pattern_sources()]
             raise UnknownTopicError(
                 f"Topic {name!r} is not a source topic of this topology; its source topics "
-                f"are {sorted(self._task_by_topic)}."
+                f"are {sorted(self._task_by_topic)}"
+                + (f" and the topics matching {patterns}." if patterns else ".")
             )
         start = self.wall_clock_ms if start_timestamp_ms is None else start_timestamp_ms
         return TestInputTopic(self, name, key_serde, value_serde, start, auto_advance_ms)

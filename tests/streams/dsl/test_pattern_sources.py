@@ -8,7 +8,15 @@ import pytest
 
 from strom.errors import TopologyError, UnknownTopicError
 from strom.kafka.serdes import Serdes
-from strom.streams import Consumed, Materialized, Processor, Produced, StreamsBuilder, TopologyTestDriver
+from strom.streams import (
+    Consumed,
+    Materialized,
+    Processor,
+    Produced,
+    StreamsBuilder,
+    Topology,
+    TopologyTestDriver,
+)
 
 S, L = Serdes.String(), Serdes.Long()
 ORDERS = re.compile(r"orders-\w+")
@@ -46,7 +54,7 @@ def test_driver_routes_every_matching_topic_through_the_pattern_source(props):
         eu.pipe_input("c", "3")
         out = driver.create_output_topic("out", S, S).read_key_values_to_list()
         assert out == [("a", "orders-eu:1"), ("b", "orders-us:2"), ("c", "orders-eu:3")]
-        with pytest.raises(UnknownTopicError):
+        with pytest.raises(UnknownTopicError, match="and the topics matching"):
             driver.create_input_topic("orders", S, S)  # the pattern must match the whole name
         with pytest.raises(UnknownTopicError):
             driver.create_input_topic("payments-eu", S, S)
@@ -122,3 +130,18 @@ def test_overlapping_patterns_fail_when_a_topic_matches_both(props):
         driver.create_input_topic("orders-us", S, S)
         with pytest.raises(TopologyError, match="matches the patterns of sources"):
             driver.create_input_topic("orders-eu", S, S)
+
+
+def test_processor_api_source_takes_one_pattern(props):
+    topology = (
+        Topology()
+        .add_source("orders", ORDERS, key_serde=S, value_serde=S)
+        .add_processor("tag", TagWithTopic, "orders")
+        .add_sink("out", "out", "tag", key_serde=S, value_serde=S)
+    )
+    assert "Source: orders (topics: orders-\\w+)" in str(topology.describe())
+    with TopologyTestDriver(topology, props) as driver:
+        driver.create_input_topic("orders-eu", S, S).pipe_input("k", "v")
+        assert driver.create_output_topic("out", S, S).read_values_to_list() == ["orders-eu:v"]
+    with pytest.raises(TopologyError, match="either named topics or one pattern"):
+        Topology().add_source("mixed", "payments", ORDERS)

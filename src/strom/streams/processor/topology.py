@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.errors import TopologyError
 from strom.streams.processor.api import ProcessorSupplier
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
@@ -63,12 +65,17 @@ class Topology:
     def add_source(
         self,
         name: str,
-        *topics: str,
+        *topics: str | re.Pattern[str],
         key_serde: Any = None,
         value_serde: Any = None,
         timestamp_extractor: Any = None,
     ) -> Topology:
-        self.internal.add_source(name, topics, key_serde, value_serde, timestamp_extractor)
+        """A source of the named topics, or of every topic one compiled pattern matches."""
+        patterns = [t for t in topics if isinstance(t, re.Pattern)]
+        if patterns and len(topics) > 1:
+            raise TopologyError(f"Source {name!r} reads either named topics or one pattern, got {topics!r}.")
+        subscription = patterns[0] if patterns else topics
+        self.internal.add_source(name, subscription, key_serde, value_serde, timestamp_extractor)
         return self
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parent_names: str) -> Topology:

@@ -134,11 +134,12 @@ class InternalTopologyBuilder:
                     f"{source!r}; a topic can be a source only once in a topology."
                 )
 
-    def _pattern_sources(self) -> list[SourceNodeFactory]:
+    def pattern_sources(self) -> list[SourceNodeFactory]:
+        """The sources that read every topic a pattern matches."""
         return [n for n in self.nodes.values() if isinstance(n, SourceNodeFactory) and n.pattern is not None]
 
     def _pattern_source_for(self, topic: str) -> SourceNodeFactory | None:
-        matching = [n for n in self._pattern_sources() if n.matches(topic)]
+        matching = [n for n in self.pattern_sources() if n.matches(topic)]
         if len(matching) > 1:
             raise TopologyError(
                 f"Topic {topic!r} matches the patterns of sources {[n.name for n in matching]}; a topic "
@@ -162,7 +163,7 @@ class InternalTopologyBuilder:
     def update_subscribed_topics(self, topics: Iterable[str]) -> None:
         """Kafka's subscription update: each pattern source reads exactly the given (real) topics its
         pattern matches, in name order."""
-        for source in self._pattern_sources():
+        for source in self.pattern_sources():
             source.topics = []
         for topic in sorted(topics):
             self.subscribe_pattern_topic(topic)
@@ -351,9 +352,9 @@ class InternalTopologyBuilder:
         """Partition counts of every source topic (undecorated names), internal ones computed as Kafka
         Streams does: a repartition topic gets the largest partition count among the source topics of
         the sub-topology writing to it, unless set explicitly; co-partitioned groups must agree."""
-        if self._pattern_sources():
+        if self.pattern_sources():
             self.update_subscribed_topics(external)
-        for source in self._pattern_sources():
+        for source in self.pattern_sources():
             if not source.topics:
                 raise TopologyError(
                     f"Source {source.name!r} reads the topics matching {source.subscription()!r}, but no "
