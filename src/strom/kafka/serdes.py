@@ -8,11 +8,13 @@ and deserializer, which keeps the per-record path to one method call.
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import struct
 import uuid
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import fastavro
@@ -52,6 +54,15 @@ class BaseSerde(Generic[T]):
     def deserializer(self) -> BaseSerde[T]:
         return self
 
+    def encoder(self, topic: str | None) -> Callable[[T], bytes | None]:
+        """``serialize(topic, data)`` as a one-argument function, bound once by per-record paths (see
+        ``encoder_of``)."""
+        return partial(self.serialize, topic)
+
+    def decoder(self, topic: str | None) -> Callable[[bytes], T | None]:
+        """``deserialize(topic, data)`` as a one-argument function (see ``decoder_of``)."""
+        return partial(self.deserialize, topic)
+
     def serialize(self, topic: str | None, data: T | None, headers: Any = None) -> bytes | None:
         if data is None:
             return None
@@ -87,6 +98,20 @@ class BaseSerde(Generic[T]):
         return f"Serdes.{self.name}()"
 
 
+def encoder_of(serializer: Serializer[Any], topic: str | None) -> Callable[[Any], bytes | None]:
+    """A one-argument function serializing non-None values for ``topic``, to bind once where every
+    record is serialized. It may be a C function (``str.encode``) that raises for input ``serialize``
+    handles or reports (a non-str, a bytearray): on any exception call ``serialize`` itself."""
+    own = getattr(serializer, "encoder", None)
+    return own(topic) if own is not None else partial(serializer.serialize, topic)
+
+
+def decoder_of(deserializer: Deserializer[Any], topic: str | None) -> Callable[[bytes], Any]:
+    """The deserializing counterpart of ``encoder_of``, with the same contract."""
+    own = getattr(deserializer, "decoder", None)
+    return own(topic) if own is not None else partial(deserializer.deserialize, topic)
+
+
 def _preview(data: object, limit: int = 40) -> str:
     text = repr(data)
     return text if len(text) <= limit else text[:limit] + "..."
@@ -113,6 +138,17 @@ class StringSerde(BaseSerde[str]):
 
     def __init__(self, encoding: str = "utf-8") -> None:
         self.encoding = encoding
+        self._utf8 = codecs.lookup(encoding).name == "utf-8"
+
+    def encoder(self, topic: str | None) -> Callable[[str], bytes | None]:
+        """UTF-8 strings encode with ``str.encode`` itself: no Python frame per record (unless a
+        subclass changed ``serialize``)."""
+        own = self._utf8 and type(self).serialize is StringSerde.serialize
+        return str.encode if own else super().encoder(topic)
+
+    def decoder(self, topic: str | None) -> Callable[[bytes], str | None]:
+        own = self._utf8 and type(self).deserialize is StringSerde.deserialize
+        return bytes.decode if own else super().decoder(topic)
 
     def serialize(self, topic: str | None, data: str | None, headers: Any = None) -> bytes | None:
         if type(data) is str:  # the per-record fast path; the base class reports errors

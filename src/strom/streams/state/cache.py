@@ -87,6 +87,12 @@ class NamedCache:
         self._listener: DirtyEntryFlushListener | None = None
         self.size_bytes = 0
 
+    @property
+    def entries(self) -> OrderedDict[bytes, LRUCacheEntry]:
+        """The entries in LRU order, eldest first. A caching store's per-record read looks keys up here
+        directly, and marks a hit used with ``move_to_end`` as ``get`` does."""
+        return self._entries
+
     def set_listener(self, listener: DirtyEntryFlushListener) -> None:
         self._listener = listener
 
@@ -125,27 +131,32 @@ class NamedCache:
         self._owner.current_bytes += delta
 
     def put_dirty(self, key: bytes, value: bytes | None, context: RecordContext) -> None:
-        """``put`` of a dirty entry that updates a cached entry in place (no new object per write)."""
+        """A caching store's per-record write, as ThreadCache.put of a dirty entry (counted, then
+        evicting over budget), updating a cached entry in place: no new object per write."""
+        owner = self._owner
+        owner.num_puts += 1
         entries = self._entries
         entry = entries.get(key)
         if entry is None:
             self.put(key, LRUCacheEntry(key, value, True, context))
-            return
-        entries.move_to_end(key)
-        entry.value, entry.dirty, entry.context = value, True, context
-        topic = context[1]
-        if context[4]:
-            size = _entry_size(key, value, context)
-        else:  # the common case, inlined: no headers
-            size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
-                    + (len(topic) if topic else 0))
-        old_size, entry.size = entry.size, size
-        dirty = self._dirty
-        dirty.pop(key, None)
-        dirty[key] = None
-        delta = entry.size - old_size
-        self.size_bytes += delta
-        self._owner.current_bytes += delta
+        else:
+            entries.move_to_end(key)
+            entry.value, entry.dirty, entry.context = value, True, context
+            if context[4]:
+                size = _entry_size(key, value, context)
+            else:  # the common case, inlined: no headers
+                topic = context[1]
+                size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
+                        + (len(topic) if topic else 0))
+            delta = size - entry.size
+            entry.size = size
+            dirty = self._dirty
+            dirty.pop(key, None)  # remove then add: the order is the arrival order of the latest writes
+            dirty[key] = None
+            self.size_bytes += delta
+            owner.current_bytes += delta
+        if owner.current_bytes > owner.max_cache_size_bytes:
+            owner.maybe_evict(self)
 
     def delete(self, key: bytes) -> LRUCacheEntry | None:
         entry = self._entries.pop(key, None)
@@ -254,20 +265,15 @@ class ThreadCache:
             cache = self.named_cache(namespace)
         cache.put(key, entry)
         if self.current_bytes > self.max_cache_size_bytes:
-            self._maybe_evict(cache)
+            self.maybe_evict(cache)
 
     def put_dirty(self, namespace: str, key: bytes, value: bytes | None, context: RecordContext) -> None:
         """A caching store's per-record write: like ``put`` of a dirty entry, without a new entry object
         when the key is cached already (the hot path of every cached aggregation)."""
-        self.num_puts += 1
-        cache = self._caches.get(namespace)
-        if cache is None:
-            cache = self.named_cache(namespace)
-        cache.put_dirty(key, value, context)
-        if self.current_bytes > self.max_cache_size_bytes:
-            self._maybe_evict(cache)
+        self.named_cache(namespace).put_dirty(key, value, context)
 
-    def _maybe_evict(self, cache: NamedCache) -> None:
+    def maybe_evict(self, cache: NamedCache) -> None:
+        """Evicts from ``cache`` (just written) while the thread's caches are over budget."""
         evicted = 0
         while self.current_bytes > self.max_cache_size_bytes:
             # the put may have flushed into other caches; if this one is empty there is nothing to evict

@@ -39,6 +39,9 @@ class CachingKeyValueStore(WrappedStore):
         self._namespace = cache_namespace(context.task_id, self.name)
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
         self._named = self._cache.named_cache(self._namespace)
+        self._lookup = self._named.entries.get
+        self._mark_used = self._named.entries.move_to_end
+        self._put_dirty = self._named.put_dirty
         self._thread = threading.current_thread()
 
     def set_flush_listener(self, listener: BytesFlushListener, send_old_values: bool) -> bool:
@@ -68,8 +71,9 @@ class CachingKeyValueStore(WrappedStore):
             context.set_record_context(current)
 
     def get(self, key: bytes) -> bytes | None:
-        entry = self._named.get(key)
+        entry = self._lookup(key)
         if entry is not None:
+            self._mark_used(key)
             return entry.value
         value = self.wrapped.get(key)
         # only the task's own thread fills the cache: an interactive query must not trigger evictions
@@ -79,8 +83,7 @@ class CachingKeyValueStore(WrappedStore):
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:
-        self._cache.put_dirty(self._namespace, key, value,  # type: ignore[union-attr]
-                              self._context.record_context)  # type: ignore[union-attr]
+        self._put_dirty(key, value, self._context.record_context)  # type: ignore[union-attr]
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         assert self._cache is not None, "store used before init"

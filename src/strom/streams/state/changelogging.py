@@ -12,7 +12,7 @@ from typing import Any
 from strom.streams.state.base import WrappedStore
 from strom.streams.state.context import StateStore, StateStoreContext
 
-_TIMESTAMP = struct.Struct(">q")
+_unpack_timestamp = struct.Struct(">q").unpack_from
 
 
 class ChangeLoggingKeyValueStore(WrappedStore):
@@ -28,20 +28,15 @@ class ChangeLoggingKeyValueStore(WrappedStore):
 
     def put(self, key: bytes, value: bytes | None) -> None:
         self.wrapped.put(key, value)
-        self._log(key, value)
-
-    def delete(self, key: bytes) -> bytes | None:
-        old = self.wrapped.get(key)
-        self.wrapped.put(key, None)
-        self._log(key, None)
-        return old
-
-    def _log(self, key: bytes, value: bytes | None) -> None:
         context: Any = self._context
         record_context = context.record_context
         if self.timestamped and value is not None:
-            timestamp = _TIMESTAMP.unpack_from(value)[0]
-            value = value[8:]
+            timestamp = _unpack_timestamp(value)[0]
+            context.log_change(self._name, key, value[8:], timestamp, record_context.headers)
         else:
-            timestamp = record_context.timestamp
-        context.log_change(self.name, key, value, timestamp, record_context.headers)
+            context.log_change(self._name, key, value, record_context.timestamp, record_context.headers)
+
+    def delete(self, key: bytes) -> bytes | None:
+        old = self.wrapped.get(key)
+        self.put(key, None)
+        return old

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from strom.errors import InvalidStateStoreError, StromError
+from strom.kafka.serdes import decoder_of, encoder_of
 from strom.streams.state.caching import CachingKeyValueStore
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
@@ -72,7 +73,12 @@ class MeteredKeyValueStore:
         self._value_ser = value_serde.serializer().serialize
         self._value_de = value_serde.deserializer().deserialize
         self._topic = context.changelog_topic(self.name)
+        self._key_encode = encoder_of(key_serde.serializer(), self._topic)
+        self._value_encode = encoder_of(value_serde.serializer(), self._topic)
+        self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
         self.wrapped.init(context, root)
+        self._wrapped_get = self.wrapped.get
+        self._wrapped_put = self.wrapped.put
         self._open = True
 
     def _raw_key(self, key: Any) -> bytes:
@@ -83,19 +89,34 @@ class MeteredKeyValueStore:
                                "before a stateful operation.")
         return self._key_ser(self._topic, key)
 
+    # get and put are every stateful record's path: the bound encoders first, the serdes' own methods
+    # only when an encoder refuses its input (encoder_of's contract)
     def get(self, key: Any) -> Any:
         self.metrics.get += 1
         if key is None or not self._open:
             self._raw_key(key)  # raises the right error
-        topic = self._topic
-        return self._value_de(topic, self.wrapped.get(self._key_ser(topic, key)))
+        try:
+            raw_key = self._key_encode(key)
+        except Exception:
+            raw_key = self._key_ser(self._topic, key)
+        raw = self._wrapped_get(raw_key)
+        if raw is None:
+            return None
+        try:
+            return self._value_decode(raw)
+        except Exception:
+            return self._value_de(self._topic, raw)
 
     def put(self, key: Any, value: Any) -> None:
         self.metrics.put += 1
         if key is None or not self._open:
             self._raw_key(key)
-        topic = self._topic
-        self.wrapped.put(self._key_ser(topic, key), self._value_ser(topic, value))
+        try:
+            raw_key = self._key_encode(key)
+            raw_value = None if value is None else self._value_encode(value)
+        except Exception:
+            raw_key, raw_value = self._key_ser(self._topic, key), self._value_ser(self._topic, value)
+        self._wrapped_put(raw_key, raw_value)
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from strom.errors import SerializationError
+from strom.kafka.serdes import (
+    DoubleSerde,
+    FloatSerde,
+    IntegerSerde,
+    LongSerde,
+    ShortSerde,
+    decoder_of,
+    encoder_of,
+)
 
 V = TypeVar("V")
 _TIMESTAMP = struct.Struct(">q")
@@ -34,8 +44,36 @@ class ValueAndTimestampSerde:
     """Wraps a value serde; serializer and deserializer in one, like the serdes of strom.kafka.serdes."""
 
     def __init__(self, value_serde: Any) -> None:
-        self._serialize_value = value_serde.serializer().serialize
-        self._deserialize_value = value_serde.deserializer().deserialize
+        self._value_serializer = value_serde.serializer()
+        self._value_deserializer = value_serde.deserializer()
+        self._serialize_value = self._value_serializer.serialize
+        self._deserialize_value = self._value_deserializer.deserialize
+        self._fixed_width = _FIXED_WIDTH.get(type(value_serde))
+
+    def encoder(self, topic: str | None) -> Callable[[ValueAndTimestamp[Any]], bytes]:
+        """``serialize`` as a one-argument function (``encoder_of``'s contract): it raises for anything
+        but a ValueAndTimestamp with a value the plain value serde takes."""
+        if self._fixed_width is not None:
+            return _fixed_width_encoder(*self._fixed_width)
+        value_encode = encoder_of(self._value_serializer, topic)
+
+        def encode(data: ValueAndTimestamp[Any]) -> bytes:
+            if type(data) is not ValueAndTimestamp or data[0] is None:
+                raise TypeError("not a ValueAndTimestamp with a value")
+            return _pack_timestamp(data[1]) + value_encode(data[0])
+
+        return encode
+
+    def decoder(self, topic: str | None) -> Callable[[bytes], ValueAndTimestamp[Any]]:
+        """``deserialize`` as a one-argument function (``decoder_of``'s contract)."""
+        if self._fixed_width is not None:
+            return _fixed_width_decoder(self._fixed_width[0])
+        value_decode = decoder_of(self._value_deserializer, topic)
+
+        def decode(data: bytes) -> ValueAndTimestamp[Any]:
+            return _new_tuple(ValueAndTimestamp, (value_decode(data[8:]), _unpack_timestamp(data)[0]))
+
+        return decode
 
     def serializer(self) -> ValueAndTimestampSerde:
         return self
@@ -67,3 +105,32 @@ class ValueAndTimestampSerde:
                                      "the 8-byte timestamp prefix; the store was not written as timestamped.")
         return _new_tuple(ValueAndTimestamp, (self._deserialize_value(topic, data[8:], headers),
                                               _unpack_timestamp(data)[0]))
+
+
+_FIXED_WIDTH: dict[type, tuple[struct.Struct, tuple[type, ...]]] = {
+    serde: (struct.Struct(">q" + serde.fmt[1:]), (int, serde.kind))
+    for serde in (ShortSerde, IntegerSerde, LongSerde, FloatSerde, DoubleSerde)
+}
+"""A fixed-width number after the timestamp: one struct call packs or unpacks both, no slicing. The
+types are the ones the serde's own fast path takes; it words the error for anything else."""
+
+
+def _fixed_width_encoder(both: struct.Struct, kinds: tuple[type, ...]) -> Callable[[Any], bytes]:
+    pack = both.pack
+
+    def encode(data: ValueAndTimestamp[Any]) -> bytes:
+        if type(data) is not ValueAndTimestamp or type(data[0]) not in kinds:
+            raise TypeError("not a ValueAndTimestamp with a number of the serde's type")
+        return pack(data[1], data[0])
+
+    return encode
+
+
+def _fixed_width_decoder(both: struct.Struct) -> Callable[[bytes], ValueAndTimestamp[Any]]:
+    unpack = both.unpack
+
+    def decode(data: bytes) -> ValueAndTimestamp[Any]:
+        timestamp, value = unpack(data)
+        return _new_tuple(ValueAndTimestamp, (value, timestamp))
+
+    return decode

@@ -89,8 +89,9 @@ class RecordCollector:
         timestamp: int,
         headers: Headers = (),
     ) -> None:
-        """Sends already serialized bytes (changelog records)."""
-        self._check_error()
+        """Sends already serialized bytes (changelog records, and what sinks serialized themselves)."""
+        if self._error is not None:
+            self._check_error()
         self.sink.send(self, topic, partition, key, value, timestamp, headers)
 
     def delivered(self, topic: str, partition: int, offset: int) -> None:

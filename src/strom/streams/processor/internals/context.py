@@ -106,7 +106,7 @@ class TaskContext:
     def log_change(
         self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers
     ) -> None:
-        topic = self.changelog_topic(store_name)
+        topic = self.changelog_topics.get(store_name) or self.changelog_topic(store_name)
         if type(headers) is not tuple:
             headers = tuple(headers)
         self.collector.send_bytes(topic, self.partition, key, value, timestamp, headers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from strom.kafka.serdes import encoder_of
 from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.processor.internals.collector import RecordCollector
 from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
@@ -26,10 +27,12 @@ class ProcessorNode:
         self.children: list[ProcessorNode] = []
         self.context: ProcessorContextImpl | None = None
         self.entry: Callable[[Record], None] = processor.process
+        self.fed_by_sources_only = False
+        """Every parent is a source node: records arrive with the task's record context as they are."""
 
     def init(self, task: TaskContext) -> None:
         self.context = ProcessorContextImpl(task, self)
-        if self.stores:
+        if self.stores and not self.fed_by_sources_only:
             process = self.processor.process
 
             def entry(record: Record) -> None:
@@ -70,8 +73,8 @@ class SourceNode(ProcessorNode):
     ) -> None:
         super().__init__(name, _ForwardProcessor(), [])
         self.topics = topics
-        self.key_deserialize = key_serde.deserializer().deserialize
-        self.value_deserialize = value_serde.deserializer().deserialize
+        self.key_deserializer = key_serde.deserializer()
+        self.value_deserializer = value_serde.deserializer()
         self.timestamp_extractor = timestamp_extractor
         self.record_timestamp_when_valid = getattr(timestamp_extractor, "record_timestamp_when_valid", False)
         """The extractor returns a record's own timestamp when it is not negative: the task skips the call."""
@@ -100,8 +103,12 @@ class SinkProcessor(Processor):
         self.topic_extractor = topic_extractor
         self.key_serialize = key_serde.serializer().serialize
         self.value_serialize = value_serde.serializer().serialize
+        self.key_encode = encoder_of(key_serde.serializer(), topic)
+        self.value_encode = encoder_of(value_serde.serializer(), topic)
         self.partitioner = partitioner
         self.decorate = decorate
+        if topic is not None and partitioner is None:
+            self.process = self._send_to_topic  # type: ignore[method-assign]
 
     def process(self, record: Record) -> None:
         topic = self.topic
@@ -110,6 +117,20 @@ class SinkProcessor(Processor):
         partition = None
         if self.partitioner is not None:
             partition = self.partitioner(topic, record.key, record.value)
+        self._send(topic, partition, record)
+
+    def _send_to_topic(self, record: Record) -> None:
+        """``process`` of the common sink (one topic, the default partitioner): the per-record hot path."""
+        key, value, timestamp, headers = record
+        try:
+            key_bytes = None if key is None else self.key_encode(key)
+            value_bytes = None if value is None else self.value_encode(value)
+        except Exception:  # an input the encoder does not take: the collector serializes or reports it
+            self._send(self.topic, None, record)  # type: ignore[arg-type]
+            return
+        self.collector.send_bytes(self.topic, None, key_bytes, value_bytes, timestamp, headers)  # type: ignore[arg-type]
+
+    def _send(self, topic: str, partition: int | None, record: Record) -> None:
         self.collector.send(
             topic,
             record.key,

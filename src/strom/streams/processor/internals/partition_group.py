@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from strom.kafka.serdes import decoder_of
 from strom.streams.processor.internals.records import ConsumerRecord, TopicPartition
 
 UNKNOWN = -1
@@ -15,14 +16,24 @@ NEVER = 1 << 62
 class RecordQueue:
     """Buffered raw records of one partition; partition time is the largest timestamp taken from it."""
 
-    __slots__ = ("consumed_offset", "partition", "partition_time", "records", "source")
+    __slots__ = (
+        "consumed_offset", "key_decode", "partition", "partition_time", "records", "source", "value_decode"
+    )
 
     def __init__(self, partition: TopicPartition) -> None:
         self.partition = partition
         self.records: deque[ConsumerRecord] = deque()
         self.partition_time = UNKNOWN
         self.consumed_offset = UNKNOWN
-        self.source: Any = None  # the source node reading this partition's topic
+        self.source: Any = None
+        self.key_decode: Callable[[bytes], Any] | None = None
+        self.value_decode: Callable[[bytes], Any] | None = None
+
+    def read_by(self, source: Any) -> None:
+        """``source`` (a SourceNode) reads this partition: its decoders are bound to the topic once."""
+        self.source = source
+        self.key_decode = decoder_of(source.key_deserializer, self.partition.topic)
+        self.value_decode = decoder_of(source.value_deserializer, self.partition.topic)
 
 
 class PartitionGroup:

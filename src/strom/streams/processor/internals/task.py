@@ -121,7 +121,7 @@ class StreamTask:
                     f"Partition {tp} is not read by sub-topology {task_id.subtopology}; its source "
                     f"topics are {sorted(self.sources)}."
                 )
-            queue.source = self.sources[tp.topic]
+            queue.read_by(self.sources[tp.topic])
         self.commit_needed = False
         self._flush_nodes = [n for n in self.nodes.values() if callable(getattr(n.processor, "flush", None))]
         self._initialized = False
@@ -165,6 +165,12 @@ class StreamTask:
             self.nodes[name] = node
         for name, node in self.nodes.items():
             node.children = [self.nodes[c] for c in b.children(name) if c in self.nodes]
+        parents: dict[str, list[ProcessorNode]] = {}
+        for node in self.nodes.values():
+            for child in node.children:
+                parents.setdefault(child.name, []).append(node)
+        for name, node in self.nodes.items():
+            node.fed_by_sources_only = all(isinstance(p, SourceNode) for p in parents.get(name, [None]))
 
     def _serde(self, serde: Any, node: str, which: str) -> Any:
         """The given serde, else the default one; a wrapping serde (``with_default``) gets the default
@@ -224,7 +230,7 @@ class StreamTask:
         source = self.nodes[source_name]
         assert isinstance(source, SourceNode), f"{source_name!r} is not a source of task {self.id}"
         self.sources[partition.topic] = source
-        self.partition_group.add_partition(partition).source = source
+        self.partition_group.add_partition(partition).read_by(source)
 
     def add_records(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:
         if partition not in self.partition_group.queues:
@@ -263,7 +269,7 @@ class StreamTask:
                 records = queue.records
                 popleft = records.popleft
                 source = queue.source
-                key_deserialize, value_deserialize = source.key_deserialize, source.value_deserialize
+                key_decode, value_decode = queue.key_decode, queue.value_decode
                 entry = source.entry
                 trusted_timestamps = source.record_timestamp_when_valid
                 while records and count != max_records and records[0].timestamp <= until:
@@ -271,13 +277,17 @@ class StreamTask:
                     group.buffered -= 1
                     queue.consumed_offset = raw.offset
                     count += 1
-                    topic = raw.topic
+                    key, value = raw.key, raw.value
                     try:
-                        key = key_deserialize(topic, raw.key)
-                        value = value_deserialize(topic, raw.value)
-                    except Exception as exc:
-                        self._deserialization_failed(raw, exc)
-                        continue
+                        if key is not None:
+                            key = key_decode(key)
+                        if value is not None:
+                            value = value_decode(value)
+                    except Exception:  # the decoders' contract: the full deserializers decide
+                        deserialized = self._deserialize(raw, source)
+                        if deserialized is None:
+                            continue
+                        key, value = deserialized
                     timestamp = raw.timestamp
                     if timestamp < 0 or not trusted_timestamps:
                         timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
@@ -290,7 +300,7 @@ class StreamTask:
                             context.stream_time = timestamp
                     headers = raw.headers or ()
                     context.record_context = new_tuple(
-                        RecordContext, (timestamp, topic, raw.partition, raw.offset, headers)
+                        RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
                     )
                     entry(new_tuple(Record, (key, value, timestamp, headers)))
                     if context.stream_time >= punctuations.next_time:
@@ -308,6 +318,17 @@ class StreamTask:
                 self.commit_needed = True
                 self.metrics.processed += count
         return count
+
+    def _deserialize(self, raw: ConsumerRecord, source: SourceNode) -> tuple[Any, Any] | None:
+        """Key and value through the source's deserializers; None when the handler skips the record."""
+        try:
+            return (
+                source.key_deserializer.deserialize(raw.topic, raw.key),
+                source.value_deserializer.deserialize(raw.topic, raw.value),
+            )
+        except Exception as exc:
+            self._deserialization_failed(raw, exc)
+            return None
 
     def _deserialization_failed(self, raw: ConsumerRecord, exc: Exception) -> None:
         response = self.deserialization_handler.handle(self.context, raw, exc)
