@@ -90,6 +90,7 @@ class InternalTopologyBuilder:
         """Global tables: store name -> GlobalStoreSpec (strom.streams.kstream.global_table)."""
         self.application_id: str | None = None
         self._topic_to_source: dict[str, str] = {}
+        self._pattern_sources: list[SourceNodeFactory] = []
         self._plans: list[SubtopologyPlan] | None = None
 
     # ---- building -------------------------------------------------------------------------------
@@ -105,7 +106,9 @@ class InternalTopologyBuilder:
         if isinstance(topics, re.Pattern):
             self._check_new_name(name)
             self._check_pattern_is_new(topics)
-            self._add(SourceNodeFactory(name, [], [], key_serde, value_serde, timestamp_extractor, topics))
+            source = SourceNodeFactory(name, [], [], key_serde, value_serde, timestamp_extractor, topics)
+            self._pattern_sources.append(source)
+            self._add(source)
             return
         topics = list(topics)
         if not topics:
@@ -136,7 +139,7 @@ class InternalTopologyBuilder:
 
     def pattern_sources(self) -> list[SourceNodeFactory]:
         """The sources that read every topic a pattern matches."""
-        return [n for n in self.nodes.values() if isinstance(n, SourceNodeFactory) and n.pattern is not None]
+        return self._pattern_sources
 
     def _pattern_source_for(self, topic: str) -> SourceNodeFactory | None:
         matching = [n for n in self.pattern_sources() if n.matches(topic)]
@@ -150,7 +153,7 @@ class InternalTopologyBuilder:
     def subscribe_pattern_topic(self, topic: str) -> str | None:
         """Adds ``topic`` to the pattern source matching it and returns that source's name (None when
         no pattern matches, or the topic belongs to the application or the broker)."""
-        if topic in self._topic_to_source or self._application_owns(topic):
+        if not self._pattern_sources or topic in self._topic_to_source or self._application_owns(topic):
             return None
         source = self._pattern_source_for(topic)
         if source is None:
