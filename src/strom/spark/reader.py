@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +25,8 @@ from strom.kafka import clients
 ARROW_BATCH_ROWS = 10_000
 # Read as a read stalls without progress this long, the broker is gone or the range is unreadable.
 STALL_TIMEOUT_S = 120.0
+# How long one wait for the next fetch may block before the loop looks at the position again.
+POLL_WAIT_S = 0.1
 _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
@@ -69,7 +71,9 @@ def read_range(part: OffsetRange, settings: ReadSettings, schema: StructType) ->
 def _ranged_messages(consumer, part: OffsetRange, settings: ReadSettings) -> Iterator[list[Message]]:
     last_progress = time.monotonic()
     while True:
-        messages = _next_messages(consumer)
+        messages = _next_messages(consumer, part)
+        if messages is None:
+            return
         records, done = _in_range(messages, part, settings)
         if records or messages:
             last_progress = time.monotonic()
@@ -90,7 +94,8 @@ def _in_range(messages: list[Message], part: OffsetRange, settings: ReadSettings
     """The records below ``end`` and whether the range is complete; whole-list operations, as
     a per-message Python loop would cost more than building the Arrow batch."""
     done = False
-    errors = [m for m in messages if m.error() is not None]
+    errors = [m for m, error in zip(messages, map(Message.error, messages), strict=True)
+              if error is not None]
     for message in errors:
         if message.error().code() == KafkaError._PARTITION_EOF:
             _check_eof(message.offset(), part, settings)
@@ -104,16 +109,22 @@ def _in_range(messages: list[Message], part: OffsetRange, settings: ReadSettings
     return records, done
 
 
-def _next_messages(consumer) -> list[Message]:
-    """What has been fetched already, else waits (up to 1 s) for the next message or event.
+def _next_messages(consumer, part: OffsetRange) -> list[Message] | None:
+    """What has been fetched already, else waits briefly for the next message or event; None
+    once the consumer's position is past the range.
 
     ``consume(n, timeout)`` alone would wait out the whole timeout whenever fewer than ``n``
-    records remain, which costs every short range (a micro-batch) a second.
+    records remain, which costs every short range (a micro-batch) the timeout. The position
+    matters when a transaction marker ends the range: it is never delivered, so waiting for a
+    record (or the end-of-partition event, which the broker sends after its fetch wait) would
+    add half a second or more to every read of a transactionally written topic.
     """
     messages = consumer.consume(num_messages=ARROW_BATCH_ROWS, timeout=0)
     if messages:
         return messages
-    message = consumer.poll(1.0)
+    if consumer.position([TopicPartition(part.topic, part.partition)])[0].offset >= part.end:
+        return None
+    message = consumer.poll(POLL_WAIT_S)
     return [] if message is None else [message]
 
 
@@ -149,28 +160,29 @@ class _BatchBuilder:
         self._include_headers = include_headers
 
     def build(self, messages: list[Message]) -> pa.RecordBatch:
+        """Column by column: ``map`` over the unbound accessors is the cheapest per-message call."""
         n = len(messages)
-        timestamp, timestamp_type = _timestamps([m.timestamp() for m in messages])
+        timestamp, timestamp_type = _timestamps(map(Message.timestamp, messages), n)
         columns = [
-            pa.array([m.key() for m in messages], pa.binary()),
-            pa.array([m.value() for m in messages], pa.binary()),
+            pa.array(list(map(Message.key, messages)), pa.binary()),
+            pa.array(list(map(Message.value, messages)), pa.binary()),
             pa.repeat(pa.scalar(self._part.topic, pa.string()), n),
             pa.repeat(pa.scalar(self._part.partition, pa.int32()), n),
-            pa.array([m.offset() for m in messages], pa.int64()),
+            pa.array(np.fromiter(map(Message.offset, messages), np.int64, n)),
             timestamp,
             timestamp_type,
         ]
         if self._include_headers:
-            columns.append(pa.array([m.headers() for m in messages], _HEADERS_TYPE))
+            columns.append(pa.array(list(map(Message.headers, messages)), _HEADERS_TYPE))
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
-def _timestamps(pairs: list[tuple[int, int]]) -> tuple[pa.Array, pa.Array]:
+def _timestamps(pairs: Iterable[tuple[int, int]], n: int) -> tuple[pa.Array, pa.Array]:
     """librdkafka's (type, ms) pairs → Spark's timestamp (null when absent) and timestampType.
 
     librdkafka numbers types 0 none, 1 create, 2 log-append; Kafka (and Spark) -1, 0, 1.
     """
-    flat = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs))
+    flat = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * n)
     kinds, millis = flat[0::2], flat[1::2]
     timestamp = pa.array(millis * 1000, mask=kinds == 0).cast(pa.timestamp("us", tz="UTC"))
     return timestamp, pa.array((kinds - 1).astype(np.int32))
