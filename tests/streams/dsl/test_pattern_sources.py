@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from strom.errors import TopologyError, UnknownTopicError
+from strom.errors import CoPartitioningError, TopologyError, UnknownTopicError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
@@ -88,7 +88,7 @@ def test_records_the_topology_writes_to_a_matching_topic_are_read_back(props):
 
 def test_runtime_planning_resolves_the_pattern_against_existing_topics():
     builder = StreamsBuilder()
-    builder.stream(ORDERS).group_by_key().count().to_stream().to("out")
+    builder.stream(ORDERS).map_values(str.upper).to("out")
     internal = builder.build().internal
     internal.application_id = "app"
     existing = {
@@ -98,10 +98,28 @@ def test_runtime_planning_resolves_the_pattern_against_existing_topics():
         "__consumer_offsets": 50,
         "app-orders-KSTREAM-x-changelog": 1,
     }
-    counts = internal.topic_partitions(existing)
-    assert counts == {"orders-eu": 2, "orders-us": 3}
+    assert internal.topic_partitions(existing) == {"orders-eu": 2, "orders-us": 3}
     assert internal.subtopologies()[0].source_topics == ["orders-eu", "orders-us"]
     assert internal.task_ids(existing) == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_state_read_across_matched_topics_needs_them_co_partitioned():
+    builder = StreamsBuilder()
+    builder.stream(ORDERS).group_by_key().count()
+    internal = builder.build().internal
+    assert internal.topic_partitions({"orders-eu": 3, "orders-us": 3}) == {"orders-eu": 3, "orders-us": 3}
+    with pytest.raises(CoPartitioningError, match="orders-eu"):
+        internal.topic_partitions({"orders-eu": 2, "orders-us": 3})
+
+
+def test_a_join_with_a_pattern_stream_checks_co_partitioning():
+    builder = StreamsBuilder()
+    customers = builder.table("customers")
+    builder.stream(ORDERS).join(customers, lambda order, customer: (order, customer)).to("out")
+    internal = builder.build().internal
+    assert internal.task_ids({"orders-eu": 2, "customers": 2}) == [(0, 0), (0, 1)]
+    with pytest.raises(CoPartitioningError, match="customers"):
+        internal.topic_partitions({"orders-eu": 2, "customers": 4})
 
 
 def test_a_pattern_matching_no_topic_fails_planning_with_a_clear_error():

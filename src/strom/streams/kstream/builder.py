@@ -10,7 +10,7 @@ from strom.streams.config import StreamsConfig
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.options import Consumed, Materialized, Named
-from strom.streams.processor.internals.builder import InternalTopologyBuilder
+from strom.streams.processor.internals.builder import InternalTopologyBuilder, pattern_member
 from strom.streams.processor.topology import Topology
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class InternalStreamsBuilder:
     def require_copartitioned(self, source_topics: frozenset[str]) -> None:
         """State read by key across several source topics (e.g. an aggregation after a merge) is only
         right when every key lands in the same task: the topics must have equal partition counts."""
-        if len(source_topics) > 1:
+        if len(source_topics) > 1 or any(map(self.internal.stands_for_several_topics, source_topics)):
             self.internal.copartition(source_topics)
 
     def connect_stores(
@@ -95,17 +95,17 @@ class StreamsBuilder:
         """A stream of one topic, several topics, or every topic a compiled pattern fully matches
         (Kafka's ``Pattern`` sources: the topics are found when the application starts)."""
         consumed = consumed or Consumed()
-        if isinstance(topics, re.Pattern):
-            source_topics: re.Pattern[str] | list[str] = topics
-            copartitioned: frozenset[str] = frozenset()
-        else:
-            source_topics = [topics] if isinstance(topics, str) else list(topics)
-            copartitioned = frozenset(source_topics)
         name = self.builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-")
+        if isinstance(topics, re.Pattern):
+            subscription: re.Pattern[str] | list[str] = topics
+            source_topics = frozenset({pattern_member(name)})
+        else:
+            subscription = [topics] if isinstance(topics, str) else list(topics)
+            source_topics = frozenset(subscription)
         self.builder.internal.add_source(
-            name, source_topics, consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
+            name, subscription, consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
         )
-        return KStream(self.builder, name, consumed.key_serde, consumed.value_serde, False, copartitioned)
+        return KStream(self.builder, name, consumed.key_serde, consumed.value_serde, False, source_topics)
 
     def table(
         self,

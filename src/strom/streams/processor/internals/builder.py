@@ -77,6 +77,12 @@ class SubtopologyPlan:
     stores: list[str]
 
 
+def pattern_member(source_name: str) -> str:
+    """How pattern source ``source_name`` stands in a co-partition group before its topics are known;
+    never a topic name (topic names have no ':')."""
+    return f"pattern:{source_name}"
+
+
 class InternalTopologyBuilder:
     """Collects nodes and stores; validates names and wiring; computes sub-topologies."""
 
@@ -90,7 +96,8 @@ class InternalTopologyBuilder:
         """Global tables: store name -> GlobalStoreSpec (strom.streams.kstream.global_table)."""
         self.application_id: str | None = None
         self._topic_to_source: dict[str, str] = {}
-        self._pattern_sources: list[SourceNodeFactory] = []
+        self._pattern_sources: dict[str, SourceNodeFactory] = {}
+        """Pattern sources by the name that stands for their topics in co-partition groups."""
         self._plans: list[SubtopologyPlan] | None = None
 
     # ---- building -------------------------------------------------------------------------------
@@ -107,7 +114,7 @@ class InternalTopologyBuilder:
             self._check_new_name(name)
             self._check_pattern_is_new(topics)
             source = SourceNodeFactory(name, [], [], key_serde, value_serde, timestamp_extractor, topics)
-            self._pattern_sources.append(source)
+            self._pattern_sources[pattern_member(name)] = source
             self._add(source)
             return
         topics = list(topics)
@@ -139,7 +146,11 @@ class InternalTopologyBuilder:
 
     def pattern_sources(self) -> list[SourceNodeFactory]:
         """The sources that read every topic a pattern matches."""
-        return self._pattern_sources
+        return list(self._pattern_sources.values())
+
+    def stands_for_several_topics(self, member: str) -> bool:
+        """True for a pattern source's ``pattern_member``: it may match any number of topics."""
+        return member in self._pattern_sources
 
     def _pattern_source_for(self, topic: str) -> SourceNodeFactory | None:
         matching = [n for n in self.pattern_sources() if n.matches(topic)]
@@ -240,7 +251,8 @@ class InternalTopologyBuilder:
         self.internal_topics[name] = InternalTopic(name, partitions)
 
     def copartition(self, topics: Iterable[str]) -> None:
-        """Declares that these source topics must have the same partition count (joins, co-grouping)."""
+        """Declares that these source topics must have the same partition count (joins, co-grouping).
+        A ``pattern_member`` stands for every topic its pattern source matched."""
         self.copartition_groups.append(set(topics))
 
     def _add(self, node: NodeFactory) -> None:
@@ -398,7 +410,8 @@ class InternalTopologyBuilder:
         return counts
 
     def _enforce_copartitioning(self, counts: dict[str, int]) -> None:
-        for group in self.copartition_groups:
+        for members in self.copartition_groups:
+            group = {t for m in members for t in self._resolve_member(m)}
             external = {t: counts[t] for t in group if t not in self.internal_topics}
             if len(set(external.values())) > 1:
                 raise CoPartitioningError(
@@ -416,6 +429,10 @@ class InternalTopologyBuilder:
                         f"co-partitioned with {sorted(group)} ({target} partitions); drop the explicit count."
                     )
                 counts[topic] = target
+
+    def _resolve_member(self, member: str) -> list[str]:
+        source = self._pattern_sources.get(member)
+        return [member] if source is None else source.topics
 
     def task_ids(self, external: Mapping[str, int]) -> list[tuple[int, int]]:
         """(sub-topology, partition) of every task: as many tasks as the largest source partition count."""
