@@ -22,7 +22,7 @@ from strom.streams.kstream.windows import (
     Window,
     Windowed,
 )
-from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
@@ -69,9 +69,15 @@ class KStreamWindowAggregate(_WindowedProcessor):
     ) -> None:
         super().__init__(store_name, send_old_values)
         self.windows = windows
+        self.size_ms = windows.size_ms
+        self.grace_ms = windows.grace_ms
         self.tumbling = windows.advance_ms == windows.size_ms
         self.initializer = initializer
         self.aggregator = aggregator
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.fetch, self.put = self.store.fetch, self.store.put  # bound once: used for every record
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -81,34 +87,31 @@ class KStreamWindowAggregate(_WindowedProcessor):
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
-        close_time = self.observed_stream_time - self.windows.grace_ms
-        size = self.windows.size_ms
-        if self.tumbling and timestamp >= 0:
-            first = timestamp - timestamp % size
-            starts: Any = (first,)
-        else:
-            starts = self.windows.windows_for(timestamp)
-        for window_start in starts:
-            window_end = window_start + size
-            if window_end <= close_time:
-                self._drop(record, f"window [{window_start}, {window_end}) closed at stream time "
+        close_time = self.observed_stream_time - self.grace_ms
+        size = self.size_ms
+        # tumbling: the one window, without asking the spec (the per-record path of a windowed count)
+        starts = (timestamp - timestamp % size,) if self.tumbling and timestamp >= 0 \
+            else self.windows.windows_for(timestamp)
+        for start in starts:
+            end = start + size
+            if end <= close_time:
+                self._drop(record, f"window [{start}, {end}) closed at stream time "
                                    f"{self.observed_stream_time}")
                 continue
-            self._aggregate(record, window_start, window_end)
-
-    def _aggregate(self, record: Record, window_start: int, window_end: int) -> None:
-        key, timestamp = record.key, record.timestamp
-        old = self.store.fetch(key, window_start)
-        if old is None:
-            aggregate, new_timestamp = self.initializer(), timestamp
-        else:
-            aggregate, new_timestamp = old.value, max(timestamp, old.timestamp)
-        new_aggregate = self.aggregator(key, record.value, aggregate)
-        self.store.put(key, ValueAndTimestamp(new_aggregate, new_timestamp), window_start)
-        if not self.cached:
-            old_value = old.value if old is not None and self.send_old_values else None
-            self.context.forward(Record(Windowed(key, Window(window_start, window_end)),
-                                        Change(new_aggregate, old_value), new_timestamp, record.headers))
+            old = self.fetch(key, start)
+            if old is None:
+                aggregate, new_timestamp = self.initializer(), timestamp
+            else:
+                aggregate, new_timestamp = old
+                if timestamp > new_timestamp:
+                    new_timestamp = timestamp
+            new = self.aggregator(key, record.value, aggregate)
+            self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+            if not self.cached:
+                old_value = old[0] if old is not None and self.send_old_values else None
+                self.context.forward(new_tuple(Record, (Windowed(key, Window(start, end)),
+                                                        Change(new, old_value), new_timestamp,
+                                                        record.headers)))
 
 
 class KStreamSessionWindowAggregate(_WindowedProcessor):

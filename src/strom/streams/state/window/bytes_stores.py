@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from strom.streams.kstream.windows import WindowSpecError
@@ -147,9 +147,7 @@ class SegmentedBytesStore:
         """Apply pending writes to the segments, drop expired segments, then record the offset."""
         segments = self._open_segments()
         for segment_id in sorted(self._pending):
-            writes = self._pending[segment_id]
-            for binary_key, value in writes.items(False):
-                self._apply(segments, segment_id, binary_key, value)
+            self._apply(segments, segment_id, self._pending[segment_id].items(False))
         self._pending.clear()
         segments.drop_expired(self.observed_stream_time)
         self._committed_stream_time = self.observed_stream_time
@@ -165,6 +163,7 @@ class SegmentedBytesStore:
     def restore(self, records: Sequence[ChangelogRecord]) -> None:
         """Write committed changelog records straight into the segments."""
         segments = self._open_segments()
+        writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
         for record in records:
             record_time = self._record_time(record.key)
             self.observed_stream_time = max(self.observed_stream_time, record_time)
@@ -172,7 +171,9 @@ class SegmentedBytesStore:
                 value = record.value
                 if self.timestamped and value is not None:
                     value = _TIMESTAMP.pack(record.timestamp) + value
-                self._apply(segments, segments.segment_id(record_time), record.key, value)
+                writes.setdefault(segments.segment_id(record_time), []).append((record.key, value))
+        for segment_id in sorted(writes):
+            self._apply(segments, segment_id, writes[segment_id])
         segments.drop_expired(self.observed_stream_time)
         self._committed_stream_time = self.observed_stream_time
         if records:
@@ -188,15 +189,12 @@ class SegmentedBytesStore:
         if self._offset_file is not None and os.path.exists(self._offset_file):
             os.remove(self._offset_file)
 
-    def _apply(self, segments: Segments, segment_id: int, binary_key: bytes, value: bytes | None) -> None:
-        if value is None:
-            segment = segments.get(segment_id)
-            if segment is not None:
-                segment.delete(binary_key)
-            return
+    def _apply(self, segments: Segments, segment_id: int,
+               writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write to a live segment; writes to a segment stream time has expired are dropped with it."""
         segment = segments.get_or_create_if_live(segment_id, self.observed_stream_time)
         if segment is not None:
-            segment.put(binary_key, value)
+            segment.write_all(writes)
 
     def flush(self) -> None:
         """Writes stay pending until the task commits; nothing to do here."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
+from strom.streams.state.cache import DirtyEntry, ThreadCache
 from strom.streams.state.context import StateStore, StateStoreContext, cache_namespace
 from strom.streams.state.window import schemas
+
+_pack_window_suffix = schemas.WINDOW_SUFFIX.pack
 
 WindowFlushListener = Callable[[bytes, int, bytes | None, bytes | None, int], None]
 """(key, window start, new value, old value, timestamp) in bytes; the metered layer deserializes."""
@@ -26,6 +28,7 @@ class _CachingLayer:
         self._context: StateStoreContext | None = None
         self._cache: ThreadCache | None = None
         self._namespace = ""
+        self._named: Any = None  # the NamedCache, bound at init
         self._listener: Any = None
         self._send_old_values = False
 
@@ -38,6 +41,7 @@ class _CachingLayer:
         self._cache = context.cache
         self._namespace = cache_namespace(context.task_id, self.wrapped.name)
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
+        self._named = self._cache.named_cache(self._namespace)
 
     def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
         """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
@@ -58,17 +62,19 @@ class CachingWindowStore(_CachingLayer):
         context = self._context
         assert context is not None
         current = context.record_context
+        # entries keep the binary store key all the way down: no split and rebuild per entry
+        put_binary, get_binary = self.wrapped.put_binary, self.wrapped.get_binary
+        listener, send_old_values = self._listener, self._send_old_values
         try:
             for binary_key, new, entry_context in entries:
-                key, start, _ = schemas.split_window_store_key(binary_key)
                 context.set_record_context(entry_context)
                 # the old value matters only to forward it, or to tell whether a delete changes anything
-                needs_old = self._listener is not None and (new is None or self._send_old_values)
-                old = self.wrapped.fetch(key, start) if needs_old else None
-                self.wrapped.put(key, new, start)
-                if self._listener is not None and (new is not None or old is not None):
-                    self._listener(key, start, new, old if self._send_old_values else None,
-                                   entry_context.timestamp)
+                old = get_binary(binary_key) if listener is not None and (new is None or send_old_values) \
+                    else None
+                put_binary(binary_key, new)
+                if listener is not None and (new is not None or old is not None):
+                    key, start, _ = schemas.split_window_store_key(binary_key)
+                    listener(key, start, new, old if send_old_values else None, entry_context.timestamp)
         finally:
             context.set_record_context(current)
 
@@ -77,20 +83,20 @@ class CachingWindowStore(_CachingLayer):
         if key is self._last_key and window_start == self._last_start:
             return self._last_binary
         self._last_key, self._last_start = key, window_start
-        self._last_binary = schemas.window_store_key(key, window_start, 0)
-        return self._last_binary
+        self._last_binary = binary_key = key + _pack_window_suffix(window_start, 0)  # window_store_key
+        return binary_key
 
     def put(self, key: bytes, value: bytes | None, window_start: int) -> bytes:
-        context = self._context
-        assert context is not None and self._cache is not None, "store used before init"
-        binary_key = self._binary_key(key, window_start)
-        self._cache.put(self._namespace, binary_key,
-                        LRUCacheEntry(binary_key, value, True, context.record_context))
+        if key is self._last_key and window_start == self._last_start:
+            binary_key = self._last_binary
+        else:
+            binary_key = self._binary_key(key, window_start)
+        self._cache.put_dirty(self._namespace, binary_key, value,  # type: ignore[union-attr]
+                              self._context.record_context)  # type: ignore[union-attr]
         return binary_key
 
     def fetch(self, key: bytes, window_start: int) -> bytes | None:
-        assert self._cache is not None, "store used before init"
-        entry = self._cache.get(self._namespace, self._binary_key(key, window_start))
+        entry = self._named.get(self._binary_key(key, window_start))
         if entry is not None:
             return entry.value
         return self.wrapped.fetch(key, window_start)
@@ -179,11 +185,9 @@ class CachingSessionStore(_CachingLayer):
             context.set_record_context(current)
 
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bytes:
-        context = self._context
-        assert context is not None and self._cache is not None, "store used before init"
         binary_key = schemas.session_store_key(key, start, end)
-        self._cache.put(self._namespace, binary_key,
-                        LRUCacheEntry(binary_key, value, True, context.record_context))
+        self._cache.put_dirty(self._namespace, binary_key, value,  # type: ignore[union-attr]
+                              self._context.record_context)  # type: ignore[union-attr]
         self._by_key.setdefault(key, set()).add(binary_key)
         return binary_key
 

@@ -47,6 +47,13 @@ class ChangeLoggingWindowStore(_ChangeLogger):
         self._log(binary_key, value, self.wrapped.timestamped)
         return binary_key
 
+    def put_binary(self, binary_key: bytes, value: bytes | None) -> bool:
+        """A write by store key (what the caching layer flushes); False when expired and skipped."""
+        written = self.wrapped.put_binary(binary_key, value)
+        if written:
+            self._log(binary_key, value, self.wrapped.timestamped)
+        return written
+
 
 class ChangeLoggingSessionStore(_ChangeLogger):
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bytes | None:

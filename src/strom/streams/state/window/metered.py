@@ -17,6 +17,9 @@ from strom.streams.state.context import FlushListener, StateStore, StateStoreCon
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
 _TIMESTAMP = struct.Struct(">q")
+_pack_timestamp = _TIMESTAMP.pack
+_unpack_timestamp = _TIMESTAMP.unpack_from
+_new_tuple = tuple.__new__  # a ValueAndTimestamp without the NamedTuple's Python-level __new__ (hot path)
 
 WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
 
@@ -101,14 +104,15 @@ class MeteredWindowStore(_Metered):
         if value is None:
             return None
         if self.timestamped and type(value) is ValueAndTimestamp:
-            return _TIMESTAMP.pack(value.timestamp) + self._plain_to(self._topic, value.value)
+            return _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
         return self._value_to(self._topic, value)
 
     def _from_bytes(self, data: bytes | None) -> Any:
         if data is None:
             return None
         if self.timestamped and len(data) >= 8:
-            return ValueAndTimestamp(self._plain_from(self._topic, data[8:]), _TIMESTAMP.unpack_from(data)[0])
+            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
+                                                  _unpack_timestamp(data)[0]))
         return self._value_from(self._topic, data)
 
     def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
@@ -118,11 +122,14 @@ class MeteredWindowStore(_Metered):
     def put(self, key: Any, value: Any, window_start: int) -> None:
         """Store ``value`` (a ValueAndTimestamp for timestamped stores) for a window; None deletes."""
         self.num_puts += 1
-        self.wrapped.put(self._key_bytes(key), self._to_bytes(value), window_start)
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        self.wrapped.put(key_bytes, self._to_bytes(value), window_start)
 
     def fetch(self, key: Any, window_start: int) -> Any:
         self.num_fetches += 1
-        return self._from_bytes(self.wrapped.fetch(self._key_bytes(key), window_start))
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        data = self.wrapped.fetch(key_bytes, window_start)
+        return None if data is None else self._from_bytes(data)
 
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         """(window start, value) of the key's windows starting in [time_from, time_to], oldest first."""
@@ -158,14 +165,21 @@ class MeteredWindowStore(_Metered):
         if set_listener is None:
             return False
 
+        plain = self._plain
+
         def on_flush(key: bytes, start: int, new: bytes | None, old: bytes | None, timestamp: int) -> None:
-            listener(self._windowed(key, start), self._plain(new), self._plain(old), timestamp)
+            listener(self._windowed(key, start), plain(new), None if old is None else plain(old), timestamp)
 
         return set_listener(on_flush, send_old_values)
 
     def _plain(self, data: bytes | None) -> Any:
-        value = self._from_bytes(data)
-        return value.value if self.timestamped and value is not None else value
+        """The value without its timestamp, deserialized; the same check of the layout as _from_bytes."""
+        if data is None:
+            return None
+        if self.timestamped and len(data) >= 8:
+            return self._plain_from(self._topic, data[8:])
+        value = self._value_from(self._topic, data)
+        return value.value if self.timestamped else value
 
     def _bound(self, key: Any) -> bytes | None:
         return None if key is None else self._key_bytes(key)

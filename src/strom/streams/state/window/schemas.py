@@ -11,7 +11,8 @@ from __future__ import annotations
 import struct
 
 _LONG = struct.Struct(">q")
-_WINDOW_SUFFIX = struct.Struct(">qi")
+WINDOW_SUFFIX = struct.Struct(">qi")
+"""8-byte window start and 4-byte sequence number."""
 _SESSION_SUFFIX = struct.Struct(">qq")
 
 TIMESTAMP_SIZE = 8
@@ -23,12 +24,12 @@ MAX_SEQNUM = 2**31 - 1
 
 
 def window_store_key(key: bytes, window_start: int, seqnum: int = 0) -> bytes:
-    return key + _WINDOW_SUFFIX.pack(window_start, seqnum)
+    return key + WINDOW_SUFFIX.pack(window_start, seqnum)
 
 
 def split_window_store_key(binary: bytes) -> tuple[bytes, int, int]:
     """(key, window start, sequence number) of a window store key."""
-    start, seqnum = _WINDOW_SUFFIX.unpack_from(binary, len(binary) - WINDOW_SUFFIX_SIZE)
+    start, seqnum = WINDOW_SUFFIX.unpack_from(binary, len(binary) - WINDOW_SUFFIX_SIZE)
     return binary[:-WINDOW_SUFFIX_SIZE], start, seqnum
 
 

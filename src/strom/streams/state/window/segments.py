@@ -3,19 +3,20 @@
 A segmented store keeps its records in segments of ``segment_interval_ms`` by record time (window
 start, or session end). When stream time passes a segment's end by the retention period, the whole
 segment is dropped, which is how Kafka Streams keeps window stores bounded. A segment is an ordered
-map of binary keys: in memory (a sorted key list beside a dict) or one RocksDB database per segment.
+map of binary keys: in memory (a dict with a lazily sorted key index) or one RocksDB database per segment.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import rocksdict
+
+from strom.streams.state.key_index import SortedKeyIndex
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,10 @@ class Segment(Protocol):
     def get(self, key: bytes) -> bytes | None: ...
     def put(self, key: bytes, value: bytes) -> None: ...
     def delete(self, key: bytes) -> None: ...
+    def write_all(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Apply puts and deletes (value None) at once: a task commit's writes to this segment."""
+        ...
+
     def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         """Records with lo <= key <= hi (hi None: to the end)."""
         ...
@@ -43,14 +48,14 @@ class Segment(Protocol):
 
 
 class InMemorySegment:
-    """A sorted key list beside a dict: O(1) lookups and ordered range scans.
+    """A dict with a lazily sorted key index: O(1) lookups and writes, ordered range scans.
 
     Values are opaque to it, so the same structure also holds uncommitted writes, tombstones included.
     """
 
     def __init__(self) -> None:
         self._values: dict[bytes, Any] = {}
-        self._keys: list[bytes] = []
+        self._index = SortedKeyIndex()
 
     def get(self, key: bytes) -> bytes | None:
         return self._values.get(key)
@@ -59,33 +64,44 @@ class InMemorySegment:
         return key in self._values
 
     def put(self, key: bytes, value: bytes) -> None:
-        if key not in self._values:
-            bisect.insort(self._keys, key)
+        new = key not in self._values
         self._values[key] = value
+        if new:
+            self._index.added(key)  # after the insert: a concurrent scan then never misses the key
 
     def delete(self, key: bytes) -> None:
-        if key in self._values:
-            del self._values[key]
-            del self._keys[bisect.bisect_left(self._keys, key)]
+        if self._values.pop(key, _ABSENT) is not _ABSENT:
+            self._index.removed()
+
+    def write_all(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        for key, value in writes:
+            if value is None:
+                self.delete(key)
+            else:
+                self.put(key, value)
 
     def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        end = len(self._keys) if hi is None else bisect.bisect_right(self._keys, hi)
-        keys = self._keys[bisect.bisect_left(self._keys, lo):end]
-        return self._snapshot(keys, reverse)
+        return self._snapshot(self._index.between(self._values, lo, hi), reverse)
 
     def items(self, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        return self._snapshot(list(self._keys), reverse)
+        return self._snapshot(self._index.between(self._values, None, None), reverse)
 
     def _snapshot(self, keys: list[bytes], reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         values = self._values
-        return iter([(k, values[k]) for k in (reversed(keys) if reverse else keys)])
+        if reverse:
+            keys.reverse()
+        # the index may still hold removed keys: skip them
+        return iter([(k, values[k]) for k in keys if k in values])
 
     def close(self) -> None:
         self._values.clear()
-        self._keys.clear()
+        self._index.clear()
 
     def destroy(self) -> None:
         self.close()
+
+
+_ABSENT = object()
 
 
 class RocksDBSegment:
@@ -105,6 +121,16 @@ class RocksDBSegment:
 
     def delete(self, key: bytes) -> None:
         self._db.delete(key)
+
+    def write_all(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """One atomic RocksDB write batch: about twice as fast as a put per record."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in writes:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._db.write(batch)
 
     def range(self, lo: bytes, hi: bytes | None, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         if reverse:
