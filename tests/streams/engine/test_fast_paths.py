@@ -117,3 +117,29 @@ def test_counts_in_a_store_fed_straight_from_the_source(tmp_path, supplier):
     changelog = [(topic, L.deserialize(topic, value), ts) for topic, _, value, ts in sink.sent]
     assert changelog == [("app-counts-changelog", n, 10 + n - 1) for n in (1, 2, 3)]
     assert task.context.stores["counts"].get("k") == (3, 12)
+
+
+def test_long_interleaved_partitions_are_merged_by_timestamp_in_any_batch_size(tmp_path):
+    """Runs of one partition end where the other's next record is older; taken records are dropped
+    from the queues between runs (also past the compaction threshold), and records may arrive while
+    others are still buffered."""
+    builder = StreamsBuilder()
+    builder.stream(["a", "b"], Consumed.with_(S, S)).to("out")
+    sink = ListSink()
+    task = make_task(builder.build(), tmp_path, sink)
+    n = 3000
+
+    def feed(topic: str, first: int, offsets: range) -> None:  # a: even timestamps, b: odd ones
+        records = [ConsumerRecord(topic, 1, i, first + 2 * i, b"k", b"v") for i in offsets]
+        task.add_records(TopicPartition(topic, 1), records)
+
+    feed("a", 0, range(n // 2))
+    feed("b", 1, range(n))
+    assert task.process_batch(7) == 7
+    taken = 7 + task.process_batch(1500)
+    feed("a", 0, range(n // 2, n))
+    while task.buffered:
+        taken += task.process_batch(1000)
+    assert taken == 2 * n
+    assert [ts for _, _, _, ts in sink.sent] == list(range(2 * n))
+    assert task.committable_offsets() == {TopicPartition("a", 1): n, TopicPartition("b", 1): n}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -14,15 +13,21 @@ NEVER = 1 << 62
 
 
 class RecordQueue:
-    """Buffered raw records of one partition; partition time is the largest timestamp taken from it."""
+    """Buffered raw records of one partition; partition time is the largest timestamp taken from it.
+
+    A list read from ``head`` on, so the task iterates a run of records with a plain for loop (much
+    cheaper per record than popping a deque); consumed records are dropped between runs, in ``consume``.
+    """
 
     __slots__ = (
-        "consumed_offset", "key_decode", "partition", "partition_time", "records", "source", "value_decode"
+        "consumed_offset", "head", "key_decode", "partition", "partition_time", "records", "source",
+        "value_decode",
     )
 
     def __init__(self, partition: TopicPartition) -> None:
         self.partition = partition
-        self.records: deque[ConsumerRecord] = deque()
+        self.records: list[ConsumerRecord] = []
+        self.head = 0
         self.partition_time = UNKNOWN
         self.consumed_offset = UNKNOWN
         self.source: Any = None
@@ -34,6 +39,29 @@ class RecordQueue:
         self.source = source
         self.key_decode = decoder_of(source.key_deserializer, self.partition.topic)
         self.value_decode = decoder_of(source.value_deserializer, self.partition.topic)
+
+    def __len__(self) -> int:
+        return len(self.records) - self.head
+
+    def consume(self, count: int) -> None:
+        """The next ``count`` (> 0) records were taken; never called while a run iterates ``records``."""
+        self.head += count
+        self.consumed_offset = self.records[self.head - 1].offset
+        if self.head == len(self.records):
+            self.records.clear()
+            self.head = 0
+        elif self.head >= _COMPACT_AFTER and self.head * 2 >= len(self.records):
+            del self.records[: self.head]
+            self.head = 0
+
+    def clear(self) -> None:
+        self.records.clear()
+        self.head = 0
+        self.consumed_offset = UNKNOWN
+
+
+_COMPACT_AFTER = 1024
+"""Taken records stay in the list until this many (and half of it) were taken: then one del drops them."""
 
 
 class PartitionGroup:
@@ -61,6 +89,10 @@ class PartitionGroup:
         self.buffered += added
         return added
 
+    def consume(self, queue: RecordQueue, count: int) -> None:
+        queue.consume(count)
+        self.buffered -= count
+
     def next_run(self) -> tuple[RecordQueue, int]:
         """The non-empty queue whose head has the smallest timestamp (ties: the first), and the
         smallest head timestamp of the others: records stay the right choice up to that time."""
@@ -70,8 +102,8 @@ class PartitionGroup:
         best_ts = NEVER
         others = NEVER
         for queue in self.queues.values():
-            if queue.records:
-                ts = queue.records[0].timestamp
+            if len(queue):
+                ts = queue.records[queue.head].timestamp
                 if best is None or ts < best_ts:
                     others = min(others, best_ts)
                     best, best_ts = queue, ts
@@ -83,6 +115,5 @@ class PartitionGroup:
     def clear(self) -> None:
         """Drops buffered records and consumed positions (after an aborted commit)."""
         for queue in self.queues.values():
-            queue.records.clear()
-            queue.consumed_offset = UNKNOWN
+            queue.clear()
         self.buffered = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from strom.streams.processor.internals.collector import RecordCollector, RecordS
 from strom.streams.processor.internals.context import TaskContext, default_serde
 from strom.streams.processor.internals.handlers import HandlerResponse, resolve
 from strom.streams.processor.internals.nodes import ProcessorNode, SinkProcessor, SourceNode
-from strom.streams.processor.internals.partition_group import PartitionGroup
+from strom.streams.processor.internals.partition_group import PartitionGroup, RecordQueue
 from strom.streams.processor.internals.punctuation import PunctuationSchedule
 from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.state.cache import ThreadCache
@@ -258,66 +259,73 @@ class StreamTask:
 
     def process_batch(self, max_records: int = -1) -> int:
         """Processes up to ``max_records`` buffered records (all when negative), each depth-first and in
-        timestamp order, firing due stream-time punctuations after each. The hot loop of the engine."""
+        timestamp order, firing due stream-time punctuations after each."""
         group = self.partition_group
-        context = self.context
-        punctuations = context.stream_time_punctuations
         count = 0
         try:
             while group.buffered and count != max_records:
                 queue, until = group.next_run()
-                records = queue.records
-                popleft = records.popleft
-                source = queue.source
-                key_decode, value_decode = queue.key_decode, queue.value_decode
-                entry = source.entry
-                trusted_timestamps = source.record_timestamp_when_valid
-                while records and count != max_records and records[0].timestamp <= until:
-                    raw = popleft()
-                    group.buffered -= 1
-                    queue.consumed_offset = raw.offset
-                    count += 1
-                    key, value = raw.key, raw.value
-                    try:
-                        if key is not None:
-                            key = key_decode(key)
-                        if value is not None:
-                            value = value_decode(value)
-                    except Exception:  # the decoders' contract: the full deserializers decide
-                        deserialized = self._deserialize(raw, source)
-                        if deserialized is None:
-                            continue
-                        key, value = deserialized
-                    timestamp = raw.timestamp
-                    if timestamp < 0 or not trusted_timestamps:
-                        timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
-                        if timestamp < 0:
-                            self.metrics.dropped_records += 1
-                            continue
-                    if timestamp > queue.partition_time:
-                        queue.partition_time = timestamp
-                        if timestamp > context.stream_time:
-                            context.stream_time = timestamp
-                    headers = raw.headers or ()
-                    context.record_context = new_tuple(
-                        RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
-                    )
-                    entry(new_tuple(Record, (key, value, timestamp, headers)))
-                    if context.stream_time >= punctuations.next_time:
-                        self.maybe_punctuate_stream_time()
+                limit = len(queue) if max_records < 0 else min(len(queue), max_records - count)
+                count += self._process_run(queue, until, limit)
         except StromError:
             raise
         except Exception as exc:
+            context = self.context.record_context
             raise ProcessingError(
-                f"Exception caught in process. taskId={self.id}, topic={context.record_context.topic}, "
-                f"partition={context.record_context.partition}, offset={context.record_context.offset}: "
-                f"{type(exc).__name__}: {exc}"
+                f"Exception caught in process. taskId={self.id}, topic={context.topic}, "
+                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}"
             ) from exc
-        finally:
-            if count:
-                self.commit_needed = True
-                self.metrics.processed += count
         return count
+
+    def _process_run(self, queue: RecordQueue, until: int, limit: int) -> int:
+        """The hot loop of the engine: up to ``limit`` records of one queue while their timestamps stay
+        at most ``until`` (the other partitions' next timestamp). Returns how many were taken."""
+        context = self.context
+        punctuations = context.stream_time_punctuations
+        source = queue.source
+        key_decode, value_decode = queue.key_decode, queue.value_decode
+        entry = source.entry
+        trusted_timestamps = source.record_timestamp_when_valid
+        taken = 0
+        try:
+            for raw in islice(queue.records, queue.head, queue.head + limit):
+                if raw.timestamp > until:
+                    break
+                taken += 1
+                key, value = raw.key, raw.value
+                try:
+                    if key is not None:
+                        key = key_decode(key)  # type: ignore[misc]
+                    if value is not None:
+                        value = value_decode(value)  # type: ignore[misc]
+                except Exception:  # the decoders' contract: the full deserializers decide
+                    deserialized = self._deserialize(raw, source)
+                    if deserialized is None:
+                        continue
+                    key, value = deserialized
+                timestamp = raw.timestamp
+                if timestamp < 0 or not trusted_timestamps:
+                    timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
+                    if timestamp < 0:
+                        self.metrics.dropped_records += 1
+                        continue
+                if timestamp > queue.partition_time:
+                    queue.partition_time = timestamp
+                    if timestamp > context.stream_time:
+                        context.stream_time = timestamp
+                headers = raw.headers or ()
+                context.record_context = new_tuple(
+                    RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
+                )
+                entry(new_tuple(Record, (key, value, timestamp, headers)))
+                if context.stream_time >= punctuations.next_time:
+                    self.maybe_punctuate_stream_time()
+        finally:
+            if taken:
+                self.partition_group.consume(queue, taken)
+                self.metrics.processed += taken
+                self.commit_needed = True
+        return taken
 
     def _deserialize(self, raw: ConsumerRecord, source: SourceNode) -> tuple[Any, Any] | None:
         """Key and value through the source's deserializers; None when the handler skips the record."""
