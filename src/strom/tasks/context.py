@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import ConfigError
-from strom.tasks.commit_control import OffsetState
 from strom.tasks.completion import Completion, TimeoutChoice
 
 if TYPE_CHECKING:
@@ -34,22 +32,20 @@ _LOCK_POOL = [threading.Lock() for _ in range(64)]  # striped: a lock per reques
 
 
 class TaskRequest:
-    """One fetched record on its way through the pipeline; done when every stage completed."""
+    """One fetched record on its way through the pipeline; done when every stage completed. The unit that
+    processes the record creates it, so it lives only while the task is open."""
 
-    __slots__ = ("_lock", "_open", "_shared", "due_ms", "msg", "offset_state", "on_done", "retry_count",
-                 "started")
+    __slots__ = ("_open", "_shared", "due_ms", "msg", "offset", "pipeline", "retry_count", "started")
 
-    def __init__(self, msg: Any, offset_state: OffsetState, on_done: Callable[[TaskRequest], None],
-                 retry_count: int = 0, due_ms: int = 0) -> None:
+    def __init__(self, msg: Any, pipeline: ProcessPipeline, retry_count: int = 0, due_ms: int = 0) -> None:
         self.msg = msg
-        self.offset_state = offset_state
-        self.on_done = on_done
+        self.offset: int = msg.offset()
+        self.pipeline = pipeline
         self.retry_count = retry_count
         self.due_ms = due_ms
         self.started = 0.0
         self._open = 1
         self._shared = False
-        self._lock = _LOCK_POOL[offset_state.offset & 63]
 
     @property
     def key(self) -> bytes | None:
@@ -66,12 +62,12 @@ class TaskRequest:
     @property
     def metadata(self) -> TaskMetadata:
         msg = self.msg
-        return TaskMetadata(msg.topic(), msg.partition(), msg.offset(), msg.timestamp()[1], self.retry_count,
+        return TaskMetadata(msg.topic(), msg.partition(), self.offset, msg.timestamp()[1], self.retry_count,
                             self.due_ms)
 
     def open_stage(self) -> None:
         """Opens a stage pushed after stage 0 (stage 0 is open from the start)."""
-        with self._lock:
+        with _LOCK_POOL[self.offset & 63]:
             self._open += 1
 
     def share(self) -> None:
@@ -80,15 +76,14 @@ class TaskRequest:
 
     def close_stage(self) -> None:
         if self._shared:
-            with self._lock:
+            with _LOCK_POOL[self.offset & 63]:
                 self._open -= 1
                 done = self._open == 0
         else:
             self._open -= 1
             done = self._open == 0
         if done:
-            self.offset_state.done = True
-            self.on_done(self)
+            self.pipeline.task_done(self)
 
 
 class ProcessingContext:
@@ -120,11 +115,7 @@ class ProcessingContext:
             return self._completion
         completion = Completion(on_timeout)
         self._completion = completion
-        state = self._request.offset_state
-        state.deferred.append(completion)
-        timeout_ms = self._pipeline.deferred_timeout_ms()
-        if timeout_ms >= 0 and state.timeout_at < 0:
-            state.timeout_at = time.monotonic() + timeout_ms / 1000
+        self._pipeline.track_deferred(self._request, completion)
         self._request.share()
         completion.when_complete(self._request.close_stage)
         return completion

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _LATENCY_SAMPLES = 2048
@@ -33,10 +34,9 @@ class PartitionMetrics:
         self.completed = 0
         self._starved_since: float | None = time.monotonic()
         self._starved_total = 0.0
-
-    def record_latency(self, latency_s: float) -> None:
-        """Called by units when a task completes (deque.append is atomic, so no lock)."""
-        self._latencies.append(latency_s)
+        # record_latency(seconds), called by units once per task: the deque's own append (atomic, so no
+        # lock; the oldest sample drops out), so no Python frame per call
+        self.record_latency: Callable[[float], None] = self._latencies.append
 
     def update_starvation(self, pending: int) -> None:
         """Queue-starved time: how long the partition had nothing to process (called by the subscription)."""

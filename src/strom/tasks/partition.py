@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import logging
-import time
+import operator
 from collections import deque
-from collections.abc import Iterable
 from typing import Any
 
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
-from strom.tasks.context import TaskRequest
 from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 from strom.tasks.rate_limiter import RateLimiter
-from strom.tasks.retry import RetryQueue, parse_retry_headers
+from strom.tasks.retry import RetryQueue
 
 log = logging.getLogger(__name__)
 
 PROPS = ProcessorProperties
+_record_key = operator.methodcaller("key")
+_record_offset = operator.methodcaller("offset")
 
 
 class PartitionContext:
@@ -40,7 +40,8 @@ class PartitionContext:
         self.commit_control = OutOfOrderCommitControl()
         self.metrics = PartitionMetrics()
         limiter = RateLimiter(props.get(PROPS.PROCESSING_RATE))
-        self._pipeline = ProcessPipeline(builder, props, limiter, retry_queue)
+        self._pipeline = ProcessPipeline(builder, props, limiter, retry_queue, self.commit_control,
+                                         self.metrics)
         self._executor = self._new_executor()
         self._backlog: deque[Any] = deque()
         self.reload_requested = False
@@ -79,20 +80,11 @@ class PartitionContext:
             msgs = msgs[:room]
         self._dispatch(msgs)
 
-    def _dispatch(self, msgs: Iterable[Any]) -> None:
-        report, submit = self.commit_control.report_fetched_offset, self._executor.submit
-        on_done = self._on_done
-        for msg in msgs:
-            state = report(msg.offset())
-            headers = msg.headers()
-            if headers:
-                request = TaskRequest(msg, state, on_done, *parse_retry_headers(headers))
-            else:
-                request = TaskRequest(msg, state, on_done)
-            submit(msg.key(), request)
-
-    def _on_done(self, request: TaskRequest) -> None:
-        self.metrics.record_latency(time.monotonic() - request.started)
+    def _dispatch(self, msgs: list[Any]) -> None:
+        """Hands records to the units: the units get the records themselves (each builds its TaskRequest
+        when it starts one), the commit control only their offsets."""
+        self.commit_control.report_fetched_offsets([msg.offset() for msg in msgs])
+        self._executor.submit_many(msgs, _record_key)
 
     def update(self) -> None:
         """Advances the commit-ready offset, rebuilds units on a concurrency change, releases the backlog."""
@@ -114,12 +106,11 @@ class PartitionContext:
         old.hand_back()
         if not old.idle():
             return
-        requeued = sorted(old.handed_back(), key=lambda request: request.offset_state.offset)
+        requeued = sorted(old.handed_back(), key=_record_offset)
         old.close(timeout_s=0.0)
         self._executor = self._new_executor()
         self.reload_requested = False
-        for request in requeued:
-            self._executor.submit(request.key, request)
+        self._executor.submit_many(requeued, _record_key)
         log.info("%s-%d: units rebuilt with concurrency %d (was %d), %d queued tasks moved", self.topic,
                  self.partition, self._executor.concurrency, old.concurrency, len(requeued))
 

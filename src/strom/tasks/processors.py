@@ -7,16 +7,16 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strom.errors import ConfigError, ProcessingError, SerializationError
+from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.completion import Completion
 from strom.tasks.context import ProcessingContext, TaskRequest
+from strom.tasks.metrics import PartitionMetrics
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 from strom.tasks.rate_limiter import RateLimiter
-
-if TYPE_CHECKING:
-    from strom.tasks.retry import RetryQueue
+from strom.tasks.retry import RetryQueue, parse_retry_headers
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ ProcessFn = Callable[[ProcessingContext, Any], Any]
 
 _COMPLETED = Completion()
 _COMPLETED.complete()
+_DROPPED = object()
 
 
 def _process_fn(processor: Any) -> ProcessFn:
@@ -68,53 +69,72 @@ class ProcessorsBuilder:
 
 
 class ProcessPipeline:
-    """Runs one task through the processors of a partition; shared by the partition's units."""
+    """Runs fetched records of a partition through its processors (shared by the partition's units) and
+    reports completed ones to the partition's commit control."""
 
     def __init__(self, builder: ProcessorsBuilder, props: ProcessorPropertiesView, rate_limiter: RateLimiter,
-                 retry_queue: RetryQueue | None) -> None:
+                 retry_queue: RetryQueue | None, commit_control: OutOfOrderCommitControl,
+                 metrics: PartitionMetrics) -> None:
         self._fns = builder.processors
         self._deserializer = builder.deserializer
         self.asynchronous = builder.asynchronous
         self._timeout = props.get(ProcessorProperties.DEFERRED_COMPLETE_TIMEOUT_MS)
         self._rate_limiter = rate_limiter
         self._retry_queue = retry_queue
+        self._commit_control = commit_control
+        self._metrics = metrics
 
-    def deferred_timeout_ms(self) -> int:
-        return self._timeout.value
+    def _request(self, msg: Any) -> TaskRequest:
+        headers = msg.headers()
+        if headers:
+            return TaskRequest(msg, self, *parse_retry_headers(headers))
+        return TaskRequest(msg, self)
 
-    def _deserialize(self, request: TaskRequest) -> tuple[bool, Any]:
+    def task_done(self, request: TaskRequest) -> None:
+        """Called once every stage of the task completed."""
+        self._commit_control.complete(request.offset)
+        self._metrics.record_latency(time.monotonic() - request.started)
+
+    def track_deferred(self, request: TaskRequest, completion: Completion) -> None:
+        self._commit_control.track_deferred(request.offset, completion, self._timeout.value)
+
+    def _task(self, request: TaskRequest) -> Any:
+        """The task of stage 0: the record value, deserialized if the pipeline has a deserializer;
+        _DROPPED (and the task completed) if the deserializer raised."""
         if self._deserializer is None:
-            return True, request.value
+            return request.msg.value()
         try:
-            return True, self._deserializer(request.value)
+            return self._deserializer(request.msg.value())
         except Exception as exc:
             md = request.metadata
             log.error("%s", SerializationError(
                 f"Dropping task at {md.topic}-{md.partition}@{md.offset}: the deserializer raised {exc!r}. "
                 "Fix the deserializer or the producer of this topic."))
             request.close_stage()
-            return False, None
+            return _DROPPED
 
-    def handle(self, request: TaskRequest) -> None:
+    def handle(self, msg: Any) -> None:
         """Entry of a thread unit: waits for a retry's due time and the rate limit, then stage 0."""
+        request = self._request(msg)
         if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
             time.sleep(delay)
         if self._rate_limiter.limited():
             self._rate_limiter.acquire()
         request.started = time.monotonic()
-        ok, task = self._deserialize(request)
-        if ok:
+        task = self._task(request)
+        if task is not _DROPPED:
             self._run_sync(request, 0, task)
 
-    async def handle_async(self, request: TaskRequest) -> None:
+    async def handle_async(self, msg: Any) -> None:
         """Entry of an asyncio unit (stage 0 inlined: one coroutine less per task)."""
+        request = self._request(msg)
         if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
             await asyncio.sleep(delay)
         if self._rate_limiter.limited():
             await self._rate_limiter.acquire_async()
         request.started = time.monotonic()
-        ok, task = self._deserialize(request)
-        if not ok:
+        task = self._task(request)
+        if task is _DROPPED:
             return
         context = ProcessingContext(request, self, 0)
         try:
