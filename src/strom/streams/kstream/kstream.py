@@ -212,20 +212,9 @@ class KStream:
         )
 
     def group_by(self, selector: Callable[[Any, Any], Any], grouped: Grouped | None = None) -> KGroupedStream:
-        """Groups by ``selector(key, value)``; the aggregation reads through a repartition topic."""
-        from strom.streams.kstream.grouped import KGroupedStream
-
-        grouped = grouped or Grouped()
-        keyed = self.select_key(selector)
-        return KGroupedStream(
-            self.builder,
-            keyed.name,
-            grouped.key_serde,
-            grouped.value_serde or self.value_serde,
-            True,
-            grouped.name,
-            self.source_topics,
-        )
+        """Groups by ``selector(key, value)`` (as ``select_key(selector).group_by_key(grouped)``); the
+        aggregation reads through a repartition topic."""
+        return self.select_key(key_value_function(selector, "group_by")).group_by_key(grouped)
 
     # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
     def join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:

@@ -188,7 +188,7 @@ class KTable:
         name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
         self.builder.internal.add_processor(name, tp.KTableToStream, self.name)
         stream = KStream(self.builder, name, self.key_serde, self.value_serde, False, self.source_topics)
-        return stream if mapper is None else stream.select_key(mapper)
+        return stream if mapper is None else stream.select_key(key_value_function(mapper, "KTable.to_stream"))
 
     def group_by(
         self, selector: Callable[[Any, Any], tuple[Any, Any]], grouped: Grouped | None = None
