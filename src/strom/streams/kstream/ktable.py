@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 class ValueTransformerWithKey:
     """Kafka's ValueTransformerWithKey for ``KTable.transform_values``: a stateful per-task value
     mapping. ``init`` gets the processor context (``get_state_store`` for connected stores);
-    ``transform(key, value)`` returns the new value; ``close`` releases resources."""
+    ``transform(key, value)`` returns the new value (it must not ``forward``: the result is the new
+    value); ``close`` releases resources."""
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
