@@ -155,6 +155,7 @@ class KGroupedTable(_Grouped):
     def count(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
     ) -> KTable:
+        """Rows per new key: a row adds one to its key's count, the row it replaces subtracts one."""
         return self._build(
             "KTABLE-AGGREGATE-",
             named,
@@ -188,6 +189,8 @@ class KGroupedTable(_Grouped):
         named: Named | Materialized | None = None,
         materialized: Materialized | Named | None = None,
     ) -> KTable:
+        """``adder(key, value, aggregate)`` takes in each new value, ``subtractor(key, value, aggregate)``
+        takes out the value it replaces; the aggregate's serde comes from Materialized."""
         return self._build(
             "KTABLE-AGGREGATE-",
             named,
