@@ -54,6 +54,8 @@ def test_per_partition_json_offsets():
         ({"subscribePatern": "a.*"}, True, "subscribePattern"),
         ({"kafka.isolation.level": "dirty"}, True, "kafka.isolation.level"),
         ({"kafka.group.id": "mine"}, True, "kafka.group.id"),
+        ({"kafka.fetch.max.bytez": "1048576"}, True, r"Option 'kafka\.fetch\.max\.bytez'.*No such"),
+        ({"kafka.fetch.max.bytes": "lots"}, False, r"Option 'kafka\.fetch\.max\.bytes'.*Invalid value"),
     ],
 )
 def test_bad_options_name_the_option(extra, streaming, named):
@@ -82,6 +84,10 @@ def test_sink_options():
     assert not sink_options({"kafka.bootstrap.servers": "x:1"}).exactly_once
     with pytest.raises(ConfigError, match=r"delivery\.guarantee"):
         sink_options({"kafka.bootstrap.servers": "x:1", "delivery.guarantee": "twice"})
+    with pytest.raises(ConfigError, match=r"Option 'kafka\.compression\.type'.*zstdd"):
+        sink_options({"kafka.bootstrap.servers": "x:1", "kafka.compression.type": "zstdd"})
+    with pytest.raises(ConfigError, match="Option 'topic' is empty"):
+        sink_options({"kafka.bootstrap.servers": "x:1", "topic": " "})
 
 
 def test_rate_limit_spreads_in_proportion_and_never_exceeds():

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from strom.errors import ConfigError
+from strom.kafka import clients
 
 EARLIEST = -2
 LATEST = -1
@@ -84,7 +87,8 @@ def _lookup(options: Mapping[str, str], name: str) -> str | None:
     return None if value is None else str(value)
 
 
-def _client_config(options: Mapping[str, str]) -> dict[str, str]:
+def _client_config(options: Mapping[str, str], build: Callable[..., Any]) -> dict[str, str]:
+    """The ``kafka.*`` options without their prefix, each checked by librdkafka on the driver."""
     config = {}
     for key, value in options.items():
         if not key.lower().startswith(KAFKA_PREFIX) or key.lower() == "kafka.bootstrap.servers":
@@ -93,8 +97,22 @@ def _client_config(options: Mapping[str, str]) -> dict[str, str]:
         if client_key.lower() in _CLIENT_OWNED:
             raise ConfigError(f"Option {key!r} is not supported: the strom connector manages "
                               f"{client_key!r} itself. Remove the option.")
+        _check_client_setting(key, client_key, str(value), build)
         config[client_key] = str(value)
     return config
+
+
+def _check_client_setting(option: str, client_key: str, value: str, build: Callable[..., Any]) -> None:
+    """librdkafka checks names and values when a client is made; one without brokers costs well
+    under a millisecond, and a typo then fails load() or start() instead of a Spark task."""
+    try:
+        build("", **{client_key: value})
+    except ConfigError as exc:
+        cause = exc.__cause__
+        detail = cause.args[0].str() if isinstance(cause, KafkaException) else str(cause or exc)
+        raise ConfigError(f"Option {option!r} is not a valid Kafka client setting: {detail}. The "
+                          "part after 'kafka.' is a librdkafka configuration key (see "
+                          "CONFIGURATION.md of librdkafka).") from exc
 
 
 def _check_known(options: Mapping[str, str], known: tuple[str, ...]) -> None:
@@ -210,11 +228,7 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
     starting = parse_offset_spec("startingOffsets", _lookup(options, "startingOffsets"),
                                  LATEST if streaming else EARLIEST, starting_allowed)
     ending = parse_offset_spec("endingOffsets", _lookup(options, "endingOffsets"), LATEST, (LATEST,))
-    config = _client_config(options)
-    isolation = config.get("isolation.level", "read_committed")
-    if isolation not in ("read_committed", "read_uncommitted"):
-        raise ConfigError.bad_value("kafka.isolation.level", isolation,
-                                    "read_committed or read_uncommitted")
+    config = _client_config(options, clients.consumer)
     return SourceOptions(
         bootstrap_servers=_bootstrap(options),
         subscription=_subscription(options),
@@ -241,9 +255,13 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
     guarantee = (_lookup(options, "delivery.guarantee") or "at_least_once").strip().lower()
     if guarantee not in DELIVERY_GUARANTEES:
         raise ConfigError.bad_value("delivery.guarantee", guarantee, " or ".join(DELIVERY_GUARANTEES))
+    topic = _lookup(options, "topic")
+    if topic is not None and not topic.strip():
+        raise ConfigError("Option 'topic' is empty: name the topic to write to, or leave the "
+                          "option out and give each row a 'topic' column.")
     return SinkOptions(
         bootstrap_servers=_bootstrap(options),
-        topic=_lookup(options, "topic"),
+        topic=topic,
         exactly_once=guarantee == "exactly_once",
-        client_config=_client_config(options),
+        client_config=_client_config(options, clients.producer),
     )
