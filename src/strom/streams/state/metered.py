@@ -75,6 +75,7 @@ class MeteredKeyValueStore:
         self._topic = context.changelog_topic(self.name)
         self._key_encode = encoder_of(key_serde.serializer(), self._topic)
         self._value_encode = encoder_of(value_serde.serializer(), self._topic)
+        self._key_decode = decoder_of(key_serde.deserializer(), self._topic)
         self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
         self.wrapped.init(context, root)
         self._wrapped_get = self.wrapped.get
@@ -181,9 +182,17 @@ class MeteredKeyValueStore:
             return False
         topic = self._topic
         key_de, value_de = self._key_de, self._value_de
+        key_decode, value_decode = self._key_decode, self._value_decode
 
         def typed(key: bytes, new: bytes | None, old: bytes | None, timestamp: int) -> None:
-            listener(key_de(topic, key), value_de(topic, new), value_de(topic, old), timestamp)
+            try:
+                typed_key = key_decode(key)
+                typed_new = None if new is None else value_decode(new)
+                typed_old = None if old is None else value_decode(old)
+            except Exception:  # encoder_of's contract: the serdes' own methods decide
+                typed_key = key_de(topic, key)
+                typed_new, typed_old = value_de(topic, new), value_de(topic, old)
+            listener(typed_key, typed_new, typed_old, timestamp)
 
         return self.wrapped.set_flush_listener(typed, send_old_values)
 

@@ -49,7 +49,8 @@ class RecordCollector:
         self.task_id = task_id
         self.offsets: dict[TopicPartition, int] = {}
         self.dropped_records = 0
-        self._error: Exception | None = None
+        self.send_error: Exception | None = None
+        """The first failure a sink reported; the next send or flush raises it (``check_error``)."""
 
     def send(
         self,
@@ -62,8 +63,8 @@ class RecordCollector:
         value_serialize: Callable[[str, Any], bytes | None],
         partition: int | None = None,
     ) -> None:
-        if self._error is not None:
-            self._check_error()
+        if self.send_error is not None:
+            self.check_error()
         try:
             key_bytes = None if key is None else key_serialize(topic, key)
             value_bytes = None if value is None else value_serialize(topic, value)
@@ -90,8 +91,8 @@ class RecordCollector:
         headers: Headers = (),
     ) -> None:
         """Sends already serialized bytes (changelog records, and what sinks serialized themselves)."""
-        if self._error is not None:
-            self._check_error()
+        if self.send_error is not None:
+            self.check_error()
         self.sink.send(self, topic, partition, key, value, timestamp, headers)
 
     def delivered(self, topic: str, partition: int, offset: int) -> None:
@@ -103,16 +104,16 @@ class RecordCollector:
             log.warning(
                 "Task %s dropped a record for %s after a send error: %s", self.task_id, topic, exception
             )
-        elif self._error is None:
-            self._error = exception
+        elif self.send_error is None:
+            self.send_error = exception
 
     def flush(self) -> None:
         self.sink.flush(self)
-        self._check_error()
+        self.check_error()
 
-    def _check_error(self) -> None:
-        if self._error is not None:
-            error, self._error = self._error, None
+    def check_error(self) -> None:
+        if self.send_error is not None:
+            error, self.send_error = self.send_error, None
             raise ProcessingError(
                 f"Task {self.task_id} failed to send a record: {error}. Check that the "
                 "output topics exist and the broker is reachable, or configure "
