@@ -22,6 +22,8 @@ class KStream:
 
     ``repartition_required`` is set by key-changing operators; a stateful operator after one reads the
     stream through a repartition topic so that all records of a key meet in one task.
+    ``source_topics`` are the topics its records come from (a pattern source stands for the topics it
+    matches), for co-partitioning checks.
     """
 
     def __init__(
