@@ -51,7 +51,10 @@ def test_join_sync_and_assignment(tmp_path):
         assert coordinator.heartbeat("g", 0, leader["member_id"]) is ErrorCode.illegal_generation
         assert coordinator.heartbeat("g", 1, "stranger") is ErrorCode.unknown_member_id
         assert coordinator.check_commit("g", 0, leader["member_id"]) is ErrorCode.illegal_generation
-        assert coordinator.check_commit("g", -1, "") is ErrorCode.none
+        # a simple commit (generation -1, no member) must not overwrite the members' progress
+        assert coordinator.check_commit("g", -1, "") is ErrorCode.unknown_member_id
+        assert coordinator.check_commit("g", -1, "", transactional=True) is ErrorCode.none
+        assert coordinator.check_commit("g", 1, leader["member_id"]) is ErrorCode.none
 
     asyncio.run(scenario())
 
@@ -104,6 +107,14 @@ def test_static_member_restart_replaces_its_old_incarnation(tmp_path):
         assert list(coordinator.groups["g"].members) == [new["member_id"]]
         stale = coordinator.heartbeat("g", new["generation_id"], old["member_id"])
         assert stale is ErrorCode.unknown_member_id
+        generation = new["generation_id"]
+        fenced = coordinator.heartbeat("g", generation, old["member_id"], "instance-1")
+        assert fenced is ErrorCode.fenced_instance_id
+        assert coordinator.check_commit("g", generation, old["member_id"], "instance-1") is (
+            ErrorCode.fenced_instance_id)
+        assert coordinator.leave("g", old["member_id"], "instance-1") is ErrorCode.fenced_instance_id
+        assert coordinator.leave("g", "", "instance-1") is ErrorCode.none  # by instance id alone
+        assert coordinator.groups["g"].members == {}
 
     asyncio.run(scenario())
 
@@ -134,3 +145,55 @@ def test_offsets_of_empty_groups_expire(tmp_path):
     coordinator.expire_offsets()
     assert coordinator.committed("idle") == {}
     assert coordinator.committed("recent") != {}
+
+
+def test_join_without_member_id_gets_one_first_kip_394(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        join = coordinator.join
+        args = ("client", "127.0.0.1", 400, 400, "consumer", PROTOCOLS)
+        first = await join("g", "", None, *args, require_known_member_id=True)
+        assert first["error_code"] is ErrorCode.member_id_required and first["member_id"]
+        assert coordinator.groups["g"].members == {}
+        second = await join("g", "", None, *args, require_known_member_id=True)
+        joined = await asyncio.gather(join("g", first["member_id"], None, *args),
+                                      join("g", second["member_id"], None, *args))
+        assert [j["error_code"] for j in joined] == [ErrorCode.none, ErrorCode.none]
+        assert joined[0]["generation_id"] == joined[1]["generation_id"] == 1, "one rebalance for both"
+        unknown = await join("g", "never-handed-out", None, *args)
+        assert unknown["error_code"] is ErrorCode.unknown_member_id
+        static = await join("h", "", "instance-1", *args, require_known_member_id=True)
+        assert static["error_code"] is ErrorCode.none  # static members skip the handshake
+
+    asyncio.run(scenario())
+
+
+def test_pending_member_that_never_joins_again_expires(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        pending = await coordinator.join("g", "", None, "client", "127.0.0.1", 100, 100, "consumer",
+                                         PROTOCOLS, require_known_member_id=True)
+        await asyncio.sleep(0.15)
+        coordinator.expire_sessions()
+        late = await _join(coordinator, pending["member_id"])
+        assert late["error_code"] is ErrorCode.unknown_member_id
+
+    asyncio.run(scenario())
+
+
+def test_offset_commit_validation_follows_kafka(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        assert coordinator.check_commit("simple", -1, "") is ErrorCode.none  # no such group yet
+        assert coordinator.check_commit("simple", 3, "m") is ErrorCode.illegal_generation
+        member = await _join(coordinator)
+        assert coordinator.check_commit("g", 1, member["member_id"]) is ErrorCode.rebalance_in_progress
+        await coordinator.sync("g", 1, member["member_id"], {})
+        assert coordinator.check_commit("g", 1, member["member_id"]) is ErrorCode.none
+        assert coordinator.check_commit("g", 0, member["member_id"]) is ErrorCode.illegal_generation
+        assert coordinator.check_commit("g", 1, "stranger") is ErrorCode.unknown_member_id
+        assert coordinator.check_commit("g", -1, "") is ErrorCode.unknown_member_id
+        assert coordinator.leave("g", member["member_id"]) is ErrorCode.none
+        assert coordinator.check_commit("g", -1, "") is ErrorCode.none  # empty again: simple commits
+
+    asyncio.run(scenario())

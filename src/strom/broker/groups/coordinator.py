@@ -40,7 +40,10 @@ class GroupCoordinator:
     # ---- join / sync --------------------------------------------------------------------------
     async def join(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-                   protocol_type: str, protocols: list[tuple[str, bytes]]) -> dict[str, Any]:
+                   protocol_type: str, protocols: list[tuple[str, bytes]],
+                   require_known_member_id: bool = False) -> dict[str, Any]:
+        """`require_known_member_id` (JoinGroup v4+, KIP-394): a dynamic member joining without an
+        id gets one with MEMBER_ID_REQUIRED and becomes a member when it joins again with it."""
         if not group_id:
             return _join_error(ErrorCode.invalid_group_id, member_id)
         low, high = self.config["group.min.session.timeout.ms"], self.config["group.max.session.timeout.ms"]
@@ -49,11 +52,14 @@ class GroupCoordinator:
         group = self.groups.setdefault(group_id, Group(group_id))
         if not group.supports(protocol_type, protocols) or not protocols:
             return _join_error(ErrorCode.inconsistent_group_protocol, member_id)
-        if member_id and member_id not in group.members:
-            return _join_error(ErrorCode.unknown_member_id, member_id)
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
+            if require_known_member_id and group_instance_id is None:
+                group.pending_members[member_id] = time.monotonic() + session_timeout_ms / 1000
+                return _join_error(ErrorCode.member_id_required, member_id)
             self._replace_static_member(group, group_instance_id)
+        elif member_id not in group.members and group.pending_members.pop(member_id, None) is None:
+            return _join_error(ErrorCode.unknown_member_id, member_id)
         member = group.members.get(member_id)
         if member is None:
             member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
@@ -99,7 +105,7 @@ class GroupCoordinator:
         if initial:
             delay = min(self.config["group.initial.rebalance.delay.ms"], timeout_ms) / 1000
             await asyncio.sleep(delay)
-        while any(not m.awaiting_join for m in group.members.values()):
+        while group.pending_members or any(not m.awaiting_join for m in group.members.values()):
             group.join_changed.clear()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -141,12 +147,15 @@ class GroupCoordinator:
                 "members": all_members if member.member_id == group.leader_id else [],
             })
 
-    async def sync(self, group_id: str, generation: int, member_id: str,
-                   assignments: dict[str, bytes]) -> dict[str, Any]:
+    async def sync(self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes],
+                   group_instance_id: str | None = None) -> dict[str, Any]:
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
+        if group is None:
             return _sync_result(ErrorCode.unknown_member_id)
+        error = _member_error(group, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return _sync_result(error)
+        member = group.members[member_id]
         if generation != group.generation:
             return _sync_result(ErrorCode.illegal_generation)
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -166,11 +175,15 @@ class GroupCoordinator:
         return await member.sync_future
 
     # ---- heartbeat / leave / expiry -----------------------------------------------------------
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  group_instance_id: str | None = None) -> ErrorCode:
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
+        if group is None:
             return ErrorCode.unknown_member_id
+        error = _member_error(group, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return error
+        member = group.members[member_id]
         if generation != group.generation:
             return ErrorCode.illegal_generation
         member.last_heartbeat = time.monotonic()
@@ -178,10 +191,16 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+    def leave(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> ErrorCode:
+        """A static member may leave by its instance id alone (member id empty, as admin tools send)."""
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
             return ErrorCode.unknown_member_id
+        if group_instance_id is not None and not member_id:
+            member_id = group.static_member_id(group_instance_id) or ""
+        error = _member_error(group, member_id, group_instance_id)
+        if error is not ErrorCode.none:
+            return error
         self._remove_member(group, member_id, "left the group")
         return ErrorCode.none
 
@@ -202,6 +221,13 @@ class GroupCoordinator:
     def expire_sessions(self) -> None:
         now = time.monotonic()
         for group in list(self.groups.values()):
+            expired = [m for m, expiry in group.pending_members.items() if expiry < now]
+            for member_id in expired:
+                log.info("group %s: pending member %s did not join again with its id", group.group_id,
+                         member_id)
+                del group.pending_members[member_id]
+            if expired:
+                group.join_changed.set()
             for member in list(group.members.values()):
                 if member.member_id in group.members and member.session_expired(now):
                     self._remove_member(group, member.member_id, "missed its session timeout")
@@ -213,18 +239,29 @@ class GroupCoordinator:
                 self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
 
     # ---- offsets ------------------------------------------------------------------------------
-    def check_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
-        """Whether a member may commit offsets for this generation (generation -1: a simple commit)."""
+    def check_commit(self, group_id: str, generation: int, member_id: str,
+                     group_instance_id: str | None = None, transactional: bool = False) -> ErrorCode:
+        """Whether an (Txn)OffsetCommit may store offsets, as Kafka decides: generation -1 without a
+        member is a simple commit (admin tools, assign() consumers), allowed while the group has no
+        members (and always inside a transaction); anything else must come from a current member."""
         group = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            return ErrorCode.none  # a simple commit (admin tools, assign() consumers)
-        if group is None or member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if generation != group.generation:
-            return ErrorCode.illegal_generation
-        if group.state is GroupState.COMPLETING_REBALANCE:
+        if group is None or group.state is GroupState.EMPTY:
+            if generation < 0:
+                return ErrorCode.none
+            if group is None:
+                return ErrorCode.illegal_generation
+        if generation >= 0 or member_id or group_instance_id is not None:
+            error = _member_error(group, member_id, group_instance_id)
+            if error is not ErrorCode.none:
+                return error
+            if generation != group.generation:
+                return ErrorCode.illegal_generation
+        elif not transactional:
+            return ErrorCode.unknown_member_id  # a simple commit would overwrite the members' progress
+        if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
-        group.members[member_id].last_heartbeat = time.monotonic()
+        if member_id in group.members:
+            group.members[member_id].last_heartbeat = time.monotonic()
         return ErrorCode.none
 
     def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:
@@ -259,13 +296,23 @@ class GroupCoordinator:
                 "members": members, "authorized_operations": -2147483648}
 
 
+def _member_error(group: Group, member_id: str, group_instance_id: str | None) -> ErrorCode:
+    """Kafka's member validation: a static member's instance id must map to this member id."""
+    if group_instance_id is not None:
+        current = group.static_member_id(group_instance_id)
+        if current is None:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if current == member_id else ErrorCode.fenced_instance_id
+    return ErrorCode.none if member_id in group.members else ErrorCode.unknown_member_id
+
+
 def _resolve(future: asyncio.Future | None, result: dict[str, Any]) -> None:
     if future is not None and not future.done():
         future.set_result(result)
 
 
 def _join_error(code: ErrorCode, member_id: str) -> dict[str, Any]:
-    return {"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
+    return {"error_code": code, "generation_id": -1, "leader": "",
             "member_id": member_id, "members": []}
 
 

@@ -52,8 +52,13 @@ class Group:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
+    pending_members: dict[str, float] = field(default_factory=dict)  # KIP-394: member id -> expiry
     join_changed: asyncio.Event = field(default_factory=asyncio.Event)
     rebalance_task: asyncio.Task | None = None
+
+    def static_member_id(self, group_instance_id: str) -> str | None:
+        return next((m.member_id for m in self.members.values()
+                     if m.group_instance_id == group_instance_id), None)
 
     def select_protocol(self) -> str | None:
         """The first protocol, in the leader's order of preference, that every member supports."""

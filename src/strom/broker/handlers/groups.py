@@ -35,18 +35,21 @@ async def join_group(ctx: RequestContext, body: Any) -> dict[str, Any]:
         group_instance_id=getattr(body, "group_instance_id", None), client_id=ctx.client_id,
         client_host=ctx.client_host, session_timeout_ms=session_ms,
         rebalance_timeout_ms=ms(rebalance) if rebalance is not None else session_ms,
-        protocol_type=body.protocol_type, protocols=[(p.name, p.metadata) for p in body.protocols])
+        protocol_type=body.protocol_type, protocols=[(p.name, p.metadata) for p in body.protocols],
+        require_known_member_id=ctx.api_version >= 4)
 
 
 @handles(SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, body: Any) -> dict[str, Any]:
     assignments = {a.member_id: a.assignment for a in body.assignments}
-    return await ctx.broker.groups.sync(body.group_id, body.generation_id, body.member_id, assignments)
+    return await ctx.broker.groups.sync(body.group_id, body.generation_id, body.member_id, assignments,
+                                        getattr(body, "group_instance_id", None))
 
 
 @handles(HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    return {"error_code": ctx.broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id)}
+    return {"error_code": ctx.broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                                      getattr(body, "group_instance_id", None))}
 
 
 @handles(LEAVE_GROUP, 0, 5)
@@ -55,14 +58,16 @@ async def leave_group(ctx: RequestContext, body: Any) -> dict[str, Any]:
     if ctx.api_version < 3:
         return {"error_code": groups.leave(body.group_id, body.member_id)}
     members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                "error_code": groups.leave(body.group_id, m.member_id)} for m in body.members]
+                "error_code": groups.leave(body.group_id, m.member_id, m.group_instance_id)}
+               for m in body.members]
     return {"error_code": ErrorCode.none, "members": members}
 
 
 @handles(OFFSET_COMMIT, 2, 8)
 async def offset_commit(ctx: RequestContext, body: Any) -> dict[str, Any]:
     groups = ctx.broker.groups
-    error = groups.check_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id)
+    error = groups.check_commit(body.group_id, body.generation_id_or_member_epoch, body.member_id,
+                                getattr(body, "group_instance_id", None))
     now = int(time.time() * 1000)
     accepted: dict[tuple[str, int], CommittedOffset] = {}
     topics = []

@@ -87,7 +87,8 @@ def _check_txn_offset_commit(ctx: RequestContext, body: Any) -> ErrorCode:
     except CoordinatorError as exc:
         return _code(ctx, TXN_OFFSET_COMMIT, exc)
     return ctx.broker.groups.check_commit(body.group_id, getattr(body, "generation_id", -1),
-                                          getattr(body, "member_id", ""))
+                                          getattr(body, "member_id", ""),
+                                          getattr(body, "group_instance_id", None), transactional=True)
 
 
 @handles(END_TXN, 0, 3)
