@@ -69,7 +69,8 @@ def parse_request(frame: bytes | memoryview) -> Request:
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
         body, _ = entity_reader(schema)(frame, header_size)
     except Exception as exc:  # kio raises many kinds of errors on garbage
-        raise MalformedRequest(f"cannot parse api_key={api_key} v{api_version}: {exc}") from exc
+        raise MalformedRequest(f"cannot parse api_key={api_key} v{api_version} ({exc}): the request "
+                               "does not match Kafka's schema of that version") from exc
     return Request(api_key, api_version, header.correlation_id, header.client_id, body)
 
 

@@ -79,8 +79,9 @@ class ConnectionHandler:
         while True:
             connection, peer = await loop.sock_accept(listener)
             if self.open_connections >= self.broker.config["max.connections"]:
-                log.warning("refusing connection from %s: max.connections=%d reached", peer,
-                            self.broker.config["max.connections"])
+                log.warning("refusing connection from %s: max.connections=%d reached; raise "
+                            "max.connections or find the client that opens connections without "
+                            "closing them", peer, self.broker.config["max.connections"])
                 connection.close()
                 continue
             connection.setblocking(False)
@@ -126,9 +127,14 @@ class ConnectionHandler:
             await _receive(loop, sock, memoryview(size_buffer))
             self._last_active[me] = time.monotonic()
             (size,) = _SIZE.unpack(size_buffer)
-            if size < 8 or size > max_size:
+            if size > max_size:
                 raise MalformedRequest(
-                    f"frame size {size} is outside [8, socket.request.max.bytes={max_size}]")
+                    f"a frame of {size} bytes exceeds socket.request.max.bytes={max_size}; raise that "
+                    "config if the client really sends requests this large (a TLS or HTTP client on "
+                    "this plaintext Kafka port looks like this too)")
+            if size < 8:
+                raise MalformedRequest(f"a frame of {size} bytes cannot hold a request header: the "
+                                       "client does not speak the Kafka protocol")
             async with self._memory.reserve(size):
                 if size > len(kept) and size <= KEPT_BUFFER_BYTES:
                     kept = bytearray(max(size, min(2 * len(kept), KEPT_BUFFER_BYTES)))
@@ -149,8 +155,13 @@ class ConnectionHandler:
                                        api_versions_response(ErrorCode.unsupported_version))
             refusal = unsupported_version_response(api_key, version, correlation_id)
             if refusal is None:
-                raise MalformedRequest(f"api_key={api_key} v{version} is not supported")
-            log.warning("refused api_key=%d v%d from %s: not supported", api_key, version, host)
+                raise MalformedRequest(
+                    f"api_key={api_key} v{version} is not served and its response has no error code "
+                    "to refuse it with; the client must pick versions from ApiVersions")
+            served = f"v{handler.min_version}-v{handler.max_version}" if handler else "no version"
+            log.warning("answered UNSUPPORTED_VERSION to api_key=%d v%d from %s: this broker serves %s "
+                        "of it; use a client that negotiates versions with ApiVersions",
+                        api_key, version, host, served)
             return refusal
         request = parse_produce(frame) if api_key == PRODUCE else parse_request(frame)
         ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
