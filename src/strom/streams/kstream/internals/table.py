@@ -23,18 +23,19 @@ class TimestampedTupleForwarder:
 
     def __init__(self, store: Any, context: Any, send_old_values: bool) -> None:
         self.context = context
+        self.task = context.task  # its record context's headers are read per forward (no property call)
         self.forward = context.forwarder
         self.send_old_values = send_old_values
         self.caching = store.set_flush_listener(self._flushed, send_old_values)
 
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         change = new_tuple(Change, (new, old))
-        self.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
+        self.forward(new_tuple(Record, (key, change, timestamp, self.task.record_context.headers)))
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if not self.caching:
             change = new_tuple(Change, (new, old if self.send_old_values else None))
-            self.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
+            self.forward(new_tuple(Record, (key, change, timestamp, self.task.record_context.headers)))
 
 
 class KTableProcessorSupplier:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from strom.errors import ProcessingError, SerializationError
-from strom.streams.processor.api import Headers
+from strom.streams.processor.api import Headers, new_tuple
 from strom.streams.processor.internals.handlers import HandlerResponse, ProductionExceptionHandler
 from strom.streams.processor.internals.records import TopicPartition
 
@@ -96,7 +96,7 @@ class RecordCollector:
         self.sink.send(self, topic, partition, key, value, timestamp, headers)
 
     def delivered(self, topic: str, partition: int, offset: int) -> None:
-        self.offsets[TopicPartition(topic, partition)] = offset
+        self.offsets[new_tuple(TopicPartition, (topic, partition))] = offset
 
     def send_failed(self, topic: str, key: bytes | None, value: bytes | None, exception: Exception) -> None:
         if self.handler.handle(topic, key, value, exception) is HandlerResponse.CONTINUE:
