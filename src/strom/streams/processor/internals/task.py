@@ -286,10 +286,12 @@ class StreamTask:
         key_decode, value_decode = queue.key_decode, queue.value_decode
         entry = source.entry
         trusted_timestamps = source.record_timestamp_when_valid
+        partition_time = queue.partition_time  # a local in the loop, stored back at the end
         taken = 0
         try:
             for raw in islice(queue.records, queue.head, queue.head + limit):
-                if raw.timestamp > until:
+                timestamp = raw.timestamp
+                if timestamp > until:
                     break
                 taken += 1
                 key, value = raw.key, raw.value
@@ -303,14 +305,13 @@ class StreamTask:
                     if deserialized is None:
                         continue
                     key, value = deserialized
-                timestamp = raw.timestamp
                 if timestamp < 0 or not trusted_timestamps:
-                    timestamp = source.timestamp_extractor.extract(raw, queue.partition_time)
+                    timestamp = source.timestamp_extractor.extract(raw, partition_time)
                     if timestamp < 0:
                         self.metrics.dropped_records += 1
                         continue
-                if timestamp > queue.partition_time:
-                    queue.partition_time = timestamp
+                if timestamp > partition_time:
+                    partition_time = timestamp
                     if timestamp > context.stream_time:
                         context.stream_time = timestamp
                 headers = raw.headers or ()
@@ -321,6 +322,7 @@ class StreamTask:
                 if context.stream_time >= punctuations.next_time:
                     self.maybe_punctuate_stream_time()
         finally:
+            queue.partition_time = partition_time
             if taken:
                 self.partition_group.consume(queue, taken)
                 self.metrics.processed += taken
