@@ -2,10 +2,12 @@
 
 import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strom.tasks import Completion, OutOfOrderCommitControl, TimeoutChoice
+from strom.tasks.commit_control import OffsetRegressionError
 
 
 def test_seed_example_commits_only_contiguous_completions() -> None:
@@ -27,19 +29,24 @@ def test_seed_example_commits_only_contiguous_completions() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(1, 60).flatmap(
-    lambda n: st.tuples(st.just(n), st.permutations(range(n)), st.lists(st.integers(0, 200), max_size=20))))
+    lambda n: st.tuples(st.just(n), st.permutations(range(n)), st.lists(st.integers(0, 200), max_size=20),
+                        st.lists(st.integers(1, 8), min_size=1, max_size=60))))
 def test_never_commits_past_an_incomplete_offset(case) -> None:
-    n, completion_order, gaps = case
+    n, completion_order, gaps, batch_sizes = case
     control = OutOfOrderCommitControl()
     base = 1000
     offsets, o = [], base
     for i in range(n):  # offsets may have gaps (compacted topics, transaction markers)
         o += 1 + (gaps[i] if i < len(gaps) else 0)
         offsets.append(o)
-    states = [control.report_fetched_offset(off) for off in offsets]
+    reported = 0
+    for size in batch_sizes:  # fetched in batches, as a consumer returns them
+        control.report_fetched_offsets(offsets[reported:reported + size])
+        reported += size
+    control.report_fetched_offsets(offsets[reported:])
     done: set[int] = set()
     for index in completion_order:
-        states[index].complete()
+        control.complete(offsets[index])
         done.add(offsets[index])
         control.update_high_watermark()
         ready = control.commit_ready_offset()
@@ -54,6 +61,18 @@ def test_never_commits_past_an_incomplete_offset(case) -> None:
         assert ready == (offsets[contiguous - 1] if contiguous else -1)
     assert control.commit_ready_offset() == offsets[-1]
     assert control.pending_count() == 0
+
+
+def test_an_offset_reported_again_or_below_the_latest_is_rejected() -> None:
+    control = OutOfOrderCommitControl()
+    control.report_fetched_offsets([5, 6, 9])
+    for offsets in ([9], [7, 10], [3]):
+        with pytest.raises(OffsetRegressionError, match="after 9"):
+            control.report_fetched_offsets(offsets)
+    with pytest.raises(OffsetRegressionError):
+        control.report_fetched_offset(8)
+    control.report_fetched_offsets([10, 11])
+    assert control.pending_count() == 5
 
 
 def test_deferred_completion_timeout_gives_up_or_extends() -> None:

@@ -114,7 +114,8 @@ class ProcessPipeline:
             return _DROPPED
 
     def handle(self, msg: Any) -> None:
-        """Entry of a thread unit: waits for a retry's due time and the rate limit, then stage 0."""
+        """Entry of a thread unit: waits for a retry's due time and the rate limit, then stage 0 (inlined,
+        like in ``handle_async``: the fewer frames per task, the less a unit holds the GIL)."""
         request = self._request(msg)
         if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
             time.sleep(delay)
@@ -122,8 +123,15 @@ class ProcessPipeline:
             self._rate_limiter.acquire()
         request.started = time.monotonic()
         task = self._task(request)
-        if task is not _DROPPED:
-            self._run_sync(request, 0, task)
+        if task is _DROPPED:
+            return
+        context = ProcessingContext(request, self, 0)
+        try:
+            self._fns[0](context, task)
+        except Exception as exc:
+            self._failed(request, 0, exc)
+        if not context.deferred():
+            request.close_stage()
 
     async def handle_async(self, msg: Any) -> None:
         """Entry of an asyncio unit (stage 0 inlined: one coroutine less per task)."""
