@@ -47,7 +47,10 @@ class _WindowedProcessor(Processor):
         self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
 
     def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
-        self.context.forward(Record(windowed, Change(new, old), timestamp))
+        # the flushed entry's record context is current: its headers go downstream, as in Kafka
+        context = self.context
+        context.forwarder(new_tuple(Record, (windowed, new_tuple(Change, (new, old)), timestamp,
+                                             context.record_headers)))
 
     def _drop(self, record: Record, reason: str) -> None:
         self.dropped_records += 1

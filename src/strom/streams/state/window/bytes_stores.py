@@ -92,7 +92,8 @@ class SegmentedBytesStore:
         """Buffer a write (value None deletes); False when the record is already expired and skipped."""
         segments = self._open_segments()
         record_time = self._record_time(binary_key)
-        self.observed_stream_time = max(self.observed_stream_time, record_time)
+        if record_time > self.observed_stream_time:
+            self.observed_stream_time = record_time
         if record_time <= self.observed_stream_time - self.retention_ms:
             self.expired_records += 1
             return False

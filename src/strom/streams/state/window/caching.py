@@ -28,7 +28,6 @@ class _CachingLayer:
         self._context: StateStoreContext | None = None
         self._cache: ThreadCache | None = None
         self._namespace = ""
-        self._named: Any = None  # the NamedCache, bound at init
         self._listener: Any = None
         self._send_old_values = False
 
@@ -41,7 +40,11 @@ class _CachingLayer:
         self._cache = context.cache
         self._namespace = cache_namespace(context.task_id, self.wrapped.name)
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
-        self._named = self._cache.named_cache(self._namespace)
+        named = self._cache.named_cache(self._namespace)
+        # the per-record calls, bound once (as the key-value caching store does)
+        self._lookup = named.entries.get
+        self._mark_used = named.entries.move_to_end
+        self._put_dirty = named.put_dirty
 
     def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
         """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
@@ -58,12 +61,17 @@ class CachingWindowStore(_CachingLayer):
         self._last_start = -1
         self._last_binary = b""
 
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        super().init(context, root)
+        # reads below the cache by store key, bound once (the change-logging layer only delegates reads)
+        self._get_binary = self.wrapped.get_binary
+
     def _flush_entries(self, entries: list[DirtyEntry]) -> None:
         context = self._context
         assert context is not None
         current = context.record_context
         # entries keep the binary store key all the way down: no split and rebuild per entry
-        put_binary, get_binary = self.wrapped.put_binary, self.wrapped.get_binary
+        put_binary, get_binary = self.wrapped.put_binary, self._get_binary
         listener, send_old_values = self._listener, self._send_old_values
         try:
             for binary_key, new, entry_context in entries:
@@ -78,28 +86,23 @@ class CachingWindowStore(_CachingLayer):
         finally:
             context.set_record_context(current)
 
-    def _binary_key(self, key: bytes, window_start: int) -> bytes:
-        # an aggregation fetches then puts the same window: build its store key once
-        if key is self._last_key and window_start == self._last_start:
-            return self._last_binary
-        self._last_key, self._last_start = key, window_start
-        self._last_binary = binary_key = key + _pack_window_suffix(window_start, 0)  # window_store_key
-        return binary_key
-
     def put(self, key: bytes, value: bytes | None, window_start: int) -> bytes:
         if key is self._last_key and window_start == self._last_start:
             binary_key = self._last_binary
         else:
-            binary_key = self._binary_key(key, window_start)
-        self._cache.put_dirty(self._namespace, binary_key, value,  # type: ignore[union-attr]
-                              self._context.record_context)  # type: ignore[union-attr]
+            binary_key = key + _pack_window_suffix(window_start, 0)  # schemas.window_store_key
+        self._put_dirty(binary_key, value, self._context.record_context)  # type: ignore[union-attr]
         return binary_key
 
     def fetch(self, key: bytes, window_start: int) -> bytes | None:
-        entry = self._named.get(self._binary_key(key, window_start))
+        binary_key = key + _pack_window_suffix(window_start, 0)
+        # an aggregation fetches then puts the same window: the put reuses this store key
+        self._last_key, self._last_start, self._last_binary = key, window_start, binary_key
+        entry = self._lookup(binary_key)
         if entry is not None:
+            self._mark_used(binary_key)
             return entry.value
-        return self.wrapped.fetch(key, window_start)
+        return self._get_binary(binary_key)
 
     def fetch_range(self, key: bytes, time_from: int, time_to: int,
                     reverse: bool = False) -> Iterator[tuple[int, bytes]]:
@@ -186,8 +189,7 @@ class CachingSessionStore(_CachingLayer):
 
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bytes:
         binary_key = schemas.session_store_key(key, start, end)
-        self._cache.put_dirty(self._namespace, binary_key, value,  # type: ignore[union-attr]
-                              self._context.record_context)  # type: ignore[union-attr]
+        self._put_dirty(binary_key, value, self._context.record_context)  # type: ignore[union-attr]
         self._by_key.setdefault(key, set()).add(binary_key)
         return binary_key
 
