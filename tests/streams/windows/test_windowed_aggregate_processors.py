@@ -104,3 +104,29 @@ def test_session_windows_merge_and_retract_merged_sessions():
         (Windowed("u", SessionWindow(8, 8)), None, 1, 8),
         (Windowed("u", SessionWindow(0, 8)), 3, None, 8),
     ]
+
+
+class CaptureHeaders(Processor):
+    def __init__(self, sink: list) -> None:
+        self.sink = sink
+
+    def process(self, record) -> None:
+        self.sink.append((record.key.window.start, record.value.new_value, record.headers))
+
+
+def test_flushed_window_results_carry_the_headers_of_their_last_update():
+    windows = TimeWindows.of_size_and_grace(10, 5)
+    out: list = []
+    topology = (Topology()
+                .add_source("src", "input", key_serde=Serdes.String(), value_serde=Serdes.Long())
+                .add_processor("agg", lambda: KStreamWindowAggregate(windows, "counts", lambda: 0,
+                                                                     lambda k, v, a: a + 1), "src")
+                .add_state_store(_count_store().with_caching_enabled(), "agg")
+                .add_processor("capture", lambda: CaptureHeaders(out), "agg"))
+    with TopologyTestDriver(topology, PROPS, commit_per_record=False) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.Long())
+        topic.pipe_input("a", 1, 1, headers=[("trace", b"first")])
+        topic.pipe_input("a", 1, 12, headers=[("trace", b"second")])
+        topic.pipe_input("a", 1, 5, headers=[("trace", b"late-but-open")])
+        driver.commit()
+    assert sorted(out) == [(0, 2, (("trace", b"late-but-open"),)), (10, 1, (("trace", b"second"),))]
