@@ -17,6 +17,8 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.streaming.stopTimeout": "30s",
     "spark.driver.memory": "1g",
+    # Python workers fork from a daemon that has strom's executor modules loaded already
+    "spark.python.daemon.module": "strom.spark.runtime.daemon",
 }
 
 

@@ -42,7 +42,7 @@ class TaskLease:
                 break
             except BlockingIOError:
                 if not asked:
-                    request_release(directory)
+                    (directory / RELEASE).touch()  # the holder's watcher closes the task
                     asked = True
                 if time.monotonic() > deadline:
                     os.close(fd)
@@ -63,8 +63,3 @@ class TaskLease:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
 
-
-def request_release(directory: Path) -> None:
-    """Asks whichever process holds the task in ``directory`` open to close it once it is idle."""
-    if directory.is_dir():
-        (directory / RELEASE).touch()

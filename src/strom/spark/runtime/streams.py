@@ -15,7 +15,8 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,11 +24,11 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from strom.errors import ConfigError, ProcessingError
+from strom.errors import ConfigError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
 from strom.spark.metadata import TopicMetadata
 from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
-from strom.spark.runtime.lease import request_release
+from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.plan import (
     ApplicationPlan,
     check_tasks_build,
@@ -43,7 +44,9 @@ log = logging.getLogger(__name__)
 
 MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"
 _STOP_WAIT_S = 60.0
+_RELEASE_WAIT_S = 10.0
 _MAX_RESTARTS = 5
+WORKER_POOL_VARIABLE = "STROM_STREAM_TASKS"
 _TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
@@ -92,6 +95,22 @@ class StreamsProgress:
     def reused(self) -> int:
         """Task batches that ran on a task kept open since its previous batch."""
         return sum(t.reused for t in self.tasks.values())
+
+
+@contextmanager
+def own_worker_pool(spark: SparkSession, application_id: str) -> Iterator[None]:
+    """Python functions created inside get their own pool of Spark Python workers.
+
+    Spark pools reused workers by their environment and hands out the idle one that waited
+    longest. Sharing a pool with the source's readers, a task's next batch almost never gets the
+    worker that keeps the task open; in a pool of its own (one per application) it mostly does.
+    """
+    environment = spark.sparkContext.environment
+    environment[WORKER_POOL_VARIABLE] = application_id
+    try:
+        yield
+    finally:
+        environment.pop(WORKER_POOL_VARIABLE, None)
 
 
 class SparkStreams:
@@ -166,7 +185,8 @@ class SparkStreams:
                   .option(PLAN_OPTION, self._source_plan().to_json())
                   .load())
         runner = StreamTaskRunner(self._topology, self._props, self._run_id)
-        summaries = source.mapInArrow(runner, SUMMARY_DDL)
+        with own_worker_pool(self._spark, self.config.application_id):
+            summaries = source.mapInArrow(runner, SUMMARY_DDL)
         return (summaries.writeStream
                 .queryName(self.config.application_id)
                 .foreachBatch(self._record_batch)
@@ -265,8 +285,19 @@ class SparkStreams:
         query.stop()
         self._query = None
         self._stop_file.unlink(missing_ok=True)
+        self._release_open_tasks()
+
+    def _release_open_tasks(self) -> None:
+        """Waits until the Python workers have closed the tasks they keep open (their stores and
+        producers), so the state directory can be used or deleted once ``stop()`` returns."""
         for task_id in self.plan.task_ids if self.plan else ():
-            request_release(self._app_dir / task_id)  # Python workers close the tasks they keep open
+            directory = self._app_dir / task_id
+            if not directory.is_dir():
+                continue
+            try:
+                TaskLease.acquire(directory, _RELEASE_WAIT_S).release()
+            except ProcessorStateError as exc:
+                log.warning("Stopping %s: %s", self.config.application_id, exc)
 
     def __enter__(self) -> SparkStreams:
         self.start()
