@@ -77,17 +77,35 @@ def test_assign_and_pattern():
         source_options({"kafka.bootstrap.servers": "x:1", "subscribepattern": "a(["}, streaming=True)
 
 
+def _sink(streaming: bool = False, **extra: str):
+    return sink_options({"kafka.bootstrap.servers": "x:1", **{k.lower(): v for k, v in extra.items()}},
+                        streaming=streaming)
+
+
 def test_sink_options():
-    sink = sink_options({"kafka.bootstrap.servers": "x:1", "topic": "out", "delivery.guarantee":
-                         "exactly_once", "checkpointlocation": "/tmp/c"})
-    assert sink.exactly_once and sink.topic == "out"
-    assert not sink_options({"kafka.bootstrap.servers": "x:1"}).exactly_once
+    sink = _sink(topic="out", checkpointLocation="/tmp/c", **{"delivery.guarantee": "exactly_once"})
+    assert sink.exactly_once and sink.topic == "out" and sink.write_version is None
+    assert not _sink().exactly_once
     with pytest.raises(ConfigError, match=r"delivery\.guarantee"):
-        sink_options({"kafka.bootstrap.servers": "x:1", "delivery.guarantee": "twice"})
+        _sink(**{"delivery.guarantee": "twice"})
     with pytest.raises(ConfigError, match=r"Option 'kafka\.compression\.type'.*zstdd"):
-        sink_options({"kafka.bootstrap.servers": "x:1", "kafka.compression.type": "zstdd"})
+        _sink(**{"kafka.compression.type": "zstdd"})
     with pytest.raises(ConfigError, match="Option 'topic' is empty"):
-        sink_options({"kafka.bootstrap.servers": "x:1", "topic": " "})
+        _sink(topic=" ")
+
+
+def test_txn_app_id_and_version_name_a_batch_write():
+    eos = {"delivery.guarantee": "exactly_once"}
+    version = _sink(txnAppId="counts", txnVersion="7", **eos).write_version
+    assert (version.app_id, version.version) == ("counts", 7)
+    with pytest.raises(ConfigError, match="go together"):
+        _sink(txnAppId="counts", **eos)
+    with pytest.raises(ConfigError, match="txnVersion"):
+        _sink(txnAppId="counts", txnVersion="-1", **eos)
+    with pytest.raises(ConfigError, match=r"need delivery\.guarantee=exactly_once"):
+        _sink(txnAppId="counts", txnVersion="1")
+    with pytest.raises(ConfigError, match=r"are for df\.write"):
+        _sink(streaming=True, txnAppId="counts", txnVersion="1", **eos)
 
 
 def test_rate_limit_spreads_in_proportion_and_never_exceeds():

@@ -23,7 +23,7 @@ def _batches(values: list[str]) -> list[pa.RecordBatch]:
 
 def _options(broker, topic: str):
     return sink_options({"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": topic,
-                         "delivery.guarantee": "exactly_once"})
+                         "delivery.guarantee": "exactly_once"}, streaming=False)
 
 
 def test_a_replayed_batch_is_written_once(broker, new_topic, consume_all):
@@ -59,6 +59,6 @@ def test_a_crashed_attempt_is_fenced_and_its_records_stay_invisible(broker, new_
 
 def test_an_unreachable_broker_is_a_clear_error():
     options = sink_options({"kafka.bootstrap.servers": "127.0.0.1:9", "topic": "t",
-                            "kafka.message.timeout.ms": "2000"})
+                            "kafka.message.timeout.ms": "2000"}, streaming=False)
     with pytest.raises(BrokerUnavailableError, match=r"Writing to Kafka at 127\.0\.0\.1:9 failed"):
         write_partition(options, iter(_batches(["x"])), TaskIdentity("q", 0, 0))

@@ -28,7 +28,7 @@ _CLIENT_OWNED = ("group.id", "enable.auto.commit", "auto.offset.reset", "transac
 SOURCE_OPTIONS = ("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign",
                   "startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss",
                   "includeHeaders", "kafka.isolation.level")
-SINK_OPTIONS = ("kafka.bootstrap.servers", "topic", "delivery.guarantee")
+SINK_OPTIONS = ("kafka.bootstrap.servers", "topic", "delivery.guarantee", "txnAppId", "txnVersion")
 DELIVERY_GUARANTEES = ("at_least_once", "exactly_once")
 
 TopicPartitionOffsets = dict[tuple[str, int], int]
@@ -75,11 +75,22 @@ class SourceOptions:
 
 
 @dataclass(frozen=True)
+class WriteVersion:
+    """``txnAppId`` and ``txnVersion`` of a ``df.write``: a write of a version at or below the
+    last one written under the same app id writes nothing (as Delta Lake's options of the same
+    names), so a foreachBatch that Spark replays after a failure writes its batch once."""
+
+    app_id: str
+    version: int
+
+
+@dataclass(frozen=True)
 class SinkOptions:
     bootstrap_servers: str
     topic: str | None
     exactly_once: bool
     client_config: dict[str, str]
+    write_version: WriteVersion | None = None
 
 
 def _lookup(options: Mapping[str, str], name: str) -> str | None:
@@ -250,7 +261,8 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     return int(raw)
 
 
-def sink_options(options: Mapping[str, str]) -> SinkOptions:
+def sink_options(options: Mapping[str, str], streaming: bool) -> SinkOptions:
+    """Validates writer options; txnAppId/txnVersion only for batch writes (df.write)."""
     _check_known(options, SINK_OPTIONS)
     guarantee = (_lookup(options, "delivery.guarantee") or "at_least_once").strip().lower()
     if guarantee not in DELIVERY_GUARANTEES:
@@ -264,4 +276,25 @@ def sink_options(options: Mapping[str, str]) -> SinkOptions:
         topic=topic,
         exactly_once=guarantee == "exactly_once",
         client_config=_client_config(options, clients.producer),
+        write_version=_write_version(options, streaming, guarantee == "exactly_once"),
     )
+
+
+def _write_version(options: Mapping[str, str], streaming: bool, exactly_once: bool
+                   ) -> WriteVersion | None:
+    app_id, version = _lookup(options, "txnAppId"), _lookup(options, "txnVersion")
+    if app_id is None and version is None:
+        return None
+    if streaming:
+        raise ConfigError("Options 'txnAppId' and 'txnVersion' are for df.write (e.g. inside "
+                          "foreachBatch); writeStream with delivery.guarantee=exactly_once already "
+                          "writes each micro-batch once. Remove them.")
+    if app_id is None or version is None or not app_id.strip():
+        raise ConfigError("Options 'txnAppId' and 'txnVersion' go together: set both, e.g. a name "
+                          "for the query and foreachBatch's batch id.")
+    if not exactly_once:
+        raise ConfigError("Options 'txnAppId' and 'txnVersion' need "
+                          "delivery.guarantee=exactly_once: set it, or remove them.")
+    if not version.strip().isdigit():
+        raise ConfigError.bad_value("txnVersion", version, "a whole number >= 0 (e.g. the batch id)")
+    return WriteVersion(app_id.strip(), int(version))

@@ -110,15 +110,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("strom")``: one job is one batch of a query named by a fresh id."""
+    """``df.write.format("strom")``: one job is one batch of a query named by a fresh id, or by
+    txnAppId with txnVersion as its batch id (a repeated version is recognised as a replay)."""
 
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         check_sink_schema(schema, options)
         self._options = options
-        self._job_id = f"batch-{uuid.uuid4()}"
+        version = options.write_version
+        self._job_id = f"batch-{uuid.uuid4()}" if version is None else f"app-{version.app_id}"
+        self._batch_id = 0 if version is None else version.version
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        identity = TaskIdentity(self._job_id, TaskContext.get().partitionId(), 0)
+        identity = TaskIdentity(self._job_id, TaskContext.get().partitionId(), self._batch_id)
         return write_partition(self._options, iterator, identity)
 
     def commit(self, messages: list[SinkCommitMessage | None]) -> None:

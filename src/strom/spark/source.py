@@ -92,12 +92,12 @@ class StromDataSource(DataSource):
         if overwrite:
             raise ConfigError("Kafka topics cannot be overwritten, only appended to: use "
                               "df.write.format('strom').mode('append').")
-        return KafkaBatchWriter(sink_options(self.options), schema)
+        return KafkaBatchWriter(sink_options(self.options, streaming=False), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from strom.spark.sink import KafkaStreamWriter
 
-        return KafkaStreamWriter(sink_options(self.options), schema)
+        return KafkaStreamWriter(sink_options(self.options, streaming=True), schema)
 
 
 def _read_settings(options: SourceOptions) -> ReadSettings:
