@@ -123,3 +123,39 @@ def test_rate_limiter_bounds_throughput_and_follows_changes(rate: int) -> None:
     assert not released.wait(0.3)
     prop.set(1000)
     assert released.wait(1.0)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_submit_many_then_hand_back_returns_exactly_the_unstarted_items(asynchronous: bool) -> None:
+    gate = threading.Event()
+    handled: list[tuple[str, int]] = []
+    if asynchronous:
+        runtime: AsyncRuntime | None = AsyncRuntime()
+
+        async def handle(item: tuple[str, int]) -> None:
+            while not gate.is_set():
+                await asyncio.sleep(0.001)
+            handled.append(item)
+    else:
+        runtime = None
+
+        def handle(item: tuple[str, int]) -> None:
+            gate.wait(5)
+            handled.append(item)
+
+    executor = KeyOrderedExecutor(handle, 4, runtime=runtime, name="batch")
+    items = _items(8, 10)
+    executor.submit_many(items, key_of=lambda item: item[0])
+    assert executor.backlog() == len(items)
+    time.sleep(0.05)  # every unit with work is now blocked in its first item
+    executor.hand_back()
+    gate.set()
+    assert executor.wait_idle(5)
+    back = executor.handed_back()
+    executor.close()
+    if runtime is not None:
+        runtime.close()
+    assert sorted(handled + back) == sorted(items), "every item handled or handed back, none twice"
+    assert 1 <= len(handled) <= 4, "each unit finished only the item it had started"
+    for key in {k for k, _ in items}:
+        assert [s for k, s in back if k == key] == sorted(s for k, s in back if k == key)
