@@ -1,5 +1,6 @@
 """Group protocol details real clients notice: the KIP-394 member id handshake, error answers in
-every JoinGroup version, and offset commits Kafka refuses while a group has active members.
+every JoinGroup version, offset commits Kafka refuses while a group has active members, and
+OffsetDelete.
 kafka-python and aiokafka go through the handshake in tests/broker/test_other_clients.py."""
 
 from __future__ import annotations
@@ -9,9 +10,12 @@ import datetime
 import importlib
 import time
 
+import kafka.errors
 import pytest
 from broker_helpers import unique
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from strom.kafka import clients
@@ -83,3 +87,32 @@ def test_simple_commit_is_refused_while_the_group_has_members(broker):
     assert outsider.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 2
     outsider.close()
 
+
+
+def test_offset_delete_spares_the_topics_members_subscribe_to(broker):
+    """kafka-python's admin deletes committed offsets (OffsetDelete) as Kafka allows it."""
+    used, other, group = unique("used"), unique("other"), unique("g")
+    clients.create_topics(broker.bootstrap_servers, {used: 1, other: 1})
+    member = clients.consumer(broker.bootstrap_servers, group)
+    member.subscribe([used])
+    _wait_for_assignment(member)
+    member.commit(offsets=[TopicPartition(used, 0, 3), TopicPartition(other, 0, 4)], asynchronous=False)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
+    try:
+        wanted = [KafkaTopicPartition(used, 0), KafkaTopicPartition(other, 0),
+                  KafkaTopicPartition(unique("missing"), 0)]
+        results = admin.delete_group_offsets(group, wanted)
+        assert [results[tp] for tp in wanted] == [
+            kafka.errors.GroupSubscribedToTopicError, kafka.errors.NoError,
+            kafka.errors.UnknownTopicOrPartitionError]
+        committed = member.committed([TopicPartition(used, 0), TopicPartition(other, 0)], timeout=10)
+        assert [tp.offset for tp in committed] == [3, -1001], "only the unsubscribed topic lost its offset"
+        member.close()
+        assert admin.delete_group_offsets(group, wanted[:1]) == {wanted[0]: kafka.errors.NoError}
+        with pytest.raises(kafka.errors.GroupIdNotFoundError):
+            admin.delete_group_offsets(unique("no-such-group"), wanted[:1])
+    finally:
+        admin.close()
+    outsider = clients.consumer(broker.bootstrap_servers, group)
+    assert outsider.committed([TopicPartition(used, 0)], timeout=10)[0].offset == -1001
+    outsider.close()

@@ -268,6 +268,21 @@ class GroupCoordinator:
         self.groups.setdefault(group_id, Group(group_id))
         self.offsets.commit(group_id, offsets)
 
+    def delete_offsets(self, group_id: str,
+                       keys: list[tuple[str, int]]) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete: an empty group loses any of its offsets; a group with members only those of
+        topics no member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.group_id_not_found, {}
+        if group.members and group.protocol_type != "consumer":
+            return ErrorCode.non_empty_group, {}
+        subscribed = group.subscribed_topics()
+        results = {key: ErrorCode.group_subscribed_to_topic if key[0] in subscribed else ErrorCode.none
+                   for key in keys}
+        self.offsets.delete_offsets(group_id, [k for k, code in results.items() if code is ErrorCode.none])
+        return ErrorCode.none, results
+
     def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         return self.offsets.offsets.get(group_id, {})
 

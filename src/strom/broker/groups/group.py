@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import struct
 import time
 from dataclasses import dataclass, field
+
+from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
+from kio.schema.consumer_protocol_subscription.v1 import data as subscription_v1
+from kio.schema.consumer_protocol_subscription.v2 import data as subscription_v2
+from kio.schema.consumer_protocol_subscription.v3 import data as subscription_v3
+from kio.serial import entity_reader
 
 
 class GroupState(enum.Enum):
@@ -60,6 +67,16 @@ class Group:
         return next((m.member_id for m in self.members.values()
                      if m.group_instance_id == group_instance_id), None)
 
+    def subscribed_topics(self) -> set[str]:
+        """Topics the members subscribe to ("consumer" protocol type only; unreadable metadata
+        counts as no topic, as Kafka does)."""
+        if self.protocol_type != "consumer":
+            return set()
+        topics: set[str] = set()
+        for member in self.members.values():
+            topics |= _subscription_topics(member.metadata_for(self.protocol_name or ""))
+        return topics
+
     def select_protocol(self) -> str | None:
         """The first protocol, in the leader's order of preference, that every member supports."""
         if not self.members:
@@ -79,3 +96,20 @@ class Group:
             return False
         names = {name for name, _ in protocols}
         return all(names & {n for n, _ in m.protocols} for m in self.members.values())
+
+
+def _subscription_topics(metadata: bytes) -> set[str]:
+    """The topics of a ConsumerProtocolSubscription (any version: later ones only append fields)."""
+    if len(metadata) < 2:
+        return set()
+    version = min(_VERSION.unpack_from(metadata)[0], len(_SUBSCRIPTIONS) - 1)
+    try:
+        subscription, _ = entity_reader(_SUBSCRIPTIONS[max(version, 0)])(metadata, 2)
+    except Exception:  # kio raises many kinds of errors on garbage
+        return set()
+    return set(subscription.topics)
+
+
+_VERSION = struct.Struct(">h")
+_SUBSCRIPTIONS = [subscription_v0.ConsumerProtocolSubscription, subscription_v1.ConsumerProtocolSubscription,
+                  subscription_v2.ConsumerProtocolSubscription, subscription_v3.ConsumerProtocolSubscription]

@@ -1,5 +1,5 @@
 """Consumer group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups."""
+LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups, DeleteGroups."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from strom.broker.handlers import RequestContext, handles, ms
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
+OFFSET_DELETE = 47
 
 
 @handles(FIND_COORDINATOR, 0, 4)
@@ -85,6 +86,21 @@ async def offset_commit(ctx: RequestContext, body: Any) -> dict[str, Any]:
         topics.append({"name": topic.name, "partitions": partitions})
     groups.commit(body.group_id, accepted)
     return {"topics": topics}
+
+
+@handles(OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    known = {(t.name, p.partition_index): ctx.broker.logs.partition(t.name, p.partition_index) is not None
+             for t in body.topics for p in t.partitions}
+    error, results = ctx.broker.groups.delete_offsets(body.group_id, [k for k, ok in known.items() if ok])
+    if error is not ErrorCode.none:
+        return {"error_code": error, "topics": []}
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), ok in known.items():
+        code = results[(topic, partition)] if ok else ErrorCode.unknown_topic_or_partition
+        topics.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+    return {"error_code": ErrorCode.none,
+            "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
 
 
 @handles(OFFSET_FETCH, 1, 8)
