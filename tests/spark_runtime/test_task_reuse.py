@@ -12,12 +12,9 @@ from strom.kafka import clients
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.open_task import OpenTask
 from strom.spark.runtime.parked import PARKED, ParkedTasks
-from strom.spark.runtime.plan import create_internal_topics, plan_application
-from strom.streams.config import StreamsConfig
 from strom.streams.processor.internals.records import TaskId
 
-from .conftest import produce_lines
-from .test_task_attempt import _counts, _run
+from .task_batches import counting_app, run_batch
 from .wordcount import read_updates
 
 pytestmark = [pytest.mark.broker]
@@ -25,14 +22,9 @@ pytestmark = [pytest.mark.broker]
 
 @pytest.fixture
 def counting(broker, topics, tmp_path):
-    bootstrap = broker.bootstrap_servers
     names = topics(source=1, sink=1)
-    config = StreamsConfig({"application.id": f"rt-reuse-{names['source']}", "bootstrap.servers": bootstrap,
-                            "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path)})
-    topology = _counts(names["source"], names["sink"])
-    create_internal_topics(plan_application(topology, config, clients.admin(bootstrap)),
-                           clients.admin(bootstrap), bootstrap)
-    produce_lines(bootstrap, names["source"], [("a", "x"), ("b", "x"), ("a", "x"), ("a", "x"), ("b", "x")])
+    topology, config = counting_app(broker.bootstrap_servers, names, str(tmp_path), "rt-reuse",
+                                    [("a", "x"), ("b", "x"), ("a", "x"), ("a", "x"), ("b", "x")])
     return topology, config, names
 
 
@@ -40,15 +32,15 @@ def test_next_batch_reuses_the_open_task_and_a_fenced_one_is_reopened(broker, co
     topology, config, names = counting
     bootstrap, source = broker.bootstrap_servers, names["source"]
 
-    first = _run(topology, config, bootstrap, source, 0, 2)
-    second = _run(topology, config, bootstrap, source, 2, 3)
+    first = run_batch(topology, config, bootstrap, source, 0, 2)
+    second = run_batch(topology, config, bootstrap, source, 2, 3)
     assert (first.reused, second.reused) == (False, True)
     assert (second.records, second.restored, second.output) == (1, 0, 1)
 
     # another attempt of task 0_0 (elsewhere, without the lease) fences the parked producer
     other: Producer = clients.producer(bootstrap, **{"transactional.id": f"{config.application_id}-0_0"})
     other.init_transactions(30)
-    third = _run(topology, config, bootstrap, source, 3, 5)
+    third = run_batch(topology, config, bootstrap, source, 3, 5)
     assert (third.reused, third.skipped, third.records) == (False, False, 2)
     assert read_updates(bootstrap, names["sink"]) == {"a": [1, 2, 3], "b": [1, 2]}
 
@@ -56,17 +48,17 @@ def test_next_batch_reuses_the_open_task_and_a_fenced_one_is_reopened(broker, co
 def test_batch_not_starting_where_the_task_stands_reopens_it(broker, counting):
     topology, config, names = counting
     bootstrap, source = broker.bootstrap_servers, names["source"]
-    _run(topology, config, bootstrap, source, 0, 3)
-    replay = _run(topology, config, bootstrap, source, 0, 3)  # Spark retried a committed batch
+    run_batch(topology, config, bootstrap, source, 0, 3)
+    replay = run_batch(topology, config, bootstrap, source, 0, 3)  # Spark retried a committed batch
     assert (replay.reused, replay.skipped) == (False, True)
-    other_run = _run(topology, config, bootstrap, source, 3, 5, run_id="a later start()")
+    other_run = run_batch(topology, config, bootstrap, source, 3, 5, run_id="a later start()")
     assert (other_run.reused, other_run.records) == (False, 2)
     assert read_updates(bootstrap, names["sink"]) == {"a": [2, 3], "b": [1, 2]}
 
 
 def test_another_opener_makes_the_holder_release_the_parked_task(broker, counting):
     topology, config, names = counting
-    _run(topology, config, broker.bootstrap_servers, names["source"], 0, 3)
+    run_batch(topology, config, broker.bootstrap_servers, names["source"], 0, 3)
     key = (config.application_id, "0_0")
     started = time.monotonic()
     # as another Python worker would: the lease (and RocksDB) are held by the parked task until released
