@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -58,6 +59,19 @@ class Meter:
         return w1 - w0, c1 - c0, end - start
 
 
+def thread_cpu_s(topic: str) -> dict[str, float]:
+    """CPU seconds so far of this process's live threads, by role (empty where /proc is missing)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    roles: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ():
+        name = names.get(int(tid), "librdkafka")
+        role = ("event loop" if name.endswith("-async") else "consume" if name.startswith("subscription-")
+                else "units" if name.startswith(topic) else "librdkafka" if name == "librdkafka" else "other")
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/schedstat") as f:
+            roles[role] = roles.get(role, 0.0) + int(f.read().split()[0]) / 1e9
+    return roles
+
+
 def produce(bootstrap: str, topic: str, n: int) -> None:
     producer = clients.producer(bootstrap, **{"linger.ms": 20, "batch.num.messages": 10000})
     for i in range(n):
@@ -78,6 +92,7 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
     clients.create_topics(bootstrap, {topic: PARTITIONS})
     produce(bootstrap, topic, total)
     meter = Meter(total)
+    cpu_before = thread_cpu_s(topic)
     if mode == "asyncio":
         async def process(context, task):
             await asyncio.sleep(LATENCY_S)
@@ -95,6 +110,7 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
         if not meter.finished.wait(seconds * 10 + 60):
             print(f"{mode}: only {meter.count}/{total} tasks finished")
             return
+        cpu_after = thread_cpu_s(topic)
     finally:
         subscription.close()
     wall, cpu, tasks = meter.between(*(int(total * f) for f in STEADY))
@@ -103,6 +119,10 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
     print(f"{mode:8s} concurrency={concurrency:<4d} tasks={total:<7d} throughput={rate:8.0f}/s "
           f"ideal={ideal:6.0f}/s fraction={rate / ideal:.2f} cpu/task={cpu / tasks * 1e6:.1f} us "
           f"whole={whole_tasks / whole_wall / ideal:.2f}")
+    split = {role: (cpu_after[role] - cpu_before.get(role, 0.0)) / total * 1e6 for role in cpu_after}
+    by_cost = sorted(split.items(), key=lambda item: -item[1])
+    print("         cpu/task by thread (whole run): "
+          + ", ".join(f"{role} {us:.1f} us" for role, us in by_cost if us >= 0.05))
 
 
 def main() -> None:
