@@ -2,7 +2,9 @@
 
 Prints rows/s for batch reads of 100 B and 1 KB values, and for batch writes with
 delivery.guarantee at_least_once and exactly_once (targets: read >= 300k rows/s of 100 B values;
-exactly-once write >= 0.85 of at-least-once).
+exactly-once write >= 0.85 of at-least-once). To tell the connector's cost from Spark's, it also
+reads the same rows from a Python data source that makes them up without Kafka ("Spark alone"),
+and times a read of a single record (what every query costs before the first row).
 
     python bench/spark_connector.py [--records 500000] [--partitions 2]
 """
@@ -10,13 +12,24 @@ exactly-once write >= 0.85 of at-least-once).
 from __future__ import annotations
 
 import argparse
+import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
 import strom.spark
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
+from strom.spark.reader import ARROW_BATCH_ROWS
+from strom.spark.source import kafka_schema
 
 
 def fill(bootstrap: str, topic: str, records: int, size: int) -> None:
@@ -33,14 +46,74 @@ def fill(bootstrap: str, topic: str, records: int, size: int) -> None:
     producer.flush(120)
 
 
-def bench_read(spark, bootstrap: str, topic: str, records: int) -> float:
-    df = (spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap)
-          .option("subscribe", topic).load())
+@dataclass(frozen=True)
+class _Share(InputPartition):
+    index: int
+    rows: int
+
+
+class SparkAlone(DataSource):
+    """Rows shaped like the connector's (Kafka schema, Arrow batches of the same size) but made
+    up in the Python worker: what Spark itself costs per row, with no Kafka in the way."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "strom-bench-spark-alone"
+
+    def schema(self) -> StructType:
+        return kafka_schema(include_headers=False)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _SparkAloneReader(schema, int(self.options["records"]), int(self.options["partitions"]))
+
+
+class _SparkAloneReader(DataSourceReader):
+    def __init__(self, schema: StructType, records: int, partitions: int) -> None:
+        self._schema = schema
+        self._records = records
+        self._partitions = partitions
+
+    def partitions(self) -> list[_Share]:
+        share, extra = divmod(self._records, self._partitions)
+        return [_Share(i, share + (i < extra)) for i in range(self._partitions)]
+
+    def read(self, partition: _Share) -> Iterator[pa.RecordBatch]:
+        n = ARROW_BATCH_ROWS
+        batch = pa.RecordBatch.from_arrays([
+            pa.array([str(i).encode() for i in range(n)], pa.binary()),
+            pa.array([b"x" * 100] * n, pa.binary()),
+            pa.repeat(pa.scalar("bench-100b", pa.string()), n),
+            pa.repeat(pa.scalar(partition.index, pa.int32()), n),
+            pa.array(np.arange(n, dtype=np.int64)),
+            pa.array(np.full(n, 1_700_000_000_000_000)).cast(pa.timestamp("us", tz="UTC")),
+            pa.array(np.zeros(n, dtype=np.int32)),
+        ], schema=to_arrow_schema(self._schema, timezone="UTC"))
+        for start in range(0, partition.rows, n):
+            yield batch.slice(0, min(n, partition.rows - start))
+
+
+def count_all(df: DataFrame, records: int) -> float:
+    """Seconds to read every row and column (Python data sources cannot prune columns)."""
     started = time.perf_counter()
     [row] = df.agg(F.count("*").alias("n"), F.sum(F.length("value")).alias("bytes")).collect()
     seconds = time.perf_counter() - started
     assert row.n == records, (row.n, records)
-    return records / seconds
+    return seconds
+
+
+def strom_read(spark, bootstrap: str, topic: str) -> DataFrame:
+    return (spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).load())
+
+
+def bench_read(spark, bootstrap: str, topic: str, records: int) -> float:
+    return records / count_all(strom_read(spark, bootstrap, topic), records)
+
+
+def bench_spark_alone(spark, records: int, partitions: int) -> float:
+    df = (spark.read.format(SparkAlone.name()).option("records", records)
+          .option("partitions", partitions).load())
+    return records / count_all(df, records)
 
 
 def bench_write(spark, bootstrap: str, topic: str, records: int, partitions: int, guarantee: str) -> float:
@@ -63,20 +136,28 @@ def main() -> None:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         topics = {"bench-100b": parts, "bench-1kb": parts, "bench-warmup": parts,
-                  "bench-alo": parts, "bench-eos": parts}
+                  "bench-alo": parts, "bench-eos": parts, "bench-one": 1}
         clients.create_topics(bootstrap, topics)
         fill(bootstrap, "bench-100b", n, 100)
         fill(bootstrap, "bench-1kb", n, 1000)
+        fill(bootstrap, "bench-one", 1, 100)
         spark = strom.spark.session(app_name="strom-bench", log_level="ERROR")
+        spark.dataSource.register(SparkAlone)
         # Warm-up: Python workers, JIT and code generation, so the figures measure steady state.
         # A full-size pass: the first large write and read are much slower than the ones after.
         bench_write(spark, bootstrap, "bench-warmup", n, parts, "at_least_once")
         bench_read(spark, bootstrap, "bench-warmup", n)
+        bench_spark_alone(spark, n, parts)
 
-        print(f"strom Spark connector, local[2], {n} records, {parts} partitions")
+        print(f"strom Spark connector, local[2], {n} records, {parts} partitions "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         read_small = bench_read(spark, bootstrap, "bench-100b", n)
+        alone = bench_spark_alone(spark, n, parts)
+        one = count_all(strom_read(spark, bootstrap, "bench-one"), 1)
         print(f"  read  100 B values : {read_small:>10,.0f} rows/s   (target >= 300,000)")
         print(f"  read  1 KB values  : {bench_read(spark, bootstrap, 'bench-1kb', n):>10,.0f} rows/s")
+        print(f"  Spark alone        : {alone:>10,.0f} rows/s   (same rows, no Kafka: the ceiling)")
+        print(f"  read  of 1 record  : {one:>10.2f} s        (fixed cost of every query)")
         alo = bench_write(spark, bootstrap, "bench-alo", n, parts, "at_least_once")
         eos = bench_write(spark, bootstrap, "bench-eos", n, parts, "exactly_once")
         print(f"  write at_least_once: {alo:>10,.0f} rows/s")
