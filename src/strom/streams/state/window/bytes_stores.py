@@ -120,6 +120,11 @@ class SegmentedBytesStore:
         """Oldest record time still visible: reads hide what retention has expired."""
         return max(0, self.observed_stream_time - self.retention_ms + 1)
 
+    def _latest_time(self, time_to: int) -> int:
+        """``time_to``, or the observed stream time if earlier: no record time is later (unknown: -1)."""
+        stream_time = self.observed_stream_time
+        return time_to if stream_time < 0 else min(time_to, stream_time)
+
     def scan(self, time_from: int, time_to: int, lo: bytes | None, hi: bytes | None,
              reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         """Records of the segments covering [time_from, time_to] whose keys lie in [lo, hi], in
@@ -278,7 +283,8 @@ class WindowBytesStore(SegmentedBytesStore):
                         reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
         """(key, window start, value) for keys in [key_from, key_to] (None: unbounded), segment by segment."""
         time_from = max(time_from, self.min_live_time())
-        for binary, value in self.scan(time_from, time_to, key_from, None, reverse):
+        hi = None if key_to is None else schemas.window_key_upper_bound(key_to, self._latest_time(time_to))
+        for binary, value in self.scan(time_from, time_to, key_from, hi, reverse):
             record_key, start, _ = schemas.split_window_store_key(binary)
             if (time_from <= start <= time_to and (key_from is None or record_key >= key_from)
                     and (key_to is None or record_key <= key_to)):
@@ -311,7 +317,11 @@ class SessionBytesStore(SegmentedBytesStore):
         earliest_session_end = max(earliest_session_end, self.min_live_time())
         single = key_from is not None and key_from == key_to
         lo = schemas.session_store_key(key_from, 0, max(earliest_session_end, 0)) if single else key_from
-        hi = schemas.session_store_key(key_from, MAX, MAX) if single else None
+        latest_end = self._latest_time(MAX)
+        if single:
+            hi: bytes | None = schemas.session_store_key(key_from, MAX, latest_end)
+        else:
+            hi = None if key_to is None else schemas.session_key_upper_bound(key_to, latest_end)
         for binary, value in self.scan(earliest_session_end, MAX, lo, hi, reverse):
             key, start, end = schemas.split_session_store_key(binary)
             if (end >= earliest_session_end and start <= latest_session_start

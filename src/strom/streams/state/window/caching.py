@@ -60,6 +60,7 @@ class CachingWindowStore(_CachingLayer):
         self._last_key: bytes | None = None
         self._last_start = -1
         self._last_binary = b""
+        self._latest_start = -1  # bounds cache scans: no cached window starts later
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         super().init(context, root)
@@ -91,6 +92,8 @@ class CachingWindowStore(_CachingLayer):
             binary_key = self._last_binary
         else:
             binary_key = key + _pack_window_suffix(window_start, 0)  # schemas.window_store_key
+        if window_start > self._latest_start:
+            self._latest_start = window_start
         self._put_dirty(binary_key, value, self._context.record_context)  # type: ignore[union-attr]
         return binary_key
 
@@ -132,11 +135,19 @@ class CachingWindowStore(_CachingLayer):
 
     def _cached(self, key_from: bytes | None, key_to: bytes | None, time_from: int,
                 time_to: int) -> Iterator[tuple[bytes, int, bytes | None]]:
+        """Cached entries of keys in [key_from, key_to] (None: unbounded) and windows starting in
+        [time_from, time_to]: the scan of the cache's sorted keys stops at the key range's upper bound."""
         assert self._cache is not None, "store used before init"
         time_from = max(time_from, self.wrapped.min_live_time())
-        single = key_from is not None and key_from == key_to
-        low = schemas.window_store_key(key_from, max(time_from, 0), 0) if single else key_from
-        high = schemas.window_store_key(key_from, time_to, schemas.MAX_SEQNUM) if single else None
+        time_to = min(time_to, self._latest_start)  # no cached window starts later
+        if time_from > time_to:
+            return
+        if key_from is not None and key_from == key_to:
+            low = schemas.window_store_key(key_from, time_from, 0)
+            high: bytes | None = schemas.window_store_key(key_from, time_to, schemas.MAX_SEQNUM)
+        else:
+            low = key_from
+            high = None if key_to is None else schemas.window_key_upper_bound(key_to, time_to)
         for binary_key, entry in self._cache.range(self._namespace, low, high):
             key, start, _ = schemas.split_window_store_key(binary_key)
             if (time_from <= start <= time_to and (key_from is None or key >= key_from)
@@ -163,13 +174,15 @@ class CachingSessionStore(_CachingLayer):
 
     A session aggregation reads every session of a key near each record, so the layer keeps an index
     of the sessions it cached per key; entries the cache evicted since are skipped (and were written
-    below when they were flushed).
+    below when they were flushed), and forgotten at each flush. Key-range reads use the cache's own
+    sorted keys instead.
     """
 
     def __init__(self, wrapped: Any) -> None:
         super().__init__(wrapped)
         self._listener: SessionFlushListener | None = None
         self._by_key: dict[bytes, set[bytes]] = {}
+        self._latest_end = -1  # bounds cache scans: no cached session ends later
 
     def _flush_entries(self, entries: list[DirtyEntry]) -> None:
         context = self._context
@@ -191,12 +204,15 @@ class CachingSessionStore(_CachingLayer):
         binary_key = schemas.session_store_key(key, start, end)
         self._put_dirty(binary_key, value, self._context.record_context)  # type: ignore[union-attr]
         self._by_key.setdefault(key, set()).add(binary_key)
+        if end > self._latest_end:
+            self._latest_end = end
         return binary_key
 
     def fetch_session(self, key: bytes, start: int, end: int) -> bytes | None:
-        assert self._cache is not None, "store used before init"
-        entry = self._cache.get(self._namespace, schemas.session_store_key(key, start, end))
+        binary_key = schemas.session_store_key(key, start, end)
+        entry = self._lookup(binary_key)
         if entry is not None:
+            self._mark_used(binary_key)
             return entry.value
         return self.wrapped.fetch_session(key, start, end)
 
@@ -206,6 +222,7 @@ class CachingSessionStore(_CachingLayer):
         """As the store below, with cached writes (and removals) applied; same order."""
         merged = {schemas.session_store_key(k, s, e): v for k, s, e, v in
                   self.wrapped.find_sessions(key_from, key_to, earliest_session_end, latest_session_start)}
+        earliest_session_end = max(earliest_session_end, self.wrapped.min_live_time())
         for binary_key, value in self._cached(key_from, key_to):
             key, start, end = schemas.split_session_store_key(binary_key)
             if end >= earliest_session_end and start <= latest_session_start:
@@ -219,30 +236,47 @@ class CachingSessionStore(_CachingLayer):
                 yield key, start, end, value
 
     def _cached(self, key_from: bytes | None, key_to: bytes | None) -> list[tuple[bytes, bytes | None]]:
+        """Cached sessions of keys in [key_from, key_to] (None: unbounded): one key through the per-key
+        index, a key range through the cache's sorted keys up to the range's upper bound."""
         assert self._cache is not None, "store used before init"
         if key_from is not None and key_from == key_to:
-            keys = [key_from]
-        else:
-            keys = [k for k in self._by_key
-                    if (key_from is None or k >= key_from) and (key_to is None or k <= key_to)]
+            return self._cached_sessions_of(key_from)
+        high = None if key_to is None else schemas.session_key_upper_bound(key_to, self._latest_end)
         found = []
-        for key in keys:
-            binaries = self._by_key.get(key)
-            if not binaries:
-                continue
-            for binary_key in list(binaries):
-                entry = self._cache.get(self._namespace, binary_key)
-                if entry is None:
-                    binaries.discard(binary_key)  # evicted (and written below when it was flushed)
-                else:
-                    found.append((binary_key, entry.value))
+        for binary_key, entry in self._cache.range(self._namespace, key_from, high):
+            key = binary_key[:-schemas.SESSION_SUFFIX_SIZE]
+            if (key_from is None or key >= key_from) and (key_to is None or key <= key_to):
+                found.append((binary_key, entry.value))
+        return found
+
+    def _cached_sessions_of(self, key: bytes) -> list[tuple[bytes, bytes | None]]:
+        binaries = self._by_key.get(key)
+        if not binaries:
+            return []
+        found = []
+        for binary_key in list(binaries):
+            entry = self._lookup(binary_key)
+            if entry is None:
+                binaries.discard(binary_key)  # evicted (and written below when it was flushed)
+            else:
+                found.append((binary_key, entry.value))
+        if not binaries:
+            del self._by_key[key]
+        return found
+
+    def _forget_uncached(self) -> None:
+        """Drop index entries of sessions the cache no longer holds (evicted, or flushed removals), so
+        the index never outgrows the cache, even for keys that are never read again."""
+        lookup = self._lookup
+        for key, binaries in list(self._by_key.items()):
+            binaries.difference_update([b for b in binaries if lookup(b) is None])
             if not binaries:
                 del self._by_key[key]
-        return found
 
     def flush(self) -> None:
         if self._cache is not None:
             self._cache.flush(self._namespace)
+            self._forget_uncached()
         self.wrapped.flush()
 
     def close(self) -> None:

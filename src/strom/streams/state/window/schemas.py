@@ -33,6 +33,27 @@ def split_window_store_key(binary: bytes) -> tuple[bytes, int, int]:
     return binary[:-WINDOW_SUFFIX_SIZE], start, seqnum
 
 
+def upper_range(key: bytes, max_suffix: bytes) -> bytes:
+    """An upper bound of every store key ``k + suffix`` with ``k <= key`` and ``suffix <= max_suffix``
+    (suffixes of one length), for range scans over a key range.
+
+    ``key + max_suffix`` is not enough: store keys of variable-length keys interleave, so a key's prefix
+    ``p`` sorts before it while ``p + suffix`` may sort after ``key + suffix``. The bound is the largest
+    ``prefix + max_suffix`` over the prefixes of ``key`` (the problem Kafka's OrderedBytes.upperRange solves).
+    """
+    return max(key[:length] + max_suffix for length in range(len(key) + 1))
+
+
+def window_key_upper_bound(key: bytes, latest_start: int) -> bytes:
+    """Upper bound of the window store keys of keys <= ``key`` in windows starting by ``latest_start``."""
+    return upper_range(key, WINDOW_SUFFIX.pack(latest_start, MAX_SEQNUM))
+
+
+def session_key_upper_bound(key: bytes, latest_end: int) -> bytes:
+    """Upper bound of the session store keys of keys <= ``key`` in sessions ending by ``latest_end``."""
+    return upper_range(key, _SESSION_SUFFIX.pack(latest_end, MAX_TIMESTAMP))
+
+
 def window_start_of(binary: bytes) -> int:
     return _LONG.unpack_from(binary, len(binary) - WINDOW_SUFFIX_SIZE)[0]
 
