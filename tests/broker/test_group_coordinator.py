@@ -119,6 +119,49 @@ def test_static_member_restart_replaces_its_old_incarnation(tmp_path):
     asyncio.run(scenario())
 
 
+def test_static_member_restart_in_a_stable_group_keeps_its_assignment_without_a_rebalance(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        first, other = await asyncio.gather(_join(coordinator, instance="a", session_ms=10_000),
+                                            _join(coordinator, instance="b", session_ms=10_000))
+        leader, follower = (first, other) if first["members"] else (other, first)
+        assignments = {first["member_id"]: b"to-a", other["member_id"]: b"to-b"}
+        await asyncio.gather(coordinator.sync("g", 1, follower["member_id"], {}),
+                             coordinator.sync("g", 1, leader["member_id"], assignments))
+        restarted = await _join(coordinator, instance="a", session_ms=10_000)
+        assert restarted["error_code"] is ErrorCode.none and restarted["generation_id"] == 1
+        assert coordinator.groups["g"].state is GroupState.STABLE, "no rebalance"
+        synced = await coordinator.sync("g", 1, restarted["member_id"], {})
+        assert synced["assignment"] == b"to-a"
+        assert coordinator.heartbeat("g", 1, first["member_id"], "a") is ErrorCode.fenced_instance_id
+        assert coordinator.heartbeat("g", 1, other["member_id"], "b") is ErrorCode.none
+        resubscribed = await coordinator.join("g", "", "b", "client", "127.0.0.1", 10_000, 400, "consumer",
+                                              [("range", b"other-topics")])
+        assert resubscribed["generation_id"] == 1, "new metadata, same selected protocol: no rebalance"
+
+    asyncio.run(scenario())
+
+
+def test_static_member_restart_that_changes_the_selected_protocol_rebalances(tmp_path):
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        both = [("range", b""), ("roundrobin", b"")]
+
+        def join(instance, protocols):
+            return coordinator.join("g", "", instance, "client", "127.0.0.1", 10_000, 300, "consumer",
+                                    protocols)
+        first, other = await asyncio.gather(join("a", both), join("b", both))
+        leader, follower = (first, other) if first["members"] else (other, first)
+        await asyncio.gather(coordinator.sync("g", 1, follower["member_id"], {}),
+                             coordinator.sync("g", 1, leader["member_id"], {}))
+        assert coordinator.groups["g"].protocol_name == "range"
+        leader_instance = "a" if leader is first else "b"
+        restarted = await join(leader_instance, list(reversed(both)))  # now prefers roundrobin
+        assert restarted["generation_id"] == 2 and restarted["protocol_name"] == "roundrobin"
+
+    asyncio.run(scenario())
+
+
 def test_committed_offsets_are_replayed_from_the_log(tmp_path):
     coordinator, logs = _open(tmp_path)
     coordinator.commit("g", {("t", 0): CommittedOffset(5, -1, "m", int(time.time() * 1000)),

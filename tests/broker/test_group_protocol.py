@@ -116,3 +116,38 @@ def test_offset_delete_spares_the_topics_members_subscribe_to(broker):
     outsider = clients.consumer(broker.bootstrap_servers, group)
     assert outsider.committed([TopicPartition(used, 0)], timeout=10)[0].offset == -1001
     outsider.close()
+
+
+def test_restarted_static_member_gets_its_partitions_back_without_a_rebalance(broker):
+    """KIP-345 with confluent-kafka: the other member sees no revocation when a static member restarts."""
+    topic, group = unique("static"), unique("g")
+    clients.create_topics(broker.bootstrap_servers, {topic: 4})
+    revoked: list[list[TopicPartition]] = []
+
+    def member(instance: str):
+        consumer = clients.consumer(broker.bootstrap_servers, group, **{
+            "group.instance.id": instance, "session.timeout.ms": 10_000, "heartbeat.interval.ms": 300})
+        return consumer
+
+    steady = member("steady")
+    steady.subscribe([topic], on_revoke=lambda _c, partitions: revoked.append(partitions))
+    restarting = member("restarting")
+    restarting.subscribe([topic])
+    deadline = time.monotonic() + 30
+    while len(steady.assignment()) + len(restarting.assignment()) < 4 or len(steady.assignment()) == 4:
+        assert time.monotonic() < deadline, "the two members did not share the partitions"
+        steady.poll(0.1)
+        restarting.poll(0.1)
+    before = sorted(p.partition for p in restarting.assignment())
+    revoked.clear()
+    restarting.close()  # a static member does not leave the group on close
+    again = member("restarting")
+    again.subscribe([topic])
+    again_assignment = _wait_for_assignment(again)
+    for _ in range(10):  # give a rebalance, if one were started, time to reach the steady member
+        steady.poll(0.1)
+        again.poll(0.1)
+    assert sorted(p.partition for p in again_assignment) == before
+    assert revoked == [], "the steady member was not rebalanced"
+    again.close()
+    steady.close()

@@ -52,6 +52,9 @@ class GroupCoordinator:
         group = self.groups.setdefault(group_id, Group(group_id))
         if not group.supports(protocol_type, protocols) or not protocols:
             return _join_error(ErrorCode.inconsistent_group_protocol, member_id)
+        if not member_id and self._is_static_rejoin_keeping_protocol(group, group_instance_id, protocols):
+            return self._replace_stable_static_member(group, group_instance_id or "", client_id, client_host,
+                                                      session_timeout_ms, rebalance_timeout_ms, protocols)
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if require_known_member_id and group_instance_id is None:
@@ -79,6 +82,43 @@ class GroupCoordinator:
         else:
             self._prepare_rebalance(group, f"member {member_id} joined")
         return await member.join_future
+
+    @staticmethod
+    def _is_static_rejoin_keeping_protocol(group: Group, group_instance_id: str | None,
+                                           protocols: list[tuple[str, bytes]]) -> bool:
+        """A restarted static member of a Stable group whose protocols leave the group's selected
+        protocol as it is: Kafka then skips the rebalance (KIP-345)."""
+        if group_instance_id is None or group.state is not GroupState.STABLE:
+            return False
+        old_id = group.static_member_id(group_instance_id)
+        return old_id is not None and group.select_protocol((old_id, protocols)) == group.protocol_name
+
+    def _replace_stable_static_member(self, group: Group, group_instance_id: str, client_id: str,
+                                      client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                                      protocols: list[tuple[str, bytes]]) -> dict[str, Any]:
+        """KIP-345: the new incarnation takes over the old one's id slot and assignment without a
+        rebalance; the old one is fenced."""
+        old = group.members.pop(group.static_member_id(group_instance_id) or "")
+        _resolve(old.join_future, _join_error(ErrorCode.fenced_instance_id, old.member_id))
+        _resolve(old.sync_future, _sync_result(ErrorCode.fenced_instance_id))
+        member = Member(f"{client_id}-{uuid.uuid4()}", group_instance_id, client_id, client_host,
+                        session_timeout_ms, rebalance_timeout_ms, old.protocol_type, protocols,
+                        assignment=old.assignment)
+        group.members[member.member_id] = member
+        if group.leader_id == old.member_id:
+            group.leader_id = member.member_id
+        log.info("group %s: static member %s restarted as %s without a rebalance", group.group_id,
+                 group_instance_id, member.member_id)
+        leader = member.member_id == group.leader_id
+        return {"error_code": ErrorCode.none, "generation_id": group.generation,
+                "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
+                "leader": group.leader_id, "member_id": member.member_id, "skip_assignment": leader,
+                "members": self._members_metadata(group) if leader else []}
+
+    @staticmethod
+    def _members_metadata(group: Group) -> list[dict[str, Any]]:
+        return [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "metadata": m.metadata_for(group.protocol_name or "")} for m in group.members.values()]
 
     def _replace_static_member(self, group: Group, group_instance_id: str | None) -> None:
         """A restarted static member (same group.instance.id) takes the place of its old self."""
@@ -135,9 +175,7 @@ class GroupCoordinator:
         group.state = GroupState.COMPLETING_REBALANCE
         log.info("group %s: generation %d with %d member(s), protocol %s", group.group_id,
                  group.generation, len(group.members), group.protocol_name)
-        all_members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                        "metadata": m.metadata_for(group.protocol_name or "")}
-                       for m in group.members.values()]
+        all_members = self._members_metadata(group)
         for member in group.members.values():
             member.last_heartbeat = time.monotonic()
             _resolve(member.join_future, {

@@ -77,13 +77,17 @@ class Group:
             topics |= _subscription_topics(member.metadata_for(self.protocol_name or ""))
         return topics
 
-    def select_protocol(self) -> str | None:
-        """The first protocol, in the leader's order of preference, that every member supports."""
+    def select_protocol(self, replaced: tuple[str, list[tuple[str, bytes]]] | None = None) -> str | None:
+        """The first protocol, in the leader's order of preference, that every member supports;
+        `replaced` (member id, protocols) asks what it would be if that member's protocols changed."""
         if not self.members:
             return None
-        leader = self.members.get(self.leader_id or "") or next(iter(self.members.values()))
-        supported = [{name for name, _ in m.protocols} for m in self.members.values()]
-        for name, _ in leader.protocols:
+        offered = {m.member_id: m.protocols for m in self.members.values()}
+        if replaced is not None:
+            offered[replaced[0]] = replaced[1]
+        leader = self.leader_id if self.leader_id in offered else next(iter(offered))
+        supported = [{name for name, _ in protocols} for protocols in offered.values()]
+        for name, _ in offered[leader]:
             if all(name in names for names in supported):
                 return name
         return None
