@@ -5,7 +5,8 @@ timeout. The coordinator then waits until every known member has sent JoinGroup 
 rebalance timeout passes, dropping the laggards), bumps the generation, gives the leader the
 members' metadata, and hands out the leader's assignment on SyncGroup. Cooperative rebalancing is
 driven by the clients over the same requests; the coordinator only has to accept a Stable
-group's members rejoining at any time.
+group's members rejoining at any time. Dynamic members get their id first (KIP-394); a static
+member restarting in a Stable group takes over its old assignment without a rebalance (KIP-345).
 """
 
 from __future__ import annotations
