@@ -73,7 +73,10 @@ class CachingKeyValueStore(WrappedStore):
     def get(self, key: bytes) -> bytes | None:
         entry = self._lookup(key)
         if entry is not None:
-            self._mark_used(key)
+            try:  # noqa: SIM105 - not contextlib.suppress: a context manager per read costs more
+                self._mark_used(key)
+            except KeyError:  # an interactive query's read raced with the task evicting the key
+                pass
             return entry.value
         value = self.wrapped.get(key)
         # only the task's own thread fills the cache: an interactive query must not trigger evictions
