@@ -35,6 +35,8 @@ class DemoResult:
     records_out: int = 0
     processing_s: float = 0.0
     startup_s: float = 0.0
+    task_batches: int = 0
+    reused: int = 0
     expected: Counter[str] = field(default_factory=Counter)
     updates: dict[str, list[int]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -142,6 +144,8 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
         result.processing_s = time.monotonic() - processing
     finally:
         app.stop()
+    result.task_batches = sum(task.batches for task in app.progress.tasks.values())
+    result.reused = app.progress.reused
     result.updates = read_committed(bootstrap, counts, partitions)
     result.records_out = sum(len(v) for v in result.updates.values())
     verify(result)
@@ -158,6 +162,7 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
     table.add_row("processing (from query start)", f"{result.processing_s:.1f} s")
     rate = result.records_in / result.processing_s if result.processing_s else 0.0
     table.add_row("records/s", f"{rate:,.0f}")
+    table.add_row("task batches (on tasks kept open)", f"{result.task_batches} ({result.reused})")
     for page, count in result.expected.most_common(5):
         final = result.updates.get(page, [None])[-1]
         table.add_row(f"  {page}", f"{final} (expected {count}, {len(result.updates.get(page, []))} updates)")

@@ -139,7 +139,11 @@ class StreamTaskReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         partitions = self._partitions()
         start = self._metadata.earliest(partitions)
-        start.update(committed_offsets(self._plan, partitions))
+        committed = CommittedOffsets(self._plan)
+        try:
+            start.update(committed.read(partitions))
+        finally:
+            committed.close()
         return offsets_to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -185,15 +189,24 @@ def plan_row(task: TaskInput, schema: StructType) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
 
 
-def committed_offsets(plan: SourcePlan, partitions: list[tuple[str, int]]) -> TopicPartitionOffsets:
-    """The offsets group ``<application.id>`` committed (partitions without a commit are left out)."""
-    consumer = clients.consumer(plan.bootstrap_servers, group_id=plan.application_id, **plan.client_config)
-    try:
-        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], _TIMEOUT_S)
-    except Exception as exc:
-        raise BrokerUnavailableError(
-            f"Could not read the committed offsets of group {plan.application_id!r} at "
-            f"{plan.bootstrap_servers}: {exc}. Check that the broker is running.") from exc
-    finally:
-        consumer.close()
-    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset != _NO_OFFSET}
+class CommittedOffsets:
+    """Reads the offsets group ``<application.id>`` committed, with one consumer kept open for
+    repeated reads (``SparkStreams.lag`` polls them); ``close()`` when done."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self._plan = plan
+        self._consumer = clients.consumer(plan.bootstrap_servers, group_id=plan.application_id,
+                                          **plan.client_config)
+
+    def read(self, partitions: list[tuple[str, int]]) -> TopicPartitionOffsets:
+        """Partitions without a commit are left out."""
+        try:
+            committed = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], _TIMEOUT_S)
+        except Exception as exc:
+            raise BrokerUnavailableError(
+                f"Could not read the committed offsets of group {self._plan.application_id!r} at "
+                f"{self._plan.bootstrap_servers}: {exc}. Check that the broker is running.") from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset != _NO_OFFSET}
+
+    def close(self) -> None:
+        self._consumer.close()

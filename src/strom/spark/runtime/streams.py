@@ -35,7 +35,13 @@ from strom.spark.runtime.plan import (
     create_internal_topics,
     plan_application,
 )
-from strom.spark.runtime.source import FORMAT, PLAN_OPTION, SourcePlan, StreamTaskSource, committed_offsets
+from strom.spark.runtime.source import (
+    FORMAT,
+    PLAN_OPTION,
+    CommittedOffsets,
+    SourcePlan,
+    StreamTaskSource,
+)
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
@@ -135,6 +141,7 @@ class SparkStreams:
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
         self._run_id = ""
+        self._lag_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -213,13 +220,15 @@ class SparkStreams:
         read sub-topology by sub-topology."""
         if self.plan is None:
             raise ConfigError("Call start() first.")
-        source = self._source_plan()
-        metadata = TopicMetadata(source.source_options())
+        if self._lag_clients is None:
+            source = self._source_plan()
+            self._lag_clients = (TopicMetadata(source.source_options()), CommittedOffsets(source))
+        metadata, committed_offsets = self._lag_clients
         behind = 0
         for sub in self.plan.subtopologies:
             partitions = [(t, p) for t, n in sub.source_topics.items() for p in range(n)]
             latest = metadata.latest(partitions)
-            committed = committed_offsets(source, partitions)
+            committed = committed_offsets.read(partitions)
             behind += sum(max(0, end - committed.get(tp, 0)) for tp, end in latest.items())
         return behind
 
@@ -286,6 +295,9 @@ class SparkStreams:
         self._query = None
         self._stop_file.unlink(missing_ok=True)
         self._release_open_tasks()
+        if self._lag_clients is not None:
+            self._lag_clients[1].close()
+            self._lag_clients = None
 
     def _release_open_tasks(self) -> None:
         """Waits until the Python workers have closed the tasks they keep open (their stores and
