@@ -131,6 +131,7 @@ def test_static_member_restart_in_a_stable_group_keeps_its_assignment_without_a_
         restarted = await _join(coordinator, instance="a", session_ms=10_000)
         assert restarted["error_code"] is ErrorCode.none and restarted["generation_id"] == 1
         assert coordinator.groups["g"].state is GroupState.STABLE, "no rebalance"
+        assert coordinator.groups["g"].leader_id in coordinator.groups["g"].members, "leadership moved"
         synced = await coordinator.sync("g", 1, restarted["member_id"], {})
         assert synced["assignment"] == b"to-a"
         assert coordinator.heartbeat("g", 1, first["member_id"], "a") is ErrorCode.fenced_instance_id

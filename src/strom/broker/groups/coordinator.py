@@ -61,7 +61,8 @@ class GroupCoordinator:
             if require_known_member_id and group_instance_id is None:
                 group.pending_members[member_id] = time.monotonic() + session_timeout_ms / 1000
                 return _join_error(ErrorCode.member_id_required, member_id)
-            self._replace_static_member(group, group_instance_id)
+            if group_instance_id is not None:
+                self._retire_static_member(group, group_instance_id, member_id)
         elif member_id not in group.members and group.pending_members.pop(member_id, None) is None:
             return _join_error(ErrorCode.unknown_member_id, member_id)
         member = group.members.get(member_id)
@@ -99,15 +100,12 @@ class GroupCoordinator:
                                       protocols: list[tuple[str, bytes]]) -> dict[str, Any]:
         """KIP-345: the new incarnation takes over the old one's id slot and assignment without a
         rebalance; the old one is fenced."""
-        old = group.members.pop(group.static_member_id(group_instance_id) or "")
-        _resolve(old.join_future, _join_error(ErrorCode.fenced_instance_id, old.member_id))
-        _resolve(old.sync_future, _sync_result(ErrorCode.fenced_instance_id))
-        member = Member(f"{client_id}-{uuid.uuid4()}", group_instance_id, client_id, client_host,
-                        session_timeout_ms, rebalance_timeout_ms, old.protocol_type, protocols,
-                        assignment=old.assignment)
-        group.members[member.member_id] = member
-        if group.leader_id == old.member_id:
-            group.leader_id = member.member_id
+        member_id = f"{client_id}-{uuid.uuid4()}"
+        old = self._retire_static_member(group, group_instance_id, member_id)
+        member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                        rebalance_timeout_ms, group.protocol_type or "", protocols,
+                        assignment=old.assignment if old else b"")
+        group.members[member_id] = member
         log.info("group %s: static member %s restarted as %s without a rebalance", group.group_id,
                  group_instance_id, member.member_id)
         leader = member.member_id == group.leader_id
@@ -121,15 +119,19 @@ class GroupCoordinator:
         return [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                  "metadata": m.metadata_for(group.protocol_name or "")} for m in group.members.values()]
 
-    def _replace_static_member(self, group: Group, group_instance_id: str | None) -> None:
-        """A restarted static member (same group.instance.id) takes the place of its old self."""
-        if group_instance_id is None:
-            return
-        for old in list(group.members.values()):
-            if old.group_instance_id == group_instance_id:
-                group.members.pop(old.member_id)
-                _resolve(old.join_future, _join_error(ErrorCode.fenced_instance_id, old.member_id))
-                _resolve(old.sync_future, _sync_result(ErrorCode.fenced_instance_id))
+    @staticmethod
+    def _retire_static_member(group: Group, group_instance_id: str, new_member_id: str) -> Member | None:
+        """Fences the old incarnation of a restarted static member (same group.instance.id) and
+        hands its leadership to the new member id; returns the old member, if there was one."""
+        old_id = group.static_member_id(group_instance_id)
+        if old_id is None:
+            return None
+        old = group.members.pop(old_id)
+        _resolve(old.join_future, _join_error(ErrorCode.fenced_instance_id, old_id))
+        _resolve(old.sync_future, _sync_result(ErrorCode.fenced_instance_id))
+        if group.leader_id == old_id:
+            group.leader_id = new_member_id
+        return old
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
         initial = group.state is GroupState.EMPTY
