@@ -86,6 +86,14 @@ def test_starting_and_ending_offsets_in_every_form(spark, broker, new_topic, pro
     assert offsets(subscribePattern=f"{prefix}-.*") == every
 
 
+def test_min_partitions_spreads_one_topic_partition_over_tasks(spark, broker, new_topic, produce):
+    topic = new_topic()
+    produce(broker.bootstrap_servers, topic, [(None, f"{i}".encode()) for i in range(10)])
+    df = _read(spark, broker, subscribe=topic, minPartitions="3")
+    assert df.rdd.getNumPartitions() == 3
+    assert sorted(r.offset for r in df.collect()) == list(range(10))
+
+
 def test_read_uncommitted_and_pattern_over_many_topics(spark, broker, new_topic, produce, consume_all):
     a, b = new_topic(), new_topic()
     produce(broker.bootstrap_servers, a, [(None, b"a")])

@@ -6,7 +6,8 @@ import pytest
 
 from strom.errors import ConfigError
 from strom.spark.options import EARLIEST, LATEST, Subscription, sink_options, source_options
-from strom.spark.source import offsets_from_json, offsets_to_json, rate_limit
+from strom.spark.reader import OffsetRange
+from strom.spark.source import offsets_from_json, offsets_to_json, rate_limit, split_ranges
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "a,b"}
 
@@ -49,6 +50,7 @@ def test_per_partition_json_offsets():
         ({"endingOffsets": "latest"}, True, "endingOffsets"),
         ({"maxOffsetsPerTrigger": "0"}, True, "maxOffsetsPerTrigger"),
         ({"maxOffsetsPerTrigger": "100"}, False, "maxOffsetsPerTrigger"),
+        ({"minPartitions": "0"}, False, "minPartitions"),
         ({"failOnDataLoss": "maybe"}, True, "failOnDataLoss"),
         ({"assign": '{"a":[0]}'}, True, "subscribe"),
         ({"subscribePatern": "a.*"}, True, "subscribePattern"),
@@ -115,6 +117,16 @@ def test_rate_limit_spreads_in_proportion_and_never_exceeds():
     assert sum(end[tp] - start[tp] for tp in start) == 100
     assert end[("t", 0)] - 0 == 75 and end[("t", 1)] - 100 == 25 and end[("t", 2)] == 5
     assert rate_limit(start, latest, 1000) == latest
+
+
+def test_min_partitions_cuts_ranges_in_proportion_to_their_size():
+    ranges = [OffsetRange("t", 0, 0, 300), OffsetRange("t", 1, 50, 150)]
+    assert split_ranges(ranges, 4) == [OffsetRange("t", 0, 0, 100), OffsetRange("t", 0, 100, 200),
+                                       OffsetRange("t", 0, 200, 300), OffsetRange("t", 1, 50, 150)]
+    assert split_ranges(ranges, 2) == ranges
+    assert split_ranges([OffsetRange("t", 0, 5, 7)], 5) == [OffsetRange("t", 0, 5, 6),
+                                                            OffsetRange("t", 0, 6, 7)]
+    assert source_options(_opts(minPartitions="8"), streaming=True).min_partitions == 8
 
 
 def test_offsets_json_round_trip():

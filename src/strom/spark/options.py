@@ -26,8 +26,8 @@ _CLIENT_OWNED = ("group.id", "enable.auto.commit", "auto.offset.reset", "transac
                  "key.deserializer", "value.deserializer", "key.serializer", "value.serializer")
 
 SOURCE_OPTIONS = ("kafka.bootstrap.servers", "subscribe", "subscribePattern", "assign",
-                  "startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "failOnDataLoss",
-                  "includeHeaders", "kafka.isolation.level")
+                  "startingOffsets", "endingOffsets", "maxOffsetsPerTrigger", "minPartitions",
+                  "failOnDataLoss", "includeHeaders", "kafka.isolation.level")
 SINK_OPTIONS = ("kafka.bootstrap.servers", "topic", "delivery.guarantee", "txnAppId", "txnVersion")
 DELIVERY_GUARANTEES = ("at_least_once", "exactly_once")
 
@@ -68,6 +68,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     include_headers: bool
     client_config: dict[str, str]
+    min_partitions: int | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -249,6 +250,7 @@ def source_options(options: Mapping[str, str], streaming: bool) -> SourceOptions
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=_bool(options, "includeHeaders", False),
         client_config=config,
+        min_partitions=_positive_int(options, "minPartitions"),
     )
 
 

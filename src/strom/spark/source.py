@@ -6,6 +6,7 @@ read naturally. One input partition per topic partition; records reach Spark as 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator, Sequence
 
@@ -105,9 +106,26 @@ def _read_settings(options: SourceOptions) -> ReadSettings:
                         options.fail_on_data_loss, options.include_headers)
 
 
-def _ranges(start: TopicPartitionOffsets, end: TopicPartitionOffsets) -> list[OffsetRange]:
-    return [OffsetRange(t, p, start[(t, p)], offset) for (t, p), offset in sorted(end.items())
-            if offset > start[(t, p)]]
+def _ranges(start: TopicPartitionOffsets, end: TopicPartitionOffsets, min_partitions: int | None
+            ) -> list[OffsetRange]:
+    ranges = [OffsetRange(t, p, start[(t, p)], offset) for (t, p), offset in sorted(end.items())
+              if offset > start[(t, p)]]
+    return ranges if min_partitions is None else split_ranges(ranges, min_partitions)
+
+
+def split_ranges(ranges: list[OffsetRange], min_partitions: int) -> list[OffsetRange]:
+    """minPartitions, as Spark's Kafka source: fewer ranges than that are cut into pieces, each
+    range into a share of ``min_partitions`` in proportion to its size, so all cores read."""
+    if len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.end - r.start for r in ranges)
+    pieces = []
+    for r in ranges:
+        size = r.end - r.start
+        parts = min(size, max(1, round(size / total * min_partitions)))
+        bounds = [r.start + size * i // parts for i in range(parts + 1)]
+        pieces += [OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds)]
+    return pieces
 
 
 class KafkaBatchReader(DataSourceReader):
@@ -130,7 +148,7 @@ class KafkaBatchReader(DataSourceReader):
                 + ". Lower startingOffsets or raise endingOffsets."
             )
         start = _check_start(start, metadata.earliest(partitions), self._options.fail_on_data_loss)
-        return _ranges(start, end)
+        return _ranges(start, end, self._options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(partition, _read_settings(self._options), self._schema)
@@ -207,7 +225,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin.update(self._metadata.earliest(missing))
         begin = _check_start({tp: begin[tp] for tp in stop}, self._metadata.earliest(list(stop)),
                              self._options.fail_on_data_loss)
-        return _ranges(begin, stop)
+        return _ranges(begin, stop, self._options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(partition, _read_settings(self._options), self._schema)
