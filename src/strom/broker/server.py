@@ -156,8 +156,8 @@ class ConnectionHandler:
             refusal = unsupported_version_response(api_key, version, correlation_id)
             if refusal is None:
                 raise MalformedRequest(
-                    f"api_key={api_key} v{version} is not served and its response has no error code "
-                    "to refuse it with; the client must pick versions from ApiVersions")
+                    f"api_key={api_key} v{version} is not served and cannot be refused with an error "
+                    "code; the client must pick APIs and versions from ApiVersions")
             served = f"v{handler.min_version}-v{handler.max_version}" if handler else "no version"
             log.warning("answered UNSUPPORTED_VERSION to api_key=%d v%d from %s: this broker serves %s "
                         "of it; use a client that negotiates versions with ApiVersions",
