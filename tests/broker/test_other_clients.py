@@ -86,3 +86,16 @@ def test_kcat_lists_metadata_and_consumes(broker):
     command = ["kcat", "-b", broker.bootstrap_servers, "-C", "-t", topic, "-e", "-q", "-f", "%k=%s\\n"]
     consumed = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout
     assert sorted(consumed.split()) == sorted(f"k{i}=v{i}" for i in range(20))
+
+
+def test_kcat_balanced_consumer_joins_a_group(broker):
+    """kcat -G: kcat's own librdkafka goes through the member id handshake and the group protocol."""
+    topic, group = unique("kcat-group"), unique("g")
+    clients.create_topics(broker.bootstrap_servers, {topic: 2})
+    producer = clients.producer(broker.bootstrap_servers)
+    for i in range(10):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % 2)
+    producer.flush(10)
+    command = ["kcat", "-b", broker.bootstrap_servers, "-G", group, "-e", "-q", "-o", "beginning", topic]
+    consumed = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert sorted(consumed.split()) == sorted(f"v{i}" for i in range(10))
