@@ -3,7 +3,7 @@
 The same lines go through SparkStreams (2 input partitions, so tasks 0_0, 0_1, 1_0, 1_1) and
 through the TopologyTestDriver. Spark emits fewer updates (the record cache merges those of one
 micro-batch) but every key's final count and the stores must agree; read_committed, each key's
-updates rise strictly, so no update was written twice.
+updates rise strictly, so no update was written twice, also when batches ran on tasks kept open.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def _driver_counts(topics: dict[str, str], lines: list[tuple[str, str]]) -> dict
         return driver.create_output_topic(topics["counts"], S, L).read_key_values_to_map()
 
 
-def _props(broker, state_dir: Path, app_id: str) -> dict:
+def _props(broker, state_dir: Path, app_id: str, per_trigger: int = 1000) -> dict:
     return {"application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
             "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir),
-            "commit.interval.ms": 200, "max.offsets.per.trigger": 1000}
+            "commit.interval.ms": 200, "max.offsets.per.trigger": per_trigger}
 
 
 def _assert_exactly_once(updates: dict[str, list[int]], expected: dict[str, int]) -> None:
@@ -55,8 +55,8 @@ def test_word_count_with_repartition_matches_topology_test_driver(broker, spark,
     lines = _lines(random.Random(7), 300)
     produce_lines(broker.bootstrap_servers, names["lines"], lines)
 
-    app = SparkStreams(word_count(names["lines"], names["counts"]),
-                       _props(broker, tmp_path, f"rt-wc-{names['lines']}"), spark)
+    app = SparkStreams(word_count(names["lines"], names["counts"]),  # several micro-batches per task
+                       _props(broker, tmp_path, f"rt-wc-{names['lines']}", per_trigger=250), spark)
     app.start()
     try:
         assert app.wait_until_caught_up(150), f"lag {app.lag()}"
@@ -68,6 +68,7 @@ def test_word_count_with_repartition_matches_topology_test_driver(broker, spark,
     _assert_exactly_once(read_updates(broker.bootstrap_servers, names["counts"]), expected)
     assert set(app.plan.task_ids) == {"0_0", "0_1", "1_0", "1_1"}
     assert app.progress.records == len(lines) + sum(expected.values())  # lines, then words
+    assert app.progress.reused > 0, app.progress  # some batches ran on the task kept open
 
 
 def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, topics, tmp_path):

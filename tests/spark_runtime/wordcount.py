@@ -1,8 +1,7 @@
 """The word-count topology of the runtime tests, and a read_committed reader of its output.
 
 Also a script: ``python wordcount.py BOOTSTRAP LINES COUNTS STATE_DIR APP_ID`` runs the topology
-exactly-once on Spark until every input record is committed, for the SIGKILL test; it prints how
-many task batches ran and how many of them reused an open task.
+exactly-once on Spark until every input record is committed, for the SIGKILL test.
 """
 
 from __future__ import annotations
@@ -64,7 +63,6 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -
     caught_up = app.wait_until_caught_up(240)
     app.stop()
     spark.stop()
-    print(f"task batches={sum(t.batches for t in app.progress.tasks.values())} reused={app.progress.reused}")
     sys.exit(0 if caught_up else 3)
 
 
