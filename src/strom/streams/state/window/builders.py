@@ -15,7 +15,11 @@ from strom.streams.kstream.windows import Duration, WindowSpecError, to_millis
 from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
 from strom.streams.state.window.caching import CachingSessionStore, CachingWindowStore
 from strom.streams.state.window.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
-from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
+from strom.streams.state.window.metered import (
+    MeteredSessionStore,
+    MeteredTimestampedWindowStore,
+    MeteredWindowStore,
+)
 
 
 @dataclass(frozen=True)
@@ -143,8 +147,8 @@ class WindowStoreBuilder(_Builder):
         store: Any = ChangeLoggingWindowStore(inner) if self.logging_enabled else inner
         if self.caching_enabled:
             store = CachingWindowStore(store)
-        return MeteredWindowStore(store, self.key_serde, self.value_serde, self.supplier.window_size_ms,
-                                  self.supplier.timestamped)
+        metered = MeteredTimestampedWindowStore if self.supplier.timestamped else MeteredWindowStore
+        return metered(store, self.key_serde, self.value_serde, self.supplier.window_size_ms)
 
 
 class SessionStoreBuilder(_Builder):

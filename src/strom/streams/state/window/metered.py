@@ -86,41 +86,29 @@ class _Metered:
 class MeteredWindowStore(_Metered):
     """Kafka's WindowStore: values per key and window start."""
 
+    timestamped = False
+
     def __init__(self, wrapped: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
-                 window_size_ms: int, timestamped: bool) -> None:
+                 window_size_ms: int) -> None:
         super().__init__(wrapped, key_serde, value_serde)
         self.window_size_ms = window_size_ms
-        self.timestamped = timestamped
-
-    def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
-        if self.timestamped:
-            # the hot path packs and unpacks ValueAndTimestamp itself; the serde validates the layout
-            self._plain_to = value_serde.serializer().serialize
-            self._plain_from = value_serde.deserializer().deserialize
-            return ValueAndTimestampSerde(value_serde)
-        return value_serde
 
     def _to_bytes(self, value: Any) -> bytes | None:
-        if value is None:
-            return None
-        if self.timestamped and type(value) is ValueAndTimestamp:
-            return _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
-        return self._value_to(self._topic, value)
+        return None if value is None else self._value_to(self._topic, value)
 
     def _from_bytes(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        if self.timestamped and len(data) >= 8:
-            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
-                                                  _unpack_timestamp(data)[0]))
-        return self._value_from(self._topic, data)
+        return None if data is None else self._value_from(self._topic, data)
+
+    def _plain(self, data: bytes | None) -> Any:
+        """What the flush listener gets: the plain value."""
+        return self._from_bytes(data)
 
     def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
         return Windowed(self._key_from(self._topic, key), Window(start, min(start + self.window_size_ms,
                                                                             MAX_TIMESTAMP)))
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
-        """Store ``value`` (a ValueAndTimestamp for timestamped stores) for a window; None deletes."""
+        """Store ``value`` for a window; None deletes."""
         self.num_puts += 1
         key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
         self.wrapped.put(key_bytes, self._to_bytes(value), window_start)
@@ -128,8 +116,7 @@ class MeteredWindowStore(_Metered):
     def fetch(self, key: Any, window_start: int) -> Any:
         self.num_fetches += 1
         key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
-        data = self.wrapped.fetch(key_bytes, window_start)
-        return None if data is None else self._from_bytes(data)
+        return self._from_bytes(self.wrapped.fetch(key_bytes, window_start))
 
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         """(window start, value) of the key's windows starting in [time_from, time_to], oldest first."""
@@ -172,15 +159,6 @@ class MeteredWindowStore(_Metered):
 
         return set_listener(on_flush, send_old_values)
 
-    def _plain(self, data: bytes | None) -> Any:
-        """The value without its timestamp, deserialized; the same check of the layout as _from_bytes."""
-        if data is None:
-            return None
-        if self.timestamped and len(data) >= 8:
-            return self._plain_from(self._topic, data[8:])
-        value = self._value_from(self._topic, data)
-        return value.value if self.timestamped else value
-
     def _bound(self, key: Any) -> bytes | None:
         return None if key is None else self._key_bytes(key)
 
@@ -193,6 +171,56 @@ class MeteredWindowStore(_Metered):
         self.num_fetches += 1
         for key, start, value in records:
             yield self._windowed(key, start), self._from_bytes(value)
+
+
+class MeteredTimestampedWindowStore(MeteredWindowStore):
+    """Values are ValueAndTimestamp (what windowed aggregations keep), stored as Kafka does: an 8-byte
+    timestamp, then the value bytes. fetch and put, once per record of an aggregation, pack and unpack
+    them inline; the ValueAndTimestampSerde reports values of the wrong type or layout."""
+
+    timestamped = True
+
+    def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
+        self._plain_to = value_serde.serializer().serialize
+        self._plain_from = value_serde.deserializer().deserialize
+        return ValueAndTimestampSerde(value_serde)
+
+    def _to_bytes(self, value: Any) -> bytes | None:
+        if type(value) is ValueAndTimestamp:
+            return _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
+        return self._value_to(self._topic, value)  # None, or the serde's error
+
+    def _from_bytes(self, data: bytes | None) -> Any:
+        if data is not None and len(data) >= 8:
+            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
+                                                  _unpack_timestamp(data)[0]))
+        return self._value_from(self._topic, data)  # None, or the serde's error
+
+    def _plain(self, data: bytes | None) -> Any:
+        if data is not None and len(data) >= 8:
+            return self._plain_from(self._topic, data[8:])
+        return self._value_from(self._topic, data)  # None, or the serde's error
+
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        """Store a ValueAndTimestamp for a window; None deletes."""
+        self.num_puts += 1
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        if type(value) is ValueAndTimestamp:
+            data = _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
+        else:
+            data = self._to_bytes(value)
+        self.wrapped.put(key_bytes, data, window_start)
+
+    def fetch(self, key: Any, window_start: int) -> Any:
+        self.num_fetches += 1
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        data = self.wrapped.fetch(key_bytes, window_start)
+        if data is None:
+            return None
+        if len(data) >= 8:
+            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
+                                                  _unpack_timestamp(data)[0]))
+        return self._from_bytes(data)
 
 
 class MeteredSessionStore(_Metered):
