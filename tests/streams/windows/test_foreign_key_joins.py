@@ -74,3 +74,21 @@ def test_changing_the_foreign_key_moves_the_row_to_the_new_right_value():
 def test_left_join_with_null_foreign_key_joins_with_none():
     rows = [(1, "left", "A", {"fk": None, "v": 1})]
     assert _run(_topology("left_join"), rows) == [(1, [("A", "[A,None,1,NULL,NULL]")])]
+
+
+def test_internal_topics_and_store_are_named_as_kafka_names_them():
+    from strom.streams.kstream.options import Named
+
+    builder = StreamsBuilder()
+    left, right = builder.table("left"), builder.table("right")
+    left.join(right, lambda value: value, lambda a, b: a)
+    left.join(right, lambda value: value, lambda a, b: a, Named.as_("orders"))
+    internal = builder.build().internal
+    topics = sorted(internal.internal_topics)
+    assert [t.split("-0")[0] for t in topics if t.startswith("KTABLE")] == [
+        "KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION", "KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE"]
+    assert [t for t in topics if t.startswith("orders")] == [
+        "orders-subscription-registration-topic", "orders-subscription-response-topic"]
+    stores = set(internal.store_builders)
+    assert "orders-subscription-store" in stores
+    assert any(name.startswith("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-") for name in stores)

@@ -22,6 +22,7 @@ from strom.streams.kstream.join_options import Joined, value_joiner
 from strom.streams.kstream.options import Materialized, Named
 
 if TYPE_CHECKING:
+    from strom.streams.kstream.builder import InternalStreamsBuilder
     from strom.streams.kstream.kstream import KStream
     from strom.streams.kstream.ktable import KTable
 
@@ -121,6 +122,17 @@ def table_join(left: KTable, right: KTable, kind: str, *args: Any, **kwargs: Any
     return table_table_join(left, right, kind, *args, **kwargs)
 
 
+def _foreign_key_join_names(builder: InternalStreamsBuilder, named: Named | None) -> tuple[str, str, str]:
+    """Kafka's names of the subscription topic, response topic and subscription store: from the join's
+    name, else ``KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`` and so on."""
+    if named is not None and named.name:
+        return (f"{named.name}-subscription-registration-topic", f"{named.name}-subscription-response-topic",
+                f"{named.name}-subscription-store")
+    return (f"KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-{builder.next_index()}-topic",
+            f"KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-{builder.next_index()}-topic",
+            f"KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-{builder.next_index()}")
+
+
 def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extractor: Callable[[Any], Any],
                      joiner: Callable[..., Any], named: Named | None = None,
                      materialized: Materialized | None = None) -> KTable:
@@ -144,9 +156,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     right.enable_send_old_values()
     left_store, right_store = ensure_materialized(left), ensure_materialized(right)
     serdes = (left.key_serde, right.key_serde, left.value_serde, right.value_serde)
-    subscription_topic = f"{base}-subscription-registration-topic"
-    response_topic = f"{base}-subscription-response-topic"
-    subscription_store = f"{base}-subscription-store"
+    subscription_topic, response_topic, subscription_store = _foreign_key_join_names(builder, named)
     send, result = f"{base}-subscription-send", f"{base}-result"
     left_join = kind == LEFT
     for topic in (subscription_topic, response_topic):
