@@ -63,10 +63,15 @@ def _close(stores):
         store.close()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(operations=writes, reads=queries, persistent=st.booleans(), cache_bytes=st.sampled_from([300, 10_000]),
-       retention=st.sampled_from([1_500, 10_000]))
+def histories(test):
+    """Runs ``test`` on random write histories and reads: both store kinds, two cache sizes and retentions."""
+    return settings(max_examples=30, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])(
+        given(operations=writes, reads=queries, persistent=st.booleans(),
+              cache_bytes=st.sampled_from([300, 10_000]), retention=st.sampled_from([1_500, 10_000]))(test))
+
+
+@histories
 def test_cached_window_store_reads_equal_uncached_reads(tmp_path_factory, operations, reads, persistent,
                                                          cache_bytes, retention):
     def make_builder():
@@ -98,10 +103,7 @@ def test_cached_window_store_reads_equal_uncached_reads(tmp_path_factory, operat
         _close(stores)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                   HealthCheck.function_scoped_fixture])
-@given(operations=writes, reads=queries, persistent=st.booleans(), cache_bytes=st.sampled_from([300, 10_000]),
-       retention=st.sampled_from([1_500, 10_000]))
+@histories
 def test_cached_session_store_reads_equal_uncached_reads(tmp_path_factory, operations, reads, persistent,
                                                           cache_bytes, retention):
     def make_builder():
