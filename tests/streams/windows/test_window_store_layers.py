@@ -113,3 +113,20 @@ def test_windowed_changelogs_are_compacted_and_time_deleted():
     assert builder.log_config["cleanup.policy"] == "compact,delete"
     session = builders.session_store_builder(builders.in_memory_session_store("s", 10))
     assert session.log_config["retention.ms"] == str(10 + 86_400_000)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_timestamped_window_store_reports_values_of_the_wrong_type(tmp_path, cached):
+    from strom.errors import SerializationError
+
+    store, context = _window_store(tmp_path, False, cached, timestamped=True)
+    context.at(5)
+    with pytest.raises(SerializationError, match="ValueAndTimestamp"):
+        store.put("a", 3, 0)
+    with pytest.raises(SerializationError):
+        store.put("a", ValueAndTimestamp("not a number", 5), 0)
+    store.put("a", ValueAndTimestamp(3, 5), 0)
+    assert store.fetch("a", 0) == ValueAndTimestamp(3, 5)
+    store.put("a", None, 0)
+    assert store.fetch("a", 0) is None
+    store.close()

@@ -11,7 +11,7 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from strom.kafka.serdes import Serde
+from strom.kafka.serdes import Serde, decoder_of, encoder_of
 from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
@@ -61,6 +61,11 @@ class _Metered:
         self._key_from = key_serde.deserializer().deserialize
         self._value_to = value_serde.serializer().serialize
         self._value_from = value_serde.deserializer().deserialize
+        # per-record paths call these bound one-argument functions, the serdes only when they refuse
+        # (encoder_of's contract)
+        self._key_encode = encoder_of(key_serde.serializer(), self._topic)
+        self._value_encode = encoder_of(value_serde.serializer(), self._topic)
+        self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
         self.wrapped.init(context, root)
 
     def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
@@ -72,9 +77,12 @@ class _Metered:
             return self._last_key_bytes
         if key is None:
             raise ValueError(f"store {self.name!r}: keys must not be None")
-        self._last_key_bytes = self._key_to(self._topic, key)
-        self._last_key = key
-        return self._last_key_bytes
+        try:
+            key_bytes = self._key_encode(key)
+        except Exception:
+            key_bytes = self._key_to(self._topic, key)
+        self._last_key_bytes, self._last_key = key_bytes, key
+        return key_bytes
 
     def flush(self) -> None:
         self.wrapped.flush()
@@ -175,8 +183,9 @@ class MeteredWindowStore(_Metered):
 
 class MeteredTimestampedWindowStore(MeteredWindowStore):
     """Values are ValueAndTimestamp (what windowed aggregations keep), stored as Kafka does: an 8-byte
-    timestamp, then the value bytes. fetch and put, once per record of an aggregation, pack and unpack
-    them inline; the ValueAndTimestampSerde reports values of the wrong type or layout."""
+    timestamp, then the value bytes. fetch and put, once per record of an aggregation, use the bound
+    encoder and decoder (one struct call for numbers); the serde reports values of the wrong type or
+    layout."""
 
     timestamped = True
 
@@ -205,10 +214,10 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
         """Store a ValueAndTimestamp for a window; None deletes."""
         self.num_puts += 1
         key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
-        if type(value) is ValueAndTimestamp:
-            data = _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
-        else:
-            data = self._to_bytes(value)
+        try:
+            data = self._value_encode(value)
+        except Exception:
+            data = self._to_bytes(value)  # None, or the serde's error
         self.wrapped.put(key_bytes, data, window_start)
 
     def fetch(self, key: Any, window_start: int) -> Any:
@@ -217,10 +226,10 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
         data = self.wrapped.fetch(key_bytes, window_start)
         if data is None:
             return None
-        if len(data) >= 8:
-            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
-                                                  _unpack_timestamp(data)[0]))
-        return self._from_bytes(data)
+        try:
+            return self._value_decode(data)
+        except Exception:
+            return self._from_bytes(data)  # the serde's error
 
 
 class MeteredSessionStore(_Metered):
