@@ -64,6 +64,7 @@ class _Metered:
         # per-record paths call these bound one-argument functions, the serdes only when they refuse
         # (encoder_of's contract)
         self._key_encode = encoder_of(key_serde.serializer(), self._topic)
+        self._key_decode = decoder_of(key_serde.deserializer(), self._topic)
         self._value_encode = encoder_of(value_serde.serializer(), self._topic)
         self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
         self.wrapped.init(context, root)
@@ -112,8 +113,11 @@ class MeteredWindowStore(_Metered):
         return self._from_bytes(data)
 
     def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
-        return Windowed(self._key_from(self._topic, key), Window(start, min(start + self.window_size_ms,
-                                                                            MAX_TIMESTAMP)))
+        try:
+            typed = self._key_decode(key)
+        except Exception:
+            typed = self._key_from(self._topic, key)  # the serde's error
+        return Windowed(typed, Window(start, min(start + self.window_size_ms, MAX_TIMESTAMP)))
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
         """Store ``value`` for a window; None deletes."""
@@ -206,9 +210,12 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
         return self._value_from(self._topic, data)  # None, or the serde's error
 
     def _plain(self, data: bytes | None) -> Any:
-        if data is not None and len(data) >= 8:
-            return self._plain_from(self._topic, data[8:])
-        return self._value_from(self._topic, data)  # None, or the serde's error
+        if data is None:
+            return None
+        try:
+            return self._value_decode(data)[0]
+        except Exception:
+            return self._from_bytes(data)[0]  # the serde's error
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
         """Store a ValueAndTimestamp for a window; None deletes."""
