@@ -104,15 +104,17 @@ class StreamsProgress:
 
 
 @contextmanager
-def own_worker_pool(spark: SparkSession, application_id: str) -> Iterator[None]:
-    """Python functions created inside get their own pool of Spark Python workers.
+def own_worker_pool(spark: SparkSession) -> Iterator[None]:
+    """Python functions created inside get the pool of Spark Python workers of stream tasks.
 
     Spark pools reused workers by their environment and hands out the idle one that waited
     longest. Sharing a pool with the source's readers, a task's next batch almost never gets the
-    worker that keeps the task open; in a pool of its own (one per application) it mostly does.
+    worker that keeps the task open; in the stream tasks' own pool it often does. (One pool for
+    every application of the session: a pool per application would start its own worker daemon
+    and workers with each application.)
     """
     environment = spark.sparkContext.environment
-    environment[WORKER_POOL_VARIABLE] = application_id
+    environment[WORKER_POOL_VARIABLE] = "1"
     try:
         yield
     finally:
@@ -192,7 +194,7 @@ class SparkStreams:
                   .option(PLAN_OPTION, self._source_plan().to_json())
                   .load())
         runner = StreamTaskRunner(self._topology, self._props, self._run_id)
-        with own_worker_pool(self._spark, self.config.application_id):
+        with own_worker_pool(self._spark):
             summaries = source.mapInArrow(runner, SUMMARY_DDL)
         return (summaries.writeStream
                 .queryName(self.config.application_id)
