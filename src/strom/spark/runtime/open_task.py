@@ -85,11 +85,15 @@ class OpenTask:
         return self.lease.release_requested
 
     def open(self, partitions: list[tuple[str, int]]) -> int:
-        """Fences earlier attempts, reads the committed offsets of ``partitions``, catches up the
-        global stores, opens and restores the stores; returns the changelog records restored."""
+        """Fences earlier attempts, reads the committed offsets of ``partitions`` (their metadata
+        restores the task's stream time), catches up the global stores, opens and restores the stores;
+        returns the changelog records restored."""
         if self.eos:
             self.call(self.sink.producer.init_transactions, TIMEOUT_S)
-        self.positions = self._committed(partitions)
+        committed = self._committed(partitions)
+        self.positions = {(tp.topic, tp.partition): tp.offset for tp in committed}
+        self.task.initialize_task_time({TopicPartition(tp.topic, tp.partition): tp.metadata
+                                        for tp in committed})
         self.refresh_global_stores()
         self.task.initialize()
         restored = restore_task(self.task, self.consumer)
@@ -109,15 +113,26 @@ class OpenTask:
         producer fenced since the last batch fail here, before any record is processed."""
         if self.eos:
             self.call(self.sink.producer.begin_transaction)
-            self.call(self.sink.producer.send_offsets_to_transaction, _kafka(offsets),
-                      self.consumer.consumer_group_metadata(), TIMEOUT_S)
+            self._send_offsets(offsets)
 
     def commit(self, offsets: Offsets) -> None:
+        """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
+        again into the transaction under exactly-once: the times are known only now)."""
         if self.eos:
+            self._send_offsets(offsets)
             self.call(self.sink.producer.commit_transaction, TIMEOUT_S)
         else:
-            self.call(self.consumer.commit, offsets=_kafka(offsets), asynchronous=False)
+            self.call(self.consumer.commit, offsets=self._with_metadata(offsets), asynchronous=False)
         self.positions.update(offsets)
+
+    def _send_offsets(self, offsets: Offsets) -> None:
+        self.call(self.sink.producer.send_offsets_to_transaction, self._with_metadata(offsets),
+                  self.consumer.consumer_group_metadata(), TIMEOUT_S)
+
+    def _with_metadata(self, offsets: Offsets) -> list[KafkaTopicPartition]:
+        return [KafkaTopicPartition(topic, partition, offset,
+                                    metadata=self.task.commit_metadata(TopicPartition(topic, partition)))
+                for (topic, partition), offset in offsets.items()]
 
     def abort(self) -> None:
         if self.eos:
@@ -140,10 +155,11 @@ class OpenTask:
             self.sink.close()
             self.lease.release()
 
-    def _committed(self, partitions: list[tuple[str, int]]) -> Offsets:
+    def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
+        """The committed offsets (with their metadata) of those of ``partitions`` that have one."""
         result = self.call(self.consumer.committed, [KafkaTopicPartition(t, p) for t, p in partitions],
                            TIMEOUT_S)
-        return {(tp.topic, tp.partition): tp.offset for tp in result if tp.offset != _NO_OFFSET}
+        return [tp for tp in result if tp.offset != _NO_OFFSET]
 
     def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         """Calls a client method; Kafka errors become ProducerFencedError or BrokerUnavailableError."""
@@ -157,7 +173,3 @@ class OpenTask:
             raise BrokerUnavailableError(
                 f"Stream task {self.name} failed in {method.__name__}: {error.str()}. Check the broker "
                 f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc
-
-
-def _kafka(offsets: Offsets) -> list[KafkaTopicPartition]:
-    return [KafkaTopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]

@@ -2,14 +2,49 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import logging
+import struct
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from strom.kafka.serdes import decoder_of
 from strom.streams.processor.internals.records import ConsumerRecord, TopicPartition
 
+log = logging.getLogger(__name__)
+
 UNKNOWN = -1
 NEVER = 1 << 62
+
+PARTITION_TIME_VERSION = 2
+"""Kafka Streams' TopicPartitionMetadata magic byte: version 1 holds the partition time, version 2 adds
+processor metadata after it (strom writes none)."""
+_PARTITION_TIME = struct.Struct(">bq")
+
+
+def encode_partition_time(partition_time: int) -> str:
+    """Committed-offset metadata carrying a partition's time, as Kafka Streams writes it (base64 of the
+    version byte and the time as a big-endian long), so either can resume the other's stream time."""
+    return base64.b64encode(_PARTITION_TIME.pack(PARTITION_TIME_VERSION, partition_time)).decode("ascii")
+
+
+def decode_partition_time(metadata: str | None) -> int:
+    """The partition time in committed-offset metadata; UNKNOWN when there is none or it is not Kafka
+    Streams' format (logged: the stream time then starts over, as Kafka Streams does)."""
+    if not metadata:
+        return UNKNOWN
+    try:
+        raw = base64.b64decode(metadata, validate=True)
+        version, partition_time = _PARTITION_TIME.unpack_from(raw)
+    except (binascii.Error, ValueError, struct.error):
+        log.warning("Committed offset metadata %r is not a partition time; stream time starts over", metadata)
+        return UNKNOWN
+    if version not in (1, PARTITION_TIME_VERSION):
+        log.warning("Committed offset metadata has version %d (supported: 1, %d); stream time starts over",
+                    version, PARTITION_TIME_VERSION)
+        return UNKNOWN
+    return partition_time
 
 
 class RecordQueue:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,12 @@ from strom.streams.processor.internals.collector import RecordCollector, RecordS
 from strom.streams.processor.internals.context import TaskContext, default_serde
 from strom.streams.processor.internals.handlers import HandlerResponse, resolve
 from strom.streams.processor.internals.nodes import ProcessorNode, SinkProcessor, SourceNode
-from strom.streams.processor.internals.partition_group import PartitionGroup, RecordQueue
+from strom.streams.processor.internals.partition_group import (
+    PartitionGroup,
+    RecordQueue,
+    decode_partition_time,
+    encode_partition_time,
+)
 from strom.streams.processor.internals.punctuation import PunctuationSchedule
 from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.state.cache import ThreadCache
@@ -233,6 +238,21 @@ class StreamTask:
         self.sources[partition.topic] = source
         self.partition_group.add_partition(partition).read_by(source)
 
+    def initialize_task_time(self, committed_metadata: Mapping[TopicPartition, str | None]) -> None:
+        """Partition times from the metadata of the committed offsets (``committable_offsets_and_metadata``
+        wrote it), stream time their maximum: called before processing, so a record too late before a
+        restart stays too late after it, as in Kafka Streams' ``initializeTaskTime``."""
+        for partition, metadata in committed_metadata.items():
+            queue = self.partition_group.queues.get(partition)
+            if queue is None:
+                raise ProcessingError(
+                    f"Task {self.id} does not own partition {partition}; it owns "
+                    f"{[str(tp) for tp in self.partition_group.queues]}."
+                )
+            partition_time = decode_partition_time(metadata)
+            queue.partition_time = max(queue.partition_time, partition_time)
+            self.context.stream_time = max(self.context.stream_time, partition_time)
+
     def add_records(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:
         if partition not in self.partition_group.queues:
             raise ProcessingError(
@@ -405,6 +425,20 @@ class StreamTask:
             for tp, q in self.partition_group.queues.items()
             if q.consumed_offset >= 0
         }
+
+    def committable_offsets_and_metadata(self) -> dict[TopicPartition, tuple[int, str]]:
+        """``committable_offsets`` with each partition's time as commit metadata (Kafka Streams'
+        format), for ``initialize_task_time`` when the task is opened again."""
+        return {
+            tp: (q.consumed_offset + 1, encode_partition_time(q.partition_time))
+            for tp, q in self.partition_group.queues.items()
+            if q.consumed_offset >= 0
+        }
+
+    def commit_metadata(self, partition: TopicPartition) -> str:
+        """The metadata to commit with an offset of ``partition``: its partition time, also when this
+        task consumed nothing from it (a range of aborted records) but restored its time on open."""
+        return encode_partition_time(self.partition_group.queues[partition].partition_time)
 
     def changelog_offsets(self) -> dict[str, int]:
         """Store name -> the offset after its last changelog record delivered so far."""
