@@ -5,10 +5,12 @@
 1. a transactional producer ``transactional.id=<application.id>-<task>`` calls
    ``init_transactions()``, fencing earlier or speculative attempts of the task;
 2. the committed offsets of group ``<application.id>`` decide: ranges they already reach were
-   processed before (a replay) and are skipped; records below them are dropped;
+   processed before (a replay) and are skipped; records below them are dropped; their metadata
+   (partition times) restores the task's stream time;
 3. the stores are restored to the end of their changelogs (read_committed);
 4. in one transaction: the batch's end offsets (``send_offsets_to_transaction``), then process
-   depth-first, flush caches (changelog, repartition and output records), commit;
+   depth-first, flush caches (changelog, repartition and output records), send the offsets again
+   with the partition times as metadata, commit;
 5. only then the stores apply the batch's writes and the new checkpoint (``post_commit``); a
    failure before leaves them at the previous checkpoint.
 
@@ -18,8 +20,8 @@ run and starts exactly at the offsets the task committed; its producer is then s
 one unless another attempt fenced it, which step 4 finds before processing: the task is closed
 and opened again from the committed offsets and the local checkpoint.
 
-``at_least_once``: an idempotent producer; offsets are committed after the outputs are
-acknowledged, then the stores commit.
+``at_least_once``: an idempotent producer; offsets (with the partition times) are committed after
+the outputs are acknowledged, then the stores commit.
 """
 
 from __future__ import annotations
