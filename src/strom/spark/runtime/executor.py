@@ -8,9 +8,10 @@
    processed before (a replay) and are skipped; records below them are dropped; their metadata
    (partition times) restores the task's stream time;
 3. the stores are restored to the end of their changelogs (read_committed);
-4. in one transaction: the batch's end offsets (``send_offsets_to_transaction``), then process
-   depth-first, flush caches (changelog, repartition and output records), send the offsets again
-   with the partition times as metadata, commit;
+4. in one transaction: process depth-first, flush caches (changelog, repartition and output
+   records), send the end offsets with the partition times as metadata
+   (``send_offsets_to_transaction``), commit; a reused task sends the end offsets once before
+   processing too, so a fence since its last batch shows before any record is processed;
 5. only then the stores apply the batch's writes and the new checkpoint (``post_commit``); a
    failure before leaves them at the previous checkpoint.
 
@@ -144,7 +145,7 @@ class TaskAttempt:
                        if task.positions.get((r.topic, r.partition), -1) < r.end}
             if pending:
                 if not summary.reused:
-                    task.begin(pending)
+                    task.begin()
                 self._process(task, batches, pending, summary)
             else:
                 log.info("Task %s: batch already committed (a replay); skipping it", task.name)
@@ -169,7 +170,7 @@ class TaskAttempt:
             return None
         try:
             task.refresh_global_stores()
-            task.begin({(r.topic, r.partition): r.end for r in self.plan.ranges})
+            task.begin(fencing_probe={(r.topic, r.partition): r.end for r in self.plan.ranges})
         except ProducerFencedError:
             log.info("Task %s: fenced since its last batch; opening it again", task.name)
             task.close()

@@ -108,12 +108,14 @@ class OpenTask:
         self.task.context.global_stores = shared_global_stores(
             self._topology.internal, self.config, app_dir / "global" / str(os.getpid()), self.consumer)
 
-    def begin(self, offsets: Offsets) -> None:
-        """Starts the batch's transaction with its end offsets in it. Sending them first makes a
-        producer fenced since the last batch fail here, before any record is processed."""
+    def begin(self, fencing_probe: Offsets | None = None) -> None:
+        """Starts the batch's transaction. A reused task passes the batch's end offsets as
+        ``fencing_probe``: sending them first makes a producer fenced since its last batch fail here,
+        before any record is processed (a task just opened was fenced-checked by init_transactions)."""
         if self.eos:
             self.call(self.sink.producer.begin_transaction)
-            self._send_offsets(offsets)
+            if fencing_probe is not None:
+                self._send_offsets(fencing_probe)
 
     def commit(self, offsets: Offsets) -> None:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
