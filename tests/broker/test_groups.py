@@ -26,19 +26,29 @@ bootstrap, topic, group, out, stop = sys.argv[1:6]
 RETRIABLE = (KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION, KafkaError.UNKNOWN_MEMBER_ID)
 consumer = clients.consumer(bootstrap, group, **{"partition.assignment.strategy": "cooperative-sticky",
                                                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+
+def commit(message=None):  # False when a rebalance refused it: a later commit must cover the offset
+    try:
+        consumer.commit(message, asynchronous=False) if message else consumer.commit(asynchronous=False)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError._NO_OFFSET:
+            return True
+        assert exc.args[0].code() in RETRIABLE, exc
+        return False
+    return True
+
 consumer.subscribe([topic])
 with open(out, "a") as f:
-    while not Path(stop).exists():
+    while True:
         message = consumer.poll(0.2)
-        if message is None or message.error():
-            continue
-        time.sleep(0.005)  # slow members, so rebalances happen while records are in flight
-        f.write(message.value().decode() + "\\n")
-        f.flush()
-        try:
-            consumer.commit(message, asynchronous=False)
-        except KafkaException as exc:  # a rebalance moved on: the next owner re-reads from the last commit
-            assert exc.args[0].code() in RETRIABLE, exc
+        if message is not None and not message.error():
+            time.sleep(0.005)  # slow members, so rebalances happen while records are in flight
+            f.write(message.value().decode() + "\\n")
+            f.flush()
+            commit(message)
+        # a refused commit of a partition's last record is covered only by this final commit
+        if Path(stop).exists() and commit():
+            break
 consumer.close()
 """
 
