@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from strom.broker.log.segment import FileRange
 from strom.broker.protocol import EncodedResponse, Part
+from strom.broker.wire import array_length, string, uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -43,9 +44,9 @@ def encode(version: int, correlation_id: int,
     out += _I32.pack(0)  # throttle_time_ms
     if version >= 7:
         out += _I16.pack(0) + _I32.pack(0)  # error_code, session_id (no fetch sessions)
-    out += _array_length(len(topics), flexible)
+    out += array_length(len(topics), flexible)
     for name, partitions in topics:
-        out += _string(name, flexible) + _array_length(len(partitions), flexible)
+        out += string(name, flexible) + array_length(len(partitions), flexible)
         for p in partitions:
             out += _PARTITION_HEAD.pack(p.partition_index, p.error_code, p.high_watermark,
                                         p.last_stable_offset)
@@ -55,7 +56,7 @@ def encode(version: int, correlation_id: int,
             if version >= 11:
                 out += _I32.pack(-1)  # preferred_read_replica
             size = p.records.length if isinstance(p.records, FileRange) else len(p.records)
-            out += _uvarint(size + 1) if flexible else _I32.pack(size)
+            out += uvarint(size + 1) if flexible else _I32.pack(size)
             parts.append(bytes(out))
             parts.append(p.records)
             out = bytearray(b"\0" if flexible else b"")  # the partition's tagged fields
@@ -68,30 +69,12 @@ def encode(version: int, correlation_id: int,
     return EncodedResponse([_I32.pack(total), *[p for p in parts if isinstance(p, FileRange) or p]])
 
 
-def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
-
-
-def _string(text: str, flexible: bool) -> bytes:
-    data = text.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
 def _aborted(aborted: Sequence[tuple[int, int]] | None, flexible: bool) -> bytes:
     if aborted is None:
         return b"\0" if flexible else _I32.pack(-1)
-    out = bytearray(_array_length(len(aborted), flexible))
+    out = bytearray(array_length(len(aborted), flexible))
     for producer_id, first_offset in aborted:
         out += _ABORTED.pack(producer_id, first_offset)
         if flexible:
             out += b"\0"
-    return bytes(out)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
     return bytes(out)

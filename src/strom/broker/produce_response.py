@@ -8,6 +8,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from strom.broker.wire import array_length, nullable_string, string
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PARTITION = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time
@@ -32,16 +34,16 @@ def encode(version: int, correlation_id: int,
     out += _I32.pack(correlation_id)
     if flexible:
         out += b"\0"  # response header v1: no tagged fields
-    out += _length(len(topics), flexible)
+    out += array_length(len(topics), flexible)
     for name, partitions in topics:
-        out += _string(name, flexible) + _length(len(partitions), flexible)
+        out += string(name, flexible) + array_length(len(partitions), flexible)
         for p in partitions:
             out += _PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time)
             if version >= 5:
                 out += _I64.pack(p.log_start_offset)
             if version >= 8:
-                out += _length(0, flexible)  # record_errors
-                out += _nullable_string(p.error_message, flexible)
+                out += array_length(0, flexible)  # record_errors
+                out += nullable_string(p.error_message, flexible)
             if flexible:
                 out += b"\0"
         if flexible:
@@ -50,28 +52,4 @@ def encode(version: int, correlation_id: int,
     if flexible:
         out += b"\0"
     _I32.pack_into(out, 0, len(out) - 4)
-    return bytes(out)
-
-
-def _length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
-
-
-def _string(text: str, flexible: bool) -> bytes:
-    data = text.encode()
-    return (_uvarint(len(data) + 1) if flexible else _I16.pack(len(data))) + data
-
-
-def _nullable_string(text: str | None, flexible: bool) -> bytes:
-    if text is None:
-        return b"\0" if flexible else _I16.pack(-1)
-    return _string(text, flexible)
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
     return bytes(out)

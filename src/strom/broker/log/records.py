@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import cramjam
 from crc32c import crc32c
 
+from strom.broker.wire import varint
+
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -188,18 +190,8 @@ def read_varint(data: bytes, position: int) -> tuple[int, int]:
             raise CorruptBatchError("varint is too long")
 
 
-def write_varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value & ~0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _bytes_field(value: bytes | None) -> bytes:
-    return write_varint(-1) if value is None else write_varint(len(value)) + value
+    return varint(-1) if value is None else varint(len(value)) + value
 
 
 def encode_batch(records: Sequence[Record], base_offset: int, attributes: int = 0, producer_id: int = -1,
@@ -209,11 +201,11 @@ def encode_batch(records: Sequence[Record], base_offset: int, attributes: int = 
     body = bytearray()
     for r in records:
         record = bytearray(b"\0")
-        record += write_varint(r.timestamp - base_timestamp) + write_varint(r.offset - base_offset)
-        record += _bytes_field(r.key) + _bytes_field(r.value) + write_varint(len(r.headers))
+        record += varint(r.timestamp - base_timestamp) + varint(r.offset - base_offset)
+        record += _bytes_field(r.key) + _bytes_field(r.value) + varint(len(r.headers))
         for name, value in r.headers:
             record += _bytes_field(name.encode()) + _bytes_field(value)
-        body += write_varint(len(record)) + record
+        body += varint(len(record)) + record
     attributes &= ~COMPRESSION_MASK
     header = bytearray(HEADER.pack(
         base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body), 0, 2, 0, attributes,
