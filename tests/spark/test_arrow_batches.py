@@ -38,3 +38,18 @@ def test_without_headers_the_schema_has_seven_columns():
     message = Message(topic="t", partition=0, offset=0, value=b"v", timestamp=(1, 0))
     batch = _BatchBuilder(OffsetRange("t", 0, 0, 1), _schema(False), include_headers=False).build([message])
     assert batch.schema.equals(_schema(False)) and batch.num_columns == 7
+
+
+def test_offsets_with_gaps_are_kept_as_consumed():
+    """Skipped transaction markers and aborted records leave gaps: offsets are not a range."""
+    offsets = [5, 6, 8, 9]  # 7 was a marker
+    messages = [Message(topic="t", partition=0, offset=o, value=b"v", timestamp=(1, 0)) for o in offsets]
+    batch = _BatchBuilder(OffsetRange("t", 0, 5, 10), _schema(False), include_headers=False).build(messages)
+    assert batch.column("offset").to_pylist() == offsets
+
+
+def test_contiguous_offsets_are_the_consumed_ones():
+    messages = [Message(topic="t", partition=0, offset=o, value=b"v", timestamp=(1, 0))
+                for o in range(40, 45)]
+    batch = _BatchBuilder(OffsetRange("t", 0, 40, 45), _schema(False), include_headers=False).build(messages)
+    assert batch.column("offset").to_pylist() == list(range(40, 45))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
@@ -74,3 +75,31 @@ def test_a_range_stops_at_its_end_inside_the_log(broker, new_topic, produce):
     rows = _read(broker.bootstrap_servers, OffsetRange(topic, 0, 20, 70))
     assert [r["offset"] for r in rows] == list(range(20, 70))
     assert {(r["topic"], r["partition"]) for r in rows} == {(topic, 0)}
+
+
+def test_a_read_that_librdkafka_runs_ahead_of_does_not_stall(broker, new_topic, produce):
+    """Once queued.min.messages wait in its queue, librdkafka stops fetching for
+    fetch.queue.backoff.ms (1 s by default): with a small queue, a read used to pause that long
+    every few thousand records."""
+    topic = new_topic()
+    produce(broker.bootstrap_servers, topic, [(b"k", b"v" * 100)] * 40_000,
+            **{"linger.ms": 50, "batch.size": 1_000_000})  # fetches of many records, as in a backlog
+    settings = ReadSettings(broker.bootstrap_servers, {"queued.min.messages": "1000"},
+                            fail_on_data_loss=True, include_headers=False)
+    started = time.monotonic()
+    rows = sum(batch.num_rows for batch in read_range(OffsetRange(topic, 0, 0, 40_000), settings,
+                                                      kafka_schema(False)))
+    elapsed = time.monotonic() - started
+    assert rows == 40_000
+    assert elapsed < 2.5, elapsed  # 4 s and more with a 1 s backoff
+
+
+def test_the_garbage_collector_runs_again_after_a_read(broker, new_topic, produce):
+    topic = new_topic()
+    produce(broker.bootstrap_servers, topic, [(b"k", b"v")] * 10)
+    settings = ReadSettings(broker.bootstrap_servers, {}, fail_on_data_loss=True, include_headers=False)
+    batches = read_range(OffsetRange(topic, 0, 0, 10), settings, kafka_schema(False))
+    first = next(batches)
+    assert gc.isenabled()  # Spark's code runs between batches
+    assert first.num_rows + sum(batch.num_rows for batch in batches) == 10
+    assert gc.isenabled()

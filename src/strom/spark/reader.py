@@ -7,9 +7,11 @@ plain assigned consumer (no group), so Spark's checkpoint alone decides what was
 from __future__ import annotations
 
 import bisect
+import gc
 import itertools
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +29,10 @@ ARROW_BATCH_ROWS = 10_000
 STALL_TIMEOUT_S = 120.0
 # How long one wait for the next fetch may block before the loop looks at the position again.
 POLL_WAIT_S = 0.1
+# librdkafka stops fetching once queued.min.messages are waiting and looks again only after
+# fetch.queue.backoff.ms (1 s by default): the whole read stalled for most of a second whenever
+# librdkafka ran ahead of the Python worker, which it always does.
+READ_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
 _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
@@ -53,19 +59,40 @@ def read_range(part: OffsetRange, settings: ReadSettings, schema: StructType) ->
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     consumer = clients.consumer(
         settings.bootstrap_servers,
-        **{**settings.client_config,
+        **{**READ_DEFAULTS,
+           **settings.client_config,
            "enable.partition.eof": True,
            "auto.offset.reset": "error" if settings.fail_on_data_loss else "earliest"},
     )
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
         builder = _BatchBuilder(part, arrow_schema, settings.include_headers)
-        for messages in _ranged_messages(consumer, part, settings):
-            batch = builder.build(messages)
-            if batch.num_rows:
-                yield batch
+        batches = map(builder.build, _ranged_messages(consumer, part, settings))
+        while True:
+            with _gc_paused():
+                batch = next(batches, None)
+            if batch is None:
+                return
+            yield batch
     finally:
         consumer.close()
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a batch is consumed and built, only in between.
+
+    ``Message`` objects are tracked by the collector: thousands per batch would otherwise set
+    off collections of the worker's whole heap again and again (a third of the reader's CPU),
+    while a batch's messages are freed by reference counting once the batch is built.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _ranged_messages(consumer, part: OffsetRange, settings: ReadSettings) -> Iterator[list[Message]]:
@@ -94,9 +121,8 @@ def _in_range(messages: list[Message], part: OffsetRange, settings: ReadSettings
     """The records below ``end`` and whether the range is complete; whole-list operations, as
     a per-message Python loop would cost more than building the Arrow batch."""
     done = False
-    errors = [m for m, error in zip(messages, map(Message.error, messages), strict=True)
-              if error is not None]
-    for message in errors:
+    errors = any(map(Message.error, messages))
+    for message in filter(Message.error, messages) if errors else ():
         if message.error().code() == KafkaError._PARTITION_EOF:
             _check_eof(message.offset(), part, settings)
             done = True
@@ -168,13 +194,22 @@ class _BatchBuilder:
             pa.array(list(map(Message.value, messages)), pa.binary()),
             pa.repeat(pa.scalar(self._part.topic, pa.string()), n),
             pa.repeat(pa.scalar(self._part.partition, pa.int32()), n),
-            pa.array(np.fromiter(map(Message.offset, messages), np.int64, n)),
+            _offsets(messages),
             timestamp,
             timestamp_type,
         ]
         if self._include_headers:
             columns.append(pa.array(list(map(Message.headers, messages)), _HEADERS_TYPE))
         return pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def _offsets(messages: list[Message]) -> pa.Array:
+    """Offsets rise strictly, so first and last ``n - 1`` apart means every offset in between
+    (no aborted records or markers skipped): a range, built without a call per message."""
+    first, last = messages[0].offset(), messages[-1].offset()
+    if last - first == len(messages) - 1:
+        return pa.array(np.arange(first, last + 1, dtype=np.int64))
+    return pa.array(np.fromiter(map(Message.offset, messages), np.int64, len(messages)))
 
 
 def _timestamps(pairs: Iterable[tuple[int, int]], n: int) -> tuple[pa.Array, pa.Array]:
