@@ -1,7 +1,13 @@
 """Benchmark of strom.tasks: I/O-bound tasks that each wait 10 ms, 3 partitions.
 
 Prints throughput as a fraction of the ideal (partitions x concurrency / latency) and the CPU time this
-process spends per task (consumer, dispatch, units, commits; the broker runs in another process).
+process spends per task (consumer, dispatch, units, commits; the broker runs in another process), split by
+thread.
+
+The ideal takes a 10 ms wait to last 10 ms. It lasts longer: the kernel wakes a sleeper late and an event
+loop runs a timer only once it is free (uvloop's timers also count whole milliseconds). So the bench also
+prints how long the waits inside the processor really took, and the same number of bare coroutines or
+threads doing nothing but 10 ms waits, measured just before: the ceiling this machine allows right now.
 
 Every record has its own key, so the hash spreads records over units evenly in the long run. The ideal
 assumes every unit always has work; at the end of a finite run that stops holding (units whose hash drew
@@ -23,40 +29,54 @@ import threading
 import time
 import uuid
 
+import uvloop
+
 from strom.kafka import clients
 from strom.tasks import ProcessorsBuilder, SubscriptionBuilder
 
 PARTITIONS = 3
 LATENCY_S = 0.010
 CASES = {"threads": 10, "asyncio": 100}
-
-
 STEADY = (0.1, 0.8)
+BARE_SECONDS = 2.0
 
 
 class Meter:
-    """Counts completions; notes (wall, CPU) time at the first, the last and the steady-window marks."""
+    """Counts completions and the time their waits really took; at the first, the last and the steady-window
+    marks notes wall and CPU time (and, at the steady marks, CPU time by thread)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, topic: str) -> None:
         self.total = total
         self.count = 0
+        self._topic = topic
         self._lock = threading.Lock()
-        self.marks = {1, *(int(total * f) for f in STEADY), total}
-        self.times: dict[int, tuple[float, float]] = {}
+        self._steady = {int(total * f) for f in STEADY}
+        self.marks = {1, *self._steady, total}
+        self.times: dict[int, tuple[float, float, float]] = {}
+        self.threads: dict[int, dict[str, float]] = {}
+        self._waited = 0.0
         self.finished = threading.Event()
 
-    def tick(self) -> None:
+    def tick(self, waited_s: float) -> None:
         with self._lock:
             self.count += 1
+            self._waited += waited_s
             if self.count in self.marks:
-                self.times[self.count] = (time.perf_counter(), time.process_time())
+                self.times[self.count] = (time.perf_counter(), time.process_time(), self._waited)
+                if self.count in self._steady:
+                    self.threads[self.count] = thread_cpu_s(self._topic)
                 if self.count == self.total:
                     self.finished.set()
 
-    def between(self, start: int, end: int) -> tuple[float, float, int]:
-        """Wall seconds, CPU seconds and tasks completed after mark ``start`` up to mark ``end``."""
-        (w0, c0), (w1, c1) = self.times[start], self.times[end]
-        return w1 - w0, c1 - c0, end - start
+    def between(self, start: int, end: int) -> tuple[float, float, float, int]:
+        """Wall, CPU and waited seconds and tasks completed after mark ``start`` up to mark ``end``."""
+        (w0, c0, s0), (w1, c1, s1) = self.times[start], self.times[end]
+        return w1 - w0, c1 - c0, s1 - s0, end - start
+
+    def thread_split(self, start: int, end: int) -> dict[str, float]:
+        """CPU seconds by thread role between two steady marks."""
+        before, after = self.threads[start], self.threads[end]
+        return {role: cpu - before.get(role, 0.0) for role, cpu in after.items()}
 
 
 def thread_cpu_s(topic: str) -> dict[str, float]:
@@ -70,6 +90,37 @@ def thread_cpu_s(topic: str) -> dict[str, float]:
         with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/schedstat") as f:
             roles[role] = roles.get(role, 0.0) + int(f.read().split()[0]) / 1e9
     return roles
+
+
+def bare_waits(mode: str, sleepers: int, seconds: float) -> tuple[float, float]:
+    """Mean duration and CPU seconds of a 10 ms wait when ``sleepers`` coroutines (on uvloop) or threads do
+    nothing else."""
+    waits: list[float] = []
+    cpu_before = time.process_time()
+    deadline = time.perf_counter() + seconds
+
+    def sleeper() -> None:
+        while (start := time.perf_counter()) < deadline:
+            time.sleep(LATENCY_S)
+            waits.append(time.perf_counter() - start)
+
+    async def coroutine() -> None:
+        while (start := time.perf_counter()) < deadline:
+            await asyncio.sleep(LATENCY_S)
+            waits.append(time.perf_counter() - start)
+
+    async def coroutines() -> None:
+        await asyncio.gather(*(coroutine() for _ in range(sleepers)))
+
+    if mode == "asyncio":
+        uvloop.run(coroutines())
+    else:
+        threads = [threading.Thread(target=sleeper) for _ in range(sleepers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    return sum(waits) / len(waits), (time.process_time() - cpu_before) / len(waits)
 
 
 def produce(bootstrap: str, topic: str, n: int) -> None:
@@ -91,16 +142,18 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
     topic = f"bench-tasks-{mode}-{uuid.uuid4().hex[:6]}"
     clients.create_topics(bootstrap, {topic: PARTITIONS})
     produce(bootstrap, topic, total)
-    meter = Meter(total)
-    cpu_before = thread_cpu_s(topic)
+    bare_wait, bare_cpu = bare_waits(mode, PARTITIONS * concurrency, BARE_SECONDS)
+    meter = Meter(total, topic)
     if mode == "asyncio":
         async def process(context, task):
+            start = time.perf_counter()
             await asyncio.sleep(LATENCY_S)
-            meter.tick()
+            meter.tick(time.perf_counter() - start)
     else:
         def process(context, task):
+            start = time.perf_counter()
             time.sleep(LATENCY_S)
-            meter.tick()
+            meter.tick(time.perf_counter() - start)
     subscription = (SubscriptionBuilder.new_builder(f"{topic}-sub")
                     .processors_builder(ProcessorsBuilder.consuming(topic).then_process(process))
                     .properties({"decaton.partition.concurrency": concurrency})
@@ -110,19 +163,21 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
         if not meter.finished.wait(seconds * 10 + 60):
             print(f"{mode}: only {meter.count}/{total} tasks finished")
             return
-        cpu_after = thread_cpu_s(topic)
     finally:
         subscription.close()
-    wall, cpu, tasks = meter.between(*(int(total * f) for f in STEADY))
-    whole_wall, _, whole_tasks = meter.between(1, total)
+    steady = [int(total * f) for f in STEADY]
+    wall, cpu, waited, tasks = meter.between(*steady)
+    whole_wall, _, _, whole_tasks = meter.between(1, total)
     rate = tasks / wall
     print(f"{mode:8s} concurrency={concurrency:<4d} tasks={total:<7d} throughput={rate:8.0f}/s "
           f"ideal={ideal:6.0f}/s fraction={rate / ideal:.2f} cpu/task={cpu / tasks * 1e6:.1f} us "
           f"whole={whole_tasks / whole_wall / ideal:.2f}")
-    split = {role: (cpu_after[role] - cpu_before.get(role, 0.0)) / total * 1e6 for role in cpu_after}
-    by_cost = sorted(split.items(), key=lambda item: -item[1])
-    print("         cpu/task by thread (whole run): "
-          + ", ".join(f"{role} {us:.1f} us" for role, us in by_cost if us >= 0.05))
+    print(f"         10 ms waits took {waited / tasks * 1e3:.2f} ms; bare {mode} here: "
+          f"{bare_wait * 1e3:.2f} ms (ceiling fraction {LATENCY_S / bare_wait:.2f}), "
+          f"{bare_cpu * 1e6:.1f} us CPU per wait")
+    by_cost = sorted(meter.thread_split(*steady).items(), key=lambda item: -item[1])
+    print("         cpu/task by thread: "
+          + ", ".join(f"{role} {cpu / tasks * 1e6:.1f} us" for role, cpu in by_cost if cpu / tasks >= 5e-8))
 
 
 def main() -> None:

@@ -6,38 +6,19 @@ from __future__ import annotations
 import threading
 import time
 
+from confluent_kafka import Message
+
 from strom.tasks.completion import Completion
+from strom.tasks.context import Record, TaskMetadata, record_of
 from strom.tasks.partition import PartitionContext
 from strom.tasks.processors import ProcessorsBuilder
 from strom.tasks.properties import ProcessorPropertiesView, StaticPropertySupplier
 
 
-class FetchedRecord:
-    """The few accessors of confluent_kafka.Message that a partition context reads."""
-
-    def __init__(self, offset: int, key: bytes | None, value: bytes) -> None:
-        self._offset, self._key, self._value = offset, key, value
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes:
-        return self._value
-
-    def headers(self) -> None:
-        return None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return 0
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1000 + self._offset)
+def fetched(offset: int, key: bytes | None, value: bytes) -> Record:
+    """A record as the subscription hands it over, from a real confluent_kafka.Message."""
+    return record_of(Message(topic="t", partition=0, offset=offset, key=key, value=value,
+                             timestamp=(1, 1000 + offset)))
 
 
 def _context(builder: ProcessorsBuilder, **props: int) -> PartitionContext:
@@ -69,7 +50,7 @@ def test_push_and_deferred_completion_in_a_later_stage_hold_the_offset() -> None
             held.append(context.defer_completion())
 
     ctx = _context(ProcessorsBuilder.consuming("t").then_process(parse).then_process(send))
-    ctx.add_records([FetchedRecord(o, b"k", str(o).encode()) for o in range(3)])
+    ctx.add_records([fetched(o, b"k", str(o).encode()) for o in range(3)])
     assert _wait(ctx, lambda: len(seen) == 6)
     ctx.update()
     assert ctx.commit_control.commit_ready_offset() == 0  # offset 1 waits for its deferred send
@@ -86,8 +67,8 @@ def test_a_raising_processor_or_deserializer_does_not_block_the_partition(caplog
             raise RuntimeError("boom")
 
     ctx = _context(ProcessorsBuilder.consuming("t", int).then_process(fail_on_two))
-    ctx.add_records([FetchedRecord(0, None, b"1"), FetchedRecord(1, None, b"2"),
-                     FetchedRecord(2, None, b"not a number"), FetchedRecord(3, None, b"4")])
+    ctx.add_records([fetched(0, None, b"1"), fetched(1, None, b"2"),
+                     fetched(2, None, b"not a number"), fetched(3, None, b"4")])
     assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 3)
     assert "boom" in caplog.text and "t-0@2" in caplog.text
     ctx.close()
@@ -103,11 +84,22 @@ def test_records_over_the_pending_limit_wait_in_the_backlog() -> None:
 
     ctx = _context(ProcessorsBuilder.consuming("t").then_process(blocked),
                    **{"decaton.max.pending.records": 5, "decaton.partition.concurrency": 10})
-    ctx.add_records([FetchedRecord(o, str(o).encode(), b"x") for o in range(12)])
+    ctx.add_records([fetched(o, str(o).encode(), b"x") for o in range(12)])
     ctx.update()
     assert ctx.pending() == 5 and ctx.should_pause()
     assert ctx.snapshot().pending == 12  # five handed over, seven waiting
     gate.set()
     assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 11)
     assert sorted(started) == list(range(12)) and not ctx.should_pause()
+    ctx.close()
+
+
+def test_context_reads_metadata_key_and_headers_of_the_fetched_record() -> None:
+    seen: list[tuple[TaskMetadata, bytes | None, list, bytes]] = []
+    ctx = _context(ProcessorsBuilder.consuming("t").then_process(
+        lambda context, task: seen.append((context.metadata(), context.key(), context.headers(), task))))
+    ctx.add_records([fetched(7, b"k7", b"v7"), fetched(8, None, b"v8")])
+    assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 8)
+    assert seen == [(TaskMetadata("t", 0, 7, 1007), b"k7", [], b"v7"),
+                    (TaskMetadata("t", 0, 8, 1008), None, [], b"v8")]
     ctx.close()

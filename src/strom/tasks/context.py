@@ -28,6 +28,19 @@ class TaskMetadata:
     due_ms: int = 0
 
 
+# A fetched record waiting for its unit: (offset, key, value, timestamp ms, headers or None), a plain tuple
+# because the garbage collector stops tracking a tuple of bytes and ints at its first young collection.
+# A confluent_kafka.Message stays tracked: thousands of them pending were promoted through every generation
+# and made full collections (tens of ms with the GIL held) recur while tasks waited.
+Record = tuple[int, bytes | None, bytes | None, int, Headers | None]
+OFFSET, KEY, VALUE, TIMESTAMP, HEADERS = range(5)
+
+
+def record_of(msg: Any) -> Record:
+    """The record of a confluent_kafka.Message."""
+    return msg.offset(), msg.key(), msg.value(), msg.timestamp()[1], msg.headers()
+
+
 _LOCK_POOL = [threading.Lock() for _ in range(64)]  # striped: a lock per request would cost an allocation
 
 
@@ -35,11 +48,12 @@ class TaskRequest:
     """One fetched record on its way through the pipeline; done when every stage completed. The unit that
     processes the record creates it, so it lives only while the task is open."""
 
-    __slots__ = ("_open", "_shared", "due_ms", "msg", "offset", "pipeline", "retry_count", "started")
+    __slots__ = ("_open", "_shared", "due_ms", "offset", "pipeline", "record", "retry_count", "started")
 
-    def __init__(self, msg: Any, pipeline: ProcessPipeline, retry_count: int = 0, due_ms: int = 0) -> None:
-        self.msg = msg
-        self.offset: int = msg.offset()
+    def __init__(self, record: Record, pipeline: ProcessPipeline, retry_count: int = 0,
+                 due_ms: int = 0) -> None:
+        self.record = record
+        self.offset: int = record[OFFSET]
         self.pipeline = pipeline
         self.retry_count = retry_count
         self.due_ms = due_ms
@@ -49,21 +63,21 @@ class TaskRequest:
 
     @property
     def key(self) -> bytes | None:
-        return self.msg.key()
+        return self.record[KEY]
 
     @property
     def value(self) -> bytes | None:
-        return self.msg.value()
+        return self.record[VALUE]
 
     @property
     def headers(self) -> Headers:
-        return self.msg.headers() or []
+        return self.record[HEADERS] or []
 
     @property
     def metadata(self) -> TaskMetadata:
-        msg = self.msg
-        return TaskMetadata(msg.topic(), msg.partition(), self.offset, msg.timestamp()[1], self.retry_count,
-                            self.due_ms)
+        pipeline = self.pipeline
+        return TaskMetadata(pipeline.topic, pipeline.partition, self.offset, self.record[TIMESTAMP],
+                            self.retry_count, self.due_ms)
 
     def open_stage(self) -> None:
         """Opens a stage pushed after stage 0 (stage 0 is open from the start)."""

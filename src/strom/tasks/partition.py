@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 import operator
 from collections import deque
-from typing import Any
 
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
+from strom.tasks.context import KEY, OFFSET, Record
 from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
@@ -18,8 +18,8 @@ from strom.tasks.retry import RetryQueue
 log = logging.getLogger(__name__)
 
 PROPS = ProcessorProperties
-_record_key = operator.methodcaller("key")
-_record_offset = operator.methodcaller("offset")
+_record_key = operator.itemgetter(KEY)
+_record_offset = operator.itemgetter(OFFSET)
 
 
 class PartitionContext:
@@ -40,10 +40,10 @@ class PartitionContext:
         self.commit_control = OutOfOrderCommitControl()
         self.metrics = PartitionMetrics()
         limiter = RateLimiter(props.get(PROPS.PROCESSING_RATE))
-        self._pipeline = ProcessPipeline(builder, props, limiter, retry_queue, self.commit_control,
-                                         self.metrics)
+        self._pipeline = ProcessPipeline(topic, partition, builder, props, limiter, retry_queue,
+                                         self.commit_control, self.metrics)
         self._executor = self._new_executor()
-        self._backlog: deque[Any] = deque()
+        self._backlog: deque[Record] = deque()
         self.reload_requested = False
         self.paused = False
         self.committed_offset = -1
@@ -66,25 +66,25 @@ class PartitionContext:
     def _must_hold(self) -> bool:
         return self.reload_requested or self.commit_control.pending_count() >= self._max_pending.value
 
-    def add_records(self, msgs: list[Any]) -> None:
+    def add_records(self, records: list[Record]) -> None:
         """Takes records of this partition in fetch order; those over the pending limit wait (backlog)."""
         if self.committed_offset < 0:
-            self.committed_offset = msgs[0].offset() - 1
-        self._latest_fetched = msgs[-1].offset()
+            self.committed_offset = records[0][OFFSET] - 1
+        self._latest_fetched = records[-1][OFFSET]
         if self._backlog or self.reload_requested:
-            self._backlog.extend(msgs)
+            self._backlog.extend(records)
             return
         room = max(0, self._max_pending.value - self.commit_control.pending_count())
-        if room < len(msgs):
-            self._backlog.extend(msgs[room:])
-            msgs = msgs[:room]
-        self._dispatch(msgs)
+        if room < len(records):
+            self._backlog.extend(records[room:])
+            records = records[:room]
+        self._dispatch(records)
 
-    def _dispatch(self, msgs: list[Any]) -> None:
+    def _dispatch(self, records: list[Record]) -> None:
         """Hands records to the units: the units get the records themselves (each builds its TaskRequest
         when it starts one), the commit control only their offsets."""
-        self.commit_control.report_fetched_offsets([msg.offset() for msg in msgs])
-        self._executor.submit_many(msgs, _record_key)
+        self.commit_control.report_fetched_offsets([record[OFFSET] for record in records])
+        self._executor.submit_many(records, _record_key)
 
     def update(self) -> None:
         """Advances the commit-ready offset, rebuilds units on a concurrency change, releases the backlog."""

@@ -12,7 +12,7 @@ from typing import Any
 from strom.errors import ConfigError, ProcessingError, SerializationError
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.completion import Completion
-from strom.tasks.context import ProcessingContext, TaskRequest
+from strom.tasks.context import HEADERS, VALUE, ProcessingContext, Record, TaskRequest
 from strom.tasks.metrics import PartitionMetrics
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 from strom.tasks.rate_limiter import RateLimiter
@@ -72,9 +72,11 @@ class ProcessPipeline:
     """Runs fetched records of a partition through its processors (shared by the partition's units) and
     reports completed ones to the partition's commit control."""
 
-    def __init__(self, builder: ProcessorsBuilder, props: ProcessorPropertiesView, rate_limiter: RateLimiter,
-                 retry_queue: RetryQueue | None, commit_control: OutOfOrderCommitControl,
-                 metrics: PartitionMetrics) -> None:
+    def __init__(self, topic: str, partition: int, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
+                 rate_limiter: RateLimiter, retry_queue: RetryQueue | None,
+                 commit_control: OutOfOrderCommitControl, metrics: PartitionMetrics) -> None:
+        self.topic = topic
+        self.partition = partition
         self._fns = builder.processors
         self._deserializer = builder.deserializer
         self.asynchronous = builder.asynchronous
@@ -84,11 +86,11 @@ class ProcessPipeline:
         self._commit_control = commit_control
         self._metrics = metrics
 
-    def _request(self, msg: Any) -> TaskRequest:
-        headers = msg.headers()
+    def _request(self, record: Record) -> TaskRequest:
+        headers = record[HEADERS]
         if headers:
-            return TaskRequest(msg, self, *parse_retry_headers(headers))
-        return TaskRequest(msg, self)
+            return TaskRequest(record, self, *parse_retry_headers(headers))
+        return TaskRequest(record, self)
 
     def task_done(self, request: TaskRequest) -> None:
         """Called once every stage of the task completed."""
@@ -102,9 +104,9 @@ class ProcessPipeline:
         """The task of stage 0: the record value, deserialized if the pipeline has a deserializer;
         _DROPPED (and the task completed) if the deserializer raised."""
         if self._deserializer is None:
-            return request.msg.value()
+            return request.record[VALUE]
         try:
-            return self._deserializer(request.msg.value())
+            return self._deserializer(request.record[VALUE])
         except Exception as exc:
             md = request.metadata
             log.error("%s", SerializationError(
@@ -113,10 +115,10 @@ class ProcessPipeline:
             request.close_stage()
             return _DROPPED
 
-    def handle(self, msg: Any) -> None:
+    def handle(self, record: Record) -> None:
         """Entry of a thread unit: waits for a retry's due time and the rate limit, then stage 0 (inlined,
         like in ``handle_async``: the fewer frames per task, the less a unit holds the GIL)."""
-        request = self._request(msg)
+        request = self._request(record)
         if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
             time.sleep(delay)
         if self._rate_limiter.limited():
@@ -133,9 +135,9 @@ class ProcessPipeline:
         if not context.deferred():
             request.close_stage()
 
-    async def handle_async(self, msg: Any) -> None:
+    async def handle_async(self, record: Record) -> None:
         """Entry of an asyncio unit (stage 0 inlined: one coroutine less per task)."""
-        request = self._request(msg)
+        request = self._request(record)
         if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
             await asyncio.sleep(delay)
         if self._rate_limiter.limited():

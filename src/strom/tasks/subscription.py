@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
 from strom.tasks.concurrency import AsyncRuntime
+from strom.tasks.context import Record, record_of
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.partition import PartitionContext
 from strom.tasks.processors import ProcessorsBuilder
@@ -195,7 +196,7 @@ class ProcessorSubscription:
 
     def _loop(self, consumer: Consumer) -> None:
         while not self._terminated.is_set():
-            batches: dict[TP, list[Any]] = {}
+            batches: dict[TP, list[Record]] = {}
             for msg in consumer.consume(_POLL_BATCH, _POLL_TIMEOUT_S):
                 err = msg.error()
                 if err is not None:
@@ -206,9 +207,9 @@ class ProcessorSubscription:
                 key = (msg.topic(), msg.partition())
                 batch = batches.get(key)
                 if batch is None:
-                    batches[key] = [msg]
+                    batches[key] = [record_of(msg)]
                 else:
-                    batch.append(msg)
+                    batch.append(record_of(msg))
             for key, batch in batches.items():
                 ctx = self._contexts.get(key)
                 if ctx is not None:
