@@ -66,11 +66,11 @@ def read_range(part: OffsetRange, settings: ReadSettings, schema: StructType) ->
     )
     try:
         consumer.assign([TopicPartition(part.topic, part.partition, part.start)])
-        builder = _BatchBuilder(part, arrow_schema, settings.include_headers)
-        batches = map(builder.build, _ranged_messages(consumer, part, settings))
+        batches = _RangeBatches(consumer, part, settings,
+                                _BatchBuilder(part, arrow_schema, settings.include_headers))
         while True:
             with _gc_paused():
-                batch = next(batches, None)
+                batch = batches.next_batch()
             if batch is None:
                 return
             yield batch
@@ -83,8 +83,8 @@ def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a batch is consumed and built, only in between.
 
     ``Message`` objects are tracked by the collector: thousands per batch would otherwise set
-    off collections of the worker's whole heap again and again (a third of the reader's CPU),
-    while a batch's messages are freed by reference counting once the batch is built.
+    off collections of the worker's whole heap again and again (a third of the reader's CPU).
+    By the time it runs again they are freed (reference counting), so it never scans them.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -95,25 +95,36 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _ranged_messages(consumer, part: OffsetRange, settings: ReadSettings) -> Iterator[list[Message]]:
-    last_progress = time.monotonic()
-    while True:
-        messages = _next_messages(consumer, part)
-        if messages is None:
-            return
-        records, done = _in_range(messages, part, settings)
-        if records or messages:
-            last_progress = time.monotonic()
-        elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-            raise BrokerUnavailableError(
-                f"Reading {part.topic}-{part.partition} offsets [{part.start}, {part.end}) made no "
-                f"progress for {STALL_TIMEOUT_S:.0f}s at kafka.bootstrap.servers="
-                f"{settings.bootstrap_servers!r}. Check that the broker is running."
-            )
-        if records:
-            yield records
-        if done:
-            return
+class _RangeBatches:
+    """The range's records, one Arrow batch per call; a batch's messages live only inside it."""
+
+    def __init__(self, consumer, part: OffsetRange, settings: ReadSettings, builder: _BatchBuilder) -> None:
+        self._consumer = consumer
+        self._part = part
+        self._settings = settings
+        self._builder = builder
+        self._done = False
+        self._last_progress = time.monotonic()
+
+    def next_batch(self) -> pa.RecordBatch | None:
+        """The next records below ``end``, or None once the range is complete."""
+        part = self._part
+        while not self._done:
+            messages = _next_messages(self._consumer, part)
+            if messages is None:
+                return None
+            records, self._done = _in_range(messages, part, self._settings)
+            if messages:
+                self._last_progress = time.monotonic()
+            elif time.monotonic() - self._last_progress > STALL_TIMEOUT_S:
+                raise BrokerUnavailableError(
+                    f"Reading {part.topic}-{part.partition} offsets [{part.start}, {part.end}) made "
+                    f"no progress for {STALL_TIMEOUT_S:.0f}s at kafka.bootstrap.servers="
+                    f"{self._settings.bootstrap_servers!r}. Check that the broker is running."
+                )
+            if records:
+                return self._builder.build(records)
+        return None
 
 
 def _in_range(messages: list[Message], part: OffsetRange, settings: ReadSettings
