@@ -4,17 +4,21 @@ Prints rows/s for batch reads of 100 B and 1 KB values, and for batch writes wit
 delivery.guarantee at_least_once and exactly_once (targets: read >= 300k rows/s of 100 B values;
 exactly-once write >= 0.85 of at-least-once). To tell the connector's cost from Spark's, it also
 reads the same rows from a Python data source that makes them up without Kafka ("Spark alone"),
-and times a read of a single record (what every query costs before the first row).
+and times a read of a single record (what every query costs before the first row). Reads are
+repeated (connector and Spark alone in turn, so both see the same load) and each prints the CPU
+it cost per row in the JVM, in Spark's Python workers (the reader and librdkafka's threads) and in
+the broker, beyond what a one-record read of the same kind costs.
 
-    python bench/spark_connector.py [--records 500000] [--partitions 2]
+    python bench/spark_connector.py [--records 500000] [--partitions 2] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +105,76 @@ def count_all(df: DataFrame, records: int) -> float:
     return seconds
 
 
+ROLES = ("JVM", "Python workers", "broker")
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by this process's descendants (Linux /proc): the JVM, Spark's
+    Python daemons and workers (with their exited children), the embedded broker."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        stats[int(pid)] = (int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")], cmdline,
+                           [int(x) / ticks for x in fields[11:15]])
+    cpu = dict.fromkeys(ROLES, 0.0)
+    family, frontier = set(), [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, (ppid, *_) in stats.items() if ppid == parent]
+        family.update(children)
+        frontier += children
+    for pid in family:
+        _, name, cmdline, (user, system, children_user, children_system) = stats[pid]
+        if name == "java":
+            cpu["JVM"] += user + system
+        elif b"strom.broker" in cmdline:
+            cpu["broker"] += user + system
+        else:
+            cpu["Python workers"] += user + system + children_user + children_system
+    return cpu
+
+
+@dataclass
+class Reading:
+    """Repeated timings of one read and the mean CPU each cost by role."""
+
+    records: int
+    seconds: list[float]
+    cpu: dict[str, float]
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.records / statistics.median(self.seconds)
+
+    def cpu_per_row_us(self, fixed: Reading) -> str:
+        rows = self.records - fixed.records
+        return ", ".join(f"{role} {(self.cpu[role] - fixed.cpu[role]) / rows * 1e6:.1f}"
+                         for role in ROLES)
+
+
+def measure(reads: dict[str, Callable[[], float]], records: dict[str, int], repeat: int
+            ) -> dict[str, Reading]:
+    """Runs each read ``repeat`` times, the reads in turn, so load changes hit them alike."""
+    seconds: dict[str, list[float]] = {name: [] for name in reads}
+    cpu = {name: dict.fromkeys(ROLES, 0.0) for name in reads}
+    for _ in range(repeat):
+        for name, read in reads.items():
+            before = cpu_by_role()
+            seconds[name].append(read())
+            after = cpu_by_role()
+            for role in ROLES:
+                cpu[name][role] += (after[role] - before[role]) / repeat
+    return {name: Reading(records[name], seconds[name], cpu[name]) for name in reads}
+
+
 def strom_read(spark, bootstrap: str, topic: str) -> DataFrame:
     return (spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).load())
@@ -110,10 +184,11 @@ def bench_read(spark, bootstrap: str, topic: str, records: int) -> float:
     return records / count_all(strom_read(spark, bootstrap, topic), records)
 
 
-def bench_spark_alone(spark, records: int, partitions: int) -> float:
+def spark_alone(spark, records: int, partitions: int) -> float:
+    """Seconds to read ``records`` made-up rows."""
     df = (spark.read.format(SparkAlone.name()).option("records", records)
           .option("partitions", partitions).load())
-    return records / count_all(df, records)
+    return count_all(df, records)
 
 
 def bench_write(spark, bootstrap: str, topic: str, records: int, partitions: int, guarantee: str) -> float:
@@ -130,6 +205,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs of each read")
     args = parser.parse_args()
     n, parts = args.records, args.partitions
 
@@ -147,17 +223,27 @@ def main() -> None:
         # A full-size pass: the first large write and read are much slower than the ones after.
         bench_write(spark, bootstrap, "bench-warmup", n, parts, "at_least_once")
         bench_read(spark, bootstrap, "bench-warmup", n)
-        bench_spark_alone(spark, n, parts)
+        spark_alone(spark, n, parts)
 
         print(f"strom Spark connector, local[2], {n} records, {parts} partitions "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
-        read_small = bench_read(spark, bootstrap, "bench-100b", n)
-        alone = bench_spark_alone(spark, n, parts)
-        one = count_all(strom_read(spark, bootstrap, "bench-one"), 1)
-        print(f"  read  100 B values : {read_small:>10,.0f} rows/s   (target >= 300,000)")
+        readings = measure({
+            "read 100 B": lambda: count_all(strom_read(spark, bootstrap, "bench-100b"), n),
+            "Spark alone": lambda: spark_alone(spark, n, parts),
+            "read 1 record": lambda: count_all(strom_read(spark, bootstrap, "bench-one"), 1),
+            "Spark alone 1 row": lambda: spark_alone(spark, 1, parts),
+        }, {"read 100 B": n, "Spark alone": n, "read 1 record": 1, "Spark alone 1 row": 1}, args.repeat)
+        read_small, alone = readings["read 100 B"], readings["Spark alone"]
+        one, alone_one = readings["read 1 record"], readings["Spark alone 1 row"]
+        print(f"  read  100 B values : {read_small.rows_per_second:>10,.0f} rows/s   (target >= 300,000; "
+              f"median of {args.repeat}, best {n / min(read_small.seconds):,.0f})")
         print(f"  read  1 KB values  : {bench_read(spark, bootstrap, 'bench-1kb', n):>10,.0f} rows/s")
-        print(f"  Spark alone        : {alone:>10,.0f} rows/s   (same rows, no Kafka: the ceiling)")
-        print(f"  read  of 1 record  : {one:>10.2f} s        (fixed cost of every query)")
+        print(f"  Spark alone        : {alone.rows_per_second:>10,.0f} rows/s   (same rows, no Kafka: "
+              f"the ceiling; best {n / min(alone.seconds):,.0f})")
+        print(f"  read  of 1 record  : {statistics.median(one.seconds):>10.2f} s        (fixed cost of "
+              f"every query; Spark alone {statistics.median(alone_one.seconds):.2f} s)")
+        print(f"  CPU per row, us    : connector {read_small.cpu_per_row_us(one)}")
+        print(f"                       Spark alone {alone.cpu_per_row_us(alone_one)}")
         alo = bench_write(spark, bootstrap, "bench-alo", n, parts, "at_least_once")
         eos = bench_write(spark, bootstrap, "bench-eos", n, parts, "exactly_once")
         print(f"  write at_least_once: {alo:>10,.0f} rows/s")
