@@ -25,9 +25,12 @@ _record_offset = operator.itemgetter(OFFSET)
 class PartitionContext:
     """Feeds fetched records of one partition to ``decaton.partition.concurrency`` key-ordered units.
 
-    Records are held in a backlog (and the partition paused) while more than
-    ``decaton.max.pending.records`` are pending or a concurrency change is rebuilding the units.
-    All methods run on the subscription thread.
+    Records wait in a backlog while ``decaton.max.pending.records`` are pending or a concurrency change is
+    rebuilding the units. The partition is paused during a rebuild and once the backlog holds
+    ``decaton.max.pending.records`` too, and resumed when half of that is left: librdkafka drops what it
+    prefetched for a partition it pauses and fetches it again on resume (hundreds of ms), so pausing at
+    every overshoot of the pending limit left the units without work. All methods run on the subscription
+    thread.
     """
 
     def __init__(self, topic: str, partition: int, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
@@ -62,9 +65,6 @@ class PartitionContext:
     def pending(self) -> int:
         """Offsets fetched and handed to processors whose completion was not yet committed."""
         return self.commit_control.pending_count()
-
-    def _must_hold(self) -> bool:
-        return self.reload_requested or self.commit_control.pending_count() >= self._max_pending.value
 
     def add_records(self, records: list[Record]) -> None:
         """Takes records of this partition in fetch order; those over the pending limit wait (backlog)."""
@@ -119,7 +119,11 @@ class PartitionContext:
         self._backlog.clear()
 
     def should_pause(self) -> bool:
-        return bool(self._backlog) or self._must_hold()
+        """Whether the partition is to be paused (class docstring); ``paused`` says whether it is now."""
+        if self.reload_requested:
+            return True
+        limit = self._max_pending.value
+        return len(self._backlog) > limit // 2 if self.paused else len(self._backlog) >= limit
 
     def offset_waiting_commit(self) -> int | None:
         """The next offset to commit (last completed + 1, Kafka's convention) if it moved since."""
