@@ -103,3 +103,26 @@ def test_context_reads_metadata_key_and_headers_of_the_fetched_record() -> None:
     assert seen == [(TaskMetadata("t", 0, 7, 1007), b"k7", [], b"v7"),
                     (TaskMetadata("t", 0, 8, 1008), None, [], b"v8")]
     ctx.close()
+
+
+def test_partition_pauses_once_the_backlog_holds_max_pending_and_resumes_at_half() -> None:
+    """librdkafka drops prefetched records of a paused partition: pausing waits for a full backlog."""
+    held: dict[int, Completion] = {}
+    ctx = _context(ProcessorsBuilder.consuming("t").then_process(
+        lambda context, task: held.setdefault(context.metadata().offset, context.defer_completion())),
+        **{"decaton.max.pending.records": 4, "decaton.partition.concurrency": 4})
+    ctx.add_records([fetched(o, str(o).encode(), b"x") for o in range(7)])
+    assert _wait(ctx, lambda: len(held) == 4)
+    assert ctx.pending() == 4 and not ctx.should_pause()  # three wait in the backlog, fetching goes on
+    ctx.add_records([fetched(7, b"7", b"x")])
+    assert ctx.should_pause()  # the backlog holds max.pending.records
+    ctx.paused = True
+    for offset, backlog_left, paused in ((0, 3, True), (1, 2, False)):
+        held[offset].complete()
+        assert _wait(ctx, lambda n=offset: len(held) == n + 5)  # the freed slot took a backlog record
+        assert ctx.snapshot().pending == 4 + backlog_left and ctx.should_pause() is paused
+    for offset in range(2, 8):
+        assert _wait(ctx, lambda n=offset: n in held)
+        held[offset].complete()
+    assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 7)
+    ctx.close()
