@@ -94,28 +94,33 @@ def thread_cpu_s(topic: str) -> dict[str, float]:
 
 def bare_waits(mode: str, sleepers: int, seconds: float) -> tuple[float, float]:
     """Mean duration and CPU seconds of a 10 ms wait when ``sleepers`` coroutines (on uvloop) or threads do
-    nothing else."""
+    nothing else. Their waits are spread over the 10 ms as the units' are (waits that start together end
+    together, and the kernel wakes them at one go for less)."""
     waits: list[float] = []
     cpu_before = time.process_time()
     deadline = time.perf_counter() + seconds
 
-    def sleeper() -> None:
+    def sleeper(phase_s: float) -> None:
+        time.sleep(phase_s)
         while (start := time.perf_counter()) < deadline:
             time.sleep(LATENCY_S)
             waits.append(time.perf_counter() - start)
 
-    async def coroutine() -> None:
+    async def coroutine(phase_s: float) -> None:
+        await asyncio.sleep(phase_s)
         while (start := time.perf_counter()) < deadline:
             await asyncio.sleep(LATENCY_S)
             waits.append(time.perf_counter() - start)
 
+    phases = [LATENCY_S * i / sleepers for i in range(sleepers)]
+
     async def coroutines() -> None:
-        await asyncio.gather(*(coroutine() for _ in range(sleepers)))
+        await asyncio.gather(*map(coroutine, phases))
 
     if mode == "asyncio":
         uvloop.run(coroutines())
     else:
-        threads = [threading.Thread(target=sleeper) for _ in range(sleepers)]
+        threads = [threading.Thread(target=sleeper, args=(phase,)) for phase in phases]
         for thread in threads:
             thread.start()
         for thread in threads:
