@@ -14,16 +14,19 @@ from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from strom.errors import BrokerUnavailableError, ConfigError, UnknownTopicError
 from strom.kafka import clients
-from strom.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartitionOffsets
+from strom.spark.options import (
+    CONNECT_AT_ONCE,
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    TopicPartitionOffsets,
+)
 
 log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 _TIMEOUT = 30.0
-# With sparse connections librdkafka connects only once a request needs a broker, and a new
-# client's first metadata request took 50 ms more (every batch query plans with a new client).
-# Offsets lookups go to every partition's leader anyway.
-METADATA_DEFAULTS = {"enable.sparse.connections": "false"}
 
 
 class TopicMetadata:
@@ -32,7 +35,7 @@ class TopicMetadata:
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._admin = clients.admin(options.bootstrap_servers,
-                                    **{**METADATA_DEFAULTS, **_admin_config(options.client_config)})
+                                    **{**CONNECT_AT_ONCE, **_admin_config(options.client_config)})
         self._isolation = (IsolationLevel.READ_COMMITTED if options.read_committed
                            else IsolationLevel.READ_UNCOMMITTED)
 

@@ -23,7 +23,7 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from strom.errors import BrokerUnavailableError, ConfigError, StromError
 from strom.kafka import clients
-from strom.spark.options import SinkOptions
+from strom.spark.options import CONNECT_AT_ONCE, SinkOptions
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def _write_at_least_once(options: SinkOptions, identity: TaskIdentity,
             errors.append(error)
 
     # Reports only for failures: a Python callback per record would cost a third of the throughput.
-    producer = clients.producer(options.bootstrap_servers, **options.client_config,
+    producer = clients.producer(options.bootstrap_servers, **{**CONNECT_AT_ONCE, **options.client_config},
                                 on_delivery=on_delivery, **{"delivery.report.only.error": True})
     records = _produce_all(producer, options, batches)
     remaining = producer.flush(_TIMEOUT_S)
@@ -180,11 +180,11 @@ class _TransactionalTask:
         self._marker = TopicPartition(marker_topic, 0)
         self._producer = clients.producer(
             options.bootstrap_servers,
-            **{**options.client_config, "transactional.id": identity.transactional_id},
+            **{**CONNECT_AT_ONCE, **options.client_config, "transactional.id": identity.transactional_id},
         )
         self._marker_consumer = clients.consumer(  # read_committed: fetches only stable markers
             options.bootstrap_servers, group_id=identity.marker_group,
-            **{**options.client_config, "isolation.level": "read_committed"})
+            **{**CONNECT_AT_ONCE, **options.client_config, "isolation.level": "read_committed"})
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         try:
