@@ -162,19 +162,19 @@ class Reading:
                          for role in ROLES)
 
 
-def measure(reads: dict[str, Callable[[], float]], records: dict[str, int], repeat: int
-            ) -> dict[str, Reading]:
-    """Runs each read ``repeat`` times, the reads in turn, so load changes hit them alike."""
+def measure(reads: dict[str, tuple[int, Callable[[], float]]], repeat: int) -> dict[str, Reading]:
+    """Runs each read (rows it reads, the read) ``repeat`` times, the reads in turn, so load changes
+    hit them alike."""
     seconds: dict[str, list[float]] = {name: [] for name in reads}
     cpu = {name: dict.fromkeys(ROLES, 0.0) for name in reads}
     for _ in range(repeat):
-        for name, read in reads.items():
+        for name, (_, read) in reads.items():
             before = cpu_by_role()
             seconds[name].append(read())
             after = cpu_by_role()
             for role in ROLES:
                 cpu[name][role] += (after[role] - before[role]) / repeat
-    return {name: Reading(records[name], seconds[name], cpu[name]) for name in reads}
+    return {name: Reading(rows, seconds[name], cpu[name]) for name, (rows, _) in reads.items()}
 
 
 def strom_read(spark, bootstrap: str, topic: str) -> DataFrame:
@@ -230,11 +230,11 @@ def main() -> None:
         print(f"strom Spark connector, local[2], {n} records, {parts} partitions "
               f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
         readings = measure({
-            "read 100 B": lambda: count_all(strom_read(spark, bootstrap, "bench-100b"), n),
-            "Spark alone": lambda: spark_alone(spark, n, parts),
-            "read 1 record": lambda: count_all(strom_read(spark, bootstrap, "bench-one"), 1),
-            "Spark alone 1 row": lambda: spark_alone(spark, 1, parts),
-        }, {"read 100 B": n, "Spark alone": n, "read 1 record": 1, "Spark alone 1 row": 1}, args.repeat)
+            "read 100 B": (n, lambda: count_all(strom_read(spark, bootstrap, "bench-100b"), n)),
+            "Spark alone": (n, lambda: spark_alone(spark, n, parts)),
+            "read 1 record": (1, lambda: count_all(strom_read(spark, bootstrap, "bench-one"), 1)),
+            "Spark alone 1 row": (1, lambda: spark_alone(spark, 1, parts)),
+        }, args.repeat)
         read_small, alone = readings["read 100 B"], readings["Spark alone"]
         one, alone_one = readings["read 1 record"], readings["Spark alone 1 row"]
         print(f"  read  100 B values : {read_small.rows_per_second:>10,.0f} rows/s   (target >= 300,000; "
