@@ -6,12 +6,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from strom.errors import ProcessingError
-from strom.streams.processor.api import Processor, Record, new_tuple
+from strom.streams.processor.api import Record, new_tuple
+from strom.streams.processor.internals.nodes import ContextFreeProcessor
 
 KV = Callable[[Any, Any], Any]
 
 
-class _Forwarding(Processor):
+class _Forwarding(ContextFreeProcessor):
     """Binds the node's forwarder once at init: forwarding is the whole per-record hot path."""
 
     def init(self, context: Any) -> None:
@@ -97,7 +98,7 @@ class KStreamFlatMapValues(_Forwarding):
             self.forward(new_tuple(Record, (record.key, value, record.timestamp, record.headers)))
 
 
-class KStreamPeek(Processor):
+class KStreamPeek(ContextFreeProcessor):
     """peek (forwards after the action) and foreach (terminal: ``forward_downstream`` False)."""
 
     def __init__(self, action: KV, forward_downstream: bool) -> None:
@@ -110,7 +111,7 @@ class KStreamPeek(Processor):
             self.context.forward(record)
 
 
-class KStreamBranch(Processor):
+class KStreamBranch(ContextFreeProcessor):
     """Forwards each record to the child of the first predicate it satisfies (or the default child)."""
 
     def __init__(self, predicates: Sequence[KV], children: Sequence[str], default_child: str | None) -> None:
@@ -134,7 +135,7 @@ class PassThrough(_Forwarding):
         self.forward(record)
 
 
-class DropNullKeys(Processor):
+class DropNullKeys(ContextFreeProcessor):
     """Before a repartition sink: a record without a key has no partition to go to (Kafka drops it)."""
 
     def process(self, record: Record) -> None:

@@ -32,7 +32,12 @@ from strom.streams.processor.internals.builder import (
 from strom.streams.processor.internals.collector import RecordCollector, RecordSink
 from strom.streams.processor.internals.context import TaskContext, default_serde
 from strom.streams.processor.internals.handlers import HandlerResponse, resolve
-from strom.streams.processor.internals.nodes import ProcessorNode, SinkProcessor, SourceNode
+from strom.streams.processor.internals.nodes import (
+    ContextFreeProcessor,
+    ProcessorNode,
+    SinkProcessor,
+    SourceNode,
+)
 from strom.streams.processor.internals.partition_group import (
     PartitionGroup,
     RecordQueue,
@@ -130,6 +135,8 @@ class StreamTask:
             queue.read_by(self.sources[tp.topic])
         self.commit_needed = False
         self._flush_nodes = [n for n in self.nodes.values() if callable(getattr(n.processor, "flush", None))]
+        self._context_free = all(isinstance(n.processor, ContextFreeProcessor) for n in self.nodes.values())
+        """No processor reads the record context: the hot loop skips making one per record."""
         self._initialized = False
 
     # ---- construction ---------------------------------------------------------------------------
@@ -307,7 +314,9 @@ class StreamTask:
         entry = source.entry
         trusted_timestamps = source.record_timestamp_when_valid
         partition_time = queue.partition_time  # a local in the loop, stored back at the end
+        context_free = self._context_free
         taken = 0
+        raw = None
         try:
             for raw in islice(queue.records, queue.head, queue.head + limit):
                 timestamp = raw.timestamp
@@ -335,12 +344,17 @@ class StreamTask:
                     if timestamp > context.stream_time:
                         context.stream_time = timestamp
                 headers = raw.headers or ()
-                context.record_context = new_tuple(
-                    RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
-                )
+                if not context_free:
+                    context.record_context = new_tuple(
+                        RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
+                    )
                 entry(new_tuple(Record, (key, value, timestamp, headers)))
                 if context.stream_time >= punctuations.next_time:
                     self.maybe_punctuate_stream_time()
+        except BaseException:
+            if context_free and raw is not None:  # the error names the record that failed
+                context.record_context = RecordContext(raw.timestamp, raw.topic, raw.partition, raw.offset)
+            raise
         finally:
             queue.partition_time = partition_time
             if taken:
