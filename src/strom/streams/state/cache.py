@@ -148,11 +148,13 @@ class NamedCache:
                 topic = context[1]
                 size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
                         + (len(topic) if topic else 0))
-            delta = size - entry.size
-            entry.size = size
             dirty = self._dirty
             dirty.pop(key, None)  # remove then add: the order is the arrival order of the latest writes
             dirty[key] = None
+            delta = size - entry.size
+            if not delta:  # an update of the same size (a count, a fixed-width aggregate): the budget holds
+                return
+            entry.size = size
             self.size_bytes += delta
             owner.current_bytes += delta
         if owner.current_bytes > owner.max_cache_size_bytes:
