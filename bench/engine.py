@@ -7,10 +7,11 @@ Cases (10k distinct keys, string keys and values):
 each with caching on and off. Records are fed as raw (serialized) consumer records, the way the Spark
 runtime feeds a task; output goes to a sink that only counts. The task commits every --commit-every
 records (flush caches, changelog, offsets), as a commit interval would. Each commit interval is timed
-in CPU seconds of this process (time.process_time) and the best interval is printed, so other load
-on the machine skews the figures less.
+in CPU seconds of this process (time.process_time) and the best interval is kept, so other load
+on the machine skews the figures less. Each case runs --repeat times; the best run and the median are
+printed (this machine's speed drifts by up to 2x from minute to minute: one run says little).
 
-    .venv/bin/python bench/engine.py [--records 500000] [--keys 10000] [--commit-every 100000]
+    .venv/bin/python bench/engine.py [--records 500000] [--keys 10000] [--commit-every 100000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import shutil
+import statistics
 import tempfile
 import time
 
@@ -111,6 +113,12 @@ def run_case(
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def repeated(repeat: int, run, *args) -> str:
+    """``run(*args)`` (records/s) ``repeat`` times: the best and the median, as printed."""
+    rates = [run(*args) for _ in range(repeat)]
+    return f"{max(rates):>10,.0f} records/s best, {statistics.median(rates):>10,.0f} median of {repeat}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -120,6 +128,7 @@ def main() -> None:
     parser.add_argument("--commit-every", type=int, default=100_000)
     parser.add_argument("--cache-bytes", type=int, default=10 * 1024 * 1024)
     parser.add_argument("--case", choices=["a", "b", "c"], action="append")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     records = make_records(args.records, args.keys)
     print(
@@ -130,8 +139,10 @@ def main() -> None:
         if args.case and name[0] not in args.case:
             continue
         for caching in (True, False):
-            rate = run_case(build, caching, records, args.commit_every, args.cache_bytes)
-            print(f"  {name:<28} caching {'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
+            rates = repeated(
+                args.repeat, run_case, build, caching, records, args.commit_every, args.cache_bytes
+            )
+            print(f"  {name:<28} caching {'on ' if caching else 'off'}  {rates}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ with caching on and off. Records are fed raw to the task, which commits every --
 as in bench/engine.py (whose feeding and sink this reuses).
 
     .venv/bin/python bench/engine_windows.py [--records 500000] [--keys 10000] [--commit-every 100000]
+        [--repeat 3]
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import tempfile
 import time
 from datetime import timedelta
 
-from engine import CountingSink, make_records, run_case
+from engine import CountingSink, make_records, repeated, run_case
 from strom.kafka.serdes import Serdes
 from strom.streams import Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
@@ -96,6 +97,7 @@ def main() -> None:
     parser.add_argument("--commit-every", type=int, default=100_000)
     parser.add_argument("--cache-bytes", type=int, default=10 * 1024 * 1024)
     parser.add_argument("--case", choices=["d", "e"], action="append")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     records = make_records(args.records, args.keys)
     print(f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
@@ -103,12 +105,14 @@ def main() -> None:
     for caching in (True, False):
         if not args.case or "d" in args.case:
             for name, build in WINDOWED.items():
-                rate = run_case(build, caching, records, args.commit_every, args.cache_bytes)
-                print(f"  {name:<30} caching {'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
+                rates = repeated(args.repeat, run_case, build, caching, records, args.commit_every,
+                                 args.cache_bytes)
+                print(f"  {name:<30} caching {'on ' if caching else 'off'}  {rates}")
         if not args.case or "e" in args.case:
-            rate = run_join(caching, records, args.keys, args.commit_every, args.cache_bytes)
+            rates = repeated(args.repeat, run_join, caching, records, args.keys, args.commit_every,
+                             args.cache_bytes)
             label = "e stream-table join"
-            print(f"  {label:<30} caching {'on ' if caching else 'off'}  {rate:>10,.0f} records/s")
+            print(f"  {label:<30} caching {'on ' if caching else 'off'}  {rates}")
 
 
 if __name__ == "__main__":
