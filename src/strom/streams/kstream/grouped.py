@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import ChangeSerde
 from strom.streams.kstream.internals import aggregate as ag
+from strom.streams.kstream.internals.functions import count_aggregator, count_initializer, count_subtractor
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable, materialized_table
@@ -107,7 +108,7 @@ class KGroupedStream(_Grouped):
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KStreamAggregate(s, _zero, _increment),
+            lambda s: ag.KStreamAggregate(s, count_initializer, count_aggregator),
             Serdes.Long(),
         )
 
@@ -160,7 +161,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KTableAggregate(s, _zero, _increment, _decrement),
+            lambda s: ag.KTableAggregate(s, count_initializer, count_aggregator, count_subtractor),
             Serdes.Long(),
         )
 
@@ -199,14 +200,3 @@ class KGroupedTable(_Grouped):
             None,
         )
 
-
-def _zero() -> int:
-    return 0
-
-
-def _increment(_key: Any, _value: Any, count: int) -> int:
-    return count + 1
-
-
-def _decrement(_key: Any, _value: Any, count: int) -> int:
-    return count - 1

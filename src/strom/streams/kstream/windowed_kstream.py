@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
+from strom.streams.kstream.internals.functions import count_aggregator, count_initializer
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.windowed_aggregate import (
     KStreamSessionWindowAggregate,
@@ -115,7 +116,11 @@ class TimeWindowedKStream(_WindowedStream):
 
     def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
         return self._aggregate(
-            "KSTREAM-AGGREGATE-", _zero, _increment, named, _with_value_serde(materialized, Serdes.Long())
+            "KSTREAM-AGGREGATE-",
+            count_initializer,
+            count_aggregator,
+            named,
+            _with_value_serde(materialized, Serdes.Long()),
         )
 
     def reduce(
@@ -191,8 +196,8 @@ class SessionWindowedKStream(_WindowedStream):
     def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
-            _zero,
-            _increment,
+            count_initializer,
+            count_aggregator,
             _add,
             named,
             _with_value_serde(materialized, Serdes.Long()),
@@ -276,13 +281,6 @@ def _reducing(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], A
 def _none() -> None:
     return None
 
-
-def _zero() -> int:
-    return 0
-
-
-def _increment(_key: Any, _value: Any, count: int) -> int:
-    return count + 1
 
 
 def _add(_key: Any, left: int, right: int) -> int:

@@ -56,3 +56,19 @@ def key_value_function(fn: Callable[..., Any], operator: str) -> Callable[[Any, 
             f"The function given to {operator} must take (key, value); it takes {arity} arguments."
         )
     return fn
+
+
+# count() as Kafka Streams defines it: an aggregate starting at zero, one more per record (one less per
+# record a KTable's re-grouping retracts); session windows merge counts by adding them
+
+
+def count_initializer() -> int:
+    return 0
+
+
+def count_aggregator(_key: Any, _value: Any, count: int) -> int:
+    return count + 1
+
+
+def count_subtractor(_key: Any, _value: Any, count: int) -> int:
+    return count - 1
