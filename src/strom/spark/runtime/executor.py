@@ -223,7 +223,7 @@ class TaskAttempt:
 def consumer_records(batch: pa.RecordBatch, committed: dict[tuple[str, int], int]
                      ) -> dict[TopicPartition, list[ConsumerRecord]]:
     """Arrow rows (Spark's Kafka schema) → raw records per partition, dropping offsets already
-    committed."""
+    committed. Rows come in runs of one partition: the partition's list and floor are looked up per run."""
     topics = batch.column("topic").to_pylist()
     partitions = batch.column("partition").to_pylist()
     offsets = batch.column("offset").to_pylist()
@@ -233,16 +233,15 @@ def consumer_records(batch: pa.RecordBatch, committed: dict[tuple[str, int], int
     values = batch.column("value").to_pylist()
     headers = batch.column("headers").to_pylist()
     out: dict[TopicPartition, list[ConsumerRecord]] = {}
+    run_topic, run_partition, floor, append = None, None, 0, None
     for topic, partition, offset, timestamp, key, value, header in zip(
             topics, partitions, offsets, timestamps, keys, values, headers, strict=True):
-        if offset < committed.get((topic, partition), 0):
+        if partition != run_partition or topic != run_topic:
+            run_topic, run_partition = topic, partition
+            floor = committed.get((topic, partition), 0)
+            append = out.setdefault(TopicPartition(topic, partition), []).append
+        if offset < floor:
             continue
-        record = ConsumerRecord(topic, partition, offset, timestamp, key, value,
-                                tuple((h["key"], h["value"]) for h in header) if header else ())
-        tp = TopicPartition(topic, partition)
-        records = out.get(tp)
-        if records is None:
-            records = out[tp] = []
-        records.append(record)
-    return out
-
+        append(ConsumerRecord(topic, partition, offset, timestamp, key, value,  # type: ignore[misc]
+                              tuple((h["key"], h["value"]) for h in header) if header else ()))
+    return {tp: records for tp, records in out.items() if records}

@@ -20,6 +20,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
+from strom.spark.options import CONNECT_AT_ONCE
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
@@ -68,14 +69,15 @@ class OpenTask:
 
     def _connect(self, owned: tuple[str, ...], task_id: TaskId) -> None:
         bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
-        producer_config = {**QUICK_RETRY, **self.config.client_props("producer.")}
+        producer_config = {**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("producer.")}
         if self.eos:
             producer_config["transactional.id"] = self.name
         self.sink = ProducerSink(bootstrap, producer_config)
         self.consumer: Consumer = clients.consumer(
             bootstrap, group_id=self.config.application_id,
-            **{**QUICK_RETRY, **self.config.client_props("consumer."), "enable.partition.eof": True,
-               **QUICK_EOF, "isolation.level": "read_committed" if self.eos else "read_uncommitted"})
+            **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("consumer."),
+               "enable.partition.eof": True, **QUICK_EOF,
+               "isolation.level": "read_committed" if self.eos else "read_uncommitted"})
         self.task = StreamTask(task_id, self._topology.internal, self.config, self.sink,
                                ThreadCache(self.config[cfg.STATESTORE_CACHE_MAX_BYTES]),
                                partitions=[TopicPartition(t, task_id.partition) for t in owned])
