@@ -8,8 +8,9 @@ each with caching on and off. Records are fed as raw (serialized) consumer recor
 runtime feeds a task; output goes to a sink that only counts. The task commits every --commit-every
 records (flush caches, changelog, offsets), as a commit interval would. Each commit interval is timed
 in CPU seconds of this process (time.process_time) and the best interval is kept, so other load
-on the machine skews the figures less. Each case runs --repeat times; the best run and the median are
-printed (this machine's speed drifts by up to 2x from minute to minute: one run says little).
+on the machine skews the figures less. The cases run in --repeat interleaved rounds; each case's best
+run and median are printed (this machine's speed drifts by up to 2x for seconds at a time: one run
+says little).
 
     .venv/bin/python bench/engine.py [--records 500000] [--keys 10000] [--commit-every 100000] [--repeat 3]
 """
@@ -22,6 +23,8 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 
 from strom.kafka.serdes import Serdes
 from strom.streams import Materialized, Produced, Stores, StreamsBuilder, StreamsConfig, StreamTask
@@ -113,10 +116,17 @@ def run_case(
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def repeated(repeat: int, run, *args) -> str:
-    """``run(*args)`` (records/s) ``repeat`` times: the best and the median, as printed."""
-    rates = [run(*args) for _ in range(repeat)]
-    return f"{max(rates):>10,.0f} records/s best, {statistics.median(rates):>10,.0f} median of {repeat}"
+def interleaved(repeat: int, runs: dict[str, Callable[[], float]]) -> None:
+    """Runs every case once per round for ``repeat`` rounds, then prints each case's best and median
+    records/s: a slow spell of this machine (its speed drifts up to 2x for seconds at a time) costs
+    each case one run, not all the runs of one case."""
+    rates: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(repeat):
+        for label, run in runs.items():
+            rates[label].append(run())
+    for label, values in rates.items():
+        print(f"  {label}  {max(values):>10,.0f} records/s best, "
+              f"{statistics.median(values):>10,.0f} median of {repeat}")
 
 
 def main() -> None:
@@ -135,14 +145,15 @@ def main() -> None:
         f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
         f"cache {args.cache_bytes} bytes"
     )
-    for name, build in CASES.items():
-        if args.case and name[0] not in args.case:
-            continue
-        for caching in (True, False):
-            rates = repeated(
-                args.repeat, run_case, build, caching, records, args.commit_every, args.cache_bytes
-            )
-            print(f"  {name:<28} caching {'on ' if caching else 'off'}  {rates}")
+    runs = {
+        f"{name:<28} caching {'on ' if caching else 'off'}": partial(
+            run_case, build, caching, records, args.commit_every, args.cache_bytes
+        )
+        for name, build in CASES.items()
+        if not args.case or name[0] in args.case
+        for caching in (True, False)
+    }
+    interleaved(args.repeat, runs)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,11 @@ import gc
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
-from engine import CountingSink, make_records, repeated, run_case
+from engine import CountingSink, interleaved, make_records, run_case
 from strom.kafka.serdes import Serdes
 from strom.streams import Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
@@ -102,18 +104,17 @@ def main() -> None:
     records = make_records(args.records, args.keys)
     print(f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
           f"cache {args.cache_bytes} bytes")
+    runs: dict[str, Callable[[], float]] = {}
     for caching in (True, False):
+        state = "on " if caching else "off"
         if not args.case or "d" in args.case:
             for name, build in WINDOWED.items():
-                rates = repeated(args.repeat, run_case, build, caching, records, args.commit_every,
-                                 args.cache_bytes)
-                print(f"  {name:<30} caching {'on ' if caching else 'off'}  {rates}")
+                runs[f"{name:<30} caching {state}"] = partial(
+                    run_case, build, caching, records, args.commit_every, args.cache_bytes)
         if not args.case or "e" in args.case:
-            rates = repeated(args.repeat, run_join, caching, records, args.keys, args.commit_every,
-                             args.cache_bytes)
-            label = "e stream-table join"
-            print(f"  {label:<30} caching {'on ' if caching else 'off'}  {rates}")
-
+            runs[f"{'e stream-table join':<30} caching {state}"] = partial(
+                run_join, caching, records, args.keys, args.commit_every, args.cache_bytes)
+    interleaved(args.repeat, runs)
 
 if __name__ == "__main__":
     main()
