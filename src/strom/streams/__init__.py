@@ -44,6 +44,7 @@ from strom.streams.processor import (
     TopologyDescription,
 )
 from strom.streams.processor.internals.task import StreamTask
+from strom.streams.query import QueryableStoreTypes, StoreQueryParameters
 from strom.streams.state.stores import Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.test_driver import TestInputTopic, TestOutputTopic, TestRecord, TopologyTestDriver
@@ -68,11 +69,13 @@ __all__ = [
     "ProcessorContext",
     "Produced",
     "PunctuationType",
+    "QueryableStoreTypes",
     "Record",
     "Repartitioned",
     "Serdes",
     "SessionWindows",
     "SlidingWindows",
+    "StoreQueryParameters",
     "Stores",
     "StreamJoined",
     "StreamTask",

@@ -8,7 +8,7 @@ after it are replayed. Under exactly-once the task's producer has already called
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -20,14 +20,17 @@ _BATCH = 10_000
 STALL_TIMEOUT_S = 120.0
 
 
-def restore_task(task: StreamTask, consumer: Consumer) -> int:
-    """Replays every logged store's changelog tail into it; returns the number of records applied.
+def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] | None = None) -> int:
+    """Replays the changelog tail of every logged store (or of those named in ``stores``) into
+    it; returns the number of records applied.
 
     ``consumer`` must read committed data with ``enable.partition.eof`` on.
     """
     restored = 0
     offsets = task.restore_offsets()
     for store, tp in task.changelog_partitions().items():
+        if stores is not None and store not in stores:
+            continue
         start = offsets[store]
         partition = TopicPartition(tp.topic, tp.partition)
         try:

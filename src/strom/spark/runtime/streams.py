@@ -24,7 +24,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from strom.errors import ConfigError, ProcessingError, ProcessorStateError
+from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
 from strom.spark.metadata import TopicMetadata
 from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
@@ -42,9 +42,11 @@ from strom.spark.runtime.source import (
     SourcePlan,
     StreamTaskSource,
 )
+from strom.spark.runtime.store_copies import StoreCopies
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
+from strom.streams.query import StoreQueryParameters
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,7 @@ class SparkStreams:
         self.plan: ApplicationPlan | None = None
         self._run_id = ""
         self._lag_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
+        self._store_copies: StoreCopies | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -275,8 +278,28 @@ class SparkStreams:
             return
         raise ProcessingError(f"Application {self.config.application_id} failed: {error}") from error
 
+    def store(self, params: StoreQueryParameters) -> Any:
+        """A read-only view of a store (interactive query), e.g.
+        ``store(StoreQueryParameters.from_name("counts", QueryableStoreTypes.key_value_store()))``.
+
+        It reads the driver's copy of the store, first brought up to the end of the store's
+        changelog (committed data under exactly-once) unless ``params.enable_stale_stores()``.
+        Works once ``start()`` has run, also after ``stop()`` (the state committed last; call
+        ``stop()`` again to close the copies).
+        """
+        if self.plan is None:
+            raise InvalidStateStoreError("Call start() before querying a store: the stores' changelog "
+                                         "partitions are known once the application is planned.")
+        if self._store_copies is None:
+            self._store_copies = StoreCopies(self._topology, self.config, self.plan)
+        return self._store_copies.store(params)
+
     def stop(self) -> None:
-        """Stops planning micro-batches, lets a running one commit, then stops the query."""
+        """Stops planning micro-batches, lets a running one commit, then stops the query; closes
+        the driver's store copies of interactive queries."""
+        if self._store_copies is not None:
+            self._store_copies.close()
+            self._store_copies = None
         query = self._query
         if query is None:
             return
