@@ -80,7 +80,8 @@ class Meter:
 
 
 def thread_cpu_s(topic: str) -> dict[str, float]:
-    """CPU seconds so far of this process's live threads, by role (empty where /proc is missing)."""
+    """CPU seconds so far of this process's live threads by role, and their context switches as
+    ``"<role> switches"`` (empty where /proc is missing)."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     roles: dict[str, float] = {}
     for tid in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ():
@@ -89,14 +90,25 @@ def thread_cpu_s(topic: str) -> dict[str, float]:
                 else "units" if name.startswith(topic) else "librdkafka" if name == "librdkafka" else "other")
         with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/schedstat") as f:
             roles[role] = roles.get(role, 0.0) + int(f.read().split()[0]) / 1e9
+        roles[f"{role} switches"] = roles.get(f"{role} switches", 0.0) + context_switches(int(tid))
     return roles
 
 
-def bare_waits(mode: str, sleepers: int, seconds: float) -> tuple[float, float]:
-    """Mean duration and CPU seconds of a 10 ms wait when ``sleepers`` coroutines (on uvloop) or threads do
-    nothing else. Their waits are spread over the 10 ms as the units' are (waits that start together end
-    together, and the kernel wakes them at one go for less)."""
+def context_switches(tid: int) -> int:
+    """Voluntary context switches of thread ``tid`` so far: a sleep, or a wait for the GIL or a lock."""
+    with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{tid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches"):
+                return int(line.split()[1])
+    return 0
+
+
+def bare_waits(mode: str, sleepers: int, seconds: float) -> tuple[float, float, float]:
+    """Mean duration, CPU seconds and (threads) voluntary context switches of a 10 ms wait when ``sleepers``
+    coroutines (on uvloop) or threads do nothing else. Their waits are spread over the 10 ms (waits that
+    start together end together and then queue for the GIL: a second context switch per wait)."""
     waits: list[float] = []
+    switches: list[int] = []
     cpu_before = time.process_time()
     deadline = time.perf_counter() + seconds
 
@@ -105,6 +117,7 @@ def bare_waits(mode: str, sleepers: int, seconds: float) -> tuple[float, float]:
         while (start := time.perf_counter()) < deadline:
             time.sleep(LATENCY_S)
             waits.append(time.perf_counter() - start)
+        switches.append(context_switches(threading.get_native_id()))
 
     async def coroutine(phase_s: float) -> None:
         await asyncio.sleep(phase_s)
@@ -125,7 +138,8 @@ def bare_waits(mode: str, sleepers: int, seconds: float) -> tuple[float, float]:
             thread.start()
         for thread in threads:
             thread.join()
-    return sum(waits) / len(waits), (time.process_time() - cpu_before) / len(waits)
+    count = len(waits)
+    return sum(waits) / count, (time.process_time() - cpu_before) / count, sum(switches) / count
 
 
 def produce(bootstrap: str, topic: str, n: int) -> None:
@@ -147,7 +161,7 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
     topic = f"bench-tasks-{mode}-{uuid.uuid4().hex[:6]}"
     clients.create_topics(bootstrap, {topic: PARTITIONS})
     produce(bootstrap, topic, total)
-    bare_wait, bare_cpu = bare_waits(mode, PARTITIONS * concurrency, BARE_SECONDS)
+    bare_wait, bare_cpu, bare_switches = bare_waits(mode, PARTITIONS * concurrency, BARE_SECONDS)
     meter = Meter(total, topic)
     if mode == "asyncio":
         async def process(context, task):
@@ -177,12 +191,16 @@ def run_case(bootstrap: str, mode: str, seconds: float) -> None:
     print(f"{mode:8s} concurrency={concurrency:<4d} tasks={total:<7d} throughput={rate:8.0f}/s "
           f"ideal={ideal:6.0f}/s fraction={rate / ideal:.2f} cpu/task={cpu / tasks * 1e6:.1f} us "
           f"whole={whole_tasks / whole_wall / ideal:.2f}")
+    bare_switching = f", {bare_switches:.2f} context switches" if mode == "threads" else ""
     print(f"         10 ms waits took {waited / tasks * 1e3:.2f} ms; bare {mode} here: "
           f"{bare_wait * 1e3:.2f} ms (ceiling fraction {LATENCY_S / bare_wait:.2f}), "
-          f"{bare_cpu * 1e6:.1f} us CPU per wait")
-    by_cost = sorted(meter.thread_split(*steady).items(), key=lambda item: -item[1])
-    print("         cpu/task by thread: "
-          + ", ".join(f"{role} {cpu / tasks * 1e6:.1f} us" for role, cpu in by_cost if cpu / tasks >= 5e-8))
+          f"{bare_cpu * 1e6:.1f} us CPU{bare_switching} per wait")
+    split = meter.thread_split(*steady)
+    by_cost = sorted(((role, cpu) for role, cpu in split.items() if not role.endswith(" switches")),
+                     key=lambda item: -item[1])
+    print("         cpu/task by thread: " + ", ".join(
+        f"{role} {cpu / tasks * 1e6:.1f} us ({split[f'{role} switches'] / tasks:.2f} context switches)"
+        for role, cpu in by_cost if cpu / tasks >= 5e-8))
 
 
 def main() -> None:
