@@ -23,9 +23,20 @@ from rich.table import Table
 
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
-from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, Topology
+from strom.streams import (
+    Consumed,
+    Grouped,
+    Materialized,
+    Produced,
+    QueryableStoreTypes,
+    Serdes,
+    StoreQueryParameters,
+    StreamsBuilder,
+    Topology,
+)
 
 STRING, LONG, JSON = Serdes.String(), Serdes.Long(), Serdes.Json()
+STORE = "views-per-page"
 PAGES = ("/", "/search", "/cart", "/checkout", "/help", "/about", "/blog", "/pricing", "/login", "/docs")
 
 
@@ -39,6 +50,7 @@ class DemoResult:
     reused: int = 0
     expected: Counter[str] = field(default_factory=Counter)
     updates: dict[str, list[int]] = field(default_factory=dict)
+    queried: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -52,7 +64,7 @@ def page_view_counts(views_topic: str, counts_topic: str) -> Topology:
     (builder.stream(views_topic, Consumed.with_(STRING, JSON))
         .group_by(lambda user, view: view["page"], Grouped.as_("views-by-page").with_key_serde(STRING)
                   .with_value_serde(JSON))
-        .count(materialized=Materialized.as_("views-per-page"))
+        .count(materialized=Materialized.as_(STORE))
         .to_stream()
         .to(counts_topic, Produced.with_(STRING, LONG)))
     return builder.build()
@@ -115,6 +127,9 @@ def verify(result: DemoResult) -> None:
             result.problems.append(f"{page}: duplicate or out-of-order updates {seen[:10]}...")
         elif seen[-1] != result.expected[page]:
             result.problems.append(f"{page}: final count {seen[-1]}, expected {result.expected[page]}")
+    if result.queried != dict(result.expected):
+        result.problems.append(f"the interactive query of store {STORE} gave {result.queried}, "
+                               f"expected {dict(result.expected)}")
 
 
 def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, timeout: float,
@@ -142,6 +157,8 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
         if not app.wait_until_caught_up(timeout):
             result.problems.append(f"not caught up after {timeout:.0f}s (lag {app.lag()} records)")
         result.processing_s = time.monotonic() - processing
+        store = app.store(StoreQueryParameters.from_name(STORE, QueryableStoreTypes.key_value_store()))
+        result.queried = dict(store.all())
     finally:
         app.stop()
     result.task_batches = sum(task.batches for task in app.progress.tasks.values())
@@ -166,6 +183,8 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
     for page, count in result.expected.most_common(5):
         final = result.updates.get(page, [None])[-1]
         table.add_row(f"  {page}", f"{final} (expected {count}, {len(result.updates.get(page, []))} updates)")
+    table.add_row(f"interactive query of store {STORE}",
+                  f"{len(result.queried)} pages, {sum(result.queried.values()):,} views")
     table.add_row("verification", "[green]OK[/]" if result.ok else "[red]FAILED[/]")
     return table
 
