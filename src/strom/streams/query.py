@@ -27,111 +27,97 @@ def _plain(value: ValueAndTimestamp[Any] | None) -> Any:
     return None if value is None else value.value
 
 
-class ReadOnlyKeyValueStore:
-    """Kafka's ReadOnlyKeyValueStore over the partitions of one key-value store."""
+class _PartitionedView:
+    """A read-only view over the partitions of one store; ``value`` makes a stored value the one
+    returned (a timestamped store's ValueAndTimestamp becomes its plain value for a plain type)."""
 
-    def __init__(self, name: str, stores: Sequence[MeteredKeyValueStore],
-                 value: Callable[[Any], Any] = _unchanged) -> None:
+    def __init__(self, name: str, stores: Sequence[Any], value: Callable[[Any], Any] = _unchanged) -> None:
         self.name = name
         self._stores = list(stores)
         self._value = value
 
-    def get(self, key: Any) -> Any:
-        """The key's value, None when no partition has it."""
+    def _first(self, lookup: Callable[[Any], Any]) -> Any:
+        """The first partition's answer that is not None: a key lives in one partition."""
         for store in self._stores:
-            found = store.get(key)
+            found = lookup(store)
             if found is not None:
                 return self._value(found)
         return None
 
+    def _entries(self, scan: Callable[[Any], Iterator[tuple[Any, Any]]]) -> Iterator[tuple[Any, Any]]:
+        value = self._value
+        return ((first, value(found)) for first, found in chain.from_iterable(map(scan, self._stores)))
+
+
+class ReadOnlyKeyValueStore(_PartitionedView):
+    """Kafka's ReadOnlyKeyValueStore over the partitions of one key-value store."""
+
+    def get(self, key: Any) -> Any:
+        """The key's value, None when no partition has it."""
+        return self._first(lambda store: store.get(key))
+
     def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
         """Entries with from_key <= key <= to_key (None: unbounded), in key order per partition."""
-        return self._entries(store.range(from_key, to_key) for store in self._stores)
+        return self._entries(lambda store: store.range(from_key, to_key))
 
     def reverse_range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
-        return self._entries(store.reverse_range(from_key, to_key) for store in self._stores)
+        return self._entries(lambda store: store.reverse_range(from_key, to_key))
 
     def all(self) -> Iterator[tuple[Any, Any]]:
-        return self._entries(store.all() for store in self._stores)
+        return self._entries(lambda store: store.all())
 
     def reverse_all(self) -> Iterator[tuple[Any, Any]]:
-        return self._entries(store.reverse_all() for store in self._stores)
+        return self._entries(lambda store: store.reverse_all())
 
     def prefix_scan(self, prefix: Any, prefix_key_serializer: Any) -> Iterator[tuple[Any, Any]]:
-        return self._entries(store.prefix_scan(prefix, prefix_key_serializer) for store in self._stores)
+        return self._entries(lambda store: store.prefix_scan(prefix, prefix_key_serializer))
 
     def approximate_num_entries(self) -> int:
         return sum(store.approximate_num_entries() for store in self._stores)
 
-    def _entries(self, scans: Iterator[Iterator[tuple[Any, Any]]]) -> Iterator[tuple[Any, Any]]:
-        value = self._value
-        return ((key, value(found)) for key, found in chain.from_iterable(scans))
 
-
-class ReadOnlyWindowStore:
+class ReadOnlyWindowStore(_PartitionedView):
     """Kafka's ReadOnlyWindowStore over the partitions of one window store."""
-
-    def __init__(self, name: str, stores: Sequence[MeteredWindowStore],
-                 value: Callable[[Any], Any] = _unchanged) -> None:
-        self.name = name
-        self._stores = list(stores)
-        self._value = value
 
     def fetch(self, key: Any, window_start: int) -> Any:
         """The key's value in the window starting at ``window_start``, None when there is none."""
-        for store in self._stores:
-            found = store.fetch(key, window_start)
-            if found is not None:
-                return self._value(found)
-        return None
+        return self._first(lambda store: store.fetch(key, window_start))
 
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         """(window start, value) of the key's windows starting in [time_from, time_to], oldest first."""
-        return self._entries(s.fetch_range(key, time_from, time_to) for s in self._stores)
+        return self._entries(lambda store: store.fetch_range(key, time_from, time_to))
 
     def backward_fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
-        return self._entries(s.backward_fetch_range(key, time_from, time_to) for s in self._stores)
+        return self._entries(lambda store: store.backward_fetch_range(key, time_from, time_to))
 
     def fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
                         time_to: int) -> Iterator[tuple[Any, Any]]:
         """(Windowed key, value) for keys in [key_from, key_to] (None: unbounded)."""
-        return self._entries(s.fetch_key_range(key_from, key_to, time_from, time_to) for s in self._stores)
+        return self._entries(lambda store: store.fetch_key_range(key_from, key_to, time_from, time_to))
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Any, Any]]:
-        return self._entries(s.fetch_all(time_from, time_to) for s in self._stores)
+        return self._entries(lambda store: store.fetch_all(time_from, time_to))
 
     def all(self) -> Iterator[tuple[Any, Any]]:
-        return self._entries(s.all() for s in self._stores)
-
-    def _entries(self, scans: Iterator[Iterator[tuple[Any, Any]]]) -> Iterator[tuple[Any, Any]]:
-        value = self._value
-        return ((first, value(found)) for first, found in chain.from_iterable(scans))
+        return self._entries(lambda store: store.all())
 
 
-class ReadOnlySessionStore:
+class ReadOnlySessionStore(_PartitionedView):
     """Kafka's ReadOnlySessionStore over the partitions of one session store."""
-
-    def __init__(self, name: str, stores: Sequence[MeteredSessionStore]) -> None:
-        self.name = name
-        self._stores = list(stores)
 
     def fetch(self, key: Any) -> Iterator[tuple[Any, Any]]:
         """(Windowed key, aggregate) of every session of ``key``."""
-        return chain.from_iterable(s.fetch(key) for s in self._stores)
+        return self._entries(lambda store: store.fetch(key))
 
     def find_sessions(self, key: Any, earliest_session_end: int,
                       latest_session_start: int) -> Iterator[tuple[Any, Any]]:
         """Sessions of ``key`` ending at or after ``earliest_session_end`` and starting at or before
         ``latest_session_start``."""
-        return chain.from_iterable(s.find_sessions(key, earliest_session_end, latest_session_start)
-                                   for s in self._stores)
+        return self._entries(
+            lambda store: store.find_sessions(key, earliest_session_end, latest_session_start))
 
     def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
-        for store in self._stores:
-            found = store.fetch_session(key, session_start, session_end)
-            if found is not None:
-                return found
-        return None
+        return self._first(lambda store: store.fetch_session(key, session_start, session_end))
 
 
 @dataclass(frozen=True)
