@@ -8,7 +8,9 @@ fresh application (``stream → group_by_key → count → to``, RocksDB store w
 until every input record is committed. Figures: processing time from the first micro-batch to
 caught-up (Spark start-up and a warm-up run excluded; the query's own start-up, a few
 seconds, included), records/s, task batches (and how many ran on a task kept open since its
-previous batch) and mean task time per batch. A small ``--max-offsets-per-trigger`` makes many
+previous batch), mean task time per batch, and the interactive query of the counts store once
+caught up: the first ``store()`` (restores the changelog into the driver's copy), a refresh with
+nothing new, a ``get`` on the view. A small ``--max-offsets-per-trigger`` makes many
 micro-batches, so the fixed cost per task batch shows.
 """
 
@@ -23,7 +25,16 @@ from strom.broker import EmbeddedBroker
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams
 from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
-from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder, Topology
+from strom.streams import (
+    Consumed,
+    Materialized,
+    Produced,
+    QueryableStoreTypes,
+    Serdes,
+    StoreQueryParameters,
+    StreamsBuilder,
+    Topology,
+)
 
 S, L = Serdes.String(), Serdes.Long()
 
@@ -61,13 +72,28 @@ def run(spark, bootstrap: str, source: str, guarantee: str, records: int,
     try:
         assert app.wait_until_caught_up(600), "not caught up in 600 s"
         elapsed = time.monotonic() - started
+        query = query_times(app)
     finally:
         app.stop()
     tasks = app.progress.tasks.values()
     batches = sum(t.batches for t in tasks)
     return {"seconds": elapsed, "records_per_s": records / elapsed, "batches": batches,
             "reused": app.progress.reused,
-            "task_ms_per_batch": sum(t.millis for t in tasks) / max(1, batches)}
+            "task_ms_per_batch": sum(t.millis for t in tasks) / max(1, batches), **query}
+
+
+def query_times(app: SparkStreams) -> dict[str, float]:
+    """Milliseconds of the first query of the counts store, of a refresh, and of one get."""
+    params = StoreQueryParameters.from_name("counts", QueryableStoreTypes.key_value_store())
+    started = time.perf_counter()
+    counts = app.store(params)
+    first = time.perf_counter()
+    app.store(params)
+    refreshed = time.perf_counter()
+    counts.get("key-1")
+    done = time.perf_counter()
+    return {"query_first_ms": (first - started) * 1000, "query_refresh_ms": (refreshed - first) * 1000,
+            "query_get_ms": (done - refreshed) * 1000, "query_entries": sum(1 for _ in counts.all())}
 
 
 def main() -> None:
@@ -98,6 +124,9 @@ def main() -> None:
                   f"({figures['seconds']:.1f} s, {figures['batches']:.0f} task batches, "
                   f"{figures['reused']:.0f} on open tasks, "
                   f"{figures['task_ms_per_batch']:.0f} ms per task batch)")
+            print(f"{'':>16}  query of counts: first {figures['query_first_ms']:.0f} ms "
+                  f"({figures['query_entries']:.0f} keys), refresh {figures['query_refresh_ms']:.1f} ms, "
+                  f"get {figures['query_get_ms']:.2f} ms")
         spark.stop()
 
 

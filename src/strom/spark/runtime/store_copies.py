@@ -47,13 +47,14 @@ class StoreCopies:
         self._dir = Path(config[cfg.STATE_DIR]) / config.application_id / "query"
         shutil.rmtree(self._dir, ignore_errors=True)  # copies of an earlier run may predate a reset
         self._tasks: dict[int, list[StreamTask]] = {}
+        self._restored: set[tuple[str, int]] = set()  # (store, partition) copies restored once
         self._globals: GlobalStateStores | None = None
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
 
     def store(self, params: StoreQueryParameters) -> Any:
-        """The read-only view ``params`` asks for, caught up with the changelogs unless stale
-        stores are enabled."""
+        """The read-only view ``params`` asks for, caught up with the changelogs; with stale stores
+        enabled, only a copy never restored is."""
         with self._lock:
             if params.store_name in self._builder.global_stores:
                 return self._global_store(params)
@@ -61,9 +62,11 @@ class StoreCopies:
             self._check_type(params)
             partitions = self._partitions(params, sub)
             tasks = self._open(sub)
-            if not params.stale_stores:
-                for partition in partitions:
+            for partition in partitions:
+                copy = (params.store_name, partition)
+                if not params.stale_stores or copy not in self._restored:
                     restore_task(tasks[partition], self._reader(), (params.store_name,))
+                    self._restored.add(copy)
             stores = [tasks[p].context.stores[params.store_name] for p in partitions]
             return params.query_type.view(params.store_name, stores)
 
@@ -73,6 +76,7 @@ class StoreCopies:
                 for task in tasks:
                     task.close()
             self._tasks.clear()
+            self._restored.clear()
             if self._globals is not None:
                 self._globals.close()
                 self._globals = None
