@@ -181,15 +181,17 @@ def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, t
         assert dict(_query(app, "counts", stale=True).all()) == before
         open_transaction = _open_and_aborted_transactions(broker.bootstrap_servers,
                                                           f"{app_id}-counts-changelog")
+        final = Expected(names, users, first + second)
         try:
-            _assert_matches(app, Expected(names, users, first + second))
+            _assert_matches(app, final)
         finally:
             open_transaction.abort_transaction(30)
+        assert dict(_query(app, "counts").all()) == final.counts  # the end moved: read again
     finally:
         app.stop()
 
     after_stop = _query(app, "counts")  # the state committed last
-    assert dict(after_stop.all()) == Expected(names, users, first + second).counts
+    assert dict(after_stop.all()) == final.counts
     app.stop()  # closes the driver's copies
     with pytest.raises(InvalidStateStoreError, match="not open"):
         after_stop.get("w3")

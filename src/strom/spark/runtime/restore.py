@@ -20,13 +20,18 @@ _BATCH = 10_000
 STALL_TIMEOUT_S = 120.0
 
 
-def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] | None = None) -> int:
+def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] | None = None,
+                 log_ends: dict[str, int] | None = None) -> int:
     """Replays the changelog tail of every logged store (or of those named in ``stores``) into
     it; returns the number of records applied.
 
-    ``consumer`` must read committed data with ``enable.partition.eof`` on.
+    ``consumer`` must read committed data with ``enable.partition.eof`` on. ``log_ends`` (store
+    -> its changelog's end when last read to it, kept by the caller across calls) skips a
+    changelog that has not grown since: under exactly-once its end lies past the last record
+    (the commit marker), so the offset alone would read it again each time.
     """
     restored = 0
+    ends = {} if log_ends is None else log_ends
     offsets = task.restore_offsets()
     for store, tp in task.changelog_partitions().items():
         if stores is not None and store not in stores:
@@ -38,10 +43,10 @@ def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] |
         except Exception as exc:
             raise BrokerUnavailableError(f"Could not read the end of changelog {tp}: {exc}. "
                                          "Check that the broker is running.") from exc
-        if start is not None and start >= high:
-            continue
-        restored += task.restore(store, _records(consumer, tp.topic, tp.partition,
-                                                 OFFSET_BEGINNING if start is None else start))
+        if not ((start is not None and start >= high) or ends.get(store) == high):
+            restored += task.restore(store, _records(consumer, tp.topic, tp.partition,
+                                                     OFFSET_BEGINNING if start is None else start))
+        ends[store] = high
     return restored
 
 

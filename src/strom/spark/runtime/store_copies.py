@@ -47,7 +47,7 @@ class StoreCopies:
         self._dir = Path(config[cfg.STATE_DIR]) / config.application_id / "query"
         shutil.rmtree(self._dir, ignore_errors=True)  # copies of an earlier run may predate a reset
         self._tasks: dict[int, list[StreamTask]] = {}
-        self._restored: set[tuple[str, int]] = set()  # (store, partition) copies restored once
+        self._log_ends: dict[int, dict[str, int]] = {}  # partition -> restore_task's log_ends
         self._globals: GlobalStateStores | None = None
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
@@ -63,10 +63,9 @@ class StoreCopies:
             partitions = self._partitions(params, sub)
             tasks = self._open(sub)
             for partition in partitions:
-                copy = (params.store_name, partition)
-                if not params.stale_stores or copy not in self._restored:
-                    restore_task(tasks[partition], self._reader(), (params.store_name,))
-                    self._restored.add(copy)
+                log_ends = self._log_ends.setdefault(partition, {})
+                if not params.stale_stores or params.store_name not in log_ends:
+                    restore_task(tasks[partition], self._reader(), (params.store_name,), log_ends)
             stores = [tasks[p].context.stores[params.store_name] for p in partitions]
             return params.query_type.view(params.store_name, stores)
 
@@ -76,7 +75,7 @@ class StoreCopies:
                 for task in tasks:
                     task.close()
             self._tasks.clear()
-            self._restored.clear()
+            self._log_ends.clear()
             if self._globals is not None:
                 self._globals.close()
                 self._globals = None
