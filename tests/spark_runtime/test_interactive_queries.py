@@ -3,7 +3,8 @@
 One exactly-once run counts words (a timestamped key-value store), counts them per 10 s window
 (a timestamped window store) and replicates a global table; its stores are queried after each of
 two rounds of input, with every query type, per partition, stale and refreshed, next to an open
-and an aborted transaction on a changelog, and with the mistakes a user can make.
+and an aborted transaction on a changelog, and with the mistakes a user can make. An
+at-least-once run's copies (changelogs read as written) give the driver's counts too.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from strom.streams import (
 from strom.streams.state.window.facade import window_store_view
 
 from .conftest import produce_lines
-from .wordcount import S
+from .wordcount import S, word_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
@@ -195,3 +196,23 @@ def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, t
     app.stop()  # closes the driver's copies
     with pytest.raises(InvalidStateStoreError, match="not open"):
         after_stop.get("w3")
+
+
+def test_at_least_once_queries_read_the_changelog_as_written(broker, spark, topics, tmp_path):
+    names = topics(lines=2, counts=2)
+    lines = [(f"k{i}", " ".join(random.Random(i).choices(WORDS, k=3))) for i in range(120)]
+    produce_lines(broker.bootstrap_servers, names["lines"], lines)
+    app = SparkStreams(word_count(names["lines"], names["counts"]), {
+        "application.id": f"rt-iq-alos-{names['lines']}", "bootstrap.servers": broker.bootstrap_servers,
+        "processing.guarantee": "at_least_once", "state.dir": str(tmp_path), "commit.interval.ms": 200},
+        spark)
+    with TopologyTestDriver(word_count(names["lines"], names["counts"])) as driver:
+        source = driver.create_input_topic(names["lines"], S, S)
+        for key, line in lines:
+            source.pipe_input(key, line)
+        expected = dict(driver.get_key_value_store("counts").all())
+    with app:
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        counts = _query(app, "counts")
+        assert dict(counts.all()) == expected
+        assert counts.get("w7") == expected["w7"]
