@@ -136,6 +136,10 @@ def _assert_user_mistakes(app: SparkStreams) -> None:
         _query(app, "unlogged")
     with pytest.raises(InvalidStateStoreError, match="no partition 2"):
         _query(app, "counts", partition=2)
+    with pytest.raises(InvalidStateStoreError, match="cannot be queried as session_store"):
+        _query(app, "users", QueryableStoreTypes.session_store())
+    with pytest.raises(InvalidStateStoreError, match="global store"):
+        _query(app, "users", partition=0)
 
 
 def _open_and_aborted_transactions(bootstrap: str, changelog: str) -> object:

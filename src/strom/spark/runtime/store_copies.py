@@ -59,7 +59,7 @@ class StoreCopies:
             if params.store_name in self._builder.global_stores:
                 return self._global_store(params)
             sub = self._subtopology_of(params.store_name)
-            self._check_type(params)
+            _check_type(params, self._builder.store_builders[params.store_name])
             partitions = self._partitions(params, sub)
             tasks = self._open(sub)
             for partition in partitions:
@@ -96,15 +96,6 @@ class StoreCopies:
                 "or with_logging_enabled() on its StoreBuilder).")
         return next(s for s in self._plan.subtopologies if s.id == owner.id)
 
-    def _check_type(self, params: StoreQueryParameters) -> None:
-        store = self._builder.store_builders[params.store_name].build()  # not opened: only its kind
-        if not params.query_type.accepts(store):
-            raise InvalidStateStoreError(
-                f"Store {params.store_name!r} is a {type(store).__name__}; it cannot be queried as "
-                f"{params.query_type.name}. Pass the QueryableStoreTypes method of the store's kind "
-                "(key_value_store, timestamped_key_value_store, window_store, timestamped_window_store "
-                "or session_store).")
-
     @staticmethod
     def _partitions(params: StoreQueryParameters, sub: SubtopologyTasks) -> list[int]:
         if params.partition is None:
@@ -134,18 +125,13 @@ class StoreCopies:
         if params.partition is not None:
             raise InvalidStateStoreError(f"Store {params.store_name!r} is a global store: every instance "
                                          "holds all of it, so it has no partition to choose.")
+        _check_type(params, self._builder.global_stores[params.store_name].store_builder)
         if self._globals is None:
             self._globals = GlobalStateStores(self._builder.global_stores, self._config, self._dir / "global")
             catch_up(self._globals, self._reader())
         elif not params.stale_stores:
             catch_up(self._globals, self._reader())
-        store = self._globals.stores[params.store_name]
-        if not params.query_type.accepts(store):
-            raise InvalidStateStoreError(
-                f"Store {params.store_name!r} is a global table's {type(store).__name__}; query it as "
-                "key_value_store or timestamped_key_value_store, not as "
-                f"{params.query_type.name}.")
-        return params.query_type.view(params.store_name, [store])
+        return params.query_type.view(params.store_name, [self._globals.stores[params.store_name]])
 
     def _reader(self) -> Consumer:
         """One consumer for every catch-up: partitions assigned by hand, its group never used."""
@@ -156,3 +142,13 @@ class StoreCopies:
                 **{**CONNECT_AT_ONCE, **self._config.client_props("consumer."),
                    "enable.partition.eof": True, **QUICK_EOF, "isolation.level": isolation})
         return self._consumer
+
+
+def _check_type(params: StoreQueryParameters, store_builder: Any) -> None:
+    store = store_builder.build()  # not opened: only its kind
+    if not params.query_type.accepts(store):
+        raise InvalidStateStoreError(
+            f"Store {params.store_name!r} is a {type(store).__name__}; it cannot be queried as "
+            f"{params.query_type.name}. Pass the QueryableStoreTypes method of the store's kind "
+            "(key_value_store, timestamped_key_value_store, window_store, timestamped_window_store "
+            "or session_store).")
