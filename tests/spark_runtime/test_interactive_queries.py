@@ -198,7 +198,7 @@ def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, t
     after_stop = _query(app, "counts")  # the state committed last
     assert dict(after_stop.all()) == final.counts
     app.stop()  # closes the driver's copies
-    with pytest.raises(InvalidStateStoreError, match="not open"):
+    with pytest.raises(InvalidStateStoreError, match="closed"):
         after_stop.get("w3")
 
 

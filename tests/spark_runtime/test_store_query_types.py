@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from strom.errors import ConfigError
+from strom.errors import ConfigError, InvalidStateStoreError
 from strom.streams import (
     Consumed,
     Materialized,
@@ -115,3 +115,16 @@ def test_store_query_parameters():
         StoreQueryParameters.from_name("counts", "key_value_store")
     with pytest.raises(ConfigError, match="partition number"):
         params.with_partition(-1)
+
+
+def test_views_of_closed_stores_say_so():
+    driver = _drivers([WORDS])[0]
+    views = [query_type.view(name, [driver.get_state_store(name)]) for query_type, name in (
+        (QueryableStoreTypes.key_value_store(), "counts"), (QueryableStoreTypes.window_store(), "windowed"),
+        (QueryableStoreTypes.session_store(), "sessions"))]
+    assert views[0].get("a") == 3
+    driver.close()
+    for read in (lambda: views[0].get("a"), lambda: views[0].all(), lambda: views[1].fetch("a", 0),
+                 lambda: views[2].fetch("a"), views[0].approximate_num_entries):
+        with pytest.raises(InvalidStateStoreError, match=r"'(counts|windowed|sessions)' is closed"):
+            read()

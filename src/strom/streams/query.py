@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any
 
-from strom.errors import ConfigError
+from strom.errors import ConfigError, InvalidStateStoreError
 from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
@@ -36,9 +36,15 @@ class _PartitionedView:
         self._stores = list(stores)
         self._value = value
 
+    def _open_stores(self) -> list[Any]:
+        if not all(store.is_open for store in self._stores):
+            raise InvalidStateStoreError(f"The view of store {self.name!r} is closed (its application "
+                                         "was stopped or closed); query the store again for a new view.")
+        return self._stores
+
     def _first(self, lookup: Callable[[Any], Any]) -> Any:
         """The first partition's answer that is not None: a key lives in one partition."""
-        for store in self._stores:
+        for store in self._open_stores():
             found = lookup(store)
             if found is not None:
                 return self._value(found)
@@ -46,7 +52,8 @@ class _PartitionedView:
 
     def _entries(self, scan: Callable[[Any], Iterator[tuple[Any, Any]]]) -> Iterator[tuple[Any, Any]]:
         value = self._value
-        return ((first, value(found)) for first, found in chain.from_iterable(map(scan, self._stores)))
+        scans = map(scan, self._open_stores())
+        return ((first, value(found)) for first, found in chain.from_iterable(scans))
 
 
 class ReadOnlyKeyValueStore(_PartitionedView):
@@ -73,7 +80,7 @@ class ReadOnlyKeyValueStore(_PartitionedView):
         return self._entries(lambda store: store.prefix_scan(prefix, prefix_key_serializer))
 
     def approximate_num_entries(self) -> int:
-        return sum(store.approximate_num_entries() for store in self._stores)
+        return sum(store.approximate_num_entries() for store in self._open_stores())
 
 
 class ReadOnlyWindowStore(_PartitionedView):
