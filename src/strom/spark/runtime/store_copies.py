@@ -112,12 +112,16 @@ class StoreCopies:
         tasks = self._tasks.get(sub.id)
         if tasks is None:
             tasks = []
-            for partition in range(sub.tasks):
-                task_id = TaskId(sub.id, partition)
-                task = StreamTask(task_id, self._builder, self._config, _NO_SINK, ThreadCache(0),
-                                  state_dir=self._dir / str(task_id))
-                tasks.append(task)
-                task.initialize()
+            try:
+                for partition in range(sub.tasks):
+                    task_id = TaskId(sub.id, partition)
+                    tasks.append(StreamTask(task_id, self._builder, self._config, _NO_SINK, ThreadCache(0),
+                                            state_dir=self._dir / str(task_id)))
+                    tasks[-1].initialize()
+            except BaseException:
+                for task in tasks:
+                    task.close()
+                raise
             self._tasks[sub.id] = tasks
         return tasks
 
@@ -127,8 +131,13 @@ class StoreCopies:
                                          "holds all of it, so it has no partition to choose.")
         _check_type(params, self._builder.global_stores[params.store_name].store_builder)
         if self._globals is None:
-            self._globals = GlobalStateStores(self._builder.global_stores, self._config, self._dir / "global")
-            catch_up(self._globals, self._reader())
+            stores = GlobalStateStores(self._builder.global_stores, self._config, self._dir / "global")
+            try:
+                catch_up(stores, self._reader())
+            except BaseException:
+                stores.close()
+                raise
+            self._globals = stores
         elif not params.stale_stores:
             catch_up(self._globals, self._reader())
         return params.query_type.view(params.store_name, [self._globals.stores[params.store_name]])
