@@ -68,6 +68,7 @@ def test_key_value_views_read_every_partition(partitions):
     assert sorted(plain.all()) == [("a", 3), ("b", 2), ("c", 1)]
     assert sorted(plain.range("b", "c")) == [("b", 2), ("c", 1)]
     assert sorted(plain.reverse_all()) == sorted(plain.all())
+    assert list(plain.prefix_scan("b", S.serializer())) == [("b", 2)]
     assert plain.approximate_num_entries() >= 3
     stamped = _view(QueryableStoreTypes.timestamped_key_value_store(), partitions, "counts")
     assert stamped.get("b") == ValueAndTimestamp(2, 200_000)
