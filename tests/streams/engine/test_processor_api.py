@@ -6,7 +6,15 @@ import pytest
 
 from strom.errors import ProcessingError, TopologyError
 from strom.kafka.serdes import Serdes
-from strom.streams import Processor, PunctuationType, Record, Stores, Topology, TopologyTestDriver
+from strom.streams import (
+    Processor,
+    PunctuationType,
+    Record,
+    Stores,
+    StreamsBuilder,
+    Topology,
+    TopologyTestDriver,
+)
 
 S, L = Serdes.String(), Serdes.Long()
 
@@ -104,6 +112,24 @@ def test_forward_to_named_child_and_record_metadata(props):
         assert driver.create_output_topic("evens", S, S).read_values_to_list() == ["2"]
         assert driver.create_output_topic("odds", S, S).read_values_to_list() == ["1", "3"]
     assert seen == [("in", 0, 0, "0_0"), ("in", 0, 1, "0_0"), ("in", 0, 2, "0_0")]
+
+
+def test_processor_after_stateless_operators_sees_each_records_metadata(props):
+    """Stateless DSL operators make no record context; a Processor API processor in the same task
+    still sees the metadata of every record (the task makes one per record again)."""
+    seen = []
+
+    class Meta(Processor):
+        def process(self, record):
+            meta = self.context.record_metadata()
+            seen.append((meta.topic, meta.offset, record.value))
+
+    builder = StreamsBuilder()
+    builder.stream("in").filter(lambda k, v: v != "skip").map_values(str.upper).process(Meta)
+    with TopologyTestDriver(builder.build(), {**props, "default.key.serde": "String",
+                                              "default.value.serde": "String"}) as driver:
+        driver.create_input_topic("in", S, S).pipe_record_list([("k", "a"), ("k", "skip"), ("k", "c")])
+    assert seen == [("in", 0, "A"), ("in", 2, "C")]
 
 
 def test_forward_to_unknown_child_is_a_topology_error(props):
