@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pickle
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from strom.kafka import clients
 from strom.spark.metadata import TopicMetadata
 from strom.spark.options import source_options
 from strom.spark.reader import OffsetRange, ReadSettings, read_range
-from strom.spark.source import kafka_schema
+from strom.spark.source import KafkaStreamReader, kafka_schema
 
 pytestmark = [pytest.mark.broker]
 
@@ -103,3 +104,14 @@ def test_the_garbage_collector_runs_again_after_a_read(broker, new_topic, produc
     assert gc.isenabled()  # Spark's code runs between batches
     assert first.num_rows + sum(batch.num_rows for batch in batches) == 10
     assert gc.isenabled()
+
+
+def test_a_stream_reader_pickles_to_executors_without_its_driver_admin_client(broker, new_topic):
+    topic = new_topic()
+    reader = KafkaStreamReader(source_options({"kafka.bootstrap.servers": broker.bootstrap_servers,
+                                               "subscribe": topic}, streaming=True), kafka_schema(False))
+    assert reader.initialOffset() == {topic: {"0": 0}}
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy._metadata_client is None
+    assert reader._metadata_client is not None  # the driver's reader keeps its client
+    assert copy.initialOffset() == {topic: {"0": 0}}  # built again where it is used

@@ -29,6 +29,23 @@ TopicPartitionKey = tuple[str, int]
 _TIMEOUT = 30.0
 
 
+class DriverMetadata:
+    """For stream readers: a TopicMetadata built on first use on the driver; executors get the reader
+    pickled without it (an admin client neither pickles nor is needed there)."""
+
+    _options: SourceOptions
+    _metadata_client: TopicMetadata | None = None
+
+    @property
+    def _metadata(self) -> TopicMetadata:
+        if self._metadata_client is None:
+            self._metadata_client = TopicMetadata(self._options)
+        return self._metadata_client
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_metadata_client": None}
+
+
 class TopicMetadata:
     """Resolves the subscription to topic partitions and looks up their offsets (one admin client)."""
 

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from strom.errors import ConfigError, DataLossError
-from strom.spark.metadata import TopicMetadata
+from strom.spark.metadata import DriverMetadata, TopicMetadata
 from strom.spark.options import SourceOptions, TopicPartitionOffsets, sink_options, source_options
 from strom.spark.reader import OffsetRange, ReadSettings, read_range
 
@@ -154,25 +154,14 @@ class KafkaBatchReader(DataSourceReader):
         return read_range(partition, _read_settings(self._options), self._schema)
 
 
-class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class KafkaStreamReader(DriverMetadata, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream``: micro-batches between offset dicts kept in Spark's checkpoint."""
 
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self._options = options
         self._schema = schema
-        self._metadata_client: TopicMetadata | None = None
         self._latest: TopicPartitionOffsets | None = None
         self._available_now_target: TopicPartitionOffsets | None = None
-
-    @property
-    def _metadata(self) -> TopicMetadata:
-        """Driver-only, built on first use; executors get the reader pickled without it."""
-        if self._metadata_client is None:
-            self._metadata_client = TopicMetadata(self._options)
-        return self._metadata_client
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_metadata_client": None}
 
     def initialOffset(self) -> dict:
         partitions = self._metadata.topic_partitions()

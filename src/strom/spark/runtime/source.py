@@ -29,7 +29,7 @@ from pyspark.sql.types import StructType
 
 from strom.errors import BrokerUnavailableError, ConfigError
 from strom.kafka import clients
-from strom.spark.metadata import TopicMetadata
+from strom.spark.metadata import DriverMetadata
 from strom.spark.options import (
     EARLIEST,
     LATEST,
@@ -116,22 +116,11 @@ class StreamTaskSource(DataSource):
         return StreamTaskReader(SourcePlan.from_json(raw), schema)
 
 
-class StreamTaskReader(DataSourceStreamReader):
+class StreamTaskReader(DriverMetadata, DataSourceStreamReader):
     def __init__(self, plan: SourcePlan, schema: StructType) -> None:
         self._plan = plan
         self._schema = schema
         self._options = plan.source_options()
-        self._metadata_client: TopicMetadata | None = None
-
-    @property
-    def _metadata(self) -> TopicMetadata:
-        """Built on first use on the driver: the reader is pickled to executors without it."""
-        if self._metadata_client is None:
-            self._metadata_client = TopicMetadata(self._options)
-        return self._metadata_client
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_metadata_client": None}
 
     def _partitions(self) -> list[tuple[str, int]]:
         return [(t, p) for t, count in self._plan.topics.items() for p in range(count)]
