@@ -91,7 +91,22 @@ class KStreamReduce(_Aggregating):
             self.forwarder.maybe_forward(key, new, old, timestamp)
 
 
-class KTableAggregate(_Aggregating):
+class _TableAggregating(_Aggregating):
+    """A KGroupedTable aggregation: every change of the table updates its key's aggregate."""
+
+    def _previous(self, key: Any, timestamp: int) -> tuple[Any, int]:
+        """The key's aggregate so far (None if it has none) and the result's timestamp."""
+        previous = self.store.get(key)
+        if previous is None:
+            return None, timestamp
+        return previous.value, max(timestamp, previous.timestamp)
+
+    def _update(self, key: Any, aggregate: Any, old: Any, timestamp: int) -> None:
+        self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
+        self.forwarder.maybe_forward(key, aggregate, old, timestamp)
+
+
+class KTableAggregate(_TableAggregating):
     """KGroupedTable.aggregate: subtract the old value, then add the new one."""
 
     def __init__(
@@ -108,23 +123,20 @@ class KTableAggregate(_Aggregating):
 
     def process(self, record: Record) -> None:
         key = record.key
-        change: Change = record.value
         if key is None:
             self._skip(record, "key")
             return
-        previous = self.store.get(key)
-        old = None if previous is None else previous.value
+        change: Change = record.value
+        old, timestamp = self._previous(key, record.timestamp)
         aggregate = self.initializer() if old is None else old
-        timestamp = record.timestamp if previous is None else max(record.timestamp, previous.timestamp)
         if change.old_value is not None:
             aggregate = self.subtractor(key, change.old_value, aggregate)
         if change.new_value is not None:
             aggregate = self.adder(key, change.new_value, aggregate)
-        self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
-        self.forwarder.maybe_forward(key, aggregate, old, timestamp)
+        self._update(key, aggregate, old, timestamp)
 
 
-class KTableReduce(_Aggregating):
+class KTableReduce(_TableAggregating):
     """KGroupedTable.reduce: remove the old value with the subtractor, then add the new with the adder;
     an aggregate that becomes None deletes the key."""
 
@@ -140,17 +152,14 @@ class KTableReduce(_Aggregating):
 
     def process(self, record: Record) -> None:
         key = record.key
-        change: Change = record.value
         if key is None:
             self._skip(record, "key")
             return
-        previous = self.store.get(key)
-        old = None if previous is None else previous.value
-        timestamp = record.timestamp if previous is None else max(record.timestamp, previous.timestamp)
+        change: Change = record.value
+        old, timestamp = self._previous(key, record.timestamp)
         aggregate = old
         if change.old_value is not None and aggregate is not None:
             aggregate = self.subtractor(aggregate, change.old_value)
         if change.new_value is not None:
             aggregate = change.new_value if aggregate is None else self.adder(aggregate, change.new_value)
-        self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
-        self.forwarder.maybe_forward(key, aggregate, old, timestamp)
+        self._update(key, aggregate, old, timestamp)
