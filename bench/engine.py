@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+from machine import describe
 from strom.kafka.serdes import Serdes
 from strom.streams import Materialized, Produced, Stores, StreamsBuilder, StreamsConfig, StreamTask
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
@@ -116,6 +117,12 @@ def run_case(
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def print_setup(args: argparse.Namespace) -> None:
+    print(describe())
+    print(f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
+          f"cache {args.cache_bytes} bytes")
+
+
 def interleaved(repeat: int, runs: dict[str, Callable[[], float]]) -> None:
     """Runs every case once per round for ``repeat`` rounds, then prints each case's best and median
     records/s: a slow spell of this machine (its speed drifts up to 2x for seconds at a time) costs
@@ -141,10 +148,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     records = make_records(args.records, args.keys)
-    print(
-        f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
-        f"cache {args.cache_bytes} bytes"
-    )
+    print_setup(args)
     runs = {
         f"{name:<28} caching {'on ' if caching else 'off'}": partial(
             run_case, build, caching, records, args.commit_every, args.cache_bytes

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 
-from engine import CountingSink, interleaved, make_records, run_case
+from engine import CountingSink, interleaved, make_records, print_setup, run_case
 from strom.kafka.serdes import Serdes
 from strom.streams import Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
@@ -102,8 +102,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     records = make_records(args.records, args.keys)
-    print(f"{args.records} records, {args.keys} keys, commit every {args.commit_every}, "
-          f"cache {args.cache_bytes} bytes")
+    print_setup(args)
     runs: dict[str, Callable[[], float]] = {}
     for caching in (True, False):
         state = "on " if caching else "off"

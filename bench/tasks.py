@@ -31,6 +31,7 @@ import uuid
 
 import uvloop
 
+from machine import describe
 from strom.kafka import clients
 from strom.tasks import ProcessorsBuilder, SubscriptionBuilder
 
@@ -211,6 +212,7 @@ def main() -> None:
     parser.add_argument("--case", choices=[*CASES, "all"], default="all")
     args = parser.parse_args()
     cases = list(CASES) if args.case == "all" else [args.case]
+    print(describe())
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
