@@ -10,6 +10,7 @@ from strom.streams import (
     Branched,
     Consumed,
     Named,
+    Printed,
     Produced,
     Repartitioned,
     StreamsBuilder,
@@ -222,3 +223,39 @@ def test_consumed_and_produced_names_name_the_nodes():
     builder.stream("in", Consumed.as_("orders-source")).to("out", Produced.as_("orders-sink"))
     (subtopology,) = builder.build().describe().subtopologies
     assert [node.name for node in subtopology.nodes] == ["orders-source", "orders-sink"]
+
+
+def test_print_writes_a_labelled_line_per_record_to_stdout(props, capsys):
+    builder = StreamsBuilder()
+    stream = builder.stream("in")
+    stream.print(Printed.to_sys_out())
+    stream.print(Printed.to_sys_out().with_label("upper").with_key_value_mapper(lambda k, v: v.upper()))
+    run(builder, props, [("k1", "a"), (None, "b")], outputs=("unused",))
+    assert capsys.readouterr().out.splitlines() == [
+        "[KSTREAM-PRINTER-0000000001]: k1, a", "[upper]: A",
+        "[KSTREAM-PRINTER-0000000001]: None, b", "[upper]: B"]
+
+
+def test_print_to_file_empties_it_when_built_and_appends_each_record(props, tmp_path):
+    path = tmp_path / "printed.txt"
+    path.write_text("left from an earlier run\n")
+    builder = StreamsBuilder()
+    builder.stream("in").print(Printed.to_file(path).with_name("debug"))
+    assert path.read_text() == ""
+    topology = builder.build()
+    assert "Processor: debug" in str(topology.describe())
+    with TopologyTestDriver(topology, props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_input("k1", "a")
+        assert path.read_text() == "[debug]: k1, a\n"  # written at once, not at commit or close
+        source.pipe_input("k2", "b")
+    assert path.read_text() == "[debug]: k1, a\n[debug]: k2, b\n"
+
+
+def test_print_rejects_an_unwritable_file_and_a_mapper_of_one_argument(tmp_path):
+    with pytest.raises(TopologyError, match="cannot write to"):
+        Printed.to_file(tmp_path / "missing-dir" / "out.txt")
+    with pytest.raises(TopologyError, match="empty"):
+        Printed.to_file("")
+    with pytest.raises(TopologyError, match=r"must take \(key, value\)"):
+        StreamsBuilder().stream("in").print(Printed.to_sys_out().with_key_value_mapper(lambda v: v))

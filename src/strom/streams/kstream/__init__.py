@@ -11,6 +11,7 @@ from strom.streams.kstream.options import (
     Grouped,
     Materialized,
     Named,
+    Printed,
     Produced,
     Repartitioned,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "KTable",
     "Materialized",
     "Named",
+    "Printed",
     "Produced",
     "Repartitioned",
     "StreamsBuilder",

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 from strom.errors import TopologyError
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
-from strom.streams.kstream.options import Branched, Grouped, Materialized, Named, Produced, Repartitioned
+from strom.streams.kstream.options import (
+    Branched,
+    Grouped,
+    Materialized,
+    Named,
+    Printed,
+    Produced,
+    Repartitioned,
+)
 from strom.streams.processor.api import ProcessorSupplier
 
 if TYPE_CHECKING:
@@ -116,6 +124,16 @@ class KStream:
         """Calls ``action(key, value)`` for each record; terminal."""
         fn = key_value_function(action, "foreach")
         self._child("KSTREAM-FOREACH-", named, lambda: sl.KStreamPeek(fn, False))
+
+    def print(self, printed: Printed) -> None:
+        """Writes each record as a line ``[label]: key, value`` (``Printed.to_sys_out()`` or
+        ``Printed.to_file(path)``); terminal, for debugging."""
+        name = self.builder.node_name(Named(printed.name), "KSTREAM-PRINTER-")
+        mapper = (key_value_function(printed.mapper, "Printed.with_key_value_mapper")
+                  if printed.mapper is not None else None)
+        label = printed.label if printed.label is not None else name
+        self.builder.internal.add_processor(name, lambda: sl.KStreamPrint(printed.path, label, mapper),
+                                            self.name)
 
     def split(self, named: Named | None = None) -> BranchedKStream:
         """Routes each record to the first matching branch (``branch``), else the default branch."""

@@ -1,9 +1,10 @@
 """Parameter objects of the DSL, named as Kafka Streams names them: Consumed, Produced, Grouped,
-Materialized, Named, Repartitioned, Branched. Each is immutable; ``with_*`` return copies."""
+Materialized, Named, Repartitioned, Branched, Printed. Each is immutable; ``with_*`` return copies."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -209,3 +210,42 @@ def named_and_materialized(first: Any, second: Any) -> tuple[Named | None, Mater
                 f"Expected at most one Named and one Materialized, got {first!r} and {second!r}."
             )
     return named, materialized
+
+
+@dataclass(frozen=True)
+class Printed(_WithName):
+    """Where ``KStream.print`` writes: a line ``[label]: key, value`` per record, for debugging.
+
+    ``to_file`` empties the file when the topology is built, as Kafka Streams does; every task then
+    appends to it, line by line, so the tasks of one application (even in separate Spark workers)
+    share one file. The label defaults to the print node's name.
+    """
+
+    path: str | None = None
+    label: str | None = None
+    mapper: Callable[[Any, Any], Any] | None = None
+    name: str | None = None
+
+    @staticmethod
+    def to_sys_out() -> Printed:
+        return Printed()
+
+    @staticmethod
+    def to_file(path: str | os.PathLike[str]) -> Printed:
+        path = os.fspath(path)
+        if not path:
+            raise TopologyError("Printed.to_file needs a file path, got an empty one.")
+        try:
+            with open(path, "w", encoding="utf-8"):
+                pass
+        except OSError as exc:
+            raise TopologyError(f"Printed.to_file cannot write to {path!r}: {exc}. "
+                                "Give a path in a directory that exists and is writable.") from exc
+        return Printed(path=path)
+
+    def with_label(self, label: str) -> Printed:
+        return dataclasses.replace(self, label=label)
+
+    def with_key_value_mapper(self, mapper: Callable[[Any, Any], Any]) -> Printed:
+        """``mapper(key, value)`` returns what follows the label (default ``f"{key}, {value}"``)."""
+        return dataclasses.replace(self, mapper=mapper)

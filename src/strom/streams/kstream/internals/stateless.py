@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from strom.errors import ProcessingError
 from strom.streams.processor.api import Record, new_tuple
@@ -109,6 +110,30 @@ class KStreamPeek(ContextFreeProcessor):
         self.action(record.key, record.value)
         if self.forward_downstream:
             self.context.forward(record)
+
+
+class KStreamPrint(ContextFreeProcessor):
+    """print: a line ``[label]: mapped`` per record to stdout, or appended to the Printed file."""
+
+    def __init__(self, path: str | None, label: str, mapper: KV | None) -> None:
+        self.path = path
+        self.label = label
+        self.mapper = mapper or _key_comma_value
+
+    def init(self, context: Any) -> None:
+        self.output: TextIO = sys.stdout if self.path is None else open(  # noqa: SIM115 - closed in close()
+            self.path, "a", encoding="utf-8")
+
+    def process(self, record: Record) -> None:
+        print(f"[{self.label}]: {self.mapper(record.key, record.value)}", file=self.output, flush=True)
+
+    def close(self) -> None:
+        if self.path is not None:
+            self.output.close()
+
+
+def _key_comma_value(key: Any, value: Any) -> str:
+    return f"{key}, {value}"
 
 
 class KStreamBranch(ContextFreeProcessor):
