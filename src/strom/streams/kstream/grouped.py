@@ -17,6 +17,7 @@ from strom.streams.kstream.options import Materialized, Named, named_and_materia
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
     from strom.streams.kstream.windowed_kstream import AnyWindows, SessionWindowedKStream, TimeWindowedKStream
 
 
@@ -139,6 +140,13 @@ class KGroupedStream(_Grouped):
             lambda s: ag.KStreamAggregate(s, initializer, aggregator),
             None,
         )
+
+    def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
+        """Starts a cogrouped aggregation: this stream's records update it with ``aggregator(key,
+        value, aggregate)``; ``.cogroup(other_grouped, its_aggregator)`` adds more inputs."""
+        from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
+
+        return CogroupedKStream(self, aggregator)
 
     def windowed_by(self, windows: AnyWindows) -> TimeWindowedKStream | SessionWindowedKStream:
         """Aggregate per window: TimeWindows (tumbling/hopping), SlidingWindows or SessionWindows."""
