@@ -6,7 +6,19 @@ import pytest
 
 from strom.errors import CoPartitioningError, TopologyError
 from strom.kafka.serdes import Serdes
-from strom.streams import Grouped, Materialized, Named, Produced, StreamsBuilder, TopologyTestDriver
+from strom.streams import (
+    Grouped,
+    Materialized,
+    Named,
+    Produced,
+    SessionWindows,
+    StreamsBuilder,
+    TimeWindows,
+    TopologyTestDriver,
+    Window,
+    Windowed,
+    WindowedSerdes,
+)
 
 S, L, J = Serdes.String(), Serdes.Long(), Serdes.Json()
 
@@ -133,3 +145,48 @@ def test_a_regrouping_of_the_table_gets_old_values_from_every_input(props, cachi
             views.pipe_input(user, "10")
         # 3 clicks + 30 views; without old values each update would be added again, not replaced
         assert driver.get_key_value_store("grand-total").get("all") == 33
+
+
+def windowed_clicks_and_views(builder, windows, materialized):
+    clicks = builder.stream("clicks").group_by_key()
+    views = builder.stream("views").group_by_key()
+    return (clicks.cogroup(lambda k, v, agg: agg + 1).cogroup(views, lambda k, v, agg: agg + 100)
+            .windowed_by(windows))
+
+
+def pipe_clicks_and_views(driver, events):
+    topics = {name: driver.create_input_topic(name, S, S) for name in ("clicks", "views")}
+    for topic, key, timestamp in events:
+        topics[topic].pipe_input(key, "x", timestamp=timestamp)
+
+
+def test_time_windowed_cogroup_aggregates_each_window_from_every_input(props):
+    builder = StreamsBuilder()
+    windowed = windowed_clicks_and_views(builder, TimeWindows.of_size_with_no_grace(10), None)
+    table = windowed.aggregate(lambda: 0, materialized=Materialized.as_("per-window")
+                               .with_value_serde(L).with_caching_disabled().with_retention(1000))
+    windowed_key = WindowedSerdes.time_windowed_serde_from(S, 10)
+    table.to_stream().to("out", Produced.with_(windowed_key, L))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        pipe_clicks_and_views(driver, [("clicks", "a", 1), ("views", "a", 5), ("views", "a", 12),
+                                       ("clicks", "b", 13)])
+        out = driver.create_output_topic("out", windowed_key, L).read_key_values_to_list()
+        store = driver.get_window_store("per-window")
+        assert [(w.key, w.window.start, v) for w, v in store.all()] == [("a", 0, 101), ("a", 10, 100),
+                                                                       ("b", 10, 1)]
+    assert out == [(Windowed("a", Window(0, 10)), 1), (Windowed("a", Window(0, 10)), 101),
+                   (Windowed("a", Window(10, 20)), 100), (Windowed("b", Window(10, 20)), 1)]
+
+
+def test_session_windowed_cogroup_merges_sessions_bridged_by_either_input(props):
+    builder = StreamsBuilder()
+    windowed = windowed_clicks_and_views(builder, SessionWindows.of_inactivity_gap_with_no_grace(5), None)
+    windowed.aggregate(lambda: 0, lambda k, left, right: left + right,
+                       materialized=Materialized.as_("sessions").with_value_serde(L).with_retention(1000))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        # a click at 0 and a view at 10 are two sessions until a click at 5 bridges them
+        pipe_clicks_and_views(driver, [("clicks", "a", 0), ("views", "a", 10), ("clicks", "a", 5),
+                                       ("views", "a", 30)])
+        sessions = [(w.window.start, w.window.end, v)
+                    for w, v in driver.get_session_store("sessions").fetch("a")]
+    assert sessions == [(0, 10, 102), (30, 30, 100)]

@@ -9,7 +9,7 @@ key or value are skipped, as in ``aggregate``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
@@ -19,9 +19,15 @@ from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
+from strom.streams.processor.api import Processor
 
 if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedStream
+    from strom.streams.kstream.windowed_kstream import (
+        AnyWindows,
+        SessionWindowedCogroupedKStream,
+        TimeWindowedCogroupedKStream,
+    )
 
 Aggregator = Callable[[Any, Any, Any], Any]
 
@@ -56,40 +62,63 @@ class CogroupedKStream:
         ``Materialized.with_value_serde`` (else default.value.serde)."""
         named, materialized = named_and_materialized(named, materialized)
         store_name = self.builder.store_name(materialized, "COGROUPKSTREAM-AGGREGATE-")
-        table_supplier = KTableProcessorSupplier(lambda _: sl.PassThrough(), None)
-        internal = self.builder.internal
-        aggregators, source_topics = [], frozenset[str]()
-        for position, (grouped, aggregator) in enumerate(self.inputs):
-            stream = self._input(grouped, f"{store_name}-{position}")
-            name = self.builder.node_name(None, "COGROUPKSTREAM-AGGREGATE-")
-            internal.add_processor(name, _aggregate_supplier(table_supplier, initializer, aggregator),
-                                   stream.name)
-            aggregators.append(name)
-            source_topics |= stream.source_topics
-        merge = self.builder.node_name(named, "COGROUPKSTREAM-MERGE-")
-        internal.add_processor(merge, table_supplier, *aggregators)
+        merge, supplier, aggregators, source_topics = cogroup_nodes(
+            self.inputs, store_name,
+            lambda table, aggregator: ag.KStreamAggregate(table, initializer, aggregator), named)
         key_serde = (materialized.key_serde if materialized else None) or self.inputs[0][0].key_serde
-        table = KTable(self.builder, merge, table_supplier, key_serde,
-                       materialized.value_serde if materialized else None, None,
-                       source_topics=source_topics)
+        table = KTable(self.builder, merge, supplier, key_serde,
+                       materialized.value_serde if materialized else None, None, source_topics=source_topics)
         table._materialize(materialized, store_name)
         for name in aggregators:
-            internal.connect_processor_and_state_stores(name, store_name)
-        internal.copartition(source_topics)
+            self.builder.internal.connect_processor_and_state_stores(name, store_name)
         return table
 
-    def _input(self, grouped: KGroupedStream, base: str) -> KStream:
-        """The grouped records, through a repartition topic (named by Grouped, else ``base``) when
-        their key changed upstream."""
-        stream = KStream(self.builder, grouped.name, grouped.key_serde, grouped.value_serde,
-                         grouped.repartition_required, grouped.source_topics)
-        if not grouped.repartition_required:
-            return stream
-        return self.builder.repartition(stream, grouped.grouped_name or base, grouped.key_serde,
-                                        grouped.value_serde)
+    def windowed_by(
+        self, windows: AnyWindows
+    ) -> TimeWindowedCogroupedKStream | SessionWindowedCogroupedKStream:
+        """Aggregate per window: TimeWindows (tumbling, hopping), SlidingWindows or SessionWindows."""
+        from strom.streams.kstream.windowed_kstream import cogrouped_windowed_by
+
+        return cogrouped_windowed_by(self, windows)
 
 
-def _aggregate_supplier(table: KTableProcessorSupplier, initializer: Callable[[], Any],
-                        aggregator: Aggregator) -> Callable[[], ag.KStreamAggregate]:
-    """Each input's processor reads the store name and old-values switch of the one table."""
-    return lambda: ag.KStreamAggregate(table, initializer, aggregator)
+def cogroup_nodes(
+    inputs: Sequence[tuple[KGroupedStream, Aggregator]],
+    store_name: str,
+    make_processor: Callable[[KTableProcessorSupplier, Aggregator], Processor],
+    named: Named | None,
+) -> tuple[str, KTableProcessorSupplier, list[str], frozenset[str]]:
+    """Per input, a node made by ``make_processor(table supplier, its aggregator)`` that updates store
+    ``store_name`` (after a repartition topic, named by Grouped else ``<store>-<n>``, when the input's
+    key changed); then a merge node, the table, whose supplier carries the store name and the
+    old-values switch every input's processor reads. Returns the merge node, its supplier, the
+    aggregate nodes (connected to the store) and the source topics (declared co-partitioned)."""
+    builder = inputs[0][0].builder
+    internal = builder.internal
+    table = KTableProcessorSupplier(lambda _: sl.PassThrough(), store_name)
+    aggregators, source_topics = [], frozenset[str]()
+    for position, (grouped, aggregator) in enumerate(inputs):
+        stream = _input(grouped, f"{store_name}-{position}")
+        name = builder.node_name(None, "COGROUPKSTREAM-AGGREGATE-")
+        internal.add_processor(name, _bind(make_processor, table, aggregator), stream.name)
+        aggregators.append(name)
+        source_topics |= stream.source_topics
+    merge = builder.node_name(named, "COGROUPKSTREAM-MERGE-")
+    internal.add_processor(merge, table, *aggregators)
+    internal.copartition(source_topics)
+    return merge, table, aggregators, source_topics
+
+
+def _input(grouped: KGroupedStream, base: str) -> KStream:
+    """The grouped records, through a repartition topic when their key changed upstream."""
+    stream = KStream(grouped.builder, grouped.name, grouped.key_serde, grouped.value_serde,
+                     grouped.repartition_required, grouped.source_topics)
+    if not grouped.repartition_required:
+        return stream
+    return grouped.builder.repartition(stream, grouped.grouped_name or base, grouped.key_serde,
+                                       grouped.value_serde)
+
+
+def _bind(make_processor: Callable[[KTableProcessorSupplier, Aggregator], Processor],
+          table: KTableProcessorSupplier, aggregator: Aggregator) -> Callable[[], Processor]:
+    return lambda: make_processor(table, aggregator)

@@ -7,11 +7,12 @@ unless ``Materialized.as_`` names an in-memory supplier; retention defaults to w
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
+from strom.streams.kstream.cogrouped_kstream import cogroup_nodes
 from strom.streams.kstream.internals.functions import count_aggregator, count_initializer
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.windowed_aggregate import (
@@ -29,6 +30,7 @@ Aggregator = Callable[[Any, Any, Any], Any]
 AnyWindows = TimeWindows | SlidingWindows | SessionWindows
 
 if TYPE_CHECKING:
+    from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
     from strom.streams.kstream.grouped import KGroupedStream
 
 
@@ -38,6 +40,17 @@ def windowed_by(grouped: KGroupedStream, windows: Any) -> TimeWindowedKStream | 
         return TimeWindowedKStream(grouped, windows)
     if isinstance(windows, SessionWindows):
         return SessionWindowedKStream(grouped, windows)
+    raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}.")
+
+
+def cogrouped_windowed_by(
+    cogrouped: CogroupedKStream, windows: Any
+) -> TimeWindowedCogroupedKStream | SessionWindowedCogroupedKStream:
+    """``CogroupedKStream.windowed_by``."""
+    if isinstance(windows, TimeWindows | SlidingWindows):
+        return TimeWindowedCogroupedKStream(cogrouped, windows)
+    if isinstance(windows, SessionWindows):
+        return SessionWindowedCogroupedKStream(cogrouped, windows)
     raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}.")
 
 
@@ -73,6 +86,9 @@ class WindowedKTable(KTable):
 
 
 class _WindowedStream:
+    """What the windowed kinds share: ``inputs`` are the grouped streams and their aggregators (one
+    for ``windowed_by`` on a grouped stream, several for a cogrouped one)."""
+
     windows: AnyWindows
 
     def __init__(self, grouped: KGroupedStream) -> None:
@@ -83,22 +99,27 @@ class _WindowedStream:
         prefix: str,
         named: Named | None,
         materialized: Materialized | None,
-        factory: Callable[[KTableProcessorSupplier], Any],
+        inputs: Sequence[tuple[KGroupedStream, Aggregator]],
+        make_processor: Callable[[KTableProcessorSupplier, Aggregator], Any],
         store_builder: Callable[[str], Any],
         key_serde: Any,
         value_serde: Any,
     ) -> WindowedKTable:
-        grouped = self.grouped
-        builder = grouped.builder
+        builder = self.grouped.builder
         store_name = builder.store_name(materialized, prefix)
-        parent = grouped._input(store_name)
-        name = builder.node_name(named, prefix)
-        supplier = KTableProcessorSupplier(factory, store_name)
-        builder.internal.add_processor(name, supplier, parent)
-        builder.internal.add_state_store(store_builder(store_name), name)
+        if len(inputs) == 1:
+            grouped, aggregator = inputs[0]
+            parent = grouped._input(store_name)
+            name = builder.node_name(named, prefix)
+            supplier = KTableProcessorSupplier(lambda s: make_processor(s, aggregator), store_name)
+            builder.internal.add_processor(name, supplier, parent)
+            updaters, source_topics = [name], grouped.source_topics
+        else:
+            name, supplier, updaters, source_topics = cogroup_nodes(inputs, store_name, make_processor, named)
+        builder.internal.add_state_store(store_builder(store_name), *updaters)
         queryable = store_name if materialized is not None and materialized.store_name else None
         return WindowedKTable(builder, name, supplier, key_serde, value_serde, queryable,
-                              source_topics=grouped.source_topics, windows=self.windows)
+                              source_topics=source_topics, windows=self.windows)
 
     def _value_serde(self, materialized: Materialized | None, default: Any) -> Any:
         return (materialized.value_serde if materialized else None) or default
@@ -107,52 +128,16 @@ class _WindowedStream:
         return (materialized.key_serde if materialized else None) or self.grouped.key_serde
 
 
-class TimeWindowedKStream(_WindowedStream):
-    """Aggregations per key and time window: tumbling, hopping or sliding."""
+class _TimeWindowed(_WindowedStream):
+    """Builds time-windowed aggregations (tumbling, hopping or sliding) into a window store."""
 
-    def __init__(self, grouped: KGroupedStream, windows: TimeWindows | SlidingWindows) -> None:
-        super().__init__(grouped)
-        self.windows = windows
-
-    def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
-        return self._aggregate(
-            "KSTREAM-AGGREGATE-",
-            count_initializer,
-            count_aggregator,
-            named,
-            _with_value_serde(materialized, Serdes.Long()),
-        )
-
-    def reduce(
-        self,
-        reducer: Callable[[Any, Any], Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
-    ) -> KTable:
-        """``reducer(aggregate, value)``; the first value of a window is its initial aggregate."""
-        return self._aggregate(
-            "KSTREAM-REDUCE-",
-            _none,
-            _reducing(reducer),
-            named,
-            _with_value_serde(materialized, self.grouped.value_serde),
-        )
-
-    def aggregate(
-        self,
-        initializer: Callable[[], Any],
-        aggregator: Callable[[Any, Any, Any], Any],
-        named: Named | None = None,
-        materialized: Materialized | None = None,
-    ) -> KTable:
-        """``aggregator(key, value, aggregate)`` returns the window's new aggregate."""
-        return self._aggregate("KSTREAM-AGGREGATE-", initializer, aggregator, named, materialized)
+    windows: TimeWindows | SlidingWindows
 
     def _aggregate(
         self,
         prefix: str,
         initializer: Callable[[], Any],
-        aggregator: Aggregator,
+        inputs: Sequence[tuple[KGroupedStream, Aggregator]],
         named: Named | None,
         materialized: Materialized | None,
     ) -> KTable:
@@ -179,17 +164,19 @@ class TimeWindowedKStream(_WindowedStream):
             prefix,
             named,
             materialized,
-            lambda s: processor(windows, s.store_name, initializer, aggregator, s.send_old_values),
+            inputs,
+            lambda s, aggregator: processor(windows, s.store_name, initializer, aggregator,
+                                            s.send_old_values),
             store,
             TimeWindowedSerde(key_serde, size),
             value_serde,
         )
 
 
-class SessionWindowedKStream(_WindowedStream):
-    """Aggregations per key and session; sessions that a record bridges are merged."""
+class TimeWindowedKStream(_TimeWindowed):
+    """Aggregations per key and time window: tumbling, hopping or sliding."""
 
-    def __init__(self, grouped: KGroupedStream, windows: SessionWindows) -> None:
+    def __init__(self, grouped: KGroupedStream, windows: TimeWindows | SlidingWindows) -> None:
         super().__init__(grouped)
         self.windows = windows
 
@@ -197,8 +184,7 @@ class SessionWindowedKStream(_WindowedStream):
         return self._aggregate(
             "KSTREAM-AGGREGATE-",
             count_initializer,
-            count_aggregator,
-            _add,
+            [(self.grouped, count_aggregator)],
             named,
             _with_value_serde(materialized, Serdes.Long()),
         )
@@ -209,12 +195,11 @@ class SessionWindowedKStream(_WindowedStream):
         named: Named | None = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        reducing = _reducing(reducer)
+        """``reducer(aggregate, value)``; the first value of a window is its initial aggregate."""
         return self._aggregate(
             "KSTREAM-REDUCE-",
             _none,
-            reducing,
-            lambda key, a, b: reducing(key, b, a),
+            [(self.grouped, _reducing(reducer))],
             named,
             _with_value_serde(materialized, self.grouped.value_serde),
         )
@@ -223,20 +208,24 @@ class SessionWindowedKStream(_WindowedStream):
         self,
         initializer: Callable[[], Any],
         aggregator: Callable[[Any, Any, Any], Any],
-        session_merger: Callable[[Any, Any, Any], Any],
         named: Named | None = None,
         materialized: Materialized | None = None,
     ) -> KTable:
-        """``session_merger(key, aggregate1, aggregate2)`` combines two sessions that a record joins."""
-        return self._aggregate(
-            "KSTREAM-AGGREGATE-", initializer, aggregator, session_merger, named, materialized
-        )
+        """``aggregator(key, value, aggregate)`` returns the window's new aggregate."""
+        return self._aggregate("KSTREAM-AGGREGATE-", initializer, [(self.grouped, aggregator)], named,
+                               materialized)
+
+
+class _SessionWindowed(_WindowedStream):
+    """Builds session-windowed aggregations into a session store."""
+
+    windows: SessionWindows
 
     def _aggregate(
         self,
         prefix: str,
         initializer: Callable[[], Any],
-        aggregator: Aggregator,
+        inputs: Sequence[tuple[KGroupedStream, Aggregator]],
         session_merger: Callable[[Any, Any, Any], Any],
         named: Named | None,
         materialized: Materialized | None,
@@ -260,13 +249,91 @@ class SessionWindowedKStream(_WindowedStream):
             prefix,
             named,
             materialized,
-            lambda s: KStreamSessionWindowAggregate(
+            inputs,
+            lambda s, aggregator: KStreamSessionWindowAggregate(
                 windows, s.store_name, initializer, aggregator, session_merger, s.send_old_values
             ),
             store,
             SessionWindowedSerde(key_serde),
             value_serde,
         )
+
+
+class SessionWindowedKStream(_SessionWindowed):
+    """Aggregations per key and session; sessions that a record bridges are merged."""
+
+    def __init__(self, grouped: KGroupedStream, windows: SessionWindows) -> None:
+        super().__init__(grouped)
+        self.windows = windows
+
+    def count(self, named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-",
+            count_initializer,
+            [(self.grouped, count_aggregator)],
+            _add,
+            named,
+            _with_value_serde(materialized, Serdes.Long()),
+        )
+
+    def reduce(
+        self,
+        reducer: Callable[[Any, Any], Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        reducing = _reducing(reducer)
+        return self._aggregate(
+            "KSTREAM-REDUCE-",
+            _none,
+            [(self.grouped, reducing)],
+            lambda key, a, b: reducing(key, b, a),
+            named,
+            _with_value_serde(materialized, self.grouped.value_serde),
+        )
+
+    def aggregate(
+        self,
+        initializer: Callable[[], Any],
+        aggregator: Callable[[Any, Any, Any], Any],
+        session_merger: Callable[[Any, Any, Any], Any],
+        named: Named | None = None,
+        materialized: Materialized | None = None,
+    ) -> KTable:
+        """``session_merger(key, aggregate1, aggregate2)`` combines two sessions that a record joins."""
+        return self._aggregate(
+            "KSTREAM-AGGREGATE-", initializer, [(self.grouped, aggregator)], session_merger, named,
+            materialized
+        )
+
+
+class TimeWindowedCogroupedKStream(_TimeWindowed):
+    """``cogroup(...).windowed_by(TimeWindows or SlidingWindows)``: each input's aggregator updates
+    the windows of one window store."""
+
+    def __init__(self, cogrouped: CogroupedKStream, windows: TimeWindows | SlidingWindows) -> None:
+        super().__init__(cogrouped.inputs[0][0])
+        self.inputs = list(cogrouped.inputs)
+        self.windows = windows
+
+    def aggregate(self, initializer: Callable[[], Any], named: Named | None = None,
+                  materialized: Materialized | None = None) -> KTable:
+        return self._aggregate("COGROUPKSTREAM-AGGREGATE-", initializer, self.inputs, named, materialized)
+
+
+class SessionWindowedCogroupedKStream(_SessionWindowed):
+    """``cogroup(...).windowed_by(SessionWindows)``: each input's aggregator updates the sessions of
+    one session store; ``session_merger`` combines sessions a record bridges."""
+
+    def __init__(self, cogrouped: CogroupedKStream, windows: SessionWindows) -> None:
+        super().__init__(cogrouped.inputs[0][0])
+        self.inputs = list(cogrouped.inputs)
+        self.windows = windows
+
+    def aggregate(self, initializer: Callable[[], Any], session_merger: Callable[[Any, Any, Any], Any],
+                  named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+        return self._aggregate("COGROUPKSTREAM-AGGREGATE-", initializer, self.inputs, session_merger,
+                               named, materialized)
 
 
 def _with_value_serde(materialized: Materialized | None, serde: Any) -> Materialized:
