@@ -28,6 +28,7 @@ DEFAULT_VALUE_SERDE = "default.value.serde"
 DEFAULT_TIMESTAMP_EXTRACTOR = "default.timestamp.extractor"
 DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER = "default.deserialization.exception.handler"
 DEFAULT_PRODUCTION_EXCEPTION_HANDLER = "default.production.exception.handler"
+PROCESSING_EXCEPTION_HANDLER = "processing.exception.handler"
 CLIENT_ID = "client.id"
 
 AT_LEAST_ONCE = "at_least_once"
@@ -105,6 +106,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     DEFAULT_TIMESTAMP_EXTRACTOR: (None, _anything),
     DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER: ("LogAndFailExceptionHandler", _anything),
     DEFAULT_PRODUCTION_EXCEPTION_HANDLER: ("DefaultProductionExceptionHandler", _anything),
+    PROCESSING_EXCEPTION_HANDLER: ("LogAndFailProcessingExceptionHandler", _anything),
     CLIENT_ID: ("", _anything),
 }
 

@@ -84,6 +84,9 @@ class TaskContext:
         self.wall_clock_punctuations = PunctuationQueue()
         self.record_context = NO_RECORD
         """The context of the record being processed (timestamp, topic, partition, offset, headers)."""
+        self.processing_failed: Callable[[Any, Record, Exception], None] | None = None
+        """Set when a processing.exception.handler other than the default is configured: each processor
+        node then runs guarded and hands what it raises to this (node, record, exception)."""
 
     # ---- StateStoreContext ----------------------------------------------------------------------
     @property

@@ -1,7 +1,9 @@
-"""Deserialization and production exception handlers and timestamp extractors, as Kafka Streams names them.
+"""Deserialization, processing and production exception handlers and timestamp extractors, as Kafka
+Streams names them.
 
-Configured by ``default.deserialization.exception.handler`` / ``default.production.exception.handler`` /
-``default.timestamp.extractor``: a class name below, a class, or an instance.
+Configured by ``default.deserialization.exception.handler`` / ``processing.exception.handler`` /
+``default.production.exception.handler`` / ``default.timestamp.extractor``: a class name below, a
+class, or an instance.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from strom.errors import ConfigError, ProcessingError
 from strom.streams.processor.internals.records import ConsumerRecord
@@ -24,6 +26,24 @@ class HandlerResponse(enum.Enum):
 
 class DeserializationExceptionHandler(Protocol):
     def handle(self, context: Any, record: ConsumerRecord, exception: Exception) -> HandlerResponse: ...
+
+
+class ErrorHandlerContext(NamedTuple):
+    """Where a processing error happened: the input record's metadata, the node and the task."""
+
+    topic: str | None
+    partition: int
+    offset: int
+    headers: Any
+    processor_node_id: str
+    task_id: str
+    timestamp: int
+
+
+class ProcessingExceptionHandler(Protocol):
+    """Kafka's KIP-1033: decides whether a processor's exception fails the task or skips the record."""
+
+    def handle(self, context: ErrorHandlerContext, record: Any, exception: Exception) -> HandlerResponse: ...
 
 
 class ProductionExceptionHandler(Protocol):
@@ -62,6 +82,31 @@ class LogAndFailExceptionHandler:
             exception,
         )
         return HandlerResponse.FAIL
+
+
+class LogAndFailProcessingExceptionHandler:
+    """A processor's exception fails the task (Kafka Streams' default): the error names the record."""
+
+    def handle(self, context: ErrorHandlerContext, record: Any, exception: Exception) -> HandlerResponse:
+        return HandlerResponse.FAIL
+
+
+class LogAndContinueProcessingExceptionHandler:
+    """Skips the record at the processor that raised (its other branches still get it); the task counts
+    it in ``dropped_records``."""
+
+    def handle(self, context: ErrorHandlerContext, record: Any, exception: Exception) -> HandlerResponse:
+        log.warning(
+            "Skipping record %s-%s@%s in processor %s of task %s: %s: %s",
+            context.topic,
+            context.partition,
+            context.offset,
+            context.processor_node_id,
+            context.task_id,
+            type(exception).__name__,
+            exception,
+        )
+        return HandlerResponse.CONTINUE
 
 
 class DefaultProductionExceptionHandler:
@@ -154,6 +199,8 @@ _NAMED = {
     for cls in (
         LogAndContinueExceptionHandler,
         LogAndFailExceptionHandler,
+        LogAndContinueProcessingExceptionHandler,
+        LogAndFailProcessingExceptionHandler,
         DefaultProductionExceptionHandler,
         LogAndContinueProductionExceptionHandler,
         FailOnInvalidTimestamp,

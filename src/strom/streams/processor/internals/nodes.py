@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from strom.errors import StromError
 from strom.kafka.serdes import encoder_of
 from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.processor.internals.collector import RecordCollector
@@ -53,6 +54,8 @@ class ProcessorNode:
             self.entry = entry
         else:
             self.entry = self.processor.process
+        if task.processing_failed is not None:
+            self.entry = _guarded(self, self.entry, task.processing_failed)
 
     def wire(self) -> None:
         assert self.context is not None
@@ -69,6 +72,23 @@ class ProcessorNode:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name})"
+
+
+def _guarded(node: ProcessorNode, entry: Callable[[Record], None],
+             failed: Callable[[ProcessorNode, Record, Exception], None]) -> Callable[[Record], None]:
+    """``entry`` with what the node's processor raises handed to the processing exception handler: on
+    CONTINUE the record stops at this node and the parent goes on with its other children (KIP-1033).
+    Strom's own errors (a failed send, a fatal handler response further down) pass through."""
+
+    def guarded(record: Record) -> None:
+        try:
+            entry(record)
+        except StromError:
+            raise
+        except Exception as exc:
+            failed(node, record, exc)
+
+    return guarded
 
 
 class SourceNode(ProcessorNode):

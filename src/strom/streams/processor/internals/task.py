@@ -31,7 +31,12 @@ from strom.streams.processor.internals.builder import (
 )
 from strom.streams.processor.internals.collector import RecordCollector, RecordSink
 from strom.streams.processor.internals.context import TaskContext, default_serde
-from strom.streams.processor.internals.handlers import HandlerResponse, resolve
+from strom.streams.processor.internals.handlers import (
+    ErrorHandlerContext,
+    HandlerResponse,
+    LogAndFailProcessingExceptionHandler,
+    resolve,
+)
 from strom.streams.processor.internals.nodes import (
     ContextFreeProcessor,
     ProcessorNode,
@@ -107,6 +112,13 @@ class StreamTask:
             config[cfg.DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER],
             "handle",
         )
+        processing_handler = resolve(
+            cfg.PROCESSING_EXCEPTION_HANDLER, config[cfg.PROCESSING_EXCEPTION_HANDLER], "handle"
+        )
+        self.processing_handler = (
+            None if type(processing_handler) is LogAndFailProcessingExceptionHandler else processing_handler
+        )
+        """None for the default (fail): processors run unguarded and a failure ends the batch."""
         state_dir = state_dir or Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id)
         self.context = TaskContext(
             config.application_id,
@@ -119,6 +131,8 @@ class StreamTask:
             system_time,
             self.metrics,
         )
+        if self.processing_handler is not None:
+            self.context.processing_failed = self._processing_failed
         self.state_manager = self.context.state_manager
         self.nodes: dict[str, ProcessorNode] = {}
         self.sources: dict[str, SourceNode] = {}
@@ -135,8 +149,10 @@ class StreamTask:
             queue.read_by(self.sources[tp.topic])
         self.commit_needed = False
         self._flush_nodes = [n for n in self.nodes.values() if callable(getattr(n.processor, "flush", None))]
-        self._context_free = all(isinstance(n.processor, ContextFreeProcessor) for n in self.nodes.values())
-        """No processor reads the record context: the hot loop skips making one per record."""
+        self._context_free = self.processing_handler is None and all(
+            isinstance(n.processor, ContextFreeProcessor) for n in self.nodes.values())
+        """No processor (nor a processing exception handler) reads the record context: the hot loop skips
+        making one per record."""
         self._initialized = False
 
     # ---- construction ---------------------------------------------------------------------------
@@ -300,7 +316,9 @@ class StreamTask:
             context = self.context.record_context
             raise ProcessingError(
                 f"Exception caught in process. taskId={self.id}, topic={context.topic}, "
-                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}"
+                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}. "
+                "Fix the processor, or set processing.exception.handler to "
+                "'LogAndContinueProcessingExceptionHandler' to skip records it fails on."
             ) from exc
         return count
 
@@ -362,6 +380,29 @@ class StreamTask:
                 self.metrics.processed += taken
                 self.commit_needed = True
         return taken
+
+    def _processing_failed(self, node: ProcessorNode, record: Record, exc: Exception) -> None:
+        """A guarded processor raised: the processing exception handler skips the record (counted in
+        ``dropped_records``) or fails the task."""
+        current = self.context.record_context
+        where = ErrorHandlerContext(current.topic, current.partition, current.offset, record.headers,
+                                    node.name, str(self.id), record.timestamp)
+        try:
+            response = self.processing_handler.handle(where, record, exc)  # type: ignore[union-attr]
+        except Exception as handler_exc:
+            raise ProcessingError(
+                f"The processing.exception.handler failed on an exception of processor {node.name!r} "
+                f"(task {self.id}, {current.topic}-{current.partition}@{current.offset}): {handler_exc}"
+            ) from exc
+        if response is HandlerResponse.CONTINUE:
+            self.metrics.dropped_records += 1
+            return
+        raise ProcessingError(
+            f"Exception caught in process. taskId={self.id}, processor={node.name}, topic={current.topic}, "
+            f"partition={current.partition}, offset={current.offset}: {type(exc).__name__}: {exc}"
+            + ("" if response is HandlerResponse.FAIL else
+               f" (the processing.exception.handler returned {response!r}, not a HandlerResponse)")
+        ) from exc
 
     def _deserialize(self, raw: ConsumerRecord, source: SourceNode) -> tuple[Any, Any] | None:
         """Key and value through the source's deserializers; None when the handler skips the record."""
