@@ -16,3 +16,4 @@ def test_demo_counts_page_views_exactly_once_and_verifies(spark):
     assert "verification" in result.output and "OK" in result.output
     assert "3,000" in result.output  # records in
     assert "10 pages, 3,000 views" in result.output  # the interactive query of the counts store
+    assert "first micro-batch" in result.output and "later micro-batches" in result.output

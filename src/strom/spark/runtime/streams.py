@@ -90,6 +90,8 @@ class StreamsProgress:
 
     tasks: dict[str, TaskProgress] = field(default_factory=dict)
     batches: int = 0
+    batch_finished: list[float] = field(default_factory=list)
+    """``time.monotonic()`` when each micro-batch finished: the first includes Spark's warm-up."""
 
     @property
     def records(self) -> int:
@@ -210,6 +212,7 @@ class SparkStreams:
         rows = df.collect()
         with self._lock:
             self.progress.batches += 1
+            self.progress.batch_finished.append(time.monotonic())
             for row in rows:
                 task = self.progress.tasks.setdefault(row["task"], TaskProgress())
                 task.batches += 1
