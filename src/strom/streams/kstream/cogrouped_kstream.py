@@ -16,7 +16,6 @@ from strom.errors import TopologyError
 from strom.streams.kstream.internals import aggregate as ag
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
-from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
 from strom.streams.processor.api import Processor
@@ -92,13 +91,14 @@ def cogroup_nodes(
     ``store_name`` (after a repartition topic, named by Grouped else ``<store>-<n>``, when the input's
     key changed); then a merge node, the table, whose supplier carries the store name and the
     old-values switch every input's processor reads. Returns the merge node, its supplier, the
-    aggregate nodes (connected to the store) and the source topics (declared co-partitioned)."""
+    aggregate nodes (for the caller to connect to the store it builds) and the source topics
+    (declared co-partitioned here)."""
     builder = inputs[0][0].builder
     internal = builder.internal
     table = KTableProcessorSupplier(lambda _: sl.PassThrough(), store_name)
     aggregators, source_topics = [], frozenset[str]()
     for position, (grouped, aggregator) in enumerate(inputs):
-        stream = _input(grouped, f"{store_name}-{position}")
+        stream = grouped.keyed_records(f"{store_name}-{position}")
         name = builder.node_name(None, "COGROUPKSTREAM-AGGREGATE-")
         internal.add_processor(name, _bind(make_processor, table, aggregator), stream.name)
         aggregators.append(name)
@@ -107,16 +107,6 @@ def cogroup_nodes(
     internal.add_processor(merge, table, *aggregators)
     internal.copartition(source_topics)
     return merge, table, aggregators, source_topics
-
-
-def _input(grouped: KGroupedStream, base: str) -> KStream:
-    """The grouped records, through a repartition topic when their key changed upstream."""
-    stream = KStream(grouped.builder, grouped.name, grouped.key_serde, grouped.value_serde,
-                     grouped.repartition_required, grouped.source_topics)
-    if not grouped.repartition_required:
-        return stream
-    return grouped.builder.repartition(stream, grouped.grouped_name or base, grouped.key_serde,
-                                       grouped.value_serde)
 
 
 def _bind(make_processor: Callable[[KTableProcessorSupplier, Aggregator], Processor],

@@ -45,12 +45,12 @@ class _Grouped(ABC):
     def _input(self, store_name: str) -> str:
         """The node the aggregation reads from; ``store_name`` names a repartition topic if one is needed."""
 
-    def _repartition(self, store_name: str, value_serde: Any) -> str:
+    def _repartition(self, store_name: str, value_serde: Any) -> KStream:
         """Writes the grouped records to ``<Grouped name, else store name>-repartition``; returns the
-        source node reading them back."""
+        stream reading them back."""
         stream = KStream(self.builder, self.name, self.key_serde, self.value_serde, True, self.source_topics)
         base = self.grouped_name or store_name
-        return self.builder.repartition(stream, base, self.key_serde, value_serde).name
+        return self.builder.repartition(stream, base, self.key_serde, value_serde)
 
     def _build(
         self,
@@ -98,7 +98,14 @@ class KGroupedStream(_Grouped):
     def _input(self, store_name: str) -> str:
         if not self.repartition_required:
             self.builder.require_copartitioned(self.source_topics)
-            return self.name
+        return self.keyed_records(store_name).name
+
+    def keyed_records(self, store_name: str) -> KStream:
+        """The records partitioned by their key: this stream, or, when the key changed upstream, the
+        source of a repartition topic in front of it (named by Grouped, else ``store_name``)."""
+        if not self.repartition_required:
+            return KStream(self.builder, self.name, self.key_serde, self.value_serde, False,
+                           self.source_topics)
         return self._repartition(store_name, self.value_serde)
 
     def count(
@@ -159,7 +166,7 @@ class KGroupedTable(_Grouped):
     """A re-keyed table; its updates always travel through a repartition topic, as Change records."""
 
     def _input(self, store_name: str) -> str:
-        return self._repartition(store_name, ChangeSerde(self.value_serde))
+        return self._repartition(store_name, ChangeSerde(self.value_serde)).name
 
     def count(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
