@@ -1,7 +1,8 @@
 """Windowed and join throughput on one core, no broker: records/s through one StreamTask.
 
 Cases (10k distinct keys, string keys and values, record timestamps 1 ms apart):
-  d  group_by_key().windowed_by(1-minute tumbling windows).count(), RocksDB and in-memory window store
+  d  group_by_key().windowed_by(1-minute tumbling windows).count(), RocksDB and in-memory window store,
+     and RocksDB with EmitStrategy.on_window_close() ("on close": one final result per window)
   e  stream-table join: each stream record looks up a 10k-key table (loaded first, not timed)
 with caching on and off. Records are fed raw to the task, which commits every --commit-every records,
 as in bench/engine.py (whose feeding and sink this reuses).
@@ -23,7 +24,7 @@ from functools import partial
 
 from engine import CountingSink, interleaved, make_records, print_setup, run_case
 from strom.kafka.serdes import Serdes
-from strom.streams import Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
+from strom.streams import EmitStrategy, Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import TimeWindows
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
@@ -32,16 +33,18 @@ from strom.streams.state.window import builders
 
 S, L = Serdes.String(), Serdes.Long()
 MINUTE = timedelta(minutes=1)
+UPDATES = EmitStrategy.on_window_update()
 
 
-def windowed_count(store_factory):
+def windowed_count(store_factory, emit: EmitStrategy = UPDATES):
     def build(builder: StreamsBuilder, caching: bool) -> None:
         windows = TimeWindows.of_size_with_no_grace(MINUTE)
         materialized = Materialized.as_(store_factory("counts", windows.size_ms, windows.size_ms))
         if not caching:
             materialized = materialized.with_caching_disabled()
         key_serde = WindowedSerdes.time_windowed_serde_from(S, windows.size_ms)
-        (builder.stream("in").group_by_key().windowed_by(windows).count(materialized=materialized)
+        (builder.stream("in").group_by_key().windowed_by(windows).emit_strategy(emit)
+         .count(materialized=materialized)
          .to_stream().to("out", Produced.with_(key_serde, L)))
 
     return build
@@ -88,6 +91,8 @@ def run_join(caching: bool, records: list[ConsumerRecord], keys: int, commit_eve
 WINDOWED = {
     "d windowed count, RocksDB": windowed_count(builders.persistent_timestamped_window_store),
     "d windowed count, in-memory": windowed_count(builders.in_memory_timestamped_window_store),
+    "d windowed count, on close": windowed_count(builders.persistent_timestamped_window_store,
+                                                 EmitStrategy.on_window_close()),
 }
 
 

@@ -24,6 +24,7 @@ from strom.streams.kstream import (
     StreamsBuilder,
     ValueTransformerWithKey,
 )
+from strom.streams.kstream.emit_strategy import EmitStrategy
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.join_options import Joined, StreamJoined
 from strom.streams.kstream.suppressed import BufferConfig, Suppressed
@@ -56,6 +57,7 @@ __all__ = [
     "BufferConfig",
     "Change",
     "Consumed",
+    "EmitStrategy",
     "GlobalKTable",
     "Grouped",
     "JoinWindows",

@@ -8,11 +8,13 @@ unless ``Materialized.as_`` names an in-memory supplier; retention defaults to w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Self
 
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.cogrouped_kstream import cogroup_nodes
+from strom.streams.kstream.emit_strategy import EmitStrategy, StrategyType
 from strom.streams.kstream.internals.functions import count_aggregator, count_initializer
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.windowed_aggregate import (
@@ -90,6 +92,7 @@ class _WindowedStream:
     for ``windowed_by`` on a grouped stream, several for a cogrouped one)."""
 
     windows: AnyWindows
+    emit = EmitStrategy.on_window_update()
 
     def __init__(self, grouped: KGroupedStream) -> None:
         self.grouped = grouped
@@ -128,6 +131,27 @@ class _WindowedStream:
         return (materialized.key_serde if materialized else None) or self.grouped.key_serde
 
 
+class _Emitting:
+    """``emit_strategy`` of the windowed streams of one grouped stream (a cogrouped one has none, as
+    in Kafka Streams)."""
+
+    windows: AnyWindows
+    emit: EmitStrategy
+
+    def emit_strategy(self, strategy: EmitStrategy) -> Self:
+        """When results go downstream: ``EmitStrategy.on_window_update()`` (the default) or
+        ``EmitStrategy.on_window_close()``, one final result per window (TimeWindows only)."""
+        if not isinstance(strategy, EmitStrategy):
+            raise TopologyError(f"emit_strategy needs an EmitStrategy, got {strategy!r}.")
+        if strategy.type is StrategyType.ON_WINDOW_CLOSE and not isinstance(self.windows, TimeWindows):
+            raise TopologyError(
+                f"EmitStrategy.on_window_close() is available for TimeWindows, not for "
+                f"{type(self.windows).__name__}. For final results use "
+                "suppress(Suppressed.until_window_closes(...)) on the windowed table.")
+        self.emit = strategy
+        return self
+
+
 class _TimeWindowed(_WindowedStream):
     """Builds time-windowed aggregations (tumbling, hopping or sliding) into a window store."""
 
@@ -149,7 +173,8 @@ class _TimeWindowed(_WindowedStream):
             processor: Any = KStreamSlidingWindowAggregate
         else:
             size = windows.size_ms
-            processor = KStreamWindowAggregate
+            processor = partial(KStreamWindowAggregate,
+                                emit_on_close=self.emit.type is StrategyType.ON_WINDOW_CLOSE)
 
         def store(store_name: str) -> Any:
             retention = _retention(materialized, windows.retention_ms(), store_name)
@@ -173,7 +198,7 @@ class _TimeWindowed(_WindowedStream):
         )
 
 
-class TimeWindowedKStream(_TimeWindowed):
+class TimeWindowedKStream(_Emitting, _TimeWindowed):
     """Aggregations per key and time window: tumbling, hopping or sliding."""
 
     def __init__(self, grouped: KGroupedStream, windows: TimeWindows | SlidingWindows) -> None:
@@ -259,7 +284,7 @@ class _SessionWindowed(_WindowedStream):
         )
 
 
-class SessionWindowedKStream(_SessionWindowed):
+class SessionWindowedKStream(_Emitting, _SessionWindowed):
     """Aggregations per key and session; sessions that a record bridges are merged."""
 
     def __init__(self, grouped: KGroupedStream, windows: SessionWindows) -> None:

@@ -33,6 +33,9 @@ Merger = Callable[[Any, Any, Any], Any]
 
 
 class _WindowedProcessor(Processor):
+    emit_on_close = False
+    """EmitStrategy.on_window_close: no update goes downstream, only each window's final result."""
+
     def __init__(self, store_name: str, send_old_values: bool) -> None:
         self.store_name = store_name
         self.send_old_values = send_old_values
@@ -44,7 +47,9 @@ class _WindowedProcessor(Processor):
         self.store = context.get_state_store(self.store_name)
         # a lower bound of the stream time this aggregation saw before a restart
         self.observed_stream_time = max(self.observed_stream_time, self.store.observed_stream_time)
-        self.cached = self.store.set_flush_listener(self._forward_flushed, self.send_old_values)
+        # cached: updates reach downstream when the cache flushes (or, emitting on close, never)
+        self.cached = self.emit_on_close or self.store.set_flush_listener(self._forward_flushed,
+                                                                          self.send_old_values)
 
     def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
         # the flushed entry's record context is current: its headers go downstream, as in Kafka
@@ -69,9 +74,11 @@ class KStreamWindowAggregate(_WindowedProcessor):
         initializer: Initializer,
         aggregator: Aggregator,
         send_old_values: bool = False,
+        emit_on_close: bool = False,
     ) -> None:
         super().__init__(store_name, send_old_values)
         self.windows = windows
+        self.emit_on_close = emit_on_close
         self.size_ms = windows.size_ms
         self.grace_ms = windows.grace_ms
         self.tumbling = windows.advance_ms == windows.size_ms
@@ -81,6 +88,9 @@ class KStreamWindowAggregate(_WindowedProcessor):
     def init(self, context: Any) -> None:
         super().init(context)
         self.fetch, self.put = self.store.fetch, self.store.put  # bound once: used for every record
+        if self.emit_on_close:
+            last = context.processor_metadata_for_key(self.store_name)
+            self.emitted_close_time = -1 if last is None else last
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -91,6 +101,8 @@ class KStreamWindowAggregate(_WindowedProcessor):
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.grace_ms
+        if self.emit_on_close and close_time > self.emitted_close_time:
+            self._emit_closed(close_time, record)
         size = self.size_ms
         # tumbling: the one window, without asking the spec (the per-record path of a windowed count)
         starts = (timestamp - timestamp % size,) if self.tumbling and timestamp >= 0 \
@@ -115,6 +127,22 @@ class KStreamWindowAggregate(_WindowedProcessor):
                 self.context.forward(new_tuple(Record, (Windowed(key, Window(start, end)),
                                                         Change(new, old_value), new_timestamp,
                                                         record.headers)))
+
+
+    def _emit_closed(self, close_time: int, record: Record) -> None:
+        """EmitStrategy.on_window_close: the final result of every window that closed since the last
+        emission (end <= close time), then the close time goes into the commit metadata so a restarted
+        task does not emit them again. Runs before this record's windows are written: a write far
+        ahead in time would let the store expire windows not emitted yet."""
+        size, advance = self.size_ms, self.windows.advance_ms
+        first = 0 if self.emitted_close_time < 0 else self.emitted_close_time - size + 1
+        last = close_time - size
+        if -(-first // advance) * advance <= last:  # a window start in [first, last]: some window closed
+            forward, headers = self.context.forward, record.headers
+            for windowed, (value, timestamp) in list(self.store.fetch_all(first, last)):
+                forward(Record(windowed, Change(value, None), timestamp, headers))
+        self.emitted_close_time = close_time
+        self.context.add_processor_metadata_key_value(self.store_name, close_time)
 
 
 class KStreamSessionWindowAggregate(_WindowedProcessor):

@@ -84,6 +84,9 @@ class TaskContext:
         self.wall_clock_punctuations = PunctuationQueue()
         self.record_context = NO_RECORD
         """The context of the record being processed (timestamp, topic, partition, offset, headers)."""
+        self.processor_metadata: dict[str, int] = {}
+        """What processors keep in the commit metadata (Kafka's ProcessorMetadata), e.g. the last window
+        close time a windowed aggregation emitted final results for; restored on open."""
         self.processing_failed: Callable[[Any, Record, Exception], None] | None = None
         """Set when a processing.exception.handler other than the default is configured: each processor
         node then runs guarded and hands what it raises to this (node, record, exception)."""
@@ -199,6 +202,15 @@ class ProcessorContextImpl:
 
     def commit(self) -> None:
         self.task.commit_requested = True
+
+    def processor_metadata_for_key(self, key: str) -> int | None:
+        """A value this task's processors committed under ``key`` (restored when the task opens)."""
+        return self.task.processor_metadata.get(key)
+
+    def add_processor_metadata_key_value(self, key: str, value: int) -> None:
+        """Commits ``value`` under ``key`` with the task's next offsets (atomically with them under
+        exactly-once)."""
+        self.task.processor_metadata[key] = value
 
     def record_metadata(self) -> RecordMetadata | None:
         context = self.task.record_context

@@ -6,7 +6,7 @@ import base64
 import binascii
 import logging
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from strom.kafka.serdes import decoder_of
@@ -19,32 +19,61 @@ NEVER = 1 << 62
 
 PARTITION_TIME_VERSION = 2
 """Kafka Streams' TopicPartitionMetadata magic byte: version 1 holds the partition time, version 2 adds
-processor metadata after it (strom writes none)."""
+processor metadata after it (name -> long, e.g. the last window close time a windowed aggregation
+emitted final results for)."""
 _PARTITION_TIME = struct.Struct(">bq")
+_COUNT = struct.Struct(">i")
+_VALUE = struct.Struct(">q")
 
 
-def encode_partition_time(partition_time: int) -> str:
-    """Committed-offset metadata carrying a partition's time, as Kafka Streams writes it (base64 of the
-    version byte and the time as a big-endian long), so either can resume the other's stream time."""
-    return base64.b64encode(_PARTITION_TIME.pack(PARTITION_TIME_VERSION, partition_time)).decode("ascii")
+def encode_partition_time(partition_time: int, processor_metadata: Mapping[str, int] | None = None) -> str:
+    """Committed-offset metadata carrying a partition's time and the task's processor metadata, as Kafka
+    Streams writes it (base64 of the version byte, the time as a big-endian long, then the metadata
+    entries when there are any), so either can resume the other's stream time."""
+    raw = _PARTITION_TIME.pack(PARTITION_TIME_VERSION, partition_time)
+    if processor_metadata:
+        parts = [raw, _COUNT.pack(len(processor_metadata))]
+        for key, value in processor_metadata.items():
+            name = key.encode()
+            parts += [_COUNT.pack(len(name)), name, _VALUE.pack(value)]
+        raw = b"".join(parts)
+    return base64.b64encode(raw).decode("ascii")
 
 
-def decode_partition_time(metadata: str | None) -> int:
-    """The partition time in committed-offset metadata; UNKNOWN when there is none or it is not Kafka
-    Streams' format (logged: the stream time then starts over, as Kafka Streams does)."""
+def decode_commit_metadata(metadata: str | None) -> tuple[int, dict[str, int]]:
+    """The partition time and processor metadata in committed-offset metadata; (UNKNOWN, {}) when there
+    is none or it is not Kafka Streams' format (logged: the stream time then starts over, as Kafka
+    Streams does)."""
     if not metadata:
-        return UNKNOWN
+        return UNKNOWN, {}
     try:
         raw = base64.b64decode(metadata, validate=True)
         version, partition_time = _PARTITION_TIME.unpack_from(raw)
-    except (binascii.Error, ValueError, struct.error):
+        processor_metadata = _processor_metadata(raw, _PARTITION_TIME.size) if version == 2 else {}
+    except (binascii.Error, ValueError, struct.error, UnicodeDecodeError):
         log.warning("Committed offset metadata %r is not a partition time; stream time starts over", metadata)
-        return UNKNOWN
+        return UNKNOWN, {}
     if version not in (1, PARTITION_TIME_VERSION):
         log.warning("Committed offset metadata has version %d (supported: 1, %d); stream time starts over",
                     version, PARTITION_TIME_VERSION)
-        return UNKNOWN
-    return partition_time
+        return UNKNOWN, {}
+    return partition_time, processor_metadata
+
+
+def decode_partition_time(metadata: str | None) -> int:
+    return decode_commit_metadata(metadata)[0]
+
+
+def _processor_metadata(raw: bytes, at: int) -> dict[str, int]:
+    if at == len(raw):
+        return {}
+    (count,), at = _COUNT.unpack_from(raw, at), at + _COUNT.size
+    entries = {}
+    for _ in range(count):
+        (length,), at = _COUNT.unpack_from(raw, at), at + _COUNT.size
+        name, at = raw[at:at + length].decode(), at + length
+        (entries[name],), at = _VALUE.unpack_from(raw, at), at + _VALUE.size
+    return entries
 
 
 class RecordQueue:

@@ -46,7 +46,7 @@ from strom.streams.processor.internals.nodes import (
 from strom.streams.processor.internals.partition_group import (
     PartitionGroup,
     RecordQueue,
-    decode_partition_time,
+    decode_commit_metadata,
     encode_partition_time,
 )
 from strom.streams.processor.internals.punctuation import PunctuationSchedule
@@ -265,6 +265,7 @@ class StreamTask:
         """Partition times from the metadata of the committed offsets (``committable_offsets_and_metadata``
         wrote it), stream time their maximum: called before processing, so a record too late before a
         restart stays too late after it, as in Kafka Streams' ``initializeTaskTime``."""
+        processor_metadata = self.context.processor_metadata
         for partition, metadata in committed_metadata.items():
             queue = self.partition_group.queues.get(partition)
             if queue is None:
@@ -272,9 +273,11 @@ class StreamTask:
                     f"Task {self.id} does not own partition {partition}; it owns "
                     f"{[str(tp) for tp in self.partition_group.queues]}."
                 )
-            partition_time = decode_partition_time(metadata)
+            partition_time, processors = decode_commit_metadata(metadata)
             queue.partition_time = max(queue.partition_time, partition_time)
             self.context.stream_time = max(self.context.stream_time, partition_time)
+            for key, value in processors.items():  # every partition carries the task's: keep the latest
+                processor_metadata[key] = max(value, processor_metadata.get(key, value))
 
     def add_records(self, partition: TopicPartition, records: Iterable[ConsumerRecord]) -> int:
         if partition not in self.partition_group.queues:
@@ -482,18 +485,21 @@ class StreamTask:
         }
 
     def committable_offsets_and_metadata(self) -> dict[TopicPartition, tuple[int, str]]:
-        """``committable_offsets`` with each partition's time as commit metadata (Kafka Streams'
-        format), for ``initialize_task_time`` when the task is opened again."""
+        """``committable_offsets`` with each partition's time and the task's processor metadata as commit
+        metadata (Kafka Streams' format), for ``initialize_task_time`` when the task is opened again."""
         return {
-            tp: (q.consumed_offset + 1, encode_partition_time(q.partition_time))
+            tp: (q.consumed_offset + 1,
+                 encode_partition_time(q.partition_time, self.context.processor_metadata))
             for tp, q in self.partition_group.queues.items()
             if q.consumed_offset >= 0
         }
 
     def commit_metadata(self, partition: TopicPartition) -> str:
-        """The metadata to commit with an offset of ``partition``: its partition time, also when this
-        task consumed nothing from it (a range of aborted records) but restored its time on open."""
-        return encode_partition_time(self.partition_group.queues[partition].partition_time)
+        """The metadata to commit with an offset of ``partition``: its partition time (also when this
+        task consumed nothing from it, a range of aborted records, but restored its time on open) and
+        the task's processor metadata."""
+        return encode_partition_time(self.partition_group.queues[partition].partition_time,
+                                     self.context.processor_metadata)
 
     def changelog_offsets(self) -> dict[str, int]:
         """Store name -> the offset after its last changelog record delivered so far."""

@@ -1,0 +1,134 @@
+"""EmitStrategy.on_window_close (Kafka's KIP-825): a time-windowed aggregation sends one final result
+per window once stream time passes its end + grace; the last close time it emitted for travels in the
+commit metadata, so a task opened again does not emit those windows twice."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.errors import TopologyError
+from strom.kafka.serdes import Serdes
+from strom.streams import (
+    EmitStrategy,
+    Materialized,
+    Produced,
+    SessionWindows,
+    SlidingWindows,
+    StreamsBuilder,
+    StreamsConfig,
+    StreamTask,
+    TimeWindows,
+    TopologyTestDriver,
+    WindowedSerdes,
+)
+from strom.streams.processor import TaskId, TopicPartition
+from strom.streams.processor.internals.records import ConsumerRecord
+from strom.streams.state.cache import ThreadCache
+
+S, L = Serdes.String(), Serdes.Long()
+WINDOWED = WindowedSerdes.time_windowed_serde_from(S, 10)
+
+
+ON_CLOSE = EmitStrategy.on_window_close()
+
+
+class Sink:
+    """Keeps what the task sends; delivers at once, with offsets per partition (changelogs need them)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def send(self, collector, topic, partition, key, value, timestamp, headers) -> None:
+        self.sent.append((topic, key))
+        offset = self.offsets[(topic, partition or 0)] = self.offsets.get((topic, partition or 0), -1) + 1
+        collector.delivered(topic, partition or 0, offset)
+
+    def flush(self, collector) -> None:
+        pass
+
+
+def counts(windows: TimeWindows, caching: bool = True, emit: EmitStrategy = ON_CLOSE):
+    materialized = Materialized.as_("counts").with_value_serde(L).with_retention(1000)
+    builder = StreamsBuilder()
+    (builder.stream("in").group_by_key().windowed_by(windows).emit_strategy(emit)
+     .count(materialized=materialized if caching else materialized.with_caching_disabled())
+     .to_stream().to("out", Produced.with_(WINDOWED, L)))
+    return builder.build()
+
+
+def run(topology, props, events):
+    with TopologyTestDriver(topology, props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        for key, timestamp in events:
+            source.pipe_input(key, "v", timestamp=timestamp)
+        out = driver.create_output_topic("out", WINDOWED, L).read_records_to_list()
+        return [(r.key.key, r.key.window.start, r.value, r.timestamp) for r in out], driver.metrics
+
+
+@pytest.mark.parametrize("caching", [True, False])
+def test_each_tumbling_window_is_emitted_once_when_it_closes(props, caching):
+    events = [("a", 1), ("b", 2), ("a", 8), ("a", 12),  # [0, 10) open until stream time 10 + grace 2
+              ("b", 11), ("a", 13),                      # stream time 13: [0, 10) closed (10 + 2 <= 13)
+              ("a", 5),                                  # late for its closed window: dropped
+              ("b", 25)]                                 # [10, 20) closes (20 + 2 <= 25)
+    out, metrics = run(counts(TimeWindows.of_size_and_grace(10, 2), caching), props, events)
+    assert out == [("a", 0, 2, 8), ("b", 0, 1, 2),       # timestamp: the window's latest record
+                   ("a", 10, 2, 13), ("b", 10, 1, 11)]
+    assert metrics["dropped_records"] == 1
+
+
+def test_hopping_windows_each_emit_their_final_count_once(props):
+    windows = TimeWindows.of_size_with_no_grace(10).advance_by(5)
+    out, _ = run(counts(windows), props, [("a", 1), ("a", 7), ("a", 12), ("a", 30)])
+    assert out == [("a", 0, 2, 7), ("a", 5, 2, 12), ("a", 10, 1, 12)]
+
+
+def test_on_window_update_is_the_default_behaviour(props):
+    out, _ = run(counts(TimeWindows.of_size_with_no_grace(10), caching=False,
+                        emit=EmitStrategy.on_window_update()), props, [("a", 1), ("a", 2), ("a", 15)])
+    assert out == [("a", 0, 1, 1), ("a", 0, 2, 2), ("a", 10, 1, 15)]
+
+
+def test_a_reopened_task_does_not_emit_what_it_emitted_before(tmp_path):
+    partition = TopicPartition("in", 1)
+    config = StreamsConfig({"application.id": "app", "state.dir": str(tmp_path),
+                            "default.key.serde": "String", "default.value.serde": "String"})
+
+    def run_task(events, committed):
+        """Opens the task as the runtime does (committed metadata first, then the processors start),
+        processes ``events`` (offset, timestamp), commits; returns the windows emitted and the metadata."""
+        sink = Sink()
+        task = StreamTask(TaskId(0, 1), counts(TimeWindows.of_size_with_no_grace(10)).internal, config,
+                          sink, ThreadCache(1 << 20), partitions=[partition])
+        task.initialize_task_time(committed)
+        task.initialize()
+        task.complete_restoration()
+        task.add_records(partition, [ConsumerRecord("in", 1, offset, timestamp, b"a", b"v")
+                                     for offset, timestamp in events])
+        task.process_all()
+        task.commit()
+        metadata = {tp: meta for tp, (_, meta) in task.committable_offsets_and_metadata().items()}
+        task.close()
+        emitted = [WINDOWED.deserializer().deserialize("out", key) for topic, key in sink.sent
+                   if topic == "out"]
+        return [(w.key, w.window.start) for w in emitted], metadata
+
+    emitted, committed = run_task([(0, 1), (1, 12)], {})
+    assert emitted == [("a", 0)]
+    emitted, _ = run_task([(2, 15), (3, 25)], committed)
+    assert emitted == [("a", 10)]  # not [0, 10) again: the first task emitted it
+    emitted, _ = run_task([(2, 15), (3, 25)], {})  # without the metadata it would be
+    assert emitted == [("a", 0), ("a", 10)]
+
+
+def test_on_window_close_needs_time_windows_and_an_emit_strategy():
+    grouped = StreamsBuilder().stream("in").group_by_key()
+    with pytest.raises(TopologyError, match="suppress"):
+        grouped.windowed_by(SlidingWindows.of_time_difference_with_no_grace(10)).emit_strategy(
+            EmitStrategy.on_window_close())
+    with pytest.raises(TopologyError, match="TimeWindows, not for SessionWindows"):
+        grouped.windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(10)).emit_strategy(
+            EmitStrategy.on_window_close())
+    with pytest.raises(TopologyError, match="needs an EmitStrategy"):
+        grouped.windowed_by(TimeWindows.of_size_with_no_grace(10)).emit_strategy("on_window_close")
