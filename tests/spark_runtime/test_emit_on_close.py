@@ -1,0 +1,85 @@
+"""EmitStrategy.on_window_close on Spark, exactly-once: every closed window is emitted once, also when
+a micro-batch reopens its task in another Python worker (the close time emitted up to comes back from
+the commit metadata)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from strom.kafka import clients
+from strom.spark.runtime import SparkStreams
+from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
+from strom.streams import (
+    Consumed,
+    EmitStrategy,
+    Materialized,
+    Produced,
+    StreamsBuilder,
+    TimeWindows,
+    Topology,
+    WindowedSerdes,
+)
+
+from .wordcount import L, S
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+
+WINDOW_MS = 100
+BASE = 10_000  # record time 0 would mean "now" to the producer
+WINDOWED = WindowedSerdes.time_windowed_serde_from(S, WINDOW_MS)
+
+
+def final_counts(source: str, out: str) -> Topology:
+    builder = StreamsBuilder()
+    (builder.stream(source, Consumed.with_(S, S)).group_by_key()
+        .windowed_by(TimeWindows.of_size_with_no_grace(WINDOW_MS))
+        .emit_strategy(EmitStrategy.on_window_close())
+        .count(materialized=Materialized.as_("final-counts").with_retention(1_000_000))
+        .to_stream().to(out, Produced.with_(WINDOWED, L)))
+    return builder.build()
+
+
+def read_windows(bootstrap: str, topic: str, partitions: int) -> list[tuple[str, int, int]]:
+    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True,
+                                              "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    out, at_end = [], set()
+    while len(at_end) < partitions:
+        for message in consumer.consume(1000, 1.0):
+            if message.error() is None:
+                window = WINDOWED.deserializer().deserialize(topic, message.key())
+                count = L.deserializer().deserialize(topic, message.value())
+                out.append((window.key, window.window.start, count))
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+    consumer.close()
+    return out
+
+
+def test_each_closed_window_is_emitted_once_across_micro_batches(broker, spark, topics, tmp_path):
+    names = topics(events=2, counts=2)
+    keys = [f"k{i}" for i in range(6)]
+    producer = clients.producer(broker.bootstrap_servers, **JAVA_PARTITIONER)
+    for i in range(1200):  # windows [BASE, BASE + 100) .. [BASE + 1100, BASE + 1200)
+        producer.produce(names["events"], b"v", keys[i % len(keys)].encode(), timestamp=BASE + i)
+    assert producer.flush(30) == 0
+
+    app = SparkStreams(final_counts(names["events"], names["counts"]), {
+        "application.id": f"rt-emit-{names['events']}", "bootstrap.servers": broker.bootstrap_servers,
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
+        "commit.interval.ms": 100, "max.offsets.per.trigger": 150}, spark)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+    finally:
+        app.stop()
+
+    emitted = read_windows(broker.bootstrap_servers, names["counts"], 2)
+    # the last window is still open: stream time never passed its end
+    expected = Counter((keys[i % len(keys)], BASE + i - i % WINDOW_MS) for i in range(1100))
+    assert Counter((key, start) for key, start, _ in emitted) == dict.fromkeys(expected, 1)  # once each
+    assert {(key, start): count for key, start, count in emitted} == dict(expected)
+    assert app.progress.batches >= 5  # 1,200 records at most 150 per micro-batch
