@@ -13,6 +13,7 @@ from strom.streams import StreamsBuilder
 from strom.streams.processor import TopicPartition
 from strom.streams.processor.internals.partition_group import (
     UNKNOWN,
+    decode_commit_metadata,
     decode_partition_time,
     encode_partition_time,
 )
@@ -34,6 +35,15 @@ def test_decoding_accepts_version_1_and_processor_metadata_after_the_time():
     assert decode_partition_time("AQAAAAAAAABj") == 99  # version 1: the time only
     with_processor_metadata = struct.pack(">bqii", 2, 77, 1, 3) + b"key" + struct.pack(">q", 5)
     assert decode_partition_time(base64.b64encode(with_processor_metadata).decode()) == 77
+
+
+def test_processor_metadata_round_trips_in_kafka_streams_layout():
+    encoded = encode_partition_time(77, {"key": 5, "window-store": -3})
+    raw = base64.b64decode(encoded)
+    assert raw[:28] == struct.pack(">bqii", 2, 77, 2, 3) + b"key" + struct.pack(">q", 5)
+    assert decode_commit_metadata(encoded) == (77, {"key": 5, "window-store": -3})
+    assert decode_commit_metadata(encode_partition_time(77)) == (77, {})
+    assert decode_commit_metadata(encoded[:-4]) == (UNKNOWN, {})  # cut short: not trusted
 
 
 @pytest.mark.parametrize("metadata", [None, "", "not base64!", "AA==",
