@@ -8,6 +8,7 @@ from collections.abc import Iterable
 import pytest
 
 from strom.kafka import clients
+from strom.spark.runtime import SparkStreams
 from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
 
 
@@ -48,3 +49,18 @@ def _close_parked_tasks():
     from strom.spark.runtime.parked import PARKED
 
     PARKED.close_all()
+
+
+def run_until_caught_up(spark, topology, broker, state_dir, app_id: str, **props) -> SparkStreams:
+    """Runs ``topology`` exactly-once on Spark until every input record is committed, then stops it;
+    ``props`` override the defaults (``commit.interval.ms`` 200, ``max.offsets.per.trigger`` 200)."""
+    app = SparkStreams(topology, {
+        "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir),
+        "commit.interval.ms": 200, "max.offsets.per.trigger": 200, **props}, spark)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+    finally:
+        app.stop()
+    return app

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from strom.spark.runtime import SparkStreams
 from strom.streams import (
     Consumed,
     Grouped,
@@ -19,7 +18,7 @@ from strom.streams import (
     TopologyTestDriver,
 )
 
-from .conftest import produce_lines
+from .conftest import produce_lines, run_until_caught_up
 from .wordcount import L, S, read_updates
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
@@ -50,15 +49,7 @@ def test_cogroup_on_spark_matches_the_topology_test_driver(broker, spark, topics
     produce_lines(broker.bootstrap_servers, names["views"], views)
     topology = page_totals(names["clicks"], names["views"], names["totals"])
 
-    app = SparkStreams(topology, {
-        "application.id": f"rt-cogroup-{names['clicks']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
-        "commit.interval.ms": 200, "max.offsets.per.trigger": 200}, spark)
-    app.start()
-    try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-    finally:
-        app.stop()
+    app = run_until_caught_up(spark, topology, broker, tmp_path, f"rt-cogroup-{names['clicks']}")
 
     with TopologyTestDriver(page_totals(names["clicks"], names["views"], names["totals"])) as driver:
         driver.create_input_topic(names["clicks"], S, S).pipe_record_list(clicks)

@@ -10,7 +10,6 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
-from strom.spark.runtime import SparkStreams
 from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
 from strom.streams import (
     Consumed,
@@ -23,6 +22,7 @@ from strom.streams import (
     WindowedSerdes,
 )
 
+from .conftest import run_until_caught_up
 from .wordcount import L, S
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
@@ -67,15 +67,9 @@ def test_each_closed_window_is_emitted_once_across_micro_batches(broker, spark, 
         producer.produce(names["events"], b"v", keys[i % len(keys)].encode(), timestamp=BASE + i)
     assert producer.flush(30) == 0
 
-    app = SparkStreams(final_counts(names["events"], names["counts"]), {
-        "application.id": f"rt-emit-{names['events']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
-        "commit.interval.ms": 100, "max.offsets.per.trigger": 150}, spark)
-    app.start()
-    try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-    finally:
-        app.stop()
+    app = run_until_caught_up(spark, final_counts(names["events"], names["counts"]), broker, tmp_path,
+                              f"rt-emit-{names['events']}", **{"commit.interval.ms": 100,
+                                                               "max.offsets.per.trigger": 150})
 
     emitted = read_windows(broker.bootstrap_servers, names["counts"], 2)
     # the last window is still open: stream time never passed its end
