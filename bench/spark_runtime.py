@@ -23,8 +23,8 @@ import uuid
 
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
+from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
-from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
 from strom.streams import (
     Consumed,
     Materialized,

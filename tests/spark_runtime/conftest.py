@@ -8,8 +8,8 @@ from collections.abc import Iterable
 import pytest
 
 from strom.kafka import clients
+from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
-from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
-from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
+from strom.kafka.clients import JAVA_PARTITIONER
 from strom.streams import (
     Consumed,
     EmitStrategy,

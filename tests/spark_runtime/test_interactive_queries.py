@@ -16,8 +16,8 @@ import pytest
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka import clients
+from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
-from strom.spark.runtime.producer_sink import JAVA_PARTITIONER
 from strom.streams import (
     Consumed,
     Grouped,

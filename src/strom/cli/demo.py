@@ -74,10 +74,9 @@ def page_view_counts(views_topic: str, counts_topic: str) -> Topology:
 
 def produce_page_views(bootstrap: str, topic: str, records: int, seed: int) -> Counter[str]:
     """Writes ``records`` page views; returns the true count per page."""
-    from strom.spark.runtime.producer_sink import JAVA_PARTITIONER  # imports pyspark: only when run
     rng = random.Random(seed)
     weights = [1 / (rank + 1) for rank in range(len(PAGES))]
-    producer = clients.producer(bootstrap, **JAVA_PARTITIONER, **{"linger.ms": 20})
+    producer = clients.producer(bootstrap, **clients.JAVA_PARTITIONER, **{"linger.ms": 20})
     expected: Counter[str] = Counter()
     start_ms = int(time.time() * 1000) - records
     for i in range(records):

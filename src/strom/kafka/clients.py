@@ -24,6 +24,8 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 5,
     "compression.type": "none",
 }
+JAVA_PARTITIONER: dict[str, Any] = {"partitioner": "murmur2_random"}
+"""Keyed records land where Kafka's Java clients (Kafka Streams, Decaton's client) would put them."""
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",

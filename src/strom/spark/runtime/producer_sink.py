@@ -15,7 +15,6 @@ from strom.kafka import clients
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
 
-JAVA_PARTITIONER = {"partitioner": "murmur2_random"}
 _POLL_EVERY = 1000
 FLUSH_TIMEOUT_S = 60.0
 
@@ -26,7 +25,7 @@ class ProducerSink:
     def __init__(self, bootstrap_servers: str, config: dict[str, Any]) -> None:
         self._collector: RecordCollector | None = None
         self.producer: Producer = clients.producer(
-            bootstrap_servers, **{**JAVA_PARTITIONER, **config, "on_delivery": self._on_delivery})
+            bootstrap_servers, **{**clients.JAVA_PARTITIONER, **config, "on_delivery": self._on_delivery})
         self.sent: Counter[str] = Counter()
         self._unpolled = 0
 
