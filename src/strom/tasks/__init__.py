@@ -4,6 +4,7 @@ Build a subscription with :class:`SubscriptionBuilder` and :class:`ProcessorsBui
 concurrency core (:class:`KeyOrderedExecutor`) is reusable without Kafka.
 """
 
+from strom.tasks.client import DecatonClient, DecatonClientBuilder, PutTaskResult
 from strom.tasks.commit_control import OffsetState, OutOfOrderCommitControl
 from strom.tasks.completion import Completion, TimeoutChoice
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
@@ -24,6 +25,8 @@ from strom.tasks.subscription import ProcessorSubscription, SubscriptionBuilder
 __all__ = [
     "AsyncRuntime",
     "Completion",
+    "DecatonClient",
+    "DecatonClientBuilder",
     "FilePropertySupplier",
     "KafkaTopicPropertySupplier",
     "KeyOrderedExecutor",
@@ -37,6 +40,7 @@ __all__ = [
     "Property",
     "PropertyDefinition",
     "PropertySupplier",
+    "PutTaskResult",
     "RateLimiter",
     "StaticPropertySupplier",
     "SubPartitioner",

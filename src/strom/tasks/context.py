@@ -16,9 +16,17 @@ if TYPE_CHECKING:
 Headers = list[tuple[str, bytes | None]]
 
 
+APPLICATION_ID_HEADER = "decaton.source.application.id"
+INSTANCE_ID_HEADER = "decaton.source.instance.id"
+SCHEDULED_MS_HEADER = "decaton.scheduled.ms"
+"""Headers a DecatonClient writes: who produced the task, and when it may be processed (epoch ms)."""
+
+
 @dataclass(frozen=True)
 class TaskMetadata:
-    """Where a task came from; ``retry_count`` > 0 for a task delivered again through the retry topic."""
+    """Where a task came from; ``retry_count`` > 0 for a task delivered again through the retry topic;
+    ``due_ms`` the time before which it is not processed (a retry's backoff, a DecatonClient's
+    scheduled time; 0: none); the source ids when a DecatonClient produced it."""
 
     topic: str
     partition: int
@@ -26,6 +34,8 @@ class TaskMetadata:
     timestamp_ms: int
     retry_count: int = 0
     due_ms: int = 0
+    source_application_id: str | None = None
+    source_instance_id: str | None = None
 
 
 # A fetched record waiting for its unit: (offset, key, value, timestamp ms, headers or None), a plain tuple
@@ -76,8 +86,12 @@ class TaskRequest:
     @property
     def metadata(self) -> TaskMetadata:
         pipeline = self.pipeline
+        headers = dict(self.headers)
+        application, instance = headers.get(APPLICATION_ID_HEADER), headers.get(INSTANCE_ID_HEADER)
         return TaskMetadata(pipeline.topic, pipeline.partition, self.offset, self.record[TIMESTAMP],
-                            self.retry_count, self.due_ms)
+                            self.retry_count, self.due_ms,
+                            None if application is None else application.decode(errors="replace"),
+                            None if instance is None else instance.decode(errors="replace"))
 
     def open_stage(self) -> None:
         """Opens a stage pushed after stage 0 (stage 0 is open from the start)."""

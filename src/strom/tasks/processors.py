@@ -16,7 +16,7 @@ from strom.tasks.context import HEADERS, VALUE, ProcessingContext, Record, TaskR
 from strom.tasks.metrics import PartitionMetrics
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 from strom.tasks.rate_limiter import RateLimiter
-from strom.tasks.retry import RetryQueue, parse_retry_headers
+from strom.tasks.retry import RetryQueue, retry_count_and_due_ms
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class ProcessPipeline:
     def _request(self, record: Record) -> TaskRequest:
         headers = record[HEADERS]
         if headers:
-            return TaskRequest(record, self, *parse_retry_headers(headers))
+            return TaskRequest(record, self, *retry_count_and_due_ms(headers))
         return TaskRequest(record, self)
 
     def task_done(self, request: TaskRequest) -> None:

@@ -9,7 +9,7 @@ import time
 from confluent_kafka import KafkaError, Producer
 
 from strom.tasks.completion import Completion
-from strom.tasks.context import Headers, TaskRequest
+from strom.tasks.context import SCHEDULED_MS_HEADER, Headers, TaskRequest
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 
 log = logging.getLogger(__name__)
@@ -28,14 +28,15 @@ def dlq_topic(subscription_id: str) -> str:
     return f"{subscription_id}-dlq"
 
 
-def parse_retry_headers(headers: Headers) -> tuple[int, int]:
-    """(retry count, due time in epoch ms) carried by a retry record; (0, 0) for a first delivery."""
+def retry_count_and_due_ms(headers: Headers) -> tuple[int, int]:
+    """(retry count, the time in epoch ms before which the task waits: a retry's due time or a
+    DecatonClient's scheduled time, the later of both); (0, 0) for a first delivery, unscheduled."""
     count = due = 0
     for name, value in headers:
         if name == RETRY_COUNT_HEADER and value:
             count = int(value)
-        elif name == DUE_MS_HEADER and value:
-            due = int(value)
+        elif name in (DUE_MS_HEADER, SCHEDULED_MS_HEADER) and value:
+            due = max(due, int(value))
     return count, due
 
 
