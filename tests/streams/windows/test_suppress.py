@@ -111,7 +111,10 @@ def test_final_session_results_once_the_session_closes():
         output = driver.create_output_topic("output", sessions, Serdes.Long())
         for timestamp in (0, 3, 6):  # one growing session [0, 6]: merged twice, never final yet
             topic.pipe_input("u", "v", timestamp)
-        topic.pipe_input("w", "v", 7)
+        topic.pipe_input("w", "v", 8)  # stream time 8 = end 6 + grace 2, but a record within the gap
         assert output.read_key_values_to_list() == []
-        topic.pipe_input("w", "v", 8)  # stream time 8 = session end 6 + grace 2: [0, 6] is final
-        assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(0, 6)), 3)]
+        topic.pipe_input("u", "v", 9)  # still joins it (as in Kafka): [0, 9]
+        topic.pipe_input("w", "v", 15)  # [8, 8] closes at 8 + gap 5 + grace 2
+        assert output.read_key_values_to_list() == [(Windowed("w", SessionWindow(8, 8)), 1)]
+        topic.pipe_input("w", "v", 16)  # and [0, 9] at 16
+        assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(0, 9)), 4)]

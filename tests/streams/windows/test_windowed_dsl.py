@@ -74,6 +74,22 @@ def test_session_count_merges_and_emits_tombstones_for_merged_sessions():
     driver.close()
 
 
+def test_a_session_closes_at_its_end_plus_gap_plus_grace_as_in_kafka():
+    session_serde = WindowedSerdes.session_windowed_serde_from(Serdes.String())
+    driver, out = _drive(
+        lambda s: s.group_by_key().windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 2))
+        .count(materialized=Materialized.as_("sessions").with_retention(1_000).with_caching_disabled()),
+        [("u", "x", 0), ("w", "x", 8),   # stream time 8: past [0, 0]'s end + grace, not + gap
+         ("u", "x", 3),                   # so it still joins [0, 0]: [0, 3]
+         ("w", "x", 20),                  # stream time 20: [0, 3] closed at 3 + 5 + 2 = 10
+         ("u", "x", 7)],                  # would join [0, 3]: dropped as late
+        output_key_serde=session_serde)
+    assert [(w.key, w.window.start, w.window.end, count) for w, count in out] == [
+        ("u", 0, 0, 1), ("w", 8, 8, 1), ("u", 0, 0, None), ("u", 0, 3, 2), ("w", 20, 20, 1)]
+    assert driver.metrics["dropped_records"] == 1
+    driver.close()
+
+
 def test_late_records_count_in_dropped_records_metric():
     driver, out = _drive(
         lambda s: s.group_by_key().windowed_by(TimeWindows.of_size_and_grace(10_000, 1_000)).count(),

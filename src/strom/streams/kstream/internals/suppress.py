@@ -74,11 +74,16 @@ class KTableSuppressProcessor(Processor):
 
 def _window_grace(table: KTable) -> int:
     from strom.streams.kstream.windowed_kstream import WindowedKTable
+    from strom.streams.kstream.windows import SessionWindows
 
     node: Any = table
     while node is not None:
         if isinstance(node, WindowedKTable):
-            return node.windows.grace_ms
+            windows = node.windows
+            # a session can still grow until stream time passes its end + gap + grace (as in Kafka)
+            if isinstance(windows, SessionWindows):
+                return windows.grace_ms + windows.gap_ms
+            return windows.grace_ms
         node = node.parent
     raise TopologyError("Suppressed.until_window_closes needs a windowed KTable (from "
                         "group_by_key().windowed_by(...)); use Suppressed.until_time_limit for other tables.")

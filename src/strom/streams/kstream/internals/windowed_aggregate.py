@@ -171,8 +171,10 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
-        close_time = self.observed_stream_time - self.windows.grace_ms
         gap = self.windows.gap_ms
+        # a session ending before this may still be joined by a record within the gap: Kafka's close
+        # time for sessions counts the gap too
+        close_time = self.observed_stream_time - self.windows.grace_ms - gap
         merged = list(self.store.find_sessions(key, timestamp - gap, timestamp + gap))
         aggregate = self.initializer()
         start, end = timestamp, timestamp
