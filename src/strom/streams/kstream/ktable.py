@@ -70,12 +70,13 @@ class KTable:
                 self._materialize_on_demand()
         self.supplier.send_old_values = True
 
-    def _materialize(self, materialized: Materialized | None, store_name: str) -> None:
-        """Gives this table's processor a timestamped store built as ``materialized`` says (RocksDB,
-        cached and logged unless it says otherwise); queryable only under a name the user gave."""
+    def _materialize(self, materialized: Materialized | None, store_name: str, *writers: str) -> None:
+        """Gives this table a timestamped store built as ``materialized`` says (RocksDB, cached and
+        logged unless it says otherwise), connected to the processors that write it (default: the
+        table's own); queryable only under a name the user gave."""
         self.supplier.store_name = store_name
         store = timestamped_store_builder(materialized, store_name, self.key_serde, self.value_serde)
-        self.builder.internal.add_state_store(store, self.name)
+        self.builder.internal.add_state_store(store, *(writers or (self.name,)))
         if materialized is not None and materialized.store_name:
             self.queryable_store_name = store_name
 

@@ -37,22 +37,23 @@ if TYPE_CHECKING:
 
 
 def windowed_by(grouped: KGroupedStream, windows: Any) -> TimeWindowedKStream | SessionWindowedKStream:
-    """``KGroupedStream.windowed_by``: time windows (tumbling, hopping) or session windows."""
-    if isinstance(windows, TimeWindows | SlidingWindows):
-        return TimeWindowedKStream(grouped, windows)
-    if isinstance(windows, SessionWindows):
-        return SessionWindowedKStream(grouped, windows)
-    raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}.")
+    """``KGroupedStream.windowed_by``: time windows (tumbling, hopping, sliding) or session windows."""
+    return _by_kind(windows, TimeWindowedKStream, SessionWindowedKStream)(grouped, windows)
 
 
 def cogrouped_windowed_by(
     cogrouped: CogroupedKStream, windows: Any
 ) -> TimeWindowedCogroupedKStream | SessionWindowedCogroupedKStream:
     """``CogroupedKStream.windowed_by``."""
+    kind = _by_kind(windows, TimeWindowedCogroupedKStream, SessionWindowedCogroupedKStream)
+    return kind(cogrouped, windows)
+
+
+def _by_kind(windows: Any, time_windowed: type, session_windowed: type) -> type:
     if isinstance(windows, TimeWindows | SlidingWindows):
-        return TimeWindowedCogroupedKStream(cogrouped, windows)
+        return time_windowed
     if isinstance(windows, SessionWindows):
-        return SessionWindowedCogroupedKStream(cogrouped, windows)
+        return session_windowed
     raise TopologyError(f"windowed_by needs TimeWindows, SlidingWindows or SessionWindows, got {windows!r}.")
 
 
@@ -332,28 +333,27 @@ class SessionWindowedKStream(_Emitting, _SessionWindowed):
         )
 
 
-class TimeWindowedCogroupedKStream(_TimeWindowed):
-    """``cogroup(...).windowed_by(TimeWindows or SlidingWindows)``: each input's aggregator updates
-    the windows of one window store."""
+class _CogroupedWindowed(_WindowedStream):
+    """The windowed streams of a cogroup: every input's aggregator updates one store."""
 
-    def __init__(self, cogrouped: CogroupedKStream, windows: TimeWindows | SlidingWindows) -> None:
+    def __init__(self, cogrouped: CogroupedKStream, windows: Any) -> None:
         super().__init__(cogrouped.inputs[0][0])
         self.inputs = list(cogrouped.inputs)
         self.windows = windows
+
+
+class TimeWindowedCogroupedKStream(_CogroupedWindowed, _TimeWindowed):
+    """``cogroup(...).windowed_by(TimeWindows or SlidingWindows)``: each input's aggregator updates
+    the windows of one window store."""
 
     def aggregate(self, initializer: Callable[[], Any], named: Named | None = None,
                   materialized: Materialized | None = None) -> KTable:
         return self._aggregate("COGROUPKSTREAM-AGGREGATE-", initializer, self.inputs, named, materialized)
 
 
-class SessionWindowedCogroupedKStream(_SessionWindowed):
+class SessionWindowedCogroupedKStream(_CogroupedWindowed, _SessionWindowed):
     """``cogroup(...).windowed_by(SessionWindows)``: each input's aggregator updates the sessions of
     one session store; ``session_merger`` combines sessions a record bridges."""
-
-    def __init__(self, cogrouped: CogroupedKStream, windows: SessionWindows) -> None:
-        super().__init__(cogrouped.inputs[0][0])
-        self.inputs = list(cogrouped.inputs)
-        self.windows = windows
 
     def aggregate(self, initializer: Callable[[], Any], session_merger: Callable[[Any, Any, Any], Any],
                   named: Named | None = None, materialized: Materialized | None = None) -> KTable:

@@ -128,7 +128,6 @@ class KStreamWindowAggregate(_WindowedProcessor):
                                                         Change(new, old_value), new_timestamp,
                                                         record.headers)))
 
-
     def _emit_closed(self, close_time: int, record: Record) -> None:
         """EmitStrategy.on_window_close: the final result of every window that closed since the last
         emission (end <= close time), then the close time goes into the commit metadata so a restarted
