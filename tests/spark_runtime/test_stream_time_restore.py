@@ -12,7 +12,7 @@ from strom.spark.runtime.parked import PARKED
 from strom.spark.runtime.plan import create_internal_topics, plan_application
 from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder, TimeWindows, Topology
 from strom.streams.config import StreamsConfig
-from strom.streams.processor.internals.partition_group import decode_partition_time
+from strom.streams.processor.internals.partition_group import decode_commit_metadata
 
 from .task_batches import run_batch
 from .wordcount import read_updates
@@ -64,7 +64,7 @@ def test_a_record_late_before_the_reopen_is_still_dropped_after_it(broker, topic
     first = run_batch(topology, config, bootstrap, source, 0, 2)
     assert (first.records, first.reused) == (2, False)
     offset, metadata = _committed_metadata(bootstrap, config.application_id, source)
-    assert (offset, decode_partition_time(metadata)) == (2, 25_000)
+    assert (offset, decode_commit_metadata(metadata)[0]) == (2, 25_000)
 
     PARKED.close_all()  # the worker went away: the next batch opens the task again
     second = run_batch(topology, config, bootstrap, source, 2, 4, run_id="after a restart")
@@ -76,7 +76,8 @@ def test_a_record_late_before_the_reopen_is_still_dropped_after_it(broker, topic
         assert reopened.task.metrics.dropped_records == 1  # the record at 5 s: its window was closed
     finally:
         reopened.close()
-    assert decode_partition_time(_committed_metadata(bootstrap, config.application_id, source)[1]) == 26_000
+    committed = _committed_metadata(bootstrap, config.application_id, source)[1]
+    assert decode_commit_metadata(committed)[0] == 26_000
     assert read_updates(bootstrap, names["sink"]) == {"a@0": [1], "a@20000": [1, 2]}
 
 

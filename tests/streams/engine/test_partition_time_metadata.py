@@ -14,7 +14,6 @@ from strom.streams.processor import TopicPartition
 from strom.streams.processor.internals.partition_group import (
     UNKNOWN,
     decode_commit_metadata,
-    decode_partition_time,
     encode_partition_time,
 )
 
@@ -26,15 +25,15 @@ A, B = TopicPartition("a", 1), TopicPartition("b", 1)
 def test_encoding_is_kafka_streams_version_2_without_processor_metadata():
     # version byte 2, then 1234 as a big-endian long, base64: what Kafka Streams commits for time 1234
     assert encode_partition_time(1234) == "AgAAAAAAAATS"
-    assert decode_partition_time("AgAAAAAAAATS") == 1234
+    assert decode_commit_metadata("AgAAAAAAAATS")[0] == 1234
     for time in (UNKNOWN, 0, 1_700_000_000_000, (1 << 63) - 1):
-        assert decode_partition_time(encode_partition_time(time)) == time
+        assert decode_commit_metadata(encode_partition_time(time))[0] == time
 
 
 def test_decoding_accepts_version_1_and_processor_metadata_after_the_time():
-    assert decode_partition_time("AQAAAAAAAABj") == 99  # version 1: the time only
+    assert decode_commit_metadata("AQAAAAAAAABj")[0] == 99  # version 1: the time only
     with_processor_metadata = struct.pack(">bqii", 2, 77, 1, 3) + b"key" + struct.pack(">q", 5)
-    assert decode_partition_time(base64.b64encode(with_processor_metadata).decode()) == 77
+    assert decode_commit_metadata(base64.b64encode(with_processor_metadata).decode())[0] == 77
 
 
 def test_processor_metadata_round_trips_in_kafka_streams_layout():
@@ -49,7 +48,7 @@ def test_processor_metadata_round_trips_in_kafka_streams_layout():
 @pytest.mark.parametrize("metadata", [None, "", "not base64!", "AA==",
                                       base64.b64encode(b"\x09" + bytes(8)).decode()])
 def test_missing_or_foreign_metadata_is_an_unknown_time(metadata):
-    assert decode_partition_time(metadata) == UNKNOWN
+    assert decode_commit_metadata(metadata)[0] == UNKNOWN
 
 
 def _task(tmp_path, **overrides):

@@ -60,10 +60,6 @@ def decode_commit_metadata(metadata: str | None) -> tuple[int, dict[str, int]]:
     return partition_time, processor_metadata
 
 
-def decode_partition_time(metadata: str | None) -> int:
-    return decode_commit_metadata(metadata)[0]
-
-
 def _processor_metadata(raw: bytes, at: int) -> dict[str, int]:
     if at == len(raw):
         return {}
