@@ -316,12 +316,9 @@ class StreamTask:
         except StromError:
             raise
         except Exception as exc:
-            context = self.context.record_context
             raise ProcessingError(
-                f"Exception caught in process. taskId={self.id}, topic={context.topic}, "
-                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}. "
-                "Fix the processor, or set processing.exception.handler to "
-                "'LogAndContinueProcessingExceptionHandler' to skip records it fails on."
+                self._caught_in_process(exc) + ". Fix the processor, or set processing.exception.handler "
+                "to 'LogAndContinueProcessingExceptionHandler' to skip records it fails on."
             ) from exc
         return count
 
@@ -401,11 +398,17 @@ class StreamTask:
             self.metrics.dropped_records += 1
             return
         raise ProcessingError(
-            f"Exception caught in process. taskId={self.id}, processor={node.name}, topic={current.topic}, "
-            f"partition={current.partition}, offset={current.offset}: {type(exc).__name__}: {exc}"
+            self._caught_in_process(exc, node.name)
             + ("" if response is HandlerResponse.FAIL else
                f" (the processing.exception.handler returned {response!r}, not a HandlerResponse)")
         ) from exc
+
+    def _caught_in_process(self, exc: Exception, processor: str | None = None) -> str:
+        """What failed where: the task, the processor when known, the record being processed."""
+        context = self.context.record_context
+        at = "" if processor is None else f", processor={processor}"
+        return (f"Exception caught in process. taskId={self.id}{at}, topic={context.topic}, "
+                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}")
 
     def _deserialize(self, raw: ConsumerRecord, source: SourceNode) -> tuple[Any, Any] | None:
         """Key and value through the source's deserializers; None when the handler skips the record."""
