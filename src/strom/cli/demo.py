@@ -83,13 +83,8 @@ def produce_page_views(bootstrap: str, topic: str, records: int, seed: int) -> C
         page = rng.choices(PAGES, weights)[0]
         user = f"user-{rng.randrange(1000)}"
         expected[page] += 1
-        while True:
-            try:
-                producer.produce(topic, json.dumps({"user": user, "page": page}).encode(), user.encode(),
-                                 timestamp=start_ms + i)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        clients.produce(producer, topic, json.dumps({"user": user, "page": page}).encode(), user.encode(),
+                        timestamp=start_ms + i)
     if producer.flush(60):
         raise click.ClickException(f"Could not write the page views to {topic} at {bootstrap}.")
     return expected

@@ -53,6 +53,18 @@ def producer(bootstrap_servers: str, **overrides: Any) -> Producer:
     return _build(Producer, _config(bootstrap_servers, PRODUCER_DEFAULTS, overrides))
 
 
+def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | None = None,
+            **kwargs: Any) -> None:
+    """``producer.produce``, waiting while librdkafka's queue is full (BufferError): it serves delivery
+    reports, which free the queue, and tries again."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def consumer(bootstrap_servers: str, group_id: str | None = None, **overrides: Any) -> Consumer:
     """A manual-commit, read_committed consumer starting from the earliest offset unless overridden."""
     if group_id is not None:

@@ -248,7 +248,7 @@ def _produce_batch(producer: Producer, default_topic: str | None, batch: pa.Reco
             try:
                 produce(default_topic, value, key)
             except BufferError:
-                _produce_when_queue_frees(producer, default_topic, key, value, -1, None)
+                clients.produce(producer, default_topic, value, key)
         producer.poll(0)
         return len(keys)
     topics = _column(batch, "topic") if default_topic is None else [default_topic] * len(keys)
@@ -259,18 +259,8 @@ def _produce_batch(producer: Producer, default_topic: str | None, batch: pa.Reco
             raise ConfigError("A row has a null 'topic' and no option 'topic' is set; fill the "
                               "column or set the option.")
         record_headers = None if header is None else [(h["key"], h["value"]) for h in header]
-        _produce_when_queue_frees(producer, topic, key, value, -1 if partition is None else partition,
-                                  record_headers)
+        clients.produce(producer, topic, value, key, partition=-1 if partition is None else partition,
+                        headers=record_headers)
     producer.poll(0)
     return len(keys)
 
-
-def _produce_when_queue_frees(producer: Producer, topic: str, key, value, partition: int, headers
-                              ) -> None:
-    """Produces, serving delivery reports while librdkafka's queue is full (BufferError)."""
-    while True:
-        try:
-            producer.produce(topic, value, key, partition=partition, headers=headers)
-            return
-        except BufferError:
-            producer.poll(0.05)

@@ -84,13 +84,8 @@ class DecatonClient(Generic[T]):
             else:
                 result.set_result(PutTaskResult(message.topic(), message.partition(), message.offset()))
 
-        while True:
-            try:
-                self._producer.produce(self.topic, value, key, headers=headers, timestamp=timestamp_ms,
-                                       on_delivery=delivered)
-                break
-            except BufferError:  # librdkafka's queue is full: the poller drains it
-                time.sleep(0.01)
+        clients.produce(self._producer, self.topic, value, key, headers=headers, timestamp=timestamp_ms,
+                        on_delivery=delivered)
 
     def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> int:
         """Waits for the tasks in flight; returns how many are still undelivered."""

@@ -8,6 +8,7 @@ import time
 
 from confluent_kafka import KafkaError, Producer
 
+from strom.kafka import clients
 from strom.tasks.completion import Completion
 from strom.tasks.context import SCHEDULED_MS_HEADER, Headers, TaskRequest
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
@@ -76,13 +77,8 @@ class RetryQueue:
                       request.metadata, topic, err)
             self._produce(topic, request, headers, completion)
 
-        while True:
-            try:
-                self._producer.produce(topic, value=request.value, key=request.key, headers=headers,
-                                       on_delivery=delivered)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
+        clients.produce(self._producer, topic, request.value, request.key, headers=headers,
+                        on_delivery=delivered)
 
     def poll(self) -> None:
         self._producer.poll(0)

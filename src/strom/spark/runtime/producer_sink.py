@@ -37,12 +37,7 @@ class ProducerSink:
             kwargs["partition"] = partition
         if headers:
             kwargs["headers"] = list(headers)
-        while True:
-            try:
-                self.producer.produce(topic, value, key, **kwargs)
-                break
-            except BufferError:
-                self.producer.poll(0.05)  # librdkafka's queue is full: serve deliveries, retry
+        clients.produce(self.producer, topic, value, key, **kwargs)
         self.sent[topic] += 1
         self._unpolled += 1
         if self._unpolled >= _POLL_EVERY:
