@@ -104,7 +104,9 @@ def test_async_processors_run_on_asyncio_units(broker) -> None:
     assert sorted(s.partition for s in snapshots) == [0, 1]
     for snapshot in snapshots:
         assert snapshot.pending == 0 and snapshot.concurrency == 50
-        assert 10 <= snapshot.latency_p50_ms <= snapshot.latency_p99_ms <= snapshot.latency_max_ms
+        # asyncio runs a timer that is due within one clock resolution, so a 10 ms sleep may end early by that
+        # much (CI measured 9.96 ms); the latency still covers the sleep, not only the bookkeeping around it
+        assert 9 <= snapshot.latency_p50_ms <= snapshot.latency_p99_ms <= snapshot.latency_max_ms
         assert snapshot.queue_starved_s > 0  # idle before the first records and after the last
     _assert_per_key_order(seen)
     assert elapsed < 10  # sequential would take 2000 * 10 ms / 2 partitions = 10 s
