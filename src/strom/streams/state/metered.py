@@ -37,8 +37,8 @@ class StoreMetrics:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-class MeteredKeyValueStore:
-    """The typed key-value store processors use: ``store.put("alice", 3)``, ``store.get("alice")``."""
+class MeteredStore:
+    """What every typed store shares: serdes bound at ``init``, key checks, metrics, open state."""
 
     def __init__(self, wrapped: Any, key_serde: Any, value_serde: Any, metrics_scope: str) -> None:
         self.wrapped = wrapped
@@ -89,6 +89,18 @@ class MeteredKeyValueStore:
             raise NullKeyError(f"Store {self.name} got a None key; filter out records with None keys "
                                "before a stateful operation.")
         return self._key_ser(self._topic, key)
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+        self.metrics.flush += 1
+
+    def close(self) -> None:
+        self._open = False
+        self.wrapped.close()
+
+
+class MeteredKeyValueStore(MeteredStore):
+    """The typed key-value store processors use: ``store.put("alice", 3)``, ``store.get("alice")``."""
 
     # get and put are every stateful record's path: the bound encoders first, the serdes' own methods
     # only when an encoder refuses its input (encoder_of's contract)
@@ -164,14 +176,6 @@ class MeteredKeyValueStore:
 
     def approximate_num_entries(self) -> int:
         return self.wrapped.approximate_num_entries()
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-        self.metrics.flush += 1
-
-    def close(self) -> None:
-        self._open = False
-        self.wrapped.close()
 
     def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
         """Deliver flushed cache entries to ``listener`` as typed (key, new, old, timestamp).

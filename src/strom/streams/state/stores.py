@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from strom.errors import TopologyError
+from strom.streams.kstream.windows import Duration, to_millis
 from strom.streams.state.caching import CachingKeyValueStore
 from strom.streams.state.changelogging import ChangeLoggingKeyValueStore
 from strom.streams.state.memory import InMemoryKeyValueStore
 from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.rocksdb import RocksDBStore
 from strom.streams.state.transaction import TransactionalKeyValueStore
+from strom.streams.state.versioned import MeteredVersionedKeyValueStore, build_versioned_store
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -59,6 +61,22 @@ class RocksDBKeyValueBytesStoreSupplier(KeyValueBytesStoreSupplier):
 
     def get(self) -> RocksDBStore:
         return RocksDBStore(self.name)
+
+
+class RocksDBVersionedStoreSupplier(RocksDBKeyValueBytesStoreSupplier):
+    """A RocksDB store that keeps each key's versions for ``history_retention_ms`` (KIP-889)."""
+
+    metrics_scope = "rocksdb-versioned"
+
+    def __init__(self, name: str, history_retention_ms: int) -> None:
+        super().__init__(name)
+        self.history_retention_ms = history_retention_ms
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, history_retention_ms={self.history_retention_ms})"
+
+
+_DAY_MS = 24 * 60 * 60 * 1000
 
 
 class KeyValueStoreBuilder:
@@ -122,6 +140,36 @@ class TimestampedKeyValueStoreBuilder(KeyValueStoreBuilder):
     timestamped = True
 
 
+class VersionedKeyValueStoreBuilder(KeyValueStoreBuilder):
+    """Builds a versioned store: no cache (as in Kafka Streams); the changelog keeps each version at
+    least the history retention plus a day before compaction may drop it (Kafka's default)."""
+
+    def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Any, value_serde: Any) -> None:
+        if not isinstance(supplier, RocksDBVersionedStoreSupplier):
+            raise TopologyError(f"{supplier!r} is not a versioned store supplier; make one with "
+                                "Stores.persistent_versioned_key_value_store(name, history_retention).")
+        super().__init__(supplier, key_serde, value_serde)
+        self.history_retention_ms = supplier.history_retention_ms
+        self.log_config = self._changelog_defaults()
+
+    def _changelog_defaults(self) -> dict[str, str]:
+        return {"min.compaction.lag.ms": str(self.history_retention_ms + _DAY_MS)}
+
+    def with_caching_enabled(self) -> KeyValueStoreBuilder:
+        raise TopologyError(f"Versioned store {self.name!r} cannot be cached (Kafka Streams' versioned "
+                            "stores have no record cache); leave caching off.")
+
+    def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> KeyValueStoreBuilder:
+        super().with_logging_enabled(config)
+        self.log_config = {**self._changelog_defaults(), **self.log_config}
+        return self
+
+    def build(self) -> MeteredVersionedKeyValueStore:  # type: ignore[override]
+        store = build_versioned_store(self.supplier.get(), self.history_retention_ms, self.logging_enabled)
+        return MeteredVersionedKeyValueStore(store, self.key_serde, self.value_serde,
+                                             self.supplier.metrics_scope)
+
+
 class Stores:
     @staticmethod
     def in_memory_key_value_store(name: str) -> InMemoryKeyValueBytesStoreSupplier:
@@ -136,6 +184,13 @@ class Stores:
         return RocksDBKeyValueBytesStoreSupplier(name, timestamped=True)
 
     @staticmethod
+    def persistent_versioned_key_value_store(name: str, history_retention: Duration
+                                             ) -> RocksDBVersionedStoreSupplier:
+        """A versioned store: ``get(key, as_of_timestamp)`` answers for any time within
+        ``history_retention`` of the newest timestamp written; older writes are refused."""
+        return RocksDBVersionedStoreSupplier(name, to_millis(history_retention, "history_retention"))
+
+    @staticmethod
     def key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Any,
                                 value_serde: Any) -> KeyValueStoreBuilder:
         return KeyValueStoreBuilder(supplier, key_serde, value_serde)
@@ -144,3 +199,8 @@ class Stores:
     def timestamped_key_value_store_builder(supplier: KeyValueBytesStoreSupplier, key_serde: Any,
                                             value_serde: Any) -> TimestampedKeyValueStoreBuilder:
         return TimestampedKeyValueStoreBuilder(supplier, key_serde, value_serde)
+
+    @staticmethod
+    def versioned_key_value_store_builder(supplier: RocksDBVersionedStoreSupplier, key_serde: Any,
+                                          value_serde: Any) -> VersionedKeyValueStoreBuilder:
+        return VersionedKeyValueStoreBuilder(supplier, key_serde, value_serde)

@@ -1,0 +1,254 @@
+"""Versioned key-value stores (KIP-889): every key keeps its values over time, so a reader can ask for the
+value a key had as of a timestamp. Stream-table joins use it to join a stream record with the table as it
+was at the record's time, not as it is when the record happens to be processed (KIP-914).
+
+Layers, as the other stores: metered (serdes) -> change-logging (one changelog record per version, with the
+version's timestamp) -> versioned (the history logic) -> transactional buffer -> inner RocksDB store.
+Versioned stores have no cache, as in Kafka Streams.
+
+The history lives in the inner store's ordered key space:
+
+- ``v | len(key) | key | ts`` -> ``1 | value`` or ``0`` (a tombstone): one entry per version. A version is
+  valid from its own timestamp to the next version's, so ``get(key, as_of)`` is one reverse seek.
+- ``x | valid_to | len(key) | key | ts`` -> empty: an index by end of validity. A version whose validity
+  ended more than the history retention before the observed stream time can answer no valid query; the
+  index finds those with one range scan, as Kafka drops whole segments.
+- ``t`` -> the observed stream time (the largest timestamp written), kept with the data so a restarted
+  task knows which writes are too old.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any, NamedTuple
+
+from strom.errors import StromError
+from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.metered import MeteredStore
+from strom.streams.state.transaction import TransactionalKeyValueStore
+
+PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
+"""``put`` wrote the key's latest version (valid until a later one comes)."""
+PUT_RETURN_CODE_NOT_PUT = -(2**63)
+"""``put`` wrote nothing: the timestamp is older than the observed stream time minus the history retention."""
+
+_MIN_TS, _MAX_TS = -(2**63), 2**63 - 1
+_SORTABLE = struct.Struct(">Q")
+_LENGTH = struct.Struct(">I")
+_STREAM_TIME_KEY = b"t"
+_STREAM_TIME = struct.Struct(">q")
+_VALUE, _TOMBSTONE = b"\x01", b"\x00"
+
+
+class VersionedRecord(NamedTuple):
+    """A value with the timestamp it became valid and, unless it is the latest, when it stopped being."""
+
+    value: Any
+    timestamp: int
+    valid_to: int | None = None
+
+
+def _ts(timestamp: int) -> bytes:
+    """An 8-byte timestamp whose byte order is its numeric order (negative ones included)."""
+    return _SORTABLE.pack(timestamp - _MIN_TS)
+
+
+def _unts(raw: bytes) -> int:
+    return _SORTABLE.unpack(raw)[0] + _MIN_TS
+
+
+def _prefix(key: bytes) -> bytes:
+    """A version key's prefix: the length keeps ``ab`` from sharing a range with ``abc``."""
+    return b"v" + _LENGTH.pack(len(key)) + key
+
+
+def _index_key(valid_to: int, key: bytes, timestamp: int) -> bytes:
+    return b"x" + _ts(valid_to) + _LENGTH.pack(len(key)) + key + _ts(timestamp)
+
+
+class VersionedKeyValueBytesStore:
+    """The history logic over a byte store (the task's transactional buffer over RocksDB)."""
+
+    def __init__(self, wrapped: Any, history_retention_ms: int) -> None:
+        self.wrapped = wrapped
+        self.history_retention_ms = history_retention_ms
+
+    @property
+    def name(self) -> str:
+        return self.wrapped.name
+
+    @property
+    def persistent(self) -> bool:
+        return self.wrapped.persistent
+
+    @property
+    def is_open(self) -> bool:
+        return self.wrapped.is_open
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self.wrapped.init(context, root)
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+    def observed_stream_time(self) -> int:
+        raw = self.wrapped.get(_STREAM_TIME_KEY)
+        return _MIN_TS if raw is None else _STREAM_TIME.unpack(raw)[0]
+
+    def _oldest_valid_query(self, stream_time: int) -> int:
+        return _MIN_TS if stream_time == _MIN_TS else stream_time - self.history_retention_ms
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
+        """Writes the version of ``key`` at ``timestamp`` (None: a tombstone); returns when it stops being
+        valid (the next version's timestamp), ``PUT_RETURN_CODE_VALID_TO_UNDEFINED`` if it is the latest,
+        or ``PUT_RETURN_CODE_NOT_PUT`` if it is older than the history keeps."""
+        stream_time = self.observed_stream_time()
+        if timestamp < self._oldest_valid_query(stream_time):
+            return PUT_RETURN_CODE_NOT_PUT
+        previous = next(self._versions_at_or_before(key, timestamp), None)
+        following = self._next_version_time(key, timestamp)
+        prefix = _prefix(key)
+        put = self.wrapped.put
+        put(prefix + _ts(timestamp), _TOMBSTONE if value is None else _VALUE + value)
+        replaced = previous is not None and previous[0] == timestamp
+        if not replaced:
+            if previous is not None:  # it now ends here, not at the following version
+                if following is not None:
+                    put(_index_key(following, key, previous[0]), None)
+                put(_index_key(timestamp, key, previous[0]), b"")
+            if following is not None:
+                put(_index_key(following, key, timestamp), b"")
+        if timestamp > stream_time:
+            put(_STREAM_TIME_KEY, _STREAM_TIME.pack(timestamp))
+            self._expire(self._oldest_valid_query(timestamp))
+        return PUT_RETURN_CODE_VALID_TO_UNDEFINED if following is None else following
+
+    def get(self, key: bytes, as_of: int = _MAX_TS) -> tuple[bytes, int, int | None] | None:
+        """(value, valid from, valid to) of the version valid at ``as_of``; None for no value (never written,
+        deleted, or ``as_of`` older than the history keeps)."""
+        if as_of < self._oldest_valid_query(self.observed_stream_time()):
+            return None
+        found = next(self._versions_at_or_before(key, as_of), None)
+        if found is None or found[1] is None:
+            return None
+        timestamp, value = found
+        valid_to = None if as_of == _MAX_TS else self._next_version_time(key, timestamp)
+        return value, timestamp, valid_to
+
+    def _versions_at_or_before(self, key: bytes, timestamp: int) -> Iterator[tuple[int, bytes | None]]:
+        """The key's versions from ``timestamp`` back, newest first: (timestamp, value or None)."""
+        prefix = _prefix(key)
+        for raw_key, raw_value in self.wrapped.reverse_range(prefix, prefix + _ts(timestamp)):
+            yield _unts(raw_key[len(prefix):]), (raw_value[1:] if raw_value[:1] == _VALUE else None)
+
+    def _next_version_time(self, key: bytes, timestamp: int) -> int | None:
+        if timestamp == _MAX_TS:
+            return None
+        prefix = _prefix(key)
+        for raw_key, _ in self.wrapped.range(prefix + _ts(timestamp + 1), prefix + _ts(_MAX_TS)):
+            return _unts(raw_key[len(prefix):])
+        return None
+
+    def _expire(self, oldest_valid_query: int) -> None:
+        """Drops the versions that stopped being valid at or before the oldest timestamp a query may ask
+        for: no valid query can return them."""
+        expired = [index for index, _ in self.wrapped.range(b"x", b"x" + _ts(oldest_valid_query + 1))]
+        put = self.wrapped.put
+        for index in expired:
+            put(b"v" + index[9:], None)  # the version: the index key without tag and valid_to
+            put(index, None)
+
+
+class VersionedTransaction(TransactionalKeyValueStore):
+    """The transactional buffer of a versioned store: a changelog record is a version, not an entry of
+    the inner store, so restoring replays each through the history logic, then commits."""
+
+    replay: Callable[[bytes, bytes | None, int], int]
+
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        if not records:
+            return
+        if self.uncommitted_writes:
+            raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
+        for record in records:
+            self.replay(record.key, record.value, record.timestamp)
+        self.commit(records[-1].offset + 1)
+
+
+class ChangeLoggingVersionedKeyValueStore(VersionedKeyValueBytesStore):
+    """Logs each version written: the record's timestamp is the version's, so the changelog alone
+    rebuilds the history. A write too old to be kept is not logged."""
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self._context = context
+        super().init(context, root)
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
+        valid_to = super().put(key, value, timestamp)
+        if valid_to != PUT_RETURN_CODE_NOT_PUT:
+            self._context.log_change(self.name, key, value, timestamp, self._context.record_context.headers)
+        return valid_to
+
+
+class MeteredVersionedKeyValueStore(MeteredStore):
+    """The typed versioned store: ``put(key, value, timestamp)``, ``get(key)`` (the latest),
+    ``get(key, as_of_timestamp)`` and ``delete(key, timestamp)``; reads give ``VersionedRecord``s."""
+
+    @property
+    def history_retention_ms(self) -> int:
+        return self.wrapped.history_retention_ms
+
+    def put(self, key: Any, value: Any, timestamp: int) -> int:
+        """Returns when the new version stops being valid: the next version's timestamp,
+        ``PUT_RETURN_CODE_VALID_TO_UNDEFINED`` when it is the latest, ``PUT_RETURN_CODE_NOT_PUT`` when the
+        timestamp is older than the history retention allows."""
+        self.metrics.put += 1
+        raw_value = None if value is None else self._value_ser(self._topic, value)
+        return self.wrapped.put(self._raw_key(key), raw_value, _timestamp(timestamp, self.name))
+
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord | None:
+        """The latest version, or the one valid at ``as_of_timestamp``; None if there is no value then
+        (or ``as_of_timestamp`` is older than the history retention allows)."""
+        self.metrics.get += 1
+        as_of = _MAX_TS if as_of_timestamp is None else _timestamp(as_of_timestamp, self.name)
+        found = self.wrapped.get(self._raw_key(key), as_of)
+        if found is None:
+            return None
+        raw_value, valid_from, valid_to = found
+        return VersionedRecord(self._value_de(self._topic, raw_value), valid_from, valid_to)
+
+    def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
+        """Writes a tombstone at ``timestamp``; returns the version that was valid then, if any."""
+        self.metrics.delete += 1
+        old = self.get(key, timestamp)
+        self.put(key, None, timestamp)
+        return old
+
+    def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
+        """No cache: the processor forwards each update itself."""
+        return False
+
+
+class VersionedTimestampError(StromError, TypeError):
+    """A versioned store was given a timestamp that is not whole milliseconds."""
+
+
+def _timestamp(timestamp: Any, store: str) -> int:
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int):
+        raise VersionedTimestampError(f"Versioned store {store} needs timestamps as whole milliseconds "
+                                      f"(int), got {timestamp!r}.")
+    return timestamp
+
+
+def build_versioned_store(inner: Any, history_retention_ms: int, logged: bool) -> VersionedKeyValueBytesStore:
+    """The byte layers of a versioned store over ``inner``; restoring replays versions, never logs them."""
+    transaction = VersionedTransaction(inner, logged=logged, timestamped=False)
+    layer = ChangeLoggingVersionedKeyValueStore if logged else VersionedKeyValueBytesStore
+    store = layer(transaction, history_retention_ms)
+    transaction.replay = partial(VersionedKeyValueBytesStore.put, store)
+    return store
