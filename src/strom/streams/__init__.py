@@ -49,6 +49,7 @@ from strom.streams.processor.internals.task import StreamTask
 from strom.streams.query import QueryableStoreTypes, StoreQueryParameters
 from strom.streams.state.stores import Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import VersionedRecord
 from strom.streams.test_driver import TestInputTopic, TestOutputTopic, TestRecord, TopologyTestDriver
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "TopologyTestDriver",
     "ValueAndTimestamp",
     "ValueTransformerWithKey",
+    "VersionedRecord",
     "Window",
     "Windowed",
     "WindowedSerdes",

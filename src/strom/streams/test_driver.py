@@ -30,6 +30,7 @@ from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.metered import MeteredTimestampedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 DRIVER_APPLICATION_ID = "topology-test-driver"
 
@@ -298,6 +299,12 @@ class TopologyTestDriver:
 
     def get_session_store(self, name: str) -> Any:
         return self.get_state_store(name)
+
+    def get_versioned_key_value_store(self, name: str) -> MeteredVersionedKeyValueStore:
+        store = self.get_state_store(name)
+        if not isinstance(store, MeteredVersionedKeyValueStore):
+            raise TopologyError(f"Store {name!r} is not versioned; read it with get_key_value_store.")
+        return store
 
     def get_key_value_store(self, name: str) -> Any:
         """A key-value view with plain values, also over a timestamped store (as Kafka's driver gives)."""

@@ -79,7 +79,7 @@ _TABLE_MODES = {INNER: (SideMode.INNER, SideMode.INNER, "KTABLE-JOIN"),
 def table_table_join(left: KTable, right: KTable, kind: str, joiner: Callable[..., Any],
                      named: Named | None = None, materialized: Materialized | None = None) -> KTable:
     """A table of ``joiner(left value, right value)`` per key, updated from both sides."""
-    from strom.streams.kstream.internals.materialize import timestamped_store_builder
+    from strom.streams.kstream.internals.materialize import table_store_builder
     from strom.streams.kstream.ktable import KTable
 
     if right.builder is not left.builder:
@@ -104,7 +104,7 @@ def table_table_join(left: KTable, right: KTable, kind: str, joiner: Callable[..
     b.add_processor(merge_name, supplier, this_name, other_name)
     value_serde = materialized.value_serde if materialized is not None else None
     if store_name is not None:
-        b.add_state_store(timestamped_store_builder(materialized, store_name, left.key_serde, value_serde),
+        b.add_state_store(table_store_builder(materialized, store_name, left.key_serde, value_serde),
                           merge_name)
     b.copartition(left.source_topics | right.source_topics)
     queryable = store_name if materialized is not None and materialized.store_name else None
@@ -139,7 +139,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` names."""
     from strom.kafka.serdes import Serdes
     from strom.streams.kstream.internals import foreign_key_join as fk
-    from strom.streams.kstream.internals.materialize import timestamped_store_builder
+    from strom.streams.kstream.internals.materialize import table_store_builder
     from strom.streams.kstream.ktable import KTable
     from strom.streams.state.stores import Stores
 
@@ -189,7 +189,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     b.add_processor(result, supplier, f"{base}-response-join", send)
     value_serde = materialized.value_serde if materialized is not None else None
     if store_name is not None:
-        b.add_state_store(timestamped_store_builder(materialized, store_name, left.key_serde, value_serde),
+        b.add_state_store(table_store_builder(materialized, store_name, left.key_serde, value_serde),
                           result)
     queryable = store_name if materialized is not None and materialized.store_name else None
     table = KTable(builder, result, supplier, left.key_serde, value_serde, queryable,
@@ -198,7 +198,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
         # results carry no old value: a downstream operator that needs one gets a store here
         def materialize() -> None:
             supplier.store_name = name = builder.store_name(None, f"{base}-")
-            b.add_state_store(timestamped_store_builder(None, name, left.key_serde, None), result)
+            b.add_state_store(table_store_builder(None, name, left.key_serde, None), result)
 
         table._materialize_on_demand = materialize
     return table

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from strom.errors import TopologyError
 from strom.streams.kstream.internals import table as tp
 from strom.streams.kstream.internals.functions import key_value_function, value_function
-from strom.streams.kstream.internals.materialize import timestamped_store_builder
+from strom.streams.kstream.internals.materialize import table_store_builder
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
@@ -70,12 +70,14 @@ class KTable:
                 self._materialize_on_demand()
         self.supplier.send_old_values = True
 
-    def _materialize(self, materialized: Materialized | None, store_name: str, *writers: str) -> None:
+    def _materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
+                     versioned_ok: bool = False) -> None:
         """Gives this table a timestamped store built as ``materialized`` says (RocksDB, cached and
         logged unless it says otherwise), connected to the processors that write it (default: the
         table's own); queryable only under a name the user gave."""
         self.supplier.store_name = store_name
-        store = timestamped_store_builder(materialized, store_name, self.key_serde, self.value_serde)
+        store = table_store_builder(materialized, store_name, self.key_serde, self.value_serde,
+                                    versioned_ok=versioned_ok)
         self.builder.internal.add_state_store(store, *(writers or (self.name,)))
         if materialized is not None and materialized.store_name:
             self.queryable_store_name = store_name
@@ -103,6 +105,7 @@ class KTable:
             value_serde,
             parent=self,
             source_topics=self.source_topics,
+            versioned_ok=True,
         )
 
     def filter(
@@ -246,6 +249,7 @@ def materialized_table(
     *,
     parent: KTable | None = None,
     source_topics: frozenset[str] = frozenset(),
+    versioned_ok: bool = False,
 ) -> KTable:
     """Adds table processor ``name`` (with its store when ``store_name`` is given). The table's serdes
     are the Materialized's, else the given ones."""
@@ -256,7 +260,7 @@ def materialized_table(
     builder.internal.add_processor(name, supplier, parent_node)
     table = KTable(builder, name, supplier, key_serde, value_serde, None, parent, source_topics)
     if store_name is not None:
-        table._materialize(materialized, store_name)
+        table._materialize(materialized, store_name, versioned_ok=versioned_ok)
     return table
 
 
@@ -326,7 +330,8 @@ def _table_processor(
         key_serde,
         value_serde,
         source_topics=source_topics,
+        versioned_ok=True,
     )
     if not named_store:
-        table._materialize_on_demand = lambda: table._materialize(materialized, store_name)
+        table._materialize_on_demand = lambda: table._materialize(materialized, store_name, versioned_ok=True)
     return table

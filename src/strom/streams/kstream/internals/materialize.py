@@ -1,26 +1,39 @@
-"""Turns a Materialized into the timestamped key-value store builder a DSL operator uses."""
+"""Turns a Materialized into the store builder a table operator uses: timestamped key-value, or versioned
+where the operator keeps a table's history (source tables, filter, map_values, transform_values)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from strom.errors import TopologyError
 from strom.streams.kstream.options import Materialized
-from strom.streams.state.stores import Stores, TimestampedKeyValueStoreBuilder
+from strom.streams.state.stores import KeyValueStoreBuilder, RocksDBVersionedStoreSupplier, Stores
 
 
-def timestamped_store_builder(
-    materialized: Materialized | None, store_name: str, key_serde: Any, value_serde: Any
-) -> TimestampedKeyValueStoreBuilder:
-    """RocksDB unless the Materialized names a supplier; caching and logging on unless disabled."""
+def table_store_builder(
+    materialized: Materialized | None, store_name: str, key_serde: Any, value_serde: Any,
+    *, versioned_ok: bool = False,
+) -> KeyValueStoreBuilder:
+    """RocksDB unless the Materialized names a supplier; caching and logging on unless disabled (a
+    versioned store has no cache, as in Kafka Streams)."""
     materialized = materialized or Materialized()
     supplier = materialized.store_supplier or Stores.persistent_timestamped_key_value_store(store_name)
-    builder = Stores.timestamped_key_value_store_builder(
-        supplier, materialized.key_serde or key_serde, materialized.value_serde or value_serde
-    )
-    if materialized.caching_enabled:
-        builder.with_caching_enabled()
+    key_serde, value_serde = materialized.key_serde or key_serde, materialized.value_serde or value_serde
+    builder: KeyValueStoreBuilder
+    if isinstance(supplier, RocksDBVersionedStoreSupplier):
+        if not versioned_ok:
+            raise TopologyError(
+                f"Store {supplier.name!r} is versioned, and only tables read from a topic "
+                "(StreamsBuilder.table, KStream.to_table) or made by KTable filter, filter_not, map_values "
+                "and transform_values keep a history; materialize this one with "
+                "Stores.persistent_timestamped_key_value_store.")
+        builder = Stores.versioned_key_value_store_builder(supplier, key_serde, value_serde)
     else:
-        builder.with_caching_disabled()
+        builder = Stores.timestamped_key_value_store_builder(supplier, key_serde, value_serde)
+        if materialized.caching_enabled:
+            builder.with_caching_enabled()
+        else:
+            builder.with_caching_disabled()
     if materialized.logging_enabled:
         builder.with_logging_enabled(materialized.topic_config)
     else:

@@ -1,5 +1,6 @@
 """KStream-KTable joins (Kafka's KStreamKTableJoin): each stream record looks up the table's current
-value for its key; table updates only change the table and never emit.
+value for its key (a versioned table: its value as of the stream record's timestamp); table updates
+only change the table and never emit.
 
 Stream records with a null value are dropped (counted in dropped_records). A null key is dropped by
 the inner join; the left join joins it with None (KIP-962).
@@ -12,6 +13,7 @@ from typing import Any
 
 from strom.streams.kstream.join_options import ValueJoiner
 from strom.streams.processor.api import Processor, Record
+from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,9 @@ class KStreamKTableJoin(Processor):
         self.context = context
         self.forward = context.forward
         self.store = context.get_state_store(self.store_name)
+        # a versioned table answers as of the stream record's time (KIP-914), so a late stream record
+        # joins the table value that was valid when it happened
+        self.as_of_record_time = isinstance(self.store, MeteredVersionedKeyValueStore)
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -33,7 +38,12 @@ class KStreamKTableJoin(Processor):
             log.debug("Skipping stream-table join record with null key or value: %r", record)
             self.context.metrics.dropped_records += 1
             return
-        current = None if key is None else self.store.get(key)
+        if key is None:
+            current = None
+        elif self.as_of_record_time:
+            current = self.store.get(key, record.timestamp)
+        else:
+            current = self.store.get(key)
         if current is None and not self.left:
             return
         other = None if current is None else current.value

@@ -11,6 +11,7 @@ from typing import Any
 from strom.streams.kstream.change import Change
 from strom.streams.processor.api import Processor, Record, new_tuple
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED, MeteredVersionedKeyValueStore
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +66,17 @@ class _StoreBacked(Processor):
         self.context = context
         if self.supplier.store_name is not None:
             self.store = context.get_state_store(self.supplier.store_name)
+            self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
             self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
 
     def emit(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        """Stores (when materialized) and forwards Change(new, old)."""
+        """Stores (when materialized) and forwards Change(new, old). A versioned table forwards only a
+        new latest version: an out-of-order update goes into the history, not downstream (KIP-914)."""
         if self.forwarder is not None:
-            self.store.put(key, ValueAndTimestamp.make(new, timestamp))
+            if not self.versioned:
+                self.store.put(key, ValueAndTimestamp.make(new, timestamp))
+            elif self.store.put(key, new, timestamp) != PUT_RETURN_CODE_VALID_TO_UNDEFINED:
+                return
             self.forwarder.maybe_forward(key, new, old, timestamp)
         else:
             change = Change(new, old if self.supplier.send_old_values else None)

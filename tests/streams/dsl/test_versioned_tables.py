@@ -1,0 +1,130 @@
+"""Versioned tables (KIP-914): a table materialized in a versioned store keeps its history, forwards only
+new latest versions, and a stream-table join reads it as of each stream record's time."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.errors import TopologyError
+from strom.kafka.serdes import Serdes
+from strom.streams import (
+    Consumed,
+    Materialized,
+    Produced,
+    StreamsBuilder,
+    TopologyTestDriver,
+    VersionedRecord,
+)
+from strom.streams.processor.api import Processor
+from strom.streams.state.stores import Stores
+
+S = Serdes.String()
+
+
+def versioned(name: str, retention_ms: int = 60_000) -> Materialized:
+    return Materialized.as_(Stores.persistent_versioned_key_value_store(name, retention_ms))
+
+
+def test_a_source_table_keeps_its_history_and_forwards_only_new_latest_versions(props):
+    builder = StreamsBuilder()
+    table = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    table.to_stream().to("out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        prices = driver.create_input_topic("prices", S, S)
+        prices.pipe_input("apple", "1.00", timestamp=1000)
+        prices.pipe_input("apple", "1.20", timestamp=3000)
+        prices.pipe_input("apple", "1.10", timestamp=2000)  # late: history only
+        prices.pipe_input("apple", None, timestamp=4000)
+        out = driver.create_output_topic("out", S, S).read_records_to_list()
+        store = driver.get_versioned_key_value_store("prices")
+        assert [(r.value, r.timestamp) for r in out] == [("1.00", 1000), ("1.20", 3000), (None, 4000)]
+        assert store.get("apple") is None
+        assert store.get("apple", 2500) == VersionedRecord("1.10", 2000, 3000)
+        assert store.get("apple", 1500) == VersionedRecord("1.00", 1000, 2000)
+        assert store.get("apple", 3999) == VersionedRecord("1.20", 3000, 4000)
+
+
+def _join_topology(store: Materialized | None) -> StreamsBuilder:
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S), store)
+    orders = builder.stream("orders", Consumed.with_(S, S))
+    orders.join(prices, lambda qty, price: f"{qty}@{price}").to("out", Produced.with_(S, S))
+    return builder
+
+
+def _join(builder: StreamsBuilder, props) -> list[tuple[str, str]]:
+    with TopologyTestDriver(builder.build(), props) as driver:
+        prices = driver.create_input_topic("prices", S, S)
+        orders = driver.create_input_topic("orders", S, S)
+        prices.pipe_input("apple", "1.00", timestamp=1000)
+        prices.pipe_input("apple", "1.20", timestamp=3000)
+        orders.pipe_input("apple", "5", timestamp=3500)
+        orders.pipe_input("apple", "2", timestamp=2000)  # late: placed while the price was 1.00
+        orders.pipe_input("apple", "7", timestamp=500)  # before any price
+        return driver.create_output_topic("out", S, S).read_key_values_to_list()
+
+
+def test_a_stream_record_joins_the_versioned_table_as_of_its_own_time(props):
+    assert _join(_join_topology(versioned("prices")), props) == [("apple", "5@1.20"), ("apple", "2@1.00")]
+
+
+def test_without_a_versioned_table_a_late_record_joins_the_latest_value(props):
+    assert _join(_join_topology(None), props) == [
+        ("apple", "5@1.20"), ("apple", "2@1.20"), ("apple", "7@1.20")]
+
+
+def test_a_versioned_filter_result_drops_late_updates_downstream(props):
+    builder = StreamsBuilder()
+    (builder.table("prices", Consumed.with_(S, S))
+     .filter(lambda key, price: float(price) < 2, versioned("cheap"))
+     .to_stream().to("out", Produced.with_(S, S)))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        prices = driver.create_input_topic("prices", S, S)
+        prices.pipe_input("apple", "1.00", timestamp=1000)
+        prices.pipe_input("apple", "1.50", timestamp=3000)
+        prices.pipe_input("apple", "1.20", timestamp=2000)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
+            ("apple", "1.00"), ("apple", "1.50")]
+        assert driver.get_versioned_key_value_store("cheap").get("apple", 2500) == VersionedRecord(
+            "1.20", 2000, 3000)
+
+
+def test_aggregations_refuse_a_versioned_store_with_a_way_out():
+    builder = StreamsBuilder()
+    with pytest.raises(TopologyError, match="persistent_timestamped_key_value_store"):
+        builder.stream("in", Consumed.with_(S, S)).group_by_key().count(versioned("counts"))
+
+
+class LatestBefore(Processor):
+    """Processor API: remembers each key's values and answers with the previous one."""
+
+    def init(self, context) -> None:
+        self.context = context
+        self.store = context.get_state_store("history")
+
+    def process(self, record) -> None:
+        before = self.store.get(record.key, record.timestamp - 1)
+        self.store.put(record.key, record.value, record.timestamp)
+        self.context.forward(record.with_value(None if before is None else before.value))
+
+
+def test_the_processor_api_reads_and_writes_a_versioned_store(props):
+    builder = StreamsBuilder()
+    supplier = Stores.persistent_versioned_key_value_store("history", 10_000)
+    builder.add_state_store(Stores.versioned_key_value_store_builder(supplier, S, S))
+    stream = builder.stream("in", Consumed.with_(S, S))
+    stream.process(LatestBefore, "history").to("out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        for value, timestamp in [("a", 10), ("b", 20), ("late", 15), ("c", 30)]:
+            source.pipe_input("k", value, timestamp=timestamp)
+        assert [v for _, v in driver.create_output_topic("out", S, S).read_key_values_to_list()] == [
+            None, "a", "a", "b"]
+
+
+def test_the_driver_says_which_getter_reads_a_plain_store(props):
+    builder = StreamsBuilder()
+    builder.table("in", Consumed.with_(S, S), Materialized.as_("plain"))
+    with (TopologyTestDriver(builder.build(), props) as driver,
+          pytest.raises(TopologyError, match="not versioned; read it with get_key_value_store")):
+        driver.get_versioned_key_value_store("plain")
