@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import defaultdict
+from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -30,8 +31,9 @@ def word_count(lines: str, counts: str) -> Topology:
     return builder.build()
 
 
-def read_updates(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[str, list[int]]:
-    """Every update of ``topic`` read read_committed, in order per key."""
+def read_updates(bootstrap: str, topic: str, timeout: float = 60.0,
+                 value_serde: Any = L) -> dict[str, list[Any]]:
+    """Every update of ``topic`` read read_committed, in order per key (values Long unless told)."""
     consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True})
     partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -42,7 +44,7 @@ def read_updates(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[str,
         for message in consumer.consume(1000, 0.5):
             if message.error() is None:
                 updates[S.deserializer().deserialize(topic, message.key())].append(
-                    L.deserializer().deserialize(topic, message.value()))
+                    value_serde.deserializer().deserialize(topic, message.value()))
             elif message.error().code() == KafkaError._PARTITION_EOF:
                 at_end.add(message.partition())
     consumer.close()

@@ -16,6 +16,7 @@ from typing import Any
 from strom.errors import ConfigError, InvalidStateStoreError
 from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import MeteredVersionedKeyValueStore, VersionedRecord
 from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
 
 
@@ -127,6 +128,14 @@ class ReadOnlySessionStore(_PartitionedView):
         return self._first(lambda store: store.fetch_session(key, session_start, session_end))
 
 
+class ReadOnlyVersionedKeyValueStore(_PartitionedView):
+    """A versioned store's reads over its partitions (what Kafka offers as IQv2's VersionedKeyQuery)."""
+
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord | None:
+        """The key's latest version, or the one valid at ``as_of_timestamp``; None when there is none."""
+        return self._first(lambda store: store.get(key, as_of_timestamp))
+
+
 @dataclass(frozen=True)
 class QueryableStoreType:
     """What a store must be to be read as this type, and the read-only view it is read through."""
@@ -163,6 +172,12 @@ class QueryableStoreTypes:
         return QueryableStoreType("timestamped_key_value_store",
                                   lambda s: isinstance(s, MeteredTimestampedKeyValueStore),
                                   ReadOnlyKeyValueStore)
+
+    @staticmethod
+    def versioned_key_value_store() -> QueryableStoreType:
+        return QueryableStoreType("versioned_key_value_store",
+                                  lambda s: isinstance(s, MeteredVersionedKeyValueStore),
+                                  ReadOnlyVersionedKeyValueStore)
 
     @staticmethod
     def window_store() -> QueryableStoreType:

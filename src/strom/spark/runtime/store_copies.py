@@ -159,5 +159,5 @@ def _check_type(params: StoreQueryParameters, store_builder: Any) -> None:
         raise InvalidStateStoreError(
             f"Store {params.store_name!r} is a {type(store).__name__}; it cannot be queried as "
             f"{params.query_type.name}. Pass the QueryableStoreTypes method of the store's kind "
-            "(key_value_store, timestamped_key_value_store, window_store, timestamped_window_store "
-            "or session_store).")
+            "(key_value_store, timestamped_key_value_store, versioned_key_value_store, window_store, "
+            "timestamped_window_store or session_store).")
