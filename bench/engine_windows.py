@@ -3,7 +3,8 @@
 Cases (10k distinct keys, string keys and values, record timestamps 1 ms apart):
   d  group_by_key().windowed_by(1-minute tumbling windows).count(), RocksDB and in-memory window store,
      and RocksDB with EmitStrategy.on_window_close() ("on close": one final result per window)
-  e  stream-table join: each stream record looks up a 10k-key table (loaded first, not timed)
+  e  stream-table join: each stream record looks up a 10k-key table (loaded first, not timed); and the
+     same join with the table in a versioned store (a lookup as of each record's time; no cache)
 with caching on and off. Records are fed raw to the task, which commits every --commit-every records,
 as in bench/engine.py (whose feeding and sink this reuses).
 
@@ -24,7 +25,15 @@ from functools import partial
 
 from engine import CountingSink, interleaved, make_records, print_setup, run_case
 from strom.kafka.serdes import Serdes
-from strom.streams import EmitStrategy, Materialized, Produced, StreamsBuilder, StreamsConfig, StreamTask
+from strom.streams import (
+    EmitStrategy,
+    Materialized,
+    Produced,
+    Stores,
+    StreamsBuilder,
+    StreamsConfig,
+    StreamTask,
+)
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import TimeWindows
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
@@ -50,18 +59,27 @@ def windowed_count(store_factory, emit: EmitStrategy = UPDATES):
     return build
 
 
-def stream_table_join(builder: StreamsBuilder, caching: bool) -> None:
-    materialized = Materialized.as_("table") if caching else Materialized.as_("table").with_caching_disabled()
-    table = builder.table("table", materialized=materialized)
-    builder.stream("in").join(table, lambda value, other: value + other).to("out")
+def stream_table_join(materialized: Materialized) -> Callable[[StreamsBuilder], None]:
+    def build(builder: StreamsBuilder) -> None:
+        table = builder.table("table", materialized=materialized)
+        builder.stream("in").join(table, lambda value, other: value + other).to("out")
+
+    return build
 
 
-def run_join(caching: bool, records: list[ConsumerRecord], keys: int, commit_every: int,
-             cache_bytes: int) -> float:
+def join_table(caching: bool) -> Materialized:
+    return Materialized.as_("table") if caching else Materialized.as_("table").with_caching_disabled()
+
+
+VERSIONED_TABLE = Materialized.as_(Stores.persistent_versioned_key_value_store("table", timedelta(hours=1)))
+
+
+def run_join(build: Callable[[StreamsBuilder], None], records: list[ConsumerRecord], keys: int,
+             commit_every: int, cache_bytes: int) -> float:
     state_dir = tempfile.mkdtemp(prefix="strom-bench-")
     try:
         builder = StreamsBuilder()
-        stream_table_join(builder, caching)
+        build(builder)
         config = StreamsConfig({"application.id": "bench", "state.dir": state_dir,
                                 "default.key.serde": "String", "default.value.serde": "String",
                                 "statestore.cache.max.bytes": cache_bytes})
@@ -117,7 +135,12 @@ def main() -> None:
                     run_case, build, caching, records, args.commit_every, args.cache_bytes)
         if not args.case or "e" in args.case:
             runs[f"{'e stream-table join':<30} caching {state}"] = partial(
-                run_join, caching, records, args.keys, args.commit_every, args.cache_bytes)
+                run_join, stream_table_join(join_table(caching)), records, args.keys, args.commit_every,
+                args.cache_bytes)
+    if not args.case or "e" in args.case:  # a versioned store has no cache
+        runs[f"{'e join, versioned table':<30} caching off"] = partial(
+            run_join, stream_table_join(VERSIONED_TABLE), records, args.keys, args.commit_every,
+            args.cache_bytes)
     interleaved(args.repeat, runs)
 
 if __name__ == "__main__":

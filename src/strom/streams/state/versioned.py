@@ -8,8 +8,9 @@ Versioned stores have no cache, as in Kafka Streams.
 
 The history lives in the inner store's ordered key space:
 
-- ``v | len(key) | key | ts`` -> ``1 | value`` or ``0`` (a tombstone): one entry per version. A version is
-  valid from its own timestamp to the next version's, so ``get(key, as_of)`` is one reverse seek.
+- ``v | len(key) | key | ts`` -> ``valid_to | 1 | value`` or ``valid_to | 0`` (a tombstone): one entry per
+  version, valid from its own timestamp to the next version's (``valid_to``), so ``get(key, as_of)`` is
+  one reverse seek.
 - ``x | valid_to | len(key) | key | ts`` -> empty: an index by end of validity. A version whose validity
   ended more than the history retention before the observed stream time can answer no valid query; the
   index finds those with one range scan, as Kafka drops whole segments.
@@ -20,7 +21,7 @@ The history lives in the inner store's ordered key space:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -38,7 +39,7 @@ _MIN_TS, _MAX_TS = -(2**63), 2**63 - 1
 _SORTABLE = struct.Struct(">Q")
 _LENGTH = struct.Struct(">I")
 _STREAM_TIME_KEY = b"t"
-_STREAM_TIME = struct.Struct(">q")
+_STREAM_TIME = _VALID_TO = struct.Struct(">q")
 _VALUE, _TOMBSTONE = b"\x01", b"\x00"
 
 
@@ -57,6 +58,17 @@ def _ts(timestamp: int) -> bytes:
 
 def _unts(raw: bytes) -> int:
     return _SORTABLE.unpack(raw)[0] + _MIN_TS
+
+
+def _version(valid_to: int | None, value: bytes | None) -> bytes:
+    """A stored version: when it stops being valid (the largest timestamp: not yet), then the value."""
+    return _VALID_TO.pack(_MAX_TS if valid_to is None else valid_to) + (
+        _TOMBSTONE if value is None else _VALUE + value)
+
+
+def _valid_to(version: bytes) -> int | None:
+    valid_to = _VALID_TO.unpack_from(version)[0]
+    return None if valid_to == _MAX_TS else valid_to
 
 
 def _prefix(key: bytes) -> bytes:
@@ -110,17 +122,18 @@ class VersionedKeyValueBytesStore:
         stream_time = self.observed_stream_time()
         if timestamp < self._oldest_valid_query(stream_time):
             return PUT_RETURN_CODE_NOT_PUT
-        previous = next(self._versions_at_or_before(key, timestamp), None)
-        following = self._next_version_time(key, timestamp)
         prefix = _prefix(key)
+        previous = self._version_at(prefix, timestamp)
+        following = _valid_to(previous[1]) if previous is not None else self._first_after(prefix, timestamp)
         put = self.wrapped.put
-        put(prefix + _ts(timestamp), _TOMBSTONE if value is None else _VALUE + value)
-        replaced = previous is not None and previous[0] == timestamp
-        if not replaced:
-            if previous is not None:  # it now ends here, not at the following version
+        put(prefix + _ts(timestamp), _version(following, value))
+        if previous is None or previous[0] < timestamp:  # a new version, not a replaced one
+            if previous is not None:  # the previous version now ends here, not at the following one
+                previous_time, previous_raw = previous
+                put(prefix + _ts(previous_time), _VALID_TO.pack(timestamp) + previous_raw[8:])
                 if following is not None:
-                    put(_index_key(following, key, previous[0]), None)
-                put(_index_key(timestamp, key, previous[0]), b"")
+                    put(_index_key(following, key, previous_time), None)
+                put(_index_key(timestamp, key, previous_time), b"")
             if following is not None:
                 put(_index_key(following, key, timestamp), b"")
         if timestamp > stream_time:
@@ -133,23 +146,22 @@ class VersionedKeyValueBytesStore:
         deleted, or ``as_of`` older than the history keeps)."""
         if as_of < self._oldest_valid_query(self.observed_stream_time()):
             return None
-        found = next(self._versions_at_or_before(key, as_of), None)
-        if found is None or found[1] is None:
+        found = self._version_at(_prefix(key), as_of)
+        if found is None or found[1][8:9] != _VALUE:
             return None
-        timestamp, value = found
-        valid_to = None if as_of == _MAX_TS else self._next_version_time(key, timestamp)
-        return value, timestamp, valid_to
+        timestamp, raw = found
+        return raw[9:], timestamp, _valid_to(raw)
 
-    def _versions_at_or_before(self, key: bytes, timestamp: int) -> Iterator[tuple[int, bytes | None]]:
-        """The key's versions from ``timestamp`` back, newest first: (timestamp, value or None)."""
-        prefix = _prefix(key)
-        for raw_key, raw_value in self.wrapped.reverse_range(prefix, prefix + _ts(timestamp)):
-            yield _unts(raw_key[len(prefix):]), (raw_value[1:] if raw_value[:1] == _VALUE else None)
+    def _version_at(self, prefix: bytes, timestamp: int) -> tuple[int, bytes] | None:
+        """(valid from, stored version) of the version valid at ``timestamp``: one reverse seek."""
+        for raw_key, raw in self.wrapped.reverse_range(prefix, prefix + _ts(timestamp)):
+            return _unts(raw_key[len(prefix):]), raw
+        return None
 
-    def _next_version_time(self, key: bytes, timestamp: int) -> int | None:
+    def _first_after(self, prefix: bytes, timestamp: int) -> int | None:
+        """When the key's first version after ``timestamp`` starts (only asked when none is at or before)."""
         if timestamp == _MAX_TS:
             return None
-        prefix = _prefix(key)
         for raw_key, _ in self.wrapped.range(prefix + _ts(timestamp + 1), prefix + _ts(_MAX_TS)):
             return _unts(raw_key[len(prefix):])
         return None
