@@ -9,6 +9,7 @@ from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
+    Joined,
     Materialized,
     Produced,
     StreamsBuilder,
@@ -128,3 +129,50 @@ def test_the_driver_says_which_getter_reads_a_plain_store(props):
     with (TopologyTestDriver(builder.build(), props) as driver,
           pytest.raises(TopologyError, match="not versioned; read it with get_key_value_store")):
         driver.get_versioned_key_value_store("plain")
+
+
+def _graced(grace_ms: int, retention_ms: int = 60_000) -> StreamsBuilder:
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S), versioned("prices", retention_ms))
+    orders = builder.stream("orders", Consumed.with_(S, S))
+    joined = Joined.with_(S, S).with_grace_period(grace_ms)
+    orders.join(prices, lambda qty, price: f"{qty}@{price}", joined).to("out", Produced.with_(S, S))
+    return builder
+
+
+def test_with_a_grace_period_records_wait_for_late_table_updates_and_leave_in_time_order(props):
+    with TopologyTestDriver(_graced(1000).build(), props) as driver:
+        prices = driver.create_input_topic("prices", S, S)
+        orders = driver.create_input_topic("orders", S, S)
+        out = driver.create_output_topic("out", S, S)
+        prices.pipe_input("apple", "1.00", timestamp=1000)
+        orders.pipe_input("apple", "a", timestamp=2500)
+        orders.pipe_input("apple", "b", timestamp=2000)  # out of order, within the grace period
+        assert out.is_empty()
+        prices.pipe_input("apple", "1.10", timestamp=1500)  # a late update: b and a must see it
+        orders.pipe_input("apple", "c", timestamp=3600)  # stream time 3600: 2000 and 2500 are due
+        assert [(r.value, r.timestamp) for r in out.read_records_to_list()] == [
+            ("b@1.10", 2000), ("a@1.10", 2500)]
+        orders.pipe_input("apple", "d", timestamp=1200)  # already older than stream time - grace
+        assert out.read_key_values_to_list() == [("apple", "d@1.00")]
+
+
+def test_buffered_records_survive_a_restart(props, tmp_path):
+    props = {**props, "state.dir": str(tmp_path)}
+    with TopologyTestDriver(_graced(1000).build(), props) as driver:
+        driver.create_input_topic("prices", S, S).pipe_input("apple", "1.00", timestamp=1000)
+        driver.create_input_topic("orders", S, S).pipe_input("apple", "a", timestamp=2000)
+        assert driver.create_output_topic("out", S, S).is_empty()
+    with TopologyTestDriver(_graced(1000).build(), props) as driver:
+        driver.create_input_topic("orders", S, S).pipe_input("apple", "b", timestamp=5000)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [("apple", "a@1.00")]
+
+
+def test_a_grace_period_needs_a_versioned_table_that_keeps_it():
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S))
+    orders = builder.stream("orders", Consumed.with_(S, S))
+    with pytest.raises(TopologyError, match="needs a versioned table"):
+        orders.join(prices, lambda a, b: a, Joined().with_grace_period(1000))
+    with pytest.raises(TopologyError, match="longer than the history retention"):
+        _graced(grace_ms=5000, retention_ms=1000)

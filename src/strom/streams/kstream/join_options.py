@@ -10,6 +10,7 @@ from typing import Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals.functions import required_positional
+from strom.streams.kstream.windows import Duration, to_millis
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Joined:
     key_serde: Any = None
     value_serde: Any = None
     name: str | None = None
+    grace_period_ms: int = 0
 
     @staticmethod
     def with_(key_serde: Any = None, value_serde: Any = None) -> Joined:
@@ -31,6 +33,11 @@ class Joined:
 
     def with_name(self, name: str) -> Joined:
         return dataclasses.replace(self, name=name)
+
+    def with_grace_period(self, grace: Duration) -> Joined:
+        """Stream records wait until stream time passes their timestamp + ``grace`` before they join, so
+        late table updates within it are seen (KIP-923; the table must be versioned; 0: no wait)."""
+        return dataclasses.replace(self, grace_period_ms=to_millis(grace, "Joined grace period"))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals.stream_table_join import KStreamKTableJoin
+from strom.streams.kstream.internals.stream_table_join import BufferedKStreamKTableJoin, KStreamKTableJoin
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.table_lookup import ensure_materialized
 from strom.streams.kstream.internals.table_table_join import (
@@ -20,6 +20,8 @@ from strom.streams.kstream.internals.table_table_join import (
 )
 from strom.streams.kstream.join_options import Joined, value_joiner
 from strom.streams.kstream.options import Materialized, Named
+from strom.streams.state.record_buffer import record_buffer_builder
+from strom.streams.state.stores import VersionedKeyValueStoreBuilder
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
@@ -64,11 +66,34 @@ def stream_table_join(stream: KStream, table: KTable, kind: str, joiner: Callabl
         stream = builder.repartition(stream, f"{name}-left", joined.key_serde or stream.key_serde,
                                      joined.value_serde or stream.value_serde)
     store_name = ensure_materialized(table)
-    builder.internal.add_processor(name, lambda: KStreamKTableJoin(store_name, fn, kind == LEFT), stream.name)
+    if joined.grace_period_ms:
+        _check_grace_period(builder.internal.store_builders[store_name], joined.grace_period_ms)
+        buffer_name = f"{name}-Buffer"
+        serdes = joined.key_serde or stream.key_serde, joined.value_serde or stream.value_serde
+        builder.internal.add_processor(name, lambda: BufferedKStreamKTableJoin(
+            store_name, fn, kind == LEFT, buffer_name, joined.grace_period_ms, *serdes), stream.name)
+        builder.internal.add_state_store(record_buffer_builder(buffer_name), name)
+    else:
+        builder.internal.add_processor(name, lambda: KStreamKTableJoin(store_name, fn, kind == LEFT),
+                                       stream.name)
     builder.internal.connect_processor_and_state_stores(name, store_name)
     builder.internal.copartition(stream.source_topics | table.source_topics)
     return KStream(builder, name, joined.key_serde or stream.key_serde, None, False,
                    stream.source_topics | table.source_topics)
+
+
+def _check_grace_period(table_store: Any, grace_ms: int) -> None:
+    if not isinstance(table_store, VersionedKeyValueStoreBuilder):
+        raise TopologyError(
+            "A stream-table join with a grace period needs a versioned table; table store "
+            f"{table_store.name!r} is not. Materialize the table with Materialized.as_("
+            "Stores.persistent_versioned_key_value_store(name, history_retention)), or drop the grace "
+            "period.")
+    if table_store.history_retention_ms < grace_ms:
+        raise TopologyError(
+            f"The join's grace period ({grace_ms} ms) is longer than the history retention of table "
+            f"store {table_store.name!r} ({table_store.history_retention_ms} ms): a record could wait for a "
+            "version the table no longer keeps. Shorten the grace period or lengthen the history retention.")
 
 
 _TABLE_MODES = {INNER: (SideMode.INNER, SideMode.INNER, "KTABLE-JOIN"),

@@ -13,6 +13,7 @@ from typing import Any
 
 from strom.streams.kstream.join_options import ValueJoiner
 from strom.streams.processor.api import Processor, Record
+from strom.streams.state.record_buffer import TimeOrderedRecordBuffer
 from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 log = logging.getLogger(__name__)
@@ -48,3 +49,38 @@ class KStreamKTableJoin(Processor):
             return
         other = None if current is None else current.value
         self.forward(Record(key, self.joiner(key, record.value, other), record.timestamp, record.headers))
+
+
+class BufferedKStreamKTableJoin(KStreamKTableJoin):
+    """A stream-table join with a grace period (KIP-923): each stream record waits in a time-ordered
+    buffer until the observed stream time passes its timestamp + grace, then joins the versioned table
+    as of its timestamp; records leave the buffer in timestamp order."""
+
+    def __init__(self, store_name: str, joiner: ValueJoiner, left: bool, buffer_name: str, grace_ms: int,
+                 key_serde: Any, value_serde: Any) -> None:
+        super().__init__(store_name, joiner, left)
+        self.buffer_name = buffer_name
+        self.grace_ms = grace_ms
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.buffer = TimeOrderedRecordBuffer(context.get_state_store(self.buffer_name))
+        key_serde = self.key_serde or context.key_serde
+        value_serde = self.value_serde or context.value_serde
+        self.serialize_key = key_serde.serializer().serialize
+        self.serialize_value = value_serde.serializer().serialize
+        self.deserialize_key = key_serde.deserializer().deserialize
+        self.deserialize_value = value_serde.deserializer().deserialize
+
+    def process(self, record: Record) -> None:
+        if record.key is None or record.value is None:
+            super().process(record)  # dropped, or joined with None by the left join: no lookup to wait for
+            return
+        stream_time = self.buffer.observe(record.timestamp)
+        self.buffer.put(record.timestamp, self.serialize_key(None, record.key),
+                        self.serialize_value(None, record.value), record.headers)
+        for timestamp, key, value, headers in self.buffer.evict_until(stream_time - self.grace_ms):
+            super().process(Record(self.deserialize_key(None, key), self.deserialize_value(None, value),
+                                   timestamp, headers))
