@@ -90,12 +90,16 @@ def _inverted(from_key: bytes | None, to_key: bytes | None, name: str) -> bool:
     return False
 
 
-class WrappedStore(BytesStore):
-    """A layer over another byte store: by default every call goes straight down."""
+class StoreLayer:
+    """A layer over another store: its identity and lifecycle (open, flush, close) go straight down."""
 
     def __init__(self, wrapped: Any) -> None:
-        super().__init__(wrapped.name)
+        self._name = wrapped.name
         self.wrapped = wrapped
+
+    @property
+    def name(self) -> str:
+        return self._name
 
     @property
     def persistent(self) -> bool:
@@ -108,6 +112,16 @@ class WrappedStore(BytesStore):
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         self.wrapped.init(context, root)
 
+    def flush(self) -> None:
+        self.wrapped.flush()
+
+    def close(self) -> None:
+        self.wrapped.close()
+
+
+class WrappedStore(StoreLayer, BytesStore):
+    """A layer over another byte store: by default every call goes straight down."""
+
     def get(self, key: bytes) -> bytes | None:
         return self.wrapped.get(key)
 
@@ -119,12 +133,6 @@ class WrappedStore(BytesStore):
 
     def approximate_num_entries(self) -> int:
         return self.wrapped.approximate_num_entries()
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-
-    def close(self) -> None:
-        self.wrapped.close()
 
 
 def merge_sorted(first: KeyValueIterator, second: Iterator[tuple[bytes, bytes | None]],

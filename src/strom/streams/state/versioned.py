@@ -26,6 +26,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from strom.errors import StromError
+from strom.streams.state.base import StoreLayer
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.metered import MeteredStore
 from strom.streams.state.transaction import TransactionalKeyValueStore
@@ -80,33 +81,12 @@ def _index_key(valid_to: int, key: bytes, timestamp: int) -> bytes:
     return b"x" + _ts(valid_to) + _LENGTH.pack(len(key)) + key + _ts(timestamp)
 
 
-class VersionedKeyValueBytesStore:
+class VersionedKeyValueBytesStore(StoreLayer):
     """The history logic over a byte store (the task's transactional buffer over RocksDB)."""
 
     def __init__(self, wrapped: Any, history_retention_ms: int) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self.history_retention_ms = history_retention_ms
-
-    @property
-    def name(self) -> str:
-        return self.wrapped.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.wrapped.persistent
-
-    @property
-    def is_open(self) -> bool:
-        return self.wrapped.is_open
-
-    def init(self, context: StateStoreContext, root: StateStore) -> None:
-        self.wrapped.init(context, root)
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-
-    def close(self) -> None:
-        self.wrapped.close()
 
     def observed_stream_time(self) -> int:
         raw = self.wrapped.get(_STREAM_TIME_KEY)
