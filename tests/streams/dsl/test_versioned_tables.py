@@ -176,3 +176,24 @@ def test_a_grace_period_needs_a_versioned_table_that_keeps_it():
         orders.join(prices, lambda a, b: a, Joined().with_grace_period(1000))
     with pytest.raises(TopologyError, match="longer than the history retention"):
         _graced(grace_ms=5000, retention_ms=1000)
+
+
+def test_a_stream_record_joins_a_versioned_global_table_as_of_its_time(props):
+    builder = StreamsBuilder()
+    rates = builder.global_table("rates", Consumed.with_(S, S), Materialized.as_(
+        Stores.persistent_versioned_key_value_store("rates", 60_000)))
+    (builder.stream("payments", Consumed.with_(S, S))
+     .join(rates, lambda key, payment: payment.split(":")[0], lambda payment, rate: f"{payment}*{rate}")
+     .to("out", Produced.with_(S, S)))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        rates_in = driver.create_input_topic("rates", S, S)
+        rates_in.pipe_input("EUR", "1.1", timestamp=1000)
+        rates_in.pipe_input("EUR", "1.2", timestamp=3000)
+        payments = driver.create_input_topic("payments", S, S)
+        payments.pipe_input("p1", "EUR:10", timestamp=3500)
+        payments.pipe_input("p2", "EUR:20", timestamp=2000)
+        payments.pipe_input("p3", "EUR:30", timestamp=500)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
+            ("p1", "EUR:10*1.2"), ("p2", "EUR:20*1.1")]
+        rates_store = driver.get_versioned_key_value_store("rates")
+        assert rates_store.get("EUR", 2000) == VersionedRecord("1.1", 1000, 3000)

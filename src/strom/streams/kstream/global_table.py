@@ -22,8 +22,9 @@ from strom.streams.kstream.options import Consumed, Materialized, Named
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
-from strom.streams.state.stores import Stores
+from strom.streams.state.stores import KeyValueStoreBuilder, RocksDBVersionedStoreSupplier, Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 if TYPE_CHECKING:
     from strom.streams.config import StreamsConfig
@@ -69,8 +70,13 @@ def global_table(builder: InternalStreamsBuilder, topic: str, consumed: Consumed
     key_serde = materialized.key_serde or consumed.key_serde
     value_serde = materialized.value_serde or consumed.value_serde
     supplier = materialized.store_supplier or Stores.in_memory_key_value_store(name)
-    store_builder = Stores.timestamped_key_value_store_builder(supplier, key_serde, value_serde)
-    store_builder.with_caching_disabled().with_logging_disabled()
+    store_builder: KeyValueStoreBuilder
+    if isinstance(supplier, RocksDBVersionedStoreSupplier):  # joins read it as of the record's time
+        store_builder = Stores.versioned_key_value_store_builder(supplier, key_serde, value_serde)
+    else:
+        store_builder = Stores.timestamped_key_value_store_builder(supplier, key_serde, value_serde)
+        store_builder.with_caching_disabled()
+    store_builder.with_logging_disabled()
     internal = builder.internal
     if any(spec.topic == topic for spec in internal.global_stores.values()):
         raise TopologyError(f"Topic {topic!r} is already read as a global table; reuse that GlobalKTable.")
@@ -152,6 +158,7 @@ class GlobalStateStores:
         spec = self.by_topic[topic]
         store = self.stores[spec.name]
         key_from, value_from = self._deserializers[topic]
+        versioned = isinstance(store, MeteredVersionedKeyValueStore)
         applied = 0
         for partition, offset, timestamp, key_bytes, value_bytes in records:
             self.offsets[(topic, partition)] = offset + 1
@@ -161,7 +168,11 @@ class GlobalStateStores:
                             topic, partition, offset)
                 continue
             self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
-            store.put(key, ValueAndTimestamp.make(value_from(topic, value_bytes), timestamp))
+            value = value_from(topic, value_bytes)
+            if versioned:
+                store.put(key, value, timestamp)
+            else:
+                store.put(key, ValueAndTimestamp.make(value, timestamp))
             applied += 1
         self.context.transactions[spec.name].commit(None)
         return applied
@@ -184,13 +195,19 @@ class KStreamGlobalKTableJoin(Processor):
     def init(self, context: Any) -> None:
         self.context = context
         self.store = context.get_state_store(self.store_name)
+        self.as_of_record_time = isinstance(self.store, MeteredVersionedKeyValueStore)  # KIP-914
 
     def process(self, record: Record) -> None:
         if record.value is None:
             self.context.metrics.dropped_records += 1
             return
         table_key = self.key_selector(record.key, record.value)
-        current = None if table_key is None else self.store.get(table_key)
+        if table_key is None:
+            current = None
+        elif self.as_of_record_time:
+            current = self.store.get(table_key, record.timestamp)
+        else:
+            current = self.store.get(table_key)
         if current is None and not self.left:
             if table_key is None:
                 self.context.metrics.dropped_records += 1
