@@ -1,10 +1,12 @@
-"""EmitStrategy.on_window_close (Kafka's KIP-825): a time-windowed aggregation sends one final result
-per window once stream time passes its end + grace; the last close time it emitted for travels in the
+"""EmitStrategy.on_window_close (Kafka's KIP-825): a time or sliding windowed aggregation sends one final
+result per window once stream time passes its end + grace; the last close time it emitted for travels in the
 commit metadata, so a task opened again does not emit those windows twice."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
@@ -122,12 +124,25 @@ def test_a_reopened_task_does_not_emit_what_it_emitted_before(tmp_path):
     assert emitted == [("a", 0), ("a", 10)]
 
 
-def test_on_window_close_needs_time_windows_and_an_emit_strategy():
+@settings(max_examples=40, deadline=None)
+@given(events=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 80)), min_size=1, max_size=30),
+       caching=st.booleans())
+def test_sliding_windows_emit_each_closed_window_once_with_its_final_count(events, caching):
+    """The final results are the last update of each window that closed; nothing else, nothing twice."""
+    props = {"application.id": "app", "default.key.serde": "String", "default.value.serde": "String"}
+    windows = SlidingWindows.of_time_difference_and_grace(10, 3)
+    updates, _ = run(counts(windows, caching=False, emit=EmitStrategy.on_window_update()), props, events)
+    finals, _ = run(counts(windows, caching=caching), props, events)
+    close_time = max(t for _, t in events) - 3
+    last_update = {(key, start): (count, timestamp) for key, start, count, timestamp in updates}
+    expected = {window: final for window, final in last_update.items() if window[1] + 10 < close_time}
+    assert len(finals) == len({(key, start) for key, start, _, _ in finals})
+    assert {(key, start): (count, timestamp) for key, start, count, timestamp in finals} == expected
+
+
+def test_on_window_close_needs_time_or_sliding_windows_and_an_emit_strategy():
     grouped = StreamsBuilder().stream("in").group_by_key()
     with pytest.raises(TopologyError, match="suppress"):
-        grouped.windowed_by(SlidingWindows.of_time_difference_with_no_grace(10)).emit_strategy(
-            EmitStrategy.on_window_close())
-    with pytest.raises(TopologyError, match="TimeWindows, not for SessionWindows"):
         grouped.windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(10)).emit_strategy(
             EmitStrategy.on_window_close())
     with pytest.raises(TopologyError, match="needs an EmitStrategy"):

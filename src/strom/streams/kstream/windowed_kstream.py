@@ -141,13 +141,13 @@ class _Emitting:
 
     def emit_strategy(self, strategy: EmitStrategy) -> Self:
         """When results go downstream: ``EmitStrategy.on_window_update()`` (the default) or
-        ``EmitStrategy.on_window_close()``, one final result per window (TimeWindows only)."""
+        ``EmitStrategy.on_window_close()``, one final result per window (time and sliding windows)."""
         if not isinstance(strategy, EmitStrategy):
             raise TopologyError(f"emit_strategy needs an EmitStrategy, got {strategy!r}.")
-        if strategy.type is StrategyType.ON_WINDOW_CLOSE and not isinstance(self.windows, TimeWindows):
+        if strategy.type is StrategyType.ON_WINDOW_CLOSE and isinstance(self.windows, SessionWindows):
             raise TopologyError(
-                f"EmitStrategy.on_window_close() is available for TimeWindows, not for "
-                f"{type(self.windows).__name__}. For final results use "
+                "EmitStrategy.on_window_close() is available for TimeWindows and SlidingWindows, not for "
+                "SessionWindows. For final results use "
                 "suppress(Suppressed.until_window_closes(...)) on the windowed table.")
         self.emit = strategy
         return self
@@ -169,13 +169,13 @@ class _TimeWindowed(_WindowedStream):
         windows = self.windows
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
+        emit_on_close = self.emit.type is StrategyType.ON_WINDOW_CLOSE
         if isinstance(windows, SlidingWindows):
             size = windows.time_difference_ms
-            processor: Any = KStreamSlidingWindowAggregate
+            processor: Any = partial(KStreamSlidingWindowAggregate, emit_on_close=emit_on_close)
         else:
             size = windows.size_ms
-            processor = partial(KStreamWindowAggregate,
-                                emit_on_close=self.emit.type is StrategyType.ON_WINDOW_CLOSE)
+            processor = partial(KStreamWindowAggregate, emit_on_close=emit_on_close)
 
         def store(store_name: str) -> Any:
             retention = _retention(materialized, windows.retention_ms(), store_name)

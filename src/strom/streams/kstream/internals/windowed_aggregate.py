@@ -50,6 +50,26 @@ class _WindowedProcessor(Processor):
         # cached: updates reach downstream when the cache flushes (or, emitting on close, never)
         self.cached = self.emit_on_close or self.store.set_flush_listener(self._forward_flushed,
                                                                           self.send_old_values)
+        if self.emit_on_close:
+            last = context.processor_metadata_for_key(self.store_name)
+            self.emitted_close_time = -1 if last is None else last
+
+    def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
+        """The window starts that closed between the two close times, as an inclusive range (None: none)."""
+        raise NotImplementedError
+
+    def _emit_closed(self, close_time: int, record: Record) -> None:
+        """EmitStrategy.on_window_close: the final result of every window that closed since the last
+        emission, then the close time goes into the commit metadata so a restarted task does not emit
+        them again. Runs before the record's windows are written: a write far ahead in time would let
+        the store expire windows not emitted yet."""
+        starts = self._closed_starts(self.emitted_close_time, close_time)
+        if starts is not None:
+            forward, headers = self.context.forward, record.headers
+            for windowed, (value, timestamp) in list(self.store.fetch_all(*starts)):
+                forward(Record(windowed, Change(value, None), timestamp, headers))
+        self.emitted_close_time = close_time
+        self.context.add_processor_metadata_key_value(self.store_name, close_time)
 
     def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
         # the flushed entry's record context is current: its headers go downstream, as in Kafka
@@ -88,9 +108,6 @@ class KStreamWindowAggregate(_WindowedProcessor):
     def init(self, context: Any) -> None:
         super().init(context)
         self.fetch, self.put = self.store.fetch, self.store.put  # bound once: used for every record
-        if self.emit_on_close:
-            last = context.processor_metadata_for_key(self.store_name)
-            self.emitted_close_time = -1 if last is None else last
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -128,20 +145,12 @@ class KStreamWindowAggregate(_WindowedProcessor):
                                                         Change(new, old_value), new_timestamp,
                                                         record.headers)))
 
-    def _emit_closed(self, close_time: int, record: Record) -> None:
-        """EmitStrategy.on_window_close: the final result of every window that closed since the last
-        emission (end <= close time), then the close time goes into the commit metadata so a restarted
-        task does not emit them again. Runs before this record's windows are written: a write far
-        ahead in time would let the store expire windows not emitted yet."""
+    def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
+        """A time window is closed once its end (exclusive) <= the close time."""
         size, advance = self.size_ms, self.windows.advance_ms
-        first = 0 if self.emitted_close_time < 0 else self.emitted_close_time - size + 1
+        first = 0 if emitted_close_time < 0 else emitted_close_time - size + 1
         last = close_time - size
-        if -(-first // advance) * advance <= last:  # a window start in [first, last]: some window closed
-            forward, headers = self.context.forward, record.headers
-            for windowed, (value, timestamp) in list(self.store.fetch_all(first, last)):
-                forward(Record(windowed, Change(value, None), timestamp, headers))
-        self.emitted_close_time = close_time
-        self.context.add_processor_metadata_key_value(self.store_name, close_time)
+        return (first, last) if -(-first // advance) * advance <= last else None  # a window start in them
 
 
 class KStreamSessionWindowAggregate(_WindowedProcessor):
@@ -204,9 +213,10 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
     fall in it, its "right" window ``[t + 1, t + 1 + d]``. Records before ``d`` share ``[0, d]``."""
 
     def __init__(self, windows: SlidingWindows, store_name: str, initializer: Initializer,
-                 aggregator: Aggregator, send_old_values: bool = False) -> None:
+                 aggregator: Aggregator, send_old_values: bool = False, emit_on_close: bool = False) -> None:
         super().__init__(store_name, send_old_values)
         self.windows = windows
+        self.emit_on_close = emit_on_close
         self.difference = windows.time_difference_ms
         self.initializer = initializer
         self.aggregator = aggregator
@@ -219,6 +229,8 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.windows.grace_ms
+        if self.emit_on_close and close_time > self.emitted_close_time:
+            self._emit_closed(close_time, record)
         if timestamp + 1 + self.difference <= close_time:
             self._drop(record, f"all its windows closed at stream time {self.observed_stream_time}")
             return
@@ -226,6 +238,12 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
             self._process_early(record, close_time)
         else:
             self._process_in_order(record, close_time)
+
+    def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
+        """A sliding window is closed once its end (inclusive) < the close time."""
+        first = 0 if emitted_close_time < 0 else emitted_close_time - self.difference
+        last = close_time - self.difference - 1
+        return (first, last) if first <= last else None
 
     def _process_in_order(self, record: Record, close_time: int) -> None:
         timestamp, difference = record.timestamp, self.difference
