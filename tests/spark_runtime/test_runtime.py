@@ -9,7 +9,6 @@ updates rise strictly, so no update was written twice, also when batches ran on 
 from __future__ import annotations
 
 import random
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -84,7 +83,8 @@ def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, to
     finally:
         app.stop()
 
-    shutil.rmtree(tmp_path / app_id)  # local RocksDB stores and checkpoints are gone
+    app.clean_up()  # local RocksDB stores and checkpoints are gone
+    assert not (tmp_path / app_id).exists()
     produce_lines(broker.bootstrap_servers, names["lines"], second)
     again = SparkStreams(word_count(names["lines"], names["counts"]), _props(broker, tmp_path, app_id), spark)
     again.start()

@@ -15,9 +15,10 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -125,12 +126,29 @@ def own_worker_pool(spark: SparkSession) -> Iterator[None]:
         environment.pop(WORKER_POOL_VARIABLE, None)
 
 
+class State(Enum):
+    """Kafka's ``KafkaStreams.State``, the states an application on Spark goes through."""
+
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    PENDING_SHUTDOWN = "PENDING_SHUTDOWN"
+    NOT_RUNNING = "NOT_RUNNING"
+    ERROR = "ERROR"
+
+
+StateListener = Callable[[State, State], None]
+"""Called with (new state, old state), as Kafka's ``KafkaStreams.StateListener.onChange``."""
+
+
 class SparkStreams:
-    """Runs a topology on Spark: ``start()``, ``await_termination()``, ``stop()``, ``progress``.
+    """Runs a topology on Spark: ``start()``, ``await_termination()``, ``stop()``, ``progress``,
+    ``state``; as a context manager it starts, and stops on exit.
 
     ``props`` are StreamsConfig keys; ``bootstrap.servers`` and ``application.id`` are required.
     Without ``spark`` a local session is built with ``strom.spark.session()``.
     """
+
+    State = State
 
     def __init__(self, topology: Topology, props: Mapping[str, Any],
                  spark: SparkSession | None = None) -> None:
@@ -149,6 +167,33 @@ class SparkStreams:
         self._run_id = ""
         self._lag_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
         self._store_copies: StoreCopies | None = None
+        self._state = State.CREATED
+        self._state_listener: StateListener | None = None
+
+    @property
+    def state(self) -> State:
+        """CREATED, RUNNING (from ``start()``), ERROR (the query failed), PENDING_SHUTDOWN (in
+        ``stop()``), NOT_RUNNING (stopped)."""
+        if self._state is State.RUNNING:
+            self._failure()
+        return self._state
+
+    def set_state_listener(self, listener: StateListener | None) -> None:
+        """``listener(new_state, old_state)`` on every change of ``state``; set before ``start()``."""
+        self._state_listener = listener
+
+    def _set_state(self, new: State) -> None:
+        old, self._state = self._state, new
+        if old is not new and self._state_listener is not None:
+            self._state_listener(new, old)
+
+    def clean_up(self) -> None:
+        """Deletes this application's local state (``<state.dir>/<application.id>``): stores are then
+        restored from their changelogs on the next start. Only while the application is not running."""
+        if self._state in (State.RUNNING, State.PENDING_SHUTDOWN):
+            raise ConfigError(f"Cannot clean up the state of {self.config.application_id} while it "
+                              f"runs ({self._state.value}); call stop() first.")
+        shutil.rmtree(self._app_dir, ignore_errors=True)
 
     @property
     def bootstrap_servers(self) -> str:
@@ -183,6 +228,7 @@ class SparkStreams:
         self._stop_file.unlink(missing_ok=True)
         self._run_id = uuid.uuid4().hex
         self._query = self._start_query()
+        self._set_state(State.RUNNING)
 
     def _source_plan(self) -> SourcePlan:
         assert self.plan is not None
@@ -267,19 +313,25 @@ class SparkStreams:
         return True
 
     def _raise_if_failed(self) -> None:
-        """Raises the query's failure. A query whose Python worker could not start (a busy machine
-        missing Spark's fixed 10 s connect-back timeout) is restarted instead, a few times: nothing
-        is lost, it resumes from the committed offsets."""
+        error = self._failure()
+        if error is not None:
+            raise ProcessingError(f"Application {self.config.application_id} failed: {error}") from error
+
+    def _failure(self) -> Exception | None:
+        """The query's failure (the state becomes ERROR). A query whose Python worker could not start
+        (a busy machine missing Spark's fixed 10 s connect-back timeout) is restarted instead, a few
+        times: nothing is lost, it resumes from the committed offsets."""
         error = None if self._query is None else self._query.exception()
         if error is None:
-            return
+            return None
         if any(marker in str(error) for marker in _TRANSIENT) and self._restarts < _MAX_RESTARTS:
             self._restarts += 1
             log.warning("A Spark Python worker of %s did not start in time; restarting the query "
                         "(%d/%d)", self.config.application_id, self._restarts, _MAX_RESTARTS)
             self._query = self._start_query()
-            return
-        raise ProcessingError(f"Application {self.config.application_id} failed: {error}") from error
+            return None
+        self._set_state(State.ERROR)
+        return error
 
     def store(self, params: StoreQueryParameters) -> Any:
         """A read-only view of a store (interactive query), e.g.
@@ -306,6 +358,7 @@ class SparkStreams:
         query = self._query
         if query is None:
             return
+        self._set_state(State.PENDING_SHUTDOWN)
         self._stop_file.touch()
         deadline = time.monotonic() + _STOP_WAIT_S
         idle_since: float | None = None
@@ -326,6 +379,7 @@ class SparkStreams:
         if self._lag_clients is not None:
             self._lag_clients[1].close()
             self._lag_clients = None
+        self._set_state(State.NOT_RUNNING)
 
     def _release_open_tasks(self) -> None:
         """Waits until the Python workers have closed the tasks they keep open (their stores and
