@@ -22,6 +22,7 @@ from strom.tasks import (
     ProcessorProperties,
     ProcessorsBuilder,
     SubscriptionBuilder,
+    SubscriptionState,
     TimeoutChoice,
 )
 from strom.tasks.properties import ProcessorPropertiesView
@@ -44,13 +45,16 @@ def _records(n: int, keys: int) -> list[tuple[bytes, bytes]]:
 
 
 def _subscription(bootstrap: str, topic: str, processor, props: dict | None = None, *suppliers,
-                  group: str | None = None, retry: bool = False, consumer: dict | None = None):
+                  group: str | None = None, retry: bool = False, consumer: dict | None = None,
+                  state_listener=None):
     builder = (SubscriptionBuilder.new_builder(group or unique("sub"))
                .processors_builder(ProcessorsBuilder.consuming(topic, int).then_process(processor))
                .properties({"decaton.commit.interval.ms": 100, **(props or {})}, *suppliers)
                .consumer_config({"bootstrap.servers": bootstrap, **(consumer or {})}))
     if retry:
         builder.enable_retry()
+    if state_listener is not None:
+        builder.state_listener(state_listener)
     return builder.build_and_start()
 
 
@@ -284,7 +288,10 @@ def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
     props = {"decaton.partition.concurrency": 2, "decaton.max.pending.records": 40,
              "decaton.group.rebalance.timeout.ms": 5000}
     fast_heartbeat = {"heartbeat.interval.ms": 200}  # members notice the rebalance quickly
-    first = _subscription(bootstrap, topic, processor("first"), props, group=group, consumer=fast_heartbeat)
+    states: list[SubscriptionState] = []
+    first = _subscription(bootstrap, topic, processor("first"), props, group=group, consumer=fast_heartbeat,
+                          state_listener=states.append)
+    assert first.state in (SubscriptionState.INITIALIZING, SubscriptionState.RUNNING)
     second = None
     try:
         assert wait_for(lambda: len(processed["first"]) >= 100)
@@ -299,6 +306,10 @@ def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
         if second is not None:
             second.close()
     assert processed["second"], "the second member got partitions"
+    S = SubscriptionState
+    assert states[0] is S.RUNNING and states[-2:] == [S.SHUTTING_DOWN, S.TERMINATED]
+    assert states[1:3] == [S.REBALANCING, S.RUNNING]  # the second member joined
+    assert first.state is S.TERMINATED
     # revoked partitions were drained and committed before the hand-over: nothing ran twice
     assert sorted(processed["first"] + processed["second"]) == list(range(n))
 

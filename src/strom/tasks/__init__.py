@@ -20,7 +20,7 @@ from strom.tasks.properties import (
 )
 from strom.tasks.property_suppliers import FilePropertySupplier, KafkaTopicPropertySupplier
 from strom.tasks.rate_limiter import RateLimiter
-from strom.tasks.subscription import ProcessorSubscription, SubscriptionBuilder
+from strom.tasks.subscription import ProcessorSubscription, SubscriptionBuilder, SubscriptionState
 
 __all__ = [
     "AsyncRuntime",
@@ -45,6 +45,7 @@ __all__ = [
     "StaticPropertySupplier",
     "SubPartitioner",
     "SubscriptionBuilder",
+    "SubscriptionState",
     "TaskMetadata",
     "TimeoutChoice",
 ]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -91,6 +92,19 @@ class CommitManager:
             log.warning("Offset commit failed (completed records will be processed again): %s", exc)
 
 
+class SubscriptionState(enum.Enum):
+    """Decaton's SubscriptionStateListener.State: where the subscription's consume loop is."""
+
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    REBALANCING = "REBALANCING"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    TERMINATED = "TERMINATED"
+
+
+StateListener = Callable[[SubscriptionState], None]
+
+
 class ProcessorSubscription:
     """Consumes the topic (and its retry topic) in group ``group.id`` and processes records concurrently.
 
@@ -99,7 +113,8 @@ class ProcessorSubscription:
     """
 
     def __init__(self, subscription_id: str, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
-                 consumer_config: Mapping[str, Any], retry: bool) -> None:
+                 consumer_config: Mapping[str, Any], retry: bool,
+                 state_listener: StateListener | None = None) -> None:
         config = dict(consumer_config)
         self._bootstrap = config.pop("bootstrap.servers", None)
         if not self._bootstrap:
@@ -123,6 +138,8 @@ class ProcessorSubscription:
         self._runtime = AsyncRuntime(f"{subscription_id}-async") if builder.asynchronous else None
         self._terminated = threading.Event()
         self._error: BaseException | None = None
+        self._state_listener = state_listener
+        self.state = SubscriptionState.INITIALIZING
         self._thread = threading.Thread(target=self._run, name=f"subscription-{subscription_id}", daemon=True)
         props.get(PROPS.PARTITION_CONCURRENCY).listen(self._on_concurrency_change)
 
@@ -148,6 +165,17 @@ class ProcessorSubscription:
         self._thread.start()
         return self
 
+    def _set_state(self, state: SubscriptionState) -> None:
+        ending = (SubscriptionState.SHUTTING_DOWN, SubscriptionState.TERMINATED)
+        if state is self.state or (self.state in ending and state not in ending):
+            return  # closing the consumer revokes its partitions: that is no rebalance
+        self.state = state
+        if self._state_listener is not None:
+            try:
+                self._state_listener(state)
+            except Exception:  # a listener's bug must not stop consumption
+                log.exception("%s: the state listener failed on %s", self.subscription_id, state.value)
+
     # ---- callbacks ------------------------------------------------------------------------------
     def _on_concurrency_change(self, _old: int, _new: int) -> None:
         for ctx in list(self._contexts.values()):
@@ -163,8 +191,10 @@ class ProcessorSubscription:
                 self._contexts[key] = PartitionContext(tp.topic, tp.partition, self._builder, self._props,
                                                        self._runtime, self._retry_queue)
         log.info("%s: assigned %s", self.subscription_id, sorted(self._contexts))
+        self._set_state(SubscriptionState.RUNNING)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._set_state(SubscriptionState.REBALANCING)
         keys = [(tp.topic, tp.partition) for tp in partitions if (tp.topic, tp.partition) in self._contexts]
         if not keys:
             return
@@ -174,6 +204,7 @@ class ProcessorSubscription:
         self._drop(keys)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._set_state(SubscriptionState.REBALANCING)
         self._drop([(tp.topic, tp.partition) for tp in partitions])
 
     # ---- loop -----------------------------------------------------------------------------------
@@ -261,6 +292,7 @@ class ProcessorSubscription:
                 ctx.close()
 
     def _shutdown(self, consumer: Consumer) -> None:
+        self._set_state(SubscriptionState.SHUTTING_DOWN)
         try:
             keys = list(self._contexts)
             if keys and self._error is None:
@@ -274,6 +306,7 @@ class ProcessorSubscription:
             consumer.close()
             if self._runtime is not None:
                 self._runtime.close()
+            self._set_state(SubscriptionState.TERMINATED)
             self._terminated.set()
 
     # ---- public ---------------------------------------------------------------------------------
@@ -313,6 +346,7 @@ class SubscriptionBuilder:
         self._suppliers: list[PropertySupplier] = []
         self._consumer_config: dict[str, Any] = {}
         self._retry = False
+        self._state_listener: StateListener | None = None
 
     @classmethod
     def new_builder(cls, subscription_id: str) -> SubscriptionBuilder:
@@ -339,12 +373,17 @@ class SubscriptionBuilder:
         self._retry = True
         return self
 
+    def state_listener(self, listener: StateListener) -> SubscriptionBuilder:
+        """``listener(state)`` on each SubscriptionState change, on the subscription's thread."""
+        self._state_listener = listener
+        return self
+
     def build(self) -> ProcessorSubscription:
         if self._builder is None:
             raise ConfigError("No processors: call processors_builder(ProcessorsBuilder.consuming(...)).")
         self._builder.validate()
         return ProcessorSubscription(self._id, self._builder, ProcessorPropertiesView(self._suppliers),
-                                     self._consumer_config, self._retry)
+                                     self._consumer_config, self._retry, self._state_listener)
 
     def build_and_start(self) -> ProcessorSubscription:
         return self.build().start()
