@@ -6,6 +6,7 @@ concurrency core (:class:`KeyOrderedExecutor`) is reusable without Kafka.
 
 from strom.tasks.client import DecatonClient, DecatonClientBuilder, PutTaskResult
 from strom.tasks.commit_control import OffsetState, OutOfOrderCommitControl
+from strom.tasks.compaction import CompactChoice, CompactingTask, CompactionProcessor
 from strom.tasks.completion import Completion, TimeoutChoice
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
 from strom.tasks.context import ProcessingContext, TaskMetadata
@@ -24,6 +25,9 @@ from strom.tasks.subscription import ProcessorSubscription, SubscriptionBuilder,
 
 __all__ = [
     "AsyncRuntime",
+    "CompactChoice",
+    "CompactingTask",
+    "CompactionProcessor",
     "Completion",
     "DecatonClient",
     "DecatonClientBuilder",
