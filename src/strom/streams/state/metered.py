@@ -78,8 +78,6 @@ class MeteredStore:
         self._key_decode = decoder_of(key_serde.deserializer(), self._topic)
         self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
         self.wrapped.init(context, root)
-        self._wrapped_get = self.wrapped.get
-        self._wrapped_put = self.wrapped.put
         self._open = True
 
     def _raw_key(self, key: Any) -> bytes:
@@ -101,6 +99,11 @@ class MeteredStore:
 
 class MeteredKeyValueStore(MeteredStore):
     """The typed key-value store processors use: ``store.put("alice", 3)``, ``store.get("alice")``."""
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        super().init(context, root)
+        self._wrapped_get = self.wrapped.get
+        self._wrapped_put = self.wrapped.put
 
     # get and put are every stateful record's path: the bound encoders first, the serdes' own methods
     # only when an encoder refuses its input (encoder_of's contract)

@@ -11,9 +11,10 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from strom.kafka.serdes import Serde, decoder_of, encoder_of
+from strom.kafka.serdes import Serde
 from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
-from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
+from strom.streams.state.context import FlushListener
+from strom.streams.state.metered import MeteredStore
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
 _TIMESTAMP = struct.Struct(">q")
@@ -24,53 +25,19 @@ _new_tuple = tuple.__new__  # a ValueAndTimestamp without the NamedTuple's Pytho
 WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
 
 
-class _Metered:
+class _Metered(MeteredStore):
     def __init__(self, wrapped: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
-        self.wrapped = wrapped
-        self._key_serde = key_serde
-        self._value_serde = value_serde
-        self._topic: str | None = None
+        super().__init__(wrapped, key_serde, value_serde, "")
         self._last_key: Any = None
         self._last_key_bytes = b""
         self.num_puts = 0
         self.num_fetches = 0
 
     @property
-    def name(self) -> str:
-        return self.wrapped.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.wrapped.persistent
-
-    @property
-    def is_open(self) -> bool:
-        return self.wrapped.is_open
-
-    @property
     def observed_stream_time(self) -> int:
         """The largest record time the store has seen (window start; session end), kept across
         restarts and restores: processors recreated for a new run resume their stream time from it."""
         return self.wrapped.observed_stream_time
-
-    def init(self, context: StateStoreContext, root: StateStore) -> None:
-        key_serde = self._key_serde or context.key_serde
-        value_serde = self._stored_value_serde(self._value_serde or context.value_serde)
-        self._topic = context.changelog_topic(self.name)
-        self._key_to = key_serde.serializer().serialize
-        self._key_from = key_serde.deserializer().deserialize
-        self._value_to = value_serde.serializer().serialize
-        self._value_from = value_serde.deserializer().deserialize
-        # per-record paths call these bound one-argument functions, the serdes only when they refuse
-        # (encoder_of's contract)
-        self._key_encode = encoder_of(key_serde.serializer(), self._topic)
-        self._key_decode = decoder_of(key_serde.deserializer(), self._topic)
-        self._value_encode = encoder_of(value_serde.serializer(), self._topic)
-        self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
-        self.wrapped.init(context, root)
-
-    def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
-        return value_serde
 
     def _key_bytes(self, key: Any) -> bytes:
         # an aggregation fetches then puts the same key: serialize it once
@@ -81,15 +48,9 @@ class _Metered:
         try:
             key_bytes = self._key_encode(key)
         except Exception:
-            key_bytes = self._key_to(self._topic, key)
+            key_bytes = self._key_ser(self._topic, key)
         self._last_key_bytes, self._last_key = key_bytes, key
         return key_bytes
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-
-    def close(self) -> None:
-        self.wrapped.close()
 
 
 class MeteredWindowStore(_Metered):
@@ -103,10 +64,10 @@ class MeteredWindowStore(_Metered):
         self.window_size_ms = window_size_ms
 
     def _to_bytes(self, value: Any) -> bytes | None:
-        return None if value is None else self._value_to(self._topic, value)
+        return None if value is None else self._value_ser(self._topic, value)
 
     def _from_bytes(self, data: bytes | None) -> Any:
-        return None if data is None else self._value_from(self._topic, data)
+        return None if data is None else self._value_de(self._topic, data)
 
     def _plain(self, data: bytes | None) -> Any:
         """What the flush listener gets: the plain value."""
@@ -116,7 +77,7 @@ class MeteredWindowStore(_Metered):
         try:
             typed = self._key_decode(key)
         except Exception:
-            typed = self._key_from(self._topic, key)  # the serde's error
+            typed = self._key_de(self._topic, key)  # the serde's error
         return Windowed(typed, Window(start, min(start + self.window_size_ms, MAX_TIMESTAMP)))
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
@@ -193,7 +154,7 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
 
     timestamped = True
 
-    def _stored_value_serde(self, value_serde: Serde[Any]) -> Any:
+    def _wrap_value_serde(self, value_serde: Serde[Any]) -> Any:
         self._plain_to = value_serde.serializer().serialize
         self._plain_from = value_serde.deserializer().deserialize
         return ValueAndTimestampSerde(value_serde)
@@ -201,13 +162,13 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
     def _to_bytes(self, value: Any) -> bytes | None:
         if type(value) is ValueAndTimestamp:
             return _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
-        return self._value_to(self._topic, value)  # None, or the serde's error
+        return self._value_ser(self._topic, value)  # None, or the serde's error
 
     def _from_bytes(self, data: bytes | None) -> Any:
         if data is not None and len(data) >= 8:
             return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
                                                   _unpack_timestamp(data)[0]))
-        return self._value_from(self._topic, data)  # None, or the serde's error
+        return self._value_de(self._topic, data)  # None, or the serde's error
 
     def _plain(self, data: bytes | None) -> Any:
         if data is None:
@@ -245,7 +206,7 @@ class MeteredSessionStore(_Metered):
     def put(self, session: Windowed[Any], aggregate: Any) -> None:
         """Store the aggregate of a session; None removes the session."""
         self.num_puts += 1
-        value = None if aggregate is None else self._value_to(self._topic, aggregate)
+        value = None if aggregate is None else self._value_ser(self._topic, aggregate)
         self.wrapped.put(self._key_bytes(session.key), session.window.start, session.window.end, value)
 
     def remove(self, session: Windowed[Any]) -> None:
@@ -254,7 +215,7 @@ class MeteredSessionStore(_Metered):
     def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
         self.num_fetches += 1
         data = self.wrapped.fetch_session(self._key_bytes(key), session_start, session_end)
-        return None if data is None else self._value_from(self._topic, data)
+        return None if data is None else self._value_de(self._topic, data)
 
     def find_sessions(self, key: Any, earliest_session_end: int,
                       latest_session_start: int) -> WindowedRecords:
@@ -292,16 +253,16 @@ class MeteredSessionStore(_Metered):
             return False
 
         def on_flush(key: bytes, start: int, end: int, new: bytes | None, old: bytes | None) -> None:
-            window = Windowed(self._key_from(self._topic, key), SessionWindow(start, end))
+            window = Windowed(self._key_de(self._topic, key), SessionWindow(start, end))
             listener(window, self._value_or_none(new), self._value_or_none(old), end)
 
         return set_listener(on_flush, send_old_values)
 
     def _value_or_none(self, data: bytes | None) -> Any:
-        return None if data is None else self._value_from(self._topic, data)
+        return None if data is None else self._value_de(self._topic, data)
 
     def _sessions(self, records: Iterator[tuple[bytes, int, int, bytes]]) -> WindowedRecords:
         self.num_fetches += 1
         for key, start, end, value in records:
-            yield Windowed(self._key_from(self._topic, key), SessionWindow(start, end)), \
-                self._value_from(self._topic, value)
+            yield Windowed(self._key_de(self._topic, key), SessionWindow(start, end)), \
+                self._value_de(self._topic, value)
