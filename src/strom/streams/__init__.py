@@ -38,6 +38,7 @@ from strom.streams.kstream.windows import (
     Windowed,
 )
 from strom.streams.processor import (
+    AutoOffsetReset,
     Processor,
     ProcessorContext,
     PunctuationType,
@@ -53,6 +54,7 @@ from strom.streams.state.versioned import VersionedRecord
 from strom.streams.test_driver import TestInputTopic, TestOutputTopic, TestRecord, TopologyTestDriver
 
 __all__ = [
+    "AutoOffsetReset",
     "Branched",
     "BranchedKStream",
     "BufferConfig",

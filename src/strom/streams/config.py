@@ -30,6 +30,7 @@ DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER = "default.deserialization.exception.h
 DEFAULT_PRODUCTION_EXCEPTION_HANDLER = "default.production.exception.handler"
 PROCESSING_EXCEPTION_HANDLER = "processing.exception.handler"
 CLIENT_ID = "client.id"
+AUTO_OFFSET_RESET = "auto.offset.reset"
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -86,6 +87,13 @@ def _guarantee(key: str, value: Any) -> str:
     return value
 
 
+def _offset_reset(key: str, value: Any) -> str:
+    if value not in ("earliest", "latest"):
+        raise ConfigError.bad_value(key, value, "'earliest' or 'latest' (where sources without a committed "
+                                    "offset start)")
+    return value
+
+
 def _anything(key: str, value: Any) -> Any:
     return value
 
@@ -108,6 +116,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     DEFAULT_PRODUCTION_EXCEPTION_HANDLER: ("DefaultProductionExceptionHandler", _anything),
     PROCESSING_EXCEPTION_HANDLER: ("LogAndFailProcessingExceptionHandler", _anything),
     CLIENT_ID: ("", _anything),
+    AUTO_OFFSET_RESET: ("earliest", _offset_reset),
 }
 
 

@@ -3,10 +3,21 @@ co-partitioning; and StreamsConfig validation."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from strom.errors import ConfigError, CoPartitioningError, TopologyError
-from strom.streams import Grouped, Materialized, Named, Repartitioned, StreamsBuilder, StreamsConfig
+from strom.streams import (
+    AutoOffsetReset,
+    Grouped,
+    Materialized,
+    Named,
+    Repartitioned,
+    StreamsBuilder,
+    StreamsConfig,
+    Topology,
+)
 
 WORD_COUNT_DESCRIPTION = """\
 Topologies:
@@ -180,3 +191,16 @@ def test_to_table_after_a_key_change_repartitions():
     builder.stream("in").select_key(lambda k, v: v).to_table()
     plans = builder.build().internal.subtopologies()
     assert len(plans) == 2 and plans[1].source_topics[0].endswith("-repartition")
+
+
+def test_sources_keep_their_offset_reset_policy():
+    topology = (Topology()
+                .add_source("clicks", "clicks", offset_reset=AutoOffsetReset.LATEST)
+                .add_source("logs", re.compile("logs-.*"), offset_reset=AutoOffsetReset.EARLIEST)
+                .add_source("orders", "orders"))
+    internal = topology.internal
+    assert internal.offset_reset("clicks") is AutoOffsetReset.LATEST
+    assert internal.offset_reset("logs-eu") is AutoOffsetReset.EARLIEST
+    assert internal.offset_reset("orders") is None  # the auto.offset.reset config decides
+    with pytest.raises(TopologyError, match=r"AutoOffsetReset\.EARLIEST or AutoOffsetReset\.LATEST"):
+        Topology().add_source("s", "t", offset_reset="latest")

@@ -16,7 +16,8 @@ from confluent_kafka.admin import AdminClient
 
 from strom.errors import BrokerUnavailableError, TopologyError
 from strom.kafka import clients
-from strom.streams.config import StreamsConfig
+from strom.streams.config import AUTO_OFFSET_RESET, StreamsConfig
+from strom.streams.processor.api import AutoOffsetReset
 from strom.streams.processor.internals.records import TaskId
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.topology import Topology
@@ -54,6 +55,8 @@ class InternalTopicSpec:
 class ApplicationPlan:
     subtopologies: tuple[SubtopologyTasks, ...]
     internal_topics: tuple[InternalTopicSpec, ...]
+    latest_start_topics: tuple[str, ...] = ()
+    """Source topics that start at their end where nothing is committed (AutoOffsetReset.LATEST)."""
 
     @property
     def task_ids(self) -> list[str]:
@@ -83,7 +86,17 @@ def plan_application(topology: Topology, config: StreamsConfig, admin: AdminClie
         subtopologies.append(SubtopologyTasks(sub.id, sources, tasks, tuple(changelogs)))
     for name in builder.internal_topics:
         internal.append(InternalTopicSpec(builder.decorate(name), counts[name], {}))
-    return ApplicationPlan(tuple(subtopologies), tuple(internal))
+    return ApplicationPlan(tuple(subtopologies), tuple(internal), _latest_start_topics(topology, config))
+
+
+def _latest_start_topics(topology: Topology, config: StreamsConfig) -> tuple[str, ...]:
+    """The user's source topics whose source (or, without its own policy, ``auto.offset.reset``) says
+    LATEST; internal topics always start at the earliest offset."""
+    builder = topology.internal
+    default = AutoOffsetReset(config[AUTO_OFFSET_RESET])
+    internal = builder.internal_topics
+    topics = {t for sub in builder.subtopologies() for t in sub.source_topics if t not in internal}
+    return tuple(sorted(t for t in topics if (builder.offset_reset(t) or default) is AutoOffsetReset.LATEST))
 
 
 def check_tasks_build(topology: Topology, config: StreamsConfig) -> None:

@@ -197,5 +197,15 @@ class CommittedOffsets:
                 f"{self._plan.bootstrap_servers}: {exc}. Check that the broker is running.") from exc
         return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset != _NO_OFFSET}
 
+    def commit(self, offsets: TopicPartitionOffsets) -> None:
+        """Commits ``offsets`` for the group, outside any transaction: only while no task runs."""
+        try:
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                                  asynchronous=False)
+        except Exception as exc:
+            raise BrokerUnavailableError(
+                f"Could not commit start offsets for group {self._plan.application_id!r} at "
+                f"{self._plan.bootstrap_servers}: {exc}. Check that the broker is running.") from exc
+
     def close(self) -> None:
         self._consumer.close()

@@ -219,6 +219,7 @@ class SparkStreams:
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)
+        self._start_latest_sources()
         if self._spark is None:
             import strom.spark
 
@@ -229,6 +230,28 @@ class SparkStreams:
         self._run_id = uuid.uuid4().hex
         self._query = self._start_query()
         self._set_state(State.RUNNING)
+
+    def _start_latest_sources(self) -> None:
+        """Partitions of LATEST sources that have no committed offset get their end offset committed
+        now, before the query plans its first batch (which starts at the committed offsets, else at
+        the earliest): records produced before ``start()`` are skipped, later ones processed."""
+        assert self.plan is not None
+        latest_topics = set(self.plan.latest_start_topics)
+        partitions = [(t, p) for sub in self.plan.subtopologies for t, n in sub.source_topics.items()
+                      if t in latest_topics for p in range(n)]
+        if not partitions:
+            return
+        source = self._source_plan()
+        committed = CommittedOffsets(source)
+        try:
+            missing = [tp for tp in partitions if tp not in committed.read(partitions)]
+            if missing:
+                ends = TopicMetadata(source.source_options()).latest(missing)
+                committed.commit(ends)
+                log.info("Application %s starts %d partitions at their end (AutoOffsetReset.LATEST)",
+                         self.config.application_id, len(ends))
+        finally:
+            committed.close()
 
     def _source_plan(self) -> SourcePlan:
         assert self.plan is not None

@@ -102,9 +102,8 @@ class StreamsBuilder:
         else:
             subscription = [topics] if isinstance(topics, str) else list(topics)
             source_topics = frozenset(subscription)
-        self.builder.internal.add_source(
-            name, subscription, consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
-        )
+        self.builder.internal.add_source(name, subscription, consumed.key_serde, consumed.value_serde,
+                                         consumed.timestamp_extractor, consumed.offset_reset_policy)
         return KStream(self.builder, name, consumed.key_serde, consumed.value_serde, False, source_topics)
 
     def table(

@@ -270,9 +270,8 @@ def source_table(
     """StreamsBuilder.table: a source node and a KTableSource, materialized when named (or when a
     downstream operator needs old values)."""
     source_name = builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-")
-    builder.internal.add_source(
-        source_name, [topic], consumed.key_serde, consumed.value_serde, consumed.timestamp_extractor
-    )
+    builder.internal.add_source(source_name, [topic], consumed.key_serde, consumed.value_serde,
+                                consumed.timestamp_extractor, consumed.offset_reset_policy)
     table = _table_processor(
         builder,
         "KTABLE-SOURCE-",

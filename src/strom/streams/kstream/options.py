@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from strom.errors import TopologyError
+from strom.streams.processor.api import AutoOffsetReset
 
 
 def _check_name(name: str | None) -> str | None:
@@ -60,6 +61,7 @@ class Consumed(_WithName, _WithSerdes):
     value_serde: Any = None
     timestamp_extractor: Any = None
     name: str | None = None
+    offset_reset_policy: AutoOffsetReset | None = None
 
     @staticmethod
     def with_(key_serde: Any = None, value_serde: Any = None, timestamp_extractor: Any = None) -> Consumed:
@@ -67,6 +69,11 @@ class Consumed(_WithName, _WithSerdes):
 
     def with_timestamp_extractor(self, extractor: Any) -> Consumed:
         return dataclasses.replace(self, timestamp_extractor=extractor)
+
+    def with_offset_reset_policy(self, policy: AutoOffsetReset) -> Consumed:
+        """Where the source starts when the application has committed nothing for a partition yet
+        (default: the ``auto.offset.reset`` config, ``earliest`` unless set)."""
+        return dataclasses.replace(self, offset_reset_policy=policy)
 
 
 StreamPartitioner = Callable[[str, Any, Any], int | None]

@@ -1,6 +1,7 @@
 """The Processor API: Record, Processor, ProcessorContext, punctuation, Topology."""
 
 from strom.streams.processor.api import (
+    AutoOffsetReset,
     Cancellable,
     Processor,
     ProcessorContext,
@@ -26,6 +27,7 @@ from strom.streams.processor.internals.records import ConsumerRecord, TaskId, To
 from strom.streams.processor.topology import Topology, TopologyDescription
 
 __all__ = [
+    "AutoOffsetReset",
     "Cancellable",
     "ConsumerRecord",
     "DefaultProductionExceptionHandler",

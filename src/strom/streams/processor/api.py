@@ -54,6 +54,14 @@ class RecordMetadata:
         return f"RecordMetadata({self.topic}-{self.partition}@{self.offset})"
 
 
+class AutoOffsetReset(enum.Enum):
+    """Where a source starts when the application has no committed offset for a partition (Kafka's
+    ``AutoOffsetReset``): the first record kept, or the records produced from the start on."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+
 class PunctuationType(enum.Enum):
     """STREAM_TIME advances with record timestamps; WALL_CLOCK_TIME with the system (or driver) clock."""
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.errors import TopologyError
-from strom.streams.processor.api import ProcessorSupplier
+from strom.streams.processor.api import AutoOffsetReset, ProcessorSupplier
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
     ProcessorNodeFactory,
@@ -69,13 +69,16 @@ class Topology:
         key_serde: Any = None,
         value_serde: Any = None,
         timestamp_extractor: Any = None,
+        offset_reset: AutoOffsetReset | None = None,
     ) -> Topology:
-        """A source of the named topics, or of every topic one compiled pattern matches."""
+        """A source of the named topics, or of every topic one compiled pattern matches; ``offset_reset``
+        where it starts without a committed offset (default: the ``auto.offset.reset`` config)."""
         patterns = [t for t in topics if isinstance(t, re.Pattern)]
         if patterns and len(topics) > 1:
             raise TopologyError(f"Source {name!r} reads either named topics or one pattern, got {topics!r}.")
         subscription = patterns[0] if patterns else topics
-        self.internal.add_source(name, subscription, key_serde, value_serde, timestamp_extractor)
+        self.internal.add_source(name, subscription, key_serde, value_serde, timestamp_extractor,
+                                 offset_reset)
         return self
 
     def add_processor(self, name: str, supplier: ProcessorSupplier, *parent_names: str) -> Topology:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.errors import CoPartitioningError, TopologyError
-from strom.streams.processor.api import Processor, ProcessorSupplier
+from strom.streams.processor.api import AutoOffsetReset, Processor, ProcessorSupplier
 
 TopicExtractor = Callable[[Any, Any, Any], str]
 
@@ -32,6 +32,7 @@ class SourceNodeFactory(NodeFactory):
     value_serde: Any = None
     timestamp_extractor: Any = None
     pattern: re.Pattern[str] | None = None
+    offset_reset: AutoOffsetReset | None = None
 
     def matches(self, topic: str) -> bool:
         """True when this is a pattern source whose pattern fully matches ``topic`` (Java's matches())."""
@@ -108,12 +109,18 @@ class InternalTopologyBuilder:
         key_serde: Any = None,
         value_serde: Any = None,
         timestamp_extractor: Any = None,
+        offset_reset: AutoOffsetReset | None = None,
     ) -> None:
-        """A source reading ``topics``, or every topic ``topics`` (a compiled pattern) fully matches."""
+        """A source reading ``topics``, or every topic ``topics`` (a compiled pattern) fully matches;
+        ``offset_reset`` where it starts without a committed offset (None: ``auto.offset.reset``)."""
+        if offset_reset is not None and not isinstance(offset_reset, AutoOffsetReset):
+            raise TopologyError(f"Source {name!r}: offset_reset must be AutoOffsetReset.EARLIEST or "
+                                f"AutoOffsetReset.LATEST, got {offset_reset!r}.")
         if isinstance(topics, re.Pattern):
             self._check_new_name(name)
             self._check_pattern_is_new(topics)
-            source = SourceNodeFactory(name, [], [], key_serde, value_serde, timestamp_extractor, topics)
+            source = SourceNodeFactory(name, [], [], key_serde, value_serde, timestamp_extractor, topics,
+                                       offset_reset)
             self._pattern_sources[pattern_member(name)] = source
             self._add(source)
             return
@@ -134,7 +141,17 @@ class InternalTopologyBuilder:
                 )
         for topic in topics:
             self._topic_to_source[topic] = name
-        self._add(SourceNodeFactory(name, [], topics, key_serde, value_serde, timestamp_extractor))
+        self._add(SourceNodeFactory(name, [], topics, key_serde, value_serde, timestamp_extractor,
+                                    offset_reset=offset_reset))
+
+    def offset_reset(self, topic: str) -> AutoOffsetReset | None:
+        """The reset policy of the source reading ``topic`` (named or matched by a pattern), if any."""
+        name = self._topic_to_source.get(topic)
+        if name is not None:
+            source = self.nodes[name]
+            return source.offset_reset if isinstance(source, SourceNodeFactory) else None
+        pattern_source = self._pattern_source_for(topic)
+        return None if pattern_source is None else pattern_source.offset_reset
 
     def _check_pattern_is_new(self, pattern: re.Pattern[str]) -> None:
         for topic, source in self._topic_to_source.items():

@@ -1,0 +1,53 @@
+"""Where sources start without committed offsets (Kafka's AutoOffsetReset): a LATEST source skips what
+was produced before start() and processes what comes after; an EARLIEST source (the default) reads
+everything; a restart resumes from the committed offsets, whatever the policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.errors import ConfigError
+from strom.spark.runtime import SparkStreams
+from strom.streams import AutoOffsetReset, Consumed, Produced, StreamsBuilder, StreamsConfig, Topology
+
+from .conftest import produce_lines, run_until_caught_up
+from .wordcount import S, read_updates
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+
+
+def merged(clicks: str, orders: str, out: str) -> Topology:
+    builder = StreamsBuilder()
+    latest = builder.stream(clicks, Consumed.with_(S, S).with_offset_reset_policy(AutoOffsetReset.LATEST))
+    earliest = builder.stream(orders, Consumed.with_(S, S))
+    latest.merge(earliest).to(out, Produced.with_(S, S))
+    return builder.build()
+
+
+def test_a_latest_source_skips_what_came_before_start(broker, spark, topics, tmp_path):
+    names = topics(clicks=2, orders=2, out=2)
+    bootstrap = broker.bootstrap_servers
+    produce_lines(bootstrap, names["clicks"], [(f"old{i}", "click") for i in range(20)])
+    produce_lines(bootstrap, names["orders"], [(f"order{i}", "order") for i in range(5)])
+    topology = merged(names["clicks"], names["orders"], names["out"])
+    app = SparkStreams(topology, {
+        "application.id": f"rt-reset-{names['clicks']}", "bootstrap.servers": bootstrap,
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
+        spark)
+    app.start()
+    try:
+        assert app.plan.latest_start_topics == (names["clicks"],)
+        produce_lines(bootstrap, names["clicks"], [(f"new{i}", "click") for i in range(7)])
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+    finally:
+        app.stop()
+    produce_lines(bootstrap, names["clicks"], [("later", "click")])  # while stopped: kept for the restart
+    run_until_caught_up(spark, topology, broker, tmp_path, f"rt-reset-{names['clicks']}")
+
+    out = read_updates(bootstrap, names["out"], value_serde=S)
+    assert sorted(out) == sorted([f"new{i}" for i in range(7)] + [f"order{i}" for i in range(5)] + ["later"])
+
+
+def test_auto_offset_reset_is_checked():
+    with pytest.raises(ConfigError, match="'earliest' or 'latest'"):
+        StreamsConfig({"application.id": "a", "auto.offset.reset": "none"})
