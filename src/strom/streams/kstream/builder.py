@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from strom.streams.config import StreamsConfig
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.options import Consumed, Materialized, Named
+from strom.streams.processor.api import Processor
 from strom.streams.processor.internals.builder import InternalTopologyBuilder, pattern_member
 from strom.streams.processor.topology import Topology
 
@@ -127,6 +128,16 @@ class StreamsBuilder:
         from strom.streams.kstream.global_table import global_table
 
         return global_table(self.builder, topic, consumed, materialized)
+
+    def add_global_store(self, store_builder: Any, topic: str, consumed: Consumed | None,
+                         state_update_supplier: Callable[[], Processor]) -> StreamsBuilder:
+        """A global store filled from every partition of ``topic`` by ``state_update_supplier()``, a
+        processor that writes it (it sees every record, null keys included, also when the store is
+        rebuilt from the topic); every processor may read the store by name."""
+        from strom.streams.kstream.global_table import add_global_store
+
+        add_global_store(self.builder, store_builder, topic, consumed, state_update_supplier)
+        return self
 
     def add_state_store(self, store_builder: Any) -> StreamsBuilder:
         """Adds a store for Processor API steps (``KStream.process(supplier, store_name)``)."""

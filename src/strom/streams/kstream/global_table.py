@@ -19,7 +19,7 @@ from strom.errors import TopologyError
 from strom.streams.kstream.internals.functions import key_value_function
 from strom.streams.kstream.join_options import ValueJoiner, value_joiner
 from strom.streams.kstream.options import Consumed, Materialized, Named
-from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.api import Processor, Record, RecordMetadata
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
 from strom.streams.state.stores import KeyValueStoreBuilder, RocksDBVersionedStoreSupplier, Stores
@@ -47,6 +47,9 @@ class GlobalStoreSpec:
     store_builder: Any
     source_name: str
     processor_name: str
+    state_update_supplier: Callable[[], Processor] | None = None
+    """``StreamsBuilder.add_global_store``: a processor that writes the store; None: each record is
+    put as it is (a GlobalKTable)."""
 
 
 class GlobalKTable:
@@ -77,14 +80,39 @@ def global_table(builder: InternalStreamsBuilder, topic: str, consumed: Consumed
         store_builder = Stores.timestamped_key_value_store_builder(supplier, key_serde, value_serde)
         store_builder.with_caching_disabled()
     store_builder.with_logging_disabled()
-    internal = builder.internal
-    if any(spec.topic == topic for spec in internal.global_stores.values()):
-        raise TopologyError(f"Topic {topic!r} is already read as a global table; reuse that GlobalKTable.")
     spec = GlobalStoreSpec(name, topic, key_serde, value_serde, store_builder,
                            builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-"),
                            builder.node_name(None, "KTABLE-SOURCE-"))
-    internal.global_stores[name] = spec
+    _add_global(builder, spec)
     return GlobalKTable(builder, spec)
+
+
+def add_global_store(builder: InternalStreamsBuilder, store_builder: Any, topic: str,
+                     consumed: Consumed | None, state_update_supplier: Callable[[], Processor]) -> None:
+    """``StreamsBuilder.add_global_store``: every instance reads all of ``topic`` through a processor of
+    its own (``state_update_supplier()``) that writes the store; any processor may read it."""
+    if getattr(store_builder, "logging_enabled", False):
+        raise TopologyError(f"Global store {store_builder.name!r} must have logging disabled (its topic is "
+                            "its changelog): build it with .with_logging_disabled().")
+    if isinstance(state_update_supplier, Processor) or not callable(state_update_supplier):
+        raise TopologyError("add_global_store needs a supplier that makes a new processor (the Processor "
+                            f"class, or a function returning one), got {state_update_supplier!r}.")
+    consumed = consumed or Consumed()
+    spec = GlobalStoreSpec(store_builder.name, topic, consumed.key_serde, consumed.value_serde, store_builder,
+                           builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-"),
+                           builder.node_name(None, "KTABLE-SOURCE-"), state_update_supplier)
+    _add_global(builder, spec)
+
+
+def _add_global(builder: InternalStreamsBuilder, spec: GlobalStoreSpec) -> None:
+    internal = builder.internal
+    if any(other.topic == spec.topic for other in internal.global_stores.values()):
+        raise TopologyError(f"Topic {spec.topic!r} is already read by a global store; one global store per "
+                            "topic (reuse that GlobalKTable or store).")
+    if spec.name in internal.global_stores or spec.name in internal.store_builders:
+        raise TopologyError(f"A store named {spec.name!r} exists already; give the global store another "
+                            "name.")
+    internal.global_stores[spec.name] = spec
 
 
 class _GlobalContext:
@@ -142,6 +170,12 @@ class GlobalStateStores:
             store.init(self.context, store)
             self.stores[name] = store
         self._deserializers = {spec.topic: self._deserializers_of(spec) for spec in specs.values()}
+        self._processors: dict[str, Processor] = {}
+        for spec in specs.values():
+            if spec.state_update_supplier is not None:
+                processor = spec.state_update_supplier()
+                processor.init(GlobalProcessorContext(self.context, spec.name, self.stores[spec.name]))
+                self._processors[spec.topic] = processor
 
     def _deserializers_of(self, spec: GlobalStoreSpec) -> tuple[Callable[..., Any], Callable[..., Any]]:
         key_serde = spec.key_serde or self.context.key_serde
@@ -159,10 +193,16 @@ class GlobalStateStores:
         store = self.stores[spec.name]
         key_from, value_from = self._deserializers[topic]
         versioned = isinstance(store, MeteredVersionedKeyValueStore)
+        processor = self._processors.get(topic)
         applied = 0
         for partition, offset, timestamp, key_bytes, value_bytes in records:
             self.offsets[(topic, partition)] = offset + 1
             key = key_from(topic, key_bytes)
+            if processor is not None:  # the user's processor decides, null keys included
+                self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
+                processor.process(Record(key, value_from(topic, value_bytes), timestamp, ()))
+                applied += 1
+                continue
             if key is None:
                 log.warning("Skipping a global table record with a null key (%s-%d@%d)",
                             topic, partition, offset)
@@ -178,8 +218,46 @@ class GlobalStateStores:
         return applied
 
     def close(self) -> None:
+        for processor in self._processors.values():
+            processor.close()
         for store in self.stores.values():
             store.close()
+
+
+class GlobalProcessorContext:
+    """What the processor of ``add_global_store`` sees: its own store and the record's metadata; it
+    cannot forward (a global store feeds no downstream node) or schedule."""
+
+    def __init__(self, context: _GlobalContext, store_name: str, store: Any) -> None:
+        self._context = context
+        self._store_name = store_name
+        self._store = store
+
+    @property
+    def application_id(self) -> str:
+        return self._context.application_id
+
+    @property
+    def task_id(self) -> str:
+        return GLOBAL_TASK_ID
+
+    def get_state_store(self, name: str) -> Any:
+        if name != self._store_name:
+            raise TopologyError(f"The processor of global store {self._store_name!r} can only use that "
+                                f"store, not {name!r}.")
+        return self._store
+
+    def record_metadata(self) -> RecordMetadata:
+        record = self._context.record_context
+        return RecordMetadata(record.topic, record.partition, record.offset)
+
+    def forward(self, *args: Any, **kwargs: Any) -> None:
+        raise TopologyError(f"The processor of global store {self._store_name!r} cannot forward records: "
+                            "a global store has no downstream processors.")
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        raise TopologyError(f"The processor of global store {self._store_name!r} cannot schedule "
+                            "punctuations.")
 
 
 class KStreamGlobalKTableJoin(Processor):
