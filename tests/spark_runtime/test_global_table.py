@@ -1,4 +1,5 @@
-"""A KStream-GlobalKTable join on Spark gives the TopologyTestDriver's result.
+"""A KStream-GlobalKTable join, and a global store filled by its own processor (add_global_store), on Spark
+give the TopologyTestDriver's result.
 
 Every task reads the whole global table (all partitions of its topic) into its Python worker's
 global stores before processing, and catches up with it on every batch.
@@ -13,7 +14,16 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams
-from strom.streams import Consumed, Produced, Serdes, StreamsBuilder, Topology, TopologyTestDriver
+from strom.streams import (
+    Consumed,
+    Processor,
+    Produced,
+    Serdes,
+    Stores,
+    StreamsBuilder,
+    Topology,
+    TopologyTestDriver,
+)
 
 from .conftest import produce_lines
 
@@ -31,8 +41,37 @@ def enriched_orders(orders: str, users: str, out: str) -> Topology:
     return builder.build()
 
 
-def _driver_output(topics: dict[str, str], users: list, orders: list) -> dict[str, str]:
-    with TopologyTestDriver(enriched_orders(topics["orders"], topics["users"], topics["out"])) as driver:
+def orders_with_global_store(orders: str, users: str, out: str) -> Topology:
+    """The same with a global store that its own processor fills with upper-cased names. (Processors
+    are defined here so Spark's workers get them by value: this test module is not importable there.)"""
+
+    class UpperNames(Processor):
+        def init(self, context) -> None:
+            self.names = context.get_state_store("names")
+
+        def process(self, record) -> None:
+            self.names.put(record.key, record.value.upper())
+
+    class NameOrders(Processor):
+        def init(self, context) -> None:
+            self.context = context
+            self.names = context.get_state_store("names")
+
+        def process(self, record) -> None:
+            name = self.names.get(record.value)
+            if name is not None:
+                self.context.forward(record.with_value(f"{record.value}:{name}"))
+
+    builder = StreamsBuilder()
+    store = Stores.key_value_store_builder(Stores.in_memory_key_value_store("names"), S, S)
+    builder.add_global_store(store.with_logging_disabled(), users, Consumed.with_(S, S), UpperNames)
+    builder.stream(orders, Consumed.with_(S, S)).process(NameOrders).to(out, Produced.with_(S, S))
+    return builder.build()
+
+
+def _driver_output(topics: dict[str, str], users: list, orders: list,
+                   topology=enriched_orders) -> dict[str, str]:
+    with TopologyTestDriver(topology(topics["orders"], topics["users"], topics["out"])) as driver:
         driver.create_input_topic(topics["users"], S, S).pipe_record_list(users)
         driver.create_input_topic(topics["orders"], S, S).pipe_record_list(orders)
         return driver.create_output_topic(topics["out"], S, S).read_key_values_to_map()
@@ -55,7 +94,8 @@ def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[str, str]:
     return out
 
 
-def test_stream_global_table_join_matches_topology_test_driver(broker, spark, topics, tmp_path):
+@pytest.mark.parametrize("topology", [enriched_orders, orders_with_global_store])
+def test_stream_global_table_join_matches_topology_test_driver(broker, spark, topics, tmp_path, topology):
     names = topics(orders=2, users=3, out=2)
     rng = random.Random(5)
     users = [(f"u{i}", f"name-{i}") for i in range(30)]  # u25..u29 have no orders, u30+ no user
@@ -63,7 +103,7 @@ def test_stream_global_table_join_matches_topology_test_driver(broker, spark, to
     produce_lines(broker.bootstrap_servers, names["users"], users)
     produce_lines(broker.bootstrap_servers, names["orders"], orders)
 
-    app = SparkStreams(enriched_orders(names["orders"], names["users"], names["out"]), {
+    app = SparkStreams(topology(names["orders"], names["users"], names["out"]), {
         "application.id": f"rt-global-{names['orders']}", "bootstrap.servers": broker.bootstrap_servers,
         "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
         spark)
@@ -73,6 +113,6 @@ def test_stream_global_table_join_matches_topology_test_driver(broker, spark, to
     finally:
         app.stop()
 
-    expected = _driver_output(names, users, orders)
+    expected = _driver_output(names, users, orders, topology)
     assert 150 < len(expected) < 200  # some orders name no known user: the inner join drops them
     assert _read_all(broker.bootstrap_servers, names["out"], 2) == expected
