@@ -140,10 +140,59 @@ def test_sliding_windows_emit_each_closed_window_once_with_its_final_count(event
     assert {(key, start): (count, timestamp) for key, start, count, timestamp in finals} == expected
 
 
-def test_on_window_close_needs_time_or_sliding_windows_and_an_emit_strategy():
+SESSIONED = WindowedSerdes.session_windowed_serde_from(S)
+
+
+def session_counts(emit: EmitStrategy, caching: bool):
+    materialized = Materialized.as_("sessions").with_value_serde(L)
+    materialized = materialized if caching else materialized.with_caching_disabled()
+    builder = StreamsBuilder()
+    (builder.stream("in").group_by_key().windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 2))
+     .emit_strategy(emit).count(materialized=materialized)
+     .to_stream().to("out", Produced.with_(SESSIONED, L)))
+    return builder.build()
+
+
+def run_sessions(topology, events):
+    props = {"application.id": "app", "default.key.serde": "String", "default.value.serde": "String"}
+    with TopologyTestDriver(topology, props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        for key, timestamp in events:
+            source.pipe_input(key, "v", timestamp=timestamp)
+        out = driver.create_output_topic("out", SESSIONED, L).read_records_to_list()
+        return [((r.key.key, r.key.window.start, r.key.window.end), r.value, r.timestamp) for r in out]
+
+
+def test_each_closed_session_is_emitted_once_at_its_end():
+    events = [("a", 1), ("a", 4), ("b", 3),  # a: [1, 4], b: [3, 3]
+              ("a", 20),                      # close time 20 - 2 - 5 = 13: both closed
+              ("a", 22), ("b", 40)]           # close time 33: a's [20, 22] closed
+    out = run_sessions(session_counts(ON_CLOSE, caching=False), events)
+    assert out == [(("b", 3, 3), 1, 3), (("a", 1, 4), 2, 4), (("a", 20, 22), 2, 22)]  # by session end
+
+
+@settings(max_examples=40, deadline=None)
+@given(events=st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 60)), min_size=1, max_size=25),
+       caching=st.booleans())
+def test_sessions_emit_on_close_the_final_count_of_every_closed_session(events, caching):
+    """What updates leave in the end, closed, is emitted once; a session emitted and later merged by a
+    late record within the gap (as in Kafka) is covered by the merged one, emitted once it closes."""
+    updates = run_sessions(session_counts(EmitStrategy.on_window_update(), caching=False), events)
+    finals = run_sessions(session_counts(ON_CLOSE, caching), events)
+    close_time = max(t for _, t in events) - 2 - 5
+    last: dict[tuple, int | None] = {}
+    for session, count, _ in updates:
+        last[session] = count
+    expected = {s: c for s, c in last.items() if c is not None and s[2] < close_time}
+    emitted = [session for session, _, _ in finals]
+    assert len(emitted) == len(set(emitted))
+    assert all(dict((s, c) for s, c, _ in finals).get(s) == c for s, c in expected.items())
+    for key, start, end in set(emitted) - set(expected):
+        assert any(k == key and s <= start and end <= e for k, s, e in expected), (key, start, end)
+    assert all(timestamp == session[2] for session, _, timestamp in finals)
+
+
+def test_on_window_close_needs_an_emit_strategy():
     grouped = StreamsBuilder().stream("in").group_by_key()
-    with pytest.raises(TopologyError, match="suppress"):
-        grouped.windowed_by(SessionWindows.of_inactivity_gap_with_no_grace(10)).emit_strategy(
-            EmitStrategy.on_window_close())
     with pytest.raises(TopologyError, match="needs an EmitStrategy"):
         grouped.windowed_by(TimeWindows.of_size_with_no_grace(10)).emit_strategy("on_window_close")

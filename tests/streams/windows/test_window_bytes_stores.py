@@ -98,7 +98,9 @@ def test_sessions_expire_by_end_time(session_store):
     session_store.put(b"k", 0, 5, b"old")
     session_store.put(b"k", 150, 160, b"new")
     assert [v for *_, v in session_store.find_sessions(b"k", b"k", 0, 1_000)] == [b"new"]
-    assert session_store.put(b"k", 50, 60, b"late") is None
+    assert session_store.put(b"k", 50, 59, b"late") is None
+    # ending exactly retention before stream time: kept (with gap + grace as retention, not closed yet)
+    assert session_store.put(b"k", 50, 60, b"edge") is not None
 
 
 @pytest.mark.parametrize("commit_first", [False, True])
@@ -148,6 +150,13 @@ def test_reads_hide_windows_expired_by_retention_within_a_live_segment(window_st
 
 
 def test_reads_hide_sessions_expired_by_retention(session_store):
+    # retention 100: at stream time 101 the session ending at 0 has expired (at 100 it had not: an
+    # inclusive end exactly retention old may still be joined by a record within the gap)
     session_store.put(b"k", 0, 0, b"old")
     session_store.put(b"k", 100, 100, b"new")
-    assert [(s, e) for _, s, e, _ in session_store.find_sessions(None, None, 0, 1_000)] == [(100, 100)]
+    def sessions():
+        return [(s, e) for _, s, e, _ in session_store.find_sessions(None, None, 0, 1_000)]
+
+    assert sessions() == [(0, 0), (100, 100)]
+    session_store.put(b"k", 101, 101, b"newer")
+    assert sessions() == [(100, 100), (101, 101)]

@@ -90,6 +90,18 @@ def test_a_session_closes_at_its_end_plus_gap_plus_grace_as_in_kafka():
     driver.close()
 
 
+def test_a_session_ending_exactly_at_the_close_time_can_still_merge_with_the_default_retention():
+    session_serde = WindowedSerdes.session_windowed_serde_from(Serdes.String())
+    driver, out = _drive(  # the store keeps sessions for gap + grace: [0, 0] must outlive stream time 7
+        lambda s: s.group_by_key().windowed_by(SessionWindows.of_inactivity_gap_and_grace(5, 2))
+        .count(materialized=Materialized.as_("sessions").with_caching_disabled()),
+        [("u", "x", 0), ("u", "x", 7),  # close time 7 - 2 - 5 = 0: [0, 0] is not closed (0 < 0 is false)
+         ("u", "x", 5)],                # within the gap of both: one session [0, 7]
+        output_key_serde=session_serde)
+    assert [(w.window.start, w.window.end, count) for w, count in out][-1] == (0, 7, 3)
+    driver.close()
+
+
 def test_late_records_count_in_dropped_records_metric():
     driver, out = _drive(
         lambda s: s.group_by_key().windowed_by(TimeWindows.of_size_and_grace(10_000, 1_000)).count(),

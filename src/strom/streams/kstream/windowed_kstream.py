@@ -141,14 +141,9 @@ class _Emitting:
 
     def emit_strategy(self, strategy: EmitStrategy) -> Self:
         """When results go downstream: ``EmitStrategy.on_window_update()`` (the default) or
-        ``EmitStrategy.on_window_close()``, one final result per window (time and sliding windows)."""
+        ``EmitStrategy.on_window_close()``, one final result per window or session."""
         if not isinstance(strategy, EmitStrategy):
             raise TopologyError(f"emit_strategy needs an EmitStrategy, got {strategy!r}.")
-        if strategy.type is StrategyType.ON_WINDOW_CLOSE and isinstance(self.windows, SessionWindows):
-            raise TopologyError(
-                "EmitStrategy.on_window_close() is available for TimeWindows and SlidingWindows, not for "
-                "SessionWindows. For final results use "
-                "suppress(Suppressed.until_window_closes(...)) on the windowed table.")
         self.emit = strategy
         return self
 
@@ -277,7 +272,8 @@ class _SessionWindowed(_WindowedStream):
             materialized,
             inputs,
             lambda s, aggregator: KStreamSessionWindowAggregate(
-                windows, s.store_name, initializer, aggregator, session_merger, s.send_old_values
+                windows, s.store_name, initializer, aggregator, session_merger, s.send_old_values,
+                emit_on_close=self.emit.type is StrategyType.ON_WINDOW_CLOSE,
             ),
             store,
             SessionWindowedSerde(key_serde),

@@ -9,12 +9,15 @@ when the cache flushes (once per commit); otherwise every update is forwarded at
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.windows import (
+    MAX_TIMESTAMP,
     SessionWindow,
     SessionWindows,
     SlidingWindows,
@@ -164,12 +167,27 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         aggregator: Aggregator,
         merger: Merger,
         send_old_values: bool = False,
+        emit_on_close: bool = False,
     ) -> None:
         super().__init__(store_name, send_old_values)
         self.windows = windows
         self.initializer = initializer
         self.aggregator = aggregator
         self.merger = merger
+        self.emit_on_close = emit_on_close
+        # emitting on close: the sessions not emitted yet, by end (a merged-away one stays until popped)
+        self._unemitted: list[tuple[int, int, Windowed[Any]]] = []
+        self._sequence = itertools.count()
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        if self.emit_on_close:
+            for session, _ in self.store.find_sessions_key_range(None, None, max(0, self.emitted_close_time),
+                                                                 MAX_TIMESTAMP):
+                self._remember(session)
+
+    def _remember(self, session: Windowed[Any]) -> None:
+        heapq.heappush(self._unemitted, (session.window.end, next(self._sequence), session))
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -183,6 +201,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         # a session ending before this may still be joined by a record within the gap: Kafka's close
         # time for sessions counts the gap too
         close_time = self.observed_stream_time - self.windows.grace_ms - gap
+        # read the closed sessions before this record's write moves the store's time (and may expire them)
+        closing = self._closed_sessions(close_time) if self.emit_on_close else None
         merged = list(self.store.find_sessions(key, timestamp - gap, timestamp + gap))
         aggregate = self.initializer()
         start, end = timestamp, timestamp
@@ -191,14 +211,41 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
             start, end = min(start, session.window.start), max(end, session.window.end)
         if end < close_time:
             self._drop(record, f"session [{start}, {end}] closed at stream time {self.observed_stream_time}")
-            return
-        for session, value in merged:
-            self.store.remove(session)
-            self._forward(session, None, value, record)
-        aggregate = self.aggregator(key, record.value, aggregate)
-        window = Windowed(key, SessionWindow(start, end))
-        self.store.put(window, aggregate)
-        self._forward(window, aggregate, None, record)
+        else:
+            for session, value in merged:
+                self.store.remove(session)
+                self._forward(session, None, value, record)
+            aggregate = self.aggregator(key, record.value, aggregate)
+            window = Windowed(key, SessionWindow(start, end))
+            self.store.put(window, aggregate)
+            self._forward(window, aggregate, None, record)
+            if self.emit_on_close:
+                self._remember(window)
+        if closing is not None:
+            self._emit_final(closing, {session for session, _ in merged}, close_time, record)
+
+    def _closed_sessions(self, close_time: int) -> list[tuple[Windowed[Any], Any]] | None:
+        """The sessions ending before ``close_time`` not emitted yet, with their aggregates (sessions
+        merged away are gone from the store); None when the close time has not moved."""
+        if close_time <= self.emitted_close_time:
+            return None
+        closing: dict[Windowed[Any], Any] = {}  # a session re-written in place is remembered twice
+        while self._unemitted and self._unemitted[0][0] < close_time:
+            session = heapq.heappop(self._unemitted)[2]
+            value = self.store.fetch_session(session.key, session.window.start, session.window.end)
+            if value is not None:
+                closing[session] = value
+        return list(closing.items())
+
+    def _emit_final(self, closing: list[tuple[Windowed[Any], Any]], merged_now: set[Windowed[Any]],
+                    close_time: int, record: Record) -> None:
+        """EmitStrategy.on_window_close: each closed session once, at its end (as Kafka: after the
+        record, so a session this record merged into a new one is not emitted)."""
+        for session, value in closing:
+            if session not in merged_now:
+                self.context.forward(Record(session, Change(value, None), session.window.end, record.headers))
+        self.emitted_close_time = close_time
+        self.context.add_processor_metadata_key_value(self.store_name, close_time)
 
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: Record) -> None:
         if self.cached:

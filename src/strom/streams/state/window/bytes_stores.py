@@ -299,7 +299,10 @@ class SessionBytesStore(SegmentedBytesStore):
 
     def __init__(self, name: str, retention_ms: int, persistent: bool,
                  segment_interval_ms: int | None = None) -> None:
-        super().__init__(name, retention_ms, segment_interval_ms, persistent, schemas.session_end_of)
+        # a session's end is inclusive and it closes once its end < stream time - gap - grace: with the
+        # default retention (gap + grace) it must stay visible while end == stream time - retention, one
+        # millisecond longer than a window store keeps a window start (Kafka drops whole segments only)
+        super().__init__(name, retention_ms + 1, segment_interval_ms, persistent, schemas.session_end_of)
 
     def put(self, key: bytes, start: int, end: int, value: bytes | None) -> bytes | None:
         """Store (or remove, value None) a session; returns the store key written or None if expired."""
