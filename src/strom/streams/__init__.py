@@ -21,6 +21,7 @@ from strom.streams.kstream import (
     Printed,
     Produced,
     Repartitioned,
+    StoreType,
     StreamsBuilder,
     ValueTransformerWithKey,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "SessionWindows",
     "SlidingWindows",
     "StoreQueryParameters",
+    "StoreType",
     "Stores",
     "StreamJoined",
     "StreamTask",

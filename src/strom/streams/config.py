@@ -31,6 +31,7 @@ DEFAULT_PRODUCTION_EXCEPTION_HANDLER = "default.production.exception.handler"
 PROCESSING_EXCEPTION_HANDLER = "processing.exception.handler"
 CLIENT_ID = "client.id"
 AUTO_OFFSET_RESET = "auto.offset.reset"
+DEFAULT_DSL_STORE = "default.dsl.store"
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -94,6 +95,13 @@ def _offset_reset(key: str, value: Any) -> str:
     return value
 
 
+def _dsl_store(key: str, value: Any) -> str:
+    if value not in ("rocksDB", "in_memory"):
+        raise ConfigError.bad_value(key, value, "'rocksDB' or 'in_memory' (the store DSL operators get when "
+                                    "their Materialized names none)")
+    return value
+
+
 def _anything(key: str, value: Any) -> Any:
     return value
 
@@ -117,6 +125,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     PROCESSING_EXCEPTION_HANDLER: ("LogAndFailProcessingExceptionHandler", _anything),
     CLIENT_ID: ("", _anything),
     AUTO_OFFSET_RESET: ("earliest", _offset_reset),
+    DEFAULT_DSL_STORE: ("rocksDB", _dsl_store),
 }
 
 

@@ -14,6 +14,7 @@ from strom.streams.kstream.options import (
     Printed,
     Produced,
     Repartitioned,
+    StoreType,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Printed",
     "Produced",
     "Repartitioned",
+    "StoreType",
     "StreamsBuilder",
     "ValueTransformerWithKey",
 ]

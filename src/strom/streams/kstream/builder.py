@@ -6,10 +6,11 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from strom.streams.config import StreamsConfig
+from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
 from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.internals.dsl_stores import apply_default_dsl_store
 from strom.streams.kstream.kstream import KStream
-from strom.streams.kstream.options import Consumed, Materialized, Named
+from strom.streams.kstream.options import Consumed, Materialized, Named, StoreType
 from strom.streams.processor.api import Processor
 from strom.streams.processor.internals.builder import InternalTopologyBuilder, pattern_member
 from strom.streams.processor.topology import Topology
@@ -145,7 +146,9 @@ class StreamsBuilder:
         return self
 
     def build(self, props: Mapping[str, Any] | StreamsConfig | None = None) -> Topology:
-        """The topology. ``props`` (optional) is validated now so mistakes surface early."""
-        if props is not None:
-            StreamsConfig(props)
+        """The topology. ``props`` (optional) is validated now so mistakes surface early; its
+        ``default.dsl.store`` picks the store of every DSL operator whose Materialized chose none."""
+        config = None if props is None else StreamsConfig(props)
+        store_type = StoreType(config[DEFAULT_DSL_STORE]) if config is not None else StoreType.ROCKS_DB
+        apply_default_dsl_store(self.builder.internal.store_builders.values(), store_type)
         return Topology(self.builder.internal)

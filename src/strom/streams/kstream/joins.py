@@ -7,9 +7,11 @@ Node names follow Kafka Streams (``KSTREAM-JOIN-``, ``KTABLE-JOINTHIS-``, ``KTAB
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
+from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
 from strom.streams.kstream.internals.stream_table_join import BufferedKStreamKTableJoin, KStreamKTableJoin
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.table_lookup import ensure_materialized
@@ -192,8 +194,10 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
                value_serde=bytes_serde)
     b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
-    b.add_state_store(Stores.key_value_store_builder(Stores.persistent_key_value_store(subscription_store),
-                                                     bytes_serde, bytes_serde).with_caching_disabled())
+    subscriptions = dsl_store_builder(
+        None, partial(key_value_supplier, subscription_store),
+        lambda chosen: Stores.key_value_store_builder(chosen, bytes_serde, bytes_serde))
+    b.add_state_store(subscriptions.with_caching_disabled())
     b.add_processor(f"{base}-subscription-receive",
                     lambda: fk.SubscriptionReceive(subscription_store, right_store, serdes),
                     f"{base}-subscription-source")

@@ -4,6 +4,7 @@ Materialized, Named, Repartitioned, Branched, Printed. Each is immutable; ``with
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -130,12 +131,21 @@ class Repartitioned(_WithName, _WithSerdes):
         return dataclasses.replace(self, partitioner=partitioner)
 
 
+class StoreType(enum.Enum):
+    """The inner store of a DSL operator (Kafka's ``Materialized.StoreType``; the values are
+    ``default.dsl.store``'s)."""
+
+    ROCKS_DB = "rocksDB"
+    IN_MEMORY = "in_memory"
+
+
 @dataclass(frozen=True)
 class Materialized(_WithSerdes):
     """How a DSL operator's store is built: name or supplier, serdes, caching, logging.
 
     ``Materialized.as_("name")`` makes the store queryable under that name; ``as_(supplier)`` picks the
-    store type (``Stores.in_memory_key_value_store(name)`` / ``Stores.persistent_key_value_store(name)``).
+    store (``Stores.in_memory_key_value_store(name)`` / ``Stores.persistent_key_value_store(name)``);
+    ``as_(StoreType.IN_MEMORY)`` or ``with_store_type`` only its type (default: ``default.dsl.store``).
     """
 
     store_name: str | None = None
@@ -146,11 +156,14 @@ class Materialized(_WithSerdes):
     logging_enabled: bool = True
     topic_config: Mapping[str, str] = field(default_factory=dict)
     retention_ms: int | None = None
+    store_type: StoreType | None = None
 
     @staticmethod
     def as_(name_or_supplier: Any) -> Materialized:
         if isinstance(name_or_supplier, str):
             return Materialized(store_name=_check_name(name_or_supplier))
+        if isinstance(name_or_supplier, StoreType):
+            return Materialized(store_type=name_or_supplier)
         name = getattr(name_or_supplier, "name", None)
         if not isinstance(name, str):
             raise TopologyError(
@@ -161,6 +174,12 @@ class Materialized(_WithSerdes):
     @staticmethod
     def with_(key_serde: Any = None, value_serde: Any = None) -> Materialized:
         return Materialized(key_serde=key_serde, value_serde=value_serde)
+
+    def with_store_type(self, store_type: StoreType) -> Materialized:
+        if not isinstance(store_type, StoreType):
+            raise TopologyError(f"with_store_type needs StoreType.ROCKS_DB or StoreType.IN_MEMORY, got "
+                                f"{store_type!r}.")
+        return dataclasses.replace(self, store_type=store_type)
 
     def with_caching_enabled(self) -> Materialized:
         return dataclasses.replace(self, caching_enabled=True)

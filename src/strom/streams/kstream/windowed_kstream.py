@@ -15,6 +15,7 @@ from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.cogrouped_kstream import cogroup_nodes
 from strom.streams.kstream.emit_strategy import EmitStrategy, StrategyType
+from strom.streams.kstream.internals.dsl_stores import dsl_store_builder
 from strom.streams.kstream.internals.functions import count_aggregator, count_initializer
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.windowed_aggregate import (
@@ -23,7 +24,7 @@ from strom.streams.kstream.internals.windowed_aggregate import (
     KStreamWindowAggregate,
 )
 from strom.streams.kstream.ktable import KTable
-from strom.streams.kstream.options import Materialized, Named
+from strom.streams.kstream.options import Materialized, Named, StoreType, named_and_materialized
 from strom.streams.kstream.windowed_serdes import SessionWindowedSerde, TimeWindowedSerde
 from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows
 from strom.streams.state.window import builders
@@ -160,7 +161,9 @@ class _TimeWindowed(_WindowedStream):
         inputs: Sequence[tuple[KGroupedStream, Aggregator]],
         named: Named | None,
         materialized: Materialized | None,
+        value_serde_default: Any = None,
     ) -> KTable:
+        named, materialized = _options(named, materialized, value_serde_default)
         windows = self.windows
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
@@ -174,12 +177,16 @@ class _TimeWindowed(_WindowedStream):
 
         def store(store_name: str) -> Any:
             retention = _retention(materialized, windows.retention_ms(), store_name)
-            supplier = (
-                materialized.store_supplier if materialized is not None else None
-            ) or builders.persistent_timestamped_window_store(store_name, retention, size)
-            return _apply_options(
-                builders.window_store_builder(supplier, key_serde, value_serde), materialized, cacheable=True
-            )
+
+            def supplier(store_type: StoreType) -> Any:
+                factory = builders.in_memory_timestamped_window_store if store_type is StoreType.IN_MEMORY \
+                    else builders.persistent_timestamped_window_store
+                return factory(store_name, retention, size)
+
+            store_builder = dsl_store_builder(
+                materialized, supplier,
+                lambda chosen: builders.window_store_builder(chosen, key_serde, value_serde))
+            return _apply_options(store_builder, materialized, cacheable=True)
 
         return self._table(
             prefix,
@@ -207,7 +214,8 @@ class TimeWindowedKStream(_Emitting, _TimeWindowed):
             count_initializer,
             [(self.grouped, count_aggregator)],
             named,
-            _with_value_serde(materialized, Serdes.Long()),
+            materialized,
+            Serdes.Long(),
         )
 
     def reduce(
@@ -222,7 +230,8 @@ class TimeWindowedKStream(_Emitting, _TimeWindowed):
             _none,
             [(self.grouped, _reducing(reducer))],
             named,
-            _with_value_serde(materialized, self.grouped.value_serde),
+            materialized,
+            self.grouped.value_serde,
         )
 
     def aggregate(
@@ -250,21 +259,25 @@ class _SessionWindowed(_WindowedStream):
         session_merger: Callable[[Any, Any, Any], Any],
         named: Named | None,
         materialized: Materialized | None,
+        value_serde_default: Any = None,
     ) -> KTable:
+        named, materialized = _options(named, materialized, value_serde_default)
         windows = self.windows
         key_serde = self._key_serde(materialized)
         value_serde = self._value_serde(materialized, None)
 
         def store(store_name: str) -> Any:
             retention = _retention(materialized, windows.retention_ms(), store_name)
-            supplier = (
-                materialized.store_supplier if materialized is not None else None
-            ) or builders.persistent_session_store(store_name, retention)
-            return _apply_options(
-                builders.session_store_builder(supplier, key_serde, value_serde),
-                materialized,
-                cacheable=True,
-            )
+
+            def supplier(store_type: StoreType) -> Any:
+                factory = builders.in_memory_session_store if store_type is StoreType.IN_MEMORY \
+                    else builders.persistent_session_store
+                return factory(store_name, retention)
+
+            store_builder = dsl_store_builder(
+                materialized, supplier,
+                lambda chosen: builders.session_store_builder(chosen, key_serde, value_serde))
+            return _apply_options(store_builder, materialized, cacheable=True)
 
         return self._table(
             prefix,
@@ -295,7 +308,8 @@ class SessionWindowedKStream(_Emitting, _SessionWindowed):
             [(self.grouped, count_aggregator)],
             _add,
             named,
-            _with_value_serde(materialized, Serdes.Long()),
+            materialized,
+            Serdes.Long(),
         )
 
     def reduce(
@@ -311,7 +325,8 @@ class SessionWindowedKStream(_Emitting, _SessionWindowed):
             [(self.grouped, reducing)],
             lambda key, a, b: reducing(key, b, a),
             named,
-            _with_value_serde(materialized, self.grouped.value_serde),
+            materialized,
+            self.grouped.value_serde,
         )
 
     def aggregate(
@@ -357,9 +372,17 @@ class SessionWindowedCogroupedKStream(_CogroupedWindowed, _SessionWindowed):
                                named, materialized)
 
 
-def _with_value_serde(materialized: Materialized | None, serde: Any) -> Materialized:
+def _options(named: Any, materialized: Any,
+             value_serde_default: Any) -> tuple[Named | None, Materialized | None]:
+    """Kafka's overloads (Named and Materialized in either position); count and reduce give their
+    result's value serde unless the Materialized names one."""
+    named, materialized = named_and_materialized(named, materialized)
+    if value_serde_default is None:
+        return named, materialized
     materialized = materialized or Materialized()
-    return materialized if materialized.value_serde is not None else materialized.with_value_serde(serde)
+    if materialized.value_serde is None:
+        materialized = materialized.with_value_serde(value_serde_default)
+    return named, materialized
 
 
 def _reducing(reducer: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:

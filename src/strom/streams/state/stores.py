@@ -7,7 +7,7 @@ Kafka's order: metered (serdes, metrics) -> caching -> change-logging -> transac
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from strom.errors import TopologyError
@@ -83,6 +83,8 @@ class KeyValueStoreBuilder:
     """Kafka's StoreBuilder: logging on and caching off unless changed; ``build()`` once per task."""
 
     timestamped = False
+    dsl_default_supplier: Callable[[Any], KeyValueBytesStoreSupplier] | None = None
+    """Set for a DSL store that chose no type: makes its supplier for ``default.dsl.store``."""
 
     def __init__(self, supplier: KeyValueBytesStoreSupplier, key_serde: Any, value_serde: Any) -> None:
         if not isinstance(supplier, KeyValueBytesStoreSupplier):

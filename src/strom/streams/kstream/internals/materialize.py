@@ -3,9 +3,11 @@ where the operator keeps a table's history (source tables, filter, map_values, t
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from strom.errors import TopologyError
+from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
 from strom.streams.kstream.options import Materialized
 from strom.streams.state.stores import KeyValueStoreBuilder, RocksDBVersionedStoreSupplier, Stores
 
@@ -17,9 +19,9 @@ def table_store_builder(
     """RocksDB unless the Materialized names a supplier; caching and logging on unless disabled (a
     versioned store has no cache, as in Kafka Streams)."""
     materialized = materialized or Materialized()
-    supplier = materialized.store_supplier or Stores.persistent_timestamped_key_value_store(store_name)
     key_serde, value_serde = materialized.key_serde or key_serde, materialized.value_serde or value_serde
     builder: KeyValueStoreBuilder
+    supplier = materialized.store_supplier
     if isinstance(supplier, RocksDBVersionedStoreSupplier):
         if not versioned_ok:
             raise TopologyError(
@@ -29,7 +31,9 @@ def table_store_builder(
                 "Stores.persistent_timestamped_key_value_store.")
         builder = Stores.versioned_key_value_store_builder(supplier, key_serde, value_serde)
     else:
-        builder = Stores.timestamped_key_value_store_builder(supplier, key_serde, value_serde)
+        builder = dsl_store_builder(
+            materialized, partial(key_value_supplier, store_name),
+            lambda chosen: Stores.timestamped_key_value_store_builder(chosen, key_serde, value_serde))
         if materialized.caching_enabled:
             builder.with_caching_enabled()
         else:
@@ -39,3 +43,4 @@ def table_store_builder(
     else:
         builder.with_logging_disabled()
     return builder
+

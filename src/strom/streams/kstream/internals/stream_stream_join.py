@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
+from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
 from strom.streams.kstream.join_options import StreamJoined, ValueJoiner, value_joiner
+from strom.streams.kstream.options import Materialized, StoreType
 from strom.streams.kstream.windows import JoinWindows
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.stores import Stores
@@ -219,16 +222,16 @@ def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callabl
         outer_store = f"{store_base}-outer-shared-join-store" if store_base else \
             builder.node_name(None, "KSTREAM-OUTERSHARED-") + "-store"
     b = builder.internal
+    materialized = Materialized().with_store_type(StoreType.IN_MEMORY) if joined.in_memory else None
     for store_name, value_serde in ((this_store, left_serde), (other_store, right_serde)):
-        factory = builders.in_memory_window_store if joined.in_memory else builders.persistent_window_store
-        store = builders.window_store_builder(factory(store_name, windows.retention_ms(),
-                                                      windows.size(), retain_duplicates=True),
-                                              key_serde, value_serde)
+        store = dsl_store_builder(
+            materialized, partial(_join_window_supplier, store_name, windows),
+            lambda chosen, v=value_serde: builders.window_store_builder(chosen, key_serde, v))
         b.add_state_store(store if joined.logging_enabled else store.with_logging_disabled())
     if outer_store is not None:
-        supplier = Stores.in_memory_key_value_store(outer_store) if joined.in_memory else \
-            Stores.persistent_key_value_store(outer_store)
-        store = Stores.key_value_store_builder(supplier, Serdes.ByteArray(), Serdes.ByteArray())
+        store = dsl_store_builder(materialized, partial(key_value_supplier, outer_store),
+                                  lambda chosen: Stores.key_value_store_builder(chosen, Serdes.ByteArray(),
+                                                                                Serdes.ByteArray()))
         b.add_state_store(store if joined.logging_enabled else store.with_logging_disabled())
     trackers: dict[str, TimeTracker] = {}
     serdes = (key_serde, left_serde, right_serde)
@@ -248,3 +251,10 @@ def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callabl
     b.add_processor(merge, PassThrough, this_join, other_join)
     b.copartition(left.source_topics | right.source_topics)
     return KStream(builder, merge, key_serde, None, False, left.source_topics | right.source_topics)
+
+
+def _join_window_supplier(store_name: str, windows: JoinWindows, store_type: StoreType) -> Any:
+    factory = builders.in_memory_window_store if store_type is StoreType.IN_MEMORY \
+        else builders.persistent_window_store
+    return factory(store_name, windows.retention_ms(), windows.size(), retain_duplicates=True)
+

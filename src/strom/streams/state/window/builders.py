@@ -6,7 +6,7 @@ Caching is off unless the builder enables it (the DSL does, unless Materialized 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,9 @@ CHANGELOG_ADDITIONAL_RETENTION_MS = 24 * 60 * 60 * 1000
 
 
 class _Builder:
+    dsl_default_supplier: Callable[[Any], Any] | None = None
+    """Set for a DSL store that chose no type: makes its supplier for ``default.dsl.store``."""
+
     def __init__(self, supplier: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
         self.supplier = supplier
         self.key_serde = key_serde
