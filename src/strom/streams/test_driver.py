@@ -108,6 +108,7 @@ class TopologyTestDriver:
         if self._own_state_dir:
             props[cfg.STATE_DIR] = tempfile.mkdtemp(prefix="strom-test-driver-")
         self.config = cfg.StreamsConfig(props)
+        topology.check_config(self.config)
         self.builder = topology.internal
         self.builder.application_id = self.config.application_id
         self.commit_per_record = commit_per_record

@@ -79,3 +79,11 @@ def test_bad_store_types_are_named():
         StreamsBuilder().build({**PROPS, "default.dsl.store": "memory"})
     with pytest.raises(TopologyError, match=r"StoreType\.ROCKS_DB or StoreType\.IN_MEMORY"):
         Materialized.as_("x").with_store_type("in_memory")
+
+
+def test_a_runtime_config_naming_another_dsl_store_is_flagged(caplog):
+    builder = StreamsBuilder()
+    builder.stream("events").group_by_key().count()
+    with TopologyTestDriver(builder.build(PROPS), {**PROPS, "default.dsl.store": "in_memory"}):
+        pass
+    assert "applies only when passed to StreamsBuilder.build(props)" in caplog.text

@@ -153,6 +153,7 @@ class SparkStreams:
     def __init__(self, topology: Topology, props: Mapping[str, Any],
                  spark: SparkSession | None = None) -> None:
         self.config = StreamsConfig(props)
+        topology.check_config(self.config)
         if not self.config.get(cfg.BOOTSTRAP_SERVERS):
             raise ConfigError("Missing 'bootstrap.servers': SparkStreams needs the Kafka brokers, e.g. "
                               "{'bootstrap.servers': 'localhost:9092'}.")

@@ -151,4 +151,4 @@ class StreamsBuilder:
         config = None if props is None else StreamsConfig(props)
         store_type = StoreType(config[DEFAULT_DSL_STORE]) if config is not None else StoreType.ROCKS_DB
         apply_default_dsl_store(self.builder.internal.store_builders.values(), store_type)
-        return Topology(self.builder.internal)
+        return Topology(self.builder.internal, store_type.value)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from strom.errors import TopologyError
+from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
 from strom.streams.processor.api import AutoOffsetReset, ProcessorSupplier
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
@@ -16,6 +18,7 @@ from strom.streams.processor.internals.builder import (
     TopicExtractor,
 )
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class NodeDescription:
@@ -59,8 +62,19 @@ class TopologyDescription:
 class Topology:
     """A processor graph built by hand (Processor API) or by StreamsBuilder.build()."""
 
-    def __init__(self, internal: InternalTopologyBuilder | None = None) -> None:
+    def __init__(self, internal: InternalTopologyBuilder | None = None,
+                 default_dsl_store: str | None = None) -> None:
         self.internal = internal or InternalTopologyBuilder()
+        self.default_dsl_store = default_dsl_store
+        """The ``default.dsl.store`` the DSL's stores were built with (None: not built by the DSL)."""
+
+    def check_config(self, config: StreamsConfig) -> None:
+        """Warns when the config running the topology sets a ``default.dsl.store`` it was not built with:
+        the DSL chooses stores in ``StreamsBuilder.build(props)``, so the setting has no effect here."""
+        wanted = config.originals.get(DEFAULT_DSL_STORE)
+        if self.default_dsl_store is not None and wanted is not None and wanted != self.default_dsl_store:
+            log.warning("The topology was built with default.dsl.store=%s; this config's %r applies only "
+                        "when passed to StreamsBuilder.build(props).", self.default_dsl_store, wanted)
 
     def add_source(
         self,
