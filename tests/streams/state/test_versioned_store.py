@@ -97,6 +97,20 @@ def test_versions_past_the_retention_are_dropped_from_disk(host):
     store.close()
 
 
+def test_deleted_keys_leave_nothing_once_out_of_the_history(host):
+    store = host.init(builder(logging=False))
+    for i in range(50):
+        store.put(f"k{i}", i, i)
+        store.delete(f"k{i}", i + 1)
+    store.put("alive", 1, 100)
+    host.commit()
+    inner = store.wrapped.wrapped.wrapped
+    assert sorted(key for key, _ in inner.all() if not key.startswith(b"t")) == [
+        b"v" + len(b"alive").to_bytes(4, "big") + b"alive" + (100 + 2**63).to_bytes(8, "big")]
+    assert store.get("k49", 100 - RETENTION) is None and store.get("alive") == VersionedRecord(1, 100, None)
+    store.close()
+
+
 def test_abort_drops_uncommitted_versions_and_the_stream_time(host):
     store = host.init(builder())
     store.put("a", 1, 10)
@@ -182,5 +196,24 @@ def test_store_and_its_restored_copy_answer_as_the_model(make_host, writes, comm
             assert restored.get(key, as_of) == expected, (key, as_of)
         latest = model.get(key, 10**9)
         assert store.get(key) == (None if latest is None else latest._replace(valid_to=None))
+    _assert_only_needed_versions_kept(store, model)
     store.close()
     restored.close()
+
+
+def _assert_only_needed_versions_kept(store, model: Model) -> None:
+    """No version stays on disk that no valid query can reach (a version whose validity ended before the
+    oldest valid query; a latest tombstone older than it), up to the last stream-time advance."""
+    if model.stream_time is None:
+        return
+    oldest = model.stream_time - RETENTION
+    inner = store.wrapped.wrapped.wrapped  # metered -> history -> transaction -> RocksDB
+    for key, raw in inner.all():
+        if not key.startswith(b"v"):
+            continue
+        timestamp = int.from_bytes(key[-8:], "big") - 2**63
+        valid_to = int.from_bytes(raw[:8], "big", signed=True)
+        if valid_to != 2**63 - 1:
+            assert valid_to >= oldest, (key, valid_to, oldest)
+        elif raw[8:9] == b"\x00":
+            assert timestamp >= oldest, (key, timestamp, oldest)

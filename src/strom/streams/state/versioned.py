@@ -13,7 +13,8 @@ The history lives in the inner store's ordered key space:
   one reverse seek.
 - ``x | valid_to | len(key) | key | ts`` -> empty: an index by end of validity. A version whose validity
   ended more than the history retention before the observed stream time can answer no valid query; the
-  index finds those with one range scan, as Kafka drops whole segments.
+  index finds those with one range scan, as Kafka drops whole segments. A latest tombstone is indexed by
+  its own timestamp: once that is out of the history, a deleted key leaves nothing behind.
 - ``t`` -> the observed stream time (the largest timestamp written), kept with the data so a restarted
   task knows which writes are too old.
 """
@@ -67,6 +68,10 @@ def _version(valid_to: int | None, value: bytes | None) -> bytes:
         _TOMBSTONE if value is None else _VALUE + value)
 
 
+def _is_latest_tombstone(version: bytes) -> bool:
+    return version[8:9] == _TOMBSTONE and _VALID_TO.unpack_from(version)[0] == _MAX_TS
+
+
 def _valid_to(version: bytes) -> int | None:
     valid_to = _VALID_TO.unpack_from(version)[0]
     return None if valid_to == _MAX_TS else valid_to
@@ -107,6 +112,8 @@ class VersionedKeyValueBytesStore(StoreLayer):
         following = _valid_to(previous[1]) if previous is not None else self._first_after(prefix, timestamp)
         put = self.wrapped.put
         put(prefix + _ts(timestamp), _version(following, value))
+        if previous is not None and _is_latest_tombstone(previous[1]):
+            put(_index_key(previous[0], key, previous[0]), None)  # it is no longer the latest (or replaced)
         if previous is None or previous[0] < timestamp:  # a new version, not a replaced one
             if previous is not None:  # the previous version now ends here, not at the following one
                 previous_time, previous_raw = previous
@@ -116,6 +123,8 @@ class VersionedKeyValueBytesStore(StoreLayer):
                 put(_index_key(timestamp, key, previous_time), b"")
             if following is not None:
                 put(_index_key(following, key, timestamp), b"")
+        if value is None and following is None:  # a latest tombstone expires by its own timestamp
+            put(_index_key(timestamp, key, timestamp), b"")
         if timestamp > stream_time:
             put(_STREAM_TIME_KEY, _STREAM_TIME.pack(timestamp))
             self._expire(self._oldest_valid_query(timestamp))
