@@ -140,6 +140,19 @@ StateListener = Callable[[State, State], None]
 """Called with (new state, old state), as Kafka's ``KafkaStreams.StateListener.onChange``."""
 
 
+class StreamThreadExceptionResponse(Enum):
+    """What an uncaught exception handler answers (Kafka's ``StreamsUncaughtExceptionHandler``):
+    REPLACE_THREAD restarts the query, which resumes from the committed offsets (nothing is lost or
+    written twice under exactly-once); SHUTDOWN_CLIENT and SHUTDOWN_APPLICATION end it in ERROR."""
+
+    REPLACE_THREAD = "REPLACE_THREAD"
+    SHUTDOWN_CLIENT = "SHUTDOWN_CLIENT"
+    SHUTDOWN_APPLICATION = "SHUTDOWN_APPLICATION"
+
+
+UncaughtExceptionHandler = Callable[[Exception], StreamThreadExceptionResponse]
+
+
 class SparkStreams:
     """Runs a topology on Spark: ``start()``, ``await_termination()``, ``stop()``, ``progress``,
     ``state``; as a context manager it starts, and stops on exit.
@@ -170,6 +183,7 @@ class SparkStreams:
         self._store_copies: StoreCopies | None = None
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
+        self._exception_handler: UncaughtExceptionHandler | None = None
 
     @property
     def state(self) -> State:
@@ -182,6 +196,12 @@ class SparkStreams:
     def set_state_listener(self, listener: StateListener | None) -> None:
         """``listener(new_state, old_state)`` on every change of ``state``; set before ``start()``."""
         self._state_listener = listener
+
+    def set_uncaught_exception_handler(self, handler: UncaughtExceptionHandler | None) -> None:
+        """``handler(exception)`` decides what a failed query does: REPLACE_THREAD starts it again from
+        the committed offsets (a record that always fails fails it again: answer SHUTDOWN_CLIENT for
+        such errors), SHUTDOWN_CLIENT or SHUTDOWN_APPLICATION end it in ERROR."""
+        self._exception_handler = handler
 
     def _set_state(self, new: State) -> None:
         old, self._state = self._state, new
@@ -354,8 +374,28 @@ class SparkStreams:
                         "(%d/%d)", self.config.application_id, self._restarts, _MAX_RESTARTS)
             self._query = self._start_query()
             return None
+        if self._handled_by_replacing(error):
+            return None
         self._set_state(State.ERROR)
         return error
+
+    def _handled_by_replacing(self, error: Exception) -> bool:
+        """Asks the uncaught exception handler; on REPLACE_THREAD the query starts again (from the
+        committed offsets)."""
+        if self._exception_handler is None:
+            return False
+        try:
+            response = self._exception_handler(error)
+        except Exception:
+            log.exception("The uncaught exception handler of %s raised; the application stops",
+                          self.config.application_id)
+            return False
+        if response is not StreamThreadExceptionResponse.REPLACE_THREAD:
+            return False
+        log.warning("Application %s failed (%s); the uncaught exception handler replaces the query: it "
+                    "resumes from the committed offsets", self.config.application_id, error)
+        self._query = self._start_query()
+        return True
 
     def store(self, params: StoreQueryParameters) -> Any:
         """A read-only view of a store (interactive query), e.g.
