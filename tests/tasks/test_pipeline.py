@@ -6,12 +6,14 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from confluent_kafka import Message
 
+from strom.errors import ConfigError
 from strom.tasks.completion import Completion
 from strom.tasks.context import Record, TaskMetadata, record_of
 from strom.tasks.partition import PartitionContext
-from strom.tasks.processors import ProcessorsBuilder
+from strom.tasks.processors import ProcessorsBuilder, ProcessorScope
 from strom.tasks.properties import ProcessorPropertiesView, StaticPropertySupplier
 
 
@@ -126,3 +128,52 @@ def test_partition_pauses_once_the_backlog_holds_max_pending_and_resumes_at_half
         held[offset].complete()
     assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 7)
     ctx.close()
+
+
+class Counter:
+    """Not thread-safe on purpose: one instance must see one thread."""
+
+    made: list[Counter] = []
+
+    def __init__(self) -> None:
+        self.threads: set[int] = set()
+        self.tasks = 0
+        self.closed = False
+        Counter.made.append(self)
+
+    def process(self, context, task) -> None:
+        self.threads.add(threading.get_ident())
+        self.tasks += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("scope, instances", [(ProcessorScope.PARTITION, 1), (ProcessorScope.THREAD, 4)])
+def test_scoped_processors_are_made_per_partition_or_unit_thread_and_closed(scope, instances) -> None:
+    Counter.made.clear()
+    ctx = _context(ProcessorsBuilder.consuming("t").then_process(Counter, scope),
+                   **{"decaton.partition.concurrency": 4})
+    # 64 keys: every one of the 4 units gets some (keys are spread by Python's per-process hash)
+    ctx.add_records([fetched(o, f"k{o % 64}".encode(), b"v") for o in range(200)])
+    assert _wait(ctx, lambda: ctx.commit_control.commit_ready_offset() == 199)
+    ctx.close()
+    assert len(Counter.made) == instances and sum(c.tasks for c in Counter.made) == 200
+    assert all(c.closed for c in Counter.made)
+    if scope is ProcessorScope.THREAD:
+        assert all(len(c.threads) == 1 for c in Counter.made)
+
+
+def test_scoped_processors_need_a_factory() -> None:
+    with pytest.raises(ConfigError, match="takes a factory"):
+        ProcessorsBuilder.consuming("t").then_process(Counter(), ProcessorScope.PARTITION)
+    with pytest.raises(ConfigError, match="called without arguments"):
+        ProcessorsBuilder.consuming("t").then_process(lambda context, task: None, ProcessorScope.THREAD)
+
+    class AsyncWorker:
+        async def process(self, context, task) -> None:
+            pass
+
+    with pytest.raises(ConfigError, match=r"ProcessorScope\.PARTITION"):
+        ProcessorsBuilder.consuming("t").then_process(AsyncWorker, ProcessorScope.THREAD)
+    assert ProcessorsBuilder.consuming("t").then_process(AsyncWorker, ProcessorScope.PARTITION).asynchronous

@@ -11,7 +11,7 @@ from strom.tasks.completion import Completion, TimeoutChoice
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
 from strom.tasks.context import ProcessingContext, TaskMetadata
 from strom.tasks.metrics import PartitionMetricsSnapshot
-from strom.tasks.processors import ProcessorsBuilder
+from strom.tasks.processors import ProcessorsBuilder, ProcessorScope
 from strom.tasks.properties import (
     ProcessorProperties,
     Property,
@@ -39,6 +39,7 @@ __all__ = [
     "PartitionMetricsSnapshot",
     "ProcessingContext",
     "ProcessorProperties",
+    "ProcessorScope",
     "ProcessorSubscription",
     "ProcessorsBuilder",
     "Property",

@@ -134,6 +134,7 @@ class PartitionContext:
         """Stops the units; queued records are dropped (their offsets are not committed)."""
         self._backlog.clear()
         self._executor.close(discard_queued=True, timeout_s=0.5)
+        self._pipeline.close()
 
     def snapshot(self) -> PartitionMetricsSnapshot:
         p50, p99, pmax = self.metrics.latency_percentiles_ms()

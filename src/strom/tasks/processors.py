@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from strom.errors import ConfigError, ProcessingError, SerializationError
@@ -36,6 +39,68 @@ def _process_fn(processor: Any) -> ProcessFn:
     return fn
 
 
+class ProcessorScope(enum.Enum):
+    """Decaton's ProcessorScope: which processor instances ``then_process(factory, scope)`` makes, for
+    processors that keep state or clients that must not be shared."""
+
+    PROVIDED = "provided"
+    """The processor given, shared by every partition and unit (the default)."""
+    PARTITION = "partition"
+    """One instance per assigned partition, closed when the partition is revoked."""
+    THREAD = "thread"
+    """One instance per unit thread of a partition (plain processors only), closed with the partition."""
+
+
+@dataclass(frozen=True)
+class _Scoped:
+    factory: Callable[[], Any]
+    scope: ProcessorScope
+    asynchronous: bool
+
+
+def _makes_async_processors(factory: Callable[[], Any]) -> bool:
+    """A class tells by its ``process``; any other factory is called once to see what it makes."""
+    if isinstance(factory, type):
+        return inspect.iscoroutinefunction(getattr(factory, "process", None))
+    try:
+        probe = factory()
+    except TypeError as exc:
+        raise ConfigError(f"A scoped processor's factory is called without arguments to make a processor; "
+                          f"{factory!r} failed: {exc}.") from exc
+    try:
+        return inspect.iscoroutinefunction(_process_fn(probe))
+    finally:
+        _close(probe)
+
+
+def _close(processor: Any) -> None:
+    close = getattr(processor, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:
+            log.exception("Closing processor %r failed", processor)
+
+
+class _ThreadScoped:
+    """Dispatches to the calling thread's own instance, made on its first task."""
+
+    def __init__(self, factory: Callable[[], Any], instances: list[Any]) -> None:
+        self._factory = factory
+        self._instances = instances
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def process(self, context: ProcessingContext, task: Any) -> Any:
+        fn = getattr(self._local, "fn", None)
+        if fn is None:
+            instance = self._factory()
+            with self._lock:
+                self._instances.append(instance)
+            fn = self._local.fn = _process_fn(instance)
+        return fn(context, task)
+
+
 class ProcessorsBuilder:
     """``ProcessorsBuilder.consuming(topic, deserializer).then_process(p1).then_process(p2)``.
 
@@ -44,20 +109,36 @@ class ProcessorsBuilder:
     def __init__(self, topic: str, deserializer: Deserializer | None) -> None:
         self.topic = topic
         self.deserializer = deserializer
-        self.processors: list[ProcessFn] = []
+        self.processors: list[ProcessFn | _Scoped] = []
 
     @classmethod
     def consuming(cls, topic: str, deserializer: Deserializer | None = None) -> ProcessorsBuilder:
         """``deserializer`` turns the record value (bytes) into the task; without one, tasks are bytes."""
         return cls(topic, deserializer)
 
-    def then_process(self, processor: Any) -> ProcessorsBuilder:
-        self.processors.append(_process_fn(processor))
+    def then_process(self, processor: Any,
+                     scope: ProcessorScope = ProcessorScope.PROVIDED) -> ProcessorsBuilder:
+        """``processor`` (an object with ``process(context, task)`` or a function), or with a PARTITION or
+        THREAD ``scope`` a factory of processors (their class, or a function returning a new one)."""
+        if not isinstance(scope, ProcessorScope):
+            raise ConfigError(f"then_process scope must be a ProcessorScope, got {scope!r}.")
+        if scope is ProcessorScope.PROVIDED:
+            self.processors.append(_process_fn(processor))
+            return self
+        if not callable(processor) or (hasattr(processor, "process") and not isinstance(processor, type)):
+            raise ConfigError(f"With scope {scope.name}, then_process takes a factory that makes a processor "
+                              f"per {scope.value} (the processor class, or a function), got {processor!r}.")
+        asynchronous = _makes_async_processors(processor)
+        if asynchronous and scope is ProcessorScope.THREAD:
+            raise ConfigError("ProcessorScope.THREAD needs plain processors: async def ones share the event "
+                              "loop's thread; use ProcessorScope.PARTITION.")
+        self.processors.append(_Scoped(processor, scope, asynchronous))
         return self
 
     @property
     def asynchronous(self) -> bool:
-        kinds = {inspect.iscoroutinefunction(fn) for fn in self.processors}
+        kinds = {entry.asynchronous if isinstance(entry, _Scoped) else inspect.iscoroutinefunction(entry)
+                 for entry in self.processors}
         if len(kinds) > 1:
             raise ConfigError("A pipeline mixes async def and plain processors: make them all one kind.")
         return kinds == {True}
@@ -77,7 +158,8 @@ class ProcessPipeline:
                  commit_control: OutOfOrderCommitControl, metrics: PartitionMetrics) -> None:
         self.topic = topic
         self.partition = partition
-        self._fns = builder.processors
+        self._instances: list[Any] = []  # scoped processors made for this partition, closed with it
+        self._fns = [self._resolve(entry) for entry in builder.processors]
         self._deserializer = builder.deserializer
         self.asynchronous = builder.asynchronous
         self._timeout = props.get(ProcessorProperties.DEFERRED_COMPLETE_TIMEOUT_MS)
@@ -85,6 +167,21 @@ class ProcessPipeline:
         self._retry_queue = retry_queue
         self._commit_control = commit_control
         self._metrics = metrics
+
+    def _resolve(self, entry: ProcessFn | _Scoped) -> ProcessFn:
+        if not isinstance(entry, _Scoped):
+            return entry
+        if entry.scope is ProcessorScope.THREAD:
+            return _ThreadScoped(entry.factory, self._instances).process
+        instance = entry.factory()
+        self._instances.append(instance)
+        return _process_fn(instance)
+
+    def close(self) -> None:
+        """Closes the processors made for this partition (those with a ``close()``)."""
+        for instance in self._instances:
+            _close(instance)
+        self._instances.clear()
 
     def _request(self, record: Record) -> TaskRequest:
         headers = record[HEADERS]
