@@ -28,12 +28,13 @@ def test_offsets_for_times_finds_the_first_record_at_or_after(broker):
     topic = unique("times")
     clients.create_topics(broker.bootstrap_servers, {topic: 1})
     producer = clients.producer(broker.bootstrap_servers, **{"linger.ms": 1000})
-    for i in range(10):  # one batch holding timestamps 1000..10000
-        producer.produce(topic, value=b"%d" % i, timestamp=1000 * (i + 1), partition=0)
+    base = int(time.time() * 1000) - 60_000  # recent: older records may go to retention at any moment
+    for i in range(10):  # one batch holding timestamps base + 1000 .. base + 10000
+        producer.produce(topic, value=b"%d" % i, timestamp=base + 1000 * (i + 1), partition=0)
     assert producer.flush(10) == 0
     consumer = clients.consumer(broker.bootstrap_servers, None)
-    found = consumer.offsets_for_times([TopicPartition(topic, 0, 4500)], timeout=10)
-    beyond = consumer.offsets_for_times([TopicPartition(topic, 0, 99_999)], timeout=10)
+    found = consumer.offsets_for_times([TopicPartition(topic, 0, base + 4500)], timeout=10)
+    beyond = consumer.offsets_for_times([TopicPartition(topic, 0, base + 99_999)], timeout=10)
     consumer.close()
     assert found[0].offset == 4
     assert beyond[0].offset == -1

@@ -4,6 +4,7 @@ the commit metadata)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 
 import pytest
@@ -28,7 +29,9 @@ from .wordcount import L, S
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 WINDOW_MS = 100
-BASE = 10_000  # record time 0 would mean "now" to the producer
+# a recent, window-aligned time: the broker may delete records older than the topic's retention (7 days)
+# at any moment, and record time 0 would mean "now" to the producer
+BASE = int(time.time() * 1000) // 100_000 * 100_000 - 1_000_000
 WINDOWED = WindowedSerdes.time_windowed_serde_from(S, WINDOW_MS)
 
 

@@ -5,8 +5,10 @@ everything; a restart resumes from the committed offsets, whatever the policy.""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from strom.errors import ConfigError
+from strom.kafka import clients
 from strom.spark.runtime import SparkStreams
 from strom.streams import AutoOffsetReset, Consumed, Produced, StreamsBuilder, StreamsConfig, Topology
 
@@ -51,3 +53,22 @@ def test_a_latest_source_skips_what_came_before_start(broker, spark, topics, tmp
 def test_auto_offset_reset_is_checked():
     with pytest.raises(ConfigError, match="'earliest' or 'latest'"):
         StreamsConfig({"application.id": "a", "auto.offset.reset": "none"})
+
+
+def test_records_deleted_before_the_application_read_them_are_no_lag(broker, spark, topics, tmp_path):
+    names = topics(clicks=1, orders=1, out=1)
+    bootstrap = broker.bootstrap_servers
+    produce_lines(bootstrap, names["orders"], [(f"order{i}", "order") for i in range(5)])
+    admin = clients.admin(bootstrap)  # kept: the future needs its client alive
+    deleted = admin.delete_records([TopicPartition(names["orders"], 0, 5)])
+    assert next(iter(deleted.values())).result(10).low_watermark == 5  # all gone, as retention would
+    app = SparkStreams(merged(names["clicks"], names["orders"], names["out"]), {
+        "application.id": f"rt-deleted-{names['orders']}", "bootstrap.servers": bootstrap,
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
+        spark)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(60), f"lag {app.lag()}"  # not 5: nothing is left to read
+    finally:
+        app.stop()
+    assert read_updates(bootstrap, names["out"], value_serde=S) == {}

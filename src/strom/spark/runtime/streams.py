@@ -315,7 +315,8 @@ class SparkStreams:
 
     def lag(self) -> int:
         """Records in the source topics (committed data) that the application has not committed yet,
-        read sub-topology by sub-topology."""
+        read sub-topology by sub-topology; a partition it has committed nothing for counts from its
+        first record still kept (retention may have deleted older ones before the application read them)."""
         if self.plan is None:
             raise ConfigError("Call start() first.")
         if self._lag_clients is None:
@@ -327,6 +328,8 @@ class SparkStreams:
             partitions = [(t, p) for t, n in sub.source_topics.items() for p in range(n)]
             latest = metadata.latest(partitions)
             committed = committed_offsets.read(partitions)
+            uncommitted = [tp for tp in partitions if tp not in committed]
+            committed.update(metadata.earliest(uncommitted) if uncommitted else {})
             behind += sum(max(0, end - committed.get(tp, 0)) for tp, end in latest.items())
         return behind
 
