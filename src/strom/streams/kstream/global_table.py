@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals.functions import key_value_function
+from strom.streams.kstream.internals.table_lookup import value_at
 from strom.streams.kstream.join_options import ValueJoiner, value_joiner
 from strom.streams.kstream.options import Consumed, Materialized, Named
 from strom.streams.processor.api import Processor, Record, RecordMetadata
@@ -198,8 +199,8 @@ class GlobalStateStores:
         for partition, offset, timestamp, key_bytes, value_bytes in records:
             self.offsets[(topic, partition)] = offset + 1
             key = key_from(topic, key_bytes)
+            self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
             if processor is not None:  # the user's processor decides, null keys included
-                self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
                 processor.process(Record(key, value_from(topic, value_bytes), timestamp, ()))
                 applied += 1
                 continue
@@ -207,7 +208,6 @@ class GlobalStateStores:
                 log.warning("Skipping a global table record with a null key (%s-%d@%d)",
                             topic, partition, offset)
                 continue
-            self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
             value = value_from(topic, value_bytes)
             if versioned:
                 store.put(key, value, timestamp)
@@ -272,20 +272,14 @@ class KStreamGlobalKTableJoin(Processor):
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.store = context.get_state_store(self.store_name)
-        self.as_of_record_time = isinstance(self.store, MeteredVersionedKeyValueStore)  # KIP-914
+        self.lookup = value_at(context.get_state_store(self.store_name))
 
     def process(self, record: Record) -> None:
         if record.value is None:
             self.context.metrics.dropped_records += 1
             return
         table_key = self.key_selector(record.key, record.value)
-        if table_key is None:
-            current = None
-        elif self.as_of_record_time:
-            current = self.store.get(table_key, record.timestamp)
-        else:
-            current = self.store.get(table_key)
+        current = None if table_key is None else self.lookup(table_key, record.timestamp)
         if current is None and not self.left:
             if table_key is None:
                 self.context.metrics.dropped_records += 1

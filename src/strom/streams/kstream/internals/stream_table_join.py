@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from strom.streams.kstream.internals.table_lookup import value_at
 from strom.streams.kstream.join_options import ValueJoiner
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.record_buffer import TimeOrderedRecordBuffer
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,7 @@ class KStreamKTableJoin(Processor):
     def init(self, context: Any) -> None:
         self.context = context
         self.forward = context.forward
-        self.store = context.get_state_store(self.store_name)
-        # a versioned table answers as of the stream record's time (KIP-914), so a late stream record
-        # joins the table value that was valid when it happened
-        self.as_of_record_time = isinstance(self.store, MeteredVersionedKeyValueStore)
+        self.lookup = value_at(context.get_state_store(self.store_name))
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -39,12 +36,7 @@ class KStreamKTableJoin(Processor):
             log.debug("Skipping stream-table join record with null key or value: %r", record)
             self.context.metrics.dropped_records += 1
             return
-        if key is None:
-            current = None
-        elif self.as_of_record_time:
-            current = self.store.get(key, record.timestamp)
-        else:
-            current = self.store.get(key)
+        current = None if key is None else self.lookup(key, record.timestamp)
         if current is None and not self.left:
             return
         other = None if current is None else current.value
