@@ -63,14 +63,18 @@ class _WindowedProcessor(Processor):
 
     def _emit_closed(self, close_time: int, record: Record) -> None:
         """EmitStrategy.on_window_close: the final result of every window that closed since the last
-        emission, then the close time goes into the commit metadata so a restarted task does not emit
-        them again. Runs before the record's windows are written: a write far ahead in time would let
-        the store expire windows not emitted yet."""
+        emission. Runs before the record's windows are written: a write far ahead in time would let the
+        store expire windows not emitted yet."""
         starts = self._closed_starts(self.emitted_close_time, close_time)
         if starts is not None:
             forward, headers = self.context.forward, record.headers
             for windowed, (value, timestamp) in list(self.store.fetch_all(*starts)):
                 forward(Record(windowed, Change(value, None), timestamp, headers))
+        self._emitted_up_to(close_time)
+
+    def _emitted_up_to(self, close_time: int) -> None:
+        """Everything closed by ``close_time`` went downstream: kept in the commit metadata, so a task
+        opened again does not emit it twice."""
         self.emitted_close_time = close_time
         self.context.add_processor_metadata_key_value(self.store_name, close_time)
 
@@ -244,8 +248,7 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         for session, value in closing:
             if session not in merged_now:
                 self.context.forward(Record(session, Change(value, None), session.window.end, record.headers))
-        self.emitted_close_time = close_time
-        self.context.add_processor_metadata_key_value(self.store_name, close_time)
+        self._emitted_up_to(close_time)
 
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: Record) -> None:
         if self.cached:
