@@ -179,7 +179,7 @@ class SparkStreams:
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
         self._run_id = ""
-        self._lag_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
+        self._offset_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
         self._store_copies: StoreCopies | None = None
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
@@ -262,17 +262,20 @@ class SparkStreams:
                       if t in latest_topics for p in range(n)]
         if not partitions:
             return
-        source = self._source_plan()
-        committed = CommittedOffsets(source)
-        try:
-            missing = [tp for tp in partitions if tp not in committed.read(partitions)]
-            if missing:
-                ends = TopicMetadata(source.source_options()).latest(missing)
-                committed.commit(ends)
-                log.info("Application %s starts %d partitions at their end (AutoOffsetReset.LATEST)",
-                         self.config.application_id, len(ends))
-        finally:
-            committed.close()
+        metadata, committed = self._offsets()
+        missing = [tp for tp in partitions if tp not in committed.read(partitions)]
+        if missing:
+            ends = metadata.latest(missing)
+            committed.commit(ends)
+            log.info("Application %s starts %d partitions at their end (AutoOffsetReset.LATEST)",
+                     self.config.application_id, len(ends))
+
+    def _offsets(self) -> tuple[TopicMetadata, CommittedOffsets]:
+        """The driver's clients for log and committed offsets, made once per run (``stop()`` closes them)."""
+        if self._offset_clients is None:
+            source = self._source_plan()
+            self._offset_clients = (TopicMetadata(source.source_options()), CommittedOffsets(source))
+        return self._offset_clients
 
     def _source_plan(self) -> SourcePlan:
         assert self.plan is not None
@@ -319,10 +322,7 @@ class SparkStreams:
         first record still kept (retention may have deleted older ones before the application read them)."""
         if self.plan is None:
             raise ConfigError("Call start() first.")
-        if self._lag_clients is None:
-            source = self._source_plan()
-            self._lag_clients = (TopicMetadata(source.source_options()), CommittedOffsets(source))
-        metadata, committed_offsets = self._lag_clients
+        metadata, committed_offsets = self._offsets()
         behind = 0
         for sub in self.plan.subtopologies:
             partitions = [(t, p) for t, n in sub.source_topics.items() for p in range(n)]
@@ -443,9 +443,9 @@ class SparkStreams:
         self._query = None
         self._stop_file.unlink(missing_ok=True)
         self._release_open_tasks()
-        if self._lag_clients is not None:
-            self._lag_clients[1].close()
-            self._lag_clients = None
+        if self._offset_clients is not None:
+            self._offset_clients[1].close()
+            self._offset_clients = None
         self._set_state(State.NOT_RUNNING)
 
     def _release_open_tasks(self) -> None:
