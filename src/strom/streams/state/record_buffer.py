@@ -20,9 +20,9 @@ from typing import Any
 
 from strom.kafka.serdes import Serdes
 from strom.streams.state.stores import KeyValueStoreBuilder, Stores
+from strom.streams.state.time_keys import MIN_TIMESTAMP, from_sortable, sortable
 
-_MIN_TS = -(2**63)
-_SORTABLE = struct.Struct(">Q")
+_SEQUENCE = struct.Struct(">Q")
 _LONG = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _SEQ_KEY, _STREAM_TIME_KEY = b"s", b"t"
@@ -47,7 +47,7 @@ class TimeOrderedRecordBuffer:
     def observe(self, timestamp: int) -> int:
         """Advances the observed stream time to ``timestamp`` if later; returns it."""
         raw = self.store.get(_STREAM_TIME_KEY)
-        stream_time = _MIN_TS if raw is None else _LONG.unpack(raw)[0]
+        stream_time = MIN_TIMESTAMP if raw is None else _LONG.unpack(raw)[0]
         if timestamp > stream_time:
             self.store.put(_STREAM_TIME_KEY, _LONG.pack(timestamp))
             return timestamp
@@ -55,18 +55,18 @@ class TimeOrderedRecordBuffer:
 
     def put(self, timestamp: int, key: bytes | None, value: bytes | None, headers: Headers) -> None:
         raw_seq = self.store.get(_SEQ_KEY)
-        seq = 0 if raw_seq is None else _SORTABLE.unpack(raw_seq)[0]
-        self.store.put(_SEQ_KEY, _SORTABLE.pack(seq + 1))
-        self.store.put(b"r" + _SORTABLE.pack(timestamp - _MIN_TS) + _SORTABLE.pack(seq),
+        seq = 0 if raw_seq is None else _SEQUENCE.unpack(raw_seq)[0]
+        self.store.put(_SEQ_KEY, _SEQUENCE.pack(seq + 1))
+        self.store.put(b"r" + sortable(timestamp) + _SEQUENCE.pack(seq),
                        _encode(key, value, headers))
 
     def evict_until(self, horizon: int) -> list[BufferedRecord]:
         """Removes and returns the records with a timestamp at or before ``horizon``, oldest first."""
-        upper = b"r" + _SORTABLE.pack(horizon - _MIN_TS) + b"\xff" * 8
+        upper = b"r" + sortable(horizon) + b"\xff" * 8
         due = list(self.store.range(b"r", upper))
         for entry_key, _ in due:
             self.store.delete(entry_key)
-        return [(_SORTABLE.unpack_from(entry_key, 1)[0] + _MIN_TS, *_decode(raw)) for entry_key, raw in due]
+        return [(from_sortable(entry_key, 1), *_decode(raw)) for entry_key, raw in due]
 
 
 def _encode(key: bytes | None, value: bytes | None, headers: Headers) -> bytes:

@@ -30,6 +30,7 @@ from strom.errors import StromError
 from strom.streams.state.base import StoreLayer
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.metered import MeteredStore
+from strom.streams.state.time_keys import MAX_TIMESTAMP, MIN_TIMESTAMP, from_sortable, sortable
 from strom.streams.state.transaction import TransactionalKeyValueStore
 
 PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
@@ -37,8 +38,6 @@ PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
 PUT_RETURN_CODE_NOT_PUT = -(2**63)
 """``put`` wrote nothing: the timestamp is older than the observed stream time minus the history retention."""
 
-_MIN_TS, _MAX_TS = -(2**63), 2**63 - 1
-_SORTABLE = struct.Struct(">Q")
 _LENGTH = struct.Struct(">I")
 _STREAM_TIME_KEY = b"t"
 _STREAM_TIME = _VALID_TO = struct.Struct(">q")
@@ -53,28 +52,19 @@ class VersionedRecord(NamedTuple):
     valid_to: int | None = None
 
 
-def _ts(timestamp: int) -> bytes:
-    """An 8-byte timestamp whose byte order is its numeric order (negative ones included)."""
-    return _SORTABLE.pack(timestamp - _MIN_TS)
-
-
-def _unts(raw: bytes) -> int:
-    return _SORTABLE.unpack(raw)[0] + _MIN_TS
-
-
 def _version(valid_to: int | None, value: bytes | None) -> bytes:
     """A stored version: when it stops being valid (the largest timestamp: not yet), then the value."""
-    return _VALID_TO.pack(_MAX_TS if valid_to is None else valid_to) + (
+    return _VALID_TO.pack(MAX_TIMESTAMP if valid_to is None else valid_to) + (
         _TOMBSTONE if value is None else _VALUE + value)
 
 
 def _is_latest_tombstone(version: bytes) -> bool:
-    return version[8:9] == _TOMBSTONE and _VALID_TO.unpack_from(version)[0] == _MAX_TS
+    return version[8:9] == _TOMBSTONE and _VALID_TO.unpack_from(version)[0] == MAX_TIMESTAMP
 
 
 def _valid_to(version: bytes) -> int | None:
     valid_to = _VALID_TO.unpack_from(version)[0]
-    return None if valid_to == _MAX_TS else valid_to
+    return None if valid_to == MAX_TIMESTAMP else valid_to
 
 
 def _prefix(key: bytes) -> bytes:
@@ -83,7 +73,7 @@ def _prefix(key: bytes) -> bytes:
 
 
 def _index_key(valid_to: int, key: bytes, timestamp: int) -> bytes:
-    return b"x" + _ts(valid_to) + _LENGTH.pack(len(key)) + key + _ts(timestamp)
+    return b"x" + sortable(valid_to) + _LENGTH.pack(len(key)) + key + sortable(timestamp)
 
 
 class VersionedKeyValueBytesStore(StoreLayer):
@@ -95,10 +85,10 @@ class VersionedKeyValueBytesStore(StoreLayer):
 
     def observed_stream_time(self) -> int:
         raw = self.wrapped.get(_STREAM_TIME_KEY)
-        return _MIN_TS if raw is None else _STREAM_TIME.unpack(raw)[0]
+        return MIN_TIMESTAMP if raw is None else _STREAM_TIME.unpack(raw)[0]
 
     def _oldest_valid_query(self, stream_time: int) -> int:
-        return _MIN_TS if stream_time == _MIN_TS else stream_time - self.history_retention_ms
+        return MIN_TIMESTAMP if stream_time == MIN_TIMESTAMP else stream_time - self.history_retention_ms
 
     def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
         """Writes the version of ``key`` at ``timestamp`` (None: a tombstone); returns when it stops being
@@ -111,13 +101,13 @@ class VersionedKeyValueBytesStore(StoreLayer):
         previous = self._version_at(prefix, timestamp)
         following = _valid_to(previous[1]) if previous is not None else self._first_after(prefix, timestamp)
         put = self.wrapped.put
-        put(prefix + _ts(timestamp), _version(following, value))
+        put(prefix + sortable(timestamp), _version(following, value))
         if previous is not None and _is_latest_tombstone(previous[1]):
             put(_index_key(previous[0], key, previous[0]), None)  # it is no longer the latest (or replaced)
         if previous is None or previous[0] < timestamp:  # a new version, not a replaced one
             if previous is not None:  # the previous version now ends here, not at the following one
                 previous_time, previous_raw = previous
-                put(prefix + _ts(previous_time), _VALID_TO.pack(timestamp) + previous_raw[8:])
+                put(prefix + sortable(previous_time), _VALID_TO.pack(timestamp) + previous_raw[8:])
                 if following is not None:
                     put(_index_key(following, key, previous_time), None)
                 put(_index_key(timestamp, key, previous_time), b"")
@@ -130,7 +120,7 @@ class VersionedKeyValueBytesStore(StoreLayer):
             self._expire(self._oldest_valid_query(timestamp))
         return PUT_RETURN_CODE_VALID_TO_UNDEFINED if following is None else following
 
-    def get(self, key: bytes, as_of: int = _MAX_TS) -> tuple[bytes, int, int | None] | None:
+    def get(self, key: bytes, as_of: int = MAX_TIMESTAMP) -> tuple[bytes, int, int | None] | None:
         """(value, valid from, valid to) of the version valid at ``as_of``; None for no value (never written,
         deleted, or ``as_of`` older than the history keeps)."""
         if as_of < self._oldest_valid_query(self.observed_stream_time()):
@@ -143,22 +133,23 @@ class VersionedKeyValueBytesStore(StoreLayer):
 
     def _version_at(self, prefix: bytes, timestamp: int) -> tuple[int, bytes] | None:
         """(valid from, stored version) of the version valid at ``timestamp``: one reverse seek."""
-        for raw_key, raw in self.wrapped.reverse_range(prefix, prefix + _ts(timestamp)):
-            return _unts(raw_key[len(prefix):]), raw
+        for raw_key, raw in self.wrapped.reverse_range(prefix, prefix + sortable(timestamp)):
+            return from_sortable(raw_key, len(prefix)), raw
         return None
 
     def _first_after(self, prefix: bytes, timestamp: int) -> int | None:
         """When the key's first version after ``timestamp`` starts (only asked when none is at or before)."""
-        if timestamp == _MAX_TS:
+        if timestamp == MAX_TIMESTAMP:
             return None
-        for raw_key, _ in self.wrapped.range(prefix + _ts(timestamp + 1), prefix + _ts(_MAX_TS)):
-            return _unts(raw_key[len(prefix):])
+        last = prefix + sortable(MAX_TIMESTAMP)
+        for raw_key, _ in self.wrapped.range(prefix + sortable(timestamp + 1), last):
+            return from_sortable(raw_key, len(prefix))
         return None
 
     def _expire(self, oldest_valid_query: int) -> None:
         """Drops the versions that stopped being valid at or before the oldest timestamp a query may ask
         for: no valid query can return them."""
-        expired = [index for index, _ in self.wrapped.range(b"x", b"x" + _ts(oldest_valid_query + 1))]
+        expired = [index for index, _ in self.wrapped.range(b"x", b"x" + sortable(oldest_valid_query + 1))]
         put = self.wrapped.put
         for index in expired:
             put(b"v" + index[9:], None)  # the version: the index key without tag and valid_to
@@ -216,7 +207,7 @@ class MeteredVersionedKeyValueStore(MeteredStore):
         """The latest version, or the one valid at ``as_of_timestamp``; None if there is no value then
         (or ``as_of_timestamp`` is older than the history retention allows)."""
         self.metrics.get += 1
-        as_of = _MAX_TS if as_of_timestamp is None else _timestamp(as_of_timestamp, self.name)
+        as_of = MAX_TIMESTAMP if as_of_timestamp is None else _timestamp(as_of_timestamp, self.name)
         found = self.wrapped.get(self._raw_key(key), as_of)
         if found is None:
             return None
