@@ -123,9 +123,10 @@ class OpenTask:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
         again into the transaction under exactly-once: the times are known only now)."""
         if self.eos:
-            self._send_offsets(offsets)
+            if offsets:
+                self._send_offsets(offsets)
             self.call(self.sink.producer.commit_transaction, TIMEOUT_S)
-        else:
+        elif offsets:
             self.call(self.consumer.commit, offsets=self._with_metadata(offsets), asynchronous=False)
         self.positions.update(offsets)
 
@@ -158,6 +159,11 @@ class OpenTask:
             self.consumer.close()
             self.sink.close()
             self.lease.release()
+
+    def committed_positions(self) -> Offsets:
+        """What group ``<application.id>`` has committed for the partitions this task reads."""
+        committed = self._committed(list(self.positions))
+        return {(tp.topic, tp.partition): tp.offset for tp in committed}
 
     def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
         """The committed offsets (with their metadata) of those of ``partitions`` that have one."""
