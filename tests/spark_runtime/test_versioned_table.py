@@ -48,7 +48,8 @@ def produce_at(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) 
     assert producer.flush(30) == 0
 
 
-def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark, topics, tmp_path, mode_props):
+def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark, topics, tmp_path,
+                                                                   mode_props):
     names = topics(prices=2, orders=2, out=2)
     bootstrap = broker.bootstrap_servers
     # recent timestamps: records older than the topic's retention (7 days) may be deleted at any time

@@ -59,6 +59,8 @@ class OpenTask:
         self.eos = config.exactly_once
         self._topology = topology
         self.positions: Offsets = {}
+        self.in_transaction = False
+        """A transaction is begun (under exactly-once; begun locally, nothing sent until a record is)."""
         self.lease = TaskLease.acquire(Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id))
         try:
             self._connect(owned, task_id)
@@ -115,7 +117,9 @@ class OpenTask:
         ``fencing_probe``: sending them first makes a producer fenced since its last batch fail here,
         before any record is processed (a task just opened was fenced-checked by init_transactions)."""
         if self.eos:
-            self.call(self.sink.producer.begin_transaction)
+            if not self.in_transaction:
+                self.call(self.sink.producer.begin_transaction)
+                self.in_transaction = True
             if fencing_probe is not None:
                 self._send_offsets(fencing_probe)
 
@@ -126,6 +130,7 @@ class OpenTask:
             if offsets:
                 self._send_offsets(offsets)
             self.call(self.sink.producer.commit_transaction, TIMEOUT_S)
+            self.in_transaction = False
         elif offsets:
             self.call(self.consumer.commit, offsets=self._with_metadata(offsets), asynchronous=False)
         self.positions.update(offsets)
@@ -141,6 +146,7 @@ class OpenTask:
 
     def abort(self) -> None:
         if self.eos:
+            self.in_transaction = False
             try:
                 self.sink.producer.abort_transaction(TIMEOUT_S)
             except KafkaException as exc:

@@ -167,9 +167,7 @@ class StreamThread:
         try:
             task.refresh_global_stores()
             task.begin(fencing_probe=dict(task.positions) if task.positions else None)
-            if task.eos and task.positions:
-                task.commit({})  # the probe's transaction: the task was not fenced since it parked
-            elif not task.eos and task.committed_positions() != task.positions:
+            if not task.eos and task.committed_positions() != task.positions:
                 raise ProducerFencedError("another attempt committed offsets since this task parked")
         except ProducerFencedError:
             log.info("Task %s: taken over since it parked; opening it again", task.name)
