@@ -83,7 +83,7 @@ def test_more_threads_than_task_slots_fails_start(broker, spark, topics, tmp_pat
     names = topics(lines=4, counts=4)
     props = _props(broker, tmp_path, f"rt-slots-{names['lines']}", **{"num.stream.threads": 3})
     app = SparkStreams(word_count(names["lines"], names["counts"]), props, spark)
-    with pytest.raises(ConfigError, match=r"num.stream.threads=3 needs 3 Spark task slots, but the cluster offers"):
+    with pytest.raises(ConfigError, match=r"num.stream.threads=3 needs 3 Spark task slots, but the cluster"):
         app.start()
 
 
