@@ -53,6 +53,14 @@ def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]]) 
     assert producer.flush(30) == 0
 
 
+def produce_steadily(bootstrap: str, topic: str, lines: list[tuple[str, str]], seconds: float) -> None:
+    """Writes ``lines`` spread evenly over ``seconds``, in 20 flushed slices: input that keeps arriving."""
+    slices = 20
+    for i in range(slices):
+        produce_lines(bootstrap, topic, lines[i * len(lines) // slices:(i + 1) * len(lines) // slices])
+        time.sleep(seconds / slices)
+
+
 @pytest.fixture(autouse=True)
 def _close_parked_tasks():
     """Tasks a test's batches left open in this process are closed before the next test."""

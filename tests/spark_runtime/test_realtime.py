@@ -23,7 +23,7 @@ from strom.spark.runtime.control import ControlClient, ThreadControl
 from strom.streams import Topology
 from strom.streams.processor.api import Processor, PunctuationType, Record
 
-from .conftest import produce_lines, wait_for
+from .conftest import produce_steadily, wait_for
 from .wordcount import S, read_updates, word_count
 
 TASKS = ["0_0", "0_1", "0_2", "1_0", "1_1"]
@@ -143,7 +143,7 @@ def test_a_python_worker_killed_mid_transaction_loses_and_repeats_nothing(broker
     app = SparkStreams(word_count(names["lines"], names["counts"]),
                        _props(broker, tmp_path, f"rt-sigkill-{names['lines']}"), spark)
     app.start()
-    writer = threading.Thread(target=_produce_steadily,
+    writer = threading.Thread(target=produce_steadily,
                               args=(broker.bootstrap_servers, names["lines"], lines, 6.0))
     try:
         assert wait_for(lambda: len(app.metadata_for_local_threads()) == 2, 120), "threads did not start"
@@ -162,12 +162,4 @@ def test_a_python_worker_killed_mid_transaction_loses_and_repeats_nothing(broker
     assert {k: v[-1] for k, v in updates.items()} == dict(expected)
     for key, seen in updates.items():
         assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
-
-
-def _produce_steadily(bootstrap: str, topic: str, lines: list[tuple[str, str]], seconds: float) -> None:
-    """Writes ``lines`` spread evenly over ``seconds``, in small flushed slices."""
-    slices = 30
-    for i in range(slices):
-        produce_lines(bootstrap, topic, lines[i * len(lines) // slices:(i + 1) * len(lines) // slices])
-        time.sleep(seconds / slices)
 

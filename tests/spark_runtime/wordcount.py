@@ -52,7 +52,7 @@ def read_updates(bootstrap: str, topic: str, timeout: float = 60.0,
     return dict(updates)
 
 
-def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -> None:
+def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, mode: str) -> None:
     import strom.spark
     from strom.spark.runtime import SparkStreams
 
@@ -60,7 +60,7 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -
     app = SparkStreams(word_count(lines, counts), {
         "application.id": app_id, "bootstrap.servers": bootstrap, "state.dir": state_dir,
         "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100,
-        "max.offsets.per.trigger": 120}, spark)
+        "max.offsets.per.trigger": 120, "execution.mode": mode, "realtime.batch.duration.ms": 2000}, spark)
     app.start()
     caught_up = app.wait_until_caught_up(240)
     app.stop()
@@ -69,4 +69,4 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])
