@@ -28,7 +28,7 @@ from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
 from strom.spark.options import CONNECT_AT_ONCE
 from strom.spark.runtime.control import ControlClient
-from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary
+from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
 from strom.streams import config as cfg
@@ -284,7 +284,7 @@ class StreamThreadRunner:
         self.plan = plan
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        config = StreamsConfig(self.props)
+        config = executor_config(self.props)
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 summaries = StreamThread(self.topology, config, self.plan, int(index)).run()
