@@ -20,6 +20,7 @@ from strom.errors import ConfigError
 from strom.spark.runtime import SparkStreams
 from strom.spark.runtime.assignment import assign_tasks
 from strom.spark.runtime.control import ControlClient, ThreadControl
+from strom.spark.runtime.lease import TaskLease
 from strom.streams import Topology
 from strom.streams.processor.api import Processor, PunctuationType, Record
 
@@ -163,3 +164,24 @@ def test_a_python_worker_killed_mid_transaction_loses_and_repeats_nothing(broker
     for key, seen in updates.items():
         assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
 
+
+
+@pytest.mark.spark
+@pytest.mark.broker
+@pytest.mark.slow
+def test_a_running_thread_hands_a_task_over_when_another_process_asks(broker, spark, topics, tmp_path):
+    """What a retry of a stream thread's Spark task on the same machine does while the old attempt
+    still runs: it asks for the task's lease, and the running thread closes the task after its commit."""
+    names = topics(source=1, sink=1)
+    app_id = f"rt-handover-{names['source']}"
+    app = SparkStreams(ticking(names["source"], names["sink"]), _props(broker, tmp_path, app_id), spark)
+    app.start()
+    try:
+        assert wait_for(lambda: app.progress.last_commit is not None, 120), "no commit"
+        started = time.monotonic()
+        lease = TaskLease.acquire(tmp_path / app_id / "0_0", timeout_s=30)
+        took = time.monotonic() - started
+        lease.release()
+    finally:
+        app.stop()
+    assert took < 10, f"the running thread held the task {took:.1f}s after it was asked for it"

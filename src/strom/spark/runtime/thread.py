@@ -214,6 +214,7 @@ class StreamThread:
             if ending or time.monotonic() >= next_commit or self._commit_requested():
                 self._commit_all()
                 self._report(control)
+                self._hand_over_released(consumer)
                 next_commit = time.monotonic() + self.interval_s
             if ending:
                 return
@@ -263,6 +264,19 @@ class StreamThread:
             running.open.task.post_commit()
             running.open.begin()
             running.committed()
+
+    def _hand_over_released(self, consumer: Consumer) -> None:
+        """Closes the tasks another process asked for (their lease's release request), right after
+        their commit: a retry of this thread's Spark task on this machine takes them over at once
+        instead of waiting for this batch to end."""
+        for task_id, running in list(self.tasks.items()):
+            if running.open.release_requested:
+                log.info("Task %s: handed over to another process on its request", running.open.name)
+                consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in running.partitions])
+                for tp in running.partitions:
+                    del self.routes[tp]
+                del self.tasks[task_id]
+                running.open.close()
 
     def _report(self, control: ControlClient, state: str = "RUNNING") -> None:
         deltas = {task_id: running.progress_delta() for task_id, running in self.tasks.items()}
