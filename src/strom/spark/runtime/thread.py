@@ -167,7 +167,11 @@ class StreamThread:
         try:
             task.refresh_global_stores()
             task.begin(fencing_probe=dict(task.positions) if task.positions else None)
-            if not task.eos and task.committed_positions() != task.positions:
+            if task.eos:
+                # commit the probe now: offsets left pending in an open transaction would hold every
+                # read_committed offset fetch of the group (lag(), other tasks' opening) until it ends
+                task.commit({})
+            elif task.committed_positions() != task.positions:
                 raise ProducerFencedError("another attempt committed offsets since this task parked")
         except ProducerFencedError:
             log.info("Task %s: taken over since it parked; opening it again", task.name)
