@@ -6,13 +6,11 @@ ChangeLoggingTimestampedKeyValueBytesStore does, so the changelog has Kafka's la
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from strom.streams.state.base import WrappedStore
 from strom.streams.state.context import StateStore, StateStoreContext
-
-_unpack_timestamp = struct.Struct(">q").unpack_from
+from strom.streams.state.internals.timestamps import TIMESTAMP_SIZE, unpack_timestamp
 
 
 class ChangeLoggingKeyValueStore(WrappedStore):
@@ -31,8 +29,9 @@ class ChangeLoggingKeyValueStore(WrappedStore):
         context: Any = self._context
         record_context = context.record_context
         if self.timestamped and value is not None:
-            timestamp = _unpack_timestamp(value)[0]
-            context.log_change(self._name, key, value[8:], timestamp, record_context.headers)
+            # split_timestamped, one call less per write
+            context.log_change(self._name, key, value[TIMESTAMP_SIZE:], unpack_timestamp(value)[0],
+                               record_context.headers)
         else:
             context.log_change(self._name, key, value, record_context.timestamp, record_context.headers)
 

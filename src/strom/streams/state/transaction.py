@@ -8,16 +8,15 @@ no full restore is needed.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from typing import Any
 
 from strom.streams.state.base import KeyValueIterator, WrappedStore, merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.internals.timestamps import with_timestamp
 from strom.streams.state.key_index import SortedKeyIndex
 
 _MISSING = object()
-_TIMESTAMP = struct.Struct(">q")
 
 
 class TransactionalKeyValueStore(WrappedStore):
@@ -88,7 +87,7 @@ class TransactionalKeyValueStore(WrappedStore):
         if self._buffer:
             raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
         if self.timestamped:
-            writes = [(r.key, None if r.value is None else _TIMESTAMP.pack(r.timestamp) + r.value)
+            writes = [(r.key, None if r.value is None else with_timestamp(r.timestamp, r.value))
                       for r in records]
         else:
             writes = [(r.key, r.value) for r in records]

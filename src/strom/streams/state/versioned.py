@@ -29,8 +29,17 @@ from typing import Any, NamedTuple
 from strom.errors import StromError
 from strom.streams.state.base import StoreLayer
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.internals.timestamps import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    TIMESTAMP_SIZE,
+    from_sortable,
+    pack_timestamp,
+    sortable,
+    unpack_timestamp,
+    with_timestamp,
+)
 from strom.streams.state.metered import MeteredStore
-from strom.streams.state.time_keys import MAX_TIMESTAMP, MIN_TIMESTAMP, from_sortable, sortable
 from strom.streams.state.transaction import TransactionalKeyValueStore
 
 PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
@@ -40,7 +49,6 @@ PUT_RETURN_CODE_NOT_PUT = -(2**63)
 
 _LENGTH = struct.Struct(">I")
 _STREAM_TIME_KEY = b"t"
-_STREAM_TIME = _VALID_TO = struct.Struct(">q")
 _VALUE, _TOMBSTONE = b"\x01", b"\x00"
 
 
@@ -54,16 +62,16 @@ class VersionedRecord(NamedTuple):
 
 def _version(valid_to: int | None, value: bytes | None) -> bytes:
     """A stored version: when it stops being valid (the largest timestamp: not yet), then the value."""
-    return _VALID_TO.pack(MAX_TIMESTAMP if valid_to is None else valid_to) + (
+    return pack_timestamp(MAX_TIMESTAMP if valid_to is None else valid_to) + (
         _TOMBSTONE if value is None else _VALUE + value)
 
 
 def _is_latest_tombstone(version: bytes) -> bool:
-    return version[8:9] == _TOMBSTONE and _VALID_TO.unpack_from(version)[0] == MAX_TIMESTAMP
+    return version[8:9] == _TOMBSTONE and unpack_timestamp(version)[0] == MAX_TIMESTAMP
 
 
 def _valid_to(version: bytes) -> int | None:
-    valid_to = _VALID_TO.unpack_from(version)[0]
+    valid_to = unpack_timestamp(version)[0]
     return None if valid_to == MAX_TIMESTAMP else valid_to
 
 
@@ -85,7 +93,7 @@ class VersionedKeyValueBytesStore(StoreLayer):
 
     def observed_stream_time(self) -> int:
         raw = self.wrapped.get(_STREAM_TIME_KEY)
-        return MIN_TIMESTAMP if raw is None else _STREAM_TIME.unpack(raw)[0]
+        return MIN_TIMESTAMP if raw is None else unpack_timestamp(raw)[0]
 
     def _oldest_valid_query(self, stream_time: int) -> int:
         return MIN_TIMESTAMP if stream_time == MIN_TIMESTAMP else stream_time - self.history_retention_ms
@@ -107,7 +115,8 @@ class VersionedKeyValueBytesStore(StoreLayer):
         if previous is None or previous[0] < timestamp:  # a new version, not a replaced one
             if previous is not None:  # the previous version now ends here, not at the following one
                 previous_time, previous_raw = previous
-                put(prefix + sortable(previous_time), _VALID_TO.pack(timestamp) + previous_raw[8:])
+                put(prefix + sortable(previous_time),
+                    with_timestamp(timestamp, previous_raw[TIMESTAMP_SIZE:]))
                 if following is not None:
                     put(_index_key(following, key, previous_time), None)
                 put(_index_key(timestamp, key, previous_time), b"")
@@ -116,7 +125,7 @@ class VersionedKeyValueBytesStore(StoreLayer):
         if value is None and following is None:  # a latest tombstone expires by its own timestamp
             put(_index_key(timestamp, key, timestamp), b"")
         if timestamp > stream_time:
-            put(_STREAM_TIME_KEY, _STREAM_TIME.pack(timestamp))
+            put(_STREAM_TIME_KEY, pack_timestamp(timestamp))
             self._expire(self._oldest_valid_query(timestamp))
         return PUT_RETURN_CODE_VALID_TO_UNDEFINED if following is None else following
 

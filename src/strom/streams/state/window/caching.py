@@ -12,6 +12,7 @@ from typing import Any
 
 from strom.streams.state.cache import DirtyEntry, ThreadCache
 from strom.streams.state.context import StateStore, StateStoreContext, cache_namespace
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP
 from strom.streams.state.window import schemas
 
 _pack_window_suffix = schemas.WINDOW_SUFFIX.pack
@@ -131,7 +132,7 @@ class CachingWindowStore(_CachingLayer):
                 yield key, start, merged[(key, start)]
 
     def all(self, reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
-        return self.fetch_key_range(None, None, 0, schemas.MAX_TIMESTAMP, reverse)
+        return self.fetch_key_range(None, None, 0, MAX_TIMESTAMP, reverse)
 
     def _cached(self, key_from: bytes | None, key_to: bytes | None, time_from: int,
                 time_to: int) -> Iterator[tuple[bytes, int, bytes | None]]:

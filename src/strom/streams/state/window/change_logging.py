@@ -7,12 +7,10 @@ Kafka's ChangeLoggingTimestampedWindowBytesStore does.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 from strom.streams.state.context import StateStore, StateStoreContext
-
-_TIMESTAMP = struct.Struct(">q")
+from strom.streams.state.internals.timestamps import split_timestamped
 
 
 class _ChangeLogger:
@@ -32,8 +30,7 @@ class _ChangeLogger:
         record_context = context.record_context
         timestamp = record_context.timestamp
         if timestamped and value is not None:
-            timestamp = _TIMESTAMP.unpack_from(value)[0]
-            value = value[8:]
+            timestamp, value = split_timestamped(value)
         context.log_change(self.wrapped.name, binary_key, value, timestamp, record_context.headers)
 
     def __getattr__(self, name: str) -> Any:

@@ -7,19 +7,21 @@ stored as Kafka does: an 8-byte timestamp followed by the serialized value.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 from strom.kafka.serdes import Serde
-from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
+from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener
+from strom.streams.state.internals.timestamps import (
+    MAX_TIMESTAMP,
+    TIMESTAMP_SIZE,
+    split_timestamped,
+    with_timestamp,
+)
 from strom.streams.state.metered import MeteredStore
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
-_TIMESTAMP = struct.Struct(">q")
-_pack_timestamp = _TIMESTAMP.pack
-_unpack_timestamp = _TIMESTAMP.unpack_from
 _new_tuple = tuple.__new__  # a ValueAndTimestamp without the NamedTuple's Python-level __new__ (hot path)
 
 WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
@@ -161,13 +163,13 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
 
     def _to_bytes(self, value: Any) -> bytes | None:
         if type(value) is ValueAndTimestamp:
-            return _pack_timestamp(value[1]) + self._plain_to(self._topic, value[0])
+            return with_timestamp(value[1], self._plain_to(self._topic, value[0]))
         return self._value_ser(self._topic, value)  # None, or the serde's error
 
     def _from_bytes(self, data: bytes | None) -> Any:
-        if data is not None and len(data) >= 8:
-            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, data[8:]),
-                                                  _unpack_timestamp(data)[0]))
+        if data is not None and len(data) >= TIMESTAMP_SIZE:
+            timestamp, plain = split_timestamped(data)
+            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, plain), timestamp))
         return self._value_de(self._topic, data)  # None, or the serde's error
 
     def _plain(self, data: bytes | None) -> Any:
