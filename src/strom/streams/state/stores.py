@@ -12,12 +12,12 @@ from typing import Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.windows import Duration, to_millis
-from strom.streams.state.caching import CachingKeyValueStore
-from strom.streams.state.changelogging import ChangeLoggingKeyValueStore
+from strom.streams.state.internals.caching import CachingKeyValueStore
+from strom.streams.state.internals.change_logging import ChangeLoggingKeyValueStore
+from strom.streams.state.internals.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
+from strom.streams.state.internals.transaction import TransactionalKeyValueStore
 from strom.streams.state.memory import InMemoryKeyValueStore
-from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.rocksdb import RocksDBStore
-from strom.streams.state.transaction import TransactionalKeyValueStore
 from strom.streams.state.versioned import MeteredVersionedKeyValueStore, build_versioned_store
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")

@@ -27,8 +27,9 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from strom.errors import StromError
-from strom.streams.state.base import StoreLayer
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.internals.layer import StoreLayer
+from strom.streams.state.internals.metered import MeteredStore
 from strom.streams.state.internals.timestamps import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -39,8 +40,7 @@ from strom.streams.state.internals.timestamps import (
     unpack_timestamp,
     with_timestamp,
 )
-from strom.streams.state.metered import MeteredStore
-from strom.streams.state.transaction import TransactionalKeyValueStore
+from strom.streams.state.internals.transaction import TransactionalKeyValueStore
 
 PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
 """``put`` wrote the key's latest version (valid until a later one comes)."""

@@ -13,13 +13,13 @@ from typing import Any
 from strom.kafka.serdes import Serde
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener
+from strom.streams.state.internals.metered import MeteredStore
 from strom.streams.state.internals.timestamps import (
     MAX_TIMESTAMP,
     TIMESTAMP_SIZE,
     split_timestamped,
     with_timestamp,
 )
-from strom.streams.state.metered import MeteredStore
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
 _new_tuple = tuple.__new__  # a ValueAndTimestamp without the NamedTuple's Python-level __new__ (hot path)

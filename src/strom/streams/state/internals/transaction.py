@@ -11,15 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from strom.streams.state.base import KeyValueIterator, WrappedStore, merge_sorted
+from strom.streams.state.base import KeyValueIterator, merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.internals.layer import KeyValueStoreLayer
 from strom.streams.state.internals.timestamps import with_timestamp
 from strom.streams.state.key_index import SortedKeyIndex
 
 _MISSING = object()
 
 
-class TransactionalKeyValueStore(WrappedStore):
+class TransactionalKeyValueStore(KeyValueStoreLayer):
     """Buffers writes to an inner store (in-memory or RocksDB) until the task commits."""
 
     def __init__(self, inner: Any, logged: bool, timestamped: bool) -> None:

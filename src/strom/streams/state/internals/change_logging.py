@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from strom.streams.state.base import WrappedStore
 from strom.streams.state.context import StateStore, StateStoreContext
+from strom.streams.state.internals.layer import KeyValueStoreLayer
 from strom.streams.state.internals.timestamps import TIMESTAMP_SIZE, unpack_timestamp
 
 
-class ChangeLoggingKeyValueStore(WrappedStore):
+class ChangeLoggingKeyValueStore(KeyValueStoreLayer):
     def __init__(self, wrapped: Any, timestamped: bool) -> None:
         super().__init__(wrapped)
         self.timestamped = timestamped

@@ -11,9 +11,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from strom.streams.state.base import KeyValueIterator, WrappedStore, merge_sorted
+from strom.streams.state.base import KeyValueIterator, merge_sorted
 from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StateStoreContext, cache_namespace
+from strom.streams.state.internals.layer import KeyValueStoreLayer
 
 BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, int], None]
 """(key, new value, old value, timestamp) in bytes; the metered layer deserializes for the processor."""
@@ -21,7 +22,7 @@ BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, int], None]
 _CLEAN = RecordContext(timestamp=-1)
 
 
-class CachingKeyValueStore(WrappedStore):
+class CachingKeyValueStore(KeyValueStoreLayer):
     def __init__(self, wrapped: Any) -> None:
         super().__init__(wrapped)
         self._context: StateStoreContext | None = None

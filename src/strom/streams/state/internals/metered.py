@@ -1,7 +1,7 @@
 """The metered layer, outermost: turns typed keys and values into bytes and counts every operation.
 
 Processors and interactive queries talk to this layer; everything below works on bytes. It also
-adapts the caching layer's flush listener to typed values (seed 001: MeteredKeyValueStore.setFlushListener).
+adapts the caching layer's flush listener to typed values (as Kafka's MeteredKeyValueStore.setFlushListener).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any
 
 from strom.errors import InvalidStateStoreError, StromError
 from strom.kafka.serdes import decoder_of, encoder_of
-from strom.streams.state.caching import CachingKeyValueStore
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
+from strom.streams.state.internals.caching import CachingKeyValueStore
+from strom.streams.state.internals.layer import StoreLayer
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 
 
@@ -37,25 +38,17 @@ class StoreMetrics:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-class MeteredStore:
+class MeteredStore(StoreLayer):
     """What every typed store shares: serdes bound at ``init``, key checks, metrics, open state."""
 
     def __init__(self, wrapped: Any, key_serde: Any, value_serde: Any, metrics_scope: str) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self._key_serde = key_serde
         self._value_serde = value_serde
         self.metrics_scope = metrics_scope
         self.metrics = StoreMetrics()
         self._open = False
         self._topic: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.wrapped.name
-
-    @property
-    def persistent(self) -> bool:
-        return self.wrapped.persistent
 
     @property
     def is_open(self) -> bool:
