@@ -18,10 +18,11 @@ from strom.streams.state.internals.metered import (
     MeteredKeyValueStore,
     MeteredSessionStore,
     MeteredTimestampedKeyValueStore,
+    MeteredVersionedKeyValueStore,
     MeteredWindowStore,
 )
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore, VersionedRecord
+from strom.streams.state.versioned import VersionedRecord
 
 
 def _unchanged(value: Any) -> Any:

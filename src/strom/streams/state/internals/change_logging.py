@@ -12,8 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from strom.streams.state.context import StateStore, StateStoreContext
-from strom.streams.state.internals.layer import KeyValueStoreLayer, SessionStoreLayer, WindowStoreLayer
+from strom.streams.state.internals.layer import (
+    KeyValueStoreLayer,
+    SessionStoreLayer,
+    StoreLayer,
+    WindowStoreLayer,
+)
 from strom.streams.state.internals.timestamps import TIMESTAMP_SIZE, split_timestamped, unpack_timestamp
+from strom.streams.state.versioned import PUT_RETURN_CODE_NOT_PUT
 
 
 class ChangeLoggingKeyValueStore(KeyValueStoreLayer):
@@ -100,3 +106,28 @@ class ChangeLoggingSessionStore(_SegmentedChangeLogging, SessionStoreLayer):
         binary_key = self.wrapped.put(key, start, end, value)
         self._log(binary_key, value, False)
         return binary_key
+
+
+class ChangeLoggingVersionedKeyValueStore(StoreLayer):
+    """Logs each version written: the record's timestamp is the version's, so the changelog alone
+    rebuilds the history. A write too old to be kept is not logged."""
+
+    def __init__(self, wrapped: Any) -> None:
+        super().__init__(wrapped)
+        self._context: StateStoreContext | None = None
+        self.get = wrapped.get
+
+    @property
+    def history_retention_ms(self) -> int:
+        return self.wrapped.history_retention_ms
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        self._context = context
+        self.wrapped.init(context, root)
+
+    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
+        valid_to = self.wrapped.put(key, value, timestamp)
+        if valid_to != PUT_RETURN_CODE_NOT_PUT:
+            context: Any = self._context
+            context.log_change(self.name, key, value, timestamp, context.record_context.headers)
+        return valid_to

@@ -1,5 +1,9 @@
 """Transactional state stores (as in KIP-892): uncommitted writes stay in a buffer above the inner store.
 
+Key-value and versioned stores have this layer; window and session stores' segmented inner stores
+buffer their uncommitted writes per segment themselves (``window/bytes_stores.py``), with the same
+commit, abort and restore calls.
+
 The task reads its own writes through the buffer. On commit the state manager applies the buffer
 together with the new changelog offset in one atomic write (one RocksDB WriteBatch); on abort the
 buffer is dropped and the inner store is still exactly at the last committed offset, so no wipe and
@@ -8,7 +12,7 @@ no full restore is needed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from strom.streams.state.base import KeyValueIterator, merge_sorted
@@ -101,3 +105,19 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
     def close(self) -> None:
         self._clear()
         self.wrapped.close()
+
+
+class VersionedTransaction(TransactionalKeyValueStore):
+    """The transactional buffer of a versioned store: a changelog record is a version, not an entry of
+    the inner store, so restoring replays each through the history logic, then commits."""
+
+    replay: Callable[[bytes, bytes | None, int], int]
+
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        if not records:
+            return
+        if self.uncommitted_writes:
+            raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
+        for record in records:
+            self.replay(record.key, record.value, record.timestamp)
+        self.commit(records[-1].offset + 1)
