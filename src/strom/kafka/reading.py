@@ -32,15 +32,16 @@ def end_consumer(bootstrap_servers: str, **overrides: Any) -> Consumer:
     return clients.consumer(bootstrap_servers, **{"enable.partition.eof": True, **overrides})
 
 
-def partitions_of(consumer: Consumer, topic: str, timeout_s: float = METADATA_TIMEOUT_S) -> list[int]:
-    """The partition numbers of ``topic``, sorted."""
+def partitions_of(consumer: Consumer, topic: str, timeout_s: float = METADATA_TIMEOUT_S,
+                  kind: str = "Topic") -> list[int]:
+    """The partition numbers of ``topic``, sorted; errors call it ``kind`` (e.g. "Global table topic")."""
     try:
         metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
     except Exception as exc:
-        raise BrokerUnavailableError(f"Could not read the metadata of topic {topic!r}: {exc}. "
+        raise BrokerUnavailableError(f"Could not read the metadata of {kind.lower()} {topic!r}: {exc}. "
                                      "Check that the broker is running.") from exc
     if metadata is None or metadata.error is not None or not metadata.partitions:
-        raise UnknownTopicError(f"Topic {topic!r} does not exist; create it before starting the "
+        raise UnknownTopicError(f"{kind} {topic!r} does not exist; create it before starting the "
                                 "application.")
     return sorted(metadata.partitions)
 
