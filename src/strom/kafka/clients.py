@@ -26,6 +26,10 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 JAVA_PARTITIONER: dict[str, Any] = {"partitioner": "murmur2_random"}
 """Keyed records land where Kafka's Java clients (Kafka Streams, Decaton's client) would put them."""
+CONNECT_AT_ONCE: dict[str, Any] = {"enable.sparse.connections": "false"}
+"""For a short-lived client: connect to the brokers at once. With sparse connections (librdkafka's
+default) a new client connects only once a request needs a broker: a new admin client's first metadata
+request took 50 ms more, and init_transactions 60 ms to 0.5 s instead of 10 ms."""
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",

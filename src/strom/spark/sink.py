@@ -23,7 +23,8 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 
 from strom.errors import BrokerUnavailableError, ConfigError, StromError
 from strom.kafka import clients
-from strom.spark.options import CONNECT_AT_ONCE, SinkOptions
+from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
 
