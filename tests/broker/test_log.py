@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import struct
 import time
 
 import pytest
+from crc32c import crc32c
 
 from strom.broker.config import BrokerConfig
 from strom.broker.log import cleaner
@@ -244,3 +246,27 @@ def test_failed_write_leaves_no_partial_batch(tmp_path, monkeypatch):
     assert os.path.getsize(partition.active.log_path) == size
     assert _append(partition, [(b"k", b"after")]) == 1
     assert [r.value for r in _all_records(partition)] == [b"before", b"after"]
+
+
+def test_roll_before_relative_offsets_overflow_and_recovery_of_an_overflowed_segment(tmp_path):
+    from strom.broker.log.records import MAX_RELATIVE_OFFSET, set_base_offset
+
+    def claiming(last_offset_delta: int) -> bytes:  # what an unvalidated broker once accepted
+        batch = bytearray(build_batch([(b"k", b"v")], 1))
+        struct.pack_into(">i", batch, 23, last_offset_delta)
+        struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+        return bytes(batch)
+
+    directory = tmp_path / "p"
+    directory.mkdir()
+    old = claiming(MAX_RELATIVE_OFFSET - 2)  # offsets 0 .. 2^31-3
+    overflowing = set_base_offset(MAX_RELATIVE_OFFSET - 1) + claiming(MAX_RELATIVE_OFFSET)[8:]
+    (directory / f"{0:020d}.log").write_bytes(old + overflowing)
+    partition = _partition(directory)  # the overflowing batch is cut, the broker starts
+    assert partition.log_end_offset == MAX_RELATIVE_OFFSET - 1
+    base = _append(partition, [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+    assert base == MAX_RELATIVE_OFFSET - 1 and len(partition.segments) == 2, "rolled before overflow"
+    partition.close()
+    reopened = _partition(directory)
+    assert reopened.log_end_offset == MAX_RELATIVE_OFFSET + 2
+    assert [r.value for r in _all_records(reopened)][-3:] == [b"1", b"2", b"3"]

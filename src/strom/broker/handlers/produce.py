@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.partition import RecordTooLargeError
-from strom.broker.log.records import CorruptBatchError, split_batches
+from strom.broker.log.records import CorruptBatchError, InvalidBatchError, split_batches
 from strom.broker.produce_response import PartitionResult, encode
 from strom.broker.producer_state import AppendRejectedError
 from strom.broker.protocol import EncodedResponse
@@ -45,8 +45,9 @@ def _append(ctx: RequestContext, topic: str, index: int, records: memoryview | N
                                       "clients cannot write control batches (transaction markers)")
         appended = partition.append(batches)
     except CorruptBatchError as exc:
-        log.warning("rejected produce to %s-%d from %s: %s", topic, index, ctx.client_id, exc)
-        return PartitionResult(index, ErrorCode.corrupt_message.value, error_message=str(exc))
+        log.warning("rejected produce to %s-%d from client %r: %s", topic, index, ctx.client_id, exc)
+        code = ErrorCode.invalid_record if isinstance(exc, InvalidBatchError) else ErrorCode.corrupt_message
+        return PartitionResult(index, code.value, error_message=str(exc))
     except RecordTooLargeError as exc:
         return PartitionResult(index, ErrorCode.message_too_large.value, error_message=str(exc))
     except AppendRejectedError as exc:

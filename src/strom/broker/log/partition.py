@@ -14,7 +14,13 @@ from typing import Any
 
 from crc32c import crc32c
 
-from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader, iter_records
+from strom.broker.log.records import (
+    CRC_START,
+    MAX_RELATIVE_OFFSET,
+    TIMESTAMP_LOG_APPEND,
+    BatchHeader,
+    iter_records,
+)
 from strom.broker.log.segment import FileRange, Segment
 from strom.broker.producer_state import AbortedTxn, ProducerStateManager
 
@@ -144,7 +150,7 @@ class Partition:
             if duplicate is not None:
                 first_offset = duplicate if first_offset is None else first_offset
                 continue
-            self._maybe_roll(header.length)
+            self._maybe_roll(header)
             base_offset = self.log_end_offset
             self.active.append(base_offset, header, batch)
             self.on_appended(batch, base_offset)
@@ -161,13 +167,16 @@ class Partition:
         header = BatchHeader.parse(batch)
         return self.append([(header, memoryview(batch))]).base_offset
 
-    def _maybe_roll(self, incoming: int) -> None:
+    def _maybe_roll(self, header: BatchHeader) -> None:
+        """Rolls at segment.bytes or segment.ms, and before the batch's offsets would no longer fit
+        the active segment's index (relative offsets are 31-bit, as in Kafka)."""
         active = self.active
         if not active.batch_count:
             return
-        too_big = active.size + incoming > self.config["segment.bytes"]
+        too_big = active.size + header.length > self.config["segment.bytes"]
         too_old = (time.time() - active.created) * 1000 >= self.config["segment.ms"]
-        if too_big or too_old:
+        too_far = self.log_end_offset + header.last_offset_delta - active.base_offset > MAX_RELATIVE_OFFSET
+        if too_big or too_old or too_far:
             self.roll()
 
     def roll(self) -> None:

@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from crc32c import crc32c
 
-from strom.broker.log.records import CRC_START, HEADER_SIZE, BatchHeader, set_base_offset
+from strom.broker.log.records import CRC_START, HEADER_SIZE, MAX_RELATIVE_OFFSET, BatchHeader, set_base_offset
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,12 @@ class Segment:
                     end = valid + header.length
                     if (header.magic != 2 or header.length < HEADER_SIZE or end > self.size
                             or crc32c(data[valid + CRC_START:end]) != header.crc):
+                        break
+                    relative = header.last_offset - self.base_offset
+                    if not 0 <= relative <= MAX_RELATIVE_OFFSET or header.last_offset_delta < 0:
+                        log.warning("%s: batch at byte %d ends at offset %d, beyond what one segment can "
+                                    "index; the log is cut there (such batches are refused since)",
+                                    self.log_path, valid, header.last_offset)
                         break
                     self._index(header.last_offset, valid, header.max_timestamp)
                     valid = end
