@@ -4,16 +4,23 @@ types; each input is refused or bounded, and the broker keeps serving everyone e
 from __future__ import annotations
 
 import datetime
+import os
+import resource
+import socket
 import struct
 import time
 
 import pytest
-from broker_helpers import unique
+from broker_helpers import logged, unique
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import NewTopic
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
 from kio.static.primitive import i16, i32
 
+from strom.broker import EmbeddedBroker
 from strom.broker.log.records import CRC_START, build_batch
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
@@ -44,6 +51,12 @@ def produce_raw(bootstrap: str, topic: str, records: bytes, transactional_id: st
     return answer.error_code, answer.base_offset
 
 
+def metadata_request(names: list[str]) -> metadata.MetadataRequest:
+    return metadata.MetadataRequest(
+        topics=tuple(metadata.MetadataRequestTopic(topic_id=None, name=n) for n in names),
+        allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -58,3 +71,42 @@ def test_offset_delta_that_disagrees_with_the_record_count_is_invalid_record(bro
     code, _ = produce_raw(broker.bootstrap_servers, topic, forge(one, records_count=5))
     assert code == ErrorCode.invalid_record
     assert produce_raw(broker.bootstrap_servers, topic, one) == (ErrorCode.none, 0), "nothing was written"
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_accept_loop_survives_running_out_of_file_descriptors():
+    with EmbeddedBroker() as limited:
+        limit = _open_files(limited.pid) + 10
+        resource.prlimit(limited.pid, resource.RLIMIT_NOFILE, (limit, limit))
+        flood = [socket.create_connection(("127.0.0.1", limited.port)) for _ in range(30)]
+        assert logged(limited, "too many open files")
+        for sock in flood:
+            sock.close()
+        metadata = clients.admin(limited.bootstrap_servers).list_topics(timeout=10)
+        assert metadata.brokers, "new clients are served once descriptors are free again"
+        assert limited.log_path.read_text().count("too many open files") <= 3, "rate-limited"
+
+
+def test_partitions_beyond_the_open_files_limit_are_refused_without_leaking(tmp_path):
+    with EmbeddedBroker(data_dir=tmp_path) as limited:
+        resource.prlimit(limited.pid, resource.RLIMIT_NOFILE, (400, 400))
+        before = _open_files(limited.pid)
+        admin = clients.admin(limited.bootstrap_servers)
+        huge = unique("huge")
+        with pytest.raises(KafkaException) as refused:
+            admin.create_topics([NewTopic(huge, 5000)])[huge].result(30)
+        assert refused.value.args[0].code() == KafkaError.INVALID_PARTITIONS
+        assert "ulimit -n" in refused.value.args[0].str()
+        assert not (tmp_path / "topics" / huge).exists()
+        assert _open_files(limited.pid) <= before + 5
+        small = unique("small")
+        admin.create_topics([NewTopic(small, 2)])[small].result(30)
+        names = [unique("auto") for _ in range(200)]
+        with WireClient(limited.bootstrap_servers) as client:  # auto-creation stops at the limit too
+            answer = client.send(metadata_request(names))
+        created = [t.name for t in answer.topics if t.error_code == ErrorCode.none]
+        assert 0 < len(created) < 200
+        assert clients.admin(limited.bootstrap_servers).list_topics(timeout=10).brokers

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import resource
 import socket
 import struct
 import time
@@ -30,6 +32,7 @@ from strom.broker.protocol import (
     peek_api,
     unsupported_version_response,
 )
+from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.errors import BrokerStartError
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 KEPT_BUFFER_BYTES = 2 << 20
+ACCEPT_RETRY_SECONDS = 0.1
 PRODUCE = 0
 
 
@@ -56,6 +60,7 @@ class ConnectionHandler:
         self._tasks: set[asyncio.Task] = set()  # one per open connection
         self._last_active: dict[asyncio.Task, float] = {}
         self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
+        self._accept_errors = Throttle(LOG_INTERVAL_SECONDS)
 
     @property
     def open_connections(self) -> int:
@@ -77,7 +82,12 @@ class ConnectionHandler:
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            connection, peer = await loop.sock_accept(listener)
+            try:
+                connection, peer = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and the like: the connection waits in the backlog
+                self._accept_failed(exc)
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
             if self.open_connections >= self.broker.config["max.connections"]:
                 log.warning("refusing connection from %s: max.connections=%d reached; raise "
                             "max.connections or find the client that opens connections without "
@@ -90,6 +100,17 @@ class ConnectionHandler:
             self._tasks.add(task)
             self._last_active[task] = time.monotonic()
             task.add_done_callback(self._forget)
+
+    def _accept_failed(self, exc: OSError) -> None:
+        held = self._accept_errors.ready()
+        if held is None:
+            return
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            log.error("cannot accept connections: too many open files (limit %d); new clients wait until "
+                      "descriptors are free. Raise the limit (ulimit -n) or lower max.connections "
+                      "(%d similar errors since the last line)", _open_files_limit(), held)
+        else:
+            log.error("cannot accept a connection: %s (%d similar errors since the last line)", exc, held)
 
     def _forget(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
@@ -178,6 +199,10 @@ class ConnectionHandler:
             task.cancel()
         if self._listener is not None:
             self._listener.close()
+
+
+def _open_files_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 async def _receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, view: memoryview) -> None:

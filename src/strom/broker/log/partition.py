@@ -85,6 +85,11 @@ class Partition:
         tmp.write_text(str(self.log_start_offset))
         tmp.replace(path)
 
+    def release(self) -> None:
+        """Closes the segment files without writing anything (a partition whose creation failed)."""
+        for segment in self.segments:
+            segment.release()
+
     def close(self) -> None:
         self.producer_state.take_snapshot()
         for segment in self.segments:

@@ -17,7 +17,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ClassVar
 
 from crc32c import crc32c
 
@@ -45,12 +45,15 @@ _TIME_ENTRY = struct.Struct(">qI")
 class Segment:
     """Append-only batch file with dense in-memory indexes (one entry per batch)."""
 
+    open_files: ClassVar[int] = 0  # descriptors of segment files open in this process
+
     def __init__(self, directory: Path, base_offset: int) -> None:
         self.base_offset = base_offset
         self.log_path = directory / f"{base_offset:020d}.log"
         self.index_path = self.log_path.with_suffix(".index")
         self.time_index_path = self.log_path.with_suffix(".timeindex")
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        Segment.open_files += 1
         self.size = os.fstat(self._fd).st_size
         self.last_offsets = array("q")
         self.positions = array("q")
@@ -175,6 +178,7 @@ class Segment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            Segment.open_files -= 1
 
     def delete_indexes(self) -> None:
         self.index_path.unlink(missing_ok=True)
