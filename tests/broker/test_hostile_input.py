@@ -40,14 +40,19 @@ def forge(batch: bytes, **fields: int) -> bytes:
     return bytes(forged)
 
 
-def produce_raw(bootstrap: str, topic: str, records: bytes, transactional_id: str | None = None,
-                partition: int = 0) -> tuple[ErrorCode, int]:
-    request = produce.ProduceRequest(
+def _produce_request(topic: str, records: bytes, transactional_id: str | None = None,
+                     partition: int = 0) -> produce.ProduceRequest:
+    return produce.ProduceRequest(
         transactional_id=transactional_id, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
         topic_data=(produce.TopicProduceData(name=topic, partition_data=(
             produce.PartitionProduceData(index=i32(partition), records=records),)),))
+
+
+def produce_raw(bootstrap: str, topic: str, records: bytes, transactional_id: str | None = None,
+                partition: int = 0) -> tuple[ErrorCode, int]:
     with WireClient(bootstrap) as client:
-        answer = client.send(request).responses[0].partition_responses[0]
+        answer = client.send(_produce_request(topic, records, transactional_id, partition))
+        answer = answer.responses[0].partition_responses[0]
     return answer.error_code, answer.base_offset
 
 
@@ -110,3 +115,39 @@ def test_partitions_beyond_the_open_files_limit_are_refused_without_leaking(tmp_
         created = [t.name for t in answer.topics if t.error_code == ErrorCode.none]
         assert 0 < len(created) < 200
         assert clients.admin(limited.bootstrap_servers).list_topics(timeout=10).brokers
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_size_prefixes_alone_neither_reserve_the_request_memory_nor_block_others():
+    with EmbeddedBroker() as own:
+        before = _rss_mb(own.pid)
+        stalled = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(3)]
+        for sock, mib in zip(stalled, (100, 100, 56), strict=True):
+            sock.sendall(struct.pack(">i", mib << 20) + b"\0\0\0\3")  # a Metadata frame that never comes
+        time.sleep(0.5)
+        started = time.monotonic()
+        assert clients.admin(own.bootstrap_servers).list_topics(timeout=10).brokers
+        assert time.monotonic() - started < 8, "other clients are served at once"
+        assert _rss_mb(own.pid) - before < 32, "memory is reserved as bytes arrive, not by the prefix"
+        for sock in stalled:
+            sock.close()
+
+
+def test_idle_connections_hold_no_request_buffers():
+    with EmbeddedBroker() as own:
+        records = b"\0" * (1900 << 10)  # a Produce of 1.9 MiB for a topic that does not exist
+        before = _rss_mb(own.pid)
+        idle = []
+        for _ in range(60):
+            client = WireClient(own.bootstrap_servers)
+            assert client.send(_produce_request("no-such-topic", records)).responses
+            idle.append(client)
+        grown = _rss_mb(own.pid) - before
+        for client in idle:
+            client.close()
+        assert grown < 40, f"{grown:.0f} MB kept by 60 idle connections"

@@ -7,7 +7,6 @@ malformed, too large or for an API the broker does not serve closes only that co
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import os
@@ -15,7 +14,6 @@ import resource
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
@@ -41,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-KEPT_BUFFER_BYTES = 2 << 20
+FIRST_READ_BYTES = 64 << 10
 ACCEPT_RETRY_SECONDS = 0.1
 PRODUCE = 0
 
@@ -142,7 +140,6 @@ class ConnectionHandler:
         loop = asyncio.get_running_loop()
         max_size = self.broker.config["socket.request.max.bytes"]
         size_buffer = bytearray(4)
-        kept = bytearray(0)  # reused for frames up to KEPT_BUFFER_BYTES: no allocation per request
         me = asyncio.current_task()
         while not self.broker.closing:
             await _receive(loop, sock, memoryview(size_buffer))
@@ -156,16 +153,38 @@ class ConnectionHandler:
             if size < 8:
                 raise MalformedRequest(f"a frame of {size} bytes cannot hold a request header: the "
                                        "client does not speak the Kafka protocol")
-            async with self._memory.reserve(size):
-                if size > len(kept) and size <= KEPT_BUFFER_BYTES:
-                    kept = bytearray(max(size, min(2 * len(kept), KEPT_BUFFER_BYTES)))
-                frame = memoryview(kept if size <= len(kept) else bytearray(size))[:size]
-                await _receive(loop, sock, frame)
-                response = await self.dispatch(frame.toreadonly(), host)
+            response = await self._answer(loop, sock, size, host)
             if isinstance(response, EncodedResponse):
                 await _send_parts(loop, sock, response)
             elif response is not None:
                 await loop.sock_sendall(sock, response)
+            del response  # an idle connection holds no buffer
+
+    async def _answer(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
+                      host: str) -> bytes | EncodedResponse | None:
+        """Reads one request frame and handles it; its memory is given back once it is answered."""
+        held = [0]
+        try:
+            frame = await self._read_frame(loop, sock, size, held)
+            return await self.dispatch(memoryview(frame).toreadonly(), host)
+        finally:
+            self._memory.give_back(held[0])
+
+    async def _read_frame(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
+                          held: list[int]) -> bytearray:
+        """The frame's bytes in a buffer that grows as they arrive: memory is taken from the budget
+        for at most twice what the client has sent (and 64 KiB), so a size prefix alone holds next
+        to nothing, and `held[0]` says how much to give back. No buffer outlives its request."""
+        me = asyncio.current_task()
+        frame = bytearray(0)
+        while len(frame) < size:
+            grown = min(size, max(FIRST_READ_BYTES, 2 * len(frame)))
+            await self._memory.take(grown - len(frame))
+            held[0] += grown - len(frame)
+            received, frame = len(frame), _grow(frame, grown)
+            await _receive(loop, sock, memoryview(frame)[received:])
+            self._last_active[me] = time.monotonic()
+        return frame
 
     async def dispatch(self, frame: memoryview, host: str) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
@@ -224,23 +243,41 @@ async def _send_parts(loop: asyncio.AbstractEventLoop, sock: socket.socket,
             await loop.sock_sendall(sock, part)
 
 
+def _grow(frame: bytearray, size: int) -> bytearray:
+    if not frame:
+        return bytearray(size)
+    grown = bytearray(size)
+    grown[:len(frame)] = frame
+    return grown
+
+
 class MemoryBudget:
-    """Bounds the request bytes held at once: a connection waits for room before reading a frame."""
+    """Bounds the request bytes held at once over all connections (queued.max.request.bytes).
+
+    Connections take memory as their frames' bytes arrive and give it back after the response; a
+    connection that needs more than is left waits until others give some back."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.available = capacity
-        self._changed = asyncio.Condition()
+        self._waiters: list[asyncio.Future] = []
 
-    @contextlib.asynccontextmanager
-    async def reserve(self, size: int) -> AsyncIterator[None]:
-        size = min(size, self.capacity)  # one frame may always use the whole budget
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.available >= size)
-            self.available -= size
-        try:
-            yield
-        finally:
-            async with self._changed:
-                self.available += size
-                self._changed.notify_all()
+    async def take(self, size: int) -> None:
+        """Waits until `size` bytes are free (a frame larger than the budget may use all of it)."""
+        needed = min(size, self.capacity)
+        while self.available < needed:
+            future = asyncio.get_running_loop().create_future()
+            self._waiters.append(future)
+            try:
+                await future
+            finally:
+                if future in self._waiters:
+                    self._waiters.remove(future)
+        self.available -= size
+
+    def give_back(self, size: int) -> None:
+        self.available += size
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
