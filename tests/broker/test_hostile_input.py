@@ -151,3 +151,18 @@ def test_idle_connections_hold_no_request_buffers():
         for client in idle:
             client.close()
         assert grown < 40, f"{grown:.0f} MB kept by 60 idle connections"
+
+
+def test_batches_consumers_could_not_read_are_refused(broker):
+    topic = unique("unreadable")
+    clients.create_topics(broker.bootstrap_servers, {topic: 1})
+    three = build_batch([(b"k", b"1"), (b"k", b"2"), (b"k", b"3")], now_ms())
+    refused = {
+        "unknown codec": (forge(three, attributes=5), ErrorCode.invalid_record),
+        "garbage zstd": (forge(three, attributes=4), ErrorCode.corrupt_message),
+        "fewer claimed": (forge(three, records_count=2, last_offset_delta=1), ErrorCode.invalid_record),
+        "more claimed": (forge(three, records_count=4, last_offset_delta=3), ErrorCode.invalid_record),
+    }
+    for name, (batch, expected) in refused.items():
+        assert produce_raw(broker.bootstrap_servers, topic, batch)[0] == expected, name
+    assert produce_raw(broker.bootstrap_servers, topic, three) == (ErrorCode.none, 0)

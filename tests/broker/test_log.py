@@ -270,3 +270,32 @@ def test_roll_before_relative_offsets_overflow_and_recovery_of_an_overflowed_seg
     reopened = _partition(directory)
     assert reopened.log_end_offset == MAX_RELATIVE_OFFSET + 2
     assert [r.value for r in _all_records(reopened)][-3:] == [b"1", b"2", b"3"]
+
+
+def _store_unchecked(partition: Partition, batch: bytes) -> None:
+    """Writes a batch past the append checks, as a broker before them did."""
+    partition.append([(BatchHeader.parse(batch), memoryview(batch))])
+
+
+def _garbage_compressed(timestamp: int) -> bytes:
+    batch = bytearray(build_batch([(b"k", b"v" * 50)], timestamp))
+    struct.pack_into(">h", batch, 21, 4)  # zstd, but the records are not zstd data
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    return bytes(batch)
+
+
+def test_stored_undecodable_batches_break_neither_list_offsets_nor_the_cleaner(tmp_path):
+    now = int(time.time() * 1000)
+    with pytest.raises(CorruptBatchError):
+        split_batches(_garbage_compressed(now))  # refused on append since
+    partition = _partition(tmp_path, segment_bytes=1024, cleanup_policy="compact")
+    _append(partition, [(b"a", b"old")], timestamp=now - 5000)
+    _store_unchecked(partition, _garbage_compressed(now - 4000))
+    for i in range(12):
+        _append(partition, [(b"a" if i % 2 else b"b", bytes(200))], timestamp=now - 3000)
+    assert partition.offset_for_timestamp(now - 4500) == (1, now - 4000)
+    assert partition.offset_for_timestamp(now - 3500)[0] == 2
+    assert cleaner.clean(partition, now) > 0, "the cleaner compacts around the batch it cannot read"
+    kept = [BatchHeader.parse(batch).base_offset for _, batch in partition.iter_batches()]
+    assert 1 in kept, "the undecodable batch is kept as it is"
+    partition.close()

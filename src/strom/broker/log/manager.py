@@ -221,9 +221,14 @@ class LogManager:
                 partition.apply_retention(now_ms)
 
     def clean_compacted(self) -> None:
+        """Compacts every compacted partition; one that fails is logged and the others still run."""
         for partition in self.all_partitions():
             if "compact" in partition.config["cleanup.policy"]:
-                cleaner.clean(partition)
+                try:
+                    cleaner.clean(partition)
+                except Exception:
+                    log.exception("compaction of %s-%d failed; the other partitions go on",
+                                  partition.topic, partition.index)
 
     def close(self) -> None:
         for partition in self.all_partitions():

@@ -19,6 +19,7 @@ from strom.broker.log.records import (
     MAX_RELATIVE_OFFSET,
     TIMESTAMP_LOG_APPEND,
     BatchHeader,
+    CorruptBatchError,
     iter_records,
 )
 from strom.broker.log.segment import FileRange, Segment
@@ -247,12 +248,25 @@ class Partition:
                 header = BatchHeader.parse(batch)
                 if header.is_control or header.last_offset < self.log_start_offset:
                     continue
-                if header.attributes & TIMESTAMP_LOG_APPEND:
-                    return max(header.base_offset, self.log_start_offset), header.max_timestamp
+                found = self._first_record_reaching(header, batch, timestamp)
+                if found is not None:
+                    return found
+        return None
+
+    def _first_record_reaching(self, header: BatchHeader, batch: bytes,
+                               timestamp: int) -> tuple[int, int] | None:
+        """The batch's first record at or after `timestamp` (the batch itself if its records
+        cannot be read: stored before appends were checked, or under LogAppendTime)."""
+        try:
+            if not header.attributes & TIMESTAMP_LOG_APPEND:
                 for record in iter_records(batch):
                     if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp
-        return None
+                return None
+        except CorruptBatchError as exc:
+            log.warning("%s-%d: batch at offset %d cannot be read (%s); ListOffsets answers its base "
+                        "offset", self.topic, self.index, header.base_offset, exc)
+        return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
     def max_timestamp_offset(self) -> tuple[int, int]:
         for segment in reversed(self.segments):
