@@ -166,3 +166,17 @@ def test_batches_consumers_could_not_read_are_refused(broker):
     for name, (batch, expected) in refused.items():
         assert produce_raw(broker.bootstrap_servers, topic, batch)[0] == expected, name
     assert produce_raw(broker.bootstrap_servers, topic, three) == (ErrorCode.none, 0)
+
+
+def test_names_with_a_trailing_newline_are_illegal_and_ids_are_logged_escaped(broker):
+    with WireClient(broker.bootstrap_servers) as client:
+        answer = client.send(metadata_request(["newline\n", "ok-" + unique("name")]))
+    codes = [t.error_code for t in answer.topics]
+    assert codes == [ErrorCode.invalid_topic_exception, ErrorCode.none]
+    topic = unique("escaped")
+    clients.create_topics(broker.bootstrap_servers, {topic: 1})
+    corrupt = forge(build_batch([(b"k", b"v")], now_ms()), records_count=9)
+    with WireClient(broker.bootstrap_servers, client_id="evil\nFORGED LINE \x1b[31m") as client:
+        client.send(_produce_request(topic, corrupt))
+    assert logged(broker, "from client 'evil\\nFORGED LINE \\x1b[31m'")
+    assert "\nFORGED LINE" not in broker.log_path.read_text()

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 FILES_PER_PARTITION = 2  # the active segment's file, and its reader while a Fetch sends from it
 RESERVED_FILES = 64  # the listener, indexes and snapshots being written, the broker's own files
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = (CONSUMER_OFFSETS, TRANSACTION_STATE)
@@ -66,7 +66,7 @@ class Topic:
 
 
 def validate_topic_name(name: str) -> None:
-    if not name or name in (".", "..") or not _LEGAL_NAME.match(name or ""):
+    if not name or name in (".", "..") or not _LEGAL_NAME.fullmatch(name):
         raise InvalidTopicError(
             f"Topic name {name!r} is illegal: use 1 to 249 characters of [a-zA-Z0-9._-], not '.' or '..'")
 
