@@ -16,9 +16,10 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v4 import request as fetch
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i64
 
 from strom.broker import EmbeddedBroker
 from strom.broker.log.records import CRC_START, build_batch
@@ -180,3 +181,24 @@ def test_names_with_a_trailing_newline_are_illegal_and_ids_are_logged_escaped(br
         client.send(_produce_request(topic, corrupt))
     assert logged(broker, "from client 'evil\\nFORGED LINE \\x1b[31m'")
     assert "\nFORGED LINE" not in broker.log_path.read_text()
+
+
+def _fetch(partitions: list[int], max_bytes: int) -> fetch.FetchRequest:
+    return fetch.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=10), min_bytes=i32(1), max_bytes=i32(max_bytes),
+        topics=(fetch.FetchTopic(topic="capped", partitions=tuple(
+            fetch.FetchPartition(partition=i32(p), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20))
+            for p in partitions)),))
+
+
+def test_fetch_lists_each_partition_once_within_fetch_max_bytes():
+    with EmbeddedBroker(config={"fetch.max.bytes": 65536}) as own:
+        clients.create_topics(own.bootstrap_servers, {"capped": 4})
+        with WireClient(own.bootstrap_servers) as client:
+            for partition in range(4):
+                for _ in range(10):
+                    batch = build_batch([(b"k", bytes(8000))], now_ms())
+                    assert produce_raw(own.bootstrap_servers, "capped", batch, partition=partition)[0] == 0
+            answer = client.send(_fetch([0] * 2000 + [1, 2, 3], 2**31 - 1)).responses[0].partitions
+        assert sorted(p.partition_index for p in answer) == [0, 1, 2, 3]
+        assert sum(len(p.records or b"") for p in answer) <= 65536

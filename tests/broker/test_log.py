@@ -299,3 +299,20 @@ def test_stored_undecodable_batches_break_neither_list_offsets_nor_the_cleaner(t
     kept = [BatchHeader.parse(batch).base_offset for _, batch in partition.iter_batches()]
     assert 1 in kept, "the undecodable batch is kept as it is"
     partition.close()
+
+
+def test_a_truncated_closed_segment_is_rescanned_not_trusted_through_its_index(tmp_path):
+    partition = _partition(tmp_path, segment_bytes=1024)
+    for i in range(12):
+        _append(partition, [(b"k", bytes(200) + bytes([i]))])
+    assert len(partition.segments) > 2
+    first = partition.segments[0]
+    cut_offset = first.last_offsets[-1]
+    partition.close()
+    with open(first.log_path, "r+b") as log_file:  # a closed segment loses its tail (disk trouble)
+        log_file.truncate(os.path.getsize(first.log_path) - 30)
+    reopened = _partition(tmp_path, segment_bytes=1024)
+    read = reopened.read(cut_offset, 1 << 20, committed_only=False)
+    batches = split_batches(read.records.read())  # whole batches only: the consumer moves on
+    assert batches and BatchHeader.parse(batches[0][1]).base_offset > cut_offset
+    reopened.close()

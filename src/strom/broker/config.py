@@ -77,6 +77,7 @@ BROKER_SPECS: dict[str, Spec] = {
     "log.message.timestamp.type": Spec(_choice("CreateTime", "LogAppendTime"), "CreateTime",
                                        "default message.timestamp.type"),
     "message.max.bytes": Spec(_int(64), 1_048_588, "largest record batch accepted"),
+    "fetch.max.bytes": Spec(_int(1024), 57_671_680, "largest Fetch response (a client may ask for less)"),
     "socket.request.max.bytes": Spec(_int(1024), 104_857_600, "largest request frame accepted"),
     "max.connections": Spec(_int(1), 1000, "connections served at once; more are closed"),
     "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),

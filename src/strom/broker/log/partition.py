@@ -222,8 +222,10 @@ class Partition:
                 future.set_result(None)
 
     # ---- reading ------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, committed_only: bool) -> ReadResult:
-        """Whole batches from `offset`, up to the high watermark (or the LSO for read_committed)."""
+    def read(self, offset: int, max_bytes: int, committed_only: bool,
+             at_least_one: bool = True) -> ReadResult:
+        """Whole batches from `offset`, up to the high watermark (or the LSO for read_committed),
+        within `max_bytes` but at least one batch if `at_least_one`."""
         high_watermark = self.high_watermark
         lso = self.last_stable_offset()
         if offset < self.log_start_offset or offset > high_watermark:
@@ -233,10 +235,12 @@ class Partition:
         records = None
         segment_index = bisect_right([s.base_offset for s in self.segments], offset) - 1
         for segment in self.segments[max(segment_index, 0):]:
-            position, length = segment.locate(offset, max_bytes, upper)
+            position, length = segment.locate(offset, max_bytes, upper, at_least_one)
             if length:  # compaction can leave segments without a batch at or after `offset`
                 records = segment.file_range(position, length)
                 break
+            if position < segment.size:
+                break  # the next batch is there but does not fit `max_bytes`
         aborted = self.aborted_transactions(offset, upper) if committed_only and records else []
         return ReadResult(records, high_watermark, lso, self.log_start_offset, aborted)
 

@@ -86,11 +86,24 @@ class Segment:
             self.last_offsets.append(self.base_offset + rel)
             self.positions.append(position)
             self.max_timestamps.append(ts)
-        if count and self.positions[-1] >= self.size:
+        if count and not self._last_batch_matches_index():
+            log.warning("%s: the log does not end where its index says; rebuilding the index by scanning",
+                        self.log_path)
             self._clear()
             return False
         self._indexed_entries = count
         return True
+
+    def _last_batch_matches_index(self) -> bool:
+        """Whether the indexed last batch is in the file, intact, and ends the file (a closed segment
+        cut short or overwritten must not be served through its old index)."""
+        position = self.positions[-1]
+        if position + HEADER_SIZE > self.size:
+            return False
+        header = BatchHeader.parse(self.read(position, HEADER_SIZE))
+        return (header.magic == 2 and position + header.length == self.size
+                and header.last_offset == self.last_offsets[-1]
+                and crc32c(self.read(position + CRC_START, header.length - CRC_START)) == header.crc)
 
     def _clear(self) -> None:
         del self.last_offsets[:], self.positions[:], self.max_timestamps[:]
@@ -202,9 +215,11 @@ class Segment:
     def largest_timestamp(self) -> int:
         return self.max_timestamps[-1] if self.max_timestamps else -1
 
-    def locate(self, offset: int, max_bytes: int, end_offset: int) -> tuple[int, int]:
+    def locate(self, offset: int, max_bytes: int, end_offset: int,
+               at_least_one: bool = True) -> tuple[int, int]:
         """File range (position, length) of whole batches from the one holding `offset`, up to
-        `max_bytes` (at least one batch) and only batches that end before `end_offset`."""
+        `max_bytes` (but at least one batch if `at_least_one`) and only batches that end before
+        `end_offset`."""
         first = bisect_left(self.last_offsets, offset)
         stop = bisect_left(self.last_offsets, end_offset, lo=first)
         if first >= stop:
@@ -215,6 +230,8 @@ class Segment:
         last = bisect_right(self.positions, limit, first + 1, stop) - 1
         if not (last == stop - 1 and self._end_of(last) <= limit):
             last -= 1
+        if last < first and not at_least_one:
+            return start, 0
         return start, self._end_of(max(last, first)) - start
 
     def _end_of(self, i: int) -> int:
