@@ -202,3 +202,30 @@ def test_fetch_lists_each_partition_once_within_fetch_max_bytes():
             answer = client.send(_fetch([0] * 2000 + [1, 2, 3], 2**31 - 1)).responses[0].partitions
         assert sorted(p.partition_index for p in answer) == [0, 1, 2, 3]
         assert sum(len(p.records or b"") for p in answer) <= 65536
+
+
+def _closed_by_broker(sock: socket.socket) -> bool:
+    sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_connections_per_address_are_limited_and_refusals_logged_once_in_a_while():
+    with EmbeddedBroker(config={"max.connections.per.ip": 3}) as own:
+        held = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(3)]
+        refused = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(40)]
+        assert all(_closed_by_broker(sock) for sock in refused)
+        other = socket.socket()
+        other.bind(("127.0.0.2", 0))
+        other.connect(("127.0.0.1", own.port))
+        other.settimeout(1)
+        with pytest.raises(TimeoutError):
+            other.recv(1)  # another address is still served: its connection stays open
+        assert logged(own, "max.connections.per.ip=3 reached")
+        assert own.log_path.read_text().count("refusing connection") <= 2
+        for sock in [*held, *refused, other]:
+            sock.close()

@@ -80,6 +80,7 @@ BROKER_SPECS: dict[str, Spec] = {
     "fetch.max.bytes": Spec(_int(1024), 57_671_680, "largest Fetch response (a client may ask for less)"),
     "socket.request.max.bytes": Spec(_int(1024), 104_857_600, "largest request frame accepted"),
     "max.connections": Spec(_int(1), 1000, "connections served at once; more are closed"),
+    "max.connections.per.ip": Spec(_int(1, 2**31 - 1), 2**31 - 1, "connections from one address at once"),
     "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),
     "queued.max.request.bytes": Spec(_int(1024), 256 << 20,
                                      "request bytes held in memory at once over all connections"),

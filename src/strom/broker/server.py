@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import resource
@@ -59,6 +60,8 @@ class ConnectionHandler:
         self._last_active: dict[asyncio.Task, float] = {}
         self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
         self._accept_errors = Throttle(LOG_INTERVAL_SECONDS)
+        self._refusals = Throttle(LOG_INTERVAL_SECONDS)
+        self._per_address: dict[str, int] = {}
 
     @property
     def open_connections(self) -> int:
@@ -86,10 +89,13 @@ class ConnectionHandler:
                 self._accept_failed(exc)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
-            if self.open_connections >= self.broker.config["max.connections"]:
-                log.warning("refusing connection from %s: max.connections=%d reached; raise "
-                            "max.connections or find the client that opens connections without "
-                            "closing them", peer, self.broker.config["max.connections"])
+            limit = self._limit_reached(peer[0])
+            if limit is not None:
+                held = self._refusals.ready()
+                if held is not None:
+                    log.warning("refusing connection from %s: %s=%d reached; raise %s or find the client "
+                                "that opens connections without closing them (%d more refused since the "
+                                "last line)", peer, limit, self.broker.config[limit], limit, held)
                 connection.close()
                 continue
             connection.setblocking(False)
@@ -97,7 +103,8 @@ class ConnectionHandler:
             task = loop.create_task(self._connection(connection, peer))
             self._tasks.add(task)
             self._last_active[task] = time.monotonic()
-            task.add_done_callback(self._forget)
+            self._per_address[peer[0]] = self._per_address.get(peer[0], 0) + 1
+            task.add_done_callback(functools.partial(self._forget, peer[0]))
 
     def _accept_failed(self, exc: OSError) -> None:
         held = self._accept_errors.ready()
@@ -110,9 +117,20 @@ class ConnectionHandler:
         else:
             log.error("cannot accept a connection: %s (%d similar errors since the last line)", exc, held)
 
-    def _forget(self, task: asyncio.Task) -> None:
+    def _limit_reached(self, address: str) -> str | None:
+        """The config key of the limit a new connection from `address` would exceed, if any."""
+        if self.open_connections >= self.broker.config["max.connections"]:
+            return "max.connections"
+        if self._per_address.get(address, 0) >= self.broker.config["max.connections.per.ip"]:
+            return "max.connections.per.ip"
+        return None
+
+    def _forget(self, address: str, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self._last_active.pop(task, None)
+        remaining = self._per_address.pop(address, 1) - 1
+        if remaining:
+            self._per_address[address] = remaining
 
     def close_idle(self) -> None:
         """Closes connections that sent nothing for connections.max.idle.ms."""
