@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 
@@ -36,3 +37,15 @@ def logged(broker: EmbeddedBroker, text: str, timeout: float = 10.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def closed_by_broker(sock: socket.socket) -> bool:
+    """True if the broker closes the connection within the socket's timeout (10 s if it has none)."""
+    if sock.gettimeout() is None:
+        sock.settimeout(10)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False

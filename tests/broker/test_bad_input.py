@@ -10,7 +10,7 @@ import struct
 import time
 
 import pytest
-from broker_helpers import logged, unique
+from broker_helpers import closed_by_broker, logged, unique
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kio.schema.errors import ErrorCode
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.broker
 def _connect(bootstrap: str) -> socket.socket:
     host, port = bootstrap.split(":")
     return socket.create_connection((host, int(port)), timeout=10)
-
-
-def _closed_by_broker(sock: socket.socket) -> bool:
-    """True if the broker closes the connection within the socket timeout (10 s)."""
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
 
 
 def _still_serves(bootstrap: str) -> None:
@@ -86,7 +76,7 @@ def test_garbage_truncated_and_huge_frames_close_only_that_connection(broker):
         with _connect(broker.bootstrap_servers) as sock:
             sock.sendall(frame)
             if len(frame) >= 4 and struct.unpack(">i", frame[:4])[0] == len(frame) - 4:
-                assert _closed_by_broker(sock)
+                assert closed_by_broker(sock)
     with _connect(broker.bootstrap_servers) as sock:  # a served API in a version it does not serve
         join_group_v9 = struct.pack(">hhih", 11, 9, 1, -1) + rng.randbytes(50)
         sock.sendall(struct.pack(">i", len(join_group_v9)) + join_group_v9)
@@ -128,7 +118,7 @@ def test_apis_the_broker_does_not_serve_get_unsupported_version(broker):
         answer = entity_reader(MetadataResponse)(_recv(sock, size), 5)[0]  # after the v1 header
         assert answer.error_code == ErrorCode.unsupported_version
         sock.sendall(struct.pack(">i", len(list_offsets_v9)) + list_offsets_v9)
-        assert _closed_by_broker(sock), "ListOffsets has no top-level error code to refuse with"
+        assert closed_by_broker(sock), "ListOffsets has no top-level error code to refuse with"
     assert logged(broker, "answered UNSUPPORTED_VERSION to api_key=3 v13")
     assert logged(broker, "api_key=2 v9 is not served")
     _still_serves(broker.bootstrap_servers)
@@ -175,11 +165,11 @@ def test_connection_limit_and_idle_connections(tmp_path):
     with EmbeddedBroker(config={"max.connections": 3, "connections.max.idle.ms": 1500}) as limited:
         held = [_connect(limited.bootstrap_servers) for _ in range(3)]
         extra = _connect(limited.bootstrap_servers)
-        assert _closed_by_broker(extra)
+        assert closed_by_broker(extra)
         extra.close()
         assert logged(limited, "max.connections=3 reached; raise max.connections")
         started = time.monotonic()
-        assert all(_closed_by_broker(sock) for sock in held)  # idle past connections.max.idle.ms
+        assert all(closed_by_broker(sock) for sock in held)  # idle past connections.max.idle.ms
         assert time.monotonic() - started < 8
         for sock in held:
             sock.close()

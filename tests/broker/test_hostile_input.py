@@ -11,7 +11,7 @@ import struct
 import time
 
 import pytest
-from broker_helpers import logged, unique
+from broker_helpers import closed_by_broker, logged, unique
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 from crc32c import crc32c
@@ -204,21 +204,11 @@ def test_fetch_lists_each_partition_once_within_fetch_max_bytes():
         assert sum(len(p.records or b"") for p in answer) <= 65536
 
 
-def _closed_by_broker(sock: socket.socket) -> bool:
-    sock.settimeout(10)
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def test_connections_per_address_are_limited_and_refusals_logged_once_in_a_while():
     with EmbeddedBroker(config={"max.connections.per.ip": 3}) as own:
         held = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(3)]
         refused = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(40)]
-        assert all(_closed_by_broker(sock) for sock in refused)
+        assert all(closed_by_broker(sock) for sock in refused)
         other = socket.socket()
         other.bind(("127.0.0.2", 0))
         other.connect(("127.0.0.1", own.port))
