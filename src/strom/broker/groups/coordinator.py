@@ -261,7 +261,7 @@ class GroupCoordinator:
 
     def expire_sessions(self) -> None:
         now = time.monotonic()
-        for group in list(self.groups.values()):
+        for group in [g for g in self.groups.values() if g.members or g.pending_members]:
             expired = [m for m, expiry in group.pending_members.items() if expiry < now]
             for member_id in expired:
                 log.info("group %r: pending member %r did not join again with its id", group.group_id,
@@ -274,10 +274,19 @@ class GroupCoordinator:
                     self._remove_member(group, member.member_id, "missed its session timeout")
 
     def expire_offsets(self) -> None:
-        """Drops offsets of empty groups committed longer than offsets.retention.minutes ago."""
+        """Drops offsets of empty groups committed longer than offsets.retention.minutes ago, then
+        the empty groups left without offsets (as Kafka's group metadata cleanup does)."""
+        deleted = 0
         for group in list(self.groups.values()):
-            if group.state is GroupState.EMPTY:
-                self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
+            if group.state is not GroupState.EMPTY:
+                continue
+            self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
+            if not self.offsets.offsets.get(group.group_id) and not group.pending_members:
+                del self.groups[group.group_id]
+                self.offsets.delete_group(group.group_id)
+                deleted += 1
+        if deleted:
+            log.info("deleted %d empty group(s) without committed offsets", deleted)
 
     # ---- offsets ------------------------------------------------------------------------------
     def check_commit(self, group_id: str, generation: int, member_id: str,
