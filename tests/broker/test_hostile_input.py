@@ -4,6 +4,7 @@ types; each input is refused or bounded, and the broker keeps serving everyone e
 from __future__ import annotations
 
 import datetime
+import io
 import os
 import resource
 import socket
@@ -19,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v4 import request as fetch
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
+from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
 from strom.broker import EmbeddedBroker
@@ -57,10 +59,10 @@ def produce_raw(bootstrap: str, topic: str, records: bytes, transactional_id: st
     return answer.error_code, answer.base_offset
 
 
-def metadata_request(names: list[str]) -> metadata.MetadataRequest:
+def metadata_request(names: list[str], auto_create: bool = True) -> metadata.MetadataRequest:
     return metadata.MetadataRequest(
         topics=tuple(metadata.MetadataRequestTopic(topic_id=None, name=n) for n in names),
-        allow_auto_topic_creation=True, include_topic_authorized_operations=False)
+        allow_auto_topic_creation=auto_create, include_topic_authorized_operations=False)
 
 
 def now_ms() -> int:
@@ -219,3 +221,37 @@ def test_connections_per_address_are_limited_and_refusals_logged_once_in_a_while
         assert own.log_path.read_text().count("refusing connection") <= 2
         for sock in [*held, *refused, other]:
             sock.close()
+
+
+def _metadata_frame(names: int, auto_create: bool) -> bytes:
+    """A Metadata v12 request frame naming `names` topics that do not exist."""
+    request = metadata_request([f"absent-{i:08d}" for i in range(names)], auto_create)
+    body = io.BytesIO()
+    entity_writer(metadata.RequestHeader)(body, metadata.RequestHeader(
+        request_api_key=i16(3), request_api_version=i16(12), correlation_id=i32(1), client_id="big"))
+    entity_writer(metadata.MetadataRequest)(body, request)
+    return struct.pack(">i", len(body.getvalue())) + body.getvalue()
+
+
+@pytest.mark.slow
+def test_large_metadata_requests_are_bounded_and_do_not_stall_other_clients():
+    with EmbeddedBroker(config={"auto.create.topics.enable": "false"}) as own:
+        big = socket.create_connection(("127.0.0.1", own.port), timeout=60)
+        big.sendall(_metadata_frame(100_000, auto_create=False))  # ~2 MB: served, off the event loop
+        served_meanwhile = 0
+        with WireClient(own.bootstrap_servers) as small:
+            big.setblocking(False)
+            while True:
+                try:
+                    if big.recv(1):
+                        break
+                except BlockingIOError:
+                    pass
+                assert small.send(metadata_request([])).brokers
+                served_meanwhile += 1
+        big.close()
+        assert served_meanwhile > 3, "other clients were served while the large request was handled"
+        huge = socket.create_connection(("127.0.0.1", own.port), timeout=30)
+        huge.sendall(struct.pack(">ihhi", 13 << 20, 3, 12, 1) + bytes(100_000))  # 13 MB of Metadata
+        assert closed_by_broker(huge)
+        assert logged(own, "requests other than Produce may have at most")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.handlers import REGISTRY, RequestContext
+from strom.broker.handlers import REGISTRY, ApiHandler, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
 from strom.broker.log.segment import FileRange
 from strom.broker.produce_request import parse_produce
@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 FIRST_READ_BYTES = 64 << 10
+OFF_LOOP_BYTES = 256 << 10  # requests other than Produce above this are decoded in a worker thread
+LARGE_REQUEST_MAX_BYTES = 8 << 20  # the largest request other than Produce
+DECODED_SIZE_FACTOR = 24  # memory of a decoded request (kio entities) per byte of its frame
 ACCEPT_RETRY_SECONDS = 0.1
 PRODUCE = 0
 
@@ -184,7 +187,7 @@ class ConnectionHandler:
         held = [0]
         try:
             frame = await self._read_frame(loop, sock, size, held)
-            return await self.dispatch(memoryview(frame).toreadonly(), host)
+            return await self.dispatch(memoryview(frame).toreadonly(), host, held)
         finally:
             self._memory.give_back(held[0])
 
@@ -202,9 +205,14 @@ class ConnectionHandler:
             received, frame = len(frame), _grow(frame, grown)
             await _receive(loop, sock, memoryview(frame)[received:])
             self._last_active[me] = time.monotonic()
+            if not received and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
+                raise MalformedRequest(
+                    f"a frame of {size} bytes for api_key={peek_api(frame)[0]}: requests other than Produce "
+                    f"may have at most {LARGE_REQUEST_MAX_BYTES} bytes (decoding them takes about "
+                    f"{DECODED_SIZE_FACTOR} times their size); split the request")
         return frame
 
-    async def dispatch(self, frame: memoryview, host: str) -> bytes | EncodedResponse | None:
+    async def dispatch(self, frame: memoryview, host: str, held: list[int]) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -221,12 +229,33 @@ class ConnectionHandler:
                         "of it; use a client that negotiates versions with ApiVersions",
                         api_key, version, host, served)
             return refusal
-        request = parse_produce(frame) if api_key == PRODUCE else parse_request(frame)
+        if api_key == PRODUCE:
+            request = parse_produce(frame)
+        elif len(frame) > OFF_LOOP_BYTES:
+            return await self._dispatch_large(frame, host, handler, held)
+        else:
+            request = parse_request(frame)
         ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
         data = await handler.handle(ctx, request.body)
         if data is None or isinstance(data, EncodedResponse):
             return data
         return encode_response(api_key, version, correlation_id, data)
+
+    async def _dispatch_large(self, frame: memoryview, host: str, handler: ApiHandler,
+                              held: list[int]) -> bytes | EncodedResponse | None:
+        """A large request other than Produce: its decoded form is taken from the memory budget and
+        it is decoded and its answer encoded in a worker thread, so other clients keep being served."""
+        decoded = DECODED_SIZE_FACTOR * len(frame)
+        await self._memory.take(decoded)
+        held[0] += decoded
+        request = await asyncio.to_thread(parse_request, frame)
+        ctx = RequestContext(self.broker, request.api_version, request.client_id or "", host,
+                             request.correlation_id)
+        data = await handler.handle(ctx, request.body)
+        if data is None or isinstance(data, EncodedResponse):
+            return data
+        return await asyncio.to_thread(encode_response, request.api_key, request.api_version,
+                                       request.correlation_id, data)
 
     def close(self) -> None:
         """Stops accepting and ends every connection."""
