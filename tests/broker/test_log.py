@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import time
@@ -11,6 +12,7 @@ from crc32c import crc32c
 
 from strom.broker.config import BrokerConfig
 from strom.broker.log import cleaner
+from strom.broker.log.manager import LogManager
 from strom.broker.log.partition import OffsetOutOfRangeError, Partition, RecordTooLargeError
 from strom.broker.log.records import (
     TIMESTAMP_LOG_APPEND,
@@ -316,3 +318,29 @@ def test_a_truncated_closed_segment_is_rescanned_not_trusted_through_its_index(t
     batches = split_batches(read.records.read())  # whole batches only: the consumer moves on
     assert batches and BatchHeader.parse(batches[0][1]).base_offset > cut_offset
     reopened.close()
+
+
+def test_a_failing_disk_is_logged_once_per_partition_and_close_reaches_every_partition(tmp_path, monkeypatch,
+                                                                                        caplog):
+    caplog.set_level(logging.INFO, "strom.broker")
+    logs = LogManager(tmp_path, BrokerConfig())
+    logs.create_topic("a", 1)
+    logs.create_topic("b", 1)
+    first, second = logs.partition("a", 0), logs.partition("b", 0)
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "writev", lambda fd, buffers: 3)  # a short write, then the disk is full
+        patched.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(28, "No space left")))
+        for _ in range(5):
+            with pytest.raises(OSError):
+                _append(first, [(b"k", b"v")])
+    failures = [r for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(failures) == 1 and "No space left on device" in failures[0].getMessage()
+    assert _append(first, [(b"k", b"v")]) == 0 and "writes succeed again" in caplog.text
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(first.producer_state, "take_snapshot", full)
+    logs.close()  # the failure of a is logged, b is closed all the same
+    assert "a-0 was not closed cleanly" in caplog.text
+    assert all(s._fd == -1 for p in (first, second) for s in p.segments)

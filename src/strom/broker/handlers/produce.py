@@ -68,8 +68,7 @@ def _append(ctx: RequestContext, transactional_id: str | None, topic: str, index
         return PartitionResult(index, ErrorCode.message_too_large.value, error_message=str(exc))
     except AppendRejectedError as exc:
         return PartitionResult(index, exc.error_code, error_message=str(exc))
-    except OSError as exc:
-        log.error("cannot write to %s-%d: %s", topic, index, exc)
+    except OSError as exc:  # logged by the partition, once until a write succeeds
         return PartitionResult(index, ErrorCode.kafka_storage_error.value, error_message=str(exc))
     return PartitionResult(index, ErrorCode.none.value, appended.base_offset, appended.log_append_time,
                            partition.log_start_offset)

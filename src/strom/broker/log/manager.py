@@ -231,5 +231,10 @@ class LogManager:
                                   partition.topic, partition.index)
 
     def close(self) -> None:
+        """Closes every partition; one that cannot be flushed (a full disk) does not stop the others."""
         for partition in self.all_partitions():
-            partition.close()
+            try:
+                partition.close()
+            except OSError as exc:
+                log.error("%s-%d was not closed cleanly (%s); its log is recovered at the next start",
+                          partition.topic, partition.index, exc)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import struct
 import time
 from bisect import bisect_right
@@ -65,6 +67,7 @@ class Partition:
         self._unflushed = 0
         self._last_flush = time.monotonic()
         self._waiters: list[asyncio.Future] = []
+        self._storage_error = False  # the last write failed (logged once until one succeeds)
         self.producer_state = ProducerStateManager(directory)
         self.producer_state.load(self.log_start_offset, self.log_end_offset, self.iter_batches)
 
@@ -92,10 +95,17 @@ class Partition:
             segment.release()
 
     def close(self) -> None:
-        self.producer_state.take_snapshot()
-        for segment in self.segments:
-            segment.close()
+        """Snapshots the producer state and flushes and closes every segment. Every file is closed
+        even when writing fails (a full disk); the first error is raised after that."""
+        errors = []
+        for step in [self.producer_state.take_snapshot, *[s.close for s in self.segments]]:
+            try:
+                step()
+            except OSError as exc:
+                errors.append(exc)
         self.wake_waiters()
+        if errors:
+            raise errors[0]
 
     def delete(self) -> None:
         for segment in self.segments:
@@ -151,21 +161,41 @@ class Partition:
             log_append_time = int(time.time() * 1000)
             batches = [_stamp(header, batch, log_append_time) for header, batch in batches]
         first_offset = None
-        for header, batch in batches:
-            duplicate = self.check_producer(header)
-            if duplicate is not None:
-                first_offset = duplicate if first_offset is None else first_offset
-                continue
-            self._maybe_roll(header)
-            base_offset = self.log_end_offset
-            self.active.append(base_offset, header, batch)
-            self.on_appended(batch, base_offset)
-            first_offset = base_offset if first_offset is None else first_offset
-            self._unflushed += header.records_count
-        self.flush_if_due()
-        self.wake_waiters()
+        try:
+            for header, batch in batches:
+                duplicate = self.check_producer(header)
+                if duplicate is not None:
+                    first_offset = duplicate if first_offset is None else first_offset
+                    continue
+                self._maybe_roll(header)
+                base_offset = self.log_end_offset
+                self.active.append(base_offset, header, batch)
+                self.on_appended(batch, base_offset)
+                first_offset = base_offset if first_offset is None else first_offset
+                self._unflushed += header.records_count
+            self.flush_if_due()
+        except OSError as exc:
+            self._storage_failed(exc)
+            raise
+        finally:
+            self.wake_waiters()
+        if self._storage_error:
+            self._storage_error = False
+            log.info("%s-%d: writes succeed again", self.topic, self.index)
         return AppendResult(first_offset if first_offset is not None else self.log_end_offset,
                             log_append_time)
+
+    def _storage_failed(self, exc: OSError) -> None:
+        """Logs a failed write once until a write succeeds again (producers retry it many times)."""
+        if self._storage_error:
+            return
+        self._storage_error = True
+        cause = os.strerror(exc.errno) if exc.errno else str(exc)
+        advice = ("free space on that disk or move the data directory to a larger one"
+                  if exc.errno == errno.ENOSPC else "check the disk and the file system")
+        log.error("%s-%d: cannot write to %s on disk: %s; %s. Producers get KAFKA_STORAGE_ERROR until "
+                  "a write succeeds (further failures of this partition are not logged)", self.topic,
+                  self.index, exc.filename or self.active.log_path, cause, advice)
 
     def append_records(self, build: Callable[[int], bytes]) -> int:
         """Appends a batch the broker builds itself; `build(base_offset)` returns its bytes."""

@@ -141,10 +141,12 @@ class Segment:
         position = self.size
         try:
             written = os.writev(self._fd, [set_base_offset(base_offset), memoryview(batch)[8:]])
-            if written != len(batch):
-                raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
-        except OSError:
+            while written < len(batch):  # a short write: the next one says why (ENOSPC, EFBIG, ...)
+                written += os.write(self._fd, memoryview(batch)[written:])
+        except OSError as exc:
             os.ftruncate(self._fd, position)  # no partial batch stays behind (disk full, ...)
+            if exc.filename is None:
+                exc.filename = str(self.log_path)
             raise
         self.size += written
         self._index(base_offset + header.last_offset_delta, position, header.max_timestamp)
@@ -179,9 +181,12 @@ class Segment:
         self.write_indexes()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.flush()
-        self.release()
+        """Flushes and closes the file; it is closed even if the flush fails (and that is raised)."""
+        try:
+            if self._fd >= 0:
+                self.flush()
+        finally:
+            self.release()
 
     def release(self) -> None:
         """Closes the file without flushing (before the file is replaced or deleted)."""
