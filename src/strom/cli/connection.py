@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ClusterMetadata, TopicMetadata
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicMetadata
 
 from strom.cli.broker import parse_config
-from strom.errors import BrokerUnavailableError, UnknownTopicError
+from strom.errors import BrokerUnavailableError, StromError, UnknownTopicError
 from strom.kafka import clients
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -80,13 +80,21 @@ class Connection:
             f"No broker reachable at {self.bootstrap_servers} ({reason}). Start one with `strom broker`, or "
             "pass -b/--bootstrap-servers (and -X or --command-config for a secured cluster).")
 
-    def topic(self, name: str) -> TopicMetadata:
-        """The topic's metadata; a missing topic is an error naming the closest existing one."""
+    def topic(self, name: str, create: bool = False) -> TopicMetadata:
+        """The topic's metadata; a missing topic is an error naming the closest existing one, unless
+        ``create`` (then it is created with the broker's default partition count)."""
         topics = self.metadata().topics
         found = topics.get(name)
         if found is not None and found.error is None:
             return found
-        raise unknown_topic(name, topics)
+        if not create:
+            raise unknown_topic(name, topics)
+        future = self.admin().create_topics([NewTopic(name, -1)], request_timeout=TIMEOUT)[name]
+        try:
+            future.result(TIMEOUT)
+        except KafkaException as exc:
+            raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
+        return self.topic(name)
 
 
 def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:
@@ -111,7 +119,8 @@ def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     options = (
         click.option("-b", "--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
-                     help=f"Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS; default {DEFAULT_BOOTSTRAP})."),
+                     help=f"Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS; default "
+                          f"{DEFAULT_BOOTSTRAP})."),
         click.option("-X", "client_properties", multiple=True, callback=parse_config, metavar="KEY=VALUE",
                      help="librdkafka client property (security, acks, sizes...); repeatable, wins over "
                           "--command-config."),
@@ -121,6 +130,10 @@ def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         with_connection = option(with_connection)
     return with_connection
+
+
+create_topic_option = click.option(
+    "--create-topic", is_flag=True, help="Create the topic (broker's default partition count) if missing.")
 
 
 def raw_argument(text: str) -> bytes:

@@ -6,6 +6,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import click
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Message, TopicPartition
@@ -119,13 +120,15 @@ class Progress:
 @click.argument("topic")
 @click.option("-g", "--group", default=None,
               help="Consume as this group (offsets committed); default: the partitions directly, no group.")
-@click.option("-o", "--offset", "start", default="end", show_default=True, callback=lambda c, p, v: StartAt.parse(v),
+@click.option("-o", "--offset", "start", default="end", show_default=True,
+              callback=lambda _ctx, _param, value: StartAt.parse(value),
               help="Where to start: beginning, end, N (offset), -N (N before the end), @T (first record at "
-                   "or after T ms since the epoch). With --group: beginning or end when nothing is committed.")
+                   "or after T ms since the epoch). With --group: beginning or end, if nothing is committed.")
 @click.option("--from-beginning", is_flag=True, help="Same as -o beginning (kafka-console-consumer's flag).")
 @click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
               help="Read only this partition; repeatable.")
-@click.option("-c", "--max-messages", type=click.IntRange(min=1), default=None, help="Stop after this many records.")
+@click.option("-c", "--max-messages", type=click.IntRange(min=1), default=None,
+              help="Stop after this many records.")
 @click.option("-e", "--exit-at-end", is_flag=True, help="Stop when every partition is read to its end.")
 @click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop when no record arrived for this many seconds after the partitions were assigned.")
@@ -133,8 +136,10 @@ class Progress:
               help=r"Output format with kcat's tokens: %t topic, %p partition, %o offset, %k key, %s value, "
                    r"%T timestamp, %h headers, %K/%S key/value length (-1 if null); \n \t escapes.")
 @click.option("--print-key", is_flag=True, help="Print key<separator>value (without -f).")
-@click.option("--print-headers", is_flag=True, help="Print name=value,... headers before the record (without -f).")
-@click.option("--separator", default="\t", show_default=True, help="Between headers, key and value (without -f).")
+@click.option("--print-headers", is_flag=True,
+              help="Print name=value,... headers before the record (without -f).")
+@click.option("--separator", default="\t", show_default=True,
+              help="Between headers, key and value (without -f).")
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)
 @format_option("--key-deserializer", help="How keys are shown.")
@@ -150,8 +155,8 @@ def consume(connection: Connection, topic: str, group: str | None, start: StartA
     layout = parse_format(fmt if fmt is not None else _default_format(print_key, print_headers, separator))
     metadata = connection.topic(topic)
     if group is not None and (partitions or start.kind not in ("beginning", "end")):
-        raise click.UsageError("With --group the group assigns partitions and keeps offsets: use -o beginning "
-                               "or -o end only, no -p (or `strom groups reset-offsets` to move the group).")
+        raise click.UsageError("With --group the group assigns partitions and keeps offsets: use -o "
+                               "beginning or -o end, no -p (`strom groups reset-offsets` moves a group).")
     unknown = sorted(set(partitions) - set(metadata.partitions))
     if unknown:
         raise StromError(f"Topic {topic!r} has partitions 0-{len(metadata.partitions) - 1}, not {unknown}.")
@@ -197,6 +202,16 @@ def _read(consumer: Consumer, progress: Progress, layout: list[bytes | Field], k
           value_format: Format, max_messages: int | None, exit_at_end: bool,
           idle_timeout: float | None) -> None:
     out = click.get_binary_stream("stdout")
+    try:
+        _print(consumer, progress, out, layout, key_format, value_format, max_messages, exit_at_end,
+               idle_timeout)
+    finally:
+        out.flush()
+
+
+def _print(consumer: Consumer, progress: Progress, out: BinaryIO, layout: list[bytes | Field],
+           key_format: Format, value_format: Format, max_messages: int | None, exit_at_end: bool,
+           idle_timeout: float | None) -> None:
     interactive = out.isatty()
     count = 0
     while max_messages is None or count < max_messages:
@@ -216,8 +231,8 @@ def _read(consumer: Consumer, progress: Progress, layout: list[bytes | Field], k
             continue
         progress.last = time.monotonic()
         progress.at_end.discard((message.topic(), message.partition()))
-        out.write(b"".join(p if isinstance(p, bytes) else p(message, key_format, value_format) for p in layout))
+        out.write(b"".join(p if isinstance(p, bytes) else p(message, key_format, value_format)
+                           for p in layout))
         if interactive:
             out.flush()
         count += 1
-    out.flush()

@@ -64,6 +64,6 @@ def convert(fmt: Format, how: Callable[[bytes], bytes], data: bytes, what: str) 
     try:
         return how(data)
     except (SerializationError, ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        reason = str(exc).split(". ")[0]
+        reason = str(exc.__cause__ or exc)
         raise SerializationError(f"{what} ({len(data)} bytes {escaped(data[:40])}) is not {fmt.name}: "
                                  f"{reason}. Choose the matching format, e.g. hex or string.") from exc

@@ -35,7 +35,8 @@ def _state(state: ConsumerGroupState) -> str:
 def list_command(connection: Connection, output: str) -> None:
     """Every consumer group and its state."""
     listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
-    rows = [{"group": g.group_id, "state": _state(g.state)} for g in sorted(listed.valid, key=lambda g: g.group_id)]
+    rows = [{"group": g.group_id, "state": _state(g.state)}
+            for g in sorted(listed.valid, key=lambda g: g.group_id)]
     print_rows(rows, ["group", "state"], output)
 
 
@@ -97,9 +98,10 @@ def describe_command(connection: Connection, group: str, output: str) -> None:
                      "member": member.member_id if member else None, "host": member.host if member else None,
                      "client id": member.client_id if member else None})
     if output != "json":
-        click.echo(f"group {group}: {_state(description.state)}, {len(description.members)} member(s)", err=True)
-    print_rows(rows, ["topic", "partition", "committed offset", "end offset", "lag", "member", "host", "client id"],
-               output)
+        click.echo(f"group {group}: {_state(description.state)}, {len(description.members)} member(s)",
+                   err=True)
+    print_rows(rows, ["topic", "partition", "committed offset", "end offset", "lag", "member", "host",
+                      "client id"], output)
 
 
 def _timestamp_ms(text: str) -> int:
@@ -119,7 +121,8 @@ def _timestamp_ms(text: str) -> int:
 @click.option("--topic", "topics", multiple=True, required=True, help="Topic whose offsets move; repeatable.")
 @click.option("--to-earliest", is_flag=True, help="To each partition's log start offset.")
 @click.option("--to-latest", is_flag=True, help="To each partition's end (skip everything unread).")
-@click.option("--to-offset", type=click.IntRange(min=0), default=None, help="To this offset (kept within the log).")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None,
+              help="To this offset (kept within the log).")
 @click.option("--to-datetime", default=None, help="To the first record at or after this ISO date-time.")
 @click.option("--shift-by", type=int, default=None, help="By N from the committed offset (negative: back).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
@@ -152,7 +155,8 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
         target = {k: low[k] if to_earliest else high[k] if to_latest else to_offset for k in partitions}
     new = {k: min(max(target[k], low[k]), high[k]) for k in partitions}
     if not dry_run:
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p, new[(t, p)]) for t, p in partitions])]
+        offsets = [TopicPartition(t, p, new[(t, p)]) for t, p in partitions]
+        request = [ConsumerGroupTopicPartitions(group, offsets)]
         result(connection.admin().alter_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
                f"commit the new offsets of {group!r}")
     rows = [{"topic": t, "partition": p, "old offset": old.get((t, p)), "new offset": new[(t, p)]}
@@ -168,6 +172,7 @@ def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
     """Delete inactive groups and their committed offsets."""
     for name in names:
         _existing(connection, name)
-    for name, future in connection.admin().delete_consumer_groups(list(names), request_timeout=TIMEOUT).items():
+    futures = connection.admin().delete_consumer_groups(list(names), request_timeout=TIMEOUT)
+    for name, future in futures.items():
         result(future, f"delete group {name!r} (stop its consumers first)")
         click.echo(f"deleted {name}")

@@ -6,9 +6,8 @@ from dataclasses import dataclass, field
 
 import click
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from confluent_kafka.admin import NewTopic
 
-from strom.cli.connection import TIMEOUT, Connection, connection_options, raw_argument, unknown_topic
+from strom.cli.connection import TIMEOUT, Connection, connection_options, create_topic_option, raw_argument
 from strom.cli.formats import Format, convert, format_option
 from strom.cli.output import escaped
 from strom.errors import StromError
@@ -90,16 +89,18 @@ class LineFormat:
               "(a tombstone for a value); '' makes empty values null, as kcat -Z.")
 @click.option("-p", "--partition", type=click.IntRange(min=0), default=None,
               help="Write to this partition instead of by key.")
-@click.option("--create-topic", is_flag=True, help="Create TOPIC (broker's default partitions) if it is missing.")
+@create_topic_option
 @format_option("--key-serializer", help="How key text becomes bytes (long: 8-byte big-endian, as Kafka's).")
 @format_option("--value-serializer", help="How value text becomes bytes.")
 def produce(connection: Connection, topic: str, key_separator: bytes | None, headers: Headers,
             headers_delimiter: bytes | None, null_marker: str | None, partition: int | None,
             create_topic: bool, key_serializer: Format, value_serializer: Format) -> None:
     """Write stdin lines to TOPIC and print how many were acknowledged (kcat -P, kafka-console-producer)."""
-    _ensure_topic(connection, topic, partition, create_topic)
-    lines = LineFormat(key_separator, headers_delimiter, None if null_marker is None else raw_argument(null_marker),
-                       key_serializer, value_serializer, headers)
+    count = len(connection.topic(topic, create=create_topic).partitions)
+    if partition is not None and partition >= count:
+        raise StromError(f"Topic {topic!r} has {count} partition(s) (0-{count - 1}), not {partition}.")
+    null = None if null_marker is None else raw_argument(null_marker)
+    lines = LineFormat(key_separator, headers_delimiter, null, key_serializer, value_serializer, headers)
     producer = connection.producer(**clients.JAVA_PARTITIONER)
     writer = _Writer(producer, topic, partition)
     try:
@@ -109,22 +110,6 @@ def produce(connection: Connection, topic: str, key_separator: bytes | None, hea
         written = writer.finish()
         raise StromError(f"{exc} The {written} record(s) before it were written to {topic!r}.") from exc
     click.echo(f"produced {writer.finish()} record(s) to {topic}", err=True)
-
-
-def _ensure_topic(connection: Connection, topic: str, partition: int | None, create: bool) -> None:
-    existing = connection.metadata().topics
-    if topic not in existing or existing[topic].error is not None:
-        if not create:
-            raise unknown_topic(topic, existing)
-        future = connection.admin().create_topics([NewTopic(topic, -1)], request_timeout=TIMEOUT)[topic]
-        try:
-            future.result(TIMEOUT)
-        except KafkaException as exc:
-            raise StromError(f"Could not create topic {topic!r}: {exc.args[0].str()}") from exc
-        existing = connection.metadata().topics
-    count = len(existing[topic].partitions)
-    if partition is not None and partition >= count:
-        raise StromError(f"Topic {topic!r} has {count} partition(s) (0-{count - 1}), no partition {partition}.")
 
 
 class _Writer:
@@ -154,11 +139,12 @@ class _Writer:
         remaining = self._producer.flush(TIMEOUT)
         if self._failures:
             number, error = min(self._failures, key=lambda f: f[0])
-            raise StromError(f"{_refusal(number, error, None)} {self._sent - len(self._failures) - remaining} "
-                             f"of {self._sent} record(s) were written to {self._topic!r}.")
+            written = self._sent - len(self._failures) - remaining
+            raise StromError(f"{_refusal(number, error, None)} {written} of {self._sent} record(s) were "
+                             f"written to {self._topic!r}.")
         if remaining:
-            raise StromError(f"{remaining} of {self._sent} record(s) were not acknowledged in {TIMEOUT:.0f} s; "
-                             "check that the broker runs (`strom topics list`).")
+            raise StromError(f"{remaining} of {self._sent} record(s) were not acknowledged in "
+                             f"{TIMEOUT:.0f} s; check that the broker runs (`strom topics list`).")
         return self._sent
 
 

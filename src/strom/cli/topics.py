@@ -60,7 +60,8 @@ def watermarks(connection: Connection, topic: str, partitions: list[int]) -> dic
     """Log start and end offset of each partition."""
     consumer = connection.consumer()
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT) for p in partitions}
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT)
+                for p in partitions}
     finally:
         consumer.close()
 
@@ -69,8 +70,8 @@ def _configs(connection: Connection, name: str) -> list[dict[str, Any]]:
     resource = ConfigResource("topic", name)
     configs = result(connection.admin().describe_configs([resource], request_timeout=TIMEOUT)[resource],
                      f"describe the configs of {name!r}")
-    return [{"config": key, "value": configs[key].value, "source": "default" if configs[key].is_default else "topic"}
-            for key in sorted(configs)]
+    return [{"config": key, "value": entry.value, "source": "default" if entry.is_default else "topic"}
+            for key, entry in sorted(configs.items())]
 
 
 @topics.command("describe")
