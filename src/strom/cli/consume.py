@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -201,7 +202,7 @@ def _start_offsets(consumer: Consumer, chosen: list[TopicPartition], start: Star
 def _read(consumer: Consumer, progress: Progress, layout: list[bytes | Field], key_format: Format,
           value_format: Format, max_messages: int | None, exit_at_end: bool,
           idle_timeout: float | None) -> None:
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     try:
         _print(consumer, progress, out, layout, key_format, value_format, max_messages, exit_at_end,
                idle_timeout)

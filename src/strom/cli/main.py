@@ -46,7 +46,7 @@ for _entry in COMMANDS:
 def main() -> None:
     """Runs the command; every error a user can cause ends in one ``error: ...`` line and status 2."""
     try:
-        cli(standalone_mode=False)
+        cli(standalone_mode=False, prog_name="strom")
     except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
     except click.UsageError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import click
@@ -104,7 +105,7 @@ def produce(connection: Connection, topic: str, key_separator: bytes | None, hea
     producer = connection.producer(**clients.JAVA_PARTITIONER)
     writer = _Writer(producer, topic, partition)
     try:
-        for number, line in enumerate(click.get_binary_stream("stdin"), 1):
+        for number, line in enumerate(sys.stdin.buffer, 1):
             writer.write(number, *lines.record(line.rstrip(b"\r\n"), number))
     except StromError as exc:
         written = writer.finish()
