@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -55,7 +56,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
@@ -64,8 +65,12 @@ from strom.broker import EmbeddedBroker
 from strom.errors import ConfigError
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
-from strom.spark.runtime import SparkStreams
 from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder, StreamsConfig, Topology
+
+if TYPE_CHECKING:
+    from strom.spark.runtime import SparkStreams
+
+log = logging.getLogger("pipeline")
 
 MODES = ("realtime", "microbatch", "plain")
 COMMIT_INTERVAL_MS = 100
@@ -196,6 +201,20 @@ def commit(producer: Producer, consumer: Consumer) -> None:
     producer.begin_transaction()
 
 
+class Contestant(Protocol):
+    name: str
+    label: str
+    group: str
+    """The consumer group whose committed offsets say what the contestant has processed."""
+
+    def start(self, bootstrap: str, topics: Topics, mark: str) -> None: ...
+
+    def check(self) -> None:
+        """Raises if the contestant has failed."""
+
+    def stop(self) -> None: ...
+
+
 class PlainContestant:
     name, label = "plain", "plain loop"
 
@@ -218,6 +237,8 @@ class PlainContestant:
     def stop(self) -> None:
         self._stop.set()
         self._process.join(30)
+        if self._process.is_alive():
+            self._process.kill()
 
 
 # --- strom ----------------------------------------------------------------------------------------
@@ -226,8 +247,17 @@ class ModeUnavailable(Exception):
     pass
 
 
+def spark_streams() -> type[SparkStreams]:
+    """strom's Spark runtime, imported when first used (it registers its configuration keys): the plain
+    loop's process, which imports this file, then starts without PySpark, as a plain application would."""
+    from strom.spark.runtime import SparkStreams
+
+    return SparkStreams
+
+
 def execution_props(mode: str) -> dict[str, str]:
     """``execution.mode`` as this strom takes it; nothing for micro-batch on a strom without the key."""
+    spark_streams()
     try:
         StreamsConfig({"application.id": "probe", "execution.mode": mode})
     except ConfigError as exc:
@@ -258,7 +288,7 @@ class StromContestant:
         self._app: SparkStreams | None = None
 
     def start(self, bootstrap: str, topics: Topics, mark: str) -> None:
-        self._app = SparkStreams(count_topology(topics, ParseJson(mark)), {
+        self._app = spark_streams()(count_topology(topics, ParseJson(mark)), {
             "application.id": self.group, "bootstrap.servers": bootstrap,
             "processing.guarantee": "exactly_once_v2", "commit.interval.ms": COMMIT_INTERVAL_MS,
             "state.dir": self._state_dir, **self.props}, self._spark)
@@ -266,7 +296,7 @@ class StromContestant:
 
     def check(self) -> None:
         assert self._app is not None
-        if self._app.state is SparkStreams.State.ERROR:
+        if self._app.state is self._app.State.ERROR:
             self._app.await_termination(0)  # raises with Spark's message
             raise RuntimeError(f"{self.label} failed")
 
@@ -277,7 +307,7 @@ class StromContestant:
 
 # --- measuring ------------------------------------------------------------------------------------
 
-def wait_committed(bootstrap: str, contestant: Any, topics: Topics, ends: dict[int, int]) -> float:
+def wait_committed(bootstrap: str, contestant: Contestant, topics: Topics, ends: dict[int, int]) -> float:
     """``time.time()`` when the contestant's group has committed ``ends`` of every input partition."""
     watcher = clients.consumer(bootstrap, contestant.group, **{"isolation.level": "read_uncommitted"})
     partitions = [TopicPartition(topics.source, p) for p in range(topics.partitions)]
@@ -368,7 +398,7 @@ class Figures:
         return percentile(self.latencies_ms, 0.99)
 
 
-def run(bootstrap: str, contestant: Any, args: argparse.Namespace, records: int, latency: bool,
+def run(bootstrap: str, contestant: Contestant, args: argparse.Namespace, records: int, latency: bool,
         workdir: str) -> Figures:
     """Phase A on ``records`` records, then (if ``latency``) phase B; stops the contestant."""
     figures = Figures(contestant.label)
@@ -396,7 +426,7 @@ def run(bootstrap: str, contestant: Any, args: argparse.Namespace, records: int,
     return figures
 
 
-def measure_latency(bootstrap: str, contestant: Any, topics: Topics, reader: OutputReader,
+def measure_latency(bootstrap: str, contestant: Contestant, topics: Topics, reader: OutputReader,
                     args: argparse.Namespace, first: int, figures: Figures) -> None:
     expected = expected_counts(0, first + args.rate * args.seconds, args.keys)
     reader.timed_since_ms = time.time() * 1000
@@ -419,7 +449,7 @@ def run_all(bootstrap: str, workdir: str, args: argparse.Namespace) -> list[Figu
     spark = None
     for mode in args.modes:
         if mode == "plain":
-            contestant: Any = PlainContestant()
+            contestant: Contestant = PlainContestant()
         else:
             try:
                 execution_props(mode)
@@ -427,17 +457,27 @@ def run_all(bootstrap: str, workdir: str, args: argparse.Namespace) -> list[Figu
                 print(f"strom {mode}: unavailable in this strom ({exc})", flush=True)
                 continue
             spark = spark or start_spark()
-            warm_up = run(bootstrap, StromContestant(spark, mode, workdir), args, WARM_UP_RECORDS,
-                          latency=False, workdir=workdir)
+            warm_up = run_or_fail(bootstrap, StromContestant(spark, mode, workdir), args, WARM_UP_RECORDS,
+                                  latency=False, workdir=workdir)
             print(f"warm-up, {warm_up.label}: {WARM_UP_RECORDS:,} records, {warm_up.wall_s:.1f} s wall "
                   f"(cold start) {warm_up.problem}", flush=True)
             contestant = StromContestant(spark, mode, workdir)
-        rows.append(run(bootstrap, contestant, args, args.records, latency=True, workdir=workdir))
+        rows.append(run_or_fail(bootstrap, contestant, args, args.records, latency=True, workdir=workdir))
         print(f"done, {rows[-1].label}: {rows[-1].records_per_s:,.0f} records/s {rows[-1].problem}",
               flush=True)
     if spark is not None:
         spark.stop()
     return rows
+
+
+def run_or_fail(bootstrap: str, contestant: Contestant, args: argparse.Namespace, records: int,
+                latency: bool, workdir: str) -> Figures:
+    """``run``; a contestant that fails gets a row saying so, and the others still run."""
+    try:
+        return run(bootstrap, contestant, args, records, latency, workdir)
+    except Exception as exc:
+        log.exception("%s failed", contestant.label)
+        return Figures(contestant.label, problem=f"FAILED: {exc}")
 
 
 def start_spark() -> Any:
@@ -487,6 +527,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     print(describe())
     print(f"count-by-key of JSON records: {args.records:,} records, {args.keys:,} keys, "
           f"{args.partitions} partitions, exactly_once_v2, commit.interval.ms={COMMIT_INTERVAL_MS}; "
