@@ -326,7 +326,8 @@ def wait_committed(bootstrap: str, contestant: Contestant, topics: Topics, ends:
 
 class OutputReader:
     """The output topic read read_committed from its start: the last count per key and, for records
-    stamped at or after ``timed_since_ms``, the latency now - timestamp in ms."""
+    stamped at or after ``timed_since_ms``, the latency now - timestamp in ms. (Made once phase A is
+    over: an assigned consumer fetches in the background and would compete with the contestant.)"""
 
     def __init__(self, bootstrap: str, topics: Topics) -> None:
         self.consumer = clients.consumer(bootstrap)
@@ -353,12 +354,17 @@ class OutputReader:
         self.complete = True
         return True
 
-    def close(self) -> None:
+    def __enter__(self) -> OutputReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         self.consumer.close()
 
 
-def wrong_keys(reader: OutputReader, expected: Counter[bytes]) -> int:
-    return sum(1 for key in expected.keys() | reader.counts.keys() if reader.counts.get(key) != expected[key])
+def wrong_counts(phase: str, reader: OutputReader, expected: Counter[bytes]) -> str:
+    keys = expected.keys() | reader.counts.keys()
+    wrong = sum(1 for key in keys if reader.counts.get(key) != expected[key])
+    return f"WRONG after phase {phase}: {wrong} of {len(expected)} keys without their expected count"
 
 
 def send_steady(bootstrap: str, topic: str, first: int, rate: int, seconds: int, keys: int) -> float:
@@ -408,7 +414,6 @@ def run(bootstrap: str, contestant: Contestant, args: argparse.Namespace, record
     mark = os.path.join(workdir, f"{contestant.group}-first-record")
     started = time.time()
     contestant.start(bootstrap, topics, mark)
-    reader = OutputReader(bootstrap, topics)
     try:
         last_commit = wait_committed(bootstrap, contestant, topics, ends)
         with open(mark) as file:
@@ -416,13 +421,13 @@ def run(bootstrap: str, contestant: Contestant, args: argparse.Namespace, record
         figures.processing_s, figures.wall_s = last_commit - first_record, last_commit - started
         figures.records_per_s = records / figures.processing_s
         expected = expected_counts(0, records, args.keys)
-        if not reader.read_until(expected, READ_TIMEOUT_S):
-            figures.problem = f"WRONG after phase A: {wrong_keys(reader, expected)} keys with a wrong count"
-        elif latency:
-            measure_latency(bootstrap, contestant, topics, reader, args, records, figures)
+        with OutputReader(bootstrap, topics) as reader:
+            if not reader.read_until(expected, READ_TIMEOUT_S):
+                figures.problem = wrong_counts("A", reader, expected)
+            elif latency:
+                measure_latency(bootstrap, contestant, topics, reader, args, records, figures)
     finally:
         contestant.stop()
-        reader.close()
     return figures
 
 
@@ -438,7 +443,7 @@ def measure_latency(bootstrap: str, contestant: Contestant, topics: Topics, read
     following.join(READ_TIMEOUT_S)
     figures.latencies_ms = sorted(reader.latencies_ms)
     if not reader.complete:
-        figures.problem = f"WRONG after phase B: {wrong_keys(reader, expected)} keys with a wrong count"
+        figures.problem = wrong_counts("B", reader, expected)
 
 
 # --- the run --------------------------------------------------------------------------------------
