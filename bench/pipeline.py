@@ -1,7 +1,7 @@
 """A count-by-key pipeline three ways: a plain confluent-kafka loop, strom real-time, strom micro-batch.
 
     python bench/pipeline.py [--mode realtime,microbatch,plain] [--records 200000] [--keys 10000]
-                             [--partitions 4] [--rate 2000] [--seconds 30]
+                             [--partitions 4] [--rate 2000] [--seconds 30] [--repeat 1]
 
 The workload (issue 14): JSON records ``{"key": "key-17", "seq": 123}`` keyed by their ``key``, counted
 per key under exactly_once_v2 with commit.interval.ms=100; the output topic gets the running count
@@ -31,13 +31,14 @@ Phase A, processing rate: ``--records`` records are in the input before the cont
   Correctness: the output read read_committed from its start must hold each key's final count;
   the bench exits 1 if any contestant gets a count wrong.
 Phase B, latency: the contestant running and caught up, ``--rate`` records/s are sent for
-``--seconds``, each stamped with its send time (producer linger.ms=5, strom's default). A
-read_committed consumer takes now - timestamp of every output record stamped since the phase began:
-p50, p99 and max in ms, nothing discarded (the first seconds included). The counts are checked
-again at the end (phase A's plus phase B's records).
+``--seconds`` (what is due sent every 5 ms), each stamped with its send time (producer linger.ms=5,
+strom's default). A read_committed consumer takes now - timestamp of every output record stamped
+since the phase began: p50, p99 and max in ms, nothing discarded (the first seconds included). The
+counts are checked again at the end (phase A's plus phase B's records).
 
-Ratios are within this run: rate / plain loop's rate, p99 / plain loop's p99. The machine is shared
-and its speed drifts: compare runs only on one host (the first line says which).
+Ratios are within one round: rate / plain loop's rate, p99 / plain loop's p99. The machine is shared
+and its speed drifts by up to 2x for seconds at a time: ``--repeat N`` runs N interleaved rounds and
+adds each figure's median; compare runs only on one host (the first line says which).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import logging
 import math
 import multiprocessing
 import os
+import statistics
 import struct
 import sys
 import tempfile
@@ -55,7 +57,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
@@ -79,6 +81,9 @@ LONG = struct.Struct(">q")
 """Kafka's LongSerializer: 8 bytes, big-endian."""
 CATCH_UP_TIMEOUT_S = 600.0
 READ_TIMEOUT_S = 120.0
+SEND_TICK_S = 0.005
+"""Phase B's producer sends what is due every 5 ms (the bench's own threads share the GIL with the
+Spark driver)."""
 
 
 # --- the records --------------------------------------------------------------------------------
@@ -335,7 +340,7 @@ class OutputReader:
                               for p in range(topics.partitions)])
         self.counts: dict[bytes, int] = {}
         self.latencies_ms: list[float] = []
-        self.timed_since_ms: float | None = None
+        self.timed_since_ms: int | None = None
         self.complete = False
 
     def read_until(self, expected: Counter[bytes], timeout: float) -> bool:
@@ -379,7 +384,7 @@ def send_steady(bootstrap: str, topic: str, first: int, rate: int, seconds: int,
                             timestamp=int(time.time() * 1000))
         sent = due
         producer.poll(0)
-        time.sleep(0.001)
+        time.sleep(SEND_TICK_S)
     assert producer.flush(60) == 0, "phase B's input was not all written in 60 s"
     return total / (time.monotonic() - started)
 
@@ -395,13 +400,33 @@ class Figures:
     records_per_s: float = 0.0
     processing_s: float = 0.0
     wall_s: float = 0.0
-    latencies_ms: list[float] = field(default_factory=list)
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    max_ms: float = 0.0
+    timed: int = 0
+    """Output records whose latency was taken."""
     sent_per_s: float = 0.0
     problem: str = ""
 
-    @property
-    def p99(self) -> float:
-        return percentile(self.latencies_ms, 0.99)
+    def take_latencies(self, latencies_ms: list[float]) -> None:
+        ordered = sorted(latencies_ms)
+        self.timed = len(ordered)
+        if ordered:
+            self.p50_ms, self.p99_ms, self.max_ms = (percentile(ordered, q) for q in (0.5, 0.99, 1.0))
+
+
+MEDIAN_FIGURES = ("records_per_s", "processing_s", "wall_s", "p50_ms", "p99_ms", "max_ms", "timed",
+                  "sent_per_s")
+
+
+def medians(rounds: list[list[Figures]]) -> list[Figures]:
+    """Per contestant, the median of each figure over the rounds it ran without a problem."""
+    runs: dict[str, list[Figures]] = {}
+    for row in (row for rows in rounds for row in rows if not row.problem):
+        runs.setdefault(row.label, []).append(row)
+    return [Figures(label, **{name: statistics.median(getattr(f, name) for f in figures)
+                              for name in MEDIAN_FIGURES})
+            for label, figures in runs.items()]
 
 
 def run(bootstrap: str, contestant: Contestant, args: argparse.Namespace, records: int, latency: bool,
@@ -434,45 +459,54 @@ def run(bootstrap: str, contestant: Contestant, args: argparse.Namespace, record
 def measure_latency(bootstrap: str, contestant: Contestant, topics: Topics, reader: OutputReader,
                     args: argparse.Namespace, first: int, figures: Figures) -> None:
     expected = expected_counts(0, first + args.rate * args.seconds, args.keys)
-    reader.timed_since_ms = time.time() * 1000
+    reader.timed_since_ms = int(time.time() * 1000)  # whole ms, as the records' timestamps
     following = threading.Thread(target=reader.read_until, args=(expected, args.seconds + READ_TIMEOUT_S),
                                  daemon=True)
     following.start()
     figures.sent_per_s = send_steady(bootstrap, topics.source, first, args.rate, args.seconds, args.keys)
     wait_committed(bootstrap, contestant, topics, end_offsets(bootstrap, topics))
     following.join(READ_TIMEOUT_S)
-    figures.latencies_ms = sorted(reader.latencies_ms)
+    figures.take_latencies(reader.latencies_ms)
     if not reader.complete:
         figures.problem = wrong_counts("B", reader, expected)
 
 
 # --- the run --------------------------------------------------------------------------------------
 
-def run_all(bootstrap: str, workdir: str, args: argparse.Namespace) -> list[Figures]:
-    """Each chosen contestant in order; one Spark session for the strom modes, each warmed up first."""
-    rows: list[Figures] = []
-    spark = None
-    for mode in args.modes:
-        if mode == "plain":
-            contestant: Contestant = PlainContestant()
-        else:
-            try:
-                execution_props(mode)
-            except ModeUnavailable as exc:
-                print(f"strom {mode}: unavailable in this strom ({exc})", flush=True)
-                continue
-            spark = spark or start_spark()
-            warm_up = run_or_fail(bootstrap, StromContestant(spark, mode, workdir), args, WARM_UP_RECORDS,
-                                  latency=False, workdir=workdir)
-            print(f"warm-up, {warm_up.label}: {WARM_UP_RECORDS:,} records, {warm_up.wall_s:.1f} s wall "
-                  f"(cold start) {warm_up.problem}", flush=True)
-            contestant = StromContestant(spark, mode, workdir)
-        rows.append(run_or_fail(bootstrap, contestant, args, args.records, latency=True, workdir=workdir))
-        print(f"done, {rows[-1].label}: {rows[-1].records_per_s:,.0f} records/s {rows[-1].problem}",
-              flush=True)
+def run_all(bootstrap: str, workdir: str, args: argparse.Namespace) -> list[list[Figures]]:
+    """``--repeat`` rounds of the chosen contestants in order, each round's table printed as it ends;
+    one Spark session for the strom modes, each warmed up before its first round."""
+    rounds: list[list[Figures]] = []
+    spark, warm = None, set()
+    for number in range(1, args.repeat + 1):
+        rows: list[Figures] = []
+        for mode in args.modes:
+            if mode == "plain":
+                contestant: Contestant = PlainContestant()
+            else:
+                try:
+                    execution_props(mode)
+                except ModeUnavailable as exc:
+                    print(f"strom {mode}: unavailable in this strom ({exc})", flush=True)
+                    continue
+                spark = spark or start_spark()
+                if mode not in warm:
+                    warm_up(bootstrap, StromContestant(spark, mode, workdir), args, workdir)
+                    warm.add(mode)
+                contestant = StromContestant(spark, mode, workdir)
+            rows.append(run_or_fail(bootstrap, contestant, args, args.records, latency=True,
+                                    workdir=workdir))
+        print_table(f"round {number} of {args.repeat}", rows)
+        rounds.append(rows)
     if spark is not None:
         spark.stop()
-    return rows
+    return rounds
+
+
+def warm_up(bootstrap: str, contestant: StromContestant, args: argparse.Namespace, workdir: str) -> None:
+    figures = run_or_fail(bootstrap, contestant, args, WARM_UP_RECORDS, latency=False, workdir=workdir)
+    print(f"warm-up, {figures.label}: {WARM_UP_RECORDS:,} records, {figures.wall_s:.1f} s wall "
+          f"(cold start) {figures.problem}", flush=True)
 
 
 def run_or_fail(bootstrap: str, contestant: Contestant, args: argparse.Namespace, records: int,
@@ -494,23 +528,22 @@ def start_spark() -> Any:
     return spark
 
 
-def print_table(rows: list[Figures]) -> None:
-    plain = next((f for f in rows if f.label == PlainContestant.label and f.latencies_ms), None)
-    print(f"{'contestant':<44}{'records/s':>11}{'processing s':>14}{'wall s':>8}"
+def print_table(title: str, rows: list[Figures]) -> None:
+    plain = next((f for f in rows if f.label == PlainContestant.label and f.timed), None)
+    print(f"\n{title}\n{'contestant':<44}{'records/s':>11}{'processing s':>14}{'wall s':>8}"
           f"{'p50 ms':>8}{'p99 ms':>8}{'max ms':>8}{'rate/plain':>12}{'p99/plain':>11}")
     for f in rows:
-        latency = [f"{percentile(f.latencies_ms, q):.0f}" for q in (0.5, 0.99, 1.0)] if f.latencies_ms \
-            else ["-"] * 3
+        latency = [f"{ms:.0f}" if f.timed else "-" for ms in (f.p50_ms, f.p99_ms, f.max_ms)]
         rate_ratio = f"{f.records_per_s / plain.records_per_s:.2f}x" if plain else "-"
-        p99_ratio = f"{f.p99 / plain.p99:.2f}x" if plain and f.latencies_ms else "-"
+        p99_ratio = f"{f.p99_ms / plain.p99_ms:.2f}x" if plain and f.timed else "-"
         print(f"{f.label:<44}{f.records_per_s:>11,.0f}{f.processing_s:>14.2f}{f.wall_s:>8.1f}"
               + "".join(f"{value:>8}" for value in latency) + f"{rate_ratio:>12}{p99_ratio:>11}")
     for f in rows:
-        if f.latencies_ms:
-            print(f"  {f.label}: {len(f.latencies_ms):,} output records timed; input sent at "
+        if f.timed:
+            print(f"  {f.label}: {f.timed:,.0f} output records timed; input sent at "
                   f"{f.sent_per_s:,.0f} records/s")
         if f.problem:
-            print(f"  {f.label}: {f.problem}")
+            print(f"  {f.label}: {f.problem}", flush=True)
 
 
 def parse_args() -> argparse.Namespace:
@@ -522,6 +555,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rate", type=int, default=2_000, help="phase B: records/s sent")
     parser.add_argument("--seconds", type=int, default=30, help="phase B: how long")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of all contestants, interleaved; more than one adds a table of medians")
     args = parser.parse_args()
     args.modes = [m.strip() for m in args.mode.split(",") if m.strip()]
     unknown = set(args.modes) - set(MODES)
@@ -538,9 +573,10 @@ def main() -> int:
           f"{args.partitions} partitions, exactly_once_v2, commit.interval.ms={COMMIT_INTERVAL_MS}; "
           f"latency at {args.rate:,} records/s for {args.seconds} s, nothing discarded", flush=True)
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(prefix="strom-pipeline-") as workdir:
-        rows = run_all(broker.bootstrap_servers, workdir, args)
-    print_table(rows)
-    return 1 if any(f.problem for f in rows) else 0
+        rounds = run_all(broker.bootstrap_servers, workdir, args)
+    if len(rounds) > 1:
+        print_table(f"medians of {len(rounds)} rounds (rounds with a problem left out)", medians(rounds))
+    return 1 if any(f.problem for rows in rounds for f in rows) else 0
 
 
 if __name__ == "__main__":
