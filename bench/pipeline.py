@@ -60,7 +60,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from machine import describe
 from strom.broker import EmbeddedBroker
@@ -140,8 +147,13 @@ def fresh_topics(bootstrap: str, name: str, partitions: int) -> Topics:
     return topics
 
 
-def fill(bootstrap: str, topic: str, first: int, count: int, keys: int) -> None:
-    producer = clients.producer(bootstrap, **JAVA_PARTITIONER, **{"linger.ms": 50})
+def input_producer(bootstrap: str) -> Producer:
+    """One per contestant, for the fill and for phase B: a new idempotent producer's first records
+    sometimes waited ~0.5 s to be delivered (its start-up), which phase B charged to the contestant."""
+    return clients.producer(bootstrap, **JAVA_PARTITIONER)
+
+
+def fill(producer: Producer, topic: str, first: int, count: int, keys: int) -> None:
     for i in range(first, first + count):
         clients.produce(producer, topic, record_value(i, keys), record_key(i, keys))
     assert producer.flush(60) == 0, "the input was not all written in 60 s"
@@ -313,19 +325,19 @@ class StromContestant:
 # --- measuring ------------------------------------------------------------------------------------
 
 def wait_committed(bootstrap: str, contestant: Contestant, topics: Topics, ends: dict[int, int]) -> float:
-    """``time.time()`` when the contestant's group has committed ``ends`` of every input partition."""
-    watcher = clients.consumer(bootstrap, contestant.group, **{"isolation.level": "read_uncommitted"})
-    partitions = [TopicPartition(topics.source, p) for p in range(topics.partitions)]
+    """``time.time()`` when the contestant's group has committed ``ends`` of every input partition.
+    (Read with the admin API: a consumer with the contestant's group.id would be a client of its
+    group.)"""
+    admin = clients.admin(bootstrap)
+    request = [ConsumerGroupTopicPartitions(contestant.group, [TopicPartition(topics.source, p)
+                                                              for p in range(topics.partitions)])]
     deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
-    try:
-        while time.monotonic() < deadline:
-            committed = watcher.committed(partitions, timeout=10)
-            if all(tp.offset >= ends[tp.partition] for tp in committed):
-                return time.time()
-            contestant.check()
-            time.sleep(0.02)
-    finally:
-        watcher.close()
+    while time.monotonic() < deadline:
+        future = admin.list_consumer_group_offsets(request, request_timeout=10)[contestant.group]
+        if all(tp.offset >= ends[tp.partition] for tp in future.result().topic_partitions):
+            return time.time()
+        contestant.check()
+        time.sleep(0.02)
     raise RuntimeError(f"{contestant.label} did not commit its input in {CATCH_UP_TIMEOUT_S:.0f} s")
 
 
@@ -372,10 +384,9 @@ def wrong_counts(phase: str, reader: OutputReader, expected: Counter[bytes]) -> 
     return f"WRONG after phase {phase}: {wrong} of {len(expected)} keys without their expected count"
 
 
-def send_steady(bootstrap: str, topic: str, first: int, rate: int, seconds: int, keys: int) -> float:
+def send_steady(producer: Producer, topic: str, first: int, rate: int, seconds: int, keys: int) -> float:
     """Sends ``rate * seconds`` records, record i due i/rate s after the start and stamped with its
     send time; returns the rate achieved."""
-    producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
     total, sent, started = rate * seconds, 0, time.monotonic()
     while sent < total:
         due = min(total, int((time.monotonic() - started) * rate) + 1)
@@ -429,46 +440,54 @@ def medians(rounds: list[list[Figures]]) -> list[Figures]:
             for label, figures in runs.items()]
 
 
-def run(bootstrap: str, contestant: Contestant, args: argparse.Namespace, records: int, latency: bool,
-        workdir: str) -> Figures:
-    """Phase A on ``records`` records, then (if ``latency``) phase B; stops the contestant."""
-    figures = Figures(contestant.label)
-    topics = fresh_topics(bootstrap, contestant.name, args.partitions)
-    fill(bootstrap, topics.source, 0, records, args.keys)
-    ends = end_offsets(bootstrap, topics)
-    mark = os.path.join(workdir, f"{contestant.group}-first-record")
-    started = time.time()
-    contestant.start(bootstrap, topics, mark)
-    try:
-        last_commit = wait_committed(bootstrap, contestant, topics, ends)
-        with open(mark) as file:
-            first_record = float(file.read())
-        figures.processing_s, figures.wall_s = last_commit - first_record, last_commit - started
-        figures.records_per_s = records / figures.processing_s
-        expected = expected_counts(0, records, args.keys)
-        with OutputReader(bootstrap, topics) as reader:
-            if not reader.read_until(expected, READ_TIMEOUT_S):
-                figures.problem = wrong_counts("A", reader, expected)
-            elif latency:
-                measure_latency(bootstrap, contestant, topics, reader, args, records, figures)
-    finally:
-        contestant.stop()
-    return figures
+class Trial:
+    """One contestant on topics of its own, filled by a producer of its own."""
 
+    def __init__(self, bootstrap: str, contestant: Contestant, args: argparse.Namespace,
+                 workdir: str) -> None:
+        self.bootstrap, self.contestant, self.args = bootstrap, contestant, args
+        self.topics = fresh_topics(bootstrap, contestant.name, args.partitions)
+        self.producer = input_producer(bootstrap)
+        self.mark = os.path.join(workdir, f"{contestant.group}-first-record")
+        self.figures = Figures(contestant.label)
 
-def measure_latency(bootstrap: str, contestant: Contestant, topics: Topics, reader: OutputReader,
-                    args: argparse.Namespace, first: int, figures: Figures) -> None:
-    expected = expected_counts(0, first + args.rate * args.seconds, args.keys)
-    reader.timed_since_ms = int(time.time() * 1000)  # whole ms, as the records' timestamps
-    following = threading.Thread(target=reader.read_until, args=(expected, args.seconds + READ_TIMEOUT_S),
-                                 daemon=True)
-    following.start()
-    figures.sent_per_s = send_steady(bootstrap, topics.source, first, args.rate, args.seconds, args.keys)
-    wait_committed(bootstrap, contestant, topics, end_offsets(bootstrap, topics))
-    following.join(READ_TIMEOUT_S)
-    figures.take_latencies(reader.latencies_ms)
-    if not reader.complete:
-        figures.problem = wrong_counts("B", reader, expected)
+    def run(self, records: int, latency: bool) -> Figures:
+        """Phase A on ``records`` records, then (if ``latency``) phase B; stops the contestant."""
+        fill(self.producer, self.topics.source, 0, records, self.args.keys)
+        ends = end_offsets(self.bootstrap, self.topics)
+        started = time.time()
+        self.contestant.start(self.bootstrap, self.topics, self.mark)
+        try:
+            last_commit = wait_committed(self.bootstrap, self.contestant, self.topics, ends)
+            with open(self.mark) as file:
+                first_record = float(file.read())
+            self.figures.processing_s, self.figures.wall_s = last_commit - first_record, last_commit - started
+            self.figures.records_per_s = records / self.figures.processing_s
+            expected = expected_counts(0, records, self.args.keys)
+            with OutputReader(self.bootstrap, self.topics) as reader:
+                if not reader.read_until(expected, READ_TIMEOUT_S):
+                    self.figures.problem = wrong_counts("A", reader, expected)
+                elif latency:
+                    self.measure_latency(reader, records)
+        finally:
+            self.contestant.stop()
+        return self.figures
+
+    def measure_latency(self, reader: OutputReader, first: int) -> None:
+        """Phase B: input records ``first`` on at a steady rate, the reader timing every output record."""
+        args = self.args
+        expected = expected_counts(0, first + args.rate * args.seconds, args.keys)
+        reader.timed_since_ms = int(time.time() * 1000)  # whole ms, as the records' timestamps
+        following = threading.Thread(target=reader.read_until, daemon=True,
+                                     args=(expected, args.seconds + READ_TIMEOUT_S))
+        following.start()
+        self.figures.sent_per_s = send_steady(self.producer, self.topics.source, first, args.rate,
+                                              args.seconds, args.keys)
+        wait_committed(self.bootstrap, self.contestant, self.topics, end_offsets(self.bootstrap, self.topics))
+        following.join(READ_TIMEOUT_S)
+        self.figures.take_latencies(reader.latencies_ms)
+        if not reader.complete:
+            self.figures.problem = wrong_counts("B", reader, expected)
 
 
 # --- the run --------------------------------------------------------------------------------------
@@ -513,7 +532,7 @@ def run_or_fail(bootstrap: str, contestant: Contestant, args: argparse.Namespace
                 latency: bool, workdir: str) -> Figures:
     """``run``; a contestant that fails gets a row saying so, and the others still run."""
     try:
-        return run(bootstrap, contestant, args, records, latency, workdir)
+        return Trial(bootstrap, contestant, args, workdir).run(records, latency)
     except Exception as exc:
         log.exception("%s failed", contestant.label)
         return Figures(contestant.label, problem=f"FAILED: {exc}")
