@@ -212,8 +212,9 @@ def plain_loop(bootstrap: str, group: str, topics: Topics, mark: str, stop: Any)
 
 
 def commit(producer: Producer, consumer: Consumer) -> None:
-    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
-                                         consumer.consumer_group_metadata())
+    """The positions of partitions read so far (one not read yet has none) go into the transaction."""
+    positions = [tp for tp in consumer.position(consumer.assignment()) if tp.offset >= 0]
+    producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata())
     producer.commit_transaction()
     producer.begin_transaction()
 
