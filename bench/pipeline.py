@@ -230,7 +230,8 @@ class Contestant(Protocol):
     def check(self) -> None:
         """Raises if the contestant has failed."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stops it if it was started."""
 
 
 class PlainContestant:
@@ -254,9 +255,10 @@ class PlainContestant:
 
     def stop(self) -> None:
         self._stop.set()
-        self._process.join(30)
-        if self._process.is_alive():
-            self._process.kill()
+        if self._process is not None:
+            self._process.join(30)
+            if self._process.is_alive():
+                self._process.kill()
 
 
 # --- strom ----------------------------------------------------------------------------------------
@@ -319,8 +321,8 @@ class StromContestant:
             raise RuntimeError(f"{self.label} failed")
 
     def stop(self) -> None:
-        assert self._app is not None
-        self._app.stop()
+        if self._app is not None:
+            self._app.stop()
 
 
 # --- measuring ------------------------------------------------------------------------------------
@@ -457,8 +459,8 @@ class Trial:
         fill(self.producer, self.topics.source, 0, records, self.args.keys)
         ends = end_offsets(self.bootstrap, self.topics)
         started = time.time()
-        self.contestant.start(self.bootstrap, self.topics, self.mark)
         try:
+            self.contestant.start(self.bootstrap, self.topics, self.mark)
             last_commit = wait_committed(self.bootstrap, self.contestant, self.topics, ends)
             with open(self.mark) as file:
                 first_record = float(file.read())
@@ -531,7 +533,7 @@ def warm_up(bootstrap: str, contestant: StromContestant, args: argparse.Namespac
 
 def run_or_fail(bootstrap: str, contestant: Contestant, args: argparse.Namespace, records: int,
                 latency: bool, workdir: str) -> Figures:
-    """``run``; a contestant that fails gets a row saying so, and the others still run."""
+    """``Trial.run``; a contestant that fails gets a row saying so, and the others still run."""
     try:
         return Trial(bootstrap, contestant, args, workdir).run(records, latency)
     except Exception as exc:
