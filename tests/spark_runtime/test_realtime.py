@@ -24,8 +24,8 @@ from strom.spark.runtime.lease import TaskLease
 from strom.streams import Topology
 from strom.streams.processor.api import Processor, PunctuationType, Record
 
-from .conftest import produce_steadily, wait_for
-from .wordcount import S, read_updates, word_count
+from .conftest import produce_steadily, read_updates, wait_for
+from .wordcount import S, word_count
 
 TASKS = ["0_0", "0_1", "0_2", "1_0", "1_1"]
 
