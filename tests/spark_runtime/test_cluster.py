@@ -61,7 +61,7 @@ def test_a_worker_killed_mid_run_loses_and_repeats_no_word(broker, topics, tmp_p
             deadline = time.monotonic() + 150
             while _committed(broker.bootstrap_servers, app_id, names["lines"]) == 0:
                 assert driver.poll() is None, driver.communicate()[1][-4000:]
-                assert time.monotonic() < deadline, f"nothing committed in 150 s: {cluster.executor_logs(0)[-3000:]}"
+                assert time.monotonic() < deadline, f"nothing committed: {cluster.executor_logs(0)[-3000:]}"
                 time.sleep(0.5)
             writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
                                                                         lines[200:], 6.0))
@@ -78,7 +78,7 @@ def test_a_worker_killed_mid_run_loses_and_repeats_no_word(broker, topics, tmp_p
         survivor = 1 - victim
         assert driver.returncode == 0, stderr[-4000:] + cluster.executor_logs(survivor)[-3000:]
         moved = _tasks_in(cluster.worker_dir(victim), app_id)
-        assert moved <= _tasks_in(cluster.worker_dir(survivor), app_id), "the killed worker's tasks did not move"
+        assert moved <= _tasks_in(cluster.worker_dir(survivor), app_id), "the lost worker's tasks did not move"
     expected = Counter(w for _, line in lines for w in line.split())
     updates = read_updates(broker.bootstrap_servers, names["counts"])
     assert {k: v[-1] for k, v in updates.items()} == dict(expected)
