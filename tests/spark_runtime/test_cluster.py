@@ -78,7 +78,7 @@ def test_a_worker_killed_mid_run_loses_and_repeats_no_word(broker, topics, tmp_p
         survivor = 1 - victim
         assert driver.returncode == 0, stderr[-4000:] + cluster.executor_logs(survivor)[-3000:]
         moved = _tasks_in(cluster.worker_dir(victim), app_id)
-        assert moved <= _tasks_in(cluster.worker_dir(survivor), app_id), "the lost worker's tasks did not move"
+        assert moved <= _tasks_in(cluster.worker_dir(survivor), app_id), "the lost worker's tasks stayed"
     expected = Counter(w for _, line in lines for w in line.split())
     updates = read_updates(broker.bootstrap_servers, names["counts"])
     assert {k: v[-1] for k, v in updates.items()} == dict(expected)
