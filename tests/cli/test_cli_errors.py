@@ -15,23 +15,28 @@ pytestmark = pytest.mark.broker
 UNREACHABLE = "127.0.0.1:1"
 
 
-@pytest.mark.parametrize("args", [
-    ["consume", "plain"],
-    ["consume", "plain", "--group", "g", "--idle-timeout", "3"],
-    ["tasks", "run", "myproc:handle", "--topic", "jobs", "--subscription", "s"],
-    ["topics", "list"],
-    ["groups", "list"],
-    ["produce", "plain"],
-])
-def test_an_unreachable_broker_fails_fast_in_one_line(args, tmp_path):
-    (tmp_path / "myproc.py").write_text("def handle(task):\n    pass\n")
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["consume", "plain"],
+                                  ["consume", "plain", "--group", "g", "--idle-timeout", "3"]])
+def test_consume_from_an_unreachable_broker_fails_fast_in_one_line(args, tmp_path):
+    """As its own process: stderr holds exactly one line (no librdkafka ERROR lines, no traceback)."""
     started = time.monotonic()
-    result = subprocess_strom(*args, "-b", UNREACHABLE, "--command-config", str(_empty(tmp_path)),
-                              cwd=tmp_path)
-    elapsed = time.monotonic() - started
-    line = one_error_line(result)  # no librdkafka ERROR lines, no traceback
-    assert "No broker reachable at 127.0.0.1:1" in line and "strom broker" in line
-    assert elapsed < 12, f"took {elapsed:.1f} s; librdkafka's own timeouts are 10-60 s"
+    result = subprocess_strom(*args, "-b", UNREACHABLE, "--command-config", str(_empty(tmp_path)))
+    line = one_error_line(result)
+    # librdkafka's own reason (from its error callback), not a timeout of ours
+    assert "No broker reachable at 127.0.0.1:1" in line and "Connection refused" in line, line
+    assert "strom broker" in line
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("args", [
+    ["tasks", "run", "os:getcwd", "--topic", "jobs", "--subscription", "s"],
+    ["topics", "list"], ["topics", "create", "t"], ["groups", "list"], ["groups", "describe", "g"],
+    ["produce", "plain"], ["transactions", "list"],
+])
+def test_every_command_reports_an_unreachable_broker_in_one_line(strom, args):
+    line = strom.fails(*args, "-b", UNREACHABLE)
+    assert "127.0.0.1:1" in line and ("Connection refused" in line or "[Errno 111]" in line), line
 
 
 def _empty(tmp_path):
