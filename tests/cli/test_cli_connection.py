@@ -1,10 +1,10 @@
-"""-b/--bootstrap-servers, STROM_BOOTSTRAP_SERVERS, -X key=value and --command-config FILE on every command."""
+"""-b/--bootstrap-servers, STROM_BOOTSTRAP_SERVERS, -X key=value and --command-config FILE."""
 
 from __future__ import annotations
 
 import pytest
-from cli.strom_cli import unique
 
+from cli.strom_cli import unique
 from strom.errors import ConfigError
 from strom.kafka.clients import load_properties
 
@@ -58,5 +58,5 @@ def test_load_properties_reads_java_syntax_and_a_jaas_login(tmp_path):
                                      "sasl.username": "alice", "sasl.password": "s3cr=t",
                                      "ssl.ca.location": "/etc/ca.pem"}
     path.write_text("sasl.jaas.config=com.example.Kerberos required;\n")
-    with pytest.raises(ConfigError, match="sasl.username"):
+    with pytest.raises(ConfigError, match=r"sasl\.username"):
         load_properties(path)
