@@ -142,7 +142,7 @@ def describe_producers_command(connection: Connection, topic: str, partitions: t
 @click.option("--topic", required=True)
 @click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
               help="Only this partition; repeatable (default: every partition).")
-@click.option("--max-transaction-timeout", type=click.IntRange(min=1), default=15, show_default=True,
+@click.option("--max-transaction-timeout", type=click.IntRange(min=0), default=15, show_default=True,
               help="Minutes: a transaction open longer than the longest transaction timeout is a candidate.")
 @output_option
 def find_hanging_command(connection: Connection, topic: str, partitions: tuple[int, ...],
