@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 
 import click
@@ -61,9 +60,6 @@ def main() -> None:
         reason = f"{error.str()} ({error.name()})" if isinstance(error, KafkaError) else str(error)
         _fail(f"{reason}. Check the broker log and the client settings "
               "(-X, --command-config).", 2)
-    except BrokenPipeError:  # stdout closed early (| head): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
 
 
 def _fail(message: str, code: int) -> None:
