@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from cli.strom_cli import unique
 from strom.kafka import clients
@@ -112,3 +113,22 @@ def test_describe_shows_a_task_subscriptions_progress(strom, broker):
         assert len(done) == 20
     finally:
         subscription.close()
+
+
+def test_describe_a_group_whose_offsets_are_committed_in_transactions(strom, broker):
+    """As a SparkStreams application under exactly_once_v2 commits (group = application.id): no member
+    ever joins, the offsets come with each transaction."""
+    topic, application_id = unique("in"), unique("app")
+    strom.ok("topics", "create", topic)
+    strom.ok("produce", topic, stdin=b"a\nb\nc\nd\n")
+    producer = clients.producer(broker.bootstrap_servers, **{"transactional.id": f"{application_id}-0_0"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    consumer = clients.consumer(broker.bootstrap_servers, application_id)
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, 3)], consumer.consumer_group_metadata(),
+                                         30)
+    consumer.close()
+    producer.commit_transaction(30)
+    assert {"group": application_id, "state": "empty"} in _rows(strom, "groups", "list")
+    (row,) = _rows(strom, "groups", "describe", application_id)
+    assert (row["committed offset"], row["end offset"], row["lag"], row["member"]) == (3, 4, 1, None)
