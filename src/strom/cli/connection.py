@@ -39,7 +39,7 @@ class Connection:
     bootstrap_servers: str
     properties: dict[str, str] = field(default_factory=dict)
     errors: list[KafkaError] = field(default_factory=list)
-    _admin: AdminClient | None = None
+    _admin: AdminClient | None = field(default=None, init=False, repr=False)
 
     def _settings(self, settings: dict[str, Any]) -> dict[str, Any]:
         return {**settings, **self.properties, "error_cb": self.errors.append}
@@ -61,21 +61,22 @@ class Connection:
         """Every topic's metadata (asking for one topic would let the broker auto-create it)."""
         admin = self.admin()
         deadline = time.monotonic() + TIMEOUT
+        first_error = len(self.errors)
         while True:
             try:
                 return admin.list_topics(timeout=_PROBE)
             except KafkaException as exc:
                 admin.poll(0)
-                self.raise_if_unreachable(force=time.monotonic() > deadline, cause=exc)
+                self._raise_if_unreachable(self.errors[first_error:], time.monotonic() > deadline, exc)
 
-    def raise_if_unreachable(self, force: bool = False, cause: Exception | None = None) -> None:
+    def _raise_if_unreachable(self, errors: list[KafkaError], force: bool, cause: Exception) -> None:
         """Raises BrokerUnavailableError once librdkafka reported that no broker can be reached (or
         ``force``), naming librdkafka's reason, instead of letting it retry and log for ever."""
-        fatal = [e for e in self.errors if e.code() in FATAL_CODES]
+        fatal = [e for e in errors if e.code() in FATAL_CODES]
         if not fatal and not force:
             return
-        reasons = [e for e in self.errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or fatal
-        reason = reasons[0].str() if reasons else str(cause or "no answer")
+        reasons = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or fatal
+        reason = reasons[0].str() if reasons else str(cause)
         raise BrokerUnavailableError(
             f"No broker reachable at {self.bootstrap_servers} ({reason}). Start one with `strom broker`, or "
             "pass -b/--bootstrap-servers (and -X or --command-config for a secured cluster).")

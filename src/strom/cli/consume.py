@@ -63,7 +63,7 @@ def parse_format(text: str) -> list[bytes | Field]:
                                          param_hint="-f/--format")
             parts.append(FIELDS[field_name])
         elif escape:
-            parts.append(_ESCAPES.get(escape, b"\\" + escape.encode()))
+            parts.append(_ESCAPES.get(escape, b"\\" + escape.encode("utf-8", "surrogateescape")))
         else:
             parts.append((literal or stray).encode("utf-8", "surrogateescape"))
     return parts
