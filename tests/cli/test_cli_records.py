@@ -86,6 +86,7 @@ def test_a_value_that_does_not_deserialize_names_the_record(strom):
     assert "is not json" in strom.fails("produce", topic, "--value-serializer", "json", stdin=b"{nope\n")
 
 
+@pytest.mark.slow
 def test_offsets_beginning_end_absolute_relative_and_by_time(strom):
     topic = _topic(strom)
     strom.ok("produce", topic, stdin=b"".join(b"r%d\n" % i for i in range(5)))
