@@ -67,7 +67,7 @@ class CogroupedKStream:
         key_serde = (materialized.key_serde if materialized else None) or self.inputs[0][0].key_serde
         table = KTable(self.builder, merge, supplier, key_serde,
                        materialized.value_serde if materialized else None, None, source_topics=source_topics)
-        table._materialize(materialized, store_name, *aggregators)
+        table.materialize(materialized, store_name, *aggregators)
         return table
 
     def windowed_by(

@@ -14,7 +14,6 @@ from strom.errors import TopologyError
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
 from strom.streams.kstream.internals.stream_table_join import BufferedKStreamKTableJoin, KStreamKTableJoin
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
-from strom.streams.kstream.internals.table_lookup import ensure_materialized
 from strom.streams.kstream.internals.table_table_join import (
     KTableKTableJoinMerger,
     KTableKTableJoinSide,
@@ -67,7 +66,7 @@ def stream_table_join(stream: KStream, table: KTable, kind: str, joiner: Callabl
     if stream.repartition_required:
         stream = builder.repartition(stream, f"{name}-left", joined.key_serde or stream.key_serde,
                                      joined.value_serde or stream.value_serde)
-    store_name = ensure_materialized(table)
+    store_name = table.ensure_store()
     if joined.grace_period_ms:
         _check_grace_period(builder.internal.store_builders[store_name], joined.grace_period_ms)
         buffer_name = f"{name}-Buffer"
@@ -116,7 +115,7 @@ def table_table_join(left: KTable, right: KTable, kind: str, joiner: Callable[..
     builder = left.builder
     left.enable_send_old_values()
     right.enable_send_old_values()
-    left_store, right_store = ensure_materialized(left), ensure_materialized(right)
+    left_store, right_store = left.ensure_store(), right.ensure_store()
     base = named.name if named is not None and named.name else None
     this_name = f"{base}-join-this" if base else builder.node_name(None, f"{prefix}THIS-")
     other_name = f"{base}-join-other" if base else builder.node_name(None, f"{prefix}OTHER-")
@@ -181,7 +180,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
     left.enable_send_old_values()
     right.enable_send_old_values()
-    left_store, right_store = ensure_materialized(left), ensure_materialized(right)
+    left_store, right_store = left.ensure_store(), right.ensure_store()
     serdes = (left.key_serde, right.key_serde, left.value_serde, right.value_serde)
     subscription_topic, response_topic, subscription_store = _foreign_key_join_names(builder, named)
     send, result = f"{base}-subscription-send", f"{base}-result"
@@ -223,11 +222,6 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     queryable = store_name if materialized is not None and materialized.store_name else None
     table = KTable(builder, result, supplier, left.key_serde, value_serde, queryable,
                    source_topics=left.source_topics)
-    if store_name is None:
-        # results carry no old value: a downstream operator that needs one gets a store here
-        def materialize() -> None:
-            supplier.store_name = name = builder.store_name(None, f"{base}-")
-            b.add_state_store(table_store_builder(None, name, left.key_serde, None), result)
-
-        table._materialize_on_demand = materialize
+    if store_name is None:  # results carry no old value: a downstream operator that needs one gets a store
+        table.store_when_needed(lambda: table.materialize(None, builder.store_name(None, f"{base}-")))
     return table

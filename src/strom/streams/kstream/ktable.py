@@ -58,20 +58,38 @@ class KTable:
         self.queryable_store_name = queryable_store_name
         self.parent = parent
         self.source_topics = source_topics
-        self._materialize_on_demand: Callable[[], None] | None = None
+        self._store_when_needed: Callable[[], None] | None = None
 
     def enable_send_old_values(self) -> None:
-        """Downstream needs (new, old) pairs: a table without a store gets them from its parent, a source
-        table without one is materialized."""
+        """Downstream needs (new, old) pairs: a table without a store gets them from its parent, a table
+        stored when needed (``store_when_needed``) gets its store now."""
         if self.supplier.store_name is None:
             if self.parent is not None:
                 self.parent.enable_send_old_values()
-            elif self._materialize_on_demand is not None:
-                self._materialize_on_demand()
+            elif self._store_when_needed is not None:
+                self._store_when_needed()
         self.supplier.send_old_values = True
 
-    def _materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
-                     versioned_ok: bool = False) -> None:
+    def store_when_needed(self, materialize: Callable[[], None]) -> None:
+        """Defers this table's store until an operator reads its values (a join) or needs old values:
+        ``materialize()`` then gives it one (a source table without a user's store name, a foreign-key
+        join's result)."""
+        self._store_when_needed = materialize
+
+    def ensure_store(self) -> str:
+        """The name of the timestamped store holding this table's current values, created now if the
+        table has none (Kafka's value getters are backed by a materialized store the same way)."""
+        supplier = self.supplier
+        if supplier.store_name is None:
+            if self._store_when_needed is not None:
+                self._store_when_needed()
+            else:
+                self.materialize(None, self.builder.store_name(None, f"{self.name}-"))
+        assert supplier.store_name is not None
+        return supplier.store_name
+
+    def materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
+                    versioned_ok: bool = False) -> None:
         """Gives this table a timestamped store built as ``materialized`` says (RocksDB, cached and
         logged unless it says otherwise), connected to the processors that write it (default: the
         table's own); queryable only under a name the user gave."""
@@ -260,7 +278,7 @@ def materialized_table(
     builder.internal.add_processor(name, supplier, parent_node)
     table = KTable(builder, name, supplier, key_serde, value_serde, None, parent, source_topics)
     if store_name is not None:
-        table._materialize(materialized, store_name, versioned_ok=versioned_ok)
+        table.materialize(materialized, store_name, versioned_ok=versioned_ok)
     return table
 
 
@@ -332,5 +350,5 @@ def _table_processor(
         versioned_ok=True,
     )
     if not named_store:
-        table._materialize_on_demand = lambda: table._materialize(materialized, store_name, versioned_ok=True)
+        table.store_when_needed(lambda: table.materialize(materialized, store_name, versioned_ok=True))
     return table
