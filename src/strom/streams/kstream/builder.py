@@ -7,21 +7,26 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
+from strom.streams.kstream.global_table import GlobalKTable, add_global_store, global_table
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.dsl_stores import apply_default_dsl_store
 from strom.streams.kstream.kstream import KStream
+from strom.streams.kstream.ktable import KTable, source_table
 from strom.streams.kstream.options import Consumed, Materialized, Named, StoreType
 from strom.streams.processor.api import Processor
 from strom.streams.processor.internals.builder import InternalTopologyBuilder, pattern_member
 from strom.streams.processor.topology import Topology
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.global_table import GlobalKTable
-    from strom.streams.kstream.ktable import KTable
+    from strom.streams.kstream.internals.table import KTableProcessorSupplier
 
 
 class InternalStreamsBuilder:
-    """Shared by all streams and tables of one StreamsBuilder: the topology and Kafka's name counter."""
+    """Shared by all streams and tables of one StreamsBuilder: the topology and Kafka's name counter.
+
+    It makes the KStreams and KTables that operators wired in ``kstream.internals`` return
+    (``new_stream``, ``new_table``), so those modules need not import the DSL types that call them.
+    """
 
     def __init__(self) -> None:
         self.internal = InternalTopologyBuilder()
@@ -42,6 +47,18 @@ class InternalStreamsBuilder:
         if materialized is not None and materialized.store_name:
             return materialized.store_name
         return f"{prefix}STATE-STORE-{self.next_index()}"
+
+    def new_stream(self, name: str, key_serde: Any, value_serde: Any, repartition_required: bool = False,
+                   source_topics: frozenset[str] = frozenset()) -> KStream:
+        """The KStream of node ``name``."""
+        return KStream(self, name, key_serde, value_serde, repartition_required, source_topics)
+
+    def new_table(self, name: str, supplier: KTableProcessorSupplier, key_serde: Any, value_serde: Any,
+                  queryable_store_name: str | None, parent: KTable | None = None,
+                  source_topics: frozenset[str] = frozenset()) -> KTable:
+        """The KTable of node ``name`` (a table processor made by ``supplier``)."""
+        return KTable(self, name, supplier, key_serde, value_serde, queryable_store_name, parent,
+                      source_topics)
 
     def require_copartitioned(self, source_topics: frozenset[str]) -> None:
         """State read by key across several source topics (e.g. an aggregation after a merge) is only
@@ -116,8 +133,6 @@ class StreamsBuilder:
     ) -> KTable:
         """``table(topic)``, ``table(topic, Consumed)``, ``table(topic, Materialized)`` or
         ``table(topic, Consumed, Materialized)``, as Kafka's overloads."""
-        from strom.streams.kstream.ktable import source_table
-
         if isinstance(consumed, Materialized) and materialized is None:
             consumed, materialized = None, consumed
         return source_table(self.builder, topic, consumed or Consumed(), materialized)
@@ -126,8 +141,6 @@ class StreamsBuilder:
         self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None
     ) -> GlobalKTable:
         """A table of every partition of ``topic``, replicated to every task (restored from the topic)."""
-        from strom.streams.kstream.global_table import global_table
-
         return global_table(self.builder, topic, consumed, materialized)
 
     def add_global_store(self, store_builder: Any, topic: str, consumed: Consumed | None,
@@ -135,8 +148,6 @@ class StreamsBuilder:
         """A global store filled from every partition of ``topic`` by ``state_update_supplier()``, a
         processor that writes it (it sees every record, null keys included, also when the store is
         rebuilt from the topic); every processor may read the store by name."""
-        from strom.streams.kstream.global_table import add_global_store
-
         add_global_store(self.builder, store_builder, topic, consumed, state_update_supplier)
         return self
 

@@ -1,4 +1,4 @@
-"""GlobalKTable: a table replicated in full to every task, and KStream-GlobalKTable joins.
+"""GlobalKTable: a table replicated in full to every task.
 
 A global table's store is filled from *every* partition of its topic, once per application instance,
 and read by all tasks. It has no changelog: the topic itself is its changelog, so the store is
@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals.functions import key_value_function
-from strom.streams.kstream.internals.table_lookup import value_at
-from strom.streams.kstream.join_options import ValueJoiner, value_joiner
 from strom.streams.kstream.options import Consumed, Materialized, Named
 from strom.streams.processor.api import Processor, Record, RecordMetadata
 from strom.streams.state.cache import ThreadCache
@@ -30,7 +27,6 @@ from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 if TYPE_CHECKING:
     from strom.streams.config import StreamsConfig
     from strom.streams.kstream.builder import InternalStreamsBuilder
-    from strom.streams.kstream.kstream import KStream
 
 log = logging.getLogger(__name__)
 
@@ -258,46 +254,3 @@ class GlobalProcessorContext:
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         raise TopologyError(f"The processor of global store {self._store_name!r} cannot schedule "
                             "punctuations.")
-
-
-class KStreamGlobalKTableJoin(Processor):
-    """Looks up ``key_selector(key, value)`` in the global store; the output keeps the stream key."""
-
-    def __init__(self, store_name: str, key_selector: Callable[[Any, Any], Any], joiner: ValueJoiner,
-                 left: bool) -> None:
-        self.store_name = store_name
-        self.key_selector = key_selector
-        self.joiner = joiner
-        self.left = left
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        self.lookup = value_at(context.get_state_store(self.store_name))
-
-    def process(self, record: Record) -> None:
-        if record.value is None:
-            self.context.metrics.dropped_records += 1
-            return
-        table_key = self.key_selector(record.key, record.value)
-        current = None if table_key is None else self.lookup(table_key, record.timestamp)
-        if current is None and not self.left:
-            if table_key is None:
-                self.context.metrics.dropped_records += 1
-            return
-        other = None if current is None else current.value
-        self.context.forward(record.with_value(self.joiner(record.key, record.value, other)))
-
-
-def stream_global_table_join(stream: KStream, table: GlobalKTable, kind: str,
-                             key_selector: Callable[..., Any], joiner: Callable[..., Any],
-                             named: Named | None = None) -> KStream:
-    from strom.streams.kstream.kstream import KStream
-
-    selector = key_value_function(key_selector, "KStream.join(GlobalKTable) key selector")
-    fn = value_joiner(joiner, "KStream.join(GlobalKTable)")
-    builder = stream.builder
-    name = builder.node_name(named, "KSTREAM-JOIN-" if kind == "inner" else "KSTREAM-LEFTJOIN-")
-    store_name = table.spec.name
-    builder.internal.add_processor(
-        name, lambda: KStreamGlobalKTableJoin(store_name, selector, fn, kind == "left"), stream.name)
-    return KStream(builder, name, stream.key_serde, None, stream.repartition_required, stream.source_topics)

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from strom.errors import TopologyError
+from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
+from strom.streams.kstream.internals.global_table_join import stream_global_table_join
+from strom.streams.kstream.internals.join_kind import JoinKind
+from strom.streams.kstream.internals.stream_stream_join import stream_stream_join
+from strom.streams.kstream.internals.stream_table_join import stream_table_join
+from strom.streams.kstream.join_options import Joined, Joiner, StreamJoined
+from strom.streams.kstream.ktable import KTable, to_table
 from strom.streams.kstream.options import (
     Branched,
     Grouped,
@@ -17,12 +24,12 @@ from strom.streams.kstream.options import (
     Produced,
     Repartitioned,
 )
+from strom.streams.kstream.windows import JoinWindows
 from strom.streams.processor.api import ProcessorSupplier
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
     from strom.streams.kstream.grouped import KGroupedStream
-    from strom.streams.kstream.ktable import KTable
 
 
 class KStream:
@@ -236,33 +243,68 @@ class KStream:
         aggregation reads through a repartition topic."""
         return self.select_key(key_value_function(selector, "group_by")).group_by_key(grouped)
 
-    # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
-    def join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:
-        """Inner join with a KStream ``(other, joiner, JoinWindows, StreamJoined)``, a KTable
-        ``(other, joiner, Joined)`` or a GlobalKTable ``(other, key_selector, joiner, Named)``."""
-        from strom.streams.kstream.joins import INNER, stream_join
+    # ---- joins (wired in kstream.internals: stream_stream_join, stream_table_join, global_table_join) --
+    @overload
+    def join(self, other: KStream, joiner: Joiner, windows: JoinWindows,
+             stream_joined: StreamJoined | None = None, /) -> KStream: ...
 
-        return stream_join(self, other, INNER, *args, **kwargs)
+    @overload
+    def join(self, other: KTable, joiner: Joiner, joined: Joined | None = None, /) -> KStream: ...
 
-    def left_join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:
-        """Left join; arguments as ``join``."""
-        from strom.streams.kstream.joins import LEFT, stream_join
+    @overload
+    def join(self, other: GlobalKTable, key_selector: Callable[[Any, Any], Any], joiner: Joiner,
+             named: Named | None = None, /) -> KStream: ...
 
-        return stream_join(self, other, LEFT, *args, **kwargs)
+    def join(self, other: KStream | KTable | GlobalKTable, second: Any, third: Any = None,
+             fourth: Any = None, /) -> KStream:
+        """Inner join with a KStream ``(other, joiner, JoinWindows[, StreamJoined])``, a KTable
+        ``(table, joiner[, Joined])`` or a GlobalKTable ``(table, key_selector, joiner[, Named])``. A
+        joiner takes ``(left, right)`` or ``(key, left, right)``."""
+        return self._join(JoinKind.INNER, other, second, third, fourth)
 
-    def outer_join(self, other: KStream, *args: Any, **kwargs: Any) -> KStream:
-        """Outer join with another KStream ``(other, joiner, JoinWindows, StreamJoined)``."""
-        from strom.streams.kstream.joins import OUTER, stream_join
+    @overload
+    def left_join(self, other: KStream, joiner: Joiner, windows: JoinWindows,
+                  stream_joined: StreamJoined | None = None, /) -> KStream: ...
 
-        return stream_join(self, other, OUTER, *args, **kwargs)
+    @overload
+    def left_join(self, other: KTable, joiner: Joiner, joined: Joined | None = None, /) -> KStream: ...
+
+    @overload
+    def left_join(self, other: GlobalKTable, key_selector: Callable[[Any, Any], Any], joiner: Joiner,
+                  named: Named | None = None, /) -> KStream: ...
+
+    def left_join(self, other: KStream | KTable | GlobalKTable, second: Any, third: Any = None,
+                  fourth: Any = None, /) -> KStream:
+        """Left join (every record of this stream, with None for a missing partner); arguments as
+        ``join``."""
+        return self._join(JoinKind.LEFT, other, second, third, fourth)
+
+    def outer_join(self, other: KStream, joiner: Joiner, windows: JoinWindows,
+                   stream_joined: StreamJoined | None = None, /) -> KStream:
+        """Outer join with another KStream (every record of either side, with None for a missing
+        partner)."""
+        return self._join(JoinKind.OUTER, other, joiner, windows, stream_joined)
+
+    def _join(self, kind: JoinKind, other: Any, second: Any, third: Any, fourth: Any) -> KStream:
+        if isinstance(other, KStream):
+            return stream_stream_join(self, other, kind, second, third, fourth)
+        if kind is JoinKind.OUTER:
+            raise TopologyError("outer_join of a KStream needs another KStream; KStream-KTable and "
+                                "KStream-GlobalKTable joins are inner or left.")
+        if isinstance(other, KTable):
+            if fourth is not None:
+                raise TopologyError(f"A KStream-KTable join takes (table, joiner, Joined); got {fourth!r} "
+                                    "as well.")
+            return stream_table_join(self, other, kind, second, third)
+        if isinstance(other, GlobalKTable):
+            return stream_global_table_join(self, other, kind, second, third, fourth)
+        raise TopologyError(f"A KStream joins a KStream, a KTable or a GlobalKTable, not {other!r}.")
 
     def to_table(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
     ) -> KTable:
         """The stream as a table: each record is an update of its key (null keys are dropped). After a key
         change the stream goes through a repartition topic first."""
-        from strom.streams.kstream.ktable import to_table
-
         stream = self
         if self.repartition_required:
             base = self.builder.node_name(None, "KSTREAM-TOTABLE-")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals import table as tp
+from strom.streams.kstream.internals.foreign_key_join import foreign_key_join
 from strom.streams.kstream.internals.functions import key_value_function, value_function
+from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.materialize import table_store_builder
+from strom.streams.kstream.internals.table_table_join import table_table_join
+from strom.streams.kstream.join_options import Joiner
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
@@ -202,15 +206,14 @@ class KTable:
         """The table's changelog as a stream of new values (None for a deletion). With
         ``mapper(key, value)`` the records are keyed by what it returns (as ``to_stream().select_key``),
         so a stateful operator after it repartitions. ``to_stream(named)`` names the node."""
-        from strom.streams.kstream.kstream import KStream
-
         if isinstance(mapper, Named):
             if named is not None:
                 raise TopologyError("to_stream takes one Named; pass it as to_stream(mapper, named).")
             mapper, named = None, mapper
         name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
         self.builder.internal.add_processor(name, tp.KTableToStream, self.name)
-        stream = KStream(self.builder, name, self.key_serde, self.value_serde, False, self.source_topics)
+        stream = self.builder.new_stream(name, self.key_serde, self.value_serde,
+                                         source_topics=self.source_topics)
         return stream if mapper is None else stream.select_key(key_value_function(mapper, "KTable.to_stream"))
 
     def group_by(
@@ -234,25 +237,48 @@ class KTable:
 
         return suppress(self, suppressed)
 
-    # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
-    def join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
-        """Inner join on the primary key ``(other, joiner, named, materialized)``, or on a foreign key
-        ``(other, foreign_key_extractor, joiner, named, materialized)``."""
-        from strom.streams.kstream.joins import INNER, table_join
+    # ---- joins (wired in kstream.internals: table_table_join, foreign_key_join) -------------------
+    @overload
+    def join(self, other: KTable, joiner: Joiner, named: Named | None = None,
+             materialized: Materialized | None = None, /) -> KTable: ...
 
-        return table_join(self, other, INNER, *args, **kwargs)
+    @overload
+    def join(self, other: KTable, foreign_key_extractor: Callable[[Any], Any], joiner: Joiner,
+             named: Named | None = None, materialized: Materialized | None = None, /) -> KTable: ...
 
-    def left_join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
-        """Left join; arguments as ``join``."""
-        from strom.streams.kstream.joins import LEFT, table_join
+    def join(self, other: KTable, second: Any, third: Any = None, fourth: Any = None, fifth: Any = None,
+             /) -> KTable:
+        """Inner join on the primary key ``(other, joiner[, Named][, Materialized])``, or on a foreign
+        key ``(other, foreign_key_extractor, joiner[, Named][, Materialized])``: each row joins the
+        ``other`` row whose key ``foreign_key_extractor(value)`` returns."""
+        return self._join(JoinKind.INNER, other, second, third, fourth, fifth)
 
-        return table_join(self, other, LEFT, *args, **kwargs)
+    @overload
+    def left_join(self, other: KTable, joiner: Joiner, named: Named | None = None,
+                  materialized: Materialized | None = None, /) -> KTable: ...
 
-    def outer_join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
-        """Outer join on the primary key ``(other, joiner, named, materialized)``."""
-        from strom.streams.kstream.joins import OUTER, table_join
+    @overload
+    def left_join(self, other: KTable, foreign_key_extractor: Callable[[Any], Any], joiner: Joiner,
+                  named: Named | None = None, materialized: Materialized | None = None, /) -> KTable: ...
 
-        return table_join(self, other, OUTER, *args, **kwargs)
+    def left_join(self, other: KTable, second: Any, third: Any = None, fourth: Any = None,
+                  fifth: Any = None, /) -> KTable:
+        """Left join (every row of this table, with None for a missing partner); arguments as ``join``."""
+        return self._join(JoinKind.LEFT, other, second, third, fourth, fifth)
+
+    def outer_join(self, other: KTable, joiner: Joiner, named: Named | None = None,
+                   materialized: Materialized | None = None, /) -> KTable:
+        """Outer join on the primary key (every row of either table, with None for a missing partner)."""
+        return self._join(JoinKind.OUTER, other, joiner, named, materialized, None)
+
+    def _join(self, kind: JoinKind, other: KTable, second: Any, third: Any, fourth: Any,
+              fifth: Any) -> KTable:
+        if callable(second) and callable(third):
+            return foreign_key_join(self, other, kind, second, third, fourth, fifth)
+        if fifth is not None:
+            raise TopologyError(f"A primary-key KTable join takes (other, joiner, Named, Materialized); got "
+                                f"{fifth!r} as well.")
+        return table_table_join(self, other, kind, second, third, fourth)
 
 
 def materialized_table(
