@@ -77,21 +77,21 @@ class InternalStreamsBuilder:
 
     def repartition(
         self,
-        stream: KStream,
+        parent: str,
         base: str,
         key_serde: Any,
         value_serde: Any,
         partitions: int | None = None,
         partitioner: Any = None,
     ) -> KStream:
-        """``stream`` → (drop null keys) → topic ``<base>-repartition`` → a new source in a new
+        """Node ``parent`` → (drop null keys) → topic ``<base>-repartition`` → a new source in a new
         sub-topology. The returned stream no longer needs repartitioning."""
         topic = f"{base}-repartition"
         self.internal.add_internal_topic(topic, partitions)
         filter_name = f"{base}-repartition-filter"
         sink_name = f"{base}-repartition-sink"
         source_name = f"{base}-repartition-source"
-        self.internal.add_processor(filter_name, sl.DropNullKeys, stream.name)
+        self.internal.add_processor(filter_name, sl.DropNullKeys, parent)
         self.internal.add_sink(
             sink_name,
             topic,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from strom.errors import TopologyError
 from strom.streams.kstream.global_table import GlobalKTable
+from strom.streams.kstream.grouped import KGroupedStream
 from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
 from strom.streams.kstream.internals.global_table_join import stream_global_table_join
@@ -29,7 +30,6 @@ from strom.streams.processor.api import ProcessorSupplier
 
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
-    from strom.streams.kstream.grouped import KGroupedStream
 
 
 class KStream:
@@ -178,7 +178,7 @@ class KStream:
         repartitioned = repartitioned or Repartitioned()
         base = repartitioned.name or self.builder.node_name(None, "KSTREAM-REPARTITION-")
         return self.builder.repartition(
-            self,
+            self.name,
             base,
             repartitioned.key_serde or self.key_serde,
             repartitioned.value_serde or self.value_serde,
@@ -225,8 +225,6 @@ class KStream:
     # ---- stateful -------------------------------------------------------------------------------
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
         """Groups by the current key for an aggregation (repartitioned if the key changed upstream)."""
-        from strom.streams.kstream.grouped import KGroupedStream
-
         grouped = grouped or Grouped()
         return KGroupedStream(
             self.builder,
@@ -308,7 +306,7 @@ class KStream:
         stream = self
         if self.repartition_required:
             base = self.builder.node_name(None, "KSTREAM-TOTABLE-")
-            stream = self.builder.repartition(self, base, self.key_serde, self.value_serde)
+            stream = self.builder.repartition(self.name, base, self.key_serde, self.value_serde)
         else:
             self.builder.require_copartitioned(self.source_topics)
         return to_table(stream, named, materialized)

@@ -11,6 +11,7 @@ from strom.streams.kstream.internals.foreign_key_join import foreign_key_join
 from strom.streams.kstream.internals.functions import key_value_function, value_function
 from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.materialize import table_store_builder
+from strom.streams.kstream.internals.suppress import suppress
 from strom.streams.kstream.internals.table_table_join import table_table_join
 from strom.streams.kstream.join_options import Joiner
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedTable
     from strom.streams.kstream.kstream import KStream
     from strom.streams.kstream.suppressed import Suppressed
+    from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows
     from strom.streams.processor.api import ProcessorContext
 
 
@@ -42,6 +44,9 @@ class ValueTransformerWithKey:
 class KTable:
     """Operators forward ``Change(new, old)`` records. ``queryable_store_name`` is the store name when the
     table was materialized under a name (``Materialized.as_``), else None."""
+
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    """The windows of a table keyed by ``Windowed`` keys (a windowed aggregation's), for suppress."""
 
     def __init__(
         self,
@@ -220,7 +225,7 @@ class KTable:
         self, selector: Callable[[Any, Any], tuple[Any, Any]], grouped: Grouped | None = None
     ) -> KGroupedTable:
         """Re-keys the table: ``selector(key, value)`` returns the new (key, value). Always repartitions."""
-        from strom.streams.kstream.grouped import KGroupedTable
+        from strom.streams.kstream.grouped import KGroupedTable  # cycle: grouped aggregations return KTables
 
         fn = key_value_function(selector, "KTable.group_by")
         grouped = grouped or Grouped()
@@ -233,8 +238,6 @@ class KTable:
 
     def suppress(self, suppressed: Suppressed) -> KTable:
         """Hold back updates: final results per window, or at most one per key per time limit."""
-        from strom.streams.kstream.internals.suppress import suppress
-
         return suppress(self, suppressed)
 
     # ---- joins (wired in kstream.internals: table_table_join, foreign_key_join) -------------------
