@@ -21,9 +21,9 @@ from typing import Any
 
 from strom.errors import TopologyError, UnknownTopicError
 from strom.streams import config as cfg
-from strom.streams.kstream.global_table import GlobalStateStores
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
+from strom.streams.processor.internals.global_state import GlobalStateStores
 from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.topology import Topology

@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, UnknownTopicError
-from strom.streams.kstream.global_table import GlobalStateStores
+from strom.streams.processor.internals.global_state import GlobalStateStores
 
 TIMEOUT_S = 10.0
 BATCH = 1_000
