@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from strom.errors import ProcessingError, SerializationError
+from strom.streams.errors import HandlerResponse, ProductionExceptionHandler
 from strom.streams.processor.api import Headers, new_tuple
-from strom.streams.processor.internals.handlers import HandlerResponse, ProductionExceptionHandler
 from strom.streams.processor.internals.records import TopicPartition
 
 log = logging.getLogger(__name__)

@@ -22,6 +22,7 @@ from typing import Any
 
 from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
 from strom.streams import config as cfg
+from strom.streams.errors import ErrorHandlerContext, HandlerResponse, LogAndFailProcessingExceptionHandler
 from strom.streams.processor.api import Record, new_tuple
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
@@ -31,12 +32,7 @@ from strom.streams.processor.internals.builder import (
 )
 from strom.streams.processor.internals.collector import RecordCollector, RecordSink
 from strom.streams.processor.internals.context import TaskContext, default_serde
-from strom.streams.processor.internals.handlers import (
-    ErrorHandlerContext,
-    HandlerResponse,
-    LogAndFailProcessingExceptionHandler,
-    resolve,
-)
+from strom.streams.processor.internals.handlers import resolve
 from strom.streams.processor.internals.nodes import (
     ContextFreeProcessor,
     ProcessorNode,
