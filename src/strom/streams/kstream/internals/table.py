@@ -8,8 +8,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
-from strom.streams.processor.api import Processor, Record, new_tuple
+from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED, MeteredVersionedKeyValueStore
 

@@ -23,7 +23,8 @@ from typing import Any
 from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
 from strom.streams import config as cfg
 from strom.streams.errors import ErrorHandlerContext, HandlerResponse, LogAndFailProcessingExceptionHandler
-from strom.streams.processor.api import Record, new_tuple
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import Record
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
     ProcessorNodeFactory,
