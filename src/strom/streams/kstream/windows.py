@@ -10,17 +10,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from strom.errors import StromError
+from strom.errors import WindowSpecError
 
 K = TypeVar("K")
 
 Duration = timedelta | int
 
 MAX_TIMESTAMP = 2**63 - 1
-
-
-class WindowSpecError(StromError, ValueError):
-    """A window, grace period or join window was given an invalid duration."""
 
 
 def _millis(duration: Duration, what: str) -> int:

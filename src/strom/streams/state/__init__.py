@@ -15,7 +15,7 @@ from strom.streams.state.context import (
     changelog_topic_name,
 )
 from strom.streams.state.manager import ProcessorStateManager, read_checkpoint
-from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore, NullKeyError
+from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.stores import (
     KeyValueBytesStoreSupplier,
     KeyValueStoreBuilder,
@@ -33,7 +33,6 @@ __all__ = [
     "KeyValueStoreBuilder",
     "MeteredKeyValueStore",
     "MeteredTimestampedKeyValueStore",
-    "NullKeyError",
     "ProcessorStateManager",
     "RecordContext",
     "StateStore",

@@ -9,15 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from strom.errors import InvalidStateStoreError, StromError
+from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import decoder_of, encoder_of
 from strom.streams.state.caching import CachingKeyValueStore
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
-
-
-class NullKeyError(StromError, ValueError):
-    """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
 
 
 class StoreMetrics:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
 
-from strom.errors import StromError
+from strom.errors import VersionedTimestampError
 from strom.streams.state.base import StoreLayer
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.metered import MeteredStore
@@ -224,10 +224,6 @@ class MeteredVersionedKeyValueStore(MeteredStore):
     def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
         """No cache: the processor forwards each update itself."""
         return False
-
-
-class VersionedTimestampError(StromError, TypeError):
-    """A versioned store was given a timestamp that is not whole milliseconds."""
 
 
 def _timestamp(timestamp: Any, store: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.errors import StromError, TopologyError
+from strom.errors import SuppressionBufferFullError, TopologyError
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.options import Named
@@ -21,10 +21,6 @@ from strom.streams.state.window.suppression_buffer import BufferedRecord, Suppre
 
 if TYPE_CHECKING:
     from strom.streams.kstream.ktable import KTable
-
-
-class SuppressionBufferFullError(StromError):
-    """A suppression buffer configured with shut_down_when_full() ran out of room."""
 
 
 class KTableSuppressProcessor(Processor):

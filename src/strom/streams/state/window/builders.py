@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.errors import WindowSpecError
 from strom.kafka.serdes import Serde
-from strom.streams.kstream.windows import Duration, WindowSpecError, to_millis
+from strom.streams.kstream.windows import Duration, to_millis
 from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
 from strom.streams.state.window.caching import CachingSessionStore, CachingWindowStore
 from strom.streams.state.window.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
