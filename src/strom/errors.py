@@ -2,6 +2,29 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "BrokerStartError",
+    "BrokerUnavailableError",
+    "CoPartitioningError",
+    "ConfigError",
+    "DataLossError",
+    "InvalidStateStoreError",
+    "JavaNotFoundError",
+    "NullKeyError",
+    "OffsetRegressionError",
+    "ProcessingError",
+    "ProcessorStateError",
+    "ProducerFencedError",
+    "SerializationError",
+    "StromError",
+    "SuppressionBufferFullError",
+    "TopologyError",
+    "TransactionalIdNotFoundError",
+    "UnknownTopicError",
+    "VersionedTimestampError",
+    "WindowSpecError",
+]
+
 
 class StromError(Exception):
     """Base of every error strom raises for a problem the user can fix."""

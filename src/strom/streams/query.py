@@ -19,6 +19,16 @@ from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import MeteredVersionedKeyValueStore, VersionedRecord
 from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
 
+__all__ = [
+    "QueryableStoreType",
+    "QueryableStoreTypes",
+    "ReadOnlyKeyValueStore",
+    "ReadOnlySessionStore",
+    "ReadOnlyVersionedKeyValueStore",
+    "ReadOnlyWindowStore",
+    "StoreQueryParameters",
+]
+
 
 def _unchanged(value: Any) -> Any:
     return value

@@ -21,6 +21,10 @@ from strom.streams.processor.topology import Topology
 if TYPE_CHECKING:
     from strom.streams.kstream.internals.table import KTableProcessorSupplier
 
+__all__ = [
+    "StreamsBuilder",
+]
+
 
 class InternalStreamsBuilder:
     """Shared by all streams and tables of one StreamsBuilder: the topology and Kafka's name counter.

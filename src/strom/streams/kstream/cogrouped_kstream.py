@@ -27,6 +27,10 @@ from strom.streams.kstream.windowed_kstream import (
 if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedStream
 
+__all__ = [
+    "CogroupedKStream",
+]
+
 
 class CogroupedKStream:
     """Made by ``KGroupedStream.cogroup(aggregator)``; add inputs with ``cogroup``, then ``aggregate``."""

@@ -25,6 +25,11 @@ if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
     from strom.streams.kstream.kstream import KStream
 
+__all__ = [
+    "KGroupedStream",
+    "KGroupedTable",
+]
+
 
 class _Grouped(ABC):
     """What both grouped kinds share: an aggregation is a table processor with a timestamped store,

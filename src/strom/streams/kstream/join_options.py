@@ -12,6 +12,13 @@ from strom.errors import TopologyError
 from strom.streams.kstream.internals.functions import required_positional
 from strom.streams.kstream.windows import Duration, to_millis
 
+__all__ = [
+    "Joined",
+    "Joiner",
+    "StreamJoined",
+    "ValueJoiner",
+]
+
 
 @dataclass(frozen=True)
 class Joined:

@@ -31,6 +31,11 @@ from strom.streams.processor.api import ProcessorSupplier
 if TYPE_CHECKING:
     from strom.streams.kstream.builder import InternalStreamsBuilder
 
+__all__ = [
+    "BranchedKStream",
+    "KStream",
+]
+
 
 class KStream:
     """An unbounded stream of records. Operators add processors and return new streams.

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
     from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows
     from strom.streams.processor.api import ProcessorContext
 
+__all__ = [
+    "KTable",
+    "ValueTransformerWithKey",
+]
+
 
 class ValueTransformerWithKey:
     """Kafka's ValueTransformerWithKey for ``KTable.transform_values``: a stateful per-task value

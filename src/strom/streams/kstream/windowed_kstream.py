@@ -29,6 +29,14 @@ from strom.streams.kstream.windowed_serdes import SessionWindowedSerde, TimeWind
 from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows
 from strom.streams.state.window import builders
 
+__all__ = [
+    "SessionWindowedCogroupedKStream",
+    "SessionWindowedKStream",
+    "TimeWindowedCogroupedKStream",
+    "TimeWindowedKStream",
+    "WindowedKTable",
+]
+
 AnyWindows = TimeWindows | SlidingWindows | SessionWindows
 
 if TYPE_CHECKING:

@@ -12,6 +12,17 @@ from typing import Generic, TypeVar
 
 from strom.errors import WindowSpecError
 
+__all__ = [
+    "Duration",
+    "JoinWindows",
+    "SessionWindow",
+    "SessionWindows",
+    "SlidingWindows",
+    "TimeWindows",
+    "Window",
+    "Windowed",
+]
+
 K = TypeVar("K")
 
 Duration = timedelta | int

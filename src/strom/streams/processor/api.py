@@ -9,6 +9,19 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from strom.streams.internals.tuples import new_tuple
 
+__all__ = [
+    "AutoOffsetReset",
+    "Cancellable",
+    "Headers",
+    "Processor",
+    "ProcessorContext",
+    "ProcessorSupplier",
+    "PunctuationType",
+    "Punctuator",
+    "Record",
+    "RecordMetadata",
+]
+
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
