@@ -9,6 +9,7 @@ from strom.errors import TopologyError
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.grouped import KGroupedStream
 from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.internals.concurrent import map_values_supplier, process_supplier
 from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
 from strom.streams.kstream.internals.global_table_join import stream_global_table_join
 from strom.streams.kstream.internals.join_kind import JoinKind
@@ -211,8 +212,6 @@ class KStream:
     ) -> KStream:
         """``mapper(value)`` (plain or ``async def``) on ``concurrency`` key-ordered units, for I/O-bound
         steps: outputs keep per-key order and all finish before the task commits (docs/tasks.md)."""
-        from strom.streams.kstream.internals.concurrent import map_values_supplier
-
         supplier = map_values_supplier(mapper, concurrency)
         return self._child("KSTREAM-MAPVALUES-CONCURRENTLY-", named, supplier, keeps_serdes=False)
 
@@ -221,8 +220,6 @@ class KStream:
     ) -> KStream:
         """``fn(record)`` returning a Record, Records or None, run like ``map_values_concurrently``;
         the key may change."""
-        from strom.streams.kstream.internals.concurrent import process_supplier
-
         supplier = process_supplier(fn, concurrency)
         return self._child("KSTREAM-PROCESS-CONCURRENTLY-", named, supplier, key_changed=True,
                            keeps_serdes=False)
