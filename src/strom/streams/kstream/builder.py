@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
 from strom.streams.kstream.global_table import GlobalKTable
-from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.dsl_stores import apply_default_dsl_store
 from strom.streams.kstream.internals.global_store import add_global_store, global_table
+from strom.streams.kstream.internals.stateless import DropNullKeys
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable, source_table
 from strom.streams.kstream.options import Consumed, Materialized, Named, StoreType
@@ -96,7 +96,7 @@ class InternalStreamsBuilder:
         filter_name = f"{base}-repartition-filter"
         sink_name = f"{base}-repartition-sink"
         source_name = f"{base}-repartition-source"
-        self.internal.add_processor(filter_name, sl.DropNullKeys, parent)
+        self.internal.add_processor(filter_name, DropNullKeys, parent)
         self.internal.add_sink(
             sink_name,
             topic,

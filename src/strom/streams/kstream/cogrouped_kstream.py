@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals import aggregate as ag
+from strom.streams.kstream.internals.aggregate import KStreamAggregate
 from strom.streams.kstream.internals.cogroup import Aggregator, cogroup_nodes
 from strom.streams.kstream.ktable import KTable
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
@@ -64,7 +64,7 @@ class CogroupedKStream:
         store_name = self.builder.store_name(materialized, "COGROUPKSTREAM-AGGREGATE-")
         merge, supplier, aggregators, source_topics = cogroup_nodes(
             self.inputs, store_name,
-            lambda table, aggregator: ag.KStreamAggregate(table, initializer, aggregator), named)
+            lambda table, aggregator: KStreamAggregate(table, initializer, aggregator), named)
         key_serde = (materialized.key_serde if materialized else None) or self.inputs[0][0].key_serde
         table = KTable(self.builder, merge, supplier, key_serde,
                        materialized.value_serde if materialized else None, None, source_topics=source_topics)

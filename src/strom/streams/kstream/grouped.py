@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import ChangeSerde
 from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
-from strom.streams.kstream.internals import aggregate as ag
+from strom.streams.kstream.internals.aggregate import (
+    KStreamAggregate,
+    KStreamReduce,
+    KTableAggregate,
+    KTableReduce,
+)
 from strom.streams.kstream.internals.functions import count_aggregator, count_initializer, count_subtractor
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.ktable import KTable, materialized_table
@@ -125,7 +130,7 @@ class KGroupedStream(_Grouped):
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KStreamAggregate(s, count_initializer, count_aggregator),
+            lambda s: KStreamAggregate(s, count_initializer, count_aggregator),
             Serdes.Long(),
         )
 
@@ -137,7 +142,7 @@ class KGroupedStream(_Grouped):
     ) -> KTable:
         """Combines the values of a key with ``reducer(aggregate, value)``; the first value starts it."""
         return self._build(
-            "KSTREAM-REDUCE-", named, materialized, lambda s: ag.KStreamReduce(s, reducer), self.value_serde
+            "KSTREAM-REDUCE-", named, materialized, lambda s: KStreamReduce(s, reducer), self.value_serde
         )
 
     def aggregate(
@@ -153,7 +158,7 @@ class KGroupedStream(_Grouped):
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KStreamAggregate(s, initializer, aggregator),
+            lambda s: KStreamAggregate(s, initializer, aggregator),
             None,
         )
 
@@ -181,7 +186,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KTableAggregate(s, count_initializer, count_aggregator, count_subtractor),
+            lambda s: KTableAggregate(s, count_initializer, count_aggregator, count_subtractor),
             Serdes.Long(),
         )
 
@@ -198,7 +203,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-REDUCE-",
             named,
             materialized,
-            lambda s: ag.KTableReduce(s, adder, subtractor),
+            lambda s: KTableReduce(s, adder, subtractor),
             self.value_serde,
         )
 
@@ -216,7 +221,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KTableAggregate(s, initializer, adder, subtractor),
+            lambda s: KTableAggregate(s, initializer, adder, subtractor),
             None,
         )
 

@@ -8,11 +8,24 @@ from typing import TYPE_CHECKING, Any, overload
 from strom.errors import TopologyError
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.grouped import KGroupedStream
-from strom.streams.kstream.internals import stateless as sl
 from strom.streams.kstream.internals.concurrent import map_values_supplier, process_supplier
 from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
 from strom.streams.kstream.internals.global_table_join import stream_global_table_join
 from strom.streams.kstream.internals.join_kind import JoinKind
+from strom.streams.kstream.internals.stateless import (
+    KStreamBranch,
+    KStreamFilter,
+    KStreamFilterNot,
+    KStreamFlatMap,
+    KStreamFlatMapValues,
+    KStreamMap,
+    KStreamMapValues,
+    KStreamMapValuesWithKey,
+    KStreamPeek,
+    KStreamPrint,
+    KStreamSelectKey,
+    PassThrough,
+)
 from strom.streams.kstream.internals.stream_stream_join import stream_stream_join
 from strom.streams.kstream.internals.stream_table_join import stream_table_join
 from strom.streams.kstream.join_options import Joined, Joiner, StreamJoined
@@ -88,23 +101,23 @@ class KStream:
     def filter(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
         """Keeps records for which ``predicate(key, value)`` is true."""
         fn = key_value_function(predicate, "filter")
-        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn))
+        return self._child("KSTREAM-FILTER-", named, lambda: KStreamFilter(fn))
 
     def filter_not(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
         """Drops records for which ``predicate(key, value)`` is true."""
         fn = key_value_function(predicate, "filter_not")
-        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilterNot(fn))
+        return self._child("KSTREAM-FILTER-", named, lambda: KStreamFilterNot(fn))
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], named: Named | None = None) -> KStream:
         """``mapper(key, value)`` returns the new (key, value); a stateful operator after it repartitions."""
         fn = key_value_function(mapper, "map")
         return self._child(
-            "KSTREAM-MAP-", named, lambda: sl.KStreamMap(fn, "map"), key_changed=True, keeps_serdes=False
+            "KSTREAM-MAP-", named, lambda: KStreamMap(fn, "map"), key_changed=True, keeps_serdes=False
         )
 
     def map_values(self, mapper: Callable[..., Any], named: Named | None = None) -> KStream:
         """``mapper(value)`` or ``mapper(key, value)``; the key stays, so no repartitioning follows."""
-        processor = sl.KStreamMapValuesWithKey if takes_key(mapper, "map_values") else sl.KStreamMapValues
+        processor = KStreamMapValuesWithKey if takes_key(mapper, "map_values") else KStreamMapValues
         return self._child("KSTREAM-MAPVALUES-", named, lambda: processor(mapper), keeps_serdes=False)
 
     def flat_map(
@@ -113,30 +126,30 @@ class KStream:
         """``mapper(key, value)`` returns zero or more (key, value) pairs; the key may change."""
         fn = key_value_function(mapper, "flat_map")
         return self._child(
-            "KSTREAM-FLATMAP-", named, lambda: sl.KStreamFlatMap(fn), key_changed=True, keeps_serdes=False
+            "KSTREAM-FLATMAP-", named, lambda: KStreamFlatMap(fn), key_changed=True, keeps_serdes=False
         )
 
     def flat_map_values(self, mapper: Callable[..., Iterable[Any]], named: Named | None = None) -> KStream:
         """``mapper(value)`` or ``mapper(key, value)`` returns zero or more values; the key stays."""
         fn = value_function(mapper, "flat_map_values")
         return self._child(
-            "KSTREAM-FLATMAPVALUES-", named, lambda: sl.KStreamFlatMapValues(fn), keeps_serdes=False
+            "KSTREAM-FLATMAPVALUES-", named, lambda: KStreamFlatMapValues(fn), keeps_serdes=False
         )
 
     def select_key(self, mapper: Callable[[Any, Any], Any], named: Named | None = None) -> KStream:
         """``mapper(key, value)`` returns the new key; a stateful operator after it repartitions."""
         fn = key_value_function(mapper, "select_key")
-        return self._child("KSTREAM-KEY-SELECT-", named, lambda: sl.KStreamSelectKey(fn), key_changed=True)
+        return self._child("KSTREAM-KEY-SELECT-", named, lambda: KStreamSelectKey(fn), key_changed=True)
 
     def peek(self, action: Callable[[Any, Any], None], named: Named | None = None) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged (logging, metrics)."""
         fn = key_value_function(action, "peek")
-        return self._child("KSTREAM-PEEK-", named, lambda: sl.KStreamPeek(fn, True))
+        return self._child("KSTREAM-PEEK-", named, lambda: KStreamPeek(fn, True))
 
     def foreach(self, action: Callable[[Any, Any], None], named: Named | None = None) -> None:
         """Calls ``action(key, value)`` for each record; terminal."""
         fn = key_value_function(action, "foreach")
-        self._child("KSTREAM-FOREACH-", named, lambda: sl.KStreamPeek(fn, False))
+        self._child("KSTREAM-FOREACH-", named, lambda: KStreamPeek(fn, False))
 
     def print(self, printed: Printed) -> None:
         """Writes each record as a line ``[label]: key, value`` (``Printed.to_sys_out()`` or
@@ -145,7 +158,7 @@ class KStream:
         mapper = (key_value_function(printed.mapper, "Printed.with_key_value_mapper")
                   if printed.mapper is not None else None)
         label = printed.label if printed.label is not None else name
-        self.builder.internal.add_processor(name, lambda: sl.KStreamPrint(printed.path, label, mapper),
+        self.builder.internal.add_processor(name, lambda: KStreamPrint(printed.path, label, mapper),
                                             self.name)
 
     def split(self, named: Named | None = None) -> BranchedKStream:
@@ -156,7 +169,7 @@ class KStream:
         """Interleaves this stream and ``other`` in arrival order."""
         if other.builder is not self.builder:
             raise TopologyError("Cannot merge streams of different StreamsBuilders.")
-        merged = self._child("KSTREAM-MERGE-", named, sl.PassThrough, parents=[other.name])
+        merged = self._child("KSTREAM-MERGE-", named, PassThrough, parents=[other.name])
         merged.repartition_required = self.repartition_required or other.repartition_required
         merged.source_topics = self.source_topics | other.source_topics
         if self.key_serde is not other.key_serde:
@@ -358,12 +371,12 @@ class BranchedKStream:
         children = [c for _, c, _ in self._branches]
         default_child = default[0] if default else None
         builder.internal.add_processor(
-            self.name, lambda: sl.KStreamBranch(predicates, children, default_child), self.stream.name
+            self.name, lambda: KStreamBranch(predicates, children, default_child), self.stream.name
         )
         outputs = [(c, b) for _, c, b in self._branches] + ([default] if default else [])
         result: dict[str, Any] = {}
         for child, branched in outputs:
-            builder.internal.add_processor(child, sl.PassThrough, self.name)
+            builder.internal.add_processor(child, PassThrough, self.name)
             branch = KStream(
                 builder,
                 child,

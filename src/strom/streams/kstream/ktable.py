@@ -6,12 +6,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, overload
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals import table as tp
 from strom.streams.kstream.internals.foreign_key_join import foreign_key_join
 from strom.streams.kstream.internals.functions import key_value_function, value_function
 from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.materialize import table_store_builder
 from strom.streams.kstream.internals.suppress import suppress
+from strom.streams.kstream.internals.table import (
+    KTableFilter,
+    KTableMapValues,
+    KTableProcessorSupplier,
+    KTableRepartitionMap,
+    KTableSource,
+    KTableToStream,
+    KTableTransformValues,
+)
 from strom.streams.kstream.internals.table_table_join import table_table_join
 from strom.streams.kstream.join_options import Joiner
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
@@ -57,7 +65,7 @@ class KTable:
         self,
         builder: InternalStreamsBuilder,
         name: str,
-        supplier: tp.KTableProcessorSupplier,
+        supplier: KTableProcessorSupplier,
         key_serde: Any,
         value_serde: Any,
         queryable_store_name: str | None,
@@ -119,7 +127,7 @@ class KTable:
         prefix: str,
         named: Named | Materialized | None,
         materialized: Materialized | Named | None,
-        factory: Callable[[tp.KTableProcessorSupplier], Any],
+        factory: Callable[[KTableProcessorSupplier], Any],
         value_serde: Any,
     ) -> KTable:
         """A table computed from this one; stored only when a Materialized is given."""
@@ -169,7 +177,7 @@ class KTable:
             "KTABLE-FILTER-",
             named,
             materialized,
-            lambda s: tp.KTableFilter(s, predicate, keep_when),
+            lambda s: KTableFilter(s, predicate, keep_when),
             self.value_serde,
         )
 
@@ -183,7 +191,7 @@ class KTable:
         result's value serde is the Materialized's (else default.value.serde)."""
         fn = value_function(mapper, "KTable.map_values")
         return self._derive(
-            "KTABLE-MAPVALUES-", named, materialized, lambda s: tp.KTableMapValues(s, fn), None
+            "KTABLE-MAPVALUES-", named, materialized, lambda s: KTableMapValues(s, fn), None
         )
 
     def transform_values(
@@ -204,7 +212,7 @@ class KTable:
             "KTABLE-TRANSFORMVALUES-",
             named,
             materialized,
-            lambda s: tp.KTableTransformValues(s, supplier()),
+            lambda s: KTableTransformValues(s, supplier()),
             None,
         )
         self.builder.connect_stores(table.name, store_names, self.source_topics)
@@ -221,7 +229,7 @@ class KTable:
                 raise TopologyError("to_stream takes one Named; pass it as to_stream(mapper, named).")
             mapper, named = None, mapper
         name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
-        self.builder.internal.add_processor(name, tp.KTableToStream, self.name)
+        self.builder.internal.add_processor(name, KTableToStream, self.name)
         stream = self.builder.new_stream(name, self.key_serde, self.value_serde,
                                          source_topics=self.source_topics)
         return stream if mapper is None else stream.select_key(key_value_function(mapper, "KTable.to_stream"))
@@ -236,7 +244,7 @@ class KTable:
         grouped = grouped or Grouped()
         self.enable_send_old_values()
         name = self.builder.node_name(Named(grouped.name and f"{grouped.name}-select"), "KTABLE-SELECT-")
-        self.builder.internal.add_processor(name, lambda: tp.KTableRepartitionMap(fn), self.name)
+        self.builder.internal.add_processor(name, lambda: KTableRepartitionMap(fn), self.name)
         return KGroupedTable(
             self.builder, name, grouped.key_serde, grouped.value_serde, grouped.name, self.source_topics
         )
@@ -293,7 +301,7 @@ def materialized_table(
     builder: InternalStreamsBuilder,
     name: str,
     parent_node: str,
-    factory: Callable[[tp.KTableProcessorSupplier], Any],
+    factory: Callable[[KTableProcessorSupplier], Any],
     materialized: Materialized | None,
     store_name: str | None,
     key_serde: Any,
@@ -308,7 +316,7 @@ def materialized_table(
     if materialized is not None:
         key_serde = materialized.key_serde or key_serde
         value_serde = materialized.value_serde or value_serde
-    supplier = tp.KTableProcessorSupplier(factory, None)
+    supplier = KTableProcessorSupplier(factory, None)
     builder.internal.add_processor(name, supplier, parent_node)
     table = KTable(builder, name, supplier, key_serde, value_serde, None, parent, source_topics)
     if store_name is not None:
@@ -375,7 +383,7 @@ def _table_processor(
         builder,
         name,
         parent,
-        tp.KTableSource,
+        KTableSource,
         materialized,
         store_name if named_store else None,
         key_serde,

@@ -1,7 +1,7 @@
 """The metered layer, outermost: turns typed keys and values into bytes and counts every operation.
 
 Processors and interactive queries talk to this layer; everything below works on bytes. It also
-adapts the caching layer's flush listener to typed values (seed 001: MeteredKeyValueStore.setFlushListener).
+adapts the caching layer's flush listener to typed values (as Kafka's MeteredKeyValueStore.setFlushListener).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.internals.stateless import PassThrough
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.options import Named
 from strom.streams.processor.api import Processor
@@ -31,7 +31,7 @@ def cogroup_nodes(
     (declared co-partitioned here)."""
     builder = inputs[0][0].builder
     internal = builder.internal
-    table = KTableProcessorSupplier(lambda _: sl.PassThrough(), store_name)
+    table = KTableProcessorSupplier(lambda _: PassThrough(), store_name)
     aggregators, source_topics = [], frozenset[str]()
     for position, (grouped, aggregator) in enumerate(inputs):
         stream = grouped.keyed_records(f"{store_name}-{position}")

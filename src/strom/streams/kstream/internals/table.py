@@ -1,6 +1,7 @@
 """KTable processors: sources, filter, map_values, transform_values, to_stream, the group_by re-keying,
 and the tuple forwarder that forwards Change records directly or, when the store caches, on cache flush
-(seed 001)."""
+(Kafka Streams' TimestampedTupleForwarder: a cached table forwards only what the cache evicts or
+flushes, so downstream sees one update per key per flush)."""
 
 from __future__ import annotations
 
