@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
-    from strom.streams.processor.internals.records import ConsumerRecord
+    from strom.streams.processor.records import ConsumerRecord
 
 __all__ = [
     "DefaultProductionExceptionHandler",

@@ -23,8 +23,8 @@ from strom.streams import (
     WindowedSerdes,
 )
 from strom.streams.processor import TaskId, TopicPartition
-from strom.streams.processor.internals.records import ConsumerRecord
 from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import ConsumerRecord
 from strom.streams.state.cache import ThreadCache
 
 S, L = Serdes.String(), Serdes.Long()

@@ -9,7 +9,7 @@ from strom.streams.processor.api import (
     Record,
     RecordMetadata,
 )
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.timestamps import (
     FailOnInvalidTimestamp,
     LogAndSkipOnInvalidTimestamp,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from strom.errors import ProcessingError
 
 if TYPE_CHECKING:
-    from strom.streams.processor.internals.records import ConsumerRecord
+    from strom.streams.processor.records import ConsumerRecord
 
 __all__ = [
     "FailOnInvalidTimestamp",

@@ -47,7 +47,7 @@ from strom.streams.processor.internals.partition_group import (
     encode_partition_time,
 )
 from strom.streams.processor.internals.punctuation import PunctuationSchedule
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext
 
