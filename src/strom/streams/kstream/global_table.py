@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
     from strom.streams.processor.internals.global_state import GlobalStoreSpec
 
 __all__ = ["GlobalKTable"]

@@ -27,7 +27,7 @@ from strom.streams.kstream.windowed_kstream import (
 )
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
     from strom.streams.kstream.kstream import KStream
 
 __all__ = [

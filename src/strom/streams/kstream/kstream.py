@@ -43,7 +43,7 @@ from strom.streams.kstream.windows import JoinWindows
 from strom.streams.processor.api import ProcessorSupplier
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
 
 __all__ = [
     "BranchedKStream",

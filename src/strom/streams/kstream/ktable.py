@@ -25,8 +25,8 @@ from strom.streams.kstream.join_options import Joiner
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
     from strom.streams.kstream.grouped import KGroupedTable
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
     from strom.streams.kstream.kstream import KStream
     from strom.streams.kstream.suppressed import Suppressed
     from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows

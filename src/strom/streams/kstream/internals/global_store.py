@@ -14,7 +14,7 @@ from strom.streams.processor.internals.global_state import GlobalStoreSpec
 from strom.streams.state.stores import KeyValueStoreBuilder, RocksDBVersionedStoreSupplier, Stores
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
 
 
 def global_table(builder: InternalStreamsBuilder, topic: str, consumed: Consumed | None,

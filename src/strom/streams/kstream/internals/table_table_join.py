@@ -23,7 +23,7 @@ from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
     from strom.streams.kstream.ktable import KTable
 
 
