@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from strom.errors import WindowSpecError
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP
 
 __all__ = [
     "Duration",
@@ -27,7 +28,6 @@ K = TypeVar("K")
 
 Duration = timedelta | int
 
-MAX_TIMESTAMP = 2**63 - 1
 
 
 def _millis(duration: Duration, what: str) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 
 
 def value_at(store: Any) -> Callable[[Any, int], Any]:

@@ -20,8 +20,8 @@ from strom.streams.processor.api import Processor, Record, RecordMetadata
 from strom.streams.processor.internals.context import default_serde
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 if TYPE_CHECKING:
     from strom.streams.config import StreamsConfig
