@@ -41,7 +41,7 @@ from strom.errors import ProducerFencedError
 from strom.spark.runtime.open_task import Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
 from strom.streams.config import StreamsConfig
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 
 log = logging.getLogger(__name__)

@@ -26,9 +26,9 @@ from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
-from strom.streams.kstream.global_state_reader import shared_global_stores
-from strom.streams.processor.internals.records import TaskId, TopicPartition
+from strom.streams.processor.internals.global_state_reader import shared_global_stores
 from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 
