@@ -70,18 +70,11 @@ class ConnectionHandler:
     def open_connections(self) -> int:
         return len(self._tasks)
 
-    async def start(self, host: str, port: int) -> int:
-        """Starts listening; returns the bound port."""
-        try:
-            listener = socket.create_server((host, port), reuse_port=False, backlog=512)
-        except OSError as exc:
-            raise BrokerStartError(
-                f"Cannot listen on {host}:{port}: {os.strerror(exc.errno or 0)}. Stop the process using "
-                "the port or choose another one (--port; 0 picks a free port).") from exc
+    def start(self, listener: socket.socket) -> None:
+        """Starts accepting on a listener made by `bind`."""
         listener.setblocking(False)
         self._listener = listener
         self._accepting = asyncio.get_running_loop().create_task(self._accept(listener))
-        return listener.getsockname()[1]
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -265,6 +258,29 @@ class ConnectionHandler:
             task.cancel()
         if self._listener is not None:
             self._listener.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port (connections wait in its backlog until `start`); a
+    BrokerStartError that names the cause and what to do if it cannot be had."""
+    where = f"{host}:{port}"
+    if not 0 <= port <= 65535:
+        raise BrokerStartError(f"Cannot listen on {where}: a TCP port is 0-65535 (0 picks a free port).")
+    try:
+        return socket.create_server((host, port), reuse_port=False, backlog=512)
+    except socket.gaierror as exc:
+        raise BrokerStartError(f"Cannot listen on {where}: the host name does not resolve ({exc.strerror}). "
+                               "Pass an address of this machine (--host 127.0.0.1 or 0.0.0.0).") from exc
+    except OSError as exc:
+        advice = {
+            errno.EADDRINUSE: "Stop the process using the port or choose another one (--port; 0 picks "
+                              "a free port).",
+            errno.EADDRNOTAVAIL: f"{host} is not an address of this machine: pass 127.0.0.1 (this machine "
+                                 "only), 0.0.0.0 (every interface) or the address of one of its interfaces, "
+                                 "and --advertised-host for the name clients should use.",
+            errno.EACCES: "Ports below 1024 need privileges: choose a port above 1023.",
+        }.get(exc.errno or 0, "Choose another --host or --port.")
+        raise BrokerStartError(f"Cannot listen on {where}: {os.strerror(exc.errno or 0)}. {advice}") from exc
 
 
 def _open_files_limit() -> int:
