@@ -193,7 +193,7 @@ class ConnectionHandler:
         frame = bytearray(0)
         while len(frame) < size:
             grown = min(size, max(FIRST_READ_BYTES, 2 * len(frame)))
-            await self._memory.take(grown - len(frame))
+            await self._memory.take(grown - len(frame), holding=held[0])
             held[0] += grown - len(frame)
             received, frame = len(frame), _grow(frame, grown)
             await _receive(loop, sock, memoryview(frame)[received:])
@@ -239,7 +239,7 @@ class ConnectionHandler:
         """A large request other than Produce: its decoded form is taken from the memory budget and
         it is decoded and its answer encoded in a worker thread, so other clients keep being served."""
         decoded = DECODED_SIZE_FACTOR * len(frame)
-        await self._memory.take(decoded)
+        await self._memory.take(decoded, holding=held[0])
         held[0] += decoded
         request = await asyncio.to_thread(parse_request, frame)
         ctx = RequestContext(self.broker, request.api_version, request.client_id or "", host,
@@ -325,9 +325,10 @@ class MemoryBudget:
         self.available = capacity
         self._waiters: list[asyncio.Future] = []
 
-    async def take(self, size: int) -> None:
-        """Waits until `size` bytes are free (a frame larger than the budget may use all of it)."""
-        needed = min(size, self.capacity)
+    async def take(self, size: int, holding: int = 0) -> None:
+        """Waits until `size` bytes are free. A caller already `holding` some waits at most for the
+        rest of the budget, so a frame larger than the budget still gets all of it in the end."""
+        needed = min(size, self.capacity - holding)
         while self.available < needed:
             future = asyncio.get_running_loop().create_future()
             self._waiters.append(future)
