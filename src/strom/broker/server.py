@@ -10,6 +10,7 @@ import asyncio
 import errno
 import functools
 import logging
+import mmap
 import os
 import resource
 import socket
@@ -185,20 +186,22 @@ class ConnectionHandler:
             self._memory.give_back(held[0])
 
     async def _read_frame(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
-                          held: list[int]) -> bytearray:
-        """The frame's bytes in a buffer that grows as they arrive: memory is taken from the budget
-        for at most twice what the client has sent (and 64 KiB), so a size prefix alone holds next
-        to nothing, and `held[0]` says how much to give back. No buffer outlives its request."""
+                          held: list[int]) -> bytearray | mmap.mmap:
+        """The frame's bytes. Memory is taken from the budget as they arrive, for at most twice
+        what the client has sent (and 64 KiB), so a size prefix alone holds next to nothing;
+        `held[0]` says how much to give back. A frame above 64 KiB is read into an anonymous
+        mapping, whose pages become resident only as bytes arrive. No buffer outlives its request."""
         me = asyncio.current_task()
-        frame = bytearray(0)
-        while len(frame) < size:
-            grown = min(size, max(FIRST_READ_BYTES, 2 * len(frame)))
-            await self._memory.take(grown - len(frame), holding=held[0])
-            held[0] += grown - len(frame)
-            received, frame = len(frame), _grow(frame, grown)
-            await _receive(loop, sock, memoryview(frame)[received:])
+        frame = bytearray(size) if size <= FIRST_READ_BYTES else mmap.mmap(-1, size)
+        received = 0
+        while received < size:
+            step = min(size, max(FIRST_READ_BYTES, 2 * received)) - received
+            await self._memory.take(step, holding=held[0])
+            held[0] += step
+            await _receive(loop, sock, memoryview(frame)[received:received + step])
+            received += step
             self._last_active[me] = time.monotonic()
-            if not received and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
+            if received == step and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
                 raise MalformedRequest(
                     f"a frame of {size} bytes for api_key={peek_api(frame)[0]}: requests other than Produce "
                     f"may have at most {LARGE_REQUEST_MAX_BYTES} bytes (decoding them takes about "
@@ -304,14 +307,6 @@ async def _send_parts(loop: asyncio.AbstractEventLoop, sock: socket.socket,
             await loop.sock_sendfile(sock, part.file, part.position, part.length)
         else:
             await loop.sock_sendall(sock, part)
-
-
-def _grow(frame: bytearray, size: int) -> bytearray:
-    if not frame:
-        return bytearray(size)
-    grown = bytearray(size)
-    grown[:len(frame)] = frame
-    return grown
 
 
 class MemoryBudget:

@@ -138,6 +138,9 @@ def _check_record_offsets(body: bytes, count: int) -> None:
             if byte < 0x80:
                 start = position + 1
                 position = start + (byte >> 1)
+            elif body[position + 1] < 0x80:  # a length of 64 to 8191 bytes
+                start = position + 2
+                position = start + ((byte & 0x7F | body[position + 1] << 7) >> 1)
             else:
                 length, start = read_varint(body, position)
                 position = start + length
