@@ -129,7 +129,7 @@ def check_records(header: BatchHeader, batch: bytes | memoryview) -> None:
 
 def _check_record_offsets(body: bytes, count: int) -> None:
     """Walks the records' length prefixes and offset deltas (the fields the broker and consumers rely
-    on); one-byte lengths, timestamp deltas and one- or two-byte offset deltas are read inline."""
+    on); the usual one- to three-byte varints are read inline (this runs for every produced record)."""
     end = len(body)
     position = expected = 0
     try:
@@ -145,12 +145,18 @@ def _check_record_offsets(body: bytes, count: int) -> None:
                 length, start = read_varint(body, position)
                 position = start + length
             # body[start] holds the record's attributes, then come the timestamp and offset deltas
-            at = start + 2 if body[start + 1] < 0x80 else _after_varint(body, start + 1)
+            if body[start + 1] < 0x80:
+                at = start + 2
+            else:
+                at = start + 3 if body[start + 2] < 0x80 else _after_varint(body, start + 1)
             zigzag = expected << 1
             if zigzag < 0x80:
                 matches = body[at] == zigzag
             elif zigzag < 0x4000:
                 matches = body[at] == (zigzag & 0x7F) | 0x80 and body[at + 1] == zigzag >> 7
+            elif zigzag < 0x200000:
+                matches = (body[at] == (zigzag & 0x7F) | 0x80 and body[at + 1] == (zigzag >> 7 & 0x7F) | 0x80
+                           and body[at + 2] == zigzag >> 14)
             else:
                 matches = read_varint(body, at)[0] == expected
             if not matches or at >= position or position - start < MIN_RECORD_SIZE - 1:
