@@ -33,7 +33,7 @@ from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 
 log = logging.getLogger(__name__)
