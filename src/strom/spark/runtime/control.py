@@ -214,7 +214,7 @@ class ControlClient:
         """What each task did since the last report (counters to add)."""
         try:
             self._send({"type": "progress", "tasks": tasks, "state": state})
-        except OSError:
+        except (OSError, ValueError):  # the connection broke (ValueError: its file is closed)
             self.stopping.set()
 
     def close(self) -> None:

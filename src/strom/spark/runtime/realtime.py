@@ -49,7 +49,7 @@ def stream_threads(spark: SparkSession, requested: int | None, tasks: int,
     more than there are tasks. A long-running thread holds its slot for the whole batch, so a thread
     without a slot would leave its tasks unprocessed: fewer slots than threads is an error."""
     needed = min(requested or 1, tasks)
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + (0 if spark.sparkContext.master.startswith("local") else wait_s)
     slots = task_slots(spark)
     while slots < needed and time.monotonic() < deadline:  # a cluster's executors still registering
         time.sleep(0.5)

@@ -100,6 +100,9 @@ class TaskProgress:
     reused: int = 0
     commits: int = 0
     millis: float = 0.0
+    """Micro-batch: time of the task's batches; real-time: time processing records and punctuating."""
+    commit_millis: float = 0.0
+    """Real-time: time committing (caches flushed, transaction committed, stores written)."""
 
 
 @dataclass
