@@ -234,7 +234,7 @@ class SparkStreams:
         the committed offsets of group ``application.id``."""
         if self._query is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
-        admin = clients.admin(self.bootstrap_servers)
+        admin = clients.admin(self.bootstrap_servers, **self.config.client_props("admin."))
         self.plan = plan_application(self._topology, self.config, admin)
         check_tasks_build(self._topology, self.config)
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
@@ -281,7 +281,7 @@ class SparkStreams:
         assert self.plan is not None
         return SourcePlan(self.bootstrap_servers, self.config.application_id,
                           {str(sub.id): dict(sub.source_topics) for sub in self.plan.subtopologies},
-                          self.config[MAX_OFFSETS_PER_TRIGGER], self.config.client_props("consumer."),
+                          self.config[MAX_OFFSETS_PER_TRIGGER], self.config.client_props("main.consumer."),
                           str(self._stop_file))
 
     def _start_query(self) -> StreamingQuery:
