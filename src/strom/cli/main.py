@@ -36,6 +36,9 @@ def _register_commands() -> None:
     cli.add_command(consume.consume)
     from strom.cli import demo
     cli.add_command(demo.demo)
+    from strom.cli import run, streams
+    cli.add_command(run.run)
+    cli.add_command(streams.streams)
 
 
 _register_commands()

@@ -27,6 +27,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
+from strom.prometheus import MetricsServer
+from strom.spark import metrics
 from strom.spark.metadata import TopicMetadata
 from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
 from strom.spark.runtime.lease import TaskLease
@@ -184,6 +186,7 @@ class SparkStreams:
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
         self._exception_handler: UncaughtExceptionHandler | None = None
+        self._metrics: MetricsServer | None = None
 
     @property
     def state(self) -> State:
@@ -251,6 +254,12 @@ class SparkStreams:
         self._run_id = uuid.uuid4().hex
         self._query = self._start_query()
         self._set_state(State.RUNNING)
+        self._metrics = self._metrics or metrics.serve_if_configured(self)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus endpoint when ``metrics.prometheus.port`` is set (docs/deploy.md#metrics)."""
+        return None if self._metrics is None else self._metrics.url
 
     def _start_latest_sources(self) -> None:
         """Partitions of LATEST sources that have no committed offset get their end offset committed
@@ -446,6 +455,9 @@ class SparkStreams:
         if self._offset_clients is not None:
             self._offset_clients[1].close()
             self._offset_clients = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         self._set_state(State.NOT_RUNNING)
 
     def _release_open_tasks(self) -> None:
