@@ -117,12 +117,14 @@ def test_a_failing_application_exits_non_zero_with_its_error(broker, tmp_path):
     _produce(bootstrap, topic)
     app = tmp_path / "failing.py"
     app.write_text(
-        "from strom.streams import StreamsBuilder\n"
+        "from strom.streams import Consumed, Produced, Serdes, StreamsBuilder\n"
+        "S = Serdes.String()\n"
         "def explode(value):\n"
         "    raise ValueError('boom: this record cannot be processed')\n"
         "def build():\n"
         "    builder = StreamsBuilder()\n"
-        f"    builder.stream({topic!r}).map_values(explode).to('nowhere')\n"
+        f"    builder.stream({topic!r}, Consumed.with_(S, S)).map_values(explode).to('nowhere', "
+        "Produced.with_(S, S))\n"
         f"    return builder.build(), {{'application.id': {topic!r}, 'state.dir': {str(tmp_path)!r}}}\n")
     result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", bootstrap,
                              "--master", "local[1]"], capture_output=True, text=True, timeout=280)
