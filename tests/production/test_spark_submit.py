@@ -1,5 +1,5 @@
 """`spark-submit --master spark://...` of an application calling SparkStreams, on a standalone cluster of
-two workers started from pyspark's own spark-class; the output is read read_committed (docs/deploy.md)."""
+a worker started from pyspark's own spark-class; the output is read read_committed (docs/deploy.md)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,12 @@ def test_spark_submit_runs_a_strom_application_on_a_standalone_cluster(broker, t
     clients.create_topics(bootstrap, {lines: 2, counts: 2})
     _produce(bootstrap, lines)
     env = {**_env(tmp_path, f"submit-{suffix}", lines=lines, counts=counts), "WORD_COUNT_TIMEOUT_S": "150"}
-    with SparkCluster(tmp_path / "cluster", workers=2, cores_per_worker=1) as cluster:
+    with SparkCluster(tmp_path / "cluster", workers=1, cores_per_worker=2) as cluster:
         result = cluster.submit(APP, bootstrap, env=env, timeout=240, conf={
             "spark.app.name": f"word-count-{suffix}",
             "spark.python.daemon.module": "strom.spark.runtime.daemon",
             "spark.task.maxFailures": "4"})
         assert result.returncode == 0, result.stderr[-4000:] + cluster.executor_logs(0)[-2000:]
         assert f"word-count-{suffix}" in cluster.applications()
-        ran_on = [i for i in range(2) if list((cluster.worker_dir(i) / "work").glob("app-*/*/stderr"))]
-        assert ran_on, "no executor ran on the workers"
+        assert list((cluster.worker_dir(0) / "work").glob("app-*/*/stderr")), "no executor ran"
     assert read_counts(bootstrap, counts) == EXPECTED
