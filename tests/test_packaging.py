@@ -41,14 +41,15 @@ def test_the_block_really_blocks():
 def test_layers_without_spark_import_without_pyspark():
     result = _run_without_spark(
         "import strom.broker, strom.kafka.clients, strom.kafka.serdes, strom.tasks, strom.streams\n"
-        "import strom.streams.config, strom.prometheus, strom.kafka.offsets\n"
+        "import strom.streams.config, strom.prometheus, strom.kafka.offsets, strom.tasks.prometheus\n"
+        "import strom.broker.metrics\n"
         f"assert not any(m.split('.')[0] in {SPARK_ONLY!r} for m in sys.modules), sorted(sys.modules)\n")
     assert result.returncode == 0, result.stderr
 
 
 @pytest.mark.parametrize("command", [
     ["--help"], ["broker", "--help"], ["topics", "--help"], ["produce", "--help"], ["consume", "--help"],
-    ["tasks", "run", "--help"], ["transactions", "--help"], ["streams", "reset", "--help"],
+    ["tasks", "run", "--help"], ["broker", "--help"], ["transactions", "--help"], ["streams", "reset", "--help"],
     ["run", "--help"],
     ["preflight"],
 ])

@@ -141,6 +141,7 @@ class ConnectionHandler:
                 frame = memoryview(kept if size <= len(kept) else bytearray(size))[:size]
                 await _receive(loop, sock, frame)
                 response = await self.dispatch(frame.toreadonly(), host)
+            self.broker.metrics.response(response)
             if isinstance(response, EncodedResponse):
                 await _send_parts(loop, sock, response)
             elif response is not None:
@@ -148,6 +149,7 @@ class ConnectionHandler:
 
     async def dispatch(self, frame: memoryview, host: str) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
+        self.broker.metrics.request(api_key, len(frame))
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
             if api_key == API_VERSIONS:  # clients retry with the versions we list

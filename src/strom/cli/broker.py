@@ -10,6 +10,8 @@ import click
 from rich.console import Console
 
 from strom.broker.broker import Broker, serve
+from strom.broker.metrics import BrokerCollector
+from strom.prometheus import MetricsServer
 
 
 def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -30,7 +32,9 @@ def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str
 @click.option("--port", type=int, default=9092, show_default=True, help="Port to listen on (0: any free).")
 @click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
               help="Broker config with Kafka's name, e.g. num.partitions=3; repeatable.")
-def broker(data_dir: Path, host: str, port: int, config: dict[str, str]) -> None:
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (0: any free), at /metrics on --host.")
+def broker(data_dir: Path, host: str, port: int, config: dict[str, str], metrics_port: int | None) -> None:
     """Run a single-node Kafka-protocol broker (Ctrl-C stops it cleanly)."""
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
     console = Console(stderr=True)
@@ -39,6 +43,8 @@ def broker(data_dir: Path, host: str, port: int, config: dict[str, str]) -> None
     def ready(running: Broker) -> None:
         console.print(f"strom broker listening on [bold]{running.host}:{running.port}[/bold], "
                       f"data in {running.data_dir.resolve()} (Ctrl-C to stop)")
+        if metrics_port is not None:
+            console.print(f"metrics at {MetricsServer([BrokerCollector(running)], metrics_port, host).url}")
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")
