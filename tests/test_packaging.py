@@ -49,7 +49,7 @@ def test_layers_without_spark_import_without_pyspark():
 
 @pytest.mark.parametrize("command", [
     ["--help"], ["broker", "--help"], ["topics", "--help"], ["produce", "--help"], ["consume", "--help"],
-    ["tasks", "run", "--help"], ["broker", "--help"], ["transactions", "--help"], ["streams", "reset", "--help"],
+    ["tasks", "run", "--help"], ["transactions", "--help"], ["streams", "reset", "--help"],
     ["run", "--help"],
     ["preflight"],
 ])
