@@ -6,6 +6,7 @@
     with SparkCluster(tmp_path, workers=2, cores_per_worker=1) as cluster:
         cluster.master_url                     # spark://127.0.0.1:<port>
         result = cluster.submit("app.py", "arg", conf={"spark.task.maxFailures": "4"})
+        cluster.driver_conf(), cluster.env     # for a driver started another way (strom run --master)
         process = cluster.submit_background("app.py")   # a Popen, for a test that acts meanwhile
         cluster.kill_worker(0)                 # SIGKILL: worker 0, its executors and their Python workers
         cluster.alive_workers()                # as the master sees them
@@ -60,13 +61,19 @@ class SparkCluster:
         self.worker_memory = worker_memory
         self.executor_memory = executor_memory
         self.stop_timeout_s = stop_timeout_s
-        self._env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+        self.env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
                      "SPARK_DAEMON_MEMORY": daemon_memory, "PYSPARK_PYTHON": sys.executable,
                      "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
         self.master_port = free_port()
         self.master_ui_port = free_port()
         self._master: subprocess.Popen | None = None
         self._workers: dict[int, subprocess.Popen] = {}
+
+    def driver_conf(self) -> dict[str, str]:
+        """Spark configs a driver of this cluster needs (loopback addresses, executor memory, this Python);
+        ``submit`` passes them, a driver started otherwise (``strom run --spark-conf``) should too."""
+        return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.executor.memory": self.executor_memory, "spark.pyspark.python": sys.executable}
 
     @property
     def master_url(self) -> str:
@@ -83,7 +90,7 @@ class SparkCluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self._master = self._spawn("master", "org.apache.spark.deploy.master.Master", [
             "--host", "127.0.0.1", "--port", str(self.master_port), "--webui-port", str(self.master_ui_port)],
-            self._env)
+            self.env)
         self._wait(lambda: self._master_state() is not None, "the master to serve its UI", "master")
         for index in range(self.workers):
             self.start_worker(index)
@@ -96,7 +103,7 @@ class SparkCluster:
         directory = self.worker_dir(index)
         (directory / "work").mkdir(parents=True, exist_ok=True)
         (directory / "local").mkdir(parents=True, exist_ok=True)
-        env = {**self._env, "SPARK_WORKER_DIR": str(directory / "work"),
+        env = {**self.env, "SPARK_WORKER_DIR": str(directory / "work"),
                "SPARK_LOCAL_DIRS": str(directory / "local")}
         self._workers[index] = self._spawn(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", [
             "--host", "127.0.0.1", "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
@@ -158,9 +165,7 @@ class SparkCluster:
     def submit_command(self, app: str | Path, *args: str, conf: Mapping[str, str] | None = None,
                        py_files: Sequence[str] = (), archives: Sequence[str] = ()) -> list[str]:
         """The ``spark-submit`` command line for ``app`` on this cluster (client deploy mode)."""
-        settings = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                    "spark.executor.memory": self.executor_memory, "spark.pyspark.python": sys.executable,
-                    "spark.ui.enabled": "false", **(conf or {})}
+        settings = {**self.driver_conf(), "spark.ui.enabled": "false", **(conf or {})}
         command = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", self.master_url]
         for key, value in settings.items():
             command += ["--conf", f"{key}={value}"]
@@ -174,14 +179,14 @@ class SparkCluster:
                env: Mapping[str, str] | None = None, **options: object) -> subprocess.CompletedProcess:
         """Runs ``spark-submit`` to completion; stdout and stderr captured as text."""
         return subprocess.run(self.submit_command(app, *args, **options),  # type: ignore[arg-type]
-                              env={**self._env, **(env or {})}, capture_output=True, text=True,
+                              env={**self.env, **(env or {})}, capture_output=True, text=True,
                               timeout=timeout)
 
     def submit_background(self, app: str | Path, *args: str, env: Mapping[str, str] | None = None,
                           **options: object) -> subprocess.Popen:
         """Starts ``spark-submit`` and returns at once (stdout and stderr piped, text)."""
         return subprocess.Popen(self.submit_command(app, *args, **options),  # type: ignore[arg-type]
-                                env={**self._env, **(env or {})}, stdout=subprocess.PIPE,
+                                env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def stop(self) -> None:
