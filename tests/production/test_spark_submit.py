@@ -52,7 +52,8 @@ def test_spark_submit_runs_a_strom_application_on_a_standalone_cluster(broker, c
 def test_strom_run_with_a_spark_master_url_runs_on_the_cluster(broker, cluster, tmp_path):
     bootstrap = broker.bootstrap_servers
     app_id, lines, counts = _topics(bootstrap, "clusterrun")
-    spark_conf = [arg for key, value in cluster.driver_conf().items() for arg in ("--spark-conf", f"{key}={value}")]
+    spark_conf = [arg for key, value in cluster.driver_conf().items()
+                  for arg in ("--spark-conf", f"{key}={value}")]
     result = subprocess.run(
         [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", cluster.master_url,
          *spark_conf, "--until-caught-up", "--status-interval", "2"],
