@@ -4,7 +4,8 @@ Every key of Kafka Streams 4.x's StreamsConfig is accepted: a key strom uses is 
 key without meaning on Spark (thread counts, standbys, rebalancing, JMX metrics) is accepted and logged
 once at INFO with the reason (``IGNORED``). Unknown keys are rejected with a did-you-mean hint. Kafka
 client keys pass through with Kafka's prefixes (``producer.``, ``consumer.``, ``main.consumer.``,
-``restore.consumer.``, ``global.consumer.``, ``admin.``), ``topic.`` keys configure the internal topics.
+``restore.consumer.``, ``admin.``; ``global.consumer.`` is accepted without effect), ``topic.`` keys
+configure the internal topics.
 docs/configuration.md lists every key with its default and status.
 """
 
@@ -46,7 +47,7 @@ TOPIC_PREFIX = "topic."
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
 
-_CONSUMER_ROLES = ("main.consumer.", "restore.consumer.", "global.consumer.")
+_CONSUMER_ROLES = ("main.consumer.", "restore.consumer.")
 _CLIENT_PREFIXES = ("producer.", "consumer.", *_CONSUMER_ROLES, "admin.", TOPIC_PREFIX, "ssl.", "sasl.")
 _CLIENT_KEYS = ("security.protocol", "client.id")
 # Kafka's common client keys, given un-prefixed to every client (Kafka's name -> librdkafka's).
@@ -224,7 +225,10 @@ IGNORED: dict[str, str] = {
     "metrics.sample.window.ms": _METRICS,
     "enable.metrics.push": _METRICS,
 }
-_IGNORED_PREFIXES = {"client.tag.": _SPARK_PLACES_TASKS}
+_IGNORED_PREFIXES = {
+    "client.tag.": _SPARK_PLACES_TASKS,
+    "global.consumer.": "global tables are read by the tasks' own consumers; use consumer. or main.consumer.",
+}
 _reported: set[str] = set()
 
 
@@ -302,7 +306,7 @@ class StreamsConfig:
         """Keys for one Kafka client, as Kafka Streams layers them: the common client keys (security,
         backoffs, socket buffers; ``request.timeout.ms`` for producers), then ``consumer.`` keys for
         every consumer role, then ``<prefix>key`` (``producer.``, ``consumer.``, ``main.consumer.``,
-        ``restore.consumer.``, ``global.consumer.``, ``admin.``)."""
+        ``restore.consumer.``, ``admin.``)."""
         originals = self.originals
         out = {k: v for k, v in originals.items() if k in _CLIENT_KEYS or k.startswith(("ssl.", "sasl."))}
         out.update({rd: originals[k] for k, rd in _COMMON_CLIENT_KEYS.items() if k in originals})

@@ -68,6 +68,13 @@ def test_keys_without_effect_are_logged_once_at_info_with_the_reason(caplog):
     assert "no standby tasks" in records[0].getMessage()
 
 
+def test_global_consumer_keys_are_reported_without_effect(caplog):
+    cfg._reported.discard("global.consumer.fetch.max.bytes")
+    with caplog.at_level(logging.INFO, logger="strom.streams.config"):
+        StreamsConfig({"application.id": "a", "global.consumer.fetch.max.bytes": 1})
+    assert "'global.consumer.fetch.max.bytes' has no effect" in caplog.text
+
+
 def test_unknown_keys_fail_with_a_did_you_mean_hint():
     with pytest.raises(ConfigError, match=r"Did you mean 'application.server'.*docs/configuration.md"):
         StreamsConfig({"application.id": "a", "application.sever": "h:1"})
