@@ -13,7 +13,7 @@ import pytest
 from strom.kafka import clients
 from support.spark_cluster import SparkCluster
 
-from .test_run import EXPECTED, STROM, _env, _produce, read_counts
+from .test_run import EXPECTED, STATUS, STROM, _env, _produce, read_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "word_count_app.py"
@@ -60,5 +60,6 @@ def test_strom_run_with_a_spark_master_url_runs_on_the_cluster(broker, cluster, 
         env={**cluster.env, **_env(tmp_path, app_id, lines=lines, counts=counts)},
         capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert STATUS.search(result.stderr) and "caught up" in result.stderr and "stopped" in result.stderr
     assert f"strom-{app_id}" in cluster.applications()
     assert read_counts(bootstrap, counts) == EXPECTED
