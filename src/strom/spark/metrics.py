@@ -157,7 +157,7 @@ class StreamsCollector(Collector):
                                  "commits of the task", labels=per_task),
              lambda t: t.commits),
             (GaugeMetricFamily("kafka_streams_stream_task_metrics_commit_latency_avg",
-                               "average ms of a commit (micro-batch: of a task batch, processing through commit)",
+                               "average ms of a commit (micro-batch: of a task batch, through its commit)",
                                labels=per_task),
              lambda t: t.commit_latency_avg_ms),
             (CounterMetricFamily("kafka_streams_stream_state_metrics_restore",
