@@ -17,7 +17,9 @@ worker's executor JVMs and their Python daemons and workers are its descendants 
 ``kill_worker`` kills the whole group at once (as a machine failure would) and teardown stops every
 group (SIGTERM, then SIGKILL after ``stop_timeout_s``). Each worker has its own directory under
 ``base_dir`` (``worker-<i>/work`` for executors' stdout/stderr, ``worker-<i>/local`` for Spark's
-local dirs) and its own environment; logs of the master and workers are ``base_dir/*.log`` and are
+local dirs, ``worker-<i>/state`` for strom's stream-task stores: ``STROM_STATE_DIR`` in the worker's
+environment, inherited by its executors, so each worker keeps its state as a machine of its own would)
+and its own environment; logs of the master and workers are ``base_dir/*.log`` and are
 printed in the error when a process does not come up. Executors run ``sys.executable`` (this venv).
 Daemon JVMs get ``daemon_memory`` heap; executors get ``executor_memory`` (set on submit).
 """
@@ -38,6 +40,8 @@ from pathlib import Path
 from types import TracebackType
 
 import pyspark
+
+from strom.spark.runtime.executor import STATE_DIR_VARIABLE
 
 SPARK_HOME = Path(pyspark.__file__).parent
 _START_TIMEOUT_S = 120.0
@@ -104,7 +108,7 @@ class SparkCluster:
         (directory / "work").mkdir(parents=True, exist_ok=True)
         (directory / "local").mkdir(parents=True, exist_ok=True)
         env = {**self.env, "SPARK_WORKER_DIR": str(directory / "work"),
-               "SPARK_LOCAL_DIRS": str(directory / "local")}
+               "SPARK_LOCAL_DIRS": str(directory / "local"), STATE_DIR_VARIABLE: str(directory / "state")}
         self._workers[index] = self._spawn(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", [
             "--host", "127.0.0.1", "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
             "--work-dir", str(directory / "work"), "--webui-port", "0", self.master_url], env)
