@@ -77,7 +77,7 @@ class OpenTask:
         self.sink = ProducerSink(bootstrap, producer_config)
         self.consumer: Consumer = clients.consumer(
             bootstrap, group_id=self.config.application_id,
-            **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("consumer."),
+            **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("main.consumer."),
                "enable.partition.eof": True, **QUICK_EOF,
                "isolation.level": "read_committed" if self.eos else "read_uncommitted"})
         self.task = StreamTask(task_id, self._topology.internal, self.config, self.sink,

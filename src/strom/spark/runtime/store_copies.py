@@ -148,7 +148,7 @@ class StoreCopies:
             isolation = "read_committed" if self._config.exactly_once else "read_uncommitted"
             self._consumer = clients.consumer(
                 self._config[cfg.BOOTSTRAP_SERVERS],
-                **{**CONNECT_AT_ONCE, **self._config.client_props("consumer."),
+                **{**CONNECT_AT_ONCE, **self._config.client_props("restore.consumer."),
                    "enable.partition.eof": True, **QUICK_EOF, "isolation.level": isolation})
         return self._consumer
 

@@ -24,6 +24,8 @@ from pyspark.sql import SparkSession
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
+from strom.prometheus import MetricsServer
+from strom.spark import metrics
 from strom.spark.metadata import TopicMetadata
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.lease import TaskLease
@@ -207,6 +209,7 @@ class SparkStreams:
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
         self._exception_handler: UncaughtExceptionHandler | None = None
+        self._metrics: MetricsServer | None = None
 
     @property
     def state(self) -> State:
@@ -257,7 +260,7 @@ class SparkStreams:
         the committed offsets of group ``application.id``."""
         if self._execution is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
-        admin = clients.admin(self.bootstrap_servers)
+        admin = clients.admin(self.bootstrap_servers, **self.config.client_props("admin."))
         self.plan = plan_application(self._topology, self.config, admin)
         check_tasks_build(self._topology, self.config)
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
@@ -278,6 +281,12 @@ class SparkStreams:
                      "one Spark task per stream task")
         self._execution = self._start_execution()
         self._set_state(State.RUNNING)
+        self._metrics = self._metrics or metrics.serve_if_configured(self)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus endpoint when ``metrics.prometheus.port`` is set (docs/deploy.md#metrics)."""
+        return None if self._metrics is None else self._metrics.url
 
     @property
     def realtime(self) -> bool:
@@ -312,7 +321,7 @@ class SparkStreams:
         assert self.plan is not None
         return SourcePlan(self.bootstrap_servers, self.config.application_id,
                           {str(sub.id): dict(sub.source_topics) for sub in self.plan.subtopologies},
-                          self.config[MAX_OFFSETS_PER_TRIGGER], self.config.client_props("consumer."),
+                          self.config[MAX_OFFSETS_PER_TRIGGER], self.config.client_props("main.consumer."),
                           str(self._stop_file))
 
     def _start_execution(self) -> Execution:
@@ -475,6 +484,9 @@ class SparkStreams:
         if self._offset_clients is not None:
             self._offset_clients[1].close()
             self._offset_clients = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         self._set_state(State.NOT_RUNNING)
 
     def _release_open_tasks(self) -> None:

@@ -212,7 +212,8 @@ class StreamThread:
     def _consumer(self) -> Consumer:
         consumer = clients.consumer(
             self.config[cfg.BOOTSTRAP_SERVERS], group_id=self.config.application_id,
-            **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("consumer."), **LOW_LATENCY_FETCH,
+            **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("main.consumer."),
+               **LOW_LATENCY_FETCH,
                "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted"})
         consumer.assign([KafkaTopicPartition(t, p, task.read.get((t, p), OFFSET_BEGINNING))
                          for (t, p), task in self.routes.items()])
