@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-import strom.spark.options as connector
+import strom.spark.connector.options as connector
 from strom.broker.config import BROKER_SPECS, TOPIC_SPECS
-from strom.spark.runtime import streams  # noqa: F401  (registers the runtime's keys)
+from strom.spark.runtime import spark_streams  # noqa: F401  (registers the runtime's keys)
 from strom.streams import config as cfg
 from strom.tasks.properties import ProcessorProperties
 

@@ -7,8 +7,8 @@ import datetime as dt
 from confluent_kafka import Message
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from strom.spark.reader import OffsetRange, _BatchBuilder
-from strom.spark.source import kafka_schema
+from strom.spark.connector.reader import OffsetRange, _BatchBuilder
+from strom.spark.connector.source import kafka_schema
 
 
 def _schema(headers: bool):

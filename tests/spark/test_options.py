@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from strom.errors import ConfigError
-from strom.spark.options import EARLIEST, LATEST, Subscription, sink_options, source_options
-from strom.spark.reader import OffsetRange
-from strom.spark.source import offsets_from_json, offsets_to_json, rate_limit, split_ranges
+from strom.spark.connector.options import EARLIEST, LATEST, Subscription, sink_options, source_options
+from strom.spark.connector.reader import OffsetRange
+from strom.spark.connector.source import offsets_from_json, offsets_to_json, rate_limit, split_ranges
 
 BASE = {"kafka.bootstrap.servers": "localhost:9092", "subscribe": "a,b"}
 

@@ -10,10 +10,10 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from strom.kafka import clients
-from strom.spark.metadata import TopicMetadata
-from strom.spark.options import source_options
-from strom.spark.reader import OffsetRange, ReadSettings, read_range
-from strom.spark.source import KafkaStreamReader, kafka_schema
+from strom.spark.connector.metadata import TopicMetadata
+from strom.spark.connector.options import source_options
+from strom.spark.connector.reader import OffsetRange, ReadSettings, read_range
+from strom.spark.connector.source import KafkaStreamReader, kafka_schema
 
 pytestmark = [pytest.mark.broker]
 

@@ -11,8 +11,8 @@ import pytest
 
 from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
-from strom.spark.options import sink_options
-from strom.spark.sink import TaskIdentity, write_partition
+from strom.spark.connector.options import sink_options
+from strom.spark.connector.sink import TaskIdentity, write_partition
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

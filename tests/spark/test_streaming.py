@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from strom.spark.progress import offsets_behind_latest
+from strom.spark.connector.progress import offsets_behind_latest
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 

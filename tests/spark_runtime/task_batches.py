@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from strom.kafka import clients
-from strom.spark.reader import OffsetRange, ReadSettings, read_range
-from strom.spark.runtime.executor import BatchPlan, TaskAttempt
+from strom.spark.connector.reader import OffsetRange, ReadSettings, read_range
+from strom.spark.connector.source import kafka_schema
+from strom.spark.runtime.microbatch_task import BatchPlan, TaskAttempt
 from strom.spark.runtime.plan import create_internal_topics, plan_application
-from strom.spark.source import kafka_schema
 from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder, Topology
 from strom.streams.config import StreamsConfig
 

@@ -7,8 +7,8 @@ import datetime as dt
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from strom.spark.runtime.executor import consumer_records
-from strom.spark.source import kafka_schema
+from strom.spark.connector.source import kafka_schema
+from strom.spark.runtime.microbatch_task import consumer_records
 from strom.streams.processor.records import TopicPartition
 
 UTC = dt.UTC

@@ -24,7 +24,7 @@ from strom.prometheus import MetricsServer
 from strom.streams import config as cfg
 
 if TYPE_CHECKING:
-    from strom.spark.runtime.streams import SparkStreams
+    from strom.spark.runtime.spark_streams import SparkStreams
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
-from strom.spark.options import CONNECT_AT_ONCE
+from strom.spark.connector.options import CONNECT_AT_ONCE
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task

@@ -14,7 +14,7 @@ from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from strom.errors import BrokerUnavailableError, ConfigError, UnknownTopicError
 from strom.kafka import clients
-from strom.spark.options import (
+from strom.spark.connector.options import (
     CONNECT_AT_ONCE,
     EARLIEST,
     LATEST,

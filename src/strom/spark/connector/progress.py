@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from strom.spark.source import offsets_from_json
+from strom.spark.connector.source import offsets_from_json
 
 
 def offsets_behind_latest(source_progress: Any) -> dict[str, float] | None:

@@ -29,8 +29,8 @@ from pyspark.sql.types import StructType
 
 from strom.errors import BrokerUnavailableError, ConfigError
 from strom.kafka import clients
-from strom.spark.metadata import DriverMetadata
-from strom.spark.options import (
+from strom.spark.connector.metadata import DriverMetadata
+from strom.spark.connector.options import (
     EARLIEST,
     LATEST,
     OffsetSpec,
@@ -38,8 +38,8 @@ from strom.spark.options import (
     Subscription,
     TopicPartitionOffsets,
 )
-from strom.spark.reader import OffsetRange, ReadSettings, read_range
-from strom.spark.source import kafka_schema, offsets_from_json, offsets_to_json, rate_limit
+from strom.spark.connector.reader import OffsetRange, ReadSettings, read_range
+from strom.spark.connector.source import kafka_schema, offsets_from_json, offsets_to_json, rate_limit
 
 FORMAT = "strom-stream-tasks"
 PLAN_OPTION = "plan"

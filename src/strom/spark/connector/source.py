@@ -37,9 +37,9 @@ from pyspark.sql.types import (
 )
 
 from strom.errors import ConfigError, DataLossError
-from strom.spark.metadata import DriverMetadata, TopicMetadata
-from strom.spark.options import SourceOptions, TopicPartitionOffsets, sink_options, source_options
-from strom.spark.reader import OffsetRange, ReadSettings, read_range
+from strom.spark.connector.metadata import DriverMetadata, TopicMetadata
+from strom.spark.connector.options import SourceOptions, TopicPartitionOffsets, sink_options, source_options
+from strom.spark.connector.reader import OffsetRange, ReadSettings, read_range
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class StromDataSource(DataSource):
         return KafkaStreamReader(source_options(self.options, streaming=True), schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from strom.spark.sink import KafkaBatchWriter
+        from strom.spark.connector.sink import KafkaBatchWriter
 
         if overwrite:
             raise ConfigError("Kafka topics cannot be overwritten, only appended to: use "
@@ -96,7 +96,7 @@ class StromDataSource(DataSource):
         return KafkaBatchWriter(sink_options(self.options, streaming=False), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from strom.spark.sink import KafkaStreamWriter
+        from strom.spark.connector.sink import KafkaStreamWriter
 
         return KafkaStreamWriter(sink_options(self.options, streaming=True), schema)
 

@@ -26,10 +26,11 @@ from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, P
 from strom.kafka import clients
 from strom.prometheus import MetricsServer
 from strom.spark import metrics
-from strom.spark.metadata import TopicMetadata
+from strom.spark.connector.metadata import TopicMetadata
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.microbatch import MicroBatchExecution
+from strom.spark.runtime.microbatch_source import CommittedOffsets, SourcePlan
 from strom.spark.runtime.plan import (
     ApplicationPlan,
     check_tasks_build,
@@ -37,7 +38,6 @@ from strom.spark.runtime.plan import (
     plan_application,
 )
 from strom.spark.runtime.realtime import RealtimeExecution, stream_threads
-from strom.spark.runtime.source import CommittedOffsets, SourcePlan
 from strom.spark.runtime.store_copies import StoreCopies
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig

@@ -25,7 +25,7 @@ from strom.errors import BrokerUnavailableError, ConfigError, StromError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.transactional import TransactionalProducer
-from strom.spark.options import SinkOptions
+from strom.spark.connector.options import SinkOptions
 
 log = logging.getLogger(__name__)
 
