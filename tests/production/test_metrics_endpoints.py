@@ -43,7 +43,7 @@ def test_strom_broker_serves_request_topic_group_and_transaction_metrics(tmp_pat
             line = process.stderr.readline()
             assert line, "".join(lines)
             lines.append(line)
-        bootstrap = re.search(r"listening on (\S+),", "".join(lines)).group(1)
+        bootstrap = re.search(r"listening on (\S+?)[ ,]", "".join(lines)).group(1)
         clients.create_topics(bootstrap, {"metered": 3})
         producer = clients.producer(bootstrap, **{"transactional.id": "metered-txn"})
         producer.init_transactions(30)
