@@ -16,7 +16,6 @@ from confluent_kafka import KafkaException
 
 from strom.errors import ConfigError
 from strom.kafka import clients
-from strom.kafka.clients import CONNECT_AT_ONCE  # noqa: F401 - strom.spark.runtime imports it from here
 
 EARLIEST = -2
 LATEST = -1

@@ -12,6 +12,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from strom.kafka import clients
+from strom.kafka.transactional import TransactionalProducer
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
 
@@ -22,10 +23,18 @@ FLUSH_TIMEOUT_S = 60.0
 class ProducerSink:
     """Sends a task's records; reports deliveries and failures to the task's collector."""
 
-    def __init__(self, bootstrap_servers: str, config: dict[str, Any]) -> None:
+    def __init__(self, bootstrap_servers: str, config: dict[str, Any], transactional_id: str | None = None,
+                 owner: str = "") -> None:
+        """With ``transactional_id``, ``transactions`` is the producer's transactional side (``owner``
+        names it in errors); without, an idempotent producer and ``transactions`` is None."""
         self._collector: RecordCollector | None = None
-        self.producer: Producer = clients.producer(
-            bootstrap_servers, **{**clients.JAVA_PARTITIONER, **config, "on_delivery": self._on_delivery})
+        settings = {**clients.JAVA_PARTITIONER, **config, "on_delivery": self._on_delivery}
+        self.transactions: TransactionalProducer | None = None
+        if transactional_id is None:
+            self.producer: Producer = clients.producer(bootstrap_servers, **settings)
+        else:
+            self.transactions = TransactionalProducer(bootstrap_servers, transactional_id, owner, **settings)
+            self.producer = self.transactions.producer
         self.sent: Counter[str] = Counter()
         self._unpolled = 0
 

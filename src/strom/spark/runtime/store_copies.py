@@ -20,7 +20,7 @@ from confluent_kafka import Consumer
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka import clients
-from strom.spark.connector.options import CONNECT_AT_ONCE
+from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.open_task import QUICK_EOF
 from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
 from strom.spark.runtime.restore import restore_task

@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
-from strom.spark.connector.options import CONNECT_AT_ONCE
+from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.control import ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
