@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from strom.errors import ConfigError, SerializationError
 from strom.kafka import clients
+from strom.kafka.serdes import Serde, Serializer, encoder_of
 from strom.tasks.protocol import METADATA_HEADER, WireMetadata
 
 T = TypeVar("T")
@@ -38,7 +39,7 @@ class DecatonClient(Generic[T]):
     def __init__(self, topic: str, serializer: Callable[[T], bytes], application_id: str, instance_id: str,
                  producer_config: Mapping[str, Any]) -> None:
         self.topic = topic
-        self._serializer = serializer
+        self._serializer = serializer_function(serializer, topic)
         self._application_id = application_id
         self._instance_id = instance_id
         config = dict(producer_config)
@@ -110,11 +111,20 @@ class DecatonClient(Generic[T]):
         self.close()
 
 
+def serializer_function(serializer: Any, topic: str) -> Callable[[Any], bytes]:
+    """A task serializer as one function: a function itself, or a strom Serde's or Serializer's."""
+    if isinstance(serializer, Serde | Serializer):
+        plain = serializer.serializer() if isinstance(serializer, Serde) else serializer
+        return encoder_of(plain, topic)  # type: ignore[return-value]
+    if callable(serializer):
+        return serializer
+    raise ConfigError("DecatonClient.producing needs a serializer (task -> bytes, or a strom Serde or "
+                      f"Serializer), got {serializer!r}.")
+
+
 class DecatonClientBuilder(Generic[T]):
-    def __init__(self, topic: str, serializer: Callable[[T], bytes]) -> None:
-        if not callable(serializer):
-            raise ConfigError("DecatonClient.producing needs a serializer (task -> bytes), "
-                              f"got {serializer!r}.")
+    def __init__(self, topic: str, serializer: Callable[[T], bytes] | Serde[T] | Serializer[T]) -> None:
+        serializer_function(serializer, topic)
         self._topic = topic
         self._serializer = serializer
         self._application_id: str | None = None

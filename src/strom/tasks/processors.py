@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from strom.errors import ConfigError, ProcessingError, SerializationError
+from strom.kafka.serdes import Deserializer as KafkaDeserializer
+from strom.kafka.serdes import Serde, decoder_of
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.completion import Completion
 from strom.tasks.context import (
@@ -139,19 +141,24 @@ class ProcessorsBuilder:
         self.deserializer: Deserializer | None = None
         if callable(getattr(deserializer, "extract", None)):
             self.extractor = deserializer  # type: ignore[assignment]
+        elif isinstance(deserializer, Serde | KafkaDeserializer):
+            plain = deserializer.deserializer() if isinstance(deserializer, Serde) else deserializer
+            self.deserializer = decoder_of(plain, topic)
         elif deserializer is None or callable(deserializer):
             self.deserializer = deserializer
         else:
-            raise ConfigError(f"consuming({topic!r}, ...) takes a deserializer (bytes -> task) or a "
-                              f"TaskExtractor (an object with extract(record)), got {deserializer!r}.")
+            raise ConfigError(f"consuming({topic!r}, ...) takes a deserializer (bytes -> task, or a strom "
+                              f"Serde or Deserializer) or a TaskExtractor (an object with extract(record)), "
+                              f"got {deserializer!r}.")
         self.processors: list[ProcessFn | _Scoped] = []
         self._singleton_lock = threading.Lock()
 
     @classmethod
     def consuming(cls, topic: str,
                   deserializer: Deserializer | TaskExtractor | None = None) -> ProcessorsBuilder:
-        """``deserializer`` turns the record value (bytes) into the task (without one, tasks are bytes); a
-        TaskExtractor instead reads task and metadata from the whole record, in any format."""
+        """``deserializer`` (a function, or a strom Serde or Deserializer such as a Schema Registry serde)
+        turns the record value (bytes) into the task (without one, tasks are bytes); a TaskExtractor instead
+        reads task and metadata from the whole record, in any format."""
         return cls(topic, deserializer)
 
     def then_process(self, processor: Any,
