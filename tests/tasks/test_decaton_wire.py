@@ -115,6 +115,7 @@ def test_retry_goes_to_topic_retry_in_decatons_format_and_reads_a_java_retry(bro
         with lock:
             seen.append((task, context.metadata().retry_count))
         if task == "first" and context.metadata().retry_count == 0:
+            context.headers().add("note", b"retried")  # Kafka's mutable Headers: the retry carries it
             context.retry()
 
     retried_at = time.time()
@@ -131,7 +132,8 @@ def test_retry_goes_to_topic_retry_in_decatons_format_and_reads_a_java_retry(bro
         subscription.close()
     assert retry_record.key() == b"k" and retry_record.value() == b'"first"'
     headers = retry_record.headers()
-    assert ("trace", b"t-1") in headers and [n for n, _ in headers].count("dt_meta") == 1
+    assert ("trace", b"t-1") in headers and ("note", b"retried") in headers
+    assert [n for n, _ in headers].count("dt_meta") == 1
     meta = decaton_pb2.TaskMetadataProto.FromString(dict(headers)["dt_meta"])
     assert (meta.timestamp_millis, meta.source_application_id, meta.source_instance_id, meta.retry_count) == (
         42, "java-app", "java-host", 1)

@@ -4,6 +4,7 @@ Build a subscription with :class:`SubscriptionBuilder` and :class:`ProcessorsBui
 concurrency core (:class:`KeyOrderedExecutor`) is reusable without Kafka.
 """
 
+from strom.kafka.headers import Header, Headers
 from strom.tasks.batching import BatchingProcessor, BatchingTask
 from strom.tasks.client import DecatonClient, DecatonClientBuilder, PutTaskResult
 from strom.tasks.commit_control import OffsetState, OutOfOrderCommitControl
@@ -39,6 +40,8 @@ __all__ = [
     "DecatonClientBuilder",
     "DecatonTask",
     "FilePropertySupplier",
+    "Header",
+    "Headers",
     "KafkaTopicPropertySupplier",
     "KeyOrderedExecutor",
     "OffsetState",

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from strom.errors import ConfigError
+from strom.kafka.headers import Headers
 from strom.tasks.completion import Completion, TimeoutChoice
 from strom.tasks.protocol import WireMetadata
 
 if TYPE_CHECKING:
     from strom.tasks.processors import ProcessPipeline
 
-Headers = list[tuple[str, bytes | None]]
 T = TypeVar("T")
+RawHeaders = list[tuple[str, bytes | None]]
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class DecatonTask(Generic[T]):
 # because the garbage collector stops tracking a tuple of bytes and ints at its first young collection.
 # A confluent_kafka.Message stays tracked: thousands of them pending were promoted through every generation
 # and made full collections (tens of ms with the GIL held) recur while tasks waited.
-Record = tuple[int, bytes | None, bytes | None, int, Headers | None]
+Record = tuple[int, bytes | None, bytes | None, int, RawHeaders | None]
 OFFSET, KEY, VALUE, TIMESTAMP, HEADERS = range(5)
 
 
@@ -85,7 +86,8 @@ class TaskRequest:
     Decaton metadata (None: the record carried none) and ``task_bytes`` what a retry sends again; the
     pipeline's extraction sets both."""
 
-    __slots__ = ("_open", "_shared", "offset", "pipeline", "record", "started", "task_bytes", "wire")
+    __slots__ = ("_headers", "_open", "_shared", "offset", "pipeline", "record", "started", "task_bytes",
+                 "wire")
 
     def __init__(self, record: Record, pipeline: ProcessPipeline) -> None:
         self.record = record
@@ -93,6 +95,7 @@ class TaskRequest:
         self.pipeline = pipeline
         self.wire: WireMetadata | None = None
         self.task_bytes = record[VALUE]
+        self._headers: Headers | None = None
         self.started = 0.0
         self._open = 1
         self._shared = False
@@ -107,7 +110,10 @@ class TaskRequest:
 
     @property
     def headers(self) -> Headers:
-        return self.record[HEADERS] or []
+        """The record's headers, made on first use; changes a processor makes go with a retry."""
+        if self._headers is None:
+            self._headers = Headers(self.record[HEADERS])
+        return self._headers
 
     @property
     def due_ms(self) -> int:

@@ -6,6 +6,7 @@ import logging
 import operator
 from collections import deque
 
+from strom.kafka.headers import Headers
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
 from strom.tasks.context import HEADERS, KEY, OFFSET, TIMESTAMP, VALUE, ConsumedRecord, Record
@@ -118,7 +119,7 @@ class PartitionContext:
                 complete(record[OFFSET])
             elif manager is not None and (rate := manager.record(key)) is not None:
                 consumed = ConsumedRecord(self.topic, self.partition, record[OFFSET], record[TIMESTAMP], key,
-                                          record[VALUE], record[HEADERS] or [])
+                                          record[VALUE], Headers(record[HEADERS]))
                 self._quota.shape(consumed, rate, lambda offset=record[OFFSET]: complete(offset))  # type: ignore[union-attr]
             else:
                 admitted.append(record)

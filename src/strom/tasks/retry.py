@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, Producer
 from strom.errors import ConfigError
 from strom.kafka import clients
 from strom.tasks.completion import Completion
-from strom.tasks.context import Headers, TaskRequest
+from strom.tasks.context import RawHeaders, TaskRequest
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 from strom.tasks.protocol import with_metadata_header
 
@@ -78,7 +78,7 @@ class RetryQueue:
             wire = replace(wire, retry_count=attempt, scheduled_time_ms=due_ms)
         self._produce(topic, request, with_metadata_header(request.headers, wire), completion)
 
-    def _produce(self, topic: str, request: TaskRequest, headers: Headers, completion: Completion) -> None:
+    def _produce(self, topic: str, request: TaskRequest, headers: RawHeaders, completion: Completion) -> None:
         def delivered(err: KafkaError | None, _msg: object) -> None:
             if err is None:
                 completion.complete()
