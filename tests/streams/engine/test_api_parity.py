@@ -112,3 +112,27 @@ def test_lru_map_keeps_the_most_recently_used_keys_and_deletes_the_evicted_in_it
     assert changelog == [(b"a", 1), (b"b", 2), (b"c", 3), (b"b", None)]
     with pytest.raises(Exception, match="max_cache_size"):
         Stores.lru_map("bad", 0)
+
+
+class ConfigReader(Processor):
+    seen: dict = {}
+
+    def init(self, context):
+        ConfigReader.seen = {"configs": context.app_configs(),
+                             "consumer": context.app_configs_with_prefix("consumer."),
+                             "key": context.key_serde(), "value": context.value_serde()}
+
+    def process(self, record: Record) -> None:
+        pass
+
+
+def test_processor_context_serdes_and_app_configs_as_kafkas(props):
+    topology = (Topology().add_source("src", "in", key_serde=S, value_serde=S)
+                .add_processor("read", ConfigReader, "src"))
+    with TopologyTestDriver(topology, {**props, "default.value.serde": "Long",
+                                       "consumer.max.poll.records": 10}):
+        pass
+    seen = ConfigReader.seen
+    assert seen["configs"]["application.id"] == "app" and seen["configs"]["commit.interval.ms"] == 30_000
+    assert seen["consumer"] == {"max.poll.records": 10}
+    assert isinstance(seen["key"], type(S)) and isinstance(seen["value"], type(L))

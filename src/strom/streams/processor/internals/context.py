@@ -147,9 +147,22 @@ class ProcessorContextImpl:
     def task_id(self) -> str:
         return self.task.task_id
 
-    @property
     def app_configs(self) -> dict[str, Any]:
+        """Every configuration of the application, defaults included (Kafka's ``appConfigs()``)."""
         return self.task.config.as_dict()
+
+    def app_configs_with_prefix(self, prefix: str) -> dict[str, Any]:
+        """The configurations whose key starts with ``prefix``, keyed without it."""
+        return {key.removeprefix(prefix): value for key, value in self.app_configs().items()
+                if key.startswith(prefix)}
+
+    def key_serde(self) -> Any:
+        """The default key serde (``default.key.serde``); a ConfigError if none is set."""
+        return self.task.key_serde
+
+    def value_serde(self) -> Any:
+        """The default value serde (``default.value.serde``); a ConfigError if none is set."""
+        return self.task.value_serde
 
     @property
     def state_dir(self) -> Path:
