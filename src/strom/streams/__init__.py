@@ -40,6 +40,9 @@ from strom.streams.kstream.windows import (
 )
 from strom.streams.processor import (
     AutoOffsetReset,
+    FixedKeyProcessor,
+    FixedKeyProcessorContext,
+    FixedKeyRecord,
     Processor,
     ProcessorContext,
     PunctuationType,
@@ -62,6 +65,9 @@ __all__ = [
     "Change",
     "Consumed",
     "EmitStrategy",
+    "FixedKeyProcessor",
+    "FixedKeyProcessorContext",
+    "FixedKeyRecord",
     "GlobalKTable",
     "Grouped",
     "JoinWindows",

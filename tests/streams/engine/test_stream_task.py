@@ -9,6 +9,7 @@ from strom.errors import ProcessingError, SerializationError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
+    FixedKeyProcessor,
     Materialized,
     Processor,
     StreamsBuilder,
@@ -149,7 +150,7 @@ def test_production_errors_fail_the_commit_unless_handled(tmp_path):
 def test_flush_hook_runs_before_caches_and_abort_drops_uncommitted_writes(tmp_path):
     events = []
 
-    class Buffering(Processor):
+    class Buffering(FixedKeyProcessor):
         """Holds records until flush(), like a concurrent step finishing its in-flight work."""
 
         def init(self, context):

@@ -9,6 +9,12 @@ from strom.streams.processor.api import (
     Record,
     RecordMetadata,
 )
+from strom.streams.processor.fixed_key import (
+    FixedKeyProcessor,
+    FixedKeyProcessorContext,
+    FixedKeyProcessorSupplier,
+    FixedKeyRecord,
+)
 from strom.streams.processor.internals.handlers import (
     DefaultProductionExceptionHandler,
     ErrorHandlerContext,
@@ -33,6 +39,10 @@ __all__ = [
     "DefaultProductionExceptionHandler",
     "ErrorHandlerContext",
     "FailOnInvalidTimestamp",
+    "FixedKeyProcessor",
+    "FixedKeyProcessorContext",
+    "FixedKeyProcessorSupplier",
+    "FixedKeyRecord",
     "HandlerResponse",
     "LogAndContinueExceptionHandler",
     "LogAndContinueProcessingExceptionHandler",
