@@ -47,6 +47,7 @@ from strom.streams.processor import (
     ProcessorContext,
     PunctuationType,
     Record,
+    StreamPartitioner,
     Topology,
     TopologyDescription,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "StoreType",
     "Stores",
     "StreamJoined",
+    "StreamPartitioner",
     "StreamTask",
     "StreamsBuilder",
     "StreamsConfig",

@@ -80,6 +80,10 @@ class _DriverSink:
     def flush(self, collector: RecordCollector) -> None:
         """Delivery is synchronous here."""
 
+    def partition_count(self, topic: str) -> int:
+        """The driver's topics have one partition (a StreamPartitioner is asked with 1)."""
+        return 1
+
 
 def to_millis(value: int | datetime | timedelta) -> int:
     """Milliseconds from an int (already ms), an aware or naive-UTC datetime, or a timedelta."""

@@ -30,6 +30,7 @@ from strom.streams.processor.internals.handlers import (
     WallclockTimestampExtractor,
 )
 from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.partitioner import StreamPartitioner
 from strom.streams.processor.topology import Topology, TopologyDescription
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "PunctuationType",
     "Record",
     "RecordMetadata",
+    "StreamPartitioner",
     "TaskId",
     "TopicPartition",
     "Topology",
