@@ -35,6 +35,7 @@ from strom.streams.kstream.windows import (
     SessionWindows,
     SlidingWindows,
     TimeWindows,
+    UnlimitedWindows,
     Window,
     Windowed,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "Topology",
     "TopologyDescription",
     "TopologyTestDriver",
+    "UnlimitedWindows",
     "ValueAndTimestamp",
     "ValueTransformerWithKey",
     "VersionedRecord",

@@ -106,7 +106,7 @@ class _Builder:
     def _changelog_defaults(self) -> dict[str, str]:
         """Windowed changelogs are compacted *and* deleted by time, as Kafka Streams creates them:
         keys of expired windows are never written again, so compaction alone would keep them forever."""
-        retention = self.supplier.retention_ms + CHANGELOG_ADDITIONAL_RETENTION_MS
+        retention = min(self.supplier.retention_ms + CHANGELOG_ADDITIONAL_RETENTION_MS, 2**63 - 1)
         return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
 
     @property
