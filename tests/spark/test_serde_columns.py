@@ -34,8 +34,8 @@ def test_json_values_decoded_from_a_topic_and_encoded_back(spark, broker, new_to
     (shouted.write.format("strom").mode("append").option("kafka.bootstrap.servers", broker.bootstrap_servers)
      .option("topic", target).save())
     written = consume_all(broker.bootstrap_servers, target, expected=2)
-    assert sorted(json.loads(m.value()) for m in written) == [{"id": 1, "item": "TEA"},
-                                                              {"id": 2, "item": "JAM"}]
+    values = sorted((json.loads(m.value()) for m in written), key=lambda order: order["id"])
+    assert values == [{"id": 1, "item": "TEA"}, {"id": 2, "item": "JAM"}]
 
 
 def test_a_schema_registry_serde_works_on_the_executors(spark):

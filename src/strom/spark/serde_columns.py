@@ -28,7 +28,7 @@ def from_serde(column: Column | str, serde: Serde[Any], data_type: DataType | st
     e.g. ``"struct<id:bigint,item:string>"``); null stays null."""
     deserializer = serde.deserializer()
 
-    def decode(data: bytes | None) -> Any:
+    def decode(data):  # no type hints: Spark would take them for a pandas UDF's
         return None if data is None else deserializer.deserialize(topic, bytes(data))
 
     return udf(decode, data_type)(_column(column))
@@ -39,7 +39,7 @@ def to_serde(column: Column | str, serde: Serde[Any], topic: str) -> Column:
     structs reach the serde as dicts."""
     serializer = serde.serializer()
 
-    def encode(value: Any) -> bytes | None:
+    def encode(value):  # no type hints, as decode
         if isinstance(value, Row):
             value = value.asDict(recursive=True)
         return serializer.serialize(topic, value)
