@@ -88,3 +88,13 @@ def test_a_global_processor_cannot_forward():
     with TopologyTestDriver(topology(Forwarding), PROPS) as driver, \
             pytest.raises(TopologyError, match="cannot forward"):
         driver.create_input_topic("rates", S, S).pipe_input("EUR", "1.1")
+
+
+def test_topology_description_lists_the_global_stores():
+    description = topology().describe()
+    [store] = description.global_stores()
+    assert store.id == 1 and store.id == description.subtopologies[-1].id
+    assert store.source.kind == "Source" and store.source.detail == "topics: [rates]"
+    assert store.processor.kind == "Processor" and store.processor.detail == "stores: [rates]"
+    assert store.source.successors == [store.processor.name]
+    assert StreamsBuilder().build().describe().global_stores() == []

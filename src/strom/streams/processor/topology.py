@@ -49,9 +49,24 @@ class SubtopologyDescription:
         return f"Sub-topology: {self.id}{suffix}\n" + "".join(f"    {node}" for node in self.nodes) + "\n"
 
 
+@dataclass(frozen=True)
+class GlobalStoreDescription:
+    """Kafka's TopologyDescription.GlobalStore: the source and the processor that fill a global store."""
+
+    id: int
+    source: NodeDescription
+    processor: NodeDescription
+
+
 @dataclass
 class TopologyDescription:
     subtopologies: list[SubtopologyDescription]
+    """Every sub-topology as printed, the global stores' last (numbered after the task ones)."""
+
+    def global_stores(self) -> list[GlobalStoreDescription]:
+        """The global stores (Kafka's ``globalStores()``), in sub-topology order."""
+        return [GlobalStoreDescription(sub.id, sub.nodes[0], sub.nodes[1])
+                for sub in self.subtopologies if sub.global_store]
 
     def __str__(self) -> str:
         """Byte for byte as Kafka Streams prints it (including its odd indentation: the first
