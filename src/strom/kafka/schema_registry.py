@@ -187,25 +187,43 @@ class SchemaRegistrySerde(BaseSerde[Any]):
         return f"{type(self).__name__}({self._client_config['url']!r}, is_key={self.is_key})"
 
 
-class GenericAvroSerde(SchemaRegistrySerde):
+class _SchemaTextSerde(SchemaRegistrySerde):
+    """A format whose schema is text (Avro, JSON Schema): written with ``schema``, read with the writer's
+    schema from the registry (or ``schema`` as the reader's, if given)."""
+
+    serializer_class: Any
+    deserializer_class: Any
+
+    def __init__(self, config: Mapping[str, Any], schema: str | Mapping[str, Any] | None = None,
+                 is_key: bool = False, client: SchemaRegistryClient | None = None) -> None:
+        super().__init__(config, is_key, client)
+        self.schema = schema if schema is None or isinstance(schema, str) else json.dumps(schema)
+
+    def _make_serializer(self) -> Callable[[Any, SerializationContext], bytes]:
+        return self.serializer_class(schema_registry_client=self.client, schema_str=self.schema,
+                                     conf=self._serializer_config())
+
+    def _make_deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
+        return self.deserializer_class(schema_registry_client=self.client, schema_str=self.schema,
+                                       conf=self._deserializer_config())
+
+
+class GenericAvroSerde(_SchemaTextSerde):
     """Avro records as dicts (Confluent's ``GenericAvroSerde``). ``schema`` (an Avro schema as JSON text or
     a dict) is what is written; without one, ``use.latest.version`` must be set. Reading uses the writer's
     schema from the registry, or ``schema`` as the reader schema if given."""
 
     name = "GenericAvro"
+    serializer_class = AvroSerializer
+    deserializer_class = AvroDeserializer
 
-    def __init__(self, config: Mapping[str, Any], schema: str | Mapping[str, Any] | None = None,
-                 is_key: bool = False, client: SchemaRegistryClient | None = None) -> None:
-        super().__init__(config, is_key, client)
-        self.schema = schema if schema is None or isinstance(schema, str) else _json_text(schema)
 
-    def _make_serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        return AvroSerializer(schema_registry_client=self.client, schema_str=self.schema,
-                              conf=self._serializer_config())
+class KafkaJsonSchemaSerde(_SchemaTextSerde):
+    """JSON documents validated against a JSON Schema (Confluent's ``KafkaJsonSchemaSerde``)."""
 
-    def _make_deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
-        return AvroDeserializer(schema_registry_client=self.client, schema_str=self.schema,
-                                conf=self._deserializer_config())
+    name = "KafkaJsonSchema"
+    serializer_class = JSONSerializer
+    deserializer_class = JSONDeserializer
 
 
 class KafkaProtobufSerde(SchemaRegistrySerde):
@@ -228,29 +246,6 @@ class KafkaProtobufSerde(SchemaRegistrySerde):
     def _make_deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
         return ProtobufDeserializer(message_type=self.message_type, schema_registry_client=self.client,
                                     conf=self._deserializer_config())
-
-
-class KafkaJsonSchemaSerde(SchemaRegistrySerde):
-    """JSON documents validated against a JSON Schema (Confluent's ``KafkaJsonSchemaSerde``)."""
-
-    name = "KafkaJsonSchema"
-
-    def __init__(self, config: Mapping[str, Any], schema: str | Mapping[str, Any] | None = None,
-                 is_key: bool = False, client: SchemaRegistryClient | None = None) -> None:
-        super().__init__(config, is_key, client)
-        self.schema = schema if schema is None or isinstance(schema, str) else _json_text(schema)
-
-    def _make_serializer(self) -> Callable[[Any, SerializationContext], bytes]:
-        return JSONSerializer(schema_str=self.schema, schema_registry_client=self.client,
-                              conf=self._serializer_config())
-
-    def _make_deserializer(self) -> Callable[[bytes, SerializationContext], Any]:
-        return JSONDeserializer(schema_str=self.schema, schema_registry_client=self.client,
-                                conf=self._deserializer_config())
-
-
-def _json_text(schema: Mapping[str, Any]) -> str:
-    return json.dumps(schema)
 
 
 FORMATS = ("avro", "protobuf", "json_schema")
