@@ -92,3 +92,15 @@ def test_internal_topics_and_store_are_named_as_kafka_names_them():
     stores = set(internal.store_builders)
     assert "orders-subscription-store" in stores
     assert any(name.startswith("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-") for name in stores)
+
+
+@pytest.mark.parametrize("kind", ["join", "left_join"])
+def test_a_key_value_foreign_key_extractor_sees_the_left_key_kip_1104(kind):
+    seen = []
+
+    def extractor(key, value):
+        seen.append(key)
+        return value["fk"]
+
+    assert _run(_topology(kind, extractor), ROWS) == [(t, EXPECTED[kind].get(t, [])) for t, *_ in ROWS]
+    assert set(seen) == {"A", "B", "C"}

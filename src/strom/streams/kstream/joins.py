@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
+from strom.streams.kstream.internals.functions import value_function
 from strom.streams.kstream.internals.stream_table_join import BufferedKStreamKTableJoin, KStreamKTableJoin
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.internals.table_lookup import ensure_materialized
@@ -163,7 +164,8 @@ def _foreign_key_join_names(builder: InternalStreamsBuilder, named: Named | None
 def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extractor: Callable[[Any], Any],
                      joiner: Callable[..., Any], named: Named | None = None,
                      materialized: Materialized | None = None) -> KTable:
-    """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` names."""
+    """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` (or
+    ``foreign_key_extractor(left key, left value)``, KIP-1104) names."""
     from strom.kafka.serdes import Serdes
     from strom.streams.kstream.internals import foreign_key_join as fk
     from strom.streams.kstream.internals.materialize import table_store_builder
@@ -172,9 +174,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
 
     if right.builder is not left.builder:
         raise TopologyError("Cannot join tables of different StreamsBuilders.")
-    if not callable(foreign_key_extractor):
-        raise TopologyError("A foreign-key join needs a foreign_key_extractor(value), got "
-                            f"{foreign_key_extractor!r}.")
+    extract = value_function(foreign_key_extractor, "a foreign-key join's foreign_key_extractor")
     fn = value_joiner(joiner, "KTable foreign-key join")
     builder = left.builder
     b = builder.internal
@@ -189,7 +189,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     for topic in (subscription_topic, response_topic):
         b.add_internal_topic(topic)
     bytes_serde = Serdes.ByteArray()
-    b.add_processor(send, lambda: fk.SubscriptionSend(foreign_key_extractor, fn, left_join, serdes,
+    b.add_processor(send, lambda: fk.SubscriptionSend(extract, fn, left_join, serdes,
                                                       f"{base}-subscription-sink", result), left.name)
     b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
                value_serde=bytes_serde)

@@ -87,9 +87,9 @@ class _Serdes:
 class SubscriptionSend(Processor):
     """Left side, step 1: turns each left update into subscription messages (key: fk bytes)."""
 
-    def __init__(self, extractor: Callable[[Any], Any], joiner: ValueJoiner, left_join: bool,
+    def __init__(self, extractor: Callable[[Any, Any], Any], joiner: ValueJoiner, left_join: bool,
                  serdes: tuple[Any, Any, Any, Any], sink: str, result: str) -> None:
-        self.extractor = extractor
+        self.extractor = extractor  # (key, value) -> foreign key (KIP-1104)
         self.joiner = joiner
         self.left_join = left_join
         self.serde_config = serdes
@@ -100,8 +100,8 @@ class SubscriptionSend(Processor):
         self.context = context
         self.serdes = _Serdes(context, *self.serde_config)
 
-    def _fk_bytes(self, value: Any) -> bytes | None:
-        fk = None if value is None else self.extractor(value)
+    def _fk_bytes(self, key: Any, value: Any) -> bytes | None:
+        fk = None if value is None else self.extractor(key, value)
         return None if fk is None else self.serdes.fk.serializer().serialize(None, fk)
 
     def process(self, record: Record) -> None:
@@ -111,7 +111,7 @@ class SubscriptionSend(Processor):
             return
         pk = self.serdes.pk.serializer().serialize(None, record.key)
         hashed = value_hash(self.serdes.left_value.serializer().serialize(None, new))
-        new_fk, old_fk = self._fk_bytes(new), self._fk_bytes(old)
+        new_fk, old_fk = self._fk_bytes(record.key, new), self._fk_bytes(record.key, old)
         if old_fk is not None and old_fk != new_fk:
             # the old fk answers (with no right value) only when no new subscription will answer
             answered_elsewhere = new_fk is not None or (self.left_join and new is not None)
