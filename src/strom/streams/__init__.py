@@ -27,7 +27,7 @@ from strom.streams.kstream import (
 )
 from strom.streams.kstream.emit_strategy import EmitStrategy
 from strom.streams.kstream.global_table import GlobalKTable
-from strom.streams.kstream.join_options import Joined, StreamJoined
+from strom.streams.kstream.join_options import Joined, StreamJoined, TableJoined
 from strom.streams.kstream.suppressed import BufferConfig, Suppressed
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import (
@@ -100,6 +100,7 @@ __all__ = [
     "StreamsBuilder",
     "StreamsConfig",
     "Suppressed",
+    "TableJoined",
     "TestInputTopic",
     "TestOutputTopic",
     "TestRecord",

@@ -104,6 +104,35 @@ class StreamJoined:
         return dataclasses.replace(self, other_store_supplier=supplier)
 
 
+@dataclass(frozen=True)
+class TableJoined:
+    """Name and partitioners of a foreign-key join (Kafka's TableJoined): ``partitioner`` is how this
+    (left) table's topic is partitioned, ``other_partitioner`` the other (right) table's; the join's
+    internal topics are partitioned the same way, so its subscriptions and responses reach the tasks that
+    own those keys. Either a StreamPartitioner or a function, as for ``Produced``; None: the default."""
+
+    partitioner: Any = None
+    other_partitioner: Any = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(partitioner: Any = None, other_partitioner: Any = None) -> TableJoined:
+        return TableJoined(partitioner, other_partitioner)
+
+    @staticmethod
+    def as_(name: str) -> TableJoined:
+        return TableJoined(name=name)
+
+    def with_name(self, name: str) -> TableJoined:
+        return dataclasses.replace(self, name=name)
+
+    def with_partitioner(self, partitioner: Any) -> TableJoined:
+        return dataclasses.replace(self, partitioner=partitioner)
+
+    def with_other_partitioner(self, partitioner: Any) -> TableJoined:
+        return dataclasses.replace(self, other_partitioner=partitioner)
+
+
 ValueJoiner = Callable[[Any, Any, Any], Any]
 
 

@@ -21,7 +21,7 @@ from strom.streams.kstream.internals.table_table_join import (
     KTableKTableJoinSide,
     SideMode,
 )
-from strom.streams.kstream.join_options import Joined, value_joiner
+from strom.streams.kstream.join_options import Joined, TableJoined, value_joiner
 from strom.streams.kstream.options import Materialized, Named
 from strom.streams.state.record_buffer import record_buffer_builder
 from strom.streams.state.stores import VersionedKeyValueStoreBuilder
@@ -150,6 +150,18 @@ def table_join(left: KTable, right: KTable, kind: str, *args: Any, **kwargs: Any
     return table_table_join(left, right, kind, *args, **kwargs)
 
 
+def _key_partitioner(partitioner: Any, key_serde: Any, which: str) -> Any:
+    """A TableJoined partitioner for an internal topic of serialized keys; None stays the default."""
+    from strom.streams.kstream.internals.foreign_key_join import KeyBytesPartitioner
+
+    if partitioner is None:
+        return None
+    if key_serde is None:
+        raise TopologyError(f"TableJoined's {which} needs the table's key serde to read keys: give the "
+                            "table one (Consumed.with_ or Materialized.with_key_serde).")
+    return KeyBytesPartitioner(partitioner, key_serde)
+
+
 def _foreign_key_join_names(builder: InternalStreamsBuilder, named: Named | None) -> tuple[str, str, str]:
     """Kafka's names of the subscription topic, response topic and subscription store: from the join's
     name, else ``KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`` and so on."""
@@ -161,8 +173,8 @@ def _foreign_key_join_names(builder: InternalStreamsBuilder, named: Named | None
             f"KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-{builder.next_index()}")
 
 
-def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extractor: Callable[[Any], Any],
-                     joiner: Callable[..., Any], named: Named | None = None,
+def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extractor: Callable[..., Any],
+                     joiner: Callable[..., Any], named: Named | TableJoined | None = None,
                      materialized: Materialized | None = None) -> KTable:
     """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` (or
     ``foreign_key_extractor(left key, left value)``, KIP-1104) names."""
@@ -176,6 +188,12 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
         raise TopologyError("Cannot join tables of different StreamsBuilders.")
     extract = value_function(foreign_key_extractor, "a foreign-key join's foreign_key_extractor")
     fn = value_joiner(joiner, "KTable foreign-key join")
+    table_joined = named if isinstance(named, TableJoined) else TableJoined()
+    if isinstance(named, TableJoined):
+        named = Named(named.name)
+    subscription_partitioner = _key_partitioner(table_joined.other_partitioner, right.key_serde,
+                                                "other_partitioner")
+    response_partitioner = _key_partitioner(table_joined.partitioner, left.key_serde, "partitioner")
     builder = left.builder
     b = builder.internal
     base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
@@ -192,7 +210,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
     b.add_processor(send, lambda: fk.SubscriptionSend(extract, fn, left_join, serdes,
                                                       f"{base}-subscription-sink", result), left.name)
     b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
-               value_serde=bytes_serde)
+               value_serde=bytes_serde, partitioner=subscription_partitioner)
     b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
     subscriptions = dsl_store_builder(
         None, partial(key_value_supplier, subscription_store),
@@ -206,7 +224,8 @@ def foreign_key_join(left: KTable, right: KTable, kind: str, foreign_key_extract
                     right.name)
     b.connect_processor_and_state_stores(f"{base}-foreign-table-change", subscription_store)
     b.add_sink(f"{base}-response-sink", response_topic, f"{base}-subscription-receive",
-               f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde)
+               f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde,
+               partitioner=response_partitioner)
     b.add_source(f"{base}-response-source", [response_topic], bytes_serde, bytes_serde)
     b.add_processor(f"{base}-response-join", lambda: fk.ResponseJoin(left_store, fn, left_join, serdes),
                     f"{base}-response-source")

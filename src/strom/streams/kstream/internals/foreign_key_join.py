@@ -25,6 +25,7 @@ from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.join_options import ValueJoiner
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.partitioner import StreamPartitioner, partition_chooser
 
 _LENGTH = struct.Struct(">i")
 HASH_SIZE = 16
@@ -225,3 +226,16 @@ class ResponseJoin(Processor):
         else:
             result = self.joiner(pk, current_value, foreign)
         self.context.forward(Record(pk, Change(result, None), record.timestamp, record.headers))
+
+
+class KeyBytesPartitioner(StreamPartitioner):
+    """A TableJoined partitioner on an internal topic whose keys are serialized (the foreign key on the
+    subscription topic, the primary key on the response topic): the user's partitioner sees the key."""
+
+    def __init__(self, partitioner: Any, key_serde: Any) -> None:
+        self.choose = partition_chooser(partitioner)
+        self.key_deserializer = key_serde.deserializer()
+
+    def partitions(self, topic: str, key: Any, value: Any, num_partitions: int) -> set[int] | None:
+        return self.choose(topic, self.key_deserializer.deserialize(topic, key), None,
+                           lambda _topic: num_partitions)
