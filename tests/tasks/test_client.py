@@ -12,7 +12,7 @@ import pytest
 from strom.errors import ConfigError, SerializationError
 from strom.kafka.schema_registry import GenericAvroSerde
 from strom.tasks import DecatonClient, ProcessorsBuilder, SubscriptionBuilder
-from tasks.tasks_kafka import create_topic, unique, wait_for
+from support.kafka import create_topic, unique, wait_for
 
 pytestmark = pytest.mark.broker
 

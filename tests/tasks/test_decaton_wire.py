@@ -26,7 +26,7 @@ from strom.tasks import (
     SubscriptionBuilder,
     SubscriptionState,
 )
-from tasks.tasks_kafka import create_topic, read_all, unique, wait_for
+from support.kafka import create_topic, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -92,7 +92,7 @@ def test_strom_decaton_clients_record_is_what_a_java_processor_reads(broker, dec
     with (DecatonClient.producing(topic, lambda task: json.dumps(task).encode()).application_id("shop")
           .instance_id("web-1").producer_config({"bootstrap.servers": bootstrap}).build()) as client:
         client.put("user-9", {"n": 9}, timestamp_ms=5_000, scheduled_time_ms=7_000).result(timeout=30)
-    [record] = read_all(bootstrap, topic, 1)
+    [record] = read_topic(bootstrap, topic, expected=1)
     assert record.key() == b"user-9" and json.loads(record.value()) == {"n": 9}
     [(name, raw)] = record.headers()
     assert name == "dt_meta"
@@ -121,7 +121,7 @@ def test_retry_goes_to_topic_retry_in_decatons_format_and_reads_a_java_retry(bro
     retried_at = time.time()
     subscription = _subscribe(bootstrap, topic, process, retry=RetryConfig.with_backoff(400))
     try:
-        [retry_record] = read_all(bootstrap, f"{topic}-retry", 1)
+        [retry_record] = read_topic(bootstrap, f"{topic}-retry", expected=1)
         # a retry record as a Java Decaton processor writes it: strom must process it as the 3rd attempt
         java_retry = decaton_pb2.TaskMetadataProto(timestamp_millis=7, retry_count=2,
                                                    scheduled_time_millis=int(time.time() * 1000))
@@ -193,4 +193,4 @@ def test_a_key_over_its_quota_goes_to_the_shaping_topic_and_is_processed_from_th
     shaped = [(key, task) for t, key, task in seen if t == f"{topic}-shaping"]
     assert shaped and all(key == b"hot" for key, _ in shaped)  # only the bursting key is shaped
     assert sorted(task for t, key, task in seen if key == b"hot") == list(range(150))  # each once
-    assert len(read_all(bootstrap, f"{topic}-shaping", len(shaped))) == len(shaped)
+    assert len(read_topic(bootstrap, f"{topic}-shaping", expected=len(shaped))) == len(shaped)

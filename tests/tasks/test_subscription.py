@@ -28,12 +28,12 @@ from strom.tasks import (
 )
 from strom.tasks.properties import ProcessorPropertiesView
 from strom.tasks.protocol import metadata_header
-from tasks.tasks_kafka import (
+from support.kafka import (
     committed_offsets,
     create_topic,
     end_offsets,
     produce,
-    read_all,
+    read_topic,
     unique,
     wait_for,
 )
@@ -228,7 +228,7 @@ def test_retry_with_backoff_then_dead_letter(broker) -> None:
     group = unique("retry")
     sub = _subscription(bootstrap, topic, process, {"strom.retry.max.attempts": 2}, group=group,
                         retry=RetryConfig.with_backoff(300))
-    dead = read_all(bootstrap, f"{topic}-dlq", 1, 30)
+    dead = read_topic(bootstrap, f"{topic}-dlq", expected=1, timeout=30)
     sub.close()
     assert [count for count, _ in attempts[42]] == [0, 1, 2]
     times = [t for _, t in attempts[42]]

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from strom.streams.state.base import WrappedStore
+from strom.streams.state.internals.layer import KeyValueStoreLayer
 
 
-class LRUEvictingStore(WrappedStore):
+class LRUEvictingStore(KeyValueStoreLayer):
     def __init__(self, wrapped: Any, max_entries: int) -> None:
         super().__init__(wrapped)
         self.max_entries = max_entries
