@@ -172,7 +172,7 @@ def test_a_key_over_its_quota_goes_to_the_shaping_topic_and_is_processed_from_th
     subscription = (SubscriptionBuilder.new_builder(unique("quota"))
                     .processors_builder(ProcessorsBuilder.consuming(topic, json.loads).then_process(process))
                     .properties({"decaton.commit.interval.ms": 100,
-                                 "decaton.per.key.quota.processing.rate": 30})
+                                 "decaton.per.key.quota.processing.rate": 50})
                     .consumer_config({"bootstrap.servers": bootstrap})
                     .enable_per_key_quota(PerKeyQuotaConfig.shape(window_ms=300))
                     .build_and_start())
@@ -180,17 +180,18 @@ def test_a_key_over_its_quota_goes_to_the_shaping_topic_and_is_processed_from_th
     try:
         # rates are of consumption: produce once the partition is assigned, so nothing arrives in a burst
         assert wait_for(lambda: subscription.state is SubscriptionState.RUNNING)
-        for i in range(150):  # "hot" at about 100 tasks/s, "cold" at 4/s, for 1.5 s
-            producer.produce(topic, json.dumps(i).encode(), b"hot")
-            if i % 25 == 0:
+        for i in range(20):  # "hot" at about 200 tasks/s, "cold" at 4/s (a loaded host: fewer, same ratio)
+            for j in range(10):
+                producer.produce(topic, json.dumps(i * 10 + j).encode(), b"hot")
+            if i % 5 == 0:
                 producer.produce(topic, json.dumps(i).encode(), b"cold")
             producer.poll(0)
-            time.sleep(0.01)
+            time.sleep(0.05)
         assert producer.flush(30) == 0
-        assert wait_for(lambda: len(seen) == 156, timeout_s=60)
+        assert wait_for(lambda: len(seen) == 204, timeout_s=60)
     finally:
         subscription.close()
     shaped = [(key, task) for t, key, task in seen if t == f"{topic}-shaping"]
     assert shaped and all(key == b"hot" for key, _ in shaped)  # only the bursting key is shaped
-    assert sorted(task for t, key, task in seen if key == b"hot") == list(range(150))  # each once
+    assert sorted(task for t, key, task in seen if key == b"hot") == list(range(200))  # each once
     assert len(read_topic(bootstrap, f"{topic}-shaping", expected=len(shaped))) == len(shaped)
