@@ -137,7 +137,7 @@ class Collect(BatchingProcessor[bytes]):
 
 
 def test_batching_processor_hands_over_full_batches_and_lingering_ones() -> None:
-    batcher = Collect(linger_ms=300, capacity=4)
+    batcher = Collect(linger_ms=1_000, capacity=4)
     batcher.hold.clear()
     ctx = _context(ProcessorsBuilder.consuming("t").then_process(batcher))
     ctx.add_records([fetched(o, b"k", str(o).encode()) for o in range(10)])
