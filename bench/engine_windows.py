@@ -32,11 +32,11 @@ from strom.streams import (
     Stores,
     StreamsBuilder,
     StreamsConfig,
-    StreamTask,
 )
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import TimeWindows
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.window import builders
 

@@ -6,9 +6,9 @@ import logging
 import operator
 from collections import deque
 
+from strom.concurrency import AsyncRuntime, KeyOrderedExecutor
 from strom.kafka.headers import Headers
 from strom.tasks.commit_control import OutOfOrderCommitControl
-from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
 from strom.tasks.context import HEADERS, KEY, OFFSET, TIMESTAMP, VALUE, ConsumedRecord, Record
 from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline

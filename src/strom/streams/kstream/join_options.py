@@ -14,6 +14,14 @@ from strom.streams.kstream.options import StoreType
 from strom.streams.kstream.windows import Duration, to_millis
 from strom.streams.state.window.builders import WindowBytesStoreSupplier
 
+__all__ = [
+    "Joined",
+    "Joiner",
+    "StreamJoined",
+    "TableJoined",
+    "ValueJoiner",
+]
+
 
 @dataclass(frozen=True)
 class Joined:
@@ -133,10 +141,14 @@ class TableJoined:
         return dataclasses.replace(self, other_partitioner=partitioner)
 
 
+Joiner = Callable[..., Any]
+"""What a user gives a join: ValueJoiner ``(left, right)`` or ValueJoinerWithKey ``(key, left, right)``."""
+
 ValueJoiner = Callable[[Any, Any, Any], Any]
+"""A joiner as the join processors call it, ``(key, left, right)`` (``value_joiner`` adapts a Joiner)."""
 
 
-def value_joiner(joiner: Callable[..., Any], operator: str) -> ValueJoiner:
+def value_joiner(joiner: Joiner, operator: str) -> ValueJoiner:
     """``joiner(left, right)`` or ``joiner(key, left, right)`` (Kafka's ValueJoinerWithKey)."""
     if not callable(joiner):
         raise TopologyError(f"{operator} needs a joiner function, got {joiner!r}.")

@@ -14,6 +14,20 @@ from strom.errors import TopologyError
 from strom.streams.processor.api import AutoOffsetReset
 from strom.streams.processor.partitioner import StreamPartitioner
 
+__all__ = [
+    "Branched",
+    "Consumed",
+    "Grouped",
+    "Materialized",
+    "Named",
+    "PartitionerLike",
+    "Printed",
+    "Produced",
+    "Repartitioned",
+    "StoreType",
+    "StreamPartitioner",
+]
+
 
 def _check_name(name: str | None) -> str | None:
     if name is not None and (not name or not all(c.isalnum() or c in "._-" for c in name)):

@@ -15,41 +15,26 @@ from strom.streams.processor.fixed_key import (
     FixedKeyProcessorSupplier,
     FixedKeyRecord,
 )
-from strom.streams.processor.internals.handlers import (
-    DefaultProductionExceptionHandler,
-    ErrorHandlerContext,
+from strom.streams.processor.partitioner import StreamPartitioner
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.timestamps import (
     FailOnInvalidTimestamp,
-    HandlerResponse,
-    LogAndContinueExceptionHandler,
-    LogAndContinueProcessingExceptionHandler,
-    LogAndContinueProductionExceptionHandler,
-    LogAndFailExceptionHandler,
-    LogAndFailProcessingExceptionHandler,
     LogAndSkipOnInvalidTimestamp,
+    TimestampExtractor,
     UsePartitionTimeOnInvalidTimestamp,
     WallclockTimestampExtractor,
 )
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
-from strom.streams.processor.partitioner import StreamPartitioner
 from strom.streams.processor.topology import Topology, TopologyDescription
 
 __all__ = [
     "AutoOffsetReset",
     "Cancellable",
     "ConsumerRecord",
-    "DefaultProductionExceptionHandler",
-    "ErrorHandlerContext",
     "FailOnInvalidTimestamp",
     "FixedKeyProcessor",
     "FixedKeyProcessorContext",
     "FixedKeyProcessorSupplier",
     "FixedKeyRecord",
-    "HandlerResponse",
-    "LogAndContinueExceptionHandler",
-    "LogAndContinueProcessingExceptionHandler",
-    "LogAndContinueProductionExceptionHandler",
-    "LogAndFailExceptionHandler",
-    "LogAndFailProcessingExceptionHandler",
     "LogAndSkipOnInvalidTimestamp",
     "Processor",
     "ProcessorContext",
@@ -58,6 +43,7 @@ __all__ = [
     "RecordMetadata",
     "StreamPartitioner",
     "TaskId",
+    "TimestampExtractor",
     "TopicPartition",
     "Topology",
     "TopologyDescription",

@@ -15,6 +15,13 @@ from typing import Any
 from strom.errors import TopologyError
 from strom.streams.processor.api import Headers, ProcessorContext, Record
 
+__all__ = [
+    "FixedKeyProcessor",
+    "FixedKeyProcessorContext",
+    "FixedKeyProcessorSupplier",
+    "FixedKeyRecord",
+]
+
 _Fields = namedtuple("_Fields", ("key", "value", "timestamp", "headers"))
 
 

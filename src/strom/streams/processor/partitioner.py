@@ -14,6 +14,10 @@ from typing import Any
 
 from strom.errors import TopologyError
 
+__all__ = [
+    "StreamPartitioner",
+]
+
 Partitions = set[int] | frozenset[int] | None
 Chooser = Callable[[str, Any, Any, Callable[[str], int]], Partitions]
 """(topic, key, value, partition_count(topic)) -> partitions; counts are asked only when needed."""

@@ -18,6 +18,14 @@ from strom.streams.processor.internals.builder import (
     TopicExtractor,
 )
 
+__all__ = [
+    "GlobalStoreDescription",
+    "NodeDescription",
+    "SubtopologyDescription",
+    "Topology",
+    "TopologyDescription",
+]
+
 log = logging.getLogger(__name__)
 
 @dataclass

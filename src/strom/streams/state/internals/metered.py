@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from strom.errors import InvalidStateStoreError, StromError
+from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serde, decoder_of, encoder_of
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
@@ -26,10 +26,6 @@ from strom.streams.state.internals.timestamps import (
 )
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from strom.streams.state.versioned import VersionedRecord, check_timestamp
-
-
-class NullKeyError(StromError, ValueError):
-    """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
 
 
 class StoreMetrics:
