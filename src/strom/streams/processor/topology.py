@@ -17,6 +17,7 @@ from strom.streams.processor.internals.builder import (
     SourceNodeFactory,
     TopicExtractor,
 )
+from strom.streams.processor.internals.global_state import GlobalStoreSpec
 
 __all__ = [
     "GlobalStoreDescription",
@@ -138,6 +139,18 @@ class Topology:
 
     def add_state_store(self, store_builder: Any, *processor_names: str) -> Topology:
         self.internal.add_state_store(store_builder, *processor_names)
+        return self
+
+    def add_global_store(self, store_builder: Any, source_name: str, key_serde: Any, value_serde: Any,
+                         topic: str, processor_name: str,
+                         state_update_supplier: ProcessorSupplier) -> Topology:
+        """Kafka's ``addGlobalStore``: every instance reads all of ``topic`` (source ``source_name``, with
+        these serdes) through its own ``state_update_supplier()`` processor (``processor_name``), which
+        writes the store; any processor reads it by name. The store has logging disabled: the topic is
+        its changelog."""
+        self.internal.add_global_store(GlobalStoreSpec(store_builder.name, topic, key_serde, value_serde,
+                                                       store_builder, source_name, processor_name,
+                                                       state_update_supplier))
         return self
 
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> Topology:

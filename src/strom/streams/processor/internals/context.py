@@ -43,6 +43,11 @@ def default_serde(config: StreamsConfig, which: str, user: str) -> Any:
     return Serdes.from_config(key, value)
 
 
+def with_prefix(configs: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Kafka's ``appConfigsWithPrefix``: the configurations under ``prefix``, keyed without it."""
+    return {key.removeprefix(prefix): value for key, value in configs.items() if key.startswith(prefix)}
+
+
 NO_RECORD = RecordContext(-1)
 
 
@@ -153,8 +158,7 @@ class ProcessorContextImpl:
 
     def app_configs_with_prefix(self, prefix: str) -> dict[str, Any]:
         """The configurations whose key starts with ``prefix``, keyed without it."""
-        return {key.removeprefix(prefix): value for key, value in self.app_configs().items()
-                if key.startswith(prefix)}
+        return with_prefix(self.app_configs(), prefix)
 
     def key_serde(self) -> Any:
         """The default key serde (``default.key.serde``); a ConfigError if none is set."""
