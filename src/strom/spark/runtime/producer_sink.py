@@ -11,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from strom.errors import UnknownTopicError
 from strom.kafka import clients
 from strom.kafka.transactional import TransactionalProducer
 from strom.streams.processor.api import Headers
@@ -37,6 +38,7 @@ class ProducerSink:
             self.producer = self.transactions.producer
         self.sent: Counter[str] = Counter()
         self._unpolled = 0
+        self._partition_counts: dict[str, int] = {}
 
     def send(self, collector: RecordCollector, topic: str, partition: int | None, key: bytes | None,
              value: bytes | None, timestamp: int, headers: Headers) -> None:
@@ -52,6 +54,17 @@ class ProducerSink:
         if self._unpolled >= _POLL_EVERY:
             self._unpolled = 0
             self.producer.poll(0)
+
+    def partition_count(self, topic: str) -> int:
+        """The topic's partition count, for a StreamPartitioner (asked once per topic)."""
+        count = self._partition_counts.get(topic)
+        if count is None:
+            meta = self.producer.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise UnknownTopicError(f"Output topic {topic!r} does not exist: create it before the "
+                                        "application starts.")
+            count = self._partition_counts[topic] = len(meta.partitions)
+        return count
 
     def flush(self, collector: RecordCollector) -> None:
         self._collector = collector
