@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from strom.kafka.schema_registry import GenericAvroSerde
 from strom.kafka.serdes import Serdes
-from strom.spark.serde_columns import from_serde, to_serde
+from strom.spark.connector.serde_columns import from_serde, to_serde
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
