@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Self
 
+__all__ = ["Header", "Headers"]
+
 
 class Header(NamedTuple):
     key: str

@@ -39,6 +39,18 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from strom.errors import ConfigError, SerializationError
 from strom.kafka.serdes import BaseSerde, Serde
 
+__all__ = [
+    "FORMATS",
+    "URL",
+    "GenericAvroSerde",
+    "KafkaJsonSchemaSerde",
+    "KafkaProtobufSerde",
+    "SchemaRegistrySerde",
+    "registry_client",
+    "serde_for_format",
+    "split_config",
+]
+
 URL = "schema.registry.url"
 _CLIENT_PREFIX = "schema.registry."
 _AUTH_KEYS = ("basic.auth.user.info", "basic.auth.credentials.source")

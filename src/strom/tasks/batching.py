@@ -20,6 +20,8 @@ from strom.errors import ConfigError
 from strom.tasks.completion import Completion
 from strom.tasks.context import ProcessingContext
 
+__all__ = ["BatchingProcessor", "BatchingTask"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

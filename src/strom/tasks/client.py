@@ -23,6 +23,14 @@ from strom.kafka import clients
 from strom.kafka.serdes import Serde, Serializer, encoder_of
 from strom.tasks.protocol import METADATA_HEADER, WireMetadata
 
+__all__ = [
+    "FLUSH_TIMEOUT_S",
+    "DecatonClient",
+    "DecatonClientBuilder",
+    "PutTaskResult",
+    "serializer_function",
+]
+
 T = TypeVar("T")
 FLUSH_TIMEOUT_S = 30.0
 

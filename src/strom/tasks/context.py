@@ -12,6 +12,11 @@ from strom.kafka.headers import Headers
 from strom.tasks.completion import Completion, TimeoutChoice
 from strom.tasks.protocol import WireMetadata
 
+__all__ = [
+    "ConsumedRecord", "DecatonTask", "ProcessingContext", "RawHeaders", "Record", "TaskMetadata",
+    "TaskRequest", "record_of",
+]
+
 if TYPE_CHECKING:
     from strom.tasks.processors import ProcessPipeline
 

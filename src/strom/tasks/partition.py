@@ -17,6 +17,8 @@ from strom.tasks.quota import PerKeyQuota
 from strom.tasks.rate_limiter import RateLimiter
 from strom.tasks.retry import RetryQueue
 
+__all__ = ["IgnoredKeys", "PartitionContext"]
+
 log = logging.getLogger(__name__)
 
 PROPS = ProcessorProperties

@@ -32,6 +32,10 @@ from strom.tasks.protocol import metadata_header, unwrap_legacy
 from strom.tasks.rate_limiter import RateLimiter
 from strom.tasks.retry import RetryQueue
 
+__all__ = [
+    "Deserializer", "ProcessFn", "ProcessPipeline", "ProcessorScope", "ProcessorsBuilder", "TaskExtractor",
+]
+
 log = logging.getLogger(__name__)
 
 Deserializer = Callable[[bytes | None], Any]

@@ -15,6 +15,11 @@ from typing import Any, Protocol
 
 from strom.errors import ConfigError
 
+__all__ = [
+    "Listener", "ProcessorProperties", "ProcessorPropertiesView", "Property", "PropertyDefinition",
+    "PropertySupplier", "StaticPropertySupplier",
+]
+
 log = logging.getLogger(__name__)
 
 

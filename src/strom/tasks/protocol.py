@@ -15,6 +15,8 @@ from google.protobuf.message import DecodeError
 
 from strom.errors import SerializationError
 
+__all__ = ["METADATA_HEADER", "WireMetadata", "metadata_header", "unwrap_legacy", "with_metadata_header"]
+
 METADATA_HEADER = "dt_meta"
 """The header Decaton 9+ writes a task's ``TaskMetadataProto`` into (the last one wins, as in Decaton)."""
 

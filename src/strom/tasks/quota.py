@@ -26,6 +26,19 @@ from strom.kafka import clients
 from strom.tasks.context import ConsumedRecord
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView, Property
 
+__all__ = [
+    "SHAPING_PRODUCER_CONFIG",
+    "SHAPING_TOPIC_SUFFIX",
+    "UNLIMITED",
+    "KeyCounter",
+    "PerKeyQuota",
+    "PerKeyQuotaConfig",
+    "PerKeyQuotaManager",
+    "QuotaCallback",
+    "QuotaMetrics",
+    "WindowedKeyStat",
+]
+
 log = logging.getLogger(__name__)
 
 SHAPING_TOPIC_SUFFIX = "-shaping"

@@ -18,6 +18,8 @@ from strom.tasks.context import RawHeaders, TaskRequest
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
 from strom.tasks.protocol import with_metadata_header
 
+__all__ = ["DLQ_TOPIC_SUFFIX", "RETRY_PRODUCER_CONFIG", "RETRY_TOPIC_SUFFIX", "RetryConfig", "RetryQueue"]
+
 log = logging.getLogger(__name__)
 
 RETRY_TOPIC_SUFFIX = "-retry"

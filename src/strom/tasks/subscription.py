@@ -28,6 +28,10 @@ from strom.tasks.quota import PerKeyQuota, PerKeyQuotaConfig
 from strom.tasks.rate_limiter import PAUSED
 from strom.tasks.retry import RETRY_PRODUCER_CONFIG, RetryConfig, RetryQueue
 
+__all__ = [
+    "CommitManager", "ProcessorSubscription", "StateListener", "SubscriptionBuilder", "SubscriptionState",
+]
+
 log = logging.getLogger(__name__)
 
 PROPS = ProcessorProperties

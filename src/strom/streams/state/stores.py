@@ -29,6 +29,12 @@ from strom.streams.state.rocksdb import RocksDBStore
 from strom.streams.state.versioned import VersionedKeyValueBytesStore
 from strom.streams.state.window import builders as window_builders
 
+__all__ = [
+    "InMemoryKeyValueBytesStoreSupplier", "KeyValueBytesStoreSupplier", "KeyValueStoreBuilder",
+    "LRUMapBytesStoreSupplier", "RocksDBKeyValueBytesStoreSupplier", "RocksDBVersionedStoreSupplier",
+    "Stores", "TimestampedKeyValueStoreBuilder", "VersionedKeyValueStoreBuilder", "validate_store_name",
+]
+
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
