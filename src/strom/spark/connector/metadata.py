@@ -23,6 +23,8 @@ from strom.spark.connector.options import (
     TopicPartitionOffsets,
 )
 
+__all__ = ["DriverMetadata", "TopicMetadata", "TopicPartitionKey"]
+
 log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]

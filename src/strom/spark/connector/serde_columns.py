@@ -17,6 +17,8 @@ from pyspark.sql.types import BinaryType, DataType
 
 from strom.kafka.serdes import Serde
 
+__all__ = ["from_serde", "to_serde"]
+
 
 def _column(column: Column | str) -> Column:
     return col(column) if isinstance(column, str) else column

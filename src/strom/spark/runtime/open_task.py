@@ -32,6 +32,8 @@ from strom.streams.processor.records import TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 
+__all__ = ["QUICK_EOF", "QUICK_RETRY", "TIMEOUT_S", "Offsets", "OpenTask"]
+
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0

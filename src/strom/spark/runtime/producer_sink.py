@@ -17,6 +17,8 @@ from strom.kafka.transactional import TransactionalProducer
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
 
+__all__ = ["FLUSH_TIMEOUT_S", "ProducerSink"]
+
 _POLL_EVERY = 1000
 FLUSH_TIMEOUT_S = 60.0
 

@@ -34,6 +34,8 @@ from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 from strom.streams.state.cache import ThreadCache
 
+__all__ = ["StoreCopies"]
+
 _NO_SINK: Any = None  # a copy is only restored and read: it never processes, so never sends
 
 

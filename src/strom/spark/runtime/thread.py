@@ -37,6 +37,11 @@ from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 
+__all__ = [
+    "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread", "StreamThreadRunner",
+    "ThreadPlan",
+]
+
 log = logging.getLogger(__name__)
 
 POLL_S = 0.01
