@@ -32,10 +32,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 APP = Path(__file__).with_name("wordcount.py")
 
 
-def _start(broker, names: dict[str, str], state_dir: Path, app_id: str, mode: str) -> subprocess.Popen:
+def _start(broker, names: dict[str, str], state_dir: Path, app_id: str, mode: str,
+           input_done: Path) -> subprocess.Popen:
+    """The app runs until ``input_done`` exists and every input record is committed."""
     return subprocess.Popen(
         [sys.executable, str(APP), broker.bootstrap_servers, names["lines"], names["counts"],
-         str(state_dir), app_id, mode],
+         str(state_dir), app_id, mode, str(input_done)],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         cwd=Path(__file__).parents[3])
 
@@ -58,8 +60,9 @@ def test_exactly_once_when_driver_is_killed_and_restarted(broker, topics, tmp_pa
     lines = [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 5)))) for i in range(600)]
     produce_lines(broker.bootstrap_servers, names["lines"], lines[:100])
     app_id = f"rt-kill-{names['lines']}"
+    input_done = tmp_path / "input-done"
 
-    first = _start(broker, names, tmp_path, app_id, mode)
+    first = _start(broker, names, tmp_path, app_id, mode, input_done)
     deadline = time.monotonic() + 200
     while (_committed(broker.bootstrap_servers, app_id, names["lines"]) == 0
            and first.poll() is None and time.monotonic() < deadline):
@@ -76,7 +79,8 @@ def test_exactly_once_when_driver_is_killed_and_restarted(broker, topics, tmp_pa
     before = read_updates(broker.bootstrap_servers, names["counts"])
     assert {k: v[-1] for k, v in before.items()} != dict(expected), f"killed after the end (seed {seed})"
 
-    second = _start(broker, names, tmp_path, app_id, mode)
+    input_done.touch()
+    second = _start(broker, names, tmp_path, app_id, mode, input_done)
     _, stderr = second.communicate(timeout=240)
     assert second.returncode == 0, stderr.decode()[-3000:]
 
