@@ -107,7 +107,11 @@ def test_describe_shows_a_task_subscriptions_progress(strom, broker):
                     .consumer_config({"bootstrap.servers": broker.bootstrap_servers}).build_and_start())
     try:
         def caught_up() -> bool:
-            rows = _rows(strom, "groups", "describe", subscription_id)
+            described = strom.run("groups", "describe", subscription_id, "--output", "json")
+            if described.code != 0:  # the subscription's consumer has not reached its coordinator yet
+                assert "does not exist" in described.err, described.err
+                return False
+            rows = json.loads(described.out)
             return len(rows) == 2 and all(r["lag"] == 0 and r["member"] for r in rows)
         _wait(caught_up)
         assert len(done) == 20

@@ -69,7 +69,10 @@ def _existing(connection: Connection, group: str) -> tuple[ConsumerGroupDescript
     description, offsets = _describe(connection, group), committed(connection, group)
     if description.state in _INACTIVE and not description.members and not offsets:
         listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
-        hint = difflib.get_close_matches(group, [g.group_id for g in listed.valid], n=1)
+        names = [g.group_id for g in listed.valid]
+        if group in names:  # it exists, with no member yet (joining) and nothing committed
+            return description, offsets
+        hint = difflib.get_close_matches(group, names, n=1)
         suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
         raise StromError(f"Consumer group {group!r} does not exist (no members, no committed offsets)."
                          f"{suggestion} See `strom groups list`.")
