@@ -32,6 +32,7 @@ PROCESSING_EXCEPTION_HANDLER = "processing.exception.handler"
 CLIENT_ID = "client.id"
 AUTO_OFFSET_RESET = "auto.offset.reset"
 DEFAULT_DSL_STORE = "default.dsl.store"
+ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -126,6 +127,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     CLIENT_ID: ("", _anything),
     AUTO_OFFSET_RESET: ("earliest", _offset_reset),
     DEFAULT_DSL_STORE: ("rocksDB", _dsl_store),
+    ROCKSDB_CONFIG_SETTER: (None, _anything),
 }
 
 
