@@ -88,11 +88,12 @@ class TransactionalKeyValueStore(WrappedStore):
         if self._buffer:
             raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
         if self.timestamped:
-            writes = [(r.key, None if r.value is None else _TIMESTAMP.pack(r.timestamp) + r.value)
-                      for r in records]
+            pack = _TIMESTAMP.pack
+            writes = [(key, None if value is None else pack(timestamp) + value)
+                      for key, value, _, timestamp in records]
         else:
-            writes = [(r.key, r.value) for r in records]
-        self.wrapped.write_batch(writes, records[-1].offset + 1)
+            writes = [(record[0], record[1]) for record in records]
+        self.wrapped.write_batch(writes, records[-1][2] + 1)
 
     def wipe(self) -> None:
         self._clear()

@@ -167,9 +167,9 @@ class VersionedTransaction(TransactionalKeyValueStore):
             return
         if self.uncommitted_writes:
             raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
-        for record in records:
-            self.replay(record.key, record.value, record.timestamp)
-        self.commit(records[-1].offset + 1)
+        for key, value, _, timestamp in records:
+            self.replay(key, value, timestamp)
+        self.commit(records[-1][2] + 1)
 
 
 class ChangeLoggingVersionedKeyValueStore(VersionedKeyValueBytesStore):
