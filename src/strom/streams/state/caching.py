@@ -79,10 +79,14 @@ class CachingKeyValueStore(WrappedStore):
                 pass
             return entry.value
         value = self.wrapped.get(key)
-        # only the task's own thread fills the cache: an interactive query must not trigger evictions
-        if value is not None and threading.current_thread() is self._thread:
-            self._cache.put(self._namespace, key,  # type: ignore[union-attr]
-                            LRUCacheEntry(key, value, False, _CLEAN))
+        # Only the task's own thread fills the cache: an interactive query must not trigger evictions.
+        # A full cache gets no clean entry: it would only evict another entry and, with more keys than
+        # fit, be evicted unread itself (at 1M keys every read misses); a read-modify-write puts the key
+        # dirty right after anyway.
+        cache = self._cache
+        if (value is not None and cache.current_bytes < cache.max_cache_size_bytes  # type: ignore[union-attr]
+                and threading.current_thread() is self._thread):
+            cache.put(self._namespace, key, LRUCacheEntry(key, value, False, _CLEAN))  # type: ignore[union-attr]
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:
