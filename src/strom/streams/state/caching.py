@@ -44,6 +44,21 @@ class CachingKeyValueStore(WrappedStore):
         self._put_dirty = self._named.put_dirty
         self._thread = threading.current_thread()
 
+    @property
+    def cache_entries(self) -> Any:
+        """The record cache's entries of this store (LRU order): a fused read looks keys up here."""
+        return self._named.entries
+
+    @property
+    def context(self) -> StateStoreContext:
+        assert self._context is not None, "store used before init"
+        return self._context
+
+    @property
+    def put_dirty_raw(self) -> Callable[[bytes, bytes | None, RecordContext], None]:
+        """The cache's per-record write, for a fused write that has the record context at hand."""
+        return self._put_dirty
+
     def set_flush_listener(self, listener: BytesFlushListener, send_old_values: bool) -> bool:
         """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
         self._listener = listener
