@@ -223,6 +223,8 @@ class StreamTask:
             node.init(self.context)
         for node in self.nodes.values():
             node.wire()
+        for source in set(self.sources.values()):
+            source.fuse_chain()
         for node in self.nodes.values():
             try:
                 node.start()
@@ -329,7 +331,7 @@ class StreamTask:
         punctuations = context.stream_time_punctuations
         source = queue.source
         key_decode, value_decode = queue.key_decode, queue.value_decode
-        entry = source.entry
+        entry, chain = source.entry, source.chain
         trusted_timestamps = source.record_timestamp_when_valid
         partition_time = queue.partition_time  # a local in the loop, stored back at the end
         context_free = self._context_free
@@ -366,7 +368,10 @@ class StreamTask:
                     context.record_context = new_tuple(
                         RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
                     )
-                entry(new_tuple(Record, (key, value, timestamp, headers)))
+                if chain is not None:
+                    chain(key, value, timestamp, headers)
+                else:
+                    entry(new_tuple(Record, (key, value, timestamp, headers)))
                 if context.stream_time >= punctuations.next_time:
                     self.maybe_punctuate_stream_time()
         except BaseException:
