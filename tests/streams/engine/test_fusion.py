@@ -91,3 +91,32 @@ def test_fuse_of_a_node_without_a_step_is_none():
         processor = object()
         entry = None
     assert fuse(Node()) is None
+
+
+@pytest.mark.parametrize("left", [False, True])
+def test_a_fused_stream_table_join_sends_what_the_join_node_sends(tmp_path, left):
+    def build(builder: StreamsBuilder) -> None:
+        table = builder.table("table")
+        stream = builder.stream("in")
+        joined = (stream.left_join if left else stream.join)(table, lambda value, other: f"{value}+{other}")
+        joined.map_values(str.upper).to("out")
+
+    sent = {}
+    for fused in (True, False):
+        builder = StreamsBuilder()
+        build(builder)
+        sink = ListSink()
+        task = make_task(builder.build(), tmp_path / str(fused), sink,
+                         partitions=[TopicPartition("table", 1), TopicPartition("in", 1)])
+        if not fused:
+            task.sources["in"].chain = None
+        task.add_records(TopicPartition("table", 1), [ConsumerRecord("table", 1, 0, 0, b"a", b"x"),
+                                                      ConsumerRecord("table", 1, 1, 0, b"c", b"y")])
+        task.process_all()
+        task.add_records(TopicPartition("in", 1), [
+            ConsumerRecord("in", 1, i, 10 + i, None if k is None else k.encode(), v.encode())
+            for i, (k, v) in enumerate(INPUT)])
+        task.process_all()
+        sent[fused] = (sink.sent, task.sources["in"].chain is not None)
+    assert sent[True][1] and not sent[False][1]
+    assert sent[True][0] == sent[False][0] and sent[True][0]

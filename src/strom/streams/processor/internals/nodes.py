@@ -110,7 +110,7 @@ class SourceNode(ProcessorNode):
         ``(key, value, timestamp, headers)`` instead of ``entry`` with a Record; None: not fused."""
 
     def fuse_chain(self) -> None:
-        """Once every node is wired: fuse the chain below this source (a single child's)."""
+        """Once every node is wired and started: fuse the chain below this source (a single child's)."""
         self.chain = fuse(self.children[0]) if len(self.children) == 1 else None
 
 

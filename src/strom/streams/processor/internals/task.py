@@ -223,8 +223,6 @@ class StreamTask:
             node.init(self.context)
         for node in self.nodes.values():
             node.wire()
-        for source in set(self.sources.values()):
-            source.fuse_chain()
         for node in self.nodes.values():
             try:
                 node.start()
@@ -234,6 +232,8 @@ class StreamTask:
                 raise ProcessingError(
                     f"Processor {node.name!r} of task {self.id} failed in init(): {type(exc).__name__}: {exc}"
                 ) from exc
+        for source in set(self.sources.values()):  # the processors' steps may use what init bound
+            source.fuse_chain()
         self._initialized = True
 
     def close(self) -> None:
