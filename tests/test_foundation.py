@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,9 @@ from strom.errors import ConfigError, JavaNotFoundError, StromError
 from strom.spark.preflight import check_java, parse_java_version
 
 
-def test_version_is_installed_metadata():
-    assert strom.__version__ != "0.0.0+unknown"
+def test_version_is_the_one_in_pyproject():
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert strom.__version__ == pyproject["project"]["version"]
 
 
 @pytest.mark.parametrize(

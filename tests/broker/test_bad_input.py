@@ -10,7 +10,7 @@ import struct
 import time
 
 import pytest
-from broker_helpers import unique
+from broker_helpers import closed_by_broker, logged, unique
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 from kio.schema.errors import ErrorCode
@@ -32,29 +32,9 @@ def _connect(bootstrap: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=10)
 
 
-def _closed_by_broker(sock: socket.socket) -> bool:
-    """True if the broker closes the connection within the socket timeout (10 s)."""
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def _still_serves(bootstrap: str) -> None:
     metadata = clients.admin(bootstrap).list_topics(timeout=10)
     assert metadata.brokers, "the broker answers metadata after the bad input"
-
-
-def _logged(broker: EmbeddedBroker, text: str, timeout: float = 10.0) -> bool:
-    """True once the broker's log has a line with `text` (the log says what to do about bad input)."""
-    deadline = time.monotonic() + timeout
-    while text not in broker.log_path.read_text():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _produce_raw(bootstrap: str, topic: str, records: bytes) -> ProduceResponse:
@@ -96,7 +76,7 @@ def test_garbage_truncated_and_huge_frames_close_only_that_connection(broker):
         with _connect(broker.bootstrap_servers) as sock:
             sock.sendall(frame)
             if len(frame) >= 4 and struct.unpack(">i", frame[:4])[0] == len(frame) - 4:
-                assert _closed_by_broker(sock)
+                assert closed_by_broker(sock)
     with _connect(broker.bootstrap_servers) as sock:  # a served API in a version it does not serve
         join_group_v9 = struct.pack(">hhih", 11, 9, 1, -1) + rng.randbytes(50)
         sock.sendall(struct.pack(">i", len(join_group_v9)) + join_group_v9)
@@ -111,10 +91,10 @@ def test_garbage_truncated_and_huge_frames_close_only_that_connection(broker):
     size, correlation_id, error_code = struct.unpack(">iih", _recv(bystander, 10))
     assert (correlation_id, error_code) == (99, 0) and size > 6
     bystander.close()
-    assert _logged(broker, "exceeds socket.request.max.bytes=104857600; raise that config")
-    assert _logged(broker, "a frame of -5 bytes cannot hold a request header")
-    assert _logged(broker, "api_key=999 v0 is not served")
-    assert _logged(broker, "does not match Kafka's schema of that version")
+    assert logged(broker, "exceeds socket.request.max.bytes=104857600; raise that config")
+    assert logged(broker, "a frame of -5 bytes cannot hold a request header")
+    assert logged(broker, "api_key=999 v0 is not served")
+    assert logged(broker, "does not match Kafka's schema of that version")
 
 
 def test_apis_the_broker_does_not_serve_get_unsupported_version(broker):
@@ -123,7 +103,7 @@ def test_apis_the_broker_does_not_serve_get_unsupported_version(broker):
         sock.sendall(struct.pack(">i", len(sasl_handshake_v1)) + sasl_handshake_v1)
         size, correlation_id, error_code = struct.unpack(">iih", _recv(sock, 10))
     assert (correlation_id, error_code) == (5, ErrorCode.unsupported_version.value) and size >= 6
-    assert _logged(broker, "answered UNSUPPORTED_VERSION to api_key=17 v1")
+    assert logged(broker, "answered UNSUPPORTED_VERSION to api_key=17 v1")
     metadata_v13 = struct.pack(">hhih", 3, 13, 6, -1)  # served APIs in versions past the served ones
     list_offsets_v9 = struct.pack(">hhih", 2, 9, 7, -1)
     api_versions_v9 = struct.pack(">hhih", 18, 9, 8, -1)
@@ -138,9 +118,9 @@ def test_apis_the_broker_does_not_serve_get_unsupported_version(broker):
         answer = entity_reader(MetadataResponse)(_recv(sock, size), 5)[0]  # after the v1 header
         assert answer.error_code == ErrorCode.unsupported_version
         sock.sendall(struct.pack(">i", len(list_offsets_v9)) + list_offsets_v9)
-        assert _closed_by_broker(sock), "ListOffsets has no top-level error code to refuse with"
-    assert _logged(broker, "answered UNSUPPORTED_VERSION to api_key=3 v13")
-    assert _logged(broker, "api_key=2 v9 is not served")
+        assert closed_by_broker(sock), "ListOffsets has no top-level error code to refuse with"
+    assert logged(broker, "answered UNSUPPORTED_VERSION to api_key=3 v13")
+    assert logged(broker, "api_key=2 v9 is not served")
     _still_serves(broker.bootstrap_servers)
 
 
@@ -185,11 +165,11 @@ def test_connection_limit_and_idle_connections(tmp_path):
     with EmbeddedBroker(config={"max.connections": 3, "connections.max.idle.ms": 1500}) as limited:
         held = [_connect(limited.bootstrap_servers) for _ in range(3)]
         extra = _connect(limited.bootstrap_servers)
-        assert _closed_by_broker(extra)
+        assert closed_by_broker(extra)
         extra.close()
-        assert _logged(limited, "max.connections=3 reached; raise max.connections")
+        assert logged(limited, "max.connections=3 reached; raise max.connections")
         started = time.monotonic()
-        assert all(_closed_by_broker(sock) for sock in held)  # idle past connections.max.idle.ms
+        assert all(closed_by_broker(sock) for sock in held)  # idle past connections.max.idle.ms
         assert time.monotonic() - started < 8
         for sock in held:
             sock.close()

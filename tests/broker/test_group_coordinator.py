@@ -241,3 +241,23 @@ def test_offset_commit_validation_follows_kafka(tmp_path):
         assert coordinator.check_commit("g", -1, "") is ErrorCode.none  # empty again: simple commits
 
     asyncio.run(scenario())
+
+
+def test_empty_groups_without_offsets_are_deleted_by_the_offsets_expiry_pass(tmp_path):
+    async def scenario():
+        config = BrokerConfig({**CONFIG, "offsets.retention.minutes": 1})
+        coordinator = GroupCoordinator(config, OffsetStore(LogManager(tmp_path, config)))
+        for i in range(500):
+            joined = await coordinator.join(f"g{i}", "", None, "c", "h", 400, 400, "consumer", PROTOCOLS)
+            assert coordinator.leave(f"g{i}", joined["member_id"]) is ErrorCode.none
+        now = int(time.time() * 1000)
+        coordinator.commit("kept", {("t", 0): CommittedOffset(1, -1, "", now)})
+        coordinator.commit("expired", {("t", 0): CommittedOffset(1, -1, "", now - 120_000)})
+        busy = await _join(coordinator)
+        assert len(coordinator.groups) == 503
+        coordinator.expire_offsets()
+        assert set(coordinator.groups) == {"kept", "g"}, "empty groups without offsets are gone"
+        assert coordinator.describe("g0")["group_state"] == "Dead"
+        assert coordinator.heartbeat("g", busy["generation_id"], busy["member_id"]) is ErrorCode.none
+
+    asyncio.run(scenario())

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import struct
 import time
 
 import pytest
+from crc32c import crc32c
 
 from strom.broker.config import BrokerConfig
 from strom.broker.log import cleaner
+from strom.broker.log.manager import LogManager
 from strom.broker.log.partition import OffsetOutOfRangeError, Partition, RecordTooLargeError
 from strom.broker.log.records import (
     TIMESTAMP_LOG_APPEND,
@@ -244,3 +248,99 @@ def test_failed_write_leaves_no_partial_batch(tmp_path, monkeypatch):
     assert os.path.getsize(partition.active.log_path) == size
     assert _append(partition, [(b"k", b"after")]) == 1
     assert [r.value for r in _all_records(partition)] == [b"before", b"after"]
+
+
+def test_roll_before_relative_offsets_overflow_and_recovery_of_an_overflowed_segment(tmp_path):
+    from strom.broker.log.records import MAX_RELATIVE_OFFSET, set_base_offset
+
+    def claiming(last_offset_delta: int) -> bytes:  # what an unvalidated broker once accepted
+        batch = bytearray(build_batch([(b"k", b"v")], 1))
+        struct.pack_into(">i", batch, 23, last_offset_delta)
+        struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+        return bytes(batch)
+
+    directory = tmp_path / "p"
+    directory.mkdir()
+    old = claiming(MAX_RELATIVE_OFFSET - 2)  # offsets 0 .. 2^31-3
+    overflowing = set_base_offset(MAX_RELATIVE_OFFSET - 1) + claiming(MAX_RELATIVE_OFFSET)[8:]
+    (directory / f"{0:020d}.log").write_bytes(old + overflowing)
+    partition = _partition(directory)  # the overflowing batch is cut, the broker starts
+    assert partition.log_end_offset == MAX_RELATIVE_OFFSET - 1
+    base = _append(partition, [(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+    assert base == MAX_RELATIVE_OFFSET - 1 and len(partition.segments) == 2, "rolled before overflow"
+    partition.close()
+    reopened = _partition(directory)
+    assert reopened.log_end_offset == MAX_RELATIVE_OFFSET + 2
+    assert [r.value for r in _all_records(reopened)][-3:] == [b"1", b"2", b"3"]
+
+
+def _store_unchecked(partition: Partition, batch: bytes) -> None:
+    """Writes a batch past the append checks, as a broker before them did."""
+    partition.append([(BatchHeader.parse(batch), memoryview(batch))])
+
+
+def _garbage_compressed(timestamp: int) -> bytes:
+    batch = bytearray(build_batch([(b"k", b"v" * 50)], timestamp))
+    struct.pack_into(">h", batch, 21, 4)  # zstd, but the records are not zstd data
+    struct.pack_into(">I", batch, 17, crc32c(memoryview(batch)[21:]))
+    return bytes(batch)
+
+
+def test_stored_undecodable_batches_break_neither_list_offsets_nor_the_cleaner(tmp_path):
+    now = int(time.time() * 1000)
+    with pytest.raises(CorruptBatchError):
+        split_batches(_garbage_compressed(now))  # refused on append since
+    partition = _partition(tmp_path, segment_bytes=1024, cleanup_policy="compact")
+    _append(partition, [(b"a", b"old")], timestamp=now - 5000)
+    _store_unchecked(partition, _garbage_compressed(now - 4000))
+    for i in range(12):
+        _append(partition, [(b"a" if i % 2 else b"b", bytes(200))], timestamp=now - 3000)
+    assert partition.offset_for_timestamp(now - 4500) == (1, now - 4000)
+    assert partition.offset_for_timestamp(now - 3500)[0] == 2
+    assert cleaner.clean(partition, now) > 0, "the cleaner compacts around the batch it cannot read"
+    kept = [BatchHeader.parse(batch).base_offset for _, batch in partition.iter_batches()]
+    assert 1 in kept, "the undecodable batch is kept as it is"
+    partition.close()
+
+
+def test_a_truncated_closed_segment_is_rescanned_not_trusted_through_its_index(tmp_path):
+    partition = _partition(tmp_path, segment_bytes=1024)
+    for i in range(12):
+        _append(partition, [(b"k", bytes(200) + bytes([i]))])
+    assert len(partition.segments) > 2
+    first = partition.segments[0]
+    cut_offset = first.last_offsets[-1]
+    partition.close()
+    with open(first.log_path, "r+b") as log_file:  # a closed segment loses its tail (disk trouble)
+        log_file.truncate(os.path.getsize(first.log_path) - 30)
+    reopened = _partition(tmp_path, segment_bytes=1024)
+    read = reopened.read(cut_offset, 1 << 20, committed_only=False)
+    batches = split_batches(read.records.read())  # whole batches only: the consumer moves on
+    assert batches and BatchHeader.parse(batches[0][1]).base_offset > cut_offset
+    reopened.close()
+
+
+def test_a_failing_disk_is_logged_once_per_partition_and_close_reaches_every_partition(tmp_path, monkeypatch,
+                                                                                        caplog):
+    caplog.set_level(logging.INFO, "strom.broker")
+    logs = LogManager(tmp_path, BrokerConfig())
+    logs.create_topic("a", 1)
+    logs.create_topic("b", 1)
+    first, second = logs.partition("a", 0), logs.partition("b", 0)
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "writev", lambda fd, buffers: 3)  # a short write, then the disk is full
+        patched.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(OSError(28, "No space left")))
+        for _ in range(5):
+            with pytest.raises(OSError):
+                _append(first, [(b"k", b"v")])
+    failures = [r for r in caplog.records if "cannot write" in r.getMessage()]
+    assert len(failures) == 1 and "No space left on device" in failures[0].getMessage()
+    assert _append(first, [(b"k", b"v")]) == 0 and "writes succeed again" in caplog.text
+
+    def full(*_args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(first.producer_state, "take_snapshot", full)
+    logs.close()  # the failure of a is logged, b is closed all the same
+    assert "a-0 was not closed cleanly" in caplog.text
+    assert all(s._fd == -1 for p in (first, second) for s in p.segments)

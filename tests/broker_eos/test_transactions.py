@@ -90,7 +90,9 @@ def test_producer_with_an_older_epoch_is_fenced(txn_broker: EmbeddedBroker) -> N
     successor = txn_producer(txn_broker, txn_id)  # bumps the epoch, aborts the zombie's transaction
     with pytest.raises(KafkaException) as info:
         zombie.commit_transaction(10)
-    assert info.value.args[0].fatal()
+    error = info.value.args[0]
+    # the broker answered INVALID_PRODUCER_EPOCH / PRODUCER_FENCED, which librdkafka raises as fatal _FENCED
+    assert (error.code(), error.fatal()) == (KafkaError._FENCED, True)
     successor.begin_transaction()
     successor.produce(topic, b"from-successor", partition=0)
     successor.commit_transaction(10)

@@ -16,9 +16,10 @@ LATEST = -1
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
-def produce_request(topic: str, partition: int, batch: bytes) -> produce.ProduceRequest:
+def produce_request(topic: str, partition: int, batch: bytes,
+                    transactional_id: str | None = None) -> produce.ProduceRequest:
     return produce.ProduceRequest(
-        transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
+        transactional_id=transactional_id, acks=i16(-1), timeout=datetime.timedelta(seconds=10),
         topic_data=(produce.TopicProduceData(name=topic, partition_data=(
             produce.PartitionProduceData(index=i32(partition), records=batch),)),))
 
@@ -28,8 +29,9 @@ def produce_result(response) -> tuple[ErrorCode, int]:
     return answer.error_code, answer.base_offset
 
 
-def send_batch(client: WireClient, topic: str, partition: int, batch: bytes) -> tuple[ErrorCode, int]:
-    return produce_result(client.send(produce_request(topic, partition, batch)))
+def send_batch(client: WireClient, topic: str, partition: int, batch: bytes,
+               transactional_id: str | None = None) -> tuple[ErrorCode, int]:
+    return produce_result(client.send(produce_request(topic, partition, batch, transactional_id)))
 
 
 def latest_offset(client: WireClient, topic: str, partition: int, isolation: int) -> int:
@@ -42,10 +44,11 @@ def latest_offset(client: WireClient, topic: str, partition: int, isolation: int
     return answer.offset
 
 
-def init_producer_id(client: WireClient, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+def init_producer_id(client: WireClient, producer_id: int = -1, epoch: int = -1,
+                     transactional_id: str | None = None) -> tuple[int, int]:
     """A new producer id, or (KIP-360) the next epoch of ``producer_id``."""
     response = client.send(InitProducerIdRequest(
-        transactional_id=None, transaction_timeout=datetime.timedelta(seconds=60),
+        transactional_id=transactional_id, transaction_timeout=datetime.timedelta(seconds=60),
         producer_id=i64(producer_id), producer_epoch=i16(epoch)))
     assert response.error_code == ErrorCode.none
     return response.producer_id, response.producer_epoch

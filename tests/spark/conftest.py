@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import time
 import uuid
-from collections.abc import Iterable
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
+from support import kafka
 
 _names = itertools.count()
 
@@ -36,49 +34,14 @@ def new_topic(broker):
     return create
 
 
-def _produce(bootstrap: str, topic: str, records: Iterable[tuple], **overrides) -> None:
-    """records: (key, value) or (key, value, partition) or (key, value, partition, headers, ts_ms)."""
-    producer = clients.producer(bootstrap, **overrides)
-    for record in records:
-        key, value, *rest = record
-        partition = rest[0] if rest else -1
-        headers = rest[1] if len(rest) > 1 else None
-        timestamp = rest[2] if len(rest) > 2 else 0
-        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=timestamp)
-        producer.poll(0)
-    assert producer.flush(30) == 0
-
-
-def _consume_all(bootstrap: str, topic: str, expected: int | None = None, timeout: float = 30.0,
-                isolation: str = "read_committed") -> list:
-    """Every record of ``topic`` from the beginning, stopping at the end of all partitions."""
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True, "isolation.level": isolation})
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, -2) for p in meta.partitions])
-    records, at_end = [], set()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            if message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-                if len(at_end) == len(meta.partitions) and (expected is None or len(records) >= expected):
-                    break
-                continue
-            raise AssertionError(message.error().str())
-        at_end.discard(message.partition())
-        records.append(message)
-    consumer.close()
-    return records
-
-
 @pytest.fixture
 def produce():
-    return _produce
+    """``produce(bootstrap, topic, [(key, value[, partition, headers, timestamp_ms]), ...])``."""
+    return kafka.produce
 
 
 @pytest.fixture
 def consume_all():
-    return _consume_all
+    """``consume_all(bootstrap, topic, expected=None, timeout=30, isolation="read_committed")``: every record
+    of the topic to the end of each partition (read again until ``expected`` records arrived)."""
+    return kafka.read_topic

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
+from support.kafka import produce, read_topic
+
+from .wordcount import L, S
 
 
 @pytest.fixture(scope="session")
@@ -35,11 +40,17 @@ def topics(broker):
 
 def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]]) -> None:
     """Writes (key, line) records, keyed as Kafka's Java clients would partition them."""
-    producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
-    for key, line in lines:
-        producer.produce(topic, line.encode(), key.encode())
-        producer.poll(0)
-    assert producer.flush(30) == 0
+    produce(bootstrap, topic, lines, **JAVA_PARTITIONER)
+
+
+def read_updates(bootstrap: str, topic: str, timeout: float = 60.0,
+                 value_serde: Any = L) -> dict[str, list[Any]]:
+    """Every update of ``topic`` read read_committed, in order per key (values Long unless told)."""
+    updates: dict[str, list[Any]] = defaultdict(list)
+    for message in read_topic(bootstrap, topic, timeout=timeout):
+        updates[S.deserializer().deserialize(topic, message.key())].append(
+            value_serde.deserializer().deserialize(topic, message.value()))
+    return dict(updates)
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,8 @@ from strom.streams import (
     TopologyTestDriver,
 )
 
-from .conftest import produce_lines, run_until_caught_up
-from .wordcount import L, S, read_updates
+from .conftest import produce_lines, read_updates, run_until_caught_up
+from .wordcount import L, S
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 

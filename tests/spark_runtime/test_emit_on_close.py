@@ -8,7 +8,6 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
@@ -22,6 +21,7 @@ from strom.streams import (
     Topology,
     WindowedSerdes,
 )
+from support.kafka import read_topic
 
 from .conftest import run_until_caught_up
 from .wordcount import L, S
@@ -45,20 +45,11 @@ def final_counts(source: str, out: str) -> Topology:
     return builder.build()
 
 
-def read_windows(bootstrap: str, topic: str, partitions: int) -> list[tuple[str, int, int]]:
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True,
-                                              "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, at_end = [], set()
-    while len(at_end) < partitions:
-        for message in consumer.consume(1000, 1.0):
-            if message.error() is None:
-                window = WINDOWED.deserializer().deserialize(topic, message.key())
-                count = L.deserializer().deserialize(topic, message.value())
-                out.append((window.key, window.window.start, count))
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-    consumer.close()
+def read_windows(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
+    out = []
+    for message in read_topic(bootstrap, topic):
+        window = WINDOWED.deserializer().deserialize(topic, message.key())
+        out.append((window.key, window.window.start, L.deserializer().deserialize(topic, message.value())))
     return out
 
 
@@ -74,7 +65,7 @@ def test_each_closed_window_is_emitted_once_across_micro_batches(broker, spark, 
                               f"rt-emit-{names['events']}", **{"commit.interval.ms": 100,
                                                                "max.offsets.per.trigger": 150})
 
-    emitted = read_windows(broker.bootstrap_servers, names["counts"], 2)
+    emitted = read_windows(broker.bootstrap_servers, names["counts"])
     # the last window is still open: stream time never passed its end
     expected = Counter((keys[i % len(keys)], BASE + i - i % WINDOW_MS) for i in range(1100))
     assert Counter((key, start) for key, start, _ in emitted) == dict.fromkeys(expected, 1)  # once each

@@ -10,9 +10,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
 
-from strom.kafka import clients
 from strom.spark.runtime import SparkStreams
 from strom.streams import (
     Consumed,
@@ -24,6 +22,7 @@ from strom.streams import (
     Topology,
     TopologyTestDriver,
 )
+from support.kafka import read_topic
 
 from .conftest import produce_lines
 
@@ -77,23 +76,6 @@ def _driver_output(topics: dict[str, str], users: list, orders: list,
         return driver.create_output_topic(topics["out"], S, S).read_key_values_to_map()
 
 
-def _read_all(bootstrap: str, topic: str, partitions: int) -> dict[str, str]:
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True,
-                                              "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    out, at_end = {}, set()
-    try:
-        while len(at_end) < partitions:
-            for message in consumer.consume(500, 1.0):
-                if message.error() is None:
-                    out[message.key().decode()] = message.value().decode()
-                elif message.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
-    finally:
-        consumer.close()
-    return out
-
-
 @pytest.mark.parametrize("topology", [enriched_orders, orders_with_global_store])
 def test_stream_global_table_join_matches_topology_test_driver(broker, spark, topics, tmp_path, topology):
     names = topics(orders=2, users=3, out=2)
@@ -115,4 +97,5 @@ def test_stream_global_table_join_matches_topology_test_driver(broker, spark, to
 
     expected = _driver_output(names, users, orders, topology)
     assert 150 < len(expected) < 200  # some orders name no known user: the inner join drops them
-    assert _read_all(broker.bootstrap_servers, names["out"], 2) == expected
+    written = read_topic(broker.bootstrap_servers, names["out"])
+    assert {m.key().decode(): m.value().decode() for m in written} == expected

@@ -32,6 +32,7 @@ from strom.streams import (
     ValueAndTimestamp,
 )
 from strom.streams.state.window.facade import window_store_view
+from support.kafka import Record, produce
 
 from .conftest import produce_lines
 from .wordcount import S, word_count
@@ -65,10 +66,8 @@ def _lines(rng: random.Random, start: int, n: int) -> list[tuple[str, str, int]]
 
 
 def _produce(bootstrap: str, topic: str, lines: list[tuple[str, str, int]]) -> None:
-    producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
-    for key, line, timestamp in lines:
-        producer.produce(topic, line.encode(), key.encode(), timestamp=timestamp)
-    assert producer.flush(30) == 0
+    produce(bootstrap, topic, [Record(key, line, timestamp=timestamp) for key, line, timestamp in lines],
+            **JAVA_PARTITIONER)
 
 
 class Expected:

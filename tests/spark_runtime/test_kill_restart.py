@@ -23,8 +23,7 @@ from confluent_kafka import TopicPartition
 
 from strom.kafka import clients
 
-from .conftest import produce_lines
-from .wordcount import read_updates
+from .conftest import produce_lines, read_updates
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 

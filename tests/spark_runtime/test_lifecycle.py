@@ -12,9 +12,9 @@ from strom.errors import ConfigError, ProcessingError
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
 from strom.streams import Consumed, Materialized, Produced, StreamsBuilder
 
-from .conftest import produce_lines
+from .conftest import produce_lines, read_updates
 from .task_batches import counts
-from .wordcount import L, S, read_updates
+from .wordcount import L, S
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 

@@ -12,8 +12,8 @@ from strom.kafka import clients
 from strom.spark.runtime import SparkStreams
 from strom.streams import AutoOffsetReset, Consumed, Produced, StreamsBuilder, StreamsConfig, Topology
 
-from .conftest import produce_lines, run_until_caught_up
-from .wordcount import S, read_updates
+from .conftest import produce_lines, read_updates, run_until_caught_up
+from .wordcount import S
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 

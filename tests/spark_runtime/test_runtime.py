@@ -17,8 +17,8 @@ import pytest
 from strom.spark.runtime import SparkStreams
 from strom.streams import TopologyTestDriver
 
-from .conftest import produce_lines
-from .wordcount import L, S, read_updates, word_count
+from .conftest import produce_lines, read_updates
+from .wordcount import L, S, word_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 

@@ -13,9 +13,10 @@ from strom.spark.runtime.plan import create_internal_topics, plan_application
 from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder, TimeWindows, Topology
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.internals.partition_group import decode_commit_metadata
+from support.kafka import Record, produce
 
+from .conftest import read_updates
 from .task_batches import run_batch
-from .wordcount import read_updates
 
 pytestmark = [pytest.mark.broker]
 
@@ -33,10 +34,7 @@ def windowed_counts(source: str, sink: str) -> Topology:
 
 
 def _produce(bootstrap: str, topic: str, records: list[tuple[str, int]]) -> None:
-    producer = clients.producer(bootstrap)
-    for key, timestamp in records:
-        producer.produce(topic, b"v", key.encode(), timestamp=timestamp)
-    assert producer.flush(30) == 0
+    produce(bootstrap, topic, [Record(key, "v", timestamp=timestamp) for key, timestamp in records])
 
 
 def _committed_metadata(bootstrap: str, group: str, topic: str) -> tuple[int, str]:

@@ -11,8 +11,8 @@ import pytest
 
 from strom.errors import ProcessingError
 
+from .conftest import read_updates
 from .task_batches import counting_app, counts, run_batch
-from .wordcount import read_updates
 
 pytestmark = [pytest.mark.broker]
 

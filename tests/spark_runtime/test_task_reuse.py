@@ -14,8 +14,8 @@ from strom.spark.runtime.open_task import OpenTask
 from strom.spark.runtime.parked import PARKED, ParkedTasks
 from strom.streams.processor.internals.records import TaskId
 
+from .conftest import read_updates
 from .task_batches import counting_app, run_batch
-from .wordcount import read_updates
 
 pytestmark = [pytest.mark.broker]
 

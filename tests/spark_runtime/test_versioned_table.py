@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
 from strom.streams import (
@@ -22,9 +21,10 @@ from strom.streams import (
     VersionedRecord,
 )
 from strom.streams.state.stores import Stores
+from support.kafka import Record, produce
 
-from .conftest import run_until_caught_up
-from .wordcount import S, read_updates
+from .conftest import read_updates, run_until_caught_up
+from .wordcount import S
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
@@ -42,10 +42,8 @@ def priced_orders(prices: str, orders: str, out: str) -> Topology:
 
 
 def produce_at(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) -> None:
-    producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
-    for key, value, timestamp in records:
-        producer.produce(topic, value.encode(), key.encode(), timestamp=timestamp)
-    assert producer.flush(30) == 0
+    produce(bootstrap, topic, [Record(key, value, timestamp=timestamp) for key, value, timestamp in records],
+            **JAVA_PARTITIONER)
 
 
 def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark, topics, tmp_path):

@@ -1,4 +1,4 @@
-"""The word-count topology of the runtime tests, and a read_committed reader of its output.
+"""The word-count topology of the runtime tests.
 
 Also a script: ``python wordcount.py BOOTSTRAP LINES COUNTS STATE_DIR APP_ID`` runs the topology
 exactly-once on Spark until every input record is committed, for the SIGKILL test.
@@ -7,13 +7,7 @@ exactly-once on Spark until every input record is committed, for the SIGKILL tes
 from __future__ import annotations
 
 import sys
-import time
-from collections import defaultdict
-from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
-
-from strom.kafka import clients
 from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, Topology
 
 S, L = Serdes.String(), Serdes.Long()
@@ -29,27 +23,6 @@ def word_count(lines: str, counts: str) -> Topology:
         .to_stream()
         .to(counts, Produced.with_(S, L)))
     return builder.build()
-
-
-def read_updates(bootstrap: str, topic: str, timeout: float = 60.0,
-                 value_serde: Any = L) -> dict[str, list[Any]]:
-    """Every update of ``topic`` read read_committed, in order per key (values Long unless told)."""
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True})
-    partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    updates: dict[str, list[int]] = defaultdict(list)
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout
-    while len(at_end) < partitions and time.monotonic() < deadline:
-        for message in consumer.consume(1000, 0.5):
-            if message.error() is None:
-                updates[S.deserializer().deserialize(topic, message.key())].append(
-                    value_serde.deserializer().deserialize(topic, message.value()))
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-    consumer.close()
-    assert len(at_end) == partitions, f"{topic} not read to its end in {timeout}s"
-    return dict(updates)
 
 
 def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -> None:

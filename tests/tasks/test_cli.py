@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from strom.cli.tasks import tasks
 from strom.errors import ConfigError
-from tasks.tasks_kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
+from support.kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
 
 pytestmark = pytest.mark.broker
 

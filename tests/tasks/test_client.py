@@ -11,7 +11,7 @@ import pytest
 
 from strom.errors import ConfigError, SerializationError
 from strom.tasks import DecatonClient, ProcessorsBuilder, SubscriptionBuilder
-from tasks.tasks_kafka import create_topic, unique, wait_for
+from support.kafka import create_topic, unique, wait_for
 
 pytestmark = pytest.mark.broker
 

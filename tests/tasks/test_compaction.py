@@ -9,7 +9,7 @@ import pytest
 
 from strom.errors import ConfigError
 from strom.tasks import CompactChoice, CompactionProcessor, ProcessorsBuilder, SubscriptionBuilder
-from tasks.tasks_kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
+from support.kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
 
 pytestmark = pytest.mark.broker
 

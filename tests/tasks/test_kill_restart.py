@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.tasks_kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
+from support.kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -27,12 +27,12 @@ from strom.tasks import (
 )
 from strom.tasks.properties import ProcessorPropertiesView
 from strom.tasks.retry import RETRY_COUNT_HEADER, dlq_topic
-from tasks.tasks_kafka import (
+from support.kafka import (
     committed_offsets,
     create_topic,
     end_offsets,
     produce,
-    read_all,
+    read_topic,
     unique,
     wait_for,
 )
@@ -228,7 +228,7 @@ def test_retry_with_backoff_then_dead_letter(broker) -> None:
     sub = _subscription(bootstrap, topic, process,
                         {"decaton.retry.backoff.ms": 300, "decaton.retry.max.attempts": 2},
                         group=group, retry=True)
-    dead = read_all(bootstrap, dlq_topic(group), 1, 30)
+    dead = read_topic(bootstrap, dlq_topic(group), expected=1, timeout=30)
     sub.close()
     assert [count for count, _ in attempts[42]] == [0, 1, 2]
     times = [t for _, t in attempts[42]]

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import uuid
 from collections.abc import Callable, Mapping
@@ -16,9 +17,10 @@ from strom.broker.config import BrokerConfig
 from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
-from strom.broker.log.manager import LogManager, Topic
+from strom.broker.log.manager import InvalidPartitionsError, LogManager, Topic
 from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.server import ConnectionHandler
+from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.broker.transactions.service import TransactionService
 from strom.errors import BrokerStartError
 
@@ -44,6 +46,8 @@ class Broker:
                                    f"{os.strerror(exc.errno or 0)}. Pass a writable --data-dir.") from exc
         self.host = host
         self.port = port
+        self._auto_create_errors = Throttle(LOG_INTERVAL_SECONDS)
+        _raise_open_files_limit()
         self.node_id: int = self.config["node.id"]
         self.closing = False
         load_handlers()
@@ -64,10 +68,16 @@ class Broker:
 
     # ---- topics -------------------------------------------------------------------------------
     def auto_create(self, name: str) -> Topic | None:
-        """Creates an unknown topic with num.partitions if auto.create.topics.enable is set."""
+        """Creates an unknown topic with num.partitions if auto.create.topics.enable is set (None if
+        it is not, or if the open-files limit or the disk cannot take it: that is logged)."""
         if not self.config["auto.create.topics.enable"]:
             return None
-        return self.logs.create_topic(name, -1)
+        try:
+            return self.logs.create_topic(name, -1)
+        except (InvalidPartitionsError, OSError) as exc:
+            if self._auto_create_errors.ready() is not None:
+                log.error("cannot auto-create topic %r: %s", name, exc)
+            return None
 
     def delete_topic(self, name: str) -> None:
         """Deletes a topic's data and the offsets groups committed for it (as Kafka does)."""
@@ -107,6 +117,15 @@ class Broker:
         await self.transactions.stop()
         self.logs.close()
         log.info("strom broker stopped; data flushed to %s", self.data_dir)
+
+
+def _raise_open_files_limit() -> None:
+    """Raises the soft open-files limit to the hard one, as the JVM does for Kafka: every segment and
+    connection holds a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 async def serve(broker: Broker, on_ready: Callable[[Broker], None] | None = None) -> None:

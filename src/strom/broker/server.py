@@ -7,18 +7,19 @@ malformed, too large or for an API the broker does not serve closes only that co
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
+import functools
 import logging
 import os
+import resource
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.handlers import REGISTRY, RequestContext
+from strom.broker.handlers import REGISTRY, ApiHandler, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
 from strom.broker.log.segment import FileRange
 from strom.broker.produce_request import parse_produce
@@ -30,6 +31,7 @@ from strom.broker.protocol import (
     peek_api,
     unsupported_version_response,
 )
+from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.errors import BrokerStartError
 
 if TYPE_CHECKING:
@@ -38,7 +40,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-KEPT_BUFFER_BYTES = 2 << 20
+FIRST_READ_BYTES = 64 << 10
+OFF_LOOP_BYTES = 256 << 10  # requests other than Produce above this are decoded in a worker thread
+LARGE_REQUEST_MAX_BYTES = 8 << 20  # the largest request other than Produce
+DECODED_SIZE_FACTOR = 24  # memory of a decoded request (kio entities) per byte of its frame
+ACCEPT_RETRY_SECONDS = 0.1
 PRODUCE = 0
 
 
@@ -56,6 +62,9 @@ class ConnectionHandler:
         self._tasks: set[asyncio.Task] = set()  # one per open connection
         self._last_active: dict[asyncio.Task, float] = {}
         self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
+        self._accept_errors = Throttle(LOG_INTERVAL_SECONDS)
+        self._refusals = Throttle(LOG_INTERVAL_SECONDS)
+        self._per_address: dict[str, int] = {}
 
     @property
     def open_connections(self) -> int:
@@ -77,11 +86,19 @@ class ConnectionHandler:
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            connection, peer = await loop.sock_accept(listener)
-            if self.open_connections >= self.broker.config["max.connections"]:
-                log.warning("refusing connection from %s: max.connections=%d reached; raise "
-                            "max.connections or find the client that opens connections without "
-                            "closing them", peer, self.broker.config["max.connections"])
+            try:
+                connection, peer = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and the like: the connection waits in the backlog
+                self._accept_failed(exc)
+                await asyncio.sleep(ACCEPT_RETRY_SECONDS)
+                continue
+            limit = self._limit_reached(peer[0])
+            if limit is not None:
+                held = self._refusals.ready()
+                if held is not None:
+                    log.warning("refusing connection from %s: %s=%d reached; raise %s or find the client "
+                                "that opens connections without closing them (%d more refused since the "
+                                "last line)", peer, limit, self.broker.config[limit], limit, held)
                 connection.close()
                 continue
             connection.setblocking(False)
@@ -89,11 +106,34 @@ class ConnectionHandler:
             task = loop.create_task(self._connection(connection, peer))
             self._tasks.add(task)
             self._last_active[task] = time.monotonic()
-            task.add_done_callback(self._forget)
+            self._per_address[peer[0]] = self._per_address.get(peer[0], 0) + 1
+            task.add_done_callback(functools.partial(self._forget, peer[0]))
 
-    def _forget(self, task: asyncio.Task) -> None:
+    def _accept_failed(self, exc: OSError) -> None:
+        held = self._accept_errors.ready()
+        if held is None:
+            return
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            log.error("cannot accept connections: too many open files (limit %d); new clients wait until "
+                      "descriptors are free. Raise the limit (ulimit -n) or lower max.connections "
+                      "(%d similar errors since the last line)", _open_files_limit(), held)
+        else:
+            log.error("cannot accept a connection: %s (%d similar errors since the last line)", exc, held)
+
+    def _limit_reached(self, address: str) -> str | None:
+        """The config key of the limit a new connection from `address` would exceed, if any."""
+        if self.open_connections >= self.broker.config["max.connections"]:
+            return "max.connections"
+        if self._per_address.get(address, 0) >= self.broker.config["max.connections.per.ip"]:
+            return "max.connections.per.ip"
+        return None
+
+    def _forget(self, address: str, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         self._last_active.pop(task, None)
+        remaining = self._per_address.pop(address, 1) - 1
+        if remaining:
+            self._per_address[address] = remaining
 
     def close_idle(self) -> None:
         """Closes connections that sent nothing for connections.max.idle.ms."""
@@ -121,7 +161,6 @@ class ConnectionHandler:
         loop = asyncio.get_running_loop()
         max_size = self.broker.config["socket.request.max.bytes"]
         size_buffer = bytearray(4)
-        kept = bytearray(0)  # reused for frames up to KEPT_BUFFER_BYTES: no allocation per request
         me = asyncio.current_task()
         while not self.broker.closing:
             await _receive(loop, sock, memoryview(size_buffer))
@@ -135,18 +174,45 @@ class ConnectionHandler:
             if size < 8:
                 raise MalformedRequest(f"a frame of {size} bytes cannot hold a request header: the "
                                        "client does not speak the Kafka protocol")
-            async with self._memory.reserve(size):
-                if size > len(kept) and size <= KEPT_BUFFER_BYTES:
-                    kept = bytearray(max(size, min(2 * len(kept), KEPT_BUFFER_BYTES)))
-                frame = memoryview(kept if size <= len(kept) else bytearray(size))[:size]
-                await _receive(loop, sock, frame)
-                response = await self.dispatch(frame.toreadonly(), host)
+            response = await self._answer(loop, sock, size, host)
             if isinstance(response, EncodedResponse):
                 await _send_parts(loop, sock, response)
             elif response is not None:
                 await loop.sock_sendall(sock, response)
+            del response  # an idle connection holds no buffer
 
-    async def dispatch(self, frame: memoryview, host: str) -> bytes | EncodedResponse | None:
+    async def _answer(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
+                      host: str) -> bytes | EncodedResponse | None:
+        """Reads one request frame and handles it; its memory is given back once it is answered."""
+        held = [0]
+        try:
+            frame = await self._read_frame(loop, sock, size, held)
+            return await self.dispatch(memoryview(frame).toreadonly(), host, held)
+        finally:
+            self._memory.give_back(held[0])
+
+    async def _read_frame(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
+                          held: list[int]) -> bytearray:
+        """The frame's bytes in a buffer that grows as they arrive: memory is taken from the budget
+        for at most twice what the client has sent (and 64 KiB), so a size prefix alone holds next
+        to nothing, and `held[0]` says how much to give back. No buffer outlives its request."""
+        me = asyncio.current_task()
+        frame = bytearray(0)
+        while len(frame) < size:
+            grown = min(size, max(FIRST_READ_BYTES, 2 * len(frame)))
+            await self._memory.take(grown - len(frame))
+            held[0] += grown - len(frame)
+            received, frame = len(frame), _grow(frame, grown)
+            await _receive(loop, sock, memoryview(frame)[received:])
+            self._last_active[me] = time.monotonic()
+            if not received and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
+                raise MalformedRequest(
+                    f"a frame of {size} bytes for api_key={peek_api(frame)[0]}: requests other than Produce "
+                    f"may have at most {LARGE_REQUEST_MAX_BYTES} bytes (decoding them takes about "
+                    f"{DECODED_SIZE_FACTOR} times their size); split the request")
+        return frame
+
+    async def dispatch(self, frame: memoryview, host: str, held: list[int]) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -163,12 +229,33 @@ class ConnectionHandler:
                         "of it; use a client that negotiates versions with ApiVersions",
                         api_key, version, host, served)
             return refusal
-        request = parse_produce(frame) if api_key == PRODUCE else parse_request(frame)
+        if api_key == PRODUCE:
+            request = parse_produce(frame)
+        elif len(frame) > OFF_LOOP_BYTES:
+            return await self._dispatch_large(frame, host, handler, held)
+        else:
+            request = parse_request(frame)
         ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
         data = await handler.handle(ctx, request.body)
         if data is None or isinstance(data, EncodedResponse):
             return data
         return encode_response(api_key, version, correlation_id, data)
+
+    async def _dispatch_large(self, frame: memoryview, host: str, handler: ApiHandler,
+                              held: list[int]) -> bytes | EncodedResponse | None:
+        """A large request other than Produce: its decoded form is taken from the memory budget and
+        it is decoded and its answer encoded in a worker thread, so other clients keep being served."""
+        decoded = DECODED_SIZE_FACTOR * len(frame)
+        await self._memory.take(decoded)
+        held[0] += decoded
+        request = await asyncio.to_thread(parse_request, frame)
+        ctx = RequestContext(self.broker, request.api_version, request.client_id or "", host,
+                             request.correlation_id)
+        data = await handler.handle(ctx, request.body)
+        if data is None or isinstance(data, EncodedResponse):
+            return data
+        return await asyncio.to_thread(encode_response, request.api_key, request.api_version,
+                                       request.correlation_id, data)
 
     def close(self) -> None:
         """Stops accepting and ends every connection."""
@@ -178,6 +265,10 @@ class ConnectionHandler:
             task.cancel()
         if self._listener is not None:
             self._listener.close()
+
+
+def _open_files_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 async def _receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, view: memoryview) -> None:
@@ -199,23 +290,41 @@ async def _send_parts(loop: asyncio.AbstractEventLoop, sock: socket.socket,
             await loop.sock_sendall(sock, part)
 
 
+def _grow(frame: bytearray, size: int) -> bytearray:
+    if not frame:
+        return bytearray(size)
+    grown = bytearray(size)
+    grown[:len(frame)] = frame
+    return grown
+
+
 class MemoryBudget:
-    """Bounds the request bytes held at once: a connection waits for room before reading a frame."""
+    """Bounds the request bytes held at once over all connections (queued.max.request.bytes).
+
+    Connections take memory as their frames' bytes arrive and give it back after the response; a
+    connection that needs more than is left waits until others give some back."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.available = capacity
-        self._changed = asyncio.Condition()
+        self._waiters: list[asyncio.Future] = []
 
-    @contextlib.asynccontextmanager
-    async def reserve(self, size: int) -> AsyncIterator[None]:
-        size = min(size, self.capacity)  # one frame may always use the whole budget
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.available >= size)
-            self.available -= size
-        try:
-            yield
-        finally:
-            async with self._changed:
-                self.available += size
-                self._changed.notify_all()
+    async def take(self, size: int) -> None:
+        """Waits until `size` bytes are free (a frame larger than the budget may use all of it)."""
+        needed = min(size, self.capacity)
+        while self.available < needed:
+            future = asyncio.get_running_loop().create_future()
+            self._waiters.append(future)
+            try:
+                await future
+            finally:
+                if future in self._waiters:
+                    self._waiters.remove(future)
+        self.available -= size
+
+    def give_back(self, size: int) -> None:
+        self.available += size
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)

@@ -193,19 +193,20 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
 
 
 @click.command()
-@click.option("--records", default=20_000, show_default=True, help="Page views to generate.")
-@click.option("--partitions", default=2, show_default=True, help="Partitions of the input topic.")
+@click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Page views to generate.")
+@click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Partitions of the input topic.")
 @click.option("--guarantee", type=click.Choice(["exactly_once_v2", "at_least_once"]),
               default="exactly_once_v2", show_default=True, help="processing.guarantee.")
-@click.option("--bootstrap-servers", default=None,
+@click.option("-b", "--bootstrap-servers", default=None,
               help="Use this Kafka cluster instead of starting an embedded broker.")
 @click.option("--keep-broker", is_flag=True, help="Leave the embedded broker running afterwards.")
-@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the result.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
+              help="Seconds to wait for the result.")
 def demo(records: int, partitions: int, guarantee: str, bootstrap_servers: str | None, keep_broker: bool,
          timeout: float) -> None:
     """Count page views per page on Spark with exactly-once, then verify the output."""
-    if records <= 0 or partitions <= 0:
-        raise click.BadParameter("--records and --partitions must be positive.")
     console = Console()
     broker = None
     if bootstrap_servers is None:

@@ -2,53 +2,66 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 
 import click
+from confluent_kafka import KafkaError, KafkaException
 
 from strom import __version__
 from strom.errors import StromError
 
+COMMANDS = (
+    "strom.cli.broker:broker",
+    "strom.cli.consume:consume",
+    "strom.cli.demo:demo",
+    "strom.cli.groups:groups",
+    "strom.cli.preflight:preflight",
+    "strom.cli.produce:produce",
+    "strom.cli.tasks:tasks",
+    "strom.cli.topics:topics",
+    "strom.cli.transactions:transactions",
+)
+"""``module:command`` of every subcommand, one per line in name order (add yours on its own line)."""
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="strom")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+@click.option("-v", "--verbose", count=True, help="More logging (-v info and librdkafka's log, -vv debug).")
 def cli(verbose: int) -> None:
     """strom: Kafka Streams, Decaton and exactly-once Kafka in Python, run on Spark."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # librdkafka logs every failed connection attempt; commands report what failed in one error line
+    logging.getLogger("strom.kafka.librdkafka").setLevel(level if verbose else logging.CRITICAL)
 
 
-def _register_commands() -> None:
-    """Subcommands are registered here so that `strom --help` lists only what exists."""
-    from strom.cli import preflight
-
-    cli.add_command(preflight.preflight)
-    from strom.cli import tasks
-    cli.add_command(tasks.tasks)
-    from strom.cli import transactions
-    cli.add_command(transactions.transactions)
-    from strom.cli import broker, consume, produce, topics
-    cli.add_command(broker.broker)
-    cli.add_command(topics.topics)
-    cli.add_command(produce.produce)
-    cli.add_command(consume.consume)
-    from strom.cli import demo
-    cli.add_command(demo.demo)
-
-
-_register_commands()
+for _entry in COMMANDS:
+    _module, _, _name = _entry.partition(":")
+    cli.add_command(getattr(importlib.import_module(_module), _name))
 
 
 def main() -> None:
+    """Runs the command; every error a user can cause ends in one ``error: ...`` line and status 2."""
     try:
-        cli(standalone_mode=False)
-    except click.exceptions.Abort:
+        cli(standalone_mode=False, prog_name="strom")
+    except (click.exceptions.Abort, KeyboardInterrupt):
         sys.exit(130)
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        _fail(exc.format_message() + hint, exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        _fail(exc.format_message(), exc.exit_code)
     except StromError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        _fail(str(exc), 2)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else exc
+        reason = f"{error.str()} ({error.name()})" if isinstance(error, KafkaError) else str(error)
+        _fail(f"{reason}. Check the broker log and the client settings "
+              "(-X, --command-config).", 2)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {' '.join(message.split())}", err=True)
+    sys.exit(code)

@@ -1,59 +1,158 @@
-"""`strom produce TOPIC`: one record per stdin line (optionally key<sep>value), with headers."""
+"""`strom produce TOPIC`: one record per stdin line ([headers<TAB>][key<SEP>]value), idempotent, acks=all."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 
 import click
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from strom.cli.topics import bootstrap_option
+from strom.cli.connection import TIMEOUT, Connection, connection_options, create_topic_option, raw_argument
+from strom.cli.formats import Format, convert, format_option
+from strom.cli.output import escaped
 from strom.errors import StromError
 from strom.kafka import clients
 
+Headers = list[tuple[str, bytes]]
 
-def _header(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> list[tuple[str, bytes]]:
-    headers = []
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise click.BadParameter(f"{item!r} is not name=value")
-        headers.append((name, value.encode()))
-    return headers
+
+def _header_name(name: bytes, where: str) -> str:
+    try:
+        return name.decode()
+    except UnicodeDecodeError:
+        raise StromError(f"Header name {escaped(name)} in {where} is not UTF-8; Kafka header names are "
+                         "text (values may be any bytes).") from None
+
+
+def parse_header(item: bytes, where: str) -> tuple[str, bytes]:
+    name, sep, value = item.partition(b"=")
+    if not sep or not name:
+        raise StromError(f"Header {escaped(item)} in {where} is not name=value.")
+    return _header_name(name, where), value
+
+
+def _header_option(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> Headers:
+    return [parse_header(raw_argument(item), "--header") for item in values]
+
+
+def _separator(_ctx: click.Context, _param: click.Parameter, value: str | None) -> bytes | None:
+    if value == "":
+        raise click.BadParameter("must not be empty")
+    return None if value is None else raw_argument(value)
+
+
+@dataclass
+class LineFormat:
+    """How a line splits into headers, key and value, and how each becomes record bytes."""
+
+    key_separator: bytes | None
+    headers_delimiter: bytes | None
+    null_marker: bytes | None
+    key_format: Format
+    value_format: Format
+    fixed_headers: Headers = field(default_factory=list)
+
+    def record(self, line: bytes, number: int) -> tuple[bytes | None, bytes | None, Headers]:
+        where = f"line {number}"
+        headers = list(self.fixed_headers)
+        if self.headers_delimiter is not None:
+            head, sep, line = line.partition(self.headers_delimiter)
+            if not sep:
+                raise StromError(f"Line {number} has no headers delimiter {escaped(self.headers_delimiter)}: "
+                                 f"{escaped(head[:80])}. Start each line with name=value,...<delimiter>.")
+            headers += [parse_header(item, where) for item in head.split(b",") if item]
+        key = None
+        if self.key_separator is not None:
+            key, sep, line = line.partition(self.key_separator)
+            if not sep:
+                raise StromError(f"Line {number} has no key separator {escaped(self.key_separator)}: "
+                                 f"{escaped(key[:80])}.")
+            key = self._bytes(self.key_format, key, f"The key on {where}")
+        return key, self._bytes(self.value_format, line, f"The value on {where}"), headers
+
+    def _bytes(self, fmt: Format, text: bytes, what: str) -> bytes | None:
+        if text == self.null_marker:
+            return None
+        return convert(fmt, fmt.parse, text, what)
 
 
 @click.command()
-@bootstrap_option
+@connection_options
 @click.argument("topic")
-@click.option("--key-separator", default=None, help="Split each line at the first SEP into key and value.")
-@click.option("--header", "headers", multiple=True, callback=_header, metavar="NAME=VALUE",
+@click.option("-K", "--key-separator", default=None, callback=_separator,
+              help="Split each line at the first SEP into key and value.")
+@click.option("--header", "headers", multiple=True, callback=_header_option, metavar="NAME=VALUE",
               help="Header added to every record; repeatable.")
-@click.option("--partition", type=int, default=None, help="Write to this partition instead of by key.")
-def produce(bootstrap_servers: str, topic: str, key_separator: str | None, headers: list[tuple[str, bytes]],
-            partition: int | None) -> None:
-    """Write stdin lines to TOPIC (idempotent, acks=all); prints how many were acknowledged."""
-    producer = clients.producer(bootstrap_servers)
-    failures: list[KafkaError] = []
+@click.option("--parse-headers", "headers_delimiter", default=None, callback=_separator, metavar="DELIM",
+              help="Each line starts with its own headers, name=value,... then DELIM (e.g. a tab).")
+@click.option("--null-marker", default=None, help="A key or value equal to this is produced as null "
+              "(a tombstone for a value); '' makes empty values null, as kcat -Z.")
+@click.option("-p", "--partition", type=click.IntRange(min=0), default=None,
+              help="Write to this partition instead of by key.")
+@create_topic_option
+@format_option("--key-serializer", help="How key text becomes bytes (long: 8-byte big-endian, as Kafka's).")
+@format_option("--value-serializer", help="How value text becomes bytes.")
+def produce(connection: Connection, topic: str, key_separator: bytes | None, headers: Headers,
+            headers_delimiter: bytes | None, null_marker: str | None, partition: int | None,
+            create_topic: bool, key_serializer: Format, value_serializer: Format) -> None:
+    """Write stdin lines to TOPIC and print how many were acknowledged (kcat -P, kafka-console-producer)."""
+    count = len(connection.topic(topic, create=create_topic).partitions)
+    if partition is not None and partition >= count:
+        raise StromError(f"Topic {topic!r} has {count} partition(s) (0-{count - 1}), not {partition}.")
+    null = None if null_marker is None else raw_argument(null_marker)
+    lines = LineFormat(key_separator, headers_delimiter, null, key_serializer, value_serializer, headers)
+    producer = connection.producer(**clients.JAVA_PARTITIONER)
+    writer = _Writer(producer, topic, partition)
+    try:
+        for number, line in enumerate(sys.stdin.buffer, 1):
+            writer.write(number, *lines.record(line.rstrip(b"\r\n"), number))
+    except StromError as exc:
+        written = writer.finish()
+        raise StromError(f"{exc} The {written} record(s) before it were written to {topic!r}.") from exc
+    click.echo(f"produced {writer.finish()} record(s) to {topic}", err=True)
 
-    def delivered(error: KafkaError | None, _message: Message) -> None:
-        if error is not None:
-            failures.append(error)
 
-    count = 0
-    for line in sys.stdin.buffer:
-        line = line.rstrip(b"\r\n")
-        key = None
-        if key_separator is not None:
-            if key_separator.encode() not in line:
-                raise StromError(f"Line {count + 1} has no key separator {key_separator!r}: {line[:80]!r}")
-            key, line = line.split(key_separator.encode(), 1)
-        extra = {} if partition is None else {"partition": partition}
-        producer.produce(topic, value=line, key=key, headers=headers, on_delivery=delivered, **extra)
-        producer.poll(0)
-        count += 1
-    remaining = producer.flush(30)
-    if failures or remaining:
-        reason = failures[0].str() if failures else f"{remaining} record(s) not acknowledged in 30 s"
-        raise StromError(f"{len(failures) + remaining} of {count} record(s) were not written to {topic!r}: "
-                         f"{reason}. Check that the topic exists (`strom topics list`) and the broker runs.")
-    click.echo(f"produced {count} record(s) to {topic}", err=True)
+class _Writer:
+    """Produces records in order and tells which line a refused record came from."""
+
+    def __init__(self, producer: Producer, topic: str, partition: int | None) -> None:
+        self._producer, self._topic = producer, topic
+        self._extra = {} if partition is None else {"partition": partition}
+        self._failures: list[tuple[int, KafkaError]] = []
+        self._sent = 0
+
+    def write(self, number: int, key: bytes | None, value: bytes | None, headers: Headers) -> None:
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if error is not None:
+                self._failures.append((number, error))
+
+        try:
+            clients.produce(self._producer, self._topic, value, key, headers=headers, on_delivery=delivered,
+                            **self._extra)
+        except KafkaException as exc:
+            raise StromError(_refusal(number, exc.args[0], value)) from exc
+        self._sent += 1
+        self._producer.poll(0)
+
+    def finish(self) -> int:
+        """Waits for the records sent; returns how many were written, or raises for the first refused."""
+        remaining = self._producer.flush(TIMEOUT)
+        if self._failures:
+            number, error = min(self._failures, key=lambda f: f[0])
+            written = self._sent - len(self._failures) - remaining
+            raise StromError(f"{_refusal(number, error, None)} {written} of {self._sent} record(s) were "
+                             f"written to {self._topic!r}.")
+        if remaining:
+            raise StromError(f"{remaining} of {self._sent} record(s) were not acknowledged in "
+                             f"{TIMEOUT:.0f} s; check that the broker runs (`strom topics list`).")
+        return self._sent
+
+
+def _refusal(number: int, error: KafkaError, value: bytes | None) -> str:
+    if error.code() in (KafkaError.MSG_SIZE_TOO_LARGE,):
+        size = "" if value is None else f" ({len(value)} bytes)"
+        return (f"The record of line {number}{size} is larger than message.max.bytes: raise the client's "
+                "limit with -X message.max.bytes=N and the topic's max.message.bytes "
+                "(`strom topics alter-config`), or send less.")
+    return f"The record of line {number} was refused: {error.str()}."

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from strom.cli.connection import Connection, connection_options, create_topic_option
 from strom.errors import ConfigError
 from strom.tasks import (
     FilePropertySupplier,
@@ -77,24 +78,26 @@ def tasks() -> None:
 @click.option("--topic", required=True, help="Topic of the tasks.")
 @click.option("--subscription", "subscription_id", required=True,
               help="Subscription id: the consumer group and the prefix of the retry/dlq topics.")
-@click.option("--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default="127.0.0.1:9092",
-              show_default=True, help="Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS).")
+@connection_options
+@create_topic_option
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="decaton.partition.concurrency.")
 @click.option("--property", "properties", multiple=True, metavar="NAME=VALUE",
               help="A decaton.* property (repeatable).")
 @click.option("--property-file", type=click.Path(dir_okay=False),
               help="JSON file of decaton.* properties, re-read when it changes (dynamic properties).")
 @click.option("--retry", is_flag=True, help="Enable the <subscription>-retry and <subscription>-dlq topics.")
-def run(processor: str, topic: str, subscription_id: str, bootstrap_servers: str, concurrency: int | None,
-        properties: tuple[str, ...], property_file: str | None, retry: bool) -> None:
+def run(processor: str, topic: str, subscription_id: str, connection: Connection, create_topic: bool,
+        concurrency: int | None, properties: tuple[str, ...], property_file: str | None, retry: bool) -> None:
     """Run PROCESSOR (module:name) over TOPIC until interrupted, then drain, commit and stop."""
     suppliers: list[Any] = [_parse_properties(properties, concurrency)]
     if property_file:
         suppliers.append(FilePropertySupplier(property_file))
+    target = load_processor(processor)
+    connection.topic(topic, create=create_topic)
     builder = (SubscriptionBuilder.new_builder(subscription_id)
-               .processors_builder(ProcessorsBuilder.consuming(topic).then_process(load_processor(processor)))
+               .processors_builder(ProcessorsBuilder.consuming(topic).then_process(target))
                .properties(*suppliers)
-               .consumer_config({"bootstrap.servers": bootstrap_servers}))
+               .consumer_config({**connection.properties, "bootstrap.servers": connection.bootstrap_servers}))
     if retry:
         builder.enable_retry()
     subscription = builder.build_and_start()

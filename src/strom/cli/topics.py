@@ -1,109 +1,171 @@
-"""`strom topics list|create|describe|delete`: topic administration through confluent-kafka."""
+"""`strom topics list|create|describe|delete|alter-config|add-partitions|delete-records`: topic
+administration through confluent-kafka's AdminClient."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from typing import Any
+
 import click
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from rich.console import Console
-from rich.table import Table
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
 from strom.cli.broker import parse_config
-from strom.errors import BrokerUnavailableError, StromError, UnknownTopicError
-from strom.kafka import clients
+from strom.cli.connection import TIMEOUT, Connection, connection_options
+from strom.cli.output import output_option, print_record, print_rows
+from strom.errors import StromError
 
-TIMEOUT = 15.0
-bootstrap_option = click.option(
-    "--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default="127.0.0.1:9092", show_default=True,
-    help="Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS).")
+config_option = click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+                             help="Topic config with Kafka's name, e.g. cleanup.policy=compact; repeatable.")
 
 
 @click.group()
 def topics() -> None:
-    """List, create, describe and delete topics."""
+    """List, create, describe, alter and delete topics (kafka-topics, kafka-configs, kafka-delete-records)."""
 
 
-def _admin(bootstrap_servers: str) -> AdminClient:
-    return clients.admin(bootstrap_servers)
-
-
-def _metadata(admin: AdminClient, bootstrap_servers: str):
+def result(future: Future, what: str) -> Any:
+    """The future's result; a refusal becomes one error naming what was attempted and the broker's reason."""
     try:
-        return admin.list_topics(timeout=TIMEOUT)
-    except KafkaException as exc:
-        raise BrokerUnavailableError(f"No broker answered at {bootstrap_servers} ({exc}). Start one with "
-                                     "`strom broker` or pass --bootstrap-servers.") from exc
-
-
-def _result(future, what: str) -> None:
-    try:
-        future.result(TIMEOUT)
+        return future.result(TIMEOUT)
     except KafkaException as exc:
         raise StromError(f"Could not {what}: {exc.args[0].str()}") from exc
 
 
 @topics.command("list")
-@bootstrap_option
+@connection_options
 @click.option("--internal", is_flag=True, help="Include internal topics such as __consumer_offsets.")
-def list_command(bootstrap_servers: str, internal: bool) -> None:
+@output_option
+def list_command(connection: Connection, internal: bool, output: str) -> None:
     """Topic names and partition counts."""
-    metadata = _metadata(_admin(bootstrap_servers), bootstrap_servers)
-    for name in sorted(metadata.topics):
-        if internal or not name.startswith("__"):
-            click.echo(f"{name}\t{len(metadata.topics[name].partitions)}")
+    metadata = connection.metadata()
+    rows = [{"topic": name, "partitions": len(metadata.topics[name].partitions)}
+            for name in sorted(metadata.topics) if internal or not name.startswith("__")]
+    print_rows(rows, ["topic", "partitions"], output)
 
 
 @topics.command("create")
-@bootstrap_option
+@connection_options
 @click.argument("name")
-@click.option("--partitions", type=int, default=1, show_default=True)
-@click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
-              help="Topic config with Kafka's name, e.g. cleanup.policy=compact; repeatable.")
-def create_command(bootstrap_servers: str, name: str, partitions: int, config: dict[str, str]) -> None:
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@config_option
+def create_command(connection: Connection, name: str, partitions: int, config: dict[str, str]) -> None:
     """Create a topic."""
-    admin = _admin(bootstrap_servers)
-    _metadata(admin, bootstrap_servers)
     new = NewTopic(name, partitions, 1, config=config)
-    future = admin.create_topics([new], request_timeout=TIMEOUT)[name]
-    _result(future, f"create topic {name!r}")
+    result(connection.admin().create_topics([new], request_timeout=TIMEOUT)[name], f"create topic {name!r}")
     click.echo(f"created {name} with {partitions} partition(s)")
 
 
-@topics.command("describe")
-@bootstrap_option
-@click.argument("name")
-def describe_command(bootstrap_servers: str, name: str) -> None:
-    """Partitions with offsets, and the topic's configs."""
-    admin = _admin(bootstrap_servers)
-    metadata = _metadata(admin, bootstrap_servers)  # all topics: asking for one would auto-create it
-    topic = metadata.topics.get(name)
-    if topic is None or topic.error is not None:
-        raise UnknownTopicError(f"Topic {name!r} does not exist. See `strom topics list`.")
-    consumer = clients.consumer(bootstrap_servers, None)
-    table = Table("partition", "leader", "log start offset", "end offset")
-    for index in sorted(topic.partitions):
-        low, high = consumer.get_watermark_offsets(TopicPartition(name, index), timeout=TIMEOUT)
-        table.add_row(str(index), str(topic.partitions[index].leader), str(low), str(high))
-    consumer.close()
+def watermarks(connection: Connection, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+    """Log start and end offset of each partition."""
+    consumer = connection.consumer()
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=TIMEOUT)
+                for p in partitions}
+    finally:
+        consumer.close()
+
+
+def _configs(connection: Connection, name: str) -> list[dict[str, Any]]:
     resource = ConfigResource("topic", name)
-    configs = admin.describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
-    console = Console()
-    console.print(f"[bold]{name}[/bold]: {len(topic.partitions)} partition(s)")
-    console.print(table)
-    settings = Table("config", "value", "source")
-    for key in sorted(configs):
-        entry = configs[key]
-        settings.add_row(key, entry.value, "default" if entry.is_default else "topic")
-    console.print(settings)
+    configs = result(connection.admin().describe_configs([resource], request_timeout=TIMEOUT)[resource],
+                     f"describe the configs of {name!r}")
+    return [{"config": key, "value": entry.value, "source": "default" if entry.is_default else "topic"}
+            for key, entry in sorted(configs.items())]
+
+
+@topics.command("describe")
+@connection_options
+@click.argument("name")
+@output_option
+def describe_command(connection: Connection, name: str, output: str) -> None:
+    """Partitions with offsets, and the topic's configs."""
+    topic = connection.topic(name)
+    offsets = watermarks(connection, name, sorted(topic.partitions))
+    partitions = [{"partition": p, "leader": topic.partitions[p].leader, "log start offset": low,
+                   "end offset": high} for p, (low, high) in offsets.items()]
+    configs = _configs(connection, name)
+    if output == "json":
+        print_record({"topic": name, "partitions": partitions, "configs": configs}, output)
+        return
+    click.echo(f"{name}: {len(partitions)} partition(s)")
+    print_rows(partitions, ["partition", "leader", "log start offset", "end offset"], output)
+    print_rows(configs, ["config", "value", "source"], output)
 
 
 @topics.command("delete")
-@bootstrap_option
+@connection_options
 @click.argument("names", nargs=-1, required=True)
-def delete_command(bootstrap_servers: str, names: tuple[str, ...]) -> None:
+def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
     """Delete topics and their data."""
-    admin = _admin(bootstrap_servers)
-    _metadata(admin, bootstrap_servers)
-    for name, future in admin.delete_topics(list(names), request_timeout=TIMEOUT).items():
-        _result(future, f"delete topic {name!r}")
+    for name in names:
+        connection.topic(name)
+    for name, future in connection.admin().delete_topics(list(names), request_timeout=TIMEOUT).items():
+        result(future, f"delete topic {name!r}")
         click.echo(f"deleted {name}")
+
+
+@topics.command("alter-config")
+@connection_options
+@click.argument("name")
+@click.option("--set", "settings", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+              help="Set a topic config, e.g. retention.ms=60000; repeatable.")
+@click.option("--delete", "deletions", multiple=True, metavar="KEY",
+              help="Remove a topic config (back to the broker's default); repeatable.")
+def alter_config_command(connection: Connection, name: str, settings: dict[str, str],
+                         deletions: tuple[str, ...]) -> None:
+    """Set or remove topic configs (kafka-configs --alter --add-config / --delete-config)."""
+    if not settings and not deletions:
+        raise click.UsageError("Give at least one --set KEY=VALUE or --delete KEY.")
+    connection.topic(name)
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
+    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletions]
+    resource = ConfigResource("topic", name, incremental_configs=entries)
+    result(connection.admin().incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource],
+           f"alter the configs of {name!r}")
+    click.echo(f"altered {name}: " + ", ".join([*(f"{k}={v}" for k, v in settings.items()),
+                                                 *(f"-{k}" for k in deletions)]))
+
+
+@topics.command("add-partitions")
+@connection_options
+@click.argument("name")
+@click.option("--partitions", "total", type=click.IntRange(min=1), required=True,
+              help="The new total number of partitions (as kafka-topics --alter --partitions).")
+def add_partitions_command(connection: Connection, name: str, total: int) -> None:
+    """Grow a topic to --partitions partitions (keys move: records of a key may land elsewhere after)."""
+    current = len(connection.topic(name).partitions)
+    if total <= current:
+        raise StromError(f"Topic {name!r} has {current} partition(s); --partitions must be more than that "
+                         "(partitions cannot be removed).")
+    result(connection.admin().create_partitions([NewPartitions(name, total)], request_timeout=TIMEOUT)[name],
+           f"add partitions to {name!r}")
+    click.echo(f"{name}: {current} -> {total} partition(s)")
+
+
+@topics.command("delete-records")
+@connection_options
+@click.argument("name")
+@click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Only this partition; repeatable (default: every partition).")
+@click.option("--before", required=True, metavar="OFFSET|end",
+              help="Delete the records before this offset; `end` deletes every record.")
+@output_option
+def delete_records_command(connection: Connection, name: str, partitions: tuple[int, ...], before: str,
+                           output: str) -> None:
+    """Delete the records before an offset (kafka-delete-records): the log start offset moves up."""
+    if before != "end" and not before.isdigit():
+        raise click.BadParameter(f"{before!r} is not an offset (0 or more) or `end`", param_hint="--before")
+    existing = sorted(connection.topic(name).partitions)
+    missing = sorted(set(partitions) - set(existing))
+    if missing:
+        raise StromError(f"Topic {name!r} has partitions 0-{len(existing) - 1}, not {missing}.")
+    chosen = list(partitions) or existing
+    ends = watermarks(connection, name, chosen)
+    requests = [TopicPartition(name, p, ends[p][1] if before == "end" else min(int(before), ends[p][1]))
+                for p in chosen]
+    futures = connection.admin().delete_records(requests, request_timeout=TIMEOUT)
+    rows = [{"partition": tp.partition,
+             "log start offset": result(future, f"delete records of {name}-{tp.partition}").low_watermark}
+            for tp, future in sorted(futures.items(), key=lambda item: item[0].partition)]
+    print_rows(rows, ["partition", "log start offset"], output)

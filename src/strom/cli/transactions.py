@@ -1,85 +1,190 @@
-"""`strom transactions list|describe`: the transactions a broker's coordinator knows about."""
+"""`strom transactions list|describe|describe-producers|find-hanging|abort`: transactions the broker
+coordinates and the producers writing to partitions (kafka-transactions)."""
 
 from __future__ import annotations
 
 import datetime
+import time
 
 import click
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.static.primitive import i64
-from rich.console import Console
-from rich.table import Table
+from kio.static.primitive import i32, i64
 
+from strom.cli.connection import Connection, connection_options
+from strom.cli.output import output_option, print_record, print_rows
 from strom.errors import StromError, TransactionalIdNotFoundError
 from strom.kafka.wire import WireClient
-
-_bootstrap = click.option("--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default="127.0.0.1:9092",
-                          show_default=True, help="Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS).")
 
 
 @click.group()
 def transactions() -> None:
-    """Inspect transactions (ListTransactions / DescribeTransactions)."""
+    """Inspect and abort transactions (kafka-transactions)."""
 
 
-@transactions.command("list")
-@_bootstrap
-@click.option("--state", "states", multiple=True,
-              help="Only transactions in this state (Empty, Ongoing, PrepareCommit, PrepareAbort, "
-                   "CompleteCommit, CompleteAbort); repeatable.")
-@click.option("--producer-id", "producer_ids", type=int, multiple=True,
-              help="Only this producer id; repeatable.")
-@click.option("--min-duration-ms", type=int, default=-1,
-              help="Only transactions open at least this long (implies Ongoing).")
-def list_command(bootstrap_servers: str, states: tuple[str, ...], producer_ids: tuple[int, ...],
-                 min_duration_ms: int) -> None:
-    """One line per transactional id: producer id and state."""
-    with WireClient(bootstrap_servers) as client:
+def _wire(connection: Connection) -> WireClient:
+    """A protocol client for the APIs librdkafka does not expose; it speaks PLAINTEXT only."""
+    protocol = connection.properties.get("security.protocol", "plaintext").lower()
+    if protocol != "plaintext":
+        raise StromError(f"`strom transactions` speaks to the broker directly over PLAINTEXT; "
+                         f"security.protocol={protocol} is not supported. Use Kafka's kafka-transactions "
+                         "for a secured cluster.")
+    return WireClient(connection.bootstrap_servers)
+
+
+def _list(connection: Connection, **filters) -> list:
+    with _wire(connection) as client:
         response = client.send(ListTransactionsRequest(
-            state_filters=states, producer_id_filters=tuple(i64(p) for p in producer_ids),
-            duration_filter=i64(min_duration_ms)))
+            state_filters=filters.get("states", ()), producer_id_filters=filters.get("producer_ids", ()),
+            duration_filter=i64(filters.get("min_duration_ms", -1))))
     _raise_for(response.error_code, "ListTransactions")
     if response.unknown_state_filters:
         raise StromError(f"Unknown transaction state(s): {', '.join(response.unknown_state_filters)}. "
                          "Use Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or CompleteAbort.")
-    table = Table("transactional.id", "producer id", "state")
-    for state in sorted(response.transaction_states, key=lambda s: s.transactional_id):
-        table.add_row(state.transactional_id, str(state.producer_id), state.transaction_state)
-    Console().print(table)
+    return sorted(response.transaction_states, key=lambda s: s.transactional_id)
+
+
+def _describe(connection: Connection, transactional_ids: tuple[str, ...]) -> list:
+    """The coordinator's view of each id; unknown ids are an error naming them."""
+    with _wire(connection) as client:
+        response = client.send(DescribeTransactionsRequest(transactional_ids=transactional_ids))
+    missing = [s.transactional_id for s in response.transaction_states
+               if s.error_code == ErrorCode.transactional_id_not_found]
+    if missing:
+        raise TransactionalIdNotFoundError(
+            f"Transactional id(s) not known to the broker at {connection.bootstrap_servers}: "
+            f"{', '.join(missing)}. `strom transactions list` shows the known ones.")
+    for state in response.transaction_states:
+        _raise_for(state.error_code, f"DescribeTransactions({state.transactional_id})")
+    return list(response.transaction_states)
+
+
+@transactions.command("list")
+@connection_options
+@click.option("--state", "states", multiple=True,
+              help="Only transactions in this state (Empty, Ongoing, PrepareCommit, PrepareAbort, "
+                   "CompleteCommit, CompleteAbort); repeatable.")
+@click.option("--producer-id", "producer_ids", type=click.IntRange(min=0), multiple=True,
+              help="Only this producer id; repeatable.")
+@click.option("--min-duration-ms", type=click.IntRange(min=-1), default=-1,
+              help="Only transactions open at least this long (implies Ongoing).")
+@output_option
+def list_command(connection: Connection, states: tuple[str, ...], producer_ids: tuple[int, ...],
+                 min_duration_ms: int, output: str) -> None:
+    """One line per transactional id: producer id and state."""
+    found = _list(connection, states=states, producer_ids=tuple(i64(p) for p in producer_ids),
+                  min_duration_ms=min_duration_ms)
+    rows = [{"transactional.id": s.transactional_id, "producer id": int(s.producer_id),
+             "state": s.transaction_state} for s in found]
+    print_rows(rows, ["transactional.id", "producer id", "state"], output)
+
+
+def _fields(state) -> dict:
+    return {"transactional.id": state.transactional_id, "state": state.transaction_state,
+            "producer id": int(state.producer_id), "producer epoch": int(state.producer_epoch),
+            "timeout ms": int(state.transaction_timeout.total_seconds() * 1000),
+            "started": _started(state.transaction_start_time),
+            "partitions": [f"{t.topic}-{p}" for t in state.topics for p in t.partitions]}
 
 
 @transactions.command("describe")
-@_bootstrap
+@connection_options
 @click.argument("transactional_ids", nargs=-1, required=True)
-def describe_command(bootstrap_servers: str, transactional_ids: tuple[str, ...]) -> None:
+@output_option
+def describe_command(connection: Connection, transactional_ids: tuple[str, ...], output: str) -> None:
     """State, producer id and epoch, timeout, start time and partitions of transactional ids."""
-    with WireClient(bootstrap_servers) as client:
-        response = client.send(DescribeTransactionsRequest(transactional_ids=transactional_ids))
-    console = Console()
-    missing = []
-    for state in response.transaction_states:
-        if state.error_code == ErrorCode.transactional_id_not_found:
-            missing.append(state.transactional_id)
-            continue
-        _raise_for(state.error_code, f"DescribeTransactions({state.transactional_id})")
-        partitions = ", ".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
-        grid = Table.grid(padding=(0, 2))
-        for name, value in (("transactional.id", state.transactional_id),
-                            ("state", state.transaction_state),
-                            ("producer id", str(state.producer_id)),
-                            ("producer epoch", str(state.producer_epoch)),
-                            ("timeout ms", str(int(state.transaction_timeout.total_seconds() * 1000))),
-                            ("started", _started(state.transaction_start_time)),
-                            ("partitions", partitions or "-")):
-            grid.add_row(name, value)
-        console.print(grid, soft_wrap=True)
-        console.print()
-    if missing:
-        raise TransactionalIdNotFoundError(
-            f"Transactional id(s) not known to the broker at {bootstrap_servers}: {', '.join(missing)}. "
-            "`strom transactions list` shows the known ones.")
+    for state in _describe(connection, transactional_ids):
+        print_record(_fields(state), output)
+
+
+def _producers(connection: Connection, topic: str, partitions: tuple[int, ...]) -> list[dict]:
+    """Active producers of each partition (DescribeProducers), with their open transaction if any."""
+    chosen = partitions or tuple(sorted(connection.topic(topic).partitions))
+    with _wire(connection) as client:
+        response = client.send(DescribeProducersRequest(
+            topics=(TopicRequest(name=topic, partition_indexes=tuple(i32(p) for p in chosen)),)))
+    rows = []
+    for answer in response.topics:
+        for partition in answer.partitions:
+            if partition.error_code == ErrorCode.unknown_topic_or_partition:
+                raise StromError(f"Topic {topic!r} has no partition {partition.partition_index}; see "
+                                 f"`strom topics describe {topic}`.")
+            _raise_for(partition.error_code, f"DescribeProducers({topic}-{partition.partition_index})")
+            rows += [{"topic": topic, "partition": int(partition.partition_index),
+                      "producer id": int(p.producer_id), "producer epoch": int(p.producer_epoch),
+                      "last sequence": int(p.last_sequence), "last timestamp": int(p.last_timestamp),
+                      "coordinator epoch": int(p.coordinator_epoch),
+                      "open transaction start offset": int(p.current_txn_start_offset)}
+                     for p in partition.active_producers]
+    return rows
+
+
+_PRODUCER_COLUMNS = ["topic", "partition", "producer id", "producer epoch", "last sequence", "last timestamp",
+                     "open transaction start offset"]
+
+
+@transactions.command("describe-producers")
+@connection_options
+@click.option("--topic", required=True)
+@click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Only this partition; repeatable (default: every partition).")
+@output_option
+def describe_producers_command(connection: Connection, topic: str, partitions: tuple[int, ...],
+                               output: str) -> None:
+    """Producers writing to a topic's partitions: id, epoch, last sequence, open transaction."""
+    print_rows(_producers(connection, topic, partitions), _PRODUCER_COLUMNS, output)
+
+
+@transactions.command("find-hanging")
+@connection_options
+@click.option("--topic", required=True)
+@click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
+              help="Only this partition; repeatable (default: every partition).")
+@click.option("--max-transaction-timeout", type=click.IntRange(min=0), default=15, show_default=True,
+              help="Minutes: a transaction open longer than the longest transaction timeout is a candidate.")
+@output_option
+def find_hanging_command(connection: Connection, topic: str, partitions: tuple[int, ...],
+                         max_transaction_timeout: int, output: str) -> None:
+    """Open transactions on partitions that their coordinator no longer completes (they hold back
+    read_committed consumers). Abort one with `strom transactions abort`."""
+    cutoff = time.time() * 1000 - max_transaction_timeout * 60_000
+    candidates = [row for row in _producers(connection, topic, partitions)
+                  if row["open transaction start offset"] >= 0 and row["last timestamp"] < cutoff]
+    ongoing = {}
+    if candidates:
+        known = _list(connection, producer_ids=tuple(i64(r["producer id"]) for r in candidates))
+        if known:
+            described = _describe(connection, tuple(k.transactional_id for k in known))
+            ongoing = {int(s.producer_id): s for s in described}
+    hanging = [row for row in candidates if not _coordinated(row, ongoing.get(row["producer id"]))]
+    print_rows(hanging, _PRODUCER_COLUMNS, output)
+
+
+def _coordinated(row: dict, state) -> bool:
+    """Whether the coordinator still runs this transaction (and will complete or time it out)."""
+    return (state is not None and state.transaction_state == "Ongoing"
+            and int(state.producer_epoch) == row["producer epoch"]
+            and any(t.topic == row["topic"] and row["partition"] in t.partitions for t in state.topics))
+
+
+@transactions.command("abort")
+@connection_options
+@click.option("--transactional-id", required=True,
+              help="Abort the open transaction of this id (fences its producer, as a new instance would).")
+def abort_command(connection: Connection, transactional_id: str) -> None:
+    """Abort the ongoing transaction of a transactional id: its producer is fenced (a later commit by it
+    fails) and read_committed consumers move past its records."""
+    (state,) = _describe(connection, (transactional_id,))
+    if state.transaction_state != "Ongoing":
+        raise StromError(f"Transaction {transactional_id!r} is {state.transaction_state}, not Ongoing: "
+                         "nothing to abort. `strom transactions describe` shows it.")
+    producer = connection.producer(**{"transactional.id": transactional_id})
+    producer.init_transactions(30)  # the coordinator aborts the open transaction and bumps the epoch
+    (after,) = _describe(connection, (transactional_id,))
+    click.echo(f"aborted {transactional_id}: now {after.transaction_state}, "
+               f"producer epoch {after.producer_epoch}")
 
 
 def _started(moment: datetime.datetime) -> str:

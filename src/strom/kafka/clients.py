@@ -8,7 +8,9 @@ turn into a ConfigError naming the key.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -26,6 +28,10 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 JAVA_PARTITIONER: dict[str, Any] = {"partitioner": "murmur2_random"}
 """Keyed records land where Kafka's Java clients (Kafka Streams, Decaton's client) would put them."""
+CONNECT_AT_ONCE: dict[str, Any] = {"enable.sparse.connections": "false"}
+"""For a short-lived client: connect to the brokers at once. With sparse connections (librdkafka's
+default) a new client connects only once a request needs a broker: a new admin client's first metadata
+request took 50 ms more, and init_transactions 60 ms to 0.5 s instead of 10 ms."""
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
@@ -79,6 +85,56 @@ def consumer(bootstrap_servers: str, group_id: str | None = None, **overrides: A
 
 def admin(bootstrap_servers: str, **overrides: Any) -> AdminClient:
     return _build(AdminClient, _config(bootstrap_servers, {}, overrides))
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """A Java-style ``.properties`` file (Kafka's ``--command-config``) as a dict: ``key=value``,
+    ``key: value`` or ``key value``; ``#`` and ``!`` comments; a trailing backslash continues a line.
+    ``sasl.jaas.config`` of a Plain or SCRAM login module becomes librdkafka's ``sasl.username`` and
+    ``sasl.password``, so a Java client's file works unchanged."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"Cannot read the client properties file {str(path)!r} ({exc}). Pass a readable "
+                          "file of key=value lines.") from exc
+    properties: dict[str, str] = {}
+    for line in _logical_lines(text):
+        match = _PROPERTY.match(line)
+        if match is None:
+            raise ConfigError(f"{str(path)!r}: cannot read {line!r} as key=value.")
+        properties[match["key"]] = match["value"]
+    jaas = properties.pop("sasl.jaas.config", None)
+    if jaas is not None:
+        properties.update(_jaas_credentials(jaas, path))
+    return properties
+
+
+_PROPERTY = re.compile(r"(?P<key>[^=:\s]+)\s*(?:[=:]\s*|\s+|$)(?P<value>.*)")
+_JAAS_OPTION = re.compile(r"(username|password)\s*=\s*\"((?:[^\"\\\\]|\\\\.)*)\"")
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending += line[:-1]
+            continue
+        lines.append(pending + line)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return lines
+
+
+def _jaas_credentials(jaas: str, path: str | Path) -> dict[str, str]:
+    options = dict(_JAAS_OPTION.findall(jaas))
+    if "username" not in options or "password" not in options:
+        raise ConfigError(f"{str(path)!r}: sasl.jaas.config needs username=\"...\" and password=\"...\" "
+                          "(librdkafka has no JAAS); or set sasl.username and sasl.password instead.")
+    return {"sasl.username": options["username"], "sasl.password": options["password"]}
 
 
 def create_topics(

@@ -16,15 +16,12 @@ from confluent_kafka import KafkaException
 
 from strom.errors import ConfigError
 from strom.kafka import clients
+from strom.kafka.clients import CONNECT_AT_ONCE  # noqa: F401 - strom.spark.runtime imports it from here
 
 EARLIEST = -2
 LATEST = -1
 
 KAFKA_PREFIX = "kafka."
-# With sparse connections (librdkafka's default) a new client connects only once a request needs
-# a broker: a new admin client's first metadata request took 50 ms more, and init_transactions
-# 60 ms to 0.5 s instead of 10 ms. The connector's clients live for one planning or one task.
-CONNECT_AT_ONCE = {"enable.sparse.connections": "false"}
 _SPARK_OWNED = ("checkpointlocation", "path")
 _CLIENT_OWNED = ("group.id", "enable.auto.commit", "auto.offset.reset", "transactional.id",
                  "key.deserializer", "value.deserializer", "key.serializer", "value.serializer")

@@ -16,21 +16,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, Producer, TopicPartition
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
 from strom.errors import BrokerUnavailableError, ConfigError, StromError
 from strom.kafka import clients
-from strom.spark.options import CONNECT_AT_ONCE, SinkOptions
+from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.kafka.transactional import TransactionalProducer
+from strom.spark.options import SinkOptions
 
 log = logging.getLogger(__name__)
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 _TIMEOUT_S = 60.0
-_NO_OFFSET = -1001
 
 
 @dataclass
@@ -178,53 +179,40 @@ class _TransactionalTask:
         self._options = options
         self._identity = identity
         self._marker = TopicPartition(marker_topic, 0)
-        self._producer = clients.producer(
-            options.bootstrap_servers,
-            **{**CONNECT_AT_ONCE, **options.client_config, "transactional.id": identity.transactional_id},
-        )
+        self._producer = TransactionalProducer(
+            options.bootstrap_servers, identity.transactional_id,
+            f"Exactly-once write of batch {identity.batch_id} by {identity.transactional_id}", _TIMEOUT_S,
+            **{**CONNECT_AT_ONCE, **options.client_config})
         self._marker_consumer = clients.consumer(  # read_committed: fetches only stable markers
             options.bootstrap_servers, group_id=identity.marker_group,
             **{**CONNECT_AT_ONCE, **options.client_config, "isolation.level": "read_committed"})
 
     def run(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         try:
-            self._call(self._producer.init_transactions, _TIMEOUT_S)
+            self._producer.init_transactions()
             if self._committed_batches() > self._identity.batch_id:
                 log.info("Batch %d of %s was written before; skipping the replay",
                          self._identity.batch_id, self._identity.transactional_id)
                 return SinkCommitMessage(self._identity.partition, 0, replayed=True)
-            self._call(self._producer.begin_transaction)
+            self._producer.begin_transaction()
             try:
-                records = _produce_all(self._producer, self._options, batches)
+                records = _produce_all(self._producer.producer, self._options, batches)
             except StromError:
-                self._producer.abort_transaction(_TIMEOUT_S)
+                self._producer.abort_transaction()
                 raise
             marker = TopicPartition(self._marker.topic, 0, self._identity.batch_id + 1)
-            self._call(self._producer.send_offsets_to_transaction, [marker],
-                       self._marker_consumer.consumer_group_metadata(), _TIMEOUT_S)
-            self._call(self._producer.commit_transaction, _TIMEOUT_S)
+            group = self._marker_consumer.consumer_group_metadata()
+            self._producer.send_offsets_to_transaction([marker], group)
+            self._producer.commit_transaction()
             return SinkCommitMessage(self._identity.partition, records)
         finally:
             self._marker_consumer.close()
 
     def _committed_batches(self) -> int:
         """How many batches this task committed before: the marker offset (0 if none)."""
-        committed = self._call(self._marker_consumer.committed, [self._marker], _TIMEOUT_S)
+        committed = self._producer.call(self._marker_consumer.committed, [self._marker], _TIMEOUT_S)
         offset = committed[0].offset
-        return 0 if offset == _NO_OFFSET else offset
-
-    def _call(self, method, *args):
-        try:
-            return method(*args)
-        except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.txn_requires_abort():
-                self._producer.abort_transaction(_TIMEOUT_S)
-            raise BrokerUnavailableError(
-                f"Exactly-once write of batch {self._identity.batch_id} by "
-                f"{self._identity.transactional_id} failed in {method.__name__}: {error.str()}. "
-                "Spark retries the task; a fenced producer means another attempt took over."
-            ) from exc
+        return 0 if offset == OFFSET_INVALID else offset
 
 
 def _produce_all(producer: Producer, options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> int:

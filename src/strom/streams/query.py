@@ -14,10 +14,15 @@ from itertools import chain
 from typing import Any
 
 from strom.errors import ConfigError, InvalidStateStoreError
-from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
+from strom.streams.state.internals.metered import (
+    MeteredKeyValueStore,
+    MeteredSessionStore,
+    MeteredTimestampedKeyValueStore,
+    MeteredVersionedKeyValueStore,
+    MeteredWindowStore,
+)
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore, VersionedRecord
-from strom.streams.state.window.metered import MeteredSessionStore, MeteredWindowStore
+from strom.streams.state.versioned import VersionedRecord
 
 
 def _unchanged(value: Any) -> Any:

@@ -28,9 +28,11 @@ from strom.streams.processor.internals.records import ConsumerRecord, TaskId, To
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
-from strom.streams.state.metered import MeteredTimestampedKeyValueStore
+from strom.streams.state.internals.metered import (
+    MeteredTimestampedKeyValueStore,
+    MeteredVersionedKeyValueStore,
+)
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 DRIVER_APPLICATION_ID = "topology-test-driver"
 

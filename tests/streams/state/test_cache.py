@@ -1,4 +1,4 @@
-"""The record cache, as seeds 000 and 001 trace Kafka's ThreadCache / NamedCache / CachingKeyValueStore."""
+"""The record cache, traced against Kafka's ThreadCache, NamedCache and CachingKeyValueStore."""
 
 from __future__ import annotations
 

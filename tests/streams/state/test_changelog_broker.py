@@ -4,16 +4,16 @@ a fresh instance restores the stores from the topic (read_committed) to exactly 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError
 
 from strom.kafka import clients
 from strom.kafka.serdes import Serdes
 from strom.streams.state.stores import Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
+from support.kafka import read_partition
 
 from .store_host import StoreHost
 
@@ -68,20 +68,9 @@ class KafkaHost(StoreHost):
         return restored
 
 
-def read_changelog(bootstrap: str, topic: str, partition: int, start: int) -> Iterator[tuple]:
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, partition, start)])
-    try:
-        while True:
-            message = consumer.poll(10)
-            assert message is not None, f"no end of partition reached on {topic}"
-            if message.error():
-                if message.error().code() == KafkaError._PARTITION_EOF:
-                    return
-                raise AssertionError(message.error())
-            yield message.key(), message.value(), message.offset(), message.timestamp()[1]
-    finally:
-        consumer.close()
+def read_changelog(bootstrap: str, topic: str, partition: int, start: int) -> list[tuple]:
+    return [(m.key(), m.value(), m.offset(), m.timestamp()[1])
+            for m in read_partition(bootstrap, topic, partition, start)]
 
 
 def builders() -> list[Any]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka.serdes import Serdes
-from strom.streams.state.metered import NullKeyError
+from strom.streams.state.internals.metered import NullKeyError
 from strom.streams.state.stores import Stores
 
 SUPPLIERS = {"memory": Stores.in_memory_key_value_store, "rocksdb": Stores.persistent_key_value_store}

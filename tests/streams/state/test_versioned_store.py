@@ -29,6 +29,13 @@ def builder(logging: bool = True, retention: int = RETENTION):
     return built if logging else built.with_logging_disabled()
 
 
+def _inner(store):
+    """The RocksDB store under the layers (metered -> [change-logging] -> history -> transaction)."""
+    while hasattr(store, "wrapped"):
+        store = store.wrapped
+    return store
+
+
 @pytest.fixture
 def store(host):
     store = host.init(builder())
@@ -90,7 +97,7 @@ def test_versions_past_the_retention_are_dropped_from_disk(host):
     for ts in range(0, 100):
         store.put("a", ts, ts)
     host.commit()
-    inner = store.wrapped.wrapped.wrapped  # metered -> history -> transaction -> RocksDB
+    inner = _inner(store)
     versions = sum(1 for key, _ in inner.all() if key.startswith(b"v"))
     assert versions == RETENTION + 1  # those valid at 69..99: from 69 on
     assert store.get("a", 99 - RETENTION) == VersionedRecord(99 - RETENTION, 99 - RETENTION, 100 - RETENTION)
@@ -104,7 +111,7 @@ def test_deleted_keys_leave_nothing_once_out_of_the_history(host):
         store.delete(f"k{i}", i + 1)
     store.put("alive", 1, 100)
     host.commit()
-    inner = store.wrapped.wrapped.wrapped
+    inner = _inner(store)
     assert sorted(key for key, _ in inner.all() if not key.startswith(b"t")) == [
         b"v" + len(b"alive").to_bytes(4, "big") + b"alive" + (100 + 2**63).to_bytes(8, "big")]
     assert store.get("k49", 100 - RETENTION) is None and store.get("alive") == VersionedRecord(1, 100, None)
@@ -207,7 +214,7 @@ def _assert_only_needed_versions_kept(store, model: Model) -> None:
     if model.stream_time is None:
         return
     oldest = model.stream_time - RETENTION
-    inner = store.wrapped.wrapped.wrapped  # metered -> history -> transaction -> RocksDB
+    inner = _inner(store)
     for key, raw in inner.all():
         if not key.startswith(b"v"):
             continue

@@ -82,7 +82,7 @@ class GroupCoordinator:
         if group.state is GroupState.PREPARING_REBALANCE:
             group.join_changed.set()
         else:
-            self._prepare_rebalance(group, f"member {member_id} joined")
+            self._prepare_rebalance(group, f"member {member_id!r} joined")
         return await member.join_future
 
     @staticmethod
@@ -106,7 +106,7 @@ class GroupCoordinator:
                         rebalance_timeout_ms, group.protocol_type or "", protocols,
                         assignment=old.assignment if old else b"")
         group.members[member_id] = member
-        log.info("group %s: static member %s restarted as %s without a rebalance", group.group_id,
+        log.info("group %r: static member %r restarted as %r without a rebalance", group.group_id,
                  group_instance_id, member.member_id)
         leader = member.member_id == group.leader_id
         return {"error_code": ErrorCode.none, "generation_id": group.generation,
@@ -139,7 +139,7 @@ class GroupCoordinator:
             for member in group.members.values():
                 _resolve(member.sync_future, _sync_result(ErrorCode.rebalance_in_progress))
         group.state = GroupState.PREPARING_REBALANCE
-        log.info("group %s: preparing rebalance (%s)", group.group_id, reason)
+        log.info("group %r: preparing rebalance (%s)", group.group_id, reason)
         group.rebalance_task = asyncio.get_running_loop().create_task(self._complete_join(group, initial))
 
     async def _complete_join(self, group: Group, initial: bool) -> None:
@@ -158,7 +158,7 @@ class GroupCoordinator:
             except TimeoutError:
                 break
         for member in [m for m in group.members.values() if not m.awaiting_join]:
-            log.info("group %s: member %s did not rejoin in time", group.group_id, member.member_id)
+            log.info("group %r: member %r did not rejoin in time", group.group_id, member.member_id)
             del group.members[member.member_id]
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
@@ -176,7 +176,7 @@ class GroupCoordinator:
             group.leader_id = next(iter(group.members))
         group.protocol_name = group.select_protocol()
         group.state = GroupState.COMPLETING_REBALANCE
-        log.info("group %s: generation %d with %d member(s), protocol %s", group.group_id,
+        log.info("group %r: generation %d with %d member(s), protocol %r", group.group_id,
                  group.generation, len(group.members), group.protocol_name)
         all_members = self._members_metadata(group)
         for member in group.members.values():
@@ -249,11 +249,11 @@ class GroupCoordinator:
         member = group.members.pop(member_id)
         _resolve(member.join_future, _join_error(ErrorCode.unknown_member_id, member_id))
         _resolve(member.sync_future, _sync_result(ErrorCode.unknown_member_id))
-        log.info("group %s: member %s %s", group.group_id, member_id, reason)
+        log.info("group %r: member %r %s", group.group_id, member_id, reason)
         if group.state is GroupState.PREPARING_REBALANCE:
             group.join_changed.set()
         elif group.members:
-            self._prepare_rebalance(group, f"member {member_id} {reason}")
+            self._prepare_rebalance(group, f"member {member_id!r} {reason}")
         else:
             group.state = GroupState.EMPTY
             group.generation += 1
@@ -261,10 +261,10 @@ class GroupCoordinator:
 
     def expire_sessions(self) -> None:
         now = time.monotonic()
-        for group in list(self.groups.values()):
+        for group in [g for g in self.groups.values() if g.members or g.pending_members]:
             expired = [m for m, expiry in group.pending_members.items() if expiry < now]
             for member_id in expired:
-                log.info("group %s: pending member %s did not join again with its id", group.group_id,
+                log.info("group %r: pending member %r did not join again with its id", group.group_id,
                          member_id)
                 del group.pending_members[member_id]
             if expired:
@@ -274,10 +274,19 @@ class GroupCoordinator:
                     self._remove_member(group, member.member_id, "missed its session timeout")
 
     def expire_offsets(self) -> None:
-        """Drops offsets of empty groups committed longer than offsets.retention.minutes ago."""
+        """Drops offsets of empty groups committed longer than offsets.retention.minutes ago, then
+        the empty groups left without offsets (as Kafka's group metadata cleanup does)."""
+        deleted = 0
         for group in list(self.groups.values()):
-            if group.state is GroupState.EMPTY:
-                self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
+            if group.state is not GroupState.EMPTY:
+                continue
+            self.offsets.expire(group.group_id, self.config["offsets.retention.minutes"] * 60_000)
+            if not self.offsets.offsets.get(group.group_id) and not group.pending_members:
+                del self.groups[group.group_id]
+                self.offsets.delete_group(group.group_id)
+                deleted += 1
+        if deleted:
+            log.info("deleted %d empty group(s) without committed offsets", deleted)
 
     # ---- offsets ------------------------------------------------------------------------------
     def check_commit(self, group_id: str, generation: int, member_id: str,

@@ -29,43 +29,58 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 async def fetch(ctx: RequestContext, body: Any) -> EncodedResponse:
     deadline = time.monotonic() + ms(body.max_wait) / 1000
     committed_only = body.isolation_level == READ_COMMITTED
+    wanted = _distinct_partitions(body)
+    max_bytes = min(body.max_bytes, ctx.broker.config["fetch.max.bytes"])
     while True:
-        total, topics = _read_all(ctx, body, committed_only)
+        total, topics = _read_all(ctx, wanted, max_bytes, committed_only)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or remaining <= 0 or ctx.broker.closing:
             break
-        await _wait_for_data(ctx, body, remaining)
+        await _wait_for_data(ctx, wanted, remaining)
     return encode(ctx.api_version, ctx.correlation_id, topics)
 
 
-def _read_all(ctx: RequestContext, body: Any,
+def _distinct_partitions(body: Any) -> list[tuple[str, list[Any]]]:
+    """The requested partitions, each once (as Kafka keys them by partition), in request order."""
+    seen: set[tuple[str, int]] = set()
+    topics: dict[str, list[Any]] = {}
+    for topic in body.topics:
+        for request in topic.partitions:
+            if (topic.topic, request.partition) not in seen:
+                seen.add((topic.topic, request.partition))
+                topics.setdefault(topic.topic, []).append(request)
+    return list(topics.items())
+
+
+def _read_all(ctx: RequestContext, wanted: list[tuple[str, list[Any]]], max_bytes: int,
               committed_only: bool) -> tuple[int, list[tuple[str, list[PartitionData]]]]:
     """Reads every requested partition within the response's max_bytes (the first read gets at
-    least one batch even if it is larger)."""
-    budget = body.max_bytes
+    least one batch even if it is larger, as fetch.max.bytes in Kafka)."""
+    budget = max_bytes
     total = 0
     topics = []
-    for topic in body.topics:
+    for topic, requests in wanted:
         partitions = []
-        for request in topic.partitions:
-            data = _read_one(ctx, topic.topic, request, committed_only, budget if total else body.max_bytes)
+        for request in requests:
+            data = _read_one(ctx, topic, request, committed_only, budget, at_least_one=not total)
             size = data.records.length if isinstance(data.records, FileRange) else 0
             total += size
             budget = max(budget - size, 0)
             partitions.append(data)
-        topics.append((topic.topic, partitions))
+        topics.append((topic, partitions))
     return total, topics
 
 
 def _read_one(ctx: RequestContext, topic: str, request: Any, committed_only: bool,
-              budget: int) -> PartitionData:
+              budget: int, at_least_one: bool) -> PartitionData:
     partition = ctx.broker.logs.partition(topic, request.partition)
     if partition is None:
         return PartitionData(request.partition, ErrorCode.unknown_topic_or_partition.value,
                              -1, -1, -1, None, b"")
     max_bytes = min(request.partition_max_bytes, budget) if budget > 0 else 0
     try:
-        read = partition.read(request.fetch_offset, max_bytes, committed_only) if max_bytes else None
+        read = (partition.read(request.fetch_offset, max_bytes, committed_only, at_least_one)
+                if max_bytes else None)
     except OffsetOutOfRangeError:
         return PartitionData(request.partition, ErrorCode.offset_out_of_range.value,
                              partition.high_watermark, -1, partition.log_start_offset, None, b"")
@@ -77,11 +92,11 @@ def _read_one(ctx: RequestContext, topic: str, request: Any, committed_only: boo
                          read.log_start_offset, aborted, read.records or b"")
 
 
-async def _wait_for_data(ctx: RequestContext, body: Any, timeout: float) -> None:
+async def _wait_for_data(ctx: RequestContext, wanted: list[tuple[str, list[Any]]], timeout: float) -> None:
     """Sleeps until one of the fetched partitions gets data (or the timeout passes)."""
     future = asyncio.get_running_loop().create_future()
-    partitions = [p for t in body.topics for r in t.partitions
-                  if (p := ctx.broker.logs.partition(t.topic, r.partition)) is not None]
+    partitions = [p for topic, requests in wanted for r in requests
+                  if (p := ctx.broker.logs.partition(topic, r.partition)) is not None]
     for partition in partitions:
         partition.add_waiter(future)
     try:

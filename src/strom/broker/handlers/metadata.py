@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -10,6 +11,7 @@ from strom.broker.handlers import REGISTRY, RequestContext, handles
 from strom.broker.log.manager import InvalidTopicError, validate_topic_name
 
 API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
+TOPICS_PER_TURN = 100  # topics described (or auto-created) between turns of the event loop
 
 
 def api_versions_response(error: ErrorCode = ErrorCode.none) -> dict[str, Any]:
@@ -37,7 +39,11 @@ async def metadata(ctx: RequestContext, body: Any) -> dict[str, Any]:
     else:
         names = [t if isinstance(t, str) else t.name for t in requested]
     auto_create = getattr(body, "allow_auto_topic_creation", True)
-    topics = [_topic_metadata(ctx, name, auto_create) for name in names if name is not None]
+    topics = []
+    for i, name in enumerate(n for n in names if n is not None):
+        topics.append(_topic_metadata(ctx, name, auto_create))
+        if i % TOPICS_PER_TURN == TOPICS_PER_TURN - 1:
+            await asyncio.sleep(0)  # a request naming thousands of topics lets others be served
     return {"brokers": [_broker(ctx)], "cluster_id": broker.cluster_id, "controller_id": broker.node_id,
             "topics": topics, "cluster_authorized_operations": -2147483648}
 

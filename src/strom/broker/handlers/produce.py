@@ -9,10 +9,11 @@ from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.partition import RecordTooLargeError
-from strom.broker.log.records import CorruptBatchError, split_batches
+from strom.broker.log.records import BatchHeader, CorruptBatchError, InvalidBatchError, split_batches
 from strom.broker.produce_response import PartitionResult, encode
 from strom.broker.producer_state import AppendRejectedError
 from strom.broker.protocol import EncodedResponse
+from strom.broker.transactions.coordinator import CoordinatorError
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,8 @@ PRODUCE = 0
 
 @handles(PRODUCE, 3, 9)
 async def produce(ctx: RequestContext, body: Any) -> EncodedResponse | None:
-    topics = [(topic_data.name, [_append(ctx, topic_data.name, data.index, data.records)
+    txn_id = body.transactional_id
+    topics = [(topic_data.name, [_append(ctx, txn_id, topic_data.name, data.index, data.records)
                                  for data in topic_data.partition_data])
               for topic_data in body.topic_data]
     if body.acks == 0:
@@ -29,7 +31,20 @@ async def produce(ctx: RequestContext, body: Any) -> EncodedResponse | None:
     return EncodedResponse([encode(ctx.api_version, ctx.correlation_id, topics)])
 
 
-def _append(ctx: RequestContext, topic: str, index: int, records: memoryview | None) -> PartitionResult:
+def _verify_transactional(ctx: RequestContext, transactional_id: str | None, topic: str, index: int,
+                          batches: list[tuple[BatchHeader, memoryview]]) -> None:
+    coordinator = ctx.broker.transactions.coordinator
+    for header, _ in batches:
+        if header.is_transactional:
+            try:
+                coordinator.verify_produce(transactional_id, header.producer_id, header.producer_epoch,
+                                           (topic, index))
+            except CoordinatorError as exc:
+                raise AppendRejectedError(exc.error_code, str(exc)) from exc
+
+
+def _append(ctx: RequestContext, transactional_id: str | None, topic: str, index: int,
+            records: memoryview | None) -> PartitionResult:
     partition = ctx.broker.logs.partition(topic, index)
     if partition is None:
         return PartitionResult(index, ErrorCode.unknown_topic_or_partition.value)
@@ -43,16 +58,17 @@ def _append(ctx: RequestContext, topic: str, index: int, records: memoryview | N
         if any(header.is_control for header, _ in batches):
             raise AppendRejectedError(ErrorCode.invalid_record.value,
                                       "clients cannot write control batches (transaction markers)")
+        _verify_transactional(ctx, transactional_id, topic, index, batches)
         appended = partition.append(batches)
     except CorruptBatchError as exc:
-        log.warning("rejected produce to %s-%d from %s: %s", topic, index, ctx.client_id, exc)
-        return PartitionResult(index, ErrorCode.corrupt_message.value, error_message=str(exc))
+        log.warning("rejected produce to %s-%d from client %r: %s", topic, index, ctx.client_id, exc)
+        code = ErrorCode.invalid_record if isinstance(exc, InvalidBatchError) else ErrorCode.corrupt_message
+        return PartitionResult(index, code.value, error_message=str(exc))
     except RecordTooLargeError as exc:
         return PartitionResult(index, ErrorCode.message_too_large.value, error_message=str(exc))
     except AppendRejectedError as exc:
         return PartitionResult(index, exc.error_code, error_message=str(exc))
-    except OSError as exc:
-        log.error("cannot write to %s-%d: %s", topic, index, exc)
+    except OSError as exc:  # logged by the partition, once until a write succeeds
         return PartitionResult(index, ErrorCode.kafka_storage_error.value, error_message=str(exc))
     return PartitionResult(index, ErrorCode.none.value, appended.base_offset, appended.log_append_time,
                            partition.log_start_offset)

@@ -3,6 +3,8 @@ IncrementalAlterConfigs and DeleteRecords."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -22,12 +24,15 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
+log = logging.getLogger(__name__)
+
 
 @handles(CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
     logs = ctx.broker.logs
     results = []
     for request in body.topics:
+        await asyncio.sleep(0)  # one topic per turn of the event loop: others are served in between
         result: dict[str, Any] = {"name": request.name, "num_partitions": -1, "replication_factor": -1}
         try:
             if request.replication_factor not in (-1, 1):
@@ -49,10 +54,18 @@ async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
             result.update(error_code=ErrorCode.invalid_topic_exception, error_message=str(exc))
         except InvalidPartitionsError as exc:
             result.update(error_code=ErrorCode.invalid_partitions, error_message=str(exc))
+        except OSError as exc:
+            result.update(error_code=ErrorCode.kafka_storage_error, error_message=storage_error(exc))
         except ValueError as exc:
             result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
         results.append(result)
     return {"topics": results}
+
+
+def storage_error(exc: OSError) -> str:
+    """What a client is told when the data directory cannot take a topic or partition."""
+    log.error("cannot create partition files: %s", exc)
+    return f"the broker cannot create the partition files: {exc}"
 
 
 class _Refused(Exception):
@@ -91,6 +104,9 @@ async def create_partitions(ctx: RequestContext, body: Any) -> dict[str, Any]:
         except InvalidPartitionsError as exc:
             results.append({"name": request.name, "error_code": ErrorCode.invalid_partitions,
                             "error_message": str(exc)})
+        except OSError as exc:
+            results.append({"name": request.name, "error_code": ErrorCode.kafka_storage_error,
+                            "error_message": storage_error(exc)})
     return {"results": results}
 
 

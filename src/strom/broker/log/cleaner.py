@@ -20,7 +20,14 @@ import time
 import weakref
 
 from strom.broker.log.partition import Partition
-from strom.broker.log.records import BatchHeader, Record, empty_batch, encode_batch, iter_records
+from strom.broker.log.records import (
+    BatchHeader,
+    CorruptBatchError,
+    Record,
+    empty_batch,
+    encode_batch,
+    iter_records,
+)
 from strom.broker.log.segment import Segment
 from strom.broker.producer_state import AbortedRanges
 
@@ -74,7 +81,7 @@ def _removable_ratio(segments: list[Segment], latest: dict[bytes, int], horizon:
             if aborted.contains(header):
                 removable += header.records_count
                 continue
-            removable += sum(1 for r in iter_records(batch)
+            removable += sum(1 for r in _records(batch) or ()
                              if r.key is not None and not _survives(r, latest, horizon))
     return removable / total if total else 0.0
 
@@ -88,7 +95,7 @@ def _latest_offsets(partition: Partition, stable: int, aborted: AbortedRanges) -
         header = BatchHeader.parse(batch)
         if header.is_control or aborted.contains(header):
             continue
-        for record in iter_records(batch):
+        for record in _records(batch) or ():
             if record.key is not None:
                 latest[record.key] = record.offset
     return latest
@@ -121,9 +128,9 @@ def _clean_segment(partition: Partition, segment: Segment, latest: dict[bytes, i
 def _compact_batch(header: BatchHeader, batch: bytes, latest: dict[bytes, int],
                    horizon: int) -> tuple[bytes | None, int]:
     """The batch without superseded records and expired tombstones, and how many were dropped."""
-    if header.is_control:
+    records = None if header.is_control else _records(batch)
+    if records is None:
         return batch, 0
-    records = list(iter_records(batch))
     kept = [r for r in records if r.key is None or _survives(r, latest, horizon)]
     if len(kept) == len(records):
         return batch, 0
@@ -131,6 +138,17 @@ def _compact_batch(header: BatchHeader, batch: bytes, latest: dict[bytes, int],
         return None, len(records)
     return encode_batch(kept, header.base_offset, header.attributes, header.producer_id,
                         header.producer_epoch, header.base_sequence), len(records) - len(kept)
+
+
+def _records(batch: bytes) -> list[Record] | None:
+    """The batch's records, or None for a batch that cannot be read (stored before appends were
+    checked): the cleaner keeps it as it is and cleans around it."""
+    try:
+        return list(iter_records(batch))
+    except CorruptBatchError as exc:
+        offset = BatchHeader.parse(batch).base_offset
+        log.warning("compaction keeps the unreadable batch at offset %d as it is: %s", offset, exc)
+        return None
 
 
 def _survives(record: Record, latest: dict[bytes, int], horizon: int) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -20,10 +21,13 @@ from typing import Any
 from strom.broker.config import BrokerConfig, parse_topic_configs
 from strom.broker.log import cleaner
 from strom.broker.log.partition import Partition
+from strom.broker.log.segment import Segment
 
 log = logging.getLogger(__name__)
 
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+FILES_PER_PARTITION = 2  # the active segment's file, and its reader while a Fetch sends from it
+RESERVED_FILES = 64  # the listener, indexes and snapshots being written, the broker's own files
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = (CONSUMER_OFFSETS, TRANSACTION_STATE)
@@ -62,7 +66,7 @@ class Topic:
 
 
 def validate_topic_name(name: str) -> None:
-    if not name or name in (".", "..") or not _LEGAL_NAME.match(name or ""):
+    if not name or name in (".", "..") or not _LEGAL_NAME.fullmatch(name):
         raise InvalidTopicError(
             f"Topic name {name!r} is illegal: use 1 to 249 characters of [a-zA-Z0-9._-], not '.' or '..'")
 
@@ -108,11 +112,15 @@ class LogManager:
         if not 1 <= partitions <= 100_000:
             raise InvalidPartitionsError(f"Number of partitions must be in [1, 100000], got {partitions}")
         topic = self._topic(name, uuid.uuid4(), {k: str(v) for k, v in (configs or {}).items()})
+        self._check_open_files(partitions)
         if validate_only:
             return None
-        topic.directory.mkdir(parents=True, exist_ok=True)
-        topic.partitions = [self._partition(topic, i) for i in range(partitions)]
-        topic.save()
+        try:
+            topic.directory.mkdir(parents=True, exist_ok=True)
+            self._add_partitions(topic, partitions)
+        except OSError:
+            shutil.rmtree(topic.directory, ignore_errors=True)
+            raise
         self.topics[name] = topic
         log.info("created topic %s with %d partition(s)", name, partitions)
         return topic
@@ -143,10 +151,41 @@ class LogManager:
             raise InvalidPartitionsError(
                 f"Topic {name!r} has {len(topic.partitions)} partitions; "
                 f"the new count {count} must be larger")
+        self._check_open_files(count - len(topic.partitions))
         if validate_only:
             return
-        topic.partitions += [self._partition(topic, i) for i in range(len(topic.partitions), count)]
-        topic.save()
+        self._add_partitions(topic, count)
+
+    def _add_partitions(self, topic: Topic, count: int) -> None:
+        """Opens partitions up to `count` and saves the topic; on an error (no descriptors or disk
+        space left) the new partitions are closed again and their directories removed."""
+        existing = topic.partitions
+        created: list[Partition] = []
+        try:
+            for i in range(len(existing), count):
+                created.append(self._partition(topic, i))
+            topic.partitions = existing + created
+            topic.save()
+        except OSError:
+            topic.partitions = existing
+            for partition in created:
+                partition.release()
+                shutil.rmtree(partition.directory, ignore_errors=True)
+            raise
+
+    def _check_open_files(self, partitions: int) -> None:
+        """Refuses partitions whose segment files would leave too few descriptors for max.connections
+        connections (or half the limit, if that is less): the listener must keep accepting."""
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return
+        reserved = min(self.config["max.connections"], limit // 2) + RESERVED_FILES
+        needed = Segment.open_files + FILES_PER_PARTITION * partitions
+        if needed + reserved > limit:
+            raise InvalidPartitionsError(
+                f"{partitions} more partition(s) need about {FILES_PER_PARTITION * partitions} open files; "
+                f"{Segment.open_files} are open and the limit is {limit} ({reserved} kept for connections). "
+                "Raise the open-files limit (ulimit -n) or create fewer partitions")
 
     def alter_config(self, name: str, overrides: dict[str, Any], validate_only: bool = False) -> None:
         """Replaces the topic's explicit configs (already merged by the caller) after validating."""
@@ -182,10 +221,20 @@ class LogManager:
                 partition.apply_retention(now_ms)
 
     def clean_compacted(self) -> None:
+        """Compacts every compacted partition; one that fails is logged and the others still run."""
         for partition in self.all_partitions():
             if "compact" in partition.config["cleanup.policy"]:
-                cleaner.clean(partition)
+                try:
+                    cleaner.clean(partition)
+                except Exception:
+                    log.exception("compaction of %s-%d failed; the other partitions go on",
+                                  partition.topic, partition.index)
 
     def close(self) -> None:
+        """Closes every partition; one that cannot be flushed (a full disk) does not stop the others."""
         for partition in self.all_partitions():
-            partition.close()
+            try:
+                partition.close()
+            except OSError as exc:
+                log.error("%s-%d was not closed cleanly (%s); its log is recovered at the next start",
+                          partition.topic, partition.index, exc)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 import struct
 import time
 from bisect import bisect_right
@@ -14,7 +16,14 @@ from typing import Any
 
 from crc32c import crc32c
 
-from strom.broker.log.records import CRC_START, TIMESTAMP_LOG_APPEND, BatchHeader, iter_records
+from strom.broker.log.records import (
+    CRC_START,
+    MAX_RELATIVE_OFFSET,
+    TIMESTAMP_LOG_APPEND,
+    BatchHeader,
+    CorruptBatchError,
+    iter_records,
+)
 from strom.broker.log.segment import FileRange, Segment
 from strom.broker.producer_state import AbortedTxn, ProducerStateManager
 
@@ -58,6 +67,7 @@ class Partition:
         self._unflushed = 0
         self._last_flush = time.monotonic()
         self._waiters: list[asyncio.Future] = []
+        self._storage_error = False  # the last write failed (logged once until one succeeds)
         self.producer_state = ProducerStateManager(directory)
         self.producer_state.load(self.log_start_offset, self.log_end_offset, self.iter_batches)
 
@@ -79,11 +89,23 @@ class Partition:
         tmp.write_text(str(self.log_start_offset))
         tmp.replace(path)
 
-    def close(self) -> None:
-        self.producer_state.take_snapshot()
+    def release(self) -> None:
+        """Closes the segment files without writing anything (a partition whose creation failed)."""
         for segment in self.segments:
-            segment.close()
+            segment.release()
+
+    def close(self) -> None:
+        """Snapshots the producer state and flushes and closes every segment. Every file is closed
+        even when writing fails (a full disk); the first error is raised after that."""
+        errors = []
+        for step in [self.producer_state.take_snapshot, *[s.close for s in self.segments]]:
+            try:
+                step()
+            except OSError as exc:
+                errors.append(exc)
         self.wake_waiters()
+        if errors:
+            raise errors[0]
 
     def delete(self) -> None:
         for segment in self.segments:
@@ -139,21 +161,41 @@ class Partition:
             log_append_time = int(time.time() * 1000)
             batches = [_stamp(header, batch, log_append_time) for header, batch in batches]
         first_offset = None
-        for header, batch in batches:
-            duplicate = self.check_producer(header)
-            if duplicate is not None:
-                first_offset = duplicate if first_offset is None else first_offset
-                continue
-            self._maybe_roll(header.length)
-            base_offset = self.log_end_offset
-            self.active.append(base_offset, header, batch)
-            self.on_appended(batch, base_offset)
-            first_offset = base_offset if first_offset is None else first_offset
-            self._unflushed += header.records_count
-        self.flush_if_due()
-        self.wake_waiters()
+        try:
+            for header, batch in batches:
+                duplicate = self.check_producer(header)
+                if duplicate is not None:
+                    first_offset = duplicate if first_offset is None else first_offset
+                    continue
+                self._maybe_roll(header)
+                base_offset = self.log_end_offset
+                self.active.append(base_offset, header, batch)
+                self.on_appended(batch, base_offset)
+                first_offset = base_offset if first_offset is None else first_offset
+                self._unflushed += header.records_count
+            self.flush_if_due()
+        except OSError as exc:
+            self._storage_failed(exc)
+            raise
+        finally:
+            self.wake_waiters()
+        if self._storage_error:
+            self._storage_error = False
+            log.info("%s-%d: writes succeed again", self.topic, self.index)
         return AppendResult(first_offset if first_offset is not None else self.log_end_offset,
                             log_append_time)
+
+    def _storage_failed(self, exc: OSError) -> None:
+        """Logs a failed write once until a write succeeds again (producers retry it many times)."""
+        if self._storage_error:
+            return
+        self._storage_error = True
+        cause = os.strerror(exc.errno) if exc.errno else str(exc)
+        advice = ("free space on that disk or move the data directory to a larger one"
+                  if exc.errno == errno.ENOSPC else "check the disk and the file system")
+        log.error("%s-%d: cannot write to %s on disk: %s; %s. Producers get KAFKA_STORAGE_ERROR until "
+                  "a write succeeds (further failures of this partition are not logged)", self.topic,
+                  self.index, exc.filename or self.active.log_path, cause, advice)
 
     def append_records(self, build: Callable[[int], bytes]) -> int:
         """Appends a batch the broker builds itself; `build(base_offset)` returns its bytes."""
@@ -161,13 +203,16 @@ class Partition:
         header = BatchHeader.parse(batch)
         return self.append([(header, memoryview(batch))]).base_offset
 
-    def _maybe_roll(self, incoming: int) -> None:
+    def _maybe_roll(self, header: BatchHeader) -> None:
+        """Rolls at segment.bytes or segment.ms, and before the batch's offsets would no longer fit
+        the active segment's index (relative offsets are 31-bit, as in Kafka)."""
         active = self.active
         if not active.batch_count:
             return
-        too_big = active.size + incoming > self.config["segment.bytes"]
+        too_big = active.size + header.length > self.config["segment.bytes"]
         too_old = (time.time() - active.created) * 1000 >= self.config["segment.ms"]
-        if too_big or too_old:
+        too_far = self.log_end_offset + header.last_offset_delta - active.base_offset > MAX_RELATIVE_OFFSET
+        if too_big or too_old or too_far:
             self.roll()
 
     def roll(self) -> None:
@@ -207,8 +252,10 @@ class Partition:
                 future.set_result(None)
 
     # ---- reading ------------------------------------------------------------------------------
-    def read(self, offset: int, max_bytes: int, committed_only: bool) -> ReadResult:
-        """Whole batches from `offset`, up to the high watermark (or the LSO for read_committed)."""
+    def read(self, offset: int, max_bytes: int, committed_only: bool,
+             at_least_one: bool = True) -> ReadResult:
+        """Whole batches from `offset`, up to the high watermark (or the LSO for read_committed),
+        within `max_bytes` but at least one batch if `at_least_one`."""
         high_watermark = self.high_watermark
         lso = self.last_stable_offset()
         if offset < self.log_start_offset or offset > high_watermark:
@@ -218,10 +265,12 @@ class Partition:
         records = None
         segment_index = bisect_right([s.base_offset for s in self.segments], offset) - 1
         for segment in self.segments[max(segment_index, 0):]:
-            position, length = segment.locate(offset, max_bytes, upper)
+            position, length = segment.locate(offset, max_bytes, upper, at_least_one)
             if length:  # compaction can leave segments without a batch at or after `offset`
                 records = segment.file_range(position, length)
                 break
+            if position < segment.size:
+                break  # the next batch is there but does not fit `max_bytes`
         aborted = self.aborted_transactions(offset, upper) if committed_only and records else []
         return ReadResult(records, high_watermark, lso, self.log_start_offset, aborted)
 
@@ -233,12 +282,25 @@ class Partition:
                 header = BatchHeader.parse(batch)
                 if header.is_control or header.last_offset < self.log_start_offset:
                     continue
-                if header.attributes & TIMESTAMP_LOG_APPEND:
-                    return max(header.base_offset, self.log_start_offset), header.max_timestamp
+                found = self._first_record_reaching(header, batch, timestamp)
+                if found is not None:
+                    return found
+        return None
+
+    def _first_record_reaching(self, header: BatchHeader, batch: bytes,
+                               timestamp: int) -> tuple[int, int] | None:
+        """The batch's first record at or after `timestamp` (the batch itself if its records
+        cannot be read: stored before appends were checked, or under LogAppendTime)."""
+        try:
+            if not header.attributes & TIMESTAMP_LOG_APPEND:
                 for record in iter_records(batch):
                     if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
                         return record.offset, record.timestamp
-        return None
+                return None
+        except CorruptBatchError as exc:
+            log.warning("%s-%d: batch at offset %d cannot be read (%s); ListOffsets answers its base "
+                        "offset", self.topic, self.index, header.base_offset, exc)
+        return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
     def max_timestamp_offset(self) -> tuple[int, int]:
         for segment in reversed(self.segments):

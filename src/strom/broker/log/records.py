@@ -32,8 +32,16 @@ NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
+MAX_RELATIVE_OFFSET = 2**31 - 1  # a segment's index holds offsets relative to its base in 31 bits
+MIN_RECORD_SIZE = 7  # attributes and six one-byte varints: the smallest record that can be encoded
+
+
 class CorruptBatchError(Exception):
-    """A batch whose framing, magic or CRC is wrong (answered with CORRUPT_MESSAGE)."""
+    """A batch whose framing, magic, CRC or compressed data is wrong (answered with CORRUPT_MESSAGE)."""
+
+
+class InvalidBatchError(CorruptBatchError):
+    """A well-formed batch whose record count, offsets or codec are inconsistent (INVALID_RECORD)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,8 @@ class BatchHeader:
 
 
 def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryview]]:
-    """Every batch of a produce record set, checked for framing, magic 2 and CRC32C."""
+    """Every batch of a produce record set, checked for framing, magic 2 and CRC32C, and its records
+    as Kafka checks them on append (`check_records`)."""
     view = memoryview(data)
     batches = []
     position = 0
@@ -91,11 +100,58 @@ def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryvie
         batch = view[position:position + header.length]
         if crc32c(batch[CRC_START:]) != header.crc:
             raise CorruptBatchError("record batch CRC32C mismatch")
-        if header.last_offset_delta < 0 or header.records_count < 0:
-            raise CorruptBatchError("record batch has a negative record count")
+        check_records(header, batch)
         batches.append((header, batch))
         position += header.length
     return batches
+
+
+def check_records(header: BatchHeader, batch: bytes | memoryview) -> None:
+    """What Kafka checks inside a batch before storing it: the record count matches the offset delta,
+    the codec is known and the data decompresses, and the records are exactly `records_count`
+    records with offset deltas 0, 1, 2, ... Stored batches are thus readable by every consumer,
+    the cleaner and ListOffsets, and never claim offsets they do not hold."""
+    count = header.records_count
+    if count <= 0 or header.last_offset_delta != count - 1:
+        raise InvalidBatchError(
+            f"record batch claims {count} record(s) but a last offset delta of {header.last_offset_delta} "
+            "(Kafka requires records_count = last_offset_delta + 1 >= 1)")
+    codec = header.compression
+    if codec > ZSTD:
+        raise InvalidBatchError(f"record batch uses the unknown compression codec {codec}")
+    body = bytes(memoryview(batch)[HEADER_SIZE:])
+    if codec != NONE:
+        body = decompress(codec, body)
+    if count * MIN_RECORD_SIZE > len(body):
+        raise InvalidBatchError(f"record batch claims {count} records in {len(body)} bytes of records")
+    _check_record_offsets(body, count)
+
+
+def _check_record_offsets(body: bytes, count: int) -> None:
+    """Walks the records' length prefixes and offset deltas (the only fields the broker relies on)."""
+    end = len(body)
+    position = 0
+    try:
+        for expected in range(count):
+            byte = body[position]
+            if byte < 0x80:
+                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                length, position = read_varint(body, position)
+            start, position = position, position + length
+            if length < MIN_RECORD_SIZE - 1 or position > end:
+                raise InvalidBatchError(f"record {expected} of the batch does not fit its batch")
+            delta_at = start + 1  # after the record's attributes, skip the timestamp delta
+            while body[delta_at] & 0x80:
+                delta_at += 1
+            byte = body[delta_at + 1]
+            delta = (byte >> 1) ^ -(byte & 1) if byte < 0x80 else read_varint(body, delta_at + 1)[0]
+            if delta != expected or delta_at + 1 >= position:
+                raise InvalidBatchError(f"record {expected} of the batch has the offset delta {delta}")
+    except IndexError:
+        raise InvalidBatchError("the batch's records end before its record count") from None
+    if position != end:
+        raise InvalidBatchError(f"{end - position} bytes follow the batch's {count} records")
 
 
 def set_base_offset(base_offset: int) -> bytes:
@@ -124,6 +180,16 @@ def iter_records(batch: bytes | memoryview) -> Iterator[Record]:
 
 
 def decompress(codec: int, data: bytes) -> bytes:
+    """The records of a batch compressed with `codec`; CorruptBatchError if they cannot be."""
+    try:
+        return _decompress(codec, data)
+    except CorruptBatchError:
+        raise
+    except Exception as exc:  # cramjam raises its own error types on garbage
+        raise CorruptBatchError(f"record batch data does not decompress with codec {codec}: {exc}") from exc
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
     if codec == NONE:
         return data
     if codec == GZIP:

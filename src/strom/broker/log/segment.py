@@ -17,11 +17,11 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ClassVar
 
 from crc32c import crc32c
 
-from strom.broker.log.records import CRC_START, HEADER_SIZE, BatchHeader, set_base_offset
+from strom.broker.log.records import CRC_START, HEADER_SIZE, MAX_RELATIVE_OFFSET, BatchHeader, set_base_offset
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +45,15 @@ _TIME_ENTRY = struct.Struct(">qI")
 class Segment:
     """Append-only batch file with dense in-memory indexes (one entry per batch)."""
 
+    open_files: ClassVar[int] = 0  # descriptors of segment files open in this process
+
     def __init__(self, directory: Path, base_offset: int) -> None:
         self.base_offset = base_offset
         self.log_path = directory / f"{base_offset:020d}.log"
         self.index_path = self.log_path.with_suffix(".index")
         self.time_index_path = self.log_path.with_suffix(".timeindex")
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        Segment.open_files += 1
         self.size = os.fstat(self._fd).st_size
         self.last_offsets = array("q")
         self.positions = array("q")
@@ -83,11 +86,24 @@ class Segment:
             self.last_offsets.append(self.base_offset + rel)
             self.positions.append(position)
             self.max_timestamps.append(ts)
-        if count and self.positions[-1] >= self.size:
+        if count and not self._last_batch_matches_index():
+            log.warning("%s: the log does not end where its index says; rebuilding the index by scanning",
+                        self.log_path)
             self._clear()
             return False
         self._indexed_entries = count
         return True
+
+    def _last_batch_matches_index(self) -> bool:
+        """Whether the indexed last batch is in the file, intact, and ends the file (a closed segment
+        cut short or overwritten must not be served through its old index)."""
+        position = self.positions[-1]
+        if position + HEADER_SIZE > self.size:
+            return False
+        header = BatchHeader.parse(self.read(position, HEADER_SIZE))
+        return (header.magic == 2 and position + header.length == self.size
+                and header.last_offset == self.last_offsets[-1]
+                and crc32c(self.read(position + CRC_START, header.length - CRC_START)) == header.crc)
 
     def _clear(self) -> None:
         del self.last_offsets[:], self.positions[:], self.max_timestamps[:]
@@ -104,6 +120,12 @@ class Segment:
                     if (header.magic != 2 or header.length < HEADER_SIZE or end > self.size
                             or crc32c(data[valid + CRC_START:end]) != header.crc):
                         break
+                    relative = header.last_offset - self.base_offset
+                    if not 0 <= relative <= MAX_RELATIVE_OFFSET or header.last_offset_delta < 0:
+                        log.warning("%s: batch at byte %d ends at offset %d, beyond what one segment can "
+                                    "index; the log is cut there (such batches are refused since)",
+                                    self.log_path, valid, header.last_offset)
+                        break
                     self._index(header.last_offset, valid, header.max_timestamp)
                     valid = end
         if valid != self.size:
@@ -119,10 +141,12 @@ class Segment:
         position = self.size
         try:
             written = os.writev(self._fd, [set_base_offset(base_offset), memoryview(batch)[8:]])
-            if written != len(batch):
-                raise OSError(f"short write to {self.log_path}: {written} of {len(batch)} bytes")
-        except OSError:
+            while written < len(batch):  # a short write: the next one says why (ENOSPC, EFBIG, ...)
+                written += os.write(self._fd, memoryview(batch)[written:])
+        except OSError as exc:
             os.ftruncate(self._fd, position)  # no partial batch stays behind (disk full, ...)
+            if exc.filename is None:
+                exc.filename = str(self.log_path)
             raise
         self.size += written
         self._index(base_offset + header.last_offset_delta, position, header.max_timestamp)
@@ -157,9 +181,12 @@ class Segment:
         self.write_indexes()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            self.flush()
-        self.release()
+        """Flushes and closes the file; it is closed even if the flush fails (and that is raised)."""
+        try:
+            if self._fd >= 0:
+                self.flush()
+        finally:
+            self.release()
 
     def release(self) -> None:
         """Closes the file without flushing (before the file is replaced or deleted)."""
@@ -169,6 +196,7 @@ class Segment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+            Segment.open_files -= 1
 
     def delete_indexes(self) -> None:
         self.index_path.unlink(missing_ok=True)
@@ -192,9 +220,11 @@ class Segment:
     def largest_timestamp(self) -> int:
         return self.max_timestamps[-1] if self.max_timestamps else -1
 
-    def locate(self, offset: int, max_bytes: int, end_offset: int) -> tuple[int, int]:
+    def locate(self, offset: int, max_bytes: int, end_offset: int,
+               at_least_one: bool = True) -> tuple[int, int]:
         """File range (position, length) of whole batches from the one holding `offset`, up to
-        `max_bytes` (at least one batch) and only batches that end before `end_offset`."""
+        `max_bytes` (but at least one batch if `at_least_one`) and only batches that end before
+        `end_offset`."""
         first = bisect_left(self.last_offsets, offset)
         stop = bisect_left(self.last_offsets, end_offset, lo=first)
         if first >= stop:
@@ -205,6 +235,8 @@ class Segment:
         last = bisect_right(self.positions, limit, first + 1, stop) - 1
         if not (last == stop - 1 and self._end_of(last) <= limit):
             last -= 1
+        if last < first and not at_least_one:
+            return start, 0
         return start, self._end_of(max(last, first)) - start
 
     def _end_of(self, i: int) -> int:

@@ -187,6 +187,31 @@ class TransactionCoordinator:
             raise CoordinatorError(INVALID_TXN_STATE,
                                    f"{txn_id!r} sent offsets for group {group_id!r} without AddOffsetsToTxn")
 
+    def verify_produce(self, txn_id: str | None, producer_id: int, producer_epoch: int,
+                       partition: TopicPartition) -> None:
+        """A transactional batch may be written only by the producer of an ongoing transaction that
+        holds the partition (KIP-890's verification): otherwise nobody would ever end the
+        transaction it opens, and read_committed consumers would wait at it for ever."""
+        txn = self._txns.get(txn_id) if txn_id is not None else None
+        if txn is None or txn.producer_id != producer_id:
+            raise CoordinatorError(
+                INVALID_TXN_STATE, f"producer {producer_id} has no transaction of transactional id "
+                f"{txn_id!r}: a transactional producer calls InitProducerId and AddPartitionsToTxn first")
+        if producer_epoch < txn.producer_epoch:
+            raise CoordinatorError(INVALID_PRODUCER_EPOCH, f"producer {producer_id} epoch {producer_epoch} "
+                                   f"of {txn_id!r} was fenced by epoch {txn.producer_epoch}")
+        if producer_epoch != txn.producer_epoch or txn.state != TxnState.ONGOING \
+                or partition not in txn.partitions:
+            raise CoordinatorError(
+                INVALID_TXN_STATE, f"{txn_id!r} has not added {partition[0]}-{partition[1]} to an ongoing "
+                f"transaction of epoch {producer_epoch} (state {txn.state.wire_name})")
+
+    def open_transactions(self) -> set[tuple[int, TopicPartition]]:
+        """(producer id, partition) of every transaction that is ongoing or being completed."""
+        open_states = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return {(t.producer_id, tp) for t in self._txns.values() if t.state in open_states
+                for tp in t.partitions}
+
     # -- EndTxn ----------------------------------------------------------------------------------
     async def end_txn(self, txn_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         async with self._locks[txn_id]:

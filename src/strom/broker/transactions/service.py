@@ -16,7 +16,7 @@ from strom.broker.groups.offsets import CommittedOffset
 from strom.broker.log.manager import CONSUMER_OFFSETS, TRANSACTION_STATE, LogManager
 from strom.broker.log.records import build_batch, iter_records
 from strom.broker.producer_ids import ProducerIdManager
-from strom.broker.transactions.coordinator import TransactionCoordinator
+from strom.broker.transactions.coordinator import COORDINATOR_EPOCH, TransactionCoordinator
 from strom.broker.transactions.markers import control_batch
 from strom.broker.transactions.metadata import TopicPartition
 from strom.broker.transactions.offsets import PendingTxnOffsets
@@ -86,9 +86,10 @@ class TransactionService:
     def __init__(self, data_dir: Path, config: BrokerConfig, logs: LogManager, groups: GroupCoordinator,
                  producer_ids: ProducerIdManager) -> None:
         self.pending_offsets = PendingTxnOffsets(data_dir / "transaction-offsets")
+        self._markers = PartitionMarkers(logs, groups, self.pending_offsets)
         self.coordinator = TransactionCoordinator(
             StateTopic(logs, config["transaction.state.log.num.partitions"]),
-            PartitionMarkers(logs, groups, self.pending_offsets),
+            self._markers,
             producer_ids,
             max_timeout_ms=config["transaction.max.timeout.ms"],
         )
@@ -102,7 +103,24 @@ class TransactionService:
         """Loads the transaction log, completes decided transactions, starts aborting expired ones."""
         self.coordinator.load()
         await self.coordinator.complete_prepared()
+        await self._abort_unknown_transactions()
         self._task = asyncio.create_task(self._expire_forever(), name="transaction-timeouts")
+
+    async def _abort_unknown_transactions(self) -> None:
+        """Aborts transactions open in a partition that no transaction of the coordinator holds
+        (written before transactional batches were verified): nobody else would ever end them, and
+        they hold back the partition's last stable offset."""
+        known = self.coordinator.open_transactions()
+        for partition in self._logs.all_partitions():
+            for producer in partition.producer_state.active_producers():
+                tp = (partition.topic, partition.index)
+                if producer.current_txn_first_offset is None or (producer.producer_id, tp) in known:
+                    continue
+                log.warning("%s-%d: aborting the open transaction of producer %d from offset %d: the "
+                            "transaction coordinator does not know it", tp[0], tp[1], producer.producer_id,
+                            producer.current_txn_first_offset)
+                await self._markers.write_marker(tp[0], tp[1], producer.producer_id, producer.epoch,
+                                                 commit=False, coordinator_epoch=COORDINATOR_EPOCH)
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -23,9 +23,9 @@ from strom.streams.kstream.options import Consumed, Materialized, Named
 from strom.streams.processor.api import Processor, Record, RecordMetadata
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.stores import KeyValueStoreBuilder, RocksDBVersionedStoreSupplier, Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore
 
 if TYPE_CHECKING:
     from strom.streams.config import StreamsConfig

@@ -11,12 +11,12 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from strom.errors import StromError
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP
 
 K = TypeVar("K")
 
 Duration = timedelta | int
 
-MAX_TIMESTAMP = 2**63 - 1
 
 
 class WindowSpecError(StromError, ValueError):

@@ -14,8 +14,12 @@ from strom.streams.state.context import (
     StateStoreContext,
     changelog_topic_name,
 )
+from strom.streams.state.internals.metered import (
+    MeteredKeyValueStore,
+    MeteredTimestampedKeyValueStore,
+    NullKeyError,
+)
 from strom.streams.state.manager import ProcessorStateManager, read_checkpoint
-from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore, NullKeyError
 from strom.streams.state.stores import (
     KeyValueBytesStoreSupplier,
     KeyValueStoreBuilder,

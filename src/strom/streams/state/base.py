@@ -1,7 +1,8 @@
-"""Shared plumbing of the byte-level key-value layers (inner stores, logging, caching, transactions).
+"""The byte-level key-value store API shared by inner stores (in-memory, RocksDB) and the layers over them.
 
-Every layer stores ``bytes`` keys and values ordered by key bytes (as Kafka's ``Bytes`` comparator).
-Subclasses implement ``get``, ``put`` and ``_iterate``; the derived operations live here once.
+Every store below the metered layer holds ``bytes`` keys and values ordered by key bytes (as Kafka's
+``Bytes`` comparator). Subclasses implement ``get``, ``put`` and ``_iterate``; the derived operations
+live here once. The layers themselves are in ``strom.streams.state.internals``.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ import logging
 from collections.abc import Iterator, Sequence
 from itertools import takewhile
 from typing import Any
-
-from strom.streams.state.context import StateStore, StateStoreContext
 
 log = logging.getLogger(__name__)
 
@@ -88,51 +87,6 @@ def _inverted(from_key: bytes | None, to_key: bytes | None, name: str) -> bool:
                     "swap the bounds or use reverse_range", name)
         return True
     return False
-
-
-class StoreLayer:
-    """A layer over another store: its identity and lifecycle (open, flush, close) go straight down."""
-
-    def __init__(self, wrapped: Any) -> None:
-        self._name = wrapped.name
-        self.wrapped = wrapped
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def persistent(self) -> bool:
-        return self.wrapped.persistent
-
-    @property
-    def is_open(self) -> bool:
-        return self.wrapped.is_open
-
-    def init(self, context: StateStoreContext, root: StateStore) -> None:
-        self.wrapped.init(context, root)
-
-    def flush(self) -> None:
-        self.wrapped.flush()
-
-    def close(self) -> None:
-        self.wrapped.close()
-
-
-class WrappedStore(StoreLayer, BytesStore):
-    """A layer over another byte store: by default every call goes straight down."""
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.wrapped.get(key)
-
-    def put(self, key: bytes, value: bytes | None) -> None:
-        self.wrapped.put(key, value)
-
-    def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
-        return self.wrapped._iterate(from_key, to_key, reverse)
-
-    def approximate_num_entries(self) -> int:
-        return self.wrapped.approximate_num_entries()
 
 
 def merge_sorted(first: KeyValueIterator, second: Iterator[tuple[bytes, bytes | None]],

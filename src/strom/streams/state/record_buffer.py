@@ -19,11 +19,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from strom.kafka.serdes import Serdes
+from strom.streams.state.internals.timestamps import (
+    MIN_TIMESTAMP,
+    from_sortable,
+    pack_timestamp,
+    sortable,
+    unpack_timestamp,
+)
 from strom.streams.state.stores import KeyValueStoreBuilder, Stores
-from strom.streams.state.time_keys import MIN_TIMESTAMP, from_sortable, sortable
 
 _SEQUENCE = struct.Struct(">Q")
-_LONG = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 _SEQ_KEY, _STREAM_TIME_KEY = b"s", b"t"
 
@@ -47,9 +52,9 @@ class TimeOrderedRecordBuffer:
     def observe(self, timestamp: int) -> int:
         """Advances the observed stream time to ``timestamp`` if later; returns it."""
         raw = self.store.get(_STREAM_TIME_KEY)
-        stream_time = MIN_TIMESTAMP if raw is None else _LONG.unpack(raw)[0]
+        stream_time = MIN_TIMESTAMP if raw is None else unpack_timestamp(raw)[0]
         if timestamp > stream_time:
-            self.store.put(_STREAM_TIME_KEY, _LONG.pack(timestamp))
+            self.store.put(_STREAM_TIME_KEY, pack_timestamp(timestamp))
             return timestamp
         return stream_time
 

@@ -12,13 +12,20 @@ from typing import Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.windows import Duration, to_millis
-from strom.streams.state.caching import CachingKeyValueStore
-from strom.streams.state.changelogging import ChangeLoggingKeyValueStore
+from strom.streams.state.internals.caching import CachingKeyValueStore
+from strom.streams.state.internals.change_logging import (
+    ChangeLoggingKeyValueStore,
+    ChangeLoggingVersionedKeyValueStore,
+)
+from strom.streams.state.internals.metered import (
+    MeteredKeyValueStore,
+    MeteredTimestampedKeyValueStore,
+    MeteredVersionedKeyValueStore,
+)
+from strom.streams.state.internals.transaction import TransactionalKeyValueStore, VersionedTransaction
 from strom.streams.state.memory import InMemoryKeyValueStore
-from strom.streams.state.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.rocksdb import RocksDBStore
-from strom.streams.state.transaction import TransactionalKeyValueStore
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore, build_versioned_store
+from strom.streams.state.versioned import VersionedKeyValueBytesStore
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -167,7 +174,10 @@ class VersionedKeyValueStoreBuilder(KeyValueStoreBuilder):
         return self
 
     def build(self) -> MeteredVersionedKeyValueStore:  # type: ignore[override]
-        store = build_versioned_store(self.supplier.get(), self.history_retention_ms, self.logging_enabled)
+        transaction = VersionedTransaction(self.supplier.get(), self.logging_enabled, timestamped=False)
+        history = VersionedKeyValueBytesStore(transaction, self.history_retention_ms)
+        transaction.replay = history.put  # restoring replays versions through the history, never logs them
+        store: Any = ChangeLoggingVersionedKeyValueStore(history) if self.logging_enabled else history
         return MeteredVersionedKeyValueStore(store, self.key_serde, self.value_serde,
                                              self.supplier.metrics_scope)
 

@@ -16,11 +16,15 @@ from strom.kafka.serdes import (
     decoder_of,
     encoder_of,
 )
+from strom.streams.state.internals.timestamps import (
+    TIMESTAMP_SIZE,
+    pack_timestamp,
+    split_timestamped,
+    unpack_timestamp,
+    with_timestamp,
+)
 
 V = TypeVar("V")
-_TIMESTAMP = struct.Struct(">q")
-_pack_timestamp = _TIMESTAMP.pack
-_unpack_timestamp = _TIMESTAMP.unpack_from
 _new_tuple = tuple.__new__  # builds a ValueAndTimestamp without the NamedTuple's Python-level __new__
 
 
@@ -60,7 +64,7 @@ class ValueAndTimestampSerde:
         def encode(data: ValueAndTimestamp[Any]) -> bytes:
             if type(data) is not ValueAndTimestamp or data[0] is None:
                 raise TypeError("not a ValueAndTimestamp with a value")
-            return _pack_timestamp(data[1]) + value_encode(data[0])
+            return pack_timestamp(data[1]) + value_encode(data[0])  # with_timestamp, one call less
 
         return encode
 
@@ -71,7 +75,9 @@ class ValueAndTimestampSerde:
         value_decode = decoder_of(self._value_deserializer, topic)
 
         def decode(data: bytes) -> ValueAndTimestamp[Any]:
-            return _new_tuple(ValueAndTimestamp, (value_decode(data[8:]), _unpack_timestamp(data)[0]))
+            # split_timestamped, one call less: this runs on every read of a timestamped store
+            return _new_tuple(ValueAndTimestamp, (value_decode(data[TIMESTAMP_SIZE:]),
+                                                  unpack_timestamp(data)[0]))
 
         return decode
 
@@ -94,17 +100,17 @@ class ValueAndTimestampSerde:
         raw = self._serialize_value(topic, value, headers)
         if raw is None:
             return None
-        return _pack_timestamp(timestamp) + raw
+        return with_timestamp(timestamp, raw)
 
     def deserialize(self, topic: str | None, data: bytes | None, headers: Any = None
                     ) -> ValueAndTimestamp[Any] | None:
         if data is None:
             return None
-        if len(data) < 8:
+        if len(data) < TIMESTAMP_SIZE:
             raise SerializationError(f"Timestamped value from {topic!r} has {len(data)} bytes, fewer than "
                                      "the 8-byte timestamp prefix; the store was not written as timestamped.")
-        return _new_tuple(ValueAndTimestamp, (self._deserialize_value(topic, data[8:], headers),
-                                              _unpack_timestamp(data)[0]))
+        timestamp, plain = split_timestamped(data)
+        return _new_tuple(ValueAndTimestamp, (self._deserialize_value(topic, plain, headers), timestamp))
 
 
 _FIXED_WIDTH: dict[type, tuple[struct.Struct, tuple[type, ...]]] = {

@@ -2,9 +2,9 @@
 value a key had as of a timestamp. Stream-table joins use it to join a stream record with the table as it
 was at the record's time, not as it is when the record happens to be processed (KIP-914).
 
-Layers, as the other stores: metered (serdes) -> change-logging (one changelog record per version, with the
-version's timestamp) -> versioned (the history logic) -> transactional buffer -> inner RocksDB store.
-Versioned stores have no cache, as in Kafka Streams.
+Layers, as the other stores (``strom.streams.state.internals``): metered (serdes) -> change-logging (one
+changelog record per version, with the version's timestamp) -> the history logic here -> transactional
+buffer -> inner RocksDB store. Versioned stores have no cache, as in Kafka Streams.
 
 The history lives in the inner store's ordered key space:
 
@@ -22,16 +22,20 @@ The history lives in the inner store's ordered key space:
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, NamedTuple
 
 from strom.errors import StromError
-from strom.streams.state.base import StoreLayer
-from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
-from strom.streams.state.metered import MeteredStore
-from strom.streams.state.time_keys import MAX_TIMESTAMP, MIN_TIMESTAMP, from_sortable, sortable
-from strom.streams.state.transaction import TransactionalKeyValueStore
+from strom.streams.state.internals.layer import StoreLayer
+from strom.streams.state.internals.timestamps import (
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    TIMESTAMP_SIZE,
+    from_sortable,
+    pack_timestamp,
+    sortable,
+    unpack_timestamp,
+    with_timestamp,
+)
 
 PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
 """``put`` wrote the key's latest version (valid until a later one comes)."""
@@ -40,7 +44,6 @@ PUT_RETURN_CODE_NOT_PUT = -(2**63)
 
 _LENGTH = struct.Struct(">I")
 _STREAM_TIME_KEY = b"t"
-_STREAM_TIME = _VALID_TO = struct.Struct(">q")
 _VALUE, _TOMBSTONE = b"\x01", b"\x00"
 
 
@@ -54,16 +57,16 @@ class VersionedRecord(NamedTuple):
 
 def _version(valid_to: int | None, value: bytes | None) -> bytes:
     """A stored version: when it stops being valid (the largest timestamp: not yet), then the value."""
-    return _VALID_TO.pack(MAX_TIMESTAMP if valid_to is None else valid_to) + (
+    return pack_timestamp(MAX_TIMESTAMP if valid_to is None else valid_to) + (
         _TOMBSTONE if value is None else _VALUE + value)
 
 
 def _is_latest_tombstone(version: bytes) -> bool:
-    return version[8:9] == _TOMBSTONE and _VALID_TO.unpack_from(version)[0] == MAX_TIMESTAMP
+    return version[8:9] == _TOMBSTONE and unpack_timestamp(version)[0] == MAX_TIMESTAMP
 
 
 def _valid_to(version: bytes) -> int | None:
-    valid_to = _VALID_TO.unpack_from(version)[0]
+    valid_to = unpack_timestamp(version)[0]
     return None if valid_to == MAX_TIMESTAMP else valid_to
 
 
@@ -85,7 +88,7 @@ class VersionedKeyValueBytesStore(StoreLayer):
 
     def observed_stream_time(self) -> int:
         raw = self.wrapped.get(_STREAM_TIME_KEY)
-        return MIN_TIMESTAMP if raw is None else _STREAM_TIME.unpack(raw)[0]
+        return MIN_TIMESTAMP if raw is None else unpack_timestamp(raw)[0]
 
     def _oldest_valid_query(self, stream_time: int) -> int:
         return MIN_TIMESTAMP if stream_time == MIN_TIMESTAMP else stream_time - self.history_retention_ms
@@ -107,7 +110,8 @@ class VersionedKeyValueBytesStore(StoreLayer):
         if previous is None or previous[0] < timestamp:  # a new version, not a replaced one
             if previous is not None:  # the previous version now ends here, not at the following one
                 previous_time, previous_raw = previous
-                put(prefix + sortable(previous_time), _VALID_TO.pack(timestamp) + previous_raw[8:])
+                put(prefix + sortable(previous_time),
+                    with_timestamp(timestamp, previous_raw[TIMESTAMP_SIZE:]))
                 if following is not None:
                     put(_index_key(following, key, previous_time), None)
                 put(_index_key(timestamp, key, previous_time), b"")
@@ -116,7 +120,7 @@ class VersionedKeyValueBytesStore(StoreLayer):
         if value is None and following is None:  # a latest tombstone expires by its own timestamp
             put(_index_key(timestamp, key, timestamp), b"")
         if timestamp > stream_time:
-            put(_STREAM_TIME_KEY, _STREAM_TIME.pack(timestamp))
+            put(_STREAM_TIME_KEY, pack_timestamp(timestamp))
             self._expire(self._oldest_valid_query(timestamp))
         return PUT_RETURN_CODE_VALID_TO_UNDEFINED if following is None else following
 
@@ -156,91 +160,13 @@ class VersionedKeyValueBytesStore(StoreLayer):
             put(index, None)
 
 
-class VersionedTransaction(TransactionalKeyValueStore):
-    """The transactional buffer of a versioned store: a changelog record is a version, not an entry of
-    the inner store, so restoring replays each through the history logic, then commits."""
-
-    replay: Callable[[bytes, bytes | None, int], int]
-
-    def restore(self, records: Sequence[ChangelogRecord]) -> None:
-        if not records:
-            return
-        if self.uncommitted_writes:
-            raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
-        for key, value, _, timestamp in records:
-            self.replay(key, value, timestamp)
-        self.commit(records[-1][2] + 1)
-
-
-class ChangeLoggingVersionedKeyValueStore(VersionedKeyValueBytesStore):
-    """Logs each version written: the record's timestamp is the version's, so the changelog alone
-    rebuilds the history. A write too old to be kept is not logged."""
-
-    def init(self, context: StateStoreContext, root: StateStore) -> None:
-        self._context = context
-        super().init(context, root)
-
-    def put(self, key: bytes, value: bytes | None, timestamp: int) -> int:
-        valid_to = super().put(key, value, timestamp)
-        if valid_to != PUT_RETURN_CODE_NOT_PUT:
-            self._context.log_change(self.name, key, value, timestamp, self._context.record_context.headers)
-        return valid_to
-
-
-class MeteredVersionedKeyValueStore(MeteredStore):
-    """The typed versioned store: ``put(key, value, timestamp)``, ``get(key)`` (the latest),
-    ``get(key, as_of_timestamp)`` and ``delete(key, timestamp)``; reads give ``VersionedRecord``s."""
-
-    @property
-    def history_retention_ms(self) -> int:
-        return self.wrapped.history_retention_ms
-
-    def put(self, key: Any, value: Any, timestamp: int) -> int:
-        """Returns when the new version stops being valid: the next version's timestamp,
-        ``PUT_RETURN_CODE_VALID_TO_UNDEFINED`` when it is the latest, ``PUT_RETURN_CODE_NOT_PUT`` when the
-        timestamp is older than the history retention allows."""
-        self.metrics.put += 1
-        raw_value = None if value is None else self._value_ser(self._topic, value)
-        return self.wrapped.put(self._raw_key(key), raw_value, _timestamp(timestamp, self.name))
-
-    def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord | None:
-        """The latest version, or the one valid at ``as_of_timestamp``; None if there is no value then
-        (or ``as_of_timestamp`` is older than the history retention allows)."""
-        self.metrics.get += 1
-        as_of = MAX_TIMESTAMP if as_of_timestamp is None else _timestamp(as_of_timestamp, self.name)
-        found = self.wrapped.get(self._raw_key(key), as_of)
-        if found is None:
-            return None
-        raw_value, valid_from, valid_to = found
-        return VersionedRecord(self._value_de(self._topic, raw_value), valid_from, valid_to)
-
-    def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
-        """Writes a tombstone at ``timestamp``; returns the version that was valid then, if any."""
-        self.metrics.delete += 1
-        old = self.get(key, timestamp)
-        self.put(key, None, timestamp)
-        return old
-
-    def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
-        """No cache: the processor forwards each update itself."""
-        return False
-
-
 class VersionedTimestampError(StromError, TypeError):
     """A versioned store was given a timestamp that is not whole milliseconds."""
 
 
-def _timestamp(timestamp: Any, store: str) -> int:
+def check_timestamp(timestamp: Any, store: str) -> int:
+    """``timestamp`` if it is whole milliseconds; else a VersionedTimestampError naming ``store``."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int):
         raise VersionedTimestampError(f"Versioned store {store} needs timestamps as whole milliseconds "
                                       f"(int), got {timestamp!r}.")
     return timestamp
-
-
-def build_versioned_store(inner: Any, history_retention_ms: int, logged: bool) -> VersionedKeyValueBytesStore:
-    """The byte layers of a versioned store over ``inner``; restoring replays versions, never logs them."""
-    transaction = VersionedTransaction(inner, logged=logged, timestamped=False)
-    layer = ChangeLoggingVersionedKeyValueStore if logged else VersionedKeyValueBytesStore
-    store = layer(transaction, history_retention_ms)
-    transaction.replay = partial(VersionedKeyValueBytesStore.put, store)
-    return store

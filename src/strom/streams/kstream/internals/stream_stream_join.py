@@ -22,6 +22,7 @@ from strom.streams.kstream.join_options import StreamJoined, ValueJoiner, value_
 from strom.streams.kstream.options import Materialized, StoreType
 from strom.streams.kstream.windows import JoinWindows
 from strom.streams.processor.api import Processor, Record
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP, pack_timestamp, unpack_timestamp
 from strom.streams.state.stores import Stores
 from strom.streams.state.window import builders
 
@@ -30,10 +31,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_TIME = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
 LEFT_SIDE, RIGHT_SIDE = 1, 0
-NO_TIME = 2**63 - 1
+NO_TIME = MAX_TIMESTAMP
 
 
 class TimeTracker:
@@ -146,7 +146,7 @@ class KStreamKStreamJoinSide(Processor):
 
     # ---- the shared outer store -----------------------------------------------------------------
     def _outer_key(self, key: Any, timestamp: int, side: int) -> bytes:
-        return _TIME.pack(timestamp) + bytes([side]) + self.key_serde.serializer().serialize(None, key)
+        return pack_timestamp(timestamp) + bytes([side]) + self.key_serde.serializer().serialize(None, key)
 
     def _wait_for_partner(self, key: Any, value: Any, timestamp: int) -> None:
         assert self.outer_store is not None
@@ -170,7 +170,7 @@ class KStreamKStreamJoinSide(Processor):
         for outer_key, data in self.outer_store.all():
             if len(open_sides) == 2:
                 break
-            timestamp, side = _TIME.unpack_from(outer_key)[0], outer_key[8]
+            timestamp, side = unpack_timestamp(outer_key)[0], outer_key[8]
             tracker.min_time = timestamp
             if timestamp + self._lookback(side) + grace >= tracker.stream_time:
                 open_sides.add(side)

@@ -10,8 +10,9 @@ from typing import Any
 
 from strom.streams.kstream.change import Change
 from strom.streams.processor.api import Processor, Record, new_tuple
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED, MeteredVersionedKeyValueStore
+from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
 log = logging.getLogger(__name__)
 

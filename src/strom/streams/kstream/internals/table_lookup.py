@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from strom.streams.state.versioned import MeteredVersionedKeyValueStore
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 
 if TYPE_CHECKING:
     from strom.streams.kstream.ktable import KTable

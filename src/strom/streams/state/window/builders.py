@@ -12,14 +12,14 @@ from typing import Any
 
 from strom.kafka.serdes import Serde
 from strom.streams.kstream.windows import Duration, WindowSpecError, to_millis
-from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
-from strom.streams.state.window.caching import CachingSessionStore, CachingWindowStore
-from strom.streams.state.window.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
-from strom.streams.state.window.metered import (
+from strom.streams.state.internals.caching import CachingSessionStore, CachingWindowStore
+from strom.streams.state.internals.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
+from strom.streams.state.internals.metered import (
     MeteredSessionStore,
     MeteredTimestampedWindowStore,
     MeteredWindowStore,
 )
+from strom.streams.state.window.bytes_stores import SessionBytesStore, WindowBytesStore
 
 
 @dataclass(frozen=True)

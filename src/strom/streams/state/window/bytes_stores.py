@@ -8,13 +8,13 @@ dropped once expired. In memory and RocksDB differ only in their segments.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from strom.streams.kstream.windows import WindowSpecError
 from strom.streams.state.base import merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP, with_timestamp
 from strom.streams.state.window import schemas
 from strom.streams.state.window.segments import (
     InMemorySegment,
@@ -25,8 +25,7 @@ from strom.streams.state.window.segments import (
     rocksdb_segments,
 )
 
-MAX = schemas.MAX_TIMESTAMP
-_TIMESTAMP = struct.Struct(">q")
+MAX = MAX_TIMESTAMP
 
 
 class SegmentedBytesStore:
@@ -175,7 +174,7 @@ class SegmentedBytesStore:
             self.observed_stream_time = max(self.observed_stream_time, record_time)
             if record_time > self.observed_stream_time - self.retention_ms:
                 if self.timestamped and value is not None:
-                    value = _TIMESTAMP.pack(timestamp) + value
+                    value = with_timestamp(timestamp, value)
                 writes.setdefault(segments.segment_id(record_time), []).append((key, value))
         for segment_id in sorted(writes):
             self._apply(segments, segment_id, writes[segment_id])

@@ -6,10 +6,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from strom.streams.kstream.windows import Windowed
+from strom.streams.state.internals.metered import MeteredWindowStore
+from strom.streams.state.internals.timestamps import NO_TIMESTAMP
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.window.metered import MeteredWindowStore
-
-NO_TIMESTAMP = -1
 
 
 def window_store_view(store: Any) -> Any:

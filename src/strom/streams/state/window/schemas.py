@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import struct
 
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP, TIMESTAMP_SIZE
+
 _LONG = struct.Struct(">q")
 WINDOW_SUFFIX = struct.Struct(">qi")
 """8-byte window start and 4-byte sequence number."""
 _SESSION_SUFFIX = struct.Struct(">qq")
 
-TIMESTAMP_SIZE = 8
 SEQNUM_SIZE = 4
 WINDOW_SUFFIX_SIZE = TIMESTAMP_SIZE + SEQNUM_SIZE
 SESSION_SUFFIX_SIZE = 2 * TIMESTAMP_SIZE
-MAX_TIMESTAMP = 2**63 - 1
 MAX_SEQNUM = 2**31 - 1
 
 

@@ -1,5 +1,9 @@
 """Transactional state stores (as in KIP-892): uncommitted writes stay in a buffer above the inner store.
 
+Key-value and versioned stores have this layer; window and session stores' segmented inner stores
+buffer their uncommitted writes per segment themselves (``window/bytes_stores.py``), with the same
+commit, abort and restore calls.
+
 The task reads its own writes through the buffer. On commit the state manager applies the buffer
 together with the new changelog offset in one atomic write (one RocksDB WriteBatch); on abort the
 buffer is dropped and the inner store is still exactly at the last committed offset, so no wipe and
@@ -8,19 +12,19 @@ no full restore is needed.
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from strom.streams.state.base import KeyValueIterator, WrappedStore, merge_sorted
+from strom.streams.state.base import KeyValueIterator, merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
+from strom.streams.state.internals.layer import KeyValueStoreLayer
+from strom.streams.state.internals.timestamps import with_timestamp
 from strom.streams.state.key_index import SortedKeyIndex
 
 _MISSING = object()
-_TIMESTAMP = struct.Struct(">q")
 
 
-class TransactionalKeyValueStore(WrappedStore):
+class TransactionalKeyValueStore(KeyValueStoreLayer):
     """Buffers writes to an inner store (in-memory or RocksDB) until the task commits."""
 
     def __init__(self, inner: Any, logged: bool, timestamped: bool) -> None:
@@ -88,8 +92,7 @@ class TransactionalKeyValueStore(WrappedStore):
         if self._buffer:
             raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
         if self.timestamped:
-            pack = _TIMESTAMP.pack
-            writes = [(key, None if value is None else pack(timestamp) + value)
+            writes = [(key, None if value is None else with_timestamp(timestamp, value))
                       for key, value, _, timestamp in records]
         else:
             writes = [(record[0], record[1]) for record in records]
@@ -102,3 +105,19 @@ class TransactionalKeyValueStore(WrappedStore):
     def close(self) -> None:
         self._clear()
         self.wrapped.close()
+
+
+class VersionedTransaction(TransactionalKeyValueStore):
+    """The transactional buffer of a versioned store: a changelog record is a version, not an entry of
+    the inner store, so restoring replays each through the history logic, then commits."""
+
+    replay: Callable[[bytes, bytes | None, int], int]
+
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        if not records:
+            return
+        if self.uncommitted_writes:
+            raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
+        for key, value, _, timestamp in records:
+            self.replay(key, value, timestamp)
+        self.commit(records[-1][2] + 1)

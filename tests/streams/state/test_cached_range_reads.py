@@ -14,7 +14,7 @@ from strom.kafka.serdes import Serdes
 from strom.streams.kstream.windows import SessionWindow, Windowed
 from strom.streams.state.window import builders
 
-from .store_context import StoreTestContext
+from .store_host import StoreHost
 
 KEYS = [b"", b"\x00", b"a", b"a\x00", b"a\x00\x00", b"a\x01", b"ab", b"b", b"\xff"]
 keys = st.sampled_from(KEYS)
@@ -34,10 +34,8 @@ def _pair(tmp_path, make_builder, persistent_cache_bytes):
         builder = make_builder()
         if cached:
             builder.with_caching_enabled()
-        store = builder.build()
-        context = StoreTestContext(tmp_path / ("cached" if cached else "plain"), persistent_cache_bytes)
-        store.init(context, store)
-        stores.append((store, context))
+        host = StoreHost(tmp_path / ("cached" if cached else "plain"), persistent_cache_bytes)
+        stores.append((host.init(builder), host))
     return stores
 
 
@@ -48,8 +46,7 @@ def _apply(stores, operations, write, retention):
         for store, context in stores:
             context.at(time)
             if operation == "commit":
-                store.flush()
-                context.transaction(store.name).commit(len(context.changelog))
+                context.commit()
             else:
                 write(store, key, time, value, index)
 

@@ -15,6 +15,7 @@ from strom.streams.kstream.windows import (
     TimeWindows,
     Window,
     Windowed,
+    WindowSpecError,
 )
 
 
@@ -41,20 +42,28 @@ def test_grace_and_retention():
     assert SlidingWindows.of_time_difference_and_grace(10, 1).time_difference_ms == 10
 
 
-@pytest.mark.parametrize("build", [
-    lambda: TimeWindows.of_size_with_no_grace(0),
-    lambda: TimeWindows.of_size_and_grace(10, -1),
-    lambda: TimeWindows.of_size_with_no_grace(10).advance_by(11),
-    lambda: TimeWindows.of_size_with_no_grace(10).advance_by(0),
-    lambda: SessionWindows.of_inactivity_gap_with_no_grace(timedelta(0)),
-    lambda: SlidingWindows.of_time_difference_with_no_grace(-5),
-    lambda: JoinWindows.of_time_difference_with_no_grace(10).before(-11),
-    lambda: TimeWindows.of_size_with_no_grace("10s"),
+@pytest.mark.parametrize(("build", "message"), [
+    (lambda: TimeWindows.of_size_with_no_grace(0),
+     r"^Window size must be greater than zero\. Pass a positive duration\.$"),
+    (lambda: TimeWindows.of_size_and_grace(10, -1),
+     r"^Grace period must not be negative, got -1 ms\. Pass a duration >= 0\.$"),
+    (lambda: TimeWindows.of_size_with_no_grace(10).advance_by(11),
+     r"^Window advance \(11 ms\) must not exceed the window size \(10 ms\)\. Use an advance <= size\.$"),
+    (lambda: TimeWindows.of_size_with_no_grace(10).advance_by(0),
+     r"^Window advance must be greater than zero\. Pass a positive duration\.$"),
+    (lambda: SessionWindows.of_inactivity_gap_with_no_grace(timedelta(0)),
+     r"^Session inactivity gap must be greater than zero\. Pass a positive duration\.$"),
+    (lambda: SlidingWindows.of_time_difference_with_no_grace(-5),
+     r"^Sliding window time difference must not be negative, got -5 ms\. Pass a duration >= 0\.$"),
+    (lambda: JoinWindows.of_time_difference_with_no_grace(10).before(-11),
+     r"^Join window is empty: before=-11 ms, after=10 ms; 'before' \+ 'after' must be >= 0\.$"),
+    (lambda: TimeWindows.of_size_with_no_grace("10s"),
+     r"^Window size must be a datetime\.timedelta or whole milliseconds \(int\), got '10s'\.$"),
 ])
-def test_invalid_specs_raise_a_strom_error_that_says_what_to_do(build):
-    with pytest.raises(StromError) as error:
+def test_invalid_specs_raise_a_window_spec_error_that_says_what_to_do(build, message):
+    with pytest.raises(WindowSpecError, match=message):
         build()
-    assert any(word in str(error.value) for word in ("must", "Pass", "Use"))
+    assert issubclass(WindowSpecError, StromError)
 
 
 def test_join_windows_before_and_after():

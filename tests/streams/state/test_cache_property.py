@@ -1,4 +1,4 @@
-"""The record cache never changes results, only how many intermediate updates are emitted (seed 000):
+"""The record cache never changes results, only how many intermediate updates are emitted:
 for any cache size and commit interval the final store and the last value per key are the same, and a
 cache emits at most as many updates as no cache, and a cache holding everything at most as many as any."""
 

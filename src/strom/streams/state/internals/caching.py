@@ -1,50 +1,82 @@
-"""The caching layer of window stores: Kafka's CachingWindowStore over the thread's record cache.
+"""The caching layers: Kafka's CachingKeyValueStore, CachingWindowStore and CachingSessionStore over the
+thread's record cache.
 
-Writes land in the task's NamedCache under the binary window key; they reach the layer below and the
-flush listener (the windowed aggregation's downstream) when the cache evicts or flushes at commit, so
-with caching on a window emits its latest result once per commit instead of once per record.
+Writes go to the task's NamedCache only; they reach the layer below (changelog, store) and the flush
+listener (downstream processors) when the cache evicts or is flushed at commit, so with caching on a
+key or window emits its latest result once per commit instead of once per record. Reads see the cache
+first; the key-value layer fills it with clean entries.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from strom.streams.state.cache import DirtyEntry, ThreadCache
-from strom.streams.state.context import StateStore, StateStoreContext, cache_namespace
+from strom.streams.state.base import KeyValueIterator, merge_sorted
+from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
+from strom.streams.state.context import RecordContext, StateStore, StateStoreContext, cache_namespace
+from strom.streams.state.internals.layer import (
+    KeyValueStoreLayer,
+    SessionStoreLayer,
+    StoreLayer,
+    WindowStoreLayer,
+)
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP
 from strom.streams.state.window import schemas
 
-_pack_window_suffix = schemas.WINDOW_SUFFIX.pack
-
+BytesFlushListener = Callable[[bytes, bytes | None, bytes | None, int], None]
+"""(key, new value, old value, timestamp) in bytes; the metered layer deserializes for the processor."""
 WindowFlushListener = Callable[[bytes, int, bytes | None, bytes | None, int], None]
 """(key, window start, new value, old value, timestamp) in bytes; the metered layer deserializes."""
+SessionFlushListener = Callable[[bytes, int, int, bytes | None, bytes | None], None]
+"""(key, session start, session end, new value, old value) in bytes; the metered layer deserializes."""
+
+_CLEAN = RecordContext(timestamp=-1)
+_pack_window_suffix = schemas.WINDOW_SUFFIX.pack
 
 
-class _CachingLayer:
-    """Wires a window or session store to the task's record cache; subclasses define ``_flush_entries``."""
+class CachingLayer(StoreLayer):
+    """Wires a store to the task's record cache, the same for every kind of store; each kind defines
+    ``_flush_entries`` (how its dirty entries reach the store below and the flush listener)."""
 
     def __init__(self, wrapped: Any) -> None:
-        self.wrapped = wrapped
+        super().__init__(wrapped)
         self._context: StateStoreContext | None = None
         self._cache: ThreadCache | None = None
         self._namespace = ""
         self._listener: Any = None
         self._send_old_values = False
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.wrapped, name)
-
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         self.wrapped.init(context, root)
         self._context = context
         self._cache = context.cache
-        self._namespace = cache_namespace(context.task_id, self.wrapped.name)
+        self._namespace = cache_namespace(context.task_id, self.name)
         self._cache.add_dirty_entry_flush_listener(self._namespace, self._flush_entries)
         named = self._cache.named_cache(self._namespace)
-        # the per-record calls, bound once (as the key-value caching store does)
+        # the per-record calls, bound once
         self._lookup = named.entries.get
         self._mark_used = named.entries.move_to_end
         self._put_dirty = named.put_dirty
+
+    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+        raise NotImplementedError
+
+    @property
+    def cache_entries(self) -> Any:
+        """The record cache's entries of this store (LRU order): a fused read looks keys up here."""
+        return self._cache.named_cache(self._namespace).entries  # type: ignore[union-attr]
+
+    @property
+    def context(self) -> StateStoreContext:
+        assert self._context is not None, "store used before init"
+        return self._context
+
+    @property
+    def put_dirty_raw(self) -> Callable[[bytes, bytes | None, RecordContext], None]:
+        """The cache's per-record write, for a fused write that has the record context at hand."""
+        return self._put_dirty
 
     def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
         """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
@@ -52,8 +84,77 @@ class _CachingLayer:
         self._send_old_values = send_old_values
         return True
 
+    def flush(self) -> None:
+        if self._cache is not None:
+            self._cache.flush(self._namespace)
+        self.wrapped.flush()
 
-class CachingWindowStore(_CachingLayer):
+    def close(self) -> None:
+        if self._cache is not None:
+            self._cache.close(self._namespace)
+        self.wrapped.close()
+
+
+class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
+    def __init__(self, wrapped: Any) -> None:
+        super().__init__(wrapped)
+        self._listener: BytesFlushListener | None = None
+        self._thread: threading.Thread | None = None
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        super().init(context, root)
+        self._thread = threading.current_thread()
+
+    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+        context = self._context
+        assert context is not None
+        current = context.record_context
+        wrapped = self.wrapped
+        listener = self._listener
+        try:
+            for key, new, entry_context in entries:
+                context.set_record_context(entry_context)
+                if listener is None:
+                    wrapped.put(key, new)
+                    continue
+                old = wrapped.get(key) if new is None or self._send_old_values else None
+                # deleting a key the store never had: nothing to write, log or forward (as Kafka)
+                if new is not None or old is not None:
+                    wrapped.put(key, new)
+                    listener(key, new, old if self._send_old_values else None, entry_context.timestamp)
+        finally:
+            context.set_record_context(current)
+
+    def get(self, key: bytes) -> bytes | None:
+        entry = self._lookup(key)
+        if entry is not None:
+            try:  # noqa: SIM105 - not contextlib.suppress: a context manager per read costs more
+                self._mark_used(key)
+            except KeyError:  # an interactive query's read raced with the task evicting the key
+                pass
+            return entry.value
+        value = self.wrapped.get(key)
+        # Only the task's own thread fills the cache: an interactive query must not trigger evictions.
+        # A full cache gets no clean entry: it would only evict another entry and, with more keys than
+        # fit, be evicted unread itself (at 1M keys every read misses); a read-modify-write puts the key
+        # dirty right after anyway.
+        cache = self._cache
+        if (value is not None and cache.current_bytes < cache.max_cache_size_bytes  # type: ignore[union-attr]
+                and threading.current_thread() is self._thread):
+            cache.put(self._namespace, key, LRUCacheEntry(key, value, False, _CLEAN))  # type: ignore[union-attr]
+        return value
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        self._put_dirty(key, value, self._context.record_context)  # type: ignore[union-attr]
+
+    def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
+        assert self._cache is not None, "store used before init"
+        cached = self._cache.range(self._namespace, from_key, to_key, reverse)
+        return merge_sorted(self.wrapped._iterate(from_key, to_key, reverse),
+                            ((key, entry.value) for key, entry in cached), reverse)
+
+
+class CachingWindowStore(CachingLayer, WindowStoreLayer):
     def __init__(self, wrapped: Any) -> None:
         super().__init__(wrapped)
         self._listener: WindowFlushListener | None = None
@@ -131,7 +232,7 @@ class CachingWindowStore(_CachingLayer):
                 yield key, start, merged[(key, start)]
 
     def all(self, reverse: bool = False) -> Iterator[tuple[bytes, int, bytes]]:
-        return self.fetch_key_range(None, None, 0, schemas.MAX_TIMESTAMP, reverse)
+        return self.fetch_key_range(None, None, 0, MAX_TIMESTAMP, reverse)
 
     def _cached(self, key_from: bytes | None, key_to: bytes | None, time_from: int,
                 time_to: int) -> Iterator[tuple[bytes, int, bytes | None]]:
@@ -154,22 +255,8 @@ class CachingWindowStore(_CachingLayer):
                     and (key_to is None or key <= key_to)):
                 yield key, start, entry.value
 
-    def flush(self) -> None:
-        if self._cache is not None:
-            self._cache.flush(self._namespace)
-        self.wrapped.flush()
 
-    def close(self) -> None:
-        if self._cache is not None:
-            self._cache.close(self._namespace)
-        self.wrapped.close()
-
-
-SessionFlushListener = Callable[[bytes, int, int, bytes | None, bytes | None], None]
-"""(key, session start, session end, new value, old value) in bytes; the metered layer deserializes."""
-
-
-class CachingSessionStore(_CachingLayer):
+class CachingSessionStore(CachingLayer, SessionStoreLayer):
     """Kafka's CachingSessionStore: session updates (removals included) wait in the record cache.
 
     A session aggregation reads every session of a key near each record, so the layer keeps an index
@@ -274,13 +361,10 @@ class CachingSessionStore(_CachingLayer):
                 del self._by_key[key]
 
     def flush(self) -> None:
+        super().flush()
         if self._cache is not None:
-            self._cache.flush(self._namespace)
             self._forget_uncached()
-        self.wrapped.flush()
 
     def close(self) -> None:
-        if self._cache is not None:
-            self._cache.close(self._namespace)
+        super().close()
         self._by_key.clear()
-        self.wrapped.close()

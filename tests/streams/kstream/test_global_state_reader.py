@@ -8,16 +8,13 @@ from strom.kafka import clients
 from strom.streams import Materialized, StreamsBuilder, StreamsConfig
 from strom.streams.kstream.global_state_reader import catch_up, shared_global_stores
 from strom.streams.kstream.global_table import GlobalStateStores
+from support.kafka import Record, produce
 
 pytestmark = pytest.mark.broker
 
 
 def _produce(bootstrap, topic, records):
-    producer = clients.producer(bootstrap)
-    for partition, key, value in records:
-        producer.produce(topic, key=key.encode(), value=None if value is None else value.encode(),
-                         partition=partition)
-    producer.flush(30)
+    produce(bootstrap, topic, [Record(key, value, partition) for partition, key, value in records])
 
 
 def test_global_store_reads_every_partition_and_catches_up(broker, tmp_path):

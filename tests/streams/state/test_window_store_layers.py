@@ -7,7 +7,7 @@ from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.window import builders
 
-from .store_context import StoreTestContext
+from .store_host import StoreHost
 
 
 def _window_store(tmp_path, persistent, cached, timestamped=False, name="counts"):
@@ -18,10 +18,8 @@ def _window_store(tmp_path, persistent, cached, timestamped=False, name="counts"
     builder = builders.window_store_builder(factory(name, 1_000, 100), Serdes.String(), Serdes.Long())
     if cached:
         builder.with_caching_enabled()
-    store = builder.build()
-    context = StoreTestContext(tmp_path)
-    store.init(context, store)
-    return store, context
+    host = StoreHost(tmp_path)
+    return host.init(builder), host
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -40,8 +38,8 @@ def test_window_store_reads_its_writes_and_logs_them(tmp_path, persistent, cache
                                            (Windowed("b", Window(0, 100)), 3)]
     store.flush()
     # the cache collapses the two writes of ("a", 0) into one changelog record
-    assert len(context.changelog) == (3 if cached else 4)
-    context.transaction("counts").commit(len(context.changelog))
+    assert len(context.changelogs["counts"]) == (3 if cached else 4)
+    context.commit()
     assert [(w.key, w.window.start) for w, _ in store.all()] == [("a", 0), ("a", 100), ("b", 0)]
     store.close()
 
@@ -73,17 +71,17 @@ def test_window_store_restores_from_its_changelog(tmp_path, persistent):
     store.flush()
     expected = list(store.all())
     restored, restored_context = _window_store(tmp_path / "b", persistent, True, timestamped=True)
-    restored_context.transaction("counts").restore(context.changelog)
+    restored_context.manager.restore("counts", context.changelogs["counts"])
     assert list(restored.all()) == expected
-    assert restored_context.transaction("counts").committed_offset == len(context.changelog)
+    assert restored_context.manager.changelog_offsets() == {"counts": len(context.changelogs["counts"])}
 
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_session_store_layers_and_restore(tmp_path, persistent):
     factory = builders.persistent_session_store if persistent else builders.in_memory_session_store
-    store = builders.session_store_builder(factory("sessions", 1_000), Serdes.String(), Serdes.Long()).build()
-    context = StoreTestContext(tmp_path / "a")
-    store.init(context, store)
+    context = StoreHost(tmp_path / "a")
+    store = context.init(builders.session_store_builder(factory("sessions", 1_000), Serdes.String(),
+                                                        Serdes.Long()))
     context.at(10)
     store.put(Windowed("u", SessionWindow(0, 10)), 2)
     store.put(Windowed("u", SessionWindow(50, 60)), 1)
@@ -93,14 +91,13 @@ def test_session_store_layers_and_restore(tmp_path, persistent):
     assert list(store.find_sessions("v", 0, 100)) == [(Windowed("v", SessionWindow(5, 5)), 1)]
     assert store.fetch_session("u", 50, 60) == 1
     assert not store.set_flush_listener(lambda *change: None, False)
-    assert [(r.key[:1], r.value) for r in context.changelog] == [(b"u", b"\0" * 7 + b"\2"),
+    assert [(r.key[:1], r.value) for r in context.changelogs["sessions"]] == [(b"u", b"\0" * 7 + b"\2"),
                                                                  (b"u", b"\0" * 7 + b"\1"),
                                                                  (b"v", b"\0" * 7 + b"\1"), (b"u", None)]
-    restored = builders.session_store_builder(factory("sessions", 1_000), Serdes.String(),
-                                              Serdes.Long()).build()
-    restored_context = StoreTestContext(tmp_path / "b")
-    restored.init(restored_context, restored)
-    restored_context.transaction("sessions").restore(context.changelog)
+    restored_context = StoreHost(tmp_path / "b")
+    restored = restored_context.init(
+        builders.session_store_builder(factory("sessions", 1_000), Serdes.String(), Serdes.Long()))
+    restored_context.manager.restore("sessions", context.changelogs["sessions"])
     assert list(restored.find_sessions_key_range(None, None, 0, 100)) == \
         list(store.find_sessions_key_range(None, None, 0, 100))
 

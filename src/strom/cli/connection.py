@@ -1,0 +1,142 @@
+"""The options every broker-facing command shares (``-b``, ``-X``, ``--command-config``) and the
+clients built from them: one place decides how the CLI reaches a cluster, secured or not."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicMetadata
+
+from strom.cli.broker import parse_config
+from strom.errors import BrokerUnavailableError, StromError, UnknownTopicError
+from strom.kafka import clients
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+TIMEOUT = 15.0
+"""Seconds a request may take once a broker answered."""
+_PROBE = 0.5
+FATAL_CODES = frozenset({KafkaError._ALL_BROKERS_DOWN, KafkaError._AUTHENTICATION, KafkaError._SSL,
+                         KafkaError._RESOLVE, KafkaError.SASL_AUTHENTICATION_FAILED,
+                         KafkaError._INVALID_ARG, KafkaError._FATAL})
+"""Errors after which waiting longer for the cluster cannot help."""
+
+
+@dataclass
+class Connection:
+    """Where the cluster is and the librdkafka properties to reach it (``-X``, ``--command-config``).
+
+    The user's properties override every default a command sets, as kcat's ``-X`` does."""
+
+    bootstrap_servers: str
+    properties: dict[str, str] = field(default_factory=dict)
+    errors: list[KafkaError] = field(default_factory=list)
+    _admin: AdminClient | None = field(default=None, init=False, repr=False)
+
+    def _settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        return {**settings, **self.properties, "error_cb": self.errors.append}
+
+    def consumer(self, group: str | None = None, **settings: Any) -> Consumer:
+        return clients.consumer(self.bootstrap_servers, group, **self._settings(settings))
+
+    def producer(self, **settings: Any) -> Producer:
+        return clients.producer(self.bootstrap_servers, **self._settings(settings))
+
+    def admin(self) -> AdminClient:
+        """The command's admin client, after checking that the cluster answers (fails fast if not)."""
+        if self._admin is None:
+            self._admin = clients.admin(self.bootstrap_servers, **self._settings({}))
+            self.metadata()
+        return self._admin
+
+    def metadata(self) -> ClusterMetadata:
+        """Every topic's metadata (asking for one topic would let the broker auto-create it)."""
+        admin = self.admin()
+        deadline = time.monotonic() + TIMEOUT
+        first_error = len(self.errors)
+        while True:
+            try:
+                return admin.list_topics(timeout=_PROBE)
+            except KafkaException as exc:
+                admin.poll(0)
+                self._raise_if_unreachable(self.errors[first_error:], time.monotonic() > deadline, exc)
+
+    def _raise_if_unreachable(self, errors: list[KafkaError], force: bool, cause: Exception) -> None:
+        """Raises BrokerUnavailableError once librdkafka reported that no broker can be reached (or
+        ``force``), naming librdkafka's reason, instead of letting it retry and log for ever."""
+        fatal = [e for e in errors if e.code() in FATAL_CODES]
+        if not fatal and not force:
+            return
+        reasons = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or fatal
+        reason = reasons[0].str() if reasons else str(cause)
+        raise BrokerUnavailableError(
+            f"No broker reachable at {self.bootstrap_servers} ({reason}). Start one with `strom broker`, or "
+            "pass -b/--bootstrap-servers (and -X or --command-config for a secured cluster).")
+
+    def topic(self, name: str, create: bool = False) -> TopicMetadata:
+        """The topic's metadata; a missing topic is an error naming the closest existing one, unless
+        ``create`` (then it is created with the broker's default partition count)."""
+        topics = self.metadata().topics
+        found = topics.get(name)
+        if found is not None and found.error is None:
+            return found
+        if not create:
+            raise unknown_topic(name, topics)
+        future = self.admin().create_topics([NewTopic(name, -1)], request_timeout=TIMEOUT)[name]
+        try:
+            future.result(TIMEOUT)
+        except KafkaException as exc:
+            raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
+        return self.topic(name)
+
+
+def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:
+    hint = difflib.get_close_matches(name, [t for t in existing if not t.startswith("__")], n=1)
+    suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
+    return UnknownTopicError(f"Topic {name!r} does not exist.{suggestion} See `strom topics list`, or "
+                             "create it with `strom topics create`.")
+
+
+def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds ``-b/--bootstrap-servers``, ``-X key=value`` and ``--command-config FILE`` to a command,
+    which receives them as one ``connection: Connection`` argument."""
+
+    @functools.wraps(command)
+    def with_connection(*args: Any, bootstrap_servers: str | None, client_properties: dict[str, str],
+                        command_config: Path | None, **kwargs: Any) -> Any:
+        properties = clients.load_properties(command_config) if command_config else {}
+        properties.update(client_properties)
+        bootstrap = (bootstrap_servers or properties.pop("bootstrap.servers", None) or DEFAULT_BOOTSTRAP)
+        properties.pop("bootstrap.servers", None)
+        return command(*args, connection=Connection(bootstrap, properties), **kwargs)
+
+    options = (
+        click.option("-b", "--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
+                     help=f"Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS; default "
+                          f"{DEFAULT_BOOTSTRAP})."),
+        click.option("-X", "client_properties", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+                     help="librdkafka client property (security, acks, sizes...); repeatable, wins over "
+                          "--command-config."),
+        click.option("--command-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Java-style .properties file of client settings (as Kafka's tools take)."),
+    )
+    for option in reversed(options):
+        with_connection = option(with_connection)
+    return with_connection
+
+
+create_topic_option = click.option(
+    "--create-topic", is_flag=True, help="Create the topic (broker's default partition count) if missing.")
+
+
+def raw_argument(text: str) -> bytes:
+    """A command-line argument as the bytes the user typed (non-UTF-8 bytes survive the round trip)."""
+    return os.fsencode(text)

@@ -1,0 +1,178 @@
+"""`strom groups list|describe|reset-offsets|delete`: consumer groups, their members and lag
+(kafka-consumer-groups). A SparkStreams application's group is its application.id; a task
+subscription's is its subscription id."""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+from typing import Any
+
+import click
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
+from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
+
+from strom.cli.connection import TIMEOUT, Connection, connection_options
+from strom.cli.output import output_option, print_rows
+from strom.cli.topics import result
+from strom.errors import StromError
+
+_INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
+
+
+@click.group()
+def groups() -> None:
+    """Consumer groups: members, committed offsets and lag; reset and delete (kafka-consumer-groups)."""
+
+
+def _state(state: ConsumerGroupState) -> str:
+    return state.name.lower() if state is not None else "unknown"
+
+
+@groups.command("list")
+@connection_options
+@output_option
+def list_command(connection: Connection, output: str) -> None:
+    """Every consumer group and its state."""
+    listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
+    rows = [{"group": g.group_id, "state": _state(g.state)}
+            for g in sorted(listed.valid, key=lambda g: g.group_id)]
+    print_rows(rows, ["group", "state"], output)
+
+
+def _describe(connection: Connection, group: str) -> ConsumerGroupDescription:
+    return result(connection.admin().describe_consumer_groups([group], request_timeout=TIMEOUT)[group],
+                  f"describe group {group!r}")
+
+
+def committed(connection: Connection, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets (partitions it never committed are absent)."""
+    request = [ConsumerGroupTopicPartitions(group)]
+    found = result(connection.admin().list_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
+                   f"read the committed offsets of {group!r}")
+    return {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions if tp.offset >= 0}
+
+
+def list_offsets(connection: Connection, partitions: list[tuple[str, int]], spec: OffsetSpec) -> dict:
+    """Offsets of ``spec`` (earliest, latest or for a timestamp) per partition, read_committed."""
+    if not partitions:
+        return {}
+    futures = connection.admin().list_offsets({TopicPartition(t, p): spec for t, p in partitions},
+                                              isolation_level=IsolationLevel.READ_COMMITTED,
+                                              request_timeout=TIMEOUT)
+    return {(tp.topic, tp.partition): result(f, f"list the offsets of {tp.topic}-{tp.partition}").offset
+            for tp, f in futures.items()}
+
+
+def _existing(connection: Connection, group: str) -> tuple[ConsumerGroupDescription, dict]:
+    """The group's description and committed offsets; a group with neither is an error."""
+    description, offsets = _describe(connection, group), committed(connection, group)
+    if description.state in _INACTIVE and not description.members and not offsets:
+        listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
+        hint = difflib.get_close_matches(group, [g.group_id for g in listed.valid], n=1)
+        suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
+        raise StromError(f"Consumer group {group!r} does not exist (no members, no committed offsets)."
+                         f"{suggestion} See `strom groups list`.")
+    return description, offsets
+
+
+@groups.command("describe")
+@connection_options
+@click.argument("group")
+@output_option
+def describe_command(connection: Connection, group: str, output: str) -> None:
+    """Per partition: committed offset, end offset, lag and the member it is assigned to."""
+    description, offsets = _existing(connection, group)
+    owners: dict[tuple[str, int], Any] = {}
+    for member in description.members:
+        for tp in member.assignment.topic_partitions:
+            owners[(tp.topic, tp.partition)] = member
+    partitions = sorted(set(offsets) | set(owners))
+    ends = list_offsets(connection, partitions, OffsetSpec.latest())
+    rows = []
+    for key in partitions:
+        member, offset, end = owners.get(key), offsets.get(key), ends[key]
+        rows.append({"group": group, "state": _state(description.state), "topic": key[0], "partition": key[1],
+                     "committed offset": offset, "end offset": end,
+                     "lag": None if offset is None else max(0, end - offset),
+                     "member": member.member_id if member else None, "host": member.host if member else None,
+                     "client id": member.client_id if member else None})
+    if output != "json":
+        click.echo(f"group {group}: {_state(description.state)}, {len(description.members)} member(s)",
+                   err=True)
+    print_rows(rows, ["topic", "partition", "committed offset", "end offset", "lag", "member", "host",
+                      "client id"], output)
+
+
+def _timestamp_ms(text: str) -> int:
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO date-time, e.g. 2026-11-25T14:00:00Z",
+                                 param_hint="--to-datetime") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # local time, as kafka-consumer-groups reads it
+    return int(moment.timestamp() * 1000)
+
+
+@groups.command("reset-offsets")
+@connection_options
+@click.argument("group")
+@click.option("--topic", "topics", multiple=True, required=True, help="Topic whose offsets move; repeatable.")
+@click.option("--to-earliest", is_flag=True, help="To each partition's log start offset.")
+@click.option("--to-latest", is_flag=True, help="To each partition's end (skip everything unread).")
+@click.option("--to-offset", type=click.IntRange(min=0), default=None,
+              help="To this offset (kept within the log).")
+@click.option("--to-datetime", default=None, help="To the first record at or after this ISO date-time.")
+@click.option("--shift-by", type=int, default=None, help="By N from the committed offset (negative: back).")
+@click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
+@output_option
+def reset_offsets_command(connection: Connection, group: str, topics: tuple[str, ...], to_earliest: bool,
+                          to_latest: bool, to_offset: int | None, to_datetime: str | None,
+                          shift_by: int | None, dry_run: bool, output: str) -> None:
+    """Move the committed offsets of an inactive group (its consumers stopped)."""
+    chosen = [name for name, given in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
+                                       ("--to-offset", to_offset is not None),
+                                       ("--to-datetime", to_datetime is not None),
+                                       ("--shift-by", shift_by is not None)) if given]
+    if len(chosen) != 1:
+        raise click.UsageError("Give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, "
+                               "--shift-by.")
+    description = _describe(connection, group)
+    if description.state not in _INACTIVE or description.members:
+        raise StromError(f"Group {group!r} is {_state(description.state)} with {len(description.members)} "
+                         "member(s); stop its consumers first (offsets of an active group cannot be reset).")
+    partitions = [(t, p) for t in topics for p in sorted(connection.topic(t).partitions)]
+    old = committed(connection, group)
+    low = list_offsets(connection, partitions, OffsetSpec.earliest())
+    high = list_offsets(connection, partitions, OffsetSpec.latest())
+    if to_datetime is not None:
+        found = list_offsets(connection, partitions, OffsetSpec.for_timestamp(_timestamp_ms(to_datetime)))
+        target = {k: found[k] if found[k] >= 0 else high[k] for k in partitions}
+    elif shift_by is not None:
+        target = {k: old.get(k, low[k]) + shift_by for k in partitions}
+    else:
+        target = {k: low[k] if to_earliest else high[k] if to_latest else to_offset for k in partitions}
+    new = {k: min(max(target[k], low[k]), high[k]) for k in partitions}
+    if not dry_run:
+        offsets = [TopicPartition(t, p, new[(t, p)]) for t, p in partitions]
+        request = [ConsumerGroupTopicPartitions(group, offsets)]
+        result(connection.admin().alter_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
+               f"commit the new offsets of {group!r}")
+    rows = [{"topic": t, "partition": p, "old offset": old.get((t, p)), "new offset": new[(t, p)]}
+            for t, p in partitions]
+    print_rows(rows, ["topic", "partition", "old offset", "new offset"], output)
+    click.echo(f"{'dry run: nothing committed' if dry_run else 'committed'} for group {group}", err=True)
+
+
+@groups.command("delete")
+@connection_options
+@click.argument("names", nargs=-1, required=True)
+def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
+    """Delete inactive groups and their committed offsets."""
+    for name in names:
+        _existing(connection, name)
+    futures = connection.admin().delete_consumer_groups(list(names), request_timeout=TIMEOUT)
+    for name, future in futures.items():
+        result(future, f"delete group {name!r} (stop its consumers first)")
+        click.echo(f"deleted {name}")

@@ -1,0 +1,93 @@
+"""Reading partitions to their end: restoring a store from its changelog, filling a global table, a
+test reading what a topology wrote. One loop, one stall rule and one error policy for all of them.
+
+The consumer must have ``enable.partition.eof`` on (``end_consumer`` builds one): the end of a
+partition is the EOF event librdkafka sends once it fetched everything up to the end, which under
+``read_committed`` is the last stable offset. Offsets alone cannot tell the end: a transaction's
+commit marker takes an offset no record has.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from strom.errors import BrokerUnavailableError, UnknownTopicError
+from strom.kafka import clients
+
+METADATA_TIMEOUT_S = 10.0
+"""How long a metadata or watermark request may take before the broker counts as unreachable."""
+STALL_TIMEOUT_S = 120.0
+"""How long a read may go without a record or an end-of-partition event before it fails."""
+BATCH = 10_000
+POLL_S = 1.0
+
+
+def end_consumer(bootstrap_servers: str, **overrides: Any) -> Consumer:
+    """A read_committed consumer that reports the end of each partition, for ``read_to_end``
+    (its group is never used: partitions are assigned by hand)."""
+    return clients.consumer(bootstrap_servers, **{"enable.partition.eof": True, **overrides})
+
+
+def partitions_of(consumer: Consumer, topic: str, timeout_s: float = METADATA_TIMEOUT_S,
+                  kind: str = "Topic") -> list[int]:
+    """The partition numbers of ``topic``, sorted; errors call it ``kind`` (e.g. "Global table topic")."""
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    except Exception as exc:
+        raise BrokerUnavailableError(f"Could not read the metadata of {kind.lower()} {topic!r}: {exc}. "
+                                     "Check that the broker is running.") from exc
+    if metadata is None or metadata.error is not None or not metadata.partitions:
+        raise UnknownTopicError(f"{kind} {topic!r} does not exist; create it before starting the "
+                                "application.")
+    return sorted(metadata.partitions)
+
+
+def end_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float = METADATA_TIMEOUT_S) -> int:
+    """The partition's log end (high watermark) as the broker knows it now, not as last cached."""
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout_s, cached=False)[1]
+    except Exception as exc:
+        raise BrokerUnavailableError(f"Could not read the end of {topic}-{partition}: {exc}. "
+                                     "Check that the broker is running.") from exc
+
+
+def read_to_end(consumer: Consumer, partitions: Iterable[TopicPartition], what: str = "",
+                stall_timeout_s: float = STALL_TIMEOUT_S) -> Iterator[Message]:
+    """Every record of ``partitions`` (each a TopicPartition whose offset is where to start, e.g.
+    ``OFFSET_BEGINNING``) up to the end of each, in offset order per partition.
+
+    Raises BrokerUnavailableError, naming ``what`` (e.g. "changelog app-counts-changelog-0"), when
+    no record and no end arrived for ``stall_timeout_s`` or the consumer reports a fatal or
+    non-retriable error (retriable ones librdkafka retries itself). The partitions are unassigned
+    when the read ends, also when the caller stops early.
+    """
+    assigned = list(partitions)
+    if not assigned:
+        return
+    what = what or ", ".join(f"{tp.topic}-{tp.partition}" for tp in assigned)
+    pending = {(tp.topic, tp.partition) for tp in assigned}
+    consumer.assign(assigned)
+    last_progress = time.monotonic()
+    try:
+        while pending:
+            # what is fetched already, at once; else wait for the next record or end
+            messages = consumer.consume(BATCH, 0) or [m for m in [consumer.poll(POLL_S)] if m is not None]
+            if messages:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > stall_timeout_s:
+                raise BrokerUnavailableError(f"Reading {what} made no progress for {stall_timeout_s:.0f}s; "
+                                             "check that the broker is running.")
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    yield message
+                elif error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard((message.topic(), message.partition()))
+                elif error.fatal() or not error.retriable():
+                    raise BrokerUnavailableError(f"Reading {what} failed: {error.str()}.")
+    finally:
+        consumer.unassign()

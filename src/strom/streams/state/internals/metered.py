@@ -1,0 +1,576 @@
+"""The metered layers, outermost: turn typed keys and values into bytes and count every operation, for
+key-value, timestamped key-value, window, timestamped window and session stores.
+
+Processors and interactive queries talk to these layers; everything below works on bytes. They also
+adapt the caching layer's flush listener to typed values (as Kafka's MeteredKeyValueStore.setFlushListener).
+Timestamped stores hold ``ValueAndTimestamp`` values, stored as Kafka does: an 8-byte timestamp
+followed by the serialized value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from strom.errors import InvalidStateStoreError, StromError
+from strom.kafka.serdes import Serde, decoder_of, encoder_of
+from strom.streams.kstream.windows import SessionWindow, Window, Windowed
+from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
+from strom.streams.state.internals.caching import CachingKeyValueStore
+from strom.streams.state.internals.layer import StoreLayer
+from strom.streams.state.internals.timestamps import (
+    MAX_TIMESTAMP,
+    TIMESTAMP_SIZE,
+    split_timestamped,
+    with_timestamp,
+)
+from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
+from strom.streams.state.versioned import VersionedRecord, check_timestamp
+
+_IMMUTABLE_KEYS = frozenset({str, bytes, int, float})
+"""Key types whose bytes cannot change between an aggregation's read and its write of the same object."""
+
+
+class NullKeyError(StromError, ValueError):
+    """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
+
+
+class StoreMetrics:
+    """Operation counts of one store. Counts only: timing every call would cost more than the calls.
+
+    Plain int attributes, because a store counts on every get and put.
+    """
+
+    __slots__ = ("delete", "flush", "get", "prefix_scan", "put", "put_all", "put_if_absent", "range")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class MeteredStore(StoreLayer):
+    """What every typed store shares: serdes bound at ``init``, key checks, metrics, open state."""
+
+    def __init__(self, wrapped: Any, key_serde: Any, value_serde: Any, metrics_scope: str) -> None:
+        super().__init__(wrapped)
+        self._key_serde = key_serde
+        self._value_serde = value_serde
+        self.metrics_scope = metrics_scope
+        self.metrics = StoreMetrics()
+        self._open = False
+        self._topic: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def _wrap_value_serde(self, serde: Any) -> Any:
+        return serde
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        key_serde = self._key_serde if self._key_serde is not None else context.key_serde
+        value_serde = self._value_serde if self._value_serde is not None else context.value_serde
+        self._key_ser = key_serde.serializer().serialize
+        self._key_de = key_serde.deserializer().deserialize
+        value_serde = self._wrap_value_serde(value_serde)
+        self._value_ser = value_serde.serializer().serialize
+        self._value_de = value_serde.deserializer().deserialize
+        self._topic = context.changelog_topic(self.name)
+        self._key_encode = encoder_of(key_serde.serializer(), self._topic)
+        self._value_encode = encoder_of(value_serde.serializer(), self._topic)
+        self._key_decode = decoder_of(key_serde.deserializer(), self._topic)
+        self._value_decode = decoder_of(value_serde.deserializer(), self._topic)
+        self.wrapped.init(context, root)
+        self._open = True
+
+    def _raw_key(self, key: Any) -> bytes:
+        if not self._open:
+            raise InvalidStateStoreError(f"Store {self.name} is not open; use it between init and close.")
+        if key is None:
+            raise NullKeyError(f"Store {self.name} got a None key; filter out records with None keys "
+                               "before a stateful operation.")
+        return self._key_ser(self._topic, key)
+
+    def flush(self) -> None:
+        self.wrapped.flush()
+        self.metrics.flush += 1
+
+    def close(self) -> None:
+        self._open = False
+        self.wrapped.close()
+
+
+class MeteredKeyValueStore(MeteredStore):
+    """The typed key-value store processors use: ``store.put("alice", 3)``, ``store.get("alice")``."""
+
+    def init(self, context: StateStoreContext, root: StateStore) -> None:
+        super().init(context, root)
+        self._wrapped_get = self.wrapped.get
+        self._wrapped_put = self.wrapped.put
+
+    # get and put are every stateful record's path: the bound encoders first, the serdes' own methods
+    # only when an encoder refuses its input (encoder_of's contract)
+    def get(self, key: Any) -> Any:
+        self.metrics.get += 1
+        if key is None or not self._open:
+            self._raw_key(key)  # raises the right error
+        try:
+            raw_key = self._key_encode(key)
+        except Exception:
+            raw_key = self._key_ser(self._topic, key)
+        raw = self._wrapped_get(raw_key)
+        if raw is None:
+            return None
+        try:
+            return self._value_decode(raw)
+        except Exception:
+            return self._value_de(self._topic, raw)
+
+    def put(self, key: Any, value: Any) -> None:
+        self.metrics.put += 1
+        if key is None or not self._open:
+            self._raw_key(key)
+        try:
+            raw_key = self._key_encode(key)
+            raw_value = None if value is None else self._value_encode(value)
+        except Exception:
+            raw_key, raw_value = self._key_ser(self._topic, key), self._value_ser(self._topic, value)
+        self._wrapped_put(raw_key, raw_value)
+
+    def read_modify_write(self) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+        """``(get, put)`` for a processor that reads a key and then writes the same key (an aggregation):
+        behaving as this store's own, but fused through the layers when the store is cached. ``get``
+        looks the raw key up in the record cache, else in the layer below the cache (putting no clean
+        entry: the write follows and puts the dirty one); ``put`` reuses the key bytes ``get`` just
+        encoded and writes the cache entry directly. One call per read and per write instead of four."""
+        caching = self.wrapped
+        if not isinstance(caching, CachingKeyValueStore) or not self._open:
+            return self.get, self.put
+        entries = caching.cache_entries
+        lookup, mark_used = entries.get, entries.move_to_end
+        below_get, put_dirty, context = caching.wrapped.get, caching.put_dirty_raw, caching.context
+        metrics, topic = self.metrics, self._topic
+        key_encode, value_encode, value_decode = self._key_encode, self._value_encode, self._value_decode
+        value_ser, value_de, raw_key_of = self._value_ser, self._value_de, self._raw_key
+        last: list[Any] = [None, None]  # the key get read last and its bytes
+
+        def get(key: Any) -> Any:
+            metrics.get += 1
+            if key is None or not self._open:
+                raw_key_of(key)  # raises the right error
+            try:
+                raw_key = key_encode(key)
+            except Exception:
+                raw_key = raw_key_of(key)
+            if type(key) in _IMMUTABLE_KEYS:
+                last[0], last[1] = key, raw_key
+            entry = lookup(raw_key)
+            if entry is not None:
+                mark_used(raw_key)
+                raw = entry.value
+            else:
+                raw = below_get(raw_key)
+            if raw is None:
+                return None
+            try:
+                return value_decode(raw)
+            except Exception:
+                return value_de(topic, raw)
+
+        def put(key: Any, value: Any) -> None:
+            metrics.put += 1
+            if key is last[0] and key is not None and self._open:
+                raw_key = last[1]
+            else:
+                if key is None or not self._open:
+                    raw_key_of(key)
+                try:
+                    raw_key = key_encode(key)
+                except Exception:
+                    raw_key = raw_key_of(key)
+            try:
+                raw_value = None if value is None else value_encode(value)
+            except Exception:
+                raw_value = value_ser(topic, value)
+            put_dirty(raw_key, raw_value, context.record_context)
+
+        return get, put
+
+    def put_if_absent(self, key: Any, value: Any) -> Any:
+        old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))
+        self.metrics.put_if_absent += 1
+        return self._value_de(self._topic, old)
+
+    def put_all(self, entries: Sequence[tuple[Any, Any]]) -> None:
+        self.wrapped.put_all([(self._raw_key(k), self._value_ser(self._topic, v)) for k, v in entries])
+        self.metrics.put_all += 1
+
+    def delete(self, key: Any) -> Any:
+        old = self.wrapped.delete(self._raw_key(key))
+        self.metrics.delete += 1
+        return self._value_de(self._topic, old)
+
+    def _typed(self, raw: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, Any]]:
+        topic, key_de, value_de = self._topic, self._key_de, self._value_de
+        for key, value in raw:
+            yield key_de(topic, key), value_de(topic, value)
+
+    def _bound(self, key: Any) -> bytes | None:
+        return None if key is None else self._raw_key(key)
+
+    def range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        raw = self.wrapped.range(self._bound(from_key), self._bound(to_key))
+        self.metrics.range += 1
+        return self._typed(raw)
+
+    def reverse_range(self, from_key: Any, to_key: Any) -> Iterator[tuple[Any, Any]]:
+        raw = self.wrapped.reverse_range(self._bound(from_key), self._bound(to_key))
+        self.metrics.range += 1
+        return self._typed(raw)
+
+    def all(self) -> Iterator[tuple[Any, Any]]:
+        return self.range(None, None)
+
+    def reverse_all(self) -> Iterator[tuple[Any, Any]]:
+        return self.reverse_range(None, None)
+
+    def prefix_scan(self, prefix: Any, prefix_key_serializer: Any) -> Iterator[tuple[Any, Any]]:
+        raw = self.wrapped.prefix_scan(prefix_key_serializer.serialize(self._topic, prefix))
+        self.metrics.prefix_scan += 1
+        return self._typed(raw)
+
+    def approximate_num_entries(self) -> int:
+        return self.wrapped.approximate_num_entries()
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """Deliver flushed cache entries to ``listener`` as typed (key, new, old, timestamp).
+
+        Returns False when the store has no cache: the processor must then forward each update itself.
+        """
+        if not isinstance(self.wrapped, CachingKeyValueStore):
+            return False
+        topic = self._topic
+        key_de, value_de = self._key_de, self._value_de
+        key_decode, value_decode = self._key_decode, self._value_decode
+
+        def typed(key: bytes, new: bytes | None, old: bytes | None, timestamp: int) -> None:
+            try:
+                typed_key = key_decode(key)
+                typed_new = None if new is None else value_decode(new)
+                typed_old = None if old is None else value_decode(old)
+            except Exception:  # encoder_of's contract: the serdes' own methods decide
+                typed_key = key_de(topic, key)
+                typed_new, typed_old = value_de(topic, new), value_de(topic, old)
+            listener(typed_key, typed_new, typed_old, timestamp)
+
+        return self.wrapped.set_flush_listener(typed, send_old_values)
+
+
+class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
+    """Values are ValueAndTimestamp, stored as Kafka does: 8-byte timestamp, then the value bytes."""
+
+    def _wrap_value_serde(self, serde: Any) -> Any:
+        return ValueAndTimestampSerde(serde)
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """The listener gets plain values; the timestamp is the new value's (the entry's for a delete)."""
+
+        def unwrapped(key: Any, new: ValueAndTimestamp[Any] | None, old: ValueAndTimestamp[Any] | None,
+                      timestamp: int) -> None:
+            listener(key, None if new is None else new.value, None if old is None else old.value,
+                     timestamp if new is None else new.timestamp)
+
+        return super().set_flush_listener(unwrapped, send_old_values)
+
+
+_new_tuple = tuple.__new__  # a ValueAndTimestamp without the NamedTuple's Python-level __new__ (hot path)
+
+WindowedRecords = Iterator[tuple[Windowed[Any], Any]]
+
+
+class _MeteredWindowed(MeteredStore):
+    """What window and session stores share: a key serialized once per fetch-then-put, stream time."""
+
+    def __init__(self, wrapped: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None) -> None:
+        super().__init__(wrapped, key_serde, value_serde, "")
+        self._last_key: Any = None
+        self._last_key_bytes = b""
+        self.num_puts = 0
+        self.num_fetches = 0
+
+    @property
+    def observed_stream_time(self) -> int:
+        """The largest record time the store has seen (window start; session end), kept across
+        restarts and restores: processors recreated for a new run resume their stream time from it."""
+        return self.wrapped.observed_stream_time
+
+    def _key_bytes(self, key: Any) -> bytes:
+        # an aggregation fetches then puts the same key: serialize it once
+        if key is self._last_key:
+            return self._last_key_bytes
+        if key is None:
+            raise ValueError(f"store {self.name!r}: keys must not be None")
+        try:
+            key_bytes = self._key_encode(key)
+        except Exception:
+            key_bytes = self._key_ser(self._topic, key)
+        self._last_key_bytes, self._last_key = key_bytes, key
+        return key_bytes
+
+
+class MeteredWindowStore(_MeteredWindowed):
+    """Kafka's WindowStore: values per key and window start."""
+
+    timestamped = False
+
+    def __init__(self, wrapped: Any, key_serde: Serde[Any] | None, value_serde: Serde[Any] | None,
+                 window_size_ms: int) -> None:
+        super().__init__(wrapped, key_serde, value_serde)
+        self.window_size_ms = window_size_ms
+
+    def _to_bytes(self, value: Any) -> bytes | None:
+        return None if value is None else self._value_ser(self._topic, value)
+
+    def _from_bytes(self, data: bytes | None) -> Any:
+        return None if data is None else self._value_de(self._topic, data)
+
+    def _plain(self, data: bytes | None) -> Any:
+        """What the flush listener gets: the plain value."""
+        return self._from_bytes(data)
+
+    def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
+        try:
+            typed = self._key_decode(key)
+        except Exception:
+            typed = self._key_de(self._topic, key)  # the serde's error
+        return Windowed(typed, Window(start, min(start + self.window_size_ms, MAX_TIMESTAMP)))
+
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        """Store ``value`` for a window; None deletes."""
+        self.num_puts += 1
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        self.wrapped.put(key_bytes, self._to_bytes(value), window_start)
+
+    def fetch(self, key: Any, window_start: int) -> Any:
+        self.num_fetches += 1
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        return self._from_bytes(self.wrapped.fetch(key_bytes, window_start))
+
+    def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        """(window start, value) of the key's windows starting in [time_from, time_to], oldest first."""
+        return self._values(self.wrapped.fetch_range(self._key_bytes(key), time_from, time_to, False))
+
+    def backward_fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
+        return self._values(self.wrapped.fetch_range(self._key_bytes(key), time_from, time_to, True))
+
+    def fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
+                        time_to: int) -> WindowedRecords:
+        """(Windowed key, value) for keys in [key_from, key_to] (None: unbounded)."""
+        return self._windows(self.wrapped.fetch_key_range(self._bound(key_from), self._bound(key_to),
+                                                          time_from, time_to, False))
+
+    def backward_fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
+                                 time_to: int) -> WindowedRecords:
+        return self._windows(self.wrapped.fetch_key_range(self._bound(key_from), self._bound(key_to),
+                                                          time_from, time_to, True))
+
+    def fetch_all(self, time_from: int, time_to: int) -> WindowedRecords:
+        return self._windows(self.wrapped.fetch_key_range(None, None, time_from, time_to, False))
+
+    def all(self) -> WindowedRecords:
+        return self._windows(self.wrapped.all(False))
+
+    def backward_all(self) -> WindowedRecords:
+        return self._windows(self.wrapped.all(True))
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """With caching, flushed windows reach ``listener(Windowed key, new, old, timestamp)`` with plain
+        values; returns False when the store is not cached (the processor forwards itself)."""
+        set_listener = getattr(self.wrapped, "set_flush_listener", None)
+        if set_listener is None:
+            return False
+
+        plain = self._plain
+
+        def on_flush(key: bytes, start: int, new: bytes | None, old: bytes | None, timestamp: int) -> None:
+            listener(self._windowed(key, start), plain(new), None if old is None else plain(old), timestamp)
+
+        return set_listener(on_flush, send_old_values)
+
+    def _bound(self, key: Any) -> bytes | None:
+        return None if key is None else self._key_bytes(key)
+
+    def _values(self, records: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+        self.num_fetches += 1
+        for start, value in records:
+            yield start, self._from_bytes(value)
+
+    def _windows(self, records: Iterator[tuple[bytes, int, bytes]]) -> WindowedRecords:
+        self.num_fetches += 1
+        for key, start, value in records:
+            yield self._windowed(key, start), self._from_bytes(value)
+
+
+class MeteredTimestampedWindowStore(MeteredWindowStore):
+    """Values are ValueAndTimestamp (what windowed aggregations keep), stored as Kafka does: an 8-byte
+    timestamp, then the value bytes. fetch and put, once per record of an aggregation, use the bound
+    encoder and decoder (one struct call for numbers); the serde reports values of the wrong type or
+    layout."""
+
+    timestamped = True
+
+    def _wrap_value_serde(self, value_serde: Serde[Any]) -> Any:
+        self._plain_to = value_serde.serializer().serialize
+        self._plain_from = value_serde.deserializer().deserialize
+        return ValueAndTimestampSerde(value_serde)
+
+    def _to_bytes(self, value: Any) -> bytes | None:
+        if type(value) is ValueAndTimestamp:
+            return with_timestamp(value[1], self._plain_to(self._topic, value[0]))
+        return self._value_ser(self._topic, value)  # None, or the serde's error
+
+    def _from_bytes(self, data: bytes | None) -> Any:
+        if data is not None and len(data) >= TIMESTAMP_SIZE:
+            timestamp, plain = split_timestamped(data)
+            return _new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, plain), timestamp))
+        return self._value_de(self._topic, data)  # None, or the serde's error
+
+    def _plain(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        try:
+            return self._value_decode(data)[0]
+        except Exception:
+            return self._from_bytes(data)[0]  # the serde's error
+
+    def put(self, key: Any, value: Any, window_start: int) -> None:
+        """Store a ValueAndTimestamp for a window; None deletes."""
+        self.num_puts += 1
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        try:
+            data = self._value_encode(value)
+        except Exception:
+            data = self._to_bytes(value)  # None, or the serde's error
+        self.wrapped.put(key_bytes, data, window_start)
+
+    def fetch(self, key: Any, window_start: int) -> Any:
+        self.num_fetches += 1
+        key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
+        data = self.wrapped.fetch(key_bytes, window_start)
+        if data is None:
+            return None
+        try:
+            return self._value_decode(data)
+        except Exception:
+            return self._from_bytes(data)  # the serde's error
+
+
+class MeteredSessionStore(_MeteredWindowed):
+    """Kafka's SessionStore: one aggregate per key and session window."""
+
+    def put(self, session: Windowed[Any], aggregate: Any) -> None:
+        """Store the aggregate of a session; None removes the session."""
+        self.num_puts += 1
+        value = None if aggregate is None else self._value_ser(self._topic, aggregate)
+        self.wrapped.put(self._key_bytes(session.key), session.window.start, session.window.end, value)
+
+    def remove(self, session: Windowed[Any]) -> None:
+        self.put(session, None)
+
+    def fetch_session(self, key: Any, session_start: int, session_end: int) -> Any:
+        self.num_fetches += 1
+        data = self.wrapped.fetch_session(self._key_bytes(key), session_start, session_end)
+        return None if data is None else self._value_de(self._topic, data)
+
+    def find_sessions(self, key: Any, earliest_session_end: int,
+                      latest_session_start: int) -> WindowedRecords:
+        """Sessions of ``key`` ending at or after ``earliest_session_end`` and starting at or before
+        ``latest_session_start``: those a record could merge with."""
+        raw = self._key_bytes(key)
+        return self._sessions(self.wrapped.find_sessions(raw, raw, earliest_session_end,
+                                                         latest_session_start))
+
+    def backward_find_sessions(self, key: Any, earliest_session_end: int,
+                               latest_session_start: int) -> WindowedRecords:
+        raw = self._key_bytes(key)
+        return self._sessions(self.wrapped.find_sessions(raw, raw, earliest_session_end, latest_session_start,
+                                                         True))
+
+    def find_sessions_key_range(self, key_from: Any, key_to: Any, earliest_session_end: int,
+                                latest_session_start: int) -> WindowedRecords:
+        low = None if key_from is None else self._key_bytes(key_from)
+        high = None if key_to is None else self._key_bytes(key_to)
+        return self._sessions(self.wrapped.find_sessions(low, high, earliest_session_end,
+                                                         latest_session_start))
+
+    def fetch(self, key: Any) -> WindowedRecords:
+        """Every session of ``key``."""
+        return self.find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def backward_fetch(self, key: Any) -> WindowedRecords:
+        return self.backward_find_sessions(key, 0, MAX_TIMESTAMP)
+
+    def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
+        """With caching, flushed sessions reach ``listener(Windowed key, new, old, timestamp)`` (the
+        timestamp is the session end); returns False when the store is not cached."""
+        set_listener = getattr(self.wrapped, "set_flush_listener", None)
+        if set_listener is None:
+            return False
+
+        def on_flush(key: bytes, start: int, end: int, new: bytes | None, old: bytes | None) -> None:
+            window = Windowed(self._key_de(self._topic, key), SessionWindow(start, end))
+            listener(window, self._value_or_none(new), self._value_or_none(old), end)
+
+        return set_listener(on_flush, send_old_values)
+
+    def _value_or_none(self, data: bytes | None) -> Any:
+        return None if data is None else self._value_de(self._topic, data)
+
+    def _sessions(self, records: Iterator[tuple[bytes, int, int, bytes]]) -> WindowedRecords:
+        self.num_fetches += 1
+        for key, start, end, value in records:
+            yield Windowed(self._key_de(self._topic, key), SessionWindow(start, end)), \
+                self._value_de(self._topic, value)
+
+
+class MeteredVersionedKeyValueStore(MeteredStore):
+    """The typed versioned store: ``put(key, value, timestamp)``, ``get(key)`` (the latest),
+    ``get(key, as_of_timestamp)`` and ``delete(key, timestamp)``; reads give ``VersionedRecord``s."""
+
+    @property
+    def history_retention_ms(self) -> int:
+        return self.wrapped.history_retention_ms
+
+    def put(self, key: Any, value: Any, timestamp: int) -> int:
+        """Returns when the new version stops being valid: the next version's timestamp,
+        ``PUT_RETURN_CODE_VALID_TO_UNDEFINED`` when it is the latest, ``PUT_RETURN_CODE_NOT_PUT`` when the
+        timestamp is older than the history retention allows."""
+        self.metrics.put += 1
+        raw_value = None if value is None else self._value_ser(self._topic, value)
+        return self.wrapped.put(self._raw_key(key), raw_value, check_timestamp(timestamp, self.name))
+
+    def get(self, key: Any, as_of_timestamp: int | None = None) -> VersionedRecord | None:
+        """The latest version, or the one valid at ``as_of_timestamp``; None if there is no value then
+        (or ``as_of_timestamp`` is older than the history retention allows)."""
+        self.metrics.get += 1
+        as_of = MAX_TIMESTAMP if as_of_timestamp is None else check_timestamp(as_of_timestamp, self.name)
+        found = self.wrapped.get(self._raw_key(key), as_of)
+        if found is None:
+            return None
+        raw_value, valid_from, valid_to = found
+        return VersionedRecord(self._value_de(self._topic, raw_value), valid_from, valid_to)
+
+    def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
+        """Writes a tombstone at ``timestamp``; returns the version that was valid then, if any."""
+        self.metrics.delete += 1
+        old = self.get(key, timestamp)
+        self.put(key, None, timestamp)
+        return old
+
+    def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
+        """No cache: the processor forwards each update itself."""
+        return False

@@ -1,0 +1,87 @@
+"""strom.kafka.reading against a real broker: every partition read to its end and no further, the end
+under read_committed is the last stable offset, and a read that cannot progress fails instead of hanging."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from strom.errors import BrokerUnavailableError, UnknownTopicError
+from strom.kafka import clients
+from strom.kafka.reading import end_consumer, end_offset, partitions_of, read_to_end
+from support.kafka import Record, create_topic, produce
+
+pytestmark = pytest.mark.broker
+
+
+def _values(consumer, topic: str, starts: dict[int, int]) -> list[tuple[int, bytes]]:
+    return [(m.partition(), m.value())
+            for m in read_to_end(consumer, [TopicPartition(topic, p, o) for p, o in starts.items()])]
+
+
+def test_every_partition_is_read_from_its_start_to_its_end(broker):
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 3, "reading")
+    produce(bootstrap, topic, [Record(None, f"{p}-{i}", p) for p in (0, 1) for i in range(3)])  # 2: empty
+    consumer = end_consumer(bootstrap)
+    try:
+        assert partitions_of(consumer, topic) == [0, 1, 2]
+        assert [end_offset(consumer, topic, p) for p in (0, 1, 2)] == [3, 3, 0]
+        everything = _values(consumer, topic, dict.fromkeys((0, 1, 2), OFFSET_BEGINNING))
+        assert sorted(everything) == [(p, f"{p}-{i}".encode()) for p in (0, 1) for i in range(3)]
+        assert _values(consumer, topic, {0: 2, 1: 3}) == [(0, b"0-2")]
+        assert consumer.assignment() == []  # unassigned when the read ended
+    finally:
+        consumer.close()
+
+
+def test_under_read_committed_the_end_is_the_last_stable_offset(broker):
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1, "reading")
+    produce(bootstrap, topic, [(None, "committed")])
+    open_transaction = clients.producer(bootstrap, **{"transactional.id": f"{topic}-txn"})
+    open_transaction.init_transactions(30)
+    open_transaction.begin_transaction()
+    open_transaction.produce(topic, b"pending")
+    assert open_transaction.flush(30) == 0
+    consumer = end_consumer(bootstrap)
+    try:
+        assert _values(consumer, topic, {0: OFFSET_BEGINNING}) == [(0, b"committed")]
+        open_transaction.commit_transaction(30)
+        assert _values(consumer, topic, {0: 1}) == [(0, b"pending")]
+    finally:
+        consumer.close()
+
+
+def test_a_reader_stopped_early_gives_its_partitions_back(broker):
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1, "reading")
+    produce(bootstrap, topic, [(None, str(i)) for i in range(10)])
+    consumer = end_consumer(bootstrap)
+    try:
+        records = read_to_end(consumer, [TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        assert next(records).value() == b"0"
+        records.close()
+        assert consumer.assignment() == []
+    finally:
+        consumer.close()
+
+
+def test_an_unknown_topic_is_refused_with_advice(broker):
+    consumer = end_consumer(broker.bootstrap_servers, **{"allow.auto.create.topics": False})
+    try:
+        with pytest.raises(UnknownTopicError, match="does not exist; create it"):
+            partitions_of(consumer, "no-such-topic-for-reading")
+    finally:
+        consumer.close()
+
+
+def test_a_read_without_progress_fails_naming_what_it_read():
+    consumer = end_consumer("127.0.0.1:9")  # nothing listens: no record and no end ever arrive
+    try:
+        with pytest.raises(BrokerUnavailableError, match=r"^Reading changelog c-0 made no progress for 1s"):
+            list(read_to_end(consumer, [TopicPartition("c", 0, OFFSET_BEGINNING)], "changelog c-0",
+                             stall_timeout_s=1))
+        assert consumer.assignment() == []
+    finally:
+        consumer.close()

@@ -1,0 +1,81 @@
+"""strom.kafka.transactional against a real broker: the transaction's happy path, and its one error policy
+(fenced: ProducerFencedError; other Kafka errors: BrokerUnavailableError naming the owner and the call)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.kafka import clients
+from strom.kafka.transactional import TransactionalProducer
+from support.kafka import create_topic, read_topic, unique
+
+pytestmark = pytest.mark.broker
+
+
+def _producer(broker, transactional_id: str) -> TransactionalProducer:
+    owner = f"Test writer {transactional_id}"
+    producer = TransactionalProducer(broker.bootstrap_servers, transactional_id, owner, timeout_s=30)
+    producer.init_transactions()
+    return producer
+
+
+def test_records_and_offsets_commit_together(broker):
+    bootstrap = broker.bootstrap_servers
+    topic, group = create_topic(bootstrap, 1, "txn"), unique("txn-group")
+    producer = _producer(broker, unique("txn"))
+    consumer = clients.consumer(bootstrap, group_id=group)
+    try:
+        producer.begin_transaction()
+        assert producer.in_transaction
+        producer.producer.produce(topic, b"written")
+        group = consumer.consumer_group_metadata()
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)], group)
+        producer.commit_transaction()
+        assert not producer.in_transaction
+        assert [m.value() for m in read_topic(bootstrap, topic)] == [b"written"]
+        assert consumer.committed([TopicPartition(topic, 0)], 10)[0].offset == 1
+    finally:
+        consumer.close()
+
+
+def test_an_aborted_transaction_is_never_read_and_abort_without_one_does_nothing(broker):
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1, "txn")
+    producer = _producer(broker, unique("txn"))
+    producer.abort_transaction()  # no transaction open: nothing to do
+    producer.begin_transaction()
+    producer.producer.produce(topic, b"aborted")
+    producer.abort_transaction()
+    producer.begin_transaction()
+    producer.producer.produce(topic, b"committed")
+    producer.commit_transaction()
+    assert [m.value() for m in read_topic(bootstrap, topic)] == [b"committed"]
+
+
+def test_a_producer_fenced_by_a_newer_one_raises_producer_fenced_error(broker):
+    topic = create_topic(broker.bootstrap_servers, 1, "txn")
+    transactional_id = unique("txn")
+    zombie = _producer(broker, transactional_id)
+    zombie.begin_transaction()
+    zombie.producer.produce(topic, b"zombie")
+    assert zombie.producer.flush(10) == 0
+    _producer(broker, transactional_id)  # bumps the epoch
+    message = (rf"^Test writer {transactional_id} was fenced in commit_transaction: another producer with "
+               rf"transactional.id '{transactional_id}' took over")
+    with pytest.raises(ProducerFencedError, match=message):
+        zombie.commit_transaction()
+    assert not zombie.in_transaction
+    assert read_topic(broker.bootstrap_servers, topic) == []
+
+
+def test_other_kafka_errors_name_the_owner_the_call_and_the_broker(broker):
+    producer = _producer(broker, unique("txn"))
+    consumer = clients.consumer("127.0.0.1:9", group_id=unique("nowhere"))  # nothing listens
+    try:
+        message = r"^Test writer txn-\w+ failed in committed: .+\. Check the broker at 127\.0\.0\.1:\d+\.$"
+        with pytest.raises(BrokerUnavailableError, match=message):
+            producer.call(consumer.committed, [TopicPartition("t", 0)], 1)
+    finally:
+        consumer.close()
