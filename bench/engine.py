@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterable, Iterator
 from alternate import add_arguments, alternate, report
 from machine import describe
 from strom.kafka.serdes import Serdes
-from strom.streams import Materialized, Produced, Stores, StreamsBuilder, StreamsConfig, StreamTask
+from strom.streams import Materialized, Produced, Stores, StreamsBuilder, StreamsConfig
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
 from strom.streams.state.cache import ThreadCache
 
 S, L = Serdes.String(), Serdes.Long()

@@ -30,11 +30,11 @@ from strom.streams import (
     Produced,
     Stores,
     StreamsBuilder,
-    StreamTask,
 )
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import TimeWindows
 from strom.streams.processor import ConsumerRecord, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
 from strom.streams.state.window import builders
 
 S, L = Serdes.String(), Serdes.Long()

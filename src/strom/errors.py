@@ -2,6 +2,29 @@
 
 from __future__ import annotations
 
+__all__ = [
+    "BrokerStartError",
+    "BrokerUnavailableError",
+    "CoPartitioningError",
+    "ConfigError",
+    "DataLossError",
+    "InvalidStateStoreError",
+    "JavaNotFoundError",
+    "NullKeyError",
+    "OffsetRegressionError",
+    "ProcessingError",
+    "ProcessorStateError",
+    "ProducerFencedError",
+    "SerializationError",
+    "StromError",
+    "SuppressionBufferFullError",
+    "TopologyError",
+    "TransactionalIdNotFoundError",
+    "UnknownTopicError",
+    "VersionedTimestampError",
+    "WindowSpecError",
+]
+
 
 class StromError(Exception):
     """Base of every error strom raises for a problem the user can fix."""
@@ -74,3 +97,23 @@ class ProcessorStateError(StromError):
 
 class ProducerFencedError(StromError):
     """Another attempt of the same stream task took over its transactional.id (init_transactions)."""
+
+
+class WindowSpecError(StromError, ValueError):
+    """A window, grace period or join window was given an invalid duration."""
+
+
+class SuppressionBufferFullError(StromError):
+    """A suppression buffer configured with shut_down_when_full() ran out of room."""
+
+
+class NullKeyError(StromError, ValueError):
+    """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
+
+
+class VersionedTimestampError(StromError, TypeError):
+    """A versioned store was given a timestamp that is not whole milliseconds."""
+
+
+class OffsetRegressionError(StromError, RuntimeError):
+    """A Decaton-style processor reported an offset below one it reported before for the same partition."""

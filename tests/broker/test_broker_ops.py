@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,9 +14,14 @@ from pathlib import Path
 
 import pytest
 from broker_helpers import unique
+from kio.schema.describe_configs.v4 import request as describe_configs
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as metadata
+from kio.static.primitive import i8
 
+from strom.broker import EmbeddedBroker
 from strom.broker.log.records import build_batch
+from strom.cli.main import main
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
 
@@ -86,3 +92,64 @@ def test_a_full_disk_is_reported_as_such_and_shutdown_closes_every_partition(tmp
     output = broker.output()
     assert "Traceback" not in output, output
     assert "strom broker stopped" in output
+
+
+def _strom_error(monkeypatch, capsys, *args: str) -> str:
+    """The one `error: ...` line (exit status 2) that `strom broker ARGS` ends with."""
+    monkeypatch.setattr(sys, "argv", ["strom", "broker", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("error: ") and stderr.count("\n") == 1, stderr
+    return stderr
+
+
+def test_start_up_errors_name_their_cause_and_leave_nothing_behind(tmp_path, monkeypatch, capsys):
+    taken = socket.create_server(("127.0.0.1", 0))
+    busy = tmp_path / "busy"
+    error = _strom_error(monkeypatch, capsys, "--data-dir", str(busy), "--port", str(taken.getsockname()[1]))
+    assert "already in use" in error and not busy.exists(), "the port is bound before storage is created"
+    taken.close()
+    error = _strom_error(monkeypatch, capsys, "--data-dir", str(busy), "--port", "99999")
+    assert "99999" in error and "0-65535" in error
+    error = _strom_error(monkeypatch, capsys, "--data-dir", str(busy), "--host", "192.0.2.1", "--port", "0")
+    assert "not an address of this machine" in error and "stop the process" not in error.lower()
+    assert not busy.exists()
+
+
+@pytest.mark.slow
+def test_one_broker_per_data_dir(tmp_path, monkeypatch, capsys):
+    with EmbeddedBroker(tmp_path) as first:
+        error = _strom_error(monkeypatch, capsys, "--data-dir", str(tmp_path), "--port", "0")
+        assert f"used by another strom broker (pid {first.pid})" in error
+    with EmbeddedBroker(tmp_path):
+        pass  # the lock went with the first broker's process
+
+
+def _advertised(bootstrap: str) -> tuple[str, int]:
+    with WireClient(bootstrap) as client:
+        broker = client.send(metadata.MetadataRequest(
+            topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False)).brokers[0]
+    return broker.host, broker.port
+
+
+@pytest.mark.slow
+def test_the_advertised_address_is_never_the_wildcard(tmp_path):
+    wildcard = BrokerProcess(tmp_path, tmp_path / "a", "--host", "0.0.0.0", "--port", "0")
+    named = BrokerProcess(tmp_path, tmp_path / "b", "--port", "0", "--advertised-host", "broker.example")
+    listeners = BrokerProcess(tmp_path, tmp_path / "c", "--port", "0",
+                              "--config", "advertised.listeners=PLAINTEXT://kafka.example:19092")
+    try:
+        assert _advertised(wildcard.bootstrap_servers) == (socket.getfqdn(), wildcard.port)
+        assert _advertised(named.bootstrap_servers) == ("broker.example", named.port)
+        assert _advertised(listeners.bootstrap_servers) == ("kafka.example", 19092)
+        with WireClient(named.bootstrap_servers) as client:  # by hand, a new group starts at once
+            result = client.send(describe_configs.DescribeConfigsRequest(resources=(
+                describe_configs.DescribeConfigsResource(
+                    resource_type=i8(4), resource_name="0",
+                    configuration_keys=("group.initial.rebalance.delay.ms",)),))).results[0]
+        assert [(c.name, c.value) for c in result.configs] == [("group.initial.rebalance.delay.ms", "0")]
+    finally:
+        for broker in (wildcard, named, listeners):
+            assert broker.stop() == 0

@@ -255,3 +255,13 @@ def test_large_metadata_requests_are_bounded_and_do_not_stall_other_clients():
         huge.sendall(struct.pack(">ihhi", 13 << 20, 3, 12, 1) + bytes(100_000))  # 13 MB of Metadata
         assert closed_by_broker(huge)
         assert logged(own, "requests other than Produce may have at most")
+
+
+def test_requests_larger_than_the_request_memory_are_still_served():
+    with EmbeddedBroker(config={"queued.max.request.bytes": 100_000}) as own:
+        clients.create_topics(own.bootstrap_servers, {"big": 1})
+        batch = build_batch([(b"k", bytes(400_000))], now_ms())
+        assert produce_raw(own.bootstrap_servers, "big", batch) == (ErrorCode.none, 0)
+        with WireClient(own.bootstrap_servers) as client:  # decoded off the loop: 24x its size
+            answer = client.send(metadata_request([f"absent-{i:06d}" for i in range(20_000)], False))
+        assert len(answer.topics) == 20_000

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -24,6 +25,15 @@ def spark():
     session = strom.spark.session(app_name="strom-runtime-tests", log_level="ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["realtime", "microbatch"])
+def mode_props(request) -> dict[str, Any]:
+    """Runs a test in both execution modes (props to add); real-time batches of 2 s, so that tests
+    cross batch ends (tasks kept open, handed over or reopened) as a long-running application does."""
+    if request.param == "realtime":
+        return {"execution.mode": "realtime", "realtime.batch.duration.ms": 2000}
+    return {"execution.mode": "microbatch"}
 
 
 @pytest.fixture
@@ -53,6 +63,14 @@ def read_updates(bootstrap: str, topic: str, timeout: float = 60.0,
     return dict(updates)
 
 
+def produce_steadily(bootstrap: str, topic: str, lines: list[tuple[str, str]], seconds: float) -> None:
+    """Writes ``lines`` spread evenly over ``seconds``, in 20 flushed slices: input that keeps arriving."""
+    slices = 20
+    for i in range(slices):
+        produce_lines(bootstrap, topic, lines[i * len(lines) // slices:(i + 1) * len(lines) // slices])
+        time.sleep(seconds / slices)
+
+
 @pytest.fixture(autouse=True)
 def _close_parked_tasks():
     """Tasks a test's batches left open in this process are closed before the next test."""
@@ -75,3 +93,13 @@ def run_until_caught_up(spark, topology, broker, state_dir, app_id: str, **props
     finally:
         app.stop()
     return app
+
+
+def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
+    """Polls ``condition`` until it holds (True) or ``timeout`` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -40,7 +40,7 @@ def page_totals(clicks: str, views: str, out: str) -> Topology:
     return builder.build()
 
 
-def test_cogroup_on_spark_matches_the_topology_test_driver(broker, spark, topics, tmp_path):
+def test_cogroup_on_spark_matches_the_topology_test_driver(broker, spark, topics, tmp_path, mode_props):
     names = topics(clicks=2, views=2, totals=2)
     rng = random.Random(11)
     clicks = [(f"user{rng.randrange(50)}", rng.choice(PAGES)) for _ in range(300)]
@@ -49,7 +49,8 @@ def test_cogroup_on_spark_matches_the_topology_test_driver(broker, spark, topics
     produce_lines(broker.bootstrap_servers, names["views"], views)
     topology = page_totals(names["clicks"], names["views"], names["totals"])
 
-    app = run_until_caught_up(spark, topology, broker, tmp_path, f"rt-cogroup-{names['clicks']}")
+    app_id = f"rt-cogroup-{names['clicks']}"
+    app = run_until_caught_up(spark, topology, broker, tmp_path, app_id, **mode_props)
 
     with TopologyTestDriver(page_totals(names["clicks"], names["views"], names["totals"])) as driver:
         driver.create_input_topic(names["clicks"], S, S).pipe_record_list(clicks)

@@ -9,7 +9,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from strom.spark.runtime.executor import consumer_records
 from strom.spark.source import kafka_schema
-from strom.streams.processor.internals.records import TopicPartition
+from strom.streams.processor.records import TopicPartition
 
 UTC = dt.UTC
 

@@ -10,10 +10,16 @@ from strom.cli.main import cli
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_demo_counts_page_views_exactly_once_and_verifies(spark):
-    result = CliRunner().invoke(cli, ["demo", "--records", "3000", "--timeout", "150"])
+@pytest.mark.parametrize(("mode", "rows"), [
+    ("realtime", ("first commit", "stream threads", "task commits")),
+    ("microbatch", ("first micro-batch", "later micro-batches")),
+])
+def test_demo_counts_page_views_exactly_once_and_verifies(spark, mode, rows):
+    arguments = ["demo", "--records", "3000", "--timeout", "150", "--execution-mode", mode]
+    result = CliRunner().invoke(cli, arguments)
     assert result.exit_code == 0, result.output
     assert "verification" in result.output and "OK" in result.output
     assert "3,000" in result.output  # records in
     assert "10 pages, 3,000 views" in result.output  # the interactive query of the counts store
-    assert "first micro-batch" in result.output and "later micro-batches" in result.output
+    for row in rows:
+        assert row in result.output

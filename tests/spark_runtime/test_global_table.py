@@ -77,7 +77,8 @@ def _driver_output(topics: dict[str, str], users: list, orders: list,
 
 
 @pytest.mark.parametrize("topology", [enriched_orders, orders_with_global_store])
-def test_stream_global_table_join_matches_topology_test_driver(broker, spark, topics, tmp_path, topology):
+def test_stream_global_table_join_matches_topology_test_driver(broker, spark, topics, tmp_path, topology,
+                                                               mode_props):
     names = topics(orders=2, users=3, out=2)
     rng = random.Random(5)
     users = [(f"u{i}", f"name-{i}") for i in range(30)]  # u25..u29 have no orders, u30+ no user
@@ -87,8 +88,8 @@ def test_stream_global_table_join_matches_topology_test_driver(broker, spark, to
 
     app = SparkStreams(topology(names["orders"], names["users"], names["out"]), {
         "application.id": f"rt-global-{names['orders']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
-        spark)
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        **mode_props}, spark)
     app.start()
     try:
         assert app.wait_until_caught_up(150), f"lag {app.lag()}"

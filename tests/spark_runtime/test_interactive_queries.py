@@ -156,7 +156,7 @@ def _open_and_aborted_transactions(bootstrap: str, changelog: str) -> object:
     return producers[1]
 
 
-def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, tmp_path):
+def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, tmp_path, mode_props):
     names = topics(lines=2, users=2)
     rng = random.Random(11)
     users = [(f"u{i}", f"name-{i}") for i in range(12)]
@@ -168,7 +168,7 @@ def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, t
     app = SparkStreams(counting(names["lines"], names["users"]), {
         "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
         "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
-        "commit.interval.ms": 200, "max.offsets.per.trigger": 200}, spark)
+        "commit.interval.ms": 200, "max.offsets.per.trigger": 200, **mode_props}, spark)
     with pytest.raises(InvalidStateStoreError, match="start"):
         _query(app, "counts")
     app.start()
@@ -201,14 +201,14 @@ def test_queries_read_the_committed_state_of_the_stores(broker, spark, topics, t
         after_stop.get("w3")
 
 
-def test_at_least_once_queries_read_the_changelog_as_written(broker, spark, topics, tmp_path):
+def test_at_least_once_queries_read_the_changelog_as_written(broker, spark, topics, tmp_path, mode_props):
     names = topics(lines=2, counts=2)
     lines = [(f"k{i}", " ".join(random.Random(i).choices(WORDS, k=3))) for i in range(120)]
     produce_lines(broker.bootstrap_servers, names["lines"], lines)
     app = SparkStreams(word_count(names["lines"], names["counts"]), {
         "application.id": f"rt-iq-alos-{names['lines']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "at_least_once", "state.dir": str(tmp_path), "commit.interval.ms": 200},
-        spark)
+        "processing.guarantee": "at_least_once", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        **mode_props}, spark)
     with TopologyTestDriver(word_count(names["lines"], names["counts"])) as driver:
         source = driver.create_input_topic(names["lines"], S, S)
         for key, line in lines:

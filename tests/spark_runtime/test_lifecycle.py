@@ -22,14 +22,14 @@ State = SparkStreams.State
 
 
 def test_a_failing_record_puts_the_application_in_error_and_clean_up_waits_for_stop(
-        broker, spark, topics, tmp_path):
+        broker, spark, topics, tmp_path, mode_props):
     names = topics(source=1, sink=1)
     produce_lines(broker.bootstrap_servers, names["source"], [("a", "x"), ("b", "boom"), ("a", "x")])
     app_id = f"rt-lifecycle-{names['source']}"
     app = SparkStreams(counts(names["source"], names["sink"], fail_on="boom"), {
         "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
-        spark)
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        **mode_props}, spark)
     changes: list[tuple[State, State]] = []
     app.set_state_listener(lambda new, old: changes.append((old, new)))
     assert app.state is State.CREATED
@@ -66,13 +66,14 @@ def failing_once(source: str, sink: str, marker: str):
     return builder.build()
 
 
-def test_replace_thread_restarts_the_query_from_the_committed_offsets(broker, spark, topics, tmp_path):
+def test_replace_thread_restarts_the_query_from_the_committed_offsets(broker, spark, topics, tmp_path,
+                                                                     mode_props):
     names = topics(source=1, sink=1)
     produce_lines(broker.bootstrap_servers, names["source"], [("a", "x"), ("b", "flaky"), ("a", "x")])
     app = SparkStreams(failing_once(names["source"], names["sink"], str(tmp_path / "failed-once")), {
         "application.id": f"rt-replace-{names['source']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
-        spark)
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        **mode_props}, spark)
     seen: list[Exception] = []
 
     def handler(error: Exception) -> StreamThreadExceptionResponse:

@@ -26,7 +26,7 @@ def merged(clicks: str, orders: str, out: str) -> Topology:
     return builder.build()
 
 
-def test_a_latest_source_skips_what_came_before_start(broker, spark, topics, tmp_path):
+def test_a_latest_source_skips_what_came_before_start(broker, spark, topics, tmp_path, mode_props):
     names = topics(clicks=2, orders=2, out=2)
     bootstrap = broker.bootstrap_servers
     produce_lines(bootstrap, names["clicks"], [(f"old{i}", "click") for i in range(20)])
@@ -34,8 +34,8 @@ def test_a_latest_source_skips_what_came_before_start(broker, spark, topics, tmp
     topology = merged(names["clicks"], names["orders"], names["out"])
     app = SparkStreams(topology, {
         "application.id": f"rt-reset-{names['clicks']}", "bootstrap.servers": bootstrap,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
-        spark)
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        **mode_props}, spark)
     app.start()
     try:
         assert app.plan.latest_start_topics == (names["clicks"],)
@@ -44,7 +44,7 @@ def test_a_latest_source_skips_what_came_before_start(broker, spark, topics, tmp
     finally:
         app.stop()
     produce_lines(bootstrap, names["clicks"], [("later", "click")])  # while stopped: kept for the restart
-    run_until_caught_up(spark, topology, broker, tmp_path, f"rt-reset-{names['clicks']}")
+    run_until_caught_up(spark, topology, broker, tmp_path, f"rt-reset-{names['clicks']}", **mode_props)
 
     out = read_updates(bootstrap, names["out"], value_serde=S)
     assert sorted(out) == sorted([f"new{i}" for i in range(7)] + [f"order{i}" for i in range(5)] + ["later"])
@@ -55,7 +55,8 @@ def test_auto_offset_reset_is_checked():
         StreamsConfig({"application.id": "a", "auto.offset.reset": "none"})
 
 
-def test_records_deleted_before_the_application_read_them_are_no_lag(broker, spark, topics, tmp_path):
+def test_records_deleted_before_the_application_read_them_are_no_lag(broker, spark, topics, tmp_path,
+                                                                    mode_props):
     names = topics(clicks=1, orders=1, out=1)
     bootstrap = broker.bootstrap_servers
     produce_lines(bootstrap, names["orders"], [(f"order{i}", "order") for i in range(5)])
@@ -64,8 +65,8 @@ def test_records_deleted_before_the_application_read_them_are_no_lag(broker, spa
     assert next(iter(deleted.values())).result(10).low_watermark == 5  # all gone, as retention would
     app = SparkStreams(merged(names["clicks"], names["orders"], names["out"]), {
         "application.id": f"rt-deleted-{names['orders']}", "bootstrap.servers": bootstrap,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200},
-        spark)
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        **mode_props}, spark)
     app.start()
     try:
         assert app.wait_until_caught_up(60), f"lag {app.lag()}"  # not 5: nothing is left to read

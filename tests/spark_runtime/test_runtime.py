@@ -17,7 +17,7 @@ import pytest
 from strom.spark.runtime import SparkStreams
 from strom.streams import TopologyTestDriver
 
-from .conftest import produce_lines, read_updates
+from .conftest import produce_lines, read_updates, wait_for
 from .wordcount import L, S, word_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
@@ -37,10 +37,10 @@ def _driver_counts(topics: dict[str, str], lines: list[tuple[str, str]]) -> dict
         return driver.create_output_topic(topics["counts"], S, L).read_key_values_to_map()
 
 
-def _props(broker, state_dir: Path, app_id: str, per_trigger: int = 1000) -> dict:
+def _props(broker, state_dir: Path, app_id: str, mode_props: dict, per_trigger: int = 1000) -> dict:
     return {"application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
             "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir),
-            "commit.interval.ms": 200, "max.offsets.per.trigger": per_trigger}
+            "commit.interval.ms": 200, "max.offsets.per.trigger": per_trigger, **mode_props}
 
 
 def _assert_exactly_once(updates: dict[str, list[int]], expected: dict[str, int]) -> None:
@@ -49,16 +49,25 @@ def _assert_exactly_once(updates: dict[str, list[int]], expected: dict[str, int]
         assert seen == sorted(set(seen)), f"{key}: an update was written twice or out of order: {seen}"
 
 
-def test_word_count_with_repartition_matches_topology_test_driver(broker, spark, topics, tmp_path):
+def test_word_count_with_repartition_matches_topology_test_driver(broker, spark, topics, tmp_path,
+                                                                  mode_props):
     names = topics(lines=2, counts=2)
     lines = _lines(random.Random(7), 300)
     produce_lines(broker.bootstrap_servers, names["lines"], lines)
 
     app = SparkStreams(word_count(names["lines"], names["counts"]),  # several micro-batches per task
-                       _props(broker, tmp_path, f"rt-wc-{names['lines']}", per_trigger=250), spark)
+                       _props(broker, tmp_path, f"rt-wc-{names['lines']}", mode_props, per_trigger=250),
+                       spark)
     app.start()
     try:
         assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        if app.realtime:  # run past a batch end: the next batch's threads keep or take over the tasks
+            batches = app.progress.batches
+            more = _lines(random.Random(8), 50)
+            produce_lines(broker.bootstrap_servers, names["lines"], more)
+            lines += more
+            assert wait_for(lambda: app.progress.batches > batches, 60)
+            assert app.wait_until_caught_up(150), f"lag {app.lag()}"
     finally:
         app.stop()
 
@@ -70,13 +79,15 @@ def test_word_count_with_repartition_matches_topology_test_driver(broker, spark,
     assert app.progress.reused > 0, app.progress  # some batches ran on the task kept open
 
 
-def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, topics, tmp_path):
+def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, topics, tmp_path,
+                                                                mode_props):
     names = topics(lines=2, counts=2)
     rng = random.Random(11)
     first, second = _lines(rng, 150), _lines(rng, 150)
     app_id = f"rt-restore-{names['lines']}"
     produce_lines(broker.bootstrap_servers, names["lines"], first)
-    app = SparkStreams(word_count(names["lines"], names["counts"]), _props(broker, tmp_path, app_id), spark)
+    app = SparkStreams(word_count(names["lines"], names["counts"]),
+                       _props(broker, tmp_path, app_id, mode_props), spark)
     app.start()
     try:
         assert app.wait_until_caught_up(150)
@@ -86,7 +97,8 @@ def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, to
     app.clean_up()  # local RocksDB stores and checkpoints are gone
     assert not (tmp_path / app_id).exists()
     produce_lines(broker.bootstrap_servers, names["lines"], second)
-    again = SparkStreams(word_count(names["lines"], names["counts"]), _props(broker, tmp_path, app_id), spark)
+    again = SparkStreams(word_count(names["lines"], names["counts"]),
+                         _props(broker, tmp_path, app_id, mode_props), spark)
     again.start()
     try:
         assert again.wait_until_caught_up(150)

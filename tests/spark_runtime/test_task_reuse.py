@@ -12,7 +12,7 @@ from strom.kafka import clients
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.open_task import OpenTask
 from strom.spark.runtime.parked import PARKED, ParkedTasks
-from strom.streams.processor.internals.records import TaskId
+from strom.streams.processor.records import TaskId
 
 from .conftest import read_updates
 from .task_batches import counting_app, run_batch

@@ -46,7 +46,8 @@ def produce_at(bootstrap: str, topic: str, records: list[tuple[str, str, int]]) 
             **JAVA_PARTITIONER)
 
 
-def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark, topics, tmp_path):
+def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark, topics, tmp_path,
+                                                                   mode_props):
     names = topics(prices=2, orders=2, out=2)
     bootstrap = broker.bootstrap_servers
     # recent timestamps: records older than the topic's retention (7 days) may be deleted at any time
@@ -56,7 +57,7 @@ def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark
                [(f, f"{p}.00", base + 10_000 * p) for p in range(1, 4) for f in FRUITS])
     topology = priced_orders(names["prices"], names["orders"], names["out"])
     app_id = f"rt-versioned-{names['prices']}"
-    run_until_caught_up(spark, topology, broker, tmp_path / "first", app_id)
+    run_until_caught_up(spark, topology, broker, tmp_path / "first", app_id, **mode_props)
 
     # orders arrive after every price, most of them late: each must see the price of its own time
     orders = [(f, str(q), base + 10_000 * p + 5_000) for q, (p, f) in enumerate(
@@ -65,8 +66,8 @@ def test_late_orders_join_the_price_of_their_time_across_a_restore(broker, spark
     produce_at(bootstrap, names["orders"], orders)
     app = SparkStreams(topology, {  # a new state dir: the history comes back from the changelog
         "application.id": app_id, "bootstrap.servers": bootstrap, "processing.guarantee": "exactly_once_v2",
-        "state.dir": str(tmp_path / "second"), "commit.interval.ms": 200, "max.offsets.per.trigger": 200},
-        spark)
+        "state.dir": str(tmp_path / "second"), "commit.interval.ms": 200, "max.offsets.per.trigger": 200,
+        **mode_props}, spark)
     app.start()
     try:
         assert app.wait_until_caught_up(150), f"lag {app.lag()}"

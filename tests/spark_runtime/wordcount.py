@@ -1,12 +1,17 @@
 """The word-count topology of the runtime tests.
 
-Also a script: ``python wordcount.py BOOTSTRAP LINES COUNTS STATE_DIR APP_ID`` runs the topology
-exactly-once on Spark until every input record is committed, for the SIGKILL test.
+Also a script: ``python wordcount.py BOOTSTRAP LINES COUNTS STATE_DIR APP_ID MODE [INPUT_DONE]`` runs
+the topology exactly-once on Spark (local, or the master spark-submit gives it) until every input
+record is committed (after the file INPUT_DONE exists, when given), for the SIGKILL tests.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+
+from pyspark.sql import SparkSession
 
 from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, Topology
 
@@ -25,21 +30,28 @@ def word_count(lines: str, counts: str) -> Topology:
     return builder.build()
 
 
-def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str) -> None:
+def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, mode: str,
+         input_done: str = "") -> None:
     import strom.spark
     from strom.spark.runtime import SparkStreams
 
-    spark = strom.spark.session(app_name="strom-runtime-kill", log_level="ERROR")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit's JVM launched this driver
+    spark = (SparkSession.builder.getOrCreate() if submitted
+             else strom.spark.session(app_name="strom-runtime-kill", log_level="ERROR"))
     app = SparkStreams(word_count(lines, counts), {
         "application.id": app_id, "bootstrap.servers": bootstrap, "state.dir": state_dir,
         "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100,
-        "max.offsets.per.trigger": 120}, spark)
+        "max.offsets.per.trigger": 120, "execution.mode": mode, "realtime.batch.duration.ms": 2000,
+        **({"num.stream.threads": 2} if mode == "realtime" else {})}, spark)
     app.start()
-    caught_up = app.wait_until_caught_up(240)
+    deadline = time.monotonic() + 240
+    while input_done and not os.path.exists(input_done) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    caught_up = app.wait_until_caught_up(max(1.0, deadline - time.monotonic()))
     app.stop()
     spark.stop()
     sys.exit(0 if caught_up else 3)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:8])

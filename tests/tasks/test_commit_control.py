@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from strom.errors import OffsetRegressionError
 from strom.tasks import Completion, OutOfOrderCommitControl, TimeoutChoice
-from strom.tasks.commit_control import OffsetRegressionError
 
 
 def test_seed_example_commits_only_contiguous_completions() -> None:

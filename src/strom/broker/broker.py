@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import resource
 import signal
+import socket
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from strom.broker.config import BrokerConfig
+from strom.broker.config import BrokerConfig, parse_listener
 from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
 from strom.broker.log.manager import InvalidPartitionsError, LogManager, Topic
 from strom.broker.producer_ids import ProducerIdManager
-from strom.broker.server import ConnectionHandler
+from strom.broker.server import ConnectionHandler, bind
 from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.broker.transactions.service import TransactionService
 from strom.errors import BrokerStartError
@@ -29,23 +31,33 @@ log = logging.getLogger(__name__)
 SESSION_CHECK_SECONDS = 0.5
 FLUSH_CHECK_SECONDS = 1.0
 IDLE_CHECK_SECONDS = 1.0
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 class Broker:
     """A single-node broker serving the Kafka protocol from `data_dir`."""
 
     def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
-                 config: Mapping[str, Any] | None = None) -> None:
+                 config: Mapping[str, Any] | None = None, advertised_host: str | None = None) -> None:
+        """Binds the port first and then takes the data directory, so a start that cannot listen
+        creates nothing; raises BrokerStartError saying what to do."""
         self.config = BrokerConfig(config)
-        self.data_dir = Path(data_dir).resolve()
-        try:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            self.cluster_id = self._cluster_id()
-        except OSError as exc:
-            raise BrokerStartError(f"Cannot use {self.data_dir} as the data directory: "
-                                   f"{os.strerror(exc.errno or 0)}. Pass a writable --data-dir.") from exc
         self.host = host
-        self.port = port
+        self._listener = bind(host, port)
+        self.port: int = self._listener.getsockname()[1]
+        self.advertised_host, self.advertised_port = advertised_address(
+            self.config["advertised.listeners"], advertised_host, host, self.port)
+        self.data_dir = Path(data_dir).resolve()
+        self._lock: int | None = None
+        try:
+            self._lock = _lock_data_dir(self.data_dir)
+            self.cluster_id = self._cluster_id()
+            self._open_storage()
+        except BaseException:
+            self._release()
+            raise
+
+    def _open_storage(self) -> None:
         self._auto_create_errors = Throttle(LOG_INTERVAL_SECONDS)
         _raise_open_files_limit()
         self.node_id: int = self.config["node.id"]
@@ -59,6 +71,13 @@ class Broker:
                                                self.producer_ids)
         self._connections = ConnectionHandler(self)
         self._tasks: list[asyncio.Task] = []
+
+    def _release(self) -> None:
+        """Closes the listener and gives up the data directory (at stop and after a failed start)."""
+        self._listener.close()
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def _cluster_id(self) -> str:
         path = self.data_dir / "cluster-id"
@@ -87,14 +106,15 @@ class Broker:
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
         await self.transactions.start()
-        self.port = await self._connections.start(self.host, self.port)
+        self._connections.start(self._listener)
         self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(self.config["offsets.retention.check.interval.ms"] / 1000, self.groups.expire_offsets)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(IDLE_CHECK_SECONDS, self._connections.close_idle)
         self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)
         self._every(self.config["log.cleaner.backoff.ms"] / 1000, self.logs.clean_compacted)
-        log.info("strom broker listening on %s:%d, data in %s", self.host, self.port, self.data_dir)
+        log.info("strom broker listening on %s:%d (clients are told %s:%d), data in %s", self.host,
+                 self.port, self.advertised_host, self.advertised_port, self.data_dir)
 
     def _every(self, seconds: float, duty: Callable[[], None]) -> None:
         async def loop() -> None:
@@ -116,7 +136,41 @@ class Broker:
         self._connections.close()
         await self.transactions.stop()
         self.logs.close()
+        self._release()
         log.info("strom broker stopped; data flushed to %s", self.data_dir)
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Creates the data directory and locks it for this process (`<data dir>/.lock`, as Kafka's), so
+    two brokers never write one log; returns the lock's descriptor."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise BrokerStartError(f"Cannot use {data_dir} as the data directory: "
+                               f"{os.strerror(exc.errno or 0)}. Pass a writable --data-dir.") from exc
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.pread(descriptor, 20, 0).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise BrokerStartError(f"{data_dir} is used by another strom broker (pid {owner}): stop it, or "
+                               "pass another --data-dir.") from None
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+    return descriptor
+
+
+def advertised_address(listeners: str, advertised_host: str | None, host: str, port: int) -> tuple[str, int]:
+    """Where clients are told to connect: `advertised.listeners`, else `--advertised-host` and the
+    bound port, else the bound address, except that a wildcard (0.0.0.0, ::) is replaced by this
+    machine's name: clients cannot connect to a wildcard."""
+    parsed = parse_listener(listeners)
+    if parsed is not None:
+        return parsed[0], parsed[1] or port
+    if advertised_host:
+        return advertised_host, port
+    return (socket.getfqdn() if host in WILDCARD_HOSTS else host), port
 
 
 def _raise_open_files_limit() -> None:

@@ -7,6 +7,7 @@ the wire they are answered with INVALID_CONFIG.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,9 @@ from typing import Any
 from strom.errors import ConfigError
 
 LONG_MAX = 2**63 - 1
+# One application on one machine: a new group need not wait for more members (EmbeddedBroker and
+# `strom broker` run by hand; Kafka's 3000 ms suits clusters where many consumers start together).
+LOCAL_DEFAULTS = {"group.initial.rebalance.delay.ms": "0"}
 
 
 def _bool(value: Any) -> bool:
@@ -52,6 +56,26 @@ def _cleanup_policy(value: Any) -> str:
     return ",".join(parts)
 
 
+_LISTENER = re.compile(r"(?:PLAINTEXT://)?(\[[0-9a-fA-F:.]+\]|[^:/\s\[\]]+):(\d{1,5})")
+
+
+def parse_listener(value: str) -> tuple[str, int] | None:
+    """(host, port) of an `advertised.listeners` value (`PLAINTEXT://host:port`; one listener, port 0
+    meaning the bound port), None if it is empty; ValueError if it is malformed."""
+    text = str(value).strip()
+    if not text:
+        return None
+    found = _LISTENER.fullmatch(text)
+    if found is None or int(found.group(2)) > 65535:
+        raise ValueError("expected PLAINTEXT://host:port (one listener; port 0 means the bound port)")
+    return found.group(1).strip("[]"), int(found.group(2))
+
+
+def _listener(value: Any) -> str:
+    parse_listener(value)
+    return str(value).strip()
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     parse: Callable[[Any], Any]
@@ -61,6 +85,7 @@ class Spec:
 
 BROKER_SPECS: dict[str, Spec] = {
     "node.id": Spec(_int(), 0, "id of this broker in metadata responses"),
+    "advertised.listeners": Spec(_listener, "", "PLAINTEXT://host:port clients are told to connect to"),
     "num.partitions": Spec(_int(1, 100_000), 1, "partitions of auto-created topics"),
     "auto.create.topics.enable": Spec(_bool, True, "create unknown topics on metadata/produce"),
     "log.segment.bytes": Spec(_int(1024), 1 << 30, "roll a segment at this size"),

@@ -16,12 +16,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from strom.broker.config import LOCAL_DEFAULTS
 from strom.errors import BrokerUnavailableError
 
 log = logging.getLogger(__name__)
 
-# An embedded broker is used by one application or test: a new group need not wait for more members.
-EMBEDDED_DEFAULTS = {"group.initial.rebalance.delay.ms": "0"}
 START_TIMEOUT_SECONDS = 60.0
 
 
@@ -38,7 +37,7 @@ class EmbeddedBroker:
         self.data_dir = Path(tempfile.mkdtemp(prefix="strom-broker-")) if data_dir is None else Path(data_dir)
         self.host = host
         self.port = port
-        self.config = {**EMBEDDED_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
+        self.config = {**LOCAL_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
         self._process: subprocess.Popen | None = None
 
     @property

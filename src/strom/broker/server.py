@@ -10,6 +10,7 @@ import asyncio
 import errno
 import functools
 import logging
+import mmap
 import os
 import resource
 import socket
@@ -70,18 +71,11 @@ class ConnectionHandler:
     def open_connections(self) -> int:
         return len(self._tasks)
 
-    async def start(self, host: str, port: int) -> int:
-        """Starts listening; returns the bound port."""
-        try:
-            listener = socket.create_server((host, port), reuse_port=False, backlog=512)
-        except OSError as exc:
-            raise BrokerStartError(
-                f"Cannot listen on {host}:{port}: {os.strerror(exc.errno or 0)}. Stop the process using "
-                "the port or choose another one (--port; 0 picks a free port).") from exc
+    def start(self, listener: socket.socket) -> None:
+        """Starts accepting on a listener made by `bind`."""
         listener.setblocking(False)
         self._listener = listener
         self._accepting = asyncio.get_running_loop().create_task(self._accept(listener))
-        return listener.getsockname()[1]
 
     async def _accept(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -192,20 +186,22 @@ class ConnectionHandler:
             self._memory.give_back(held[0])
 
     async def _read_frame(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
-                          held: list[int]) -> bytearray:
-        """The frame's bytes in a buffer that grows as they arrive: memory is taken from the budget
-        for at most twice what the client has sent (and 64 KiB), so a size prefix alone holds next
-        to nothing, and `held[0]` says how much to give back. No buffer outlives its request."""
+                          held: list[int]) -> bytearray | mmap.mmap:
+        """The frame's bytes. Memory is taken from the budget as they arrive, for at most twice
+        what the client has sent (and 64 KiB), so a size prefix alone holds next to nothing;
+        `held[0]` says how much to give back. A frame above 64 KiB is read into an anonymous
+        mapping, whose pages become resident only as bytes arrive. No buffer outlives its request."""
         me = asyncio.current_task()
-        frame = bytearray(0)
-        while len(frame) < size:
-            grown = min(size, max(FIRST_READ_BYTES, 2 * len(frame)))
-            await self._memory.take(grown - len(frame))
-            held[0] += grown - len(frame)
-            received, frame = len(frame), _grow(frame, grown)
-            await _receive(loop, sock, memoryview(frame)[received:])
+        frame = bytearray(size) if size <= FIRST_READ_BYTES else mmap.mmap(-1, size)
+        received = 0
+        while received < size:
+            step = min(size, max(FIRST_READ_BYTES, 2 * received)) - received
+            await self._memory.take(step, holding=held[0])
+            held[0] += step
+            await _receive(loop, sock, memoryview(frame)[received:received + step])
+            received += step
             self._last_active[me] = time.monotonic()
-            if not received and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
+            if received == step and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
                 raise MalformedRequest(
                     f"a frame of {size} bytes for api_key={peek_api(frame)[0]}: requests other than Produce "
                     f"may have at most {LARGE_REQUEST_MAX_BYTES} bytes (decoding them takes about "
@@ -246,7 +242,7 @@ class ConnectionHandler:
         """A large request other than Produce: its decoded form is taken from the memory budget and
         it is decoded and its answer encoded in a worker thread, so other clients keep being served."""
         decoded = DECODED_SIZE_FACTOR * len(frame)
-        await self._memory.take(decoded)
+        await self._memory.take(decoded, holding=held[0])
         held[0] += decoded
         request = await asyncio.to_thread(parse_request, frame)
         ctx = RequestContext(self.broker, request.api_version, request.client_id or "", host,
@@ -265,6 +261,29 @@ class ConnectionHandler:
             task.cancel()
         if self._listener is not None:
             self._listener.close()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port (connections wait in its backlog until `start`); a
+    BrokerStartError that names the cause and what to do if it cannot be had."""
+    where = f"{host}:{port}"
+    if not 0 <= port <= 65535:
+        raise BrokerStartError(f"Cannot listen on {where}: a TCP port is 0-65535 (0 picks a free port).")
+    try:
+        return socket.create_server((host, port), reuse_port=False, backlog=512)
+    except socket.gaierror as exc:
+        raise BrokerStartError(f"Cannot listen on {where}: the host name does not resolve ({exc.strerror}). "
+                               "Pass an address of this machine (--host 127.0.0.1 or 0.0.0.0).") from exc
+    except OSError as exc:
+        advice = {
+            errno.EADDRINUSE: "Stop the process using the port or choose another one (--port; 0 picks "
+                              "a free port).",
+            errno.EADDRNOTAVAIL: f"{host} is not an address of this machine: pass 127.0.0.1 (this machine "
+                                 "only), 0.0.0.0 (every interface) or the address of one of its interfaces, "
+                                 "and --advertised-host for the name clients should use.",
+            errno.EACCES: "Ports below 1024 need privileges: choose a port above 1023.",
+        }.get(exc.errno or 0, "Choose another --host or --port.")
+        raise BrokerStartError(f"Cannot listen on {where}: {os.strerror(exc.errno or 0)}. {advice}") from exc
 
 
 def _open_files_limit() -> int:
@@ -290,14 +309,6 @@ async def _send_parts(loop: asyncio.AbstractEventLoop, sock: socket.socket,
             await loop.sock_sendall(sock, part)
 
 
-def _grow(frame: bytearray, size: int) -> bytearray:
-    if not frame:
-        return bytearray(size)
-    grown = bytearray(size)
-    grown[:len(frame)] = frame
-    return grown
-
-
 class MemoryBudget:
     """Bounds the request bytes held at once over all connections (queued.max.request.bytes).
 
@@ -309,9 +320,10 @@ class MemoryBudget:
         self.available = capacity
         self._waiters: list[asyncio.Future] = []
 
-    async def take(self, size: int) -> None:
-        """Waits until `size` bytes are free (a frame larger than the budget may use all of it)."""
-        needed = min(size, self.capacity)
+    async def take(self, size: int, holding: int = 0) -> None:
+        """Waits until `size` bytes are free. A caller already `holding` some waits at most for the
+        rest of the budget, so a frame larger than the budget still gets all of it in the end."""
+        needed = min(size, self.capacity - holding)
         while self.available < needed:
             future = asyncio.get_running_loop().create_future()
             self._waiters.append(future)

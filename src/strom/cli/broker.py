@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from strom.broker.broker import Broker, serve
+from strom.broker.config import LOCAL_DEFAULTS
 
 
 def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -28,17 +29,24 @@ def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str
               show_default=True, help="Directory of the topic logs and broker state.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=int, default=9092, show_default=True, help="Port to listen on (0: any free).")
+@click.option("--advertised-host", default=None,
+              help="Host name clients are told to connect to (default: --host; this machine's name "
+                   "when --host is 0.0.0.0). advertised.listeners sets host and port.")
 @click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
               help="Broker config with Kafka's name, e.g. num.partitions=3; repeatable.")
-def broker(data_dir: Path, host: str, port: int, config: dict[str, str]) -> None:
-    """Run a single-node Kafka-protocol broker (Ctrl-C stops it cleanly)."""
+def broker(data_dir: Path, host: str, port: int, advertised_host: str | None, config: dict[str, str]) -> None:
+    """Run a single-node Kafka-protocol broker (Ctrl-C stops it cleanly).
+
+    A new consumer group starts at once (group.initial.rebalance.delay.ms=0, as for an embedded
+    broker); pass --config group.initial.rebalance.delay.ms=3000 for Kafka's default."""
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
     console = Console(stderr=True)
-    instance = Broker(data_dir, host, port, config)
+    instance = Broker(data_dir, host, port, {**LOCAL_DEFAULTS, **config}, advertised_host)
 
     def ready(running: Broker) -> None:
-        console.print(f"strom broker listening on [bold]{running.host}:{running.port}[/bold], "
-                      f"data in {running.data_dir.resolve()} (Ctrl-C to stop)")
+        console.print(f"strom broker listening on [bold]{running.host}:{running.port}[/bold] (clients "
+                      f"connect to {running.advertised_host}:{running.advertised_port}), data in "
+                      f"{running.data_dir} (Ctrl-C to stop)", soft_wrap=True)
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")

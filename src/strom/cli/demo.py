@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import click
 from confluent_kafka import KafkaError, TopicPartition
@@ -46,6 +48,10 @@ class DemoResult:
     records_out: int = 0
     processing_s: float = 0.0
     startup_s: float = 0.0
+    execution_mode: str = "realtime"
+    stream_threads: int = 0
+    commits: int = 0
+    first_commit_s: float | None = None
     task_batches: int = 0
     reused: int = 0
     micro_batches: list[float] = field(default_factory=list)
@@ -129,11 +135,11 @@ def verify(result: DemoResult) -> None:
 
 
 def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, timeout: float,
-             console: Console) -> DemoResult:
+             console: Console, execution_mode: str = "realtime") -> DemoResult:
     run = uuid.uuid4().hex[:8]
     views, counts = f"demo-{run}-page-views", f"demo-{run}-views-per-page"
     clients.create_topics(bootstrap, {views: partitions, counts: partitions})
-    result = DemoResult(records_in=records)
+    result = DemoResult(records_in=records, execution_mode=execution_mode)
     console.print(f"Producing {records} page views to [bold]{views}[/] ({partitions} partitions)...")
     result.expected = produce_page_views(bootstrap, views, records, seed=records)
     import strom.spark
@@ -145,10 +151,13 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
     app = SparkStreams(page_view_counts(views, counts), {
         "application.id": f"strom-demo-{run}", "bootstrap.servers": bootstrap,
         "processing.guarantee": guarantee, "state.dir": tempfile.mkdtemp(prefix="strom-demo-"),
-        "commit.interval.ms": 500, "max.offsets.per.trigger": max(1000, records // 3)}, spark)
+        "commit.interval.ms": 500, "max.offsets.per.trigger": max(1000, records // 3),
+        "execution.mode": execution_mode}, spark)
     app.start()
     result.startup_s = time.monotonic() - started
     processing = time.monotonic()
+    first_commits = threading.Thread(target=_first_commit, args=(app, processing, result), daemon=True)
+    first_commits.start()
     try:
         if not app.wait_until_caught_up(timeout):
             result.problems.append(f"not caught up after {timeout:.0f}s (lag {app.lag()} records)")
@@ -158,6 +167,8 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
     finally:
         app.stop()
     result.micro_batches = [finished - processing for finished in app.progress.batch_finished]
+    result.stream_threads = getattr(app, "num_stream_threads", 0) if app.realtime else 0
+    result.commits = sum(task.commits for task in app.progress.tasks.values())
     result.task_batches = sum(task.batches for task in app.progress.tasks.values())
     result.reused = app.progress.reused
     result.updates = read_committed(bootstrap, counts, partitions)
@@ -166,8 +177,16 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
     return result
 
 
+def _first_commit(app: Any, since: float, result: DemoResult) -> None:
+    """Notes when the first task committed: Spark's start of the stream tasks, without the records."""
+    while app.state.value == "RUNNING" and app.progress.last_commit is None:
+        time.sleep(0.01)
+    if app.progress.last_commit is not None:
+        result.first_commit_s = app.progress.last_commit - since
+
+
 def summary_table(result: DemoResult, guarantee: str) -> Table:
-    table = Table(title=f"strom demo: page views per page on Spark ({guarantee})")
+    table = Table(title=f"strom demo: page views per page on Spark ({guarantee}, {result.execution_mode})")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("records in", f"{result.records_in:,}")
@@ -176,13 +195,10 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
     table.add_row("processing (from query start)", f"{result.processing_s:.1f} s")
     rate = result.records_in / result.processing_s if result.processing_s else 0.0
     table.add_row("records/s", f"{rate:,.0f}")
-    if result.micro_batches:
-        table.add_row("  first micro-batch (with Spark's warm-up)", f"{result.micro_batches[0]:.1f} s")
-    if len(result.micro_batches) > 1:
-        later = result.micro_batches[1:]
-        every = (later[-1] - result.micro_batches[0]) / len(later)
-        table.add_row("  later micro-batches", f"{len(later)}, one per {every * 1000:,.0f} ms")
-    table.add_row("task batches (on tasks kept open)", f"{result.task_batches} ({result.reused})")
+    if result.execution_mode == "realtime":
+        _realtime_rows(table, result)
+    else:
+        _micro_batch_rows(table, result)
     for page, count in result.expected.most_common(5):
         final = result.updates.get(page, [None])[-1]
         table.add_row(f"  {page}", f"{final} (expected {count}, {len(result.updates.get(page, []))} updates)")
@@ -192,6 +208,23 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
     return table
 
 
+def _realtime_rows(table: Table, result: DemoResult) -> None:
+    if result.first_commit_s is not None:
+        table.add_row("  first commit (with Spark's start of the threads)", f"{result.first_commit_s:.1f} s")
+    table.add_row("  stream threads (long-running Spark tasks)", f"{result.stream_threads}")
+    table.add_row("  task commits", f"{result.commits:,}")
+
+
+def _micro_batch_rows(table: Table, result: DemoResult) -> None:
+    if result.micro_batches:
+        table.add_row("  first micro-batch (with Spark's warm-up)", f"{result.micro_batches[0]:.1f} s")
+    if len(result.micro_batches) > 1:
+        later = result.micro_batches[1:]
+        every = (later[-1] - result.micro_batches[0]) / len(later)
+        table.add_row("  later micro-batches", f"{len(later)}, one per {every * 1000:,.0f} ms")
+    table.add_row("task batches (on tasks kept open)", f"{result.task_batches} ({result.reused})")
+
+
 @click.command()
 @click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Page views to generate.")
@@ -199,13 +232,16 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
               help="Partitions of the input topic.")
 @click.option("--guarantee", type=click.Choice(["exactly_once_v2", "at_least_once"]),
               default="exactly_once_v2", show_default=True, help="processing.guarantee.")
+@click.option("--execution-mode", type=click.Choice(["realtime", "microbatch"]), default="realtime",
+              show_default=True,
+              help="execution.mode: long-running stream threads, or one Spark micro-batch per commit.")
 @click.option("-b", "--bootstrap-servers", default=None,
               help="Use this Kafka cluster instead of starting an embedded broker.")
 @click.option("--keep-broker", is_flag=True, help="Leave the embedded broker running afterwards.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds to wait for the result.")
-def demo(records: int, partitions: int, guarantee: str, bootstrap_servers: str | None, keep_broker: bool,
-         timeout: float) -> None:
+def demo(records: int, partitions: int, guarantee: str, execution_mode: str, bootstrap_servers: str | None,
+         keep_broker: bool, timeout: float) -> None:
     """Count page views per page on Spark with exactly-once, then verify the output."""
     console = Console()
     broker = None
@@ -216,7 +252,7 @@ def demo(records: int, partitions: int, guarantee: str, bootstrap_servers: str |
         bootstrap_servers = broker.bootstrap_servers
         console.print(f"Embedded broker at [bold]{bootstrap_servers}[/]")
     try:
-        result = run_demo(bootstrap_servers, records, partitions, guarantee, timeout, console)
+        result = run_demo(bootstrap_servers, records, partitions, guarantee, timeout, console, execution_mode)
     finally:
         if broker is not None and not keep_broker:
             broker.__exit__(None, None, None)

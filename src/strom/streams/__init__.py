@@ -1,7 +1,9 @@
 """strom.streams: the Kafka Streams programming model and runtime.
 
 Build a topology with ``StreamsBuilder`` (DSL) or ``Topology`` (Processor API); test it with
-``TopologyTestDriver``; run it with the Spark runtime (``strom.spark``), which drives ``StreamTask``.
+``TopologyTestDriver``; run it with the Spark runtime (``strom.spark``). What applications use is
+exported here and from the public modules; runtimes reach the engine's internals (``StreamTask``) under
+``internals/`` packages.
 """
 
 from strom.kafka.serdes import Serdes
@@ -47,7 +49,6 @@ from strom.streams.processor import (
     Topology,
     TopologyDescription,
 )
-from strom.streams.processor.internals.task import StreamTask
 from strom.streams.query import QueryableStoreTypes, StoreQueryParameters
 from strom.streams.state.stores import Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
@@ -87,7 +88,6 @@ __all__ = [
     "StoreType",
     "Stores",
     "StreamJoined",
-    "StreamTask",
     "StreamsBuilder",
     "StreamsConfig",
     "Suppressed",

@@ -14,6 +14,28 @@ from typing import Any
 
 from strom.errors import ConfigError
 
+__all__ = [
+    "APPLICATION_ID",
+    "AT_LEAST_ONCE",
+    "AUTO_OFFSET_RESET",
+    "BOOTSTRAP_SERVERS",
+    "CACHE_MAX_BYTES_BUFFERING",
+    "CLIENT_ID",
+    "COMMIT_INTERVAL_MS",
+    "DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER",
+    "DEFAULT_DSL_STORE",
+    "DEFAULT_KEY_SERDE",
+    "DEFAULT_PRODUCTION_EXCEPTION_HANDLER",
+    "DEFAULT_TIMESTAMP_EXTRACTOR",
+    "DEFAULT_VALUE_SERDE",
+    "EXACTLY_ONCE_V2",
+    "PROCESSING_EXCEPTION_HANDLER",
+    "PROCESSING_GUARANTEE",
+    "STATESTORE_CACHE_MAX_BYTES",
+    "STATE_DIR",
+    "StreamsConfig",
+]
+
 log = logging.getLogger(__name__)
 
 APPLICATION_ID = "application.id"

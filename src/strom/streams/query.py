@@ -24,6 +24,16 @@ from strom.streams.state.internals.metered import (
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import VersionedRecord
 
+__all__ = [
+    "QueryableStoreType",
+    "QueryableStoreTypes",
+    "ReadOnlyKeyValueStore",
+    "ReadOnlySessionStore",
+    "ReadOnlyVersionedKeyValueStore",
+    "ReadOnlyWindowStore",
+    "StoreQueryParameters",
+]
+
 
 def _unchanged(value: Any) -> Any:
     return value

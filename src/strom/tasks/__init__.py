@@ -4,11 +4,11 @@ Build a subscription with :class:`SubscriptionBuilder` and :class:`ProcessorsBui
 concurrency core (:class:`KeyOrderedExecutor`) is reusable without Kafka.
 """
 
+from strom.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
 from strom.tasks.client import DecatonClient, DecatonClientBuilder, PutTaskResult
 from strom.tasks.commit_control import OffsetState, OutOfOrderCommitControl
 from strom.tasks.compaction import CompactChoice, CompactingTask, CompactionProcessor
 from strom.tasks.completion import Completion, TimeoutChoice
-from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
 from strom.tasks.context import ProcessingContext, TaskMetadata
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessorScope

@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+from strom.errors import OffsetRegressionError
 from strom.tasks.completion import Completion
 
 
@@ -35,10 +36,6 @@ class OffsetState:
         self._control.complete(self.offset)
 
 
-class OffsetRegressionError(RuntimeError):
-    """An offset was reported below one reported before: a bug or a seek the control was not told of."""
-
-
 class OutOfOrderCommitControl:
     """Per-partition queue of offsets with completion flags (Decaton's OutOfOrderCommitControl).
 
@@ -58,7 +55,9 @@ class OutOfOrderCommitControl:
 
     def _check_after_latest(self, offset: int) -> None:
         if offset <= self._latest:
-            raise OffsetRegressionError(f"offset {offset} reported after {self._latest}")
+            raise OffsetRegressionError(
+                f"Offset {offset} reported after {self._latest}: a partition's offsets must be reported in "
+                "increasing order; after a seek, start a new OutOfOrderCommitControl for the partition.")
 
     def report_fetched_offset(self, offset: int) -> OffsetState:
         """Reports one fetched offset and returns a handle on it."""

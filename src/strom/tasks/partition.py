@@ -6,8 +6,8 @@ import logging
 import operator
 from collections import deque
 
+from strom.concurrency import AsyncRuntime, KeyOrderedExecutor
 from strom.tasks.commit_control import OutOfOrderCommitControl
-from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
 from strom.tasks.context import KEY, OFFSET, Record
 from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline

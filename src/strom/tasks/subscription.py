@@ -11,9 +11,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from strom.concurrency import AsyncRuntime
 from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
-from strom.tasks.concurrency import AsyncRuntime
 from strom.tasks.context import Record, record_of
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.partition import PartitionContext

@@ -18,13 +18,13 @@ from strom.streams import (
     SlidingWindows,
     StreamsBuilder,
     StreamsConfig,
-    StreamTask,
     TimeWindows,
     TopologyTestDriver,
     WindowedSerdes,
 )
 from strom.streams.processor import TaskId, TopicPartition
-from strom.streams.processor.internals.records import ConsumerRecord
+from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import ConsumerRecord
 from strom.streams.state.cache import ThreadCache
 
 S, L = Serdes.String(), Serdes.Long()

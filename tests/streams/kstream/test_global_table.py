@@ -3,8 +3,8 @@
 from strom.kafka.serdes import Serdes
 from strom.streams.config import StreamsConfig
 from strom.streams.kstream.builder import StreamsBuilder
-from strom.streams.kstream.global_table import GlobalStateStores
 from strom.streams.kstream.options import Materialized
+from strom.streams.processor.internals.global_state import GlobalStateStores
 from strom.streams.test_driver import TopologyTestDriver
 
 PROPS = {"application.id": "global", "default.key.serde": "String", "default.value.serde": "String"}

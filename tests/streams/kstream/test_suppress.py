@@ -3,9 +3,9 @@ the buffer is logged and restored."""
 
 import pytest
 
+from strom.errors import SuppressionBufferFullError
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.builder import StreamsBuilder
-from strom.streams.kstream.internals.suppress import SuppressionBufferFullError
 from strom.streams.kstream.options import Consumed, Materialized, Produced
 from strom.streams.kstream.suppressed import BufferConfig, Suppressed
 from strom.streams.kstream.windowed_serdes import WindowedSerdes

@@ -10,7 +10,7 @@ import pytest
 from strom.errors import ConfigError, ProcessingError
 from strom.kafka.serdes import Serdes
 from strom.streams import Materialized, Produced, StreamsBuilder, TopologyTestDriver
-from strom.streams.processor import HandlerResponse
+from strom.streams.errors import HandlerResponse
 
 S, L = Serdes.String(), Serdes.Long()
 CONTINUE = {"processing.exception.handler": "LogAndContinueProcessingExceptionHandler"}

@@ -13,10 +13,10 @@ from strom.streams import (
     Processor,
     StreamsBuilder,
     StreamsConfig,
-    StreamTask,
     Topology,
 )
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
 from strom.streams.state.cache import ThreadCache
 
 S, L = Serdes.String(), Serdes.Long()

@@ -7,9 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strom.errors import InvalidStateStoreError
+from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serdes
-from strom.streams.state.internals.metered import NullKeyError
 from strom.streams.state.stores import Stores
 
 SUPPLIERS = {"memory": Stores.in_memory_key_value_store, "rocksdb": Stores.persistent_key_value_store}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from strom.kafka.serdes import Serdes
-from strom.streams import Materialized, Stores, StreamsBuilder, StreamsConfig, StreamTask, TopologyTestDriver
+from strom.streams import Materialized, Stores, StreamsBuilder, StreamsConfig, TopologyTestDriver
 from strom.streams.processor import TaskId, TopicPartition
+from strom.streams.processor.internals.task import StreamTask
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import ChangelogRecord
 

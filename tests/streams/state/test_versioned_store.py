@@ -10,14 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strom.errors import TopologyError
+from strom.errors import TopologyError, VersionedTimestampError
 from strom.kafka.serdes import Serdes
 from strom.streams.state.stores import Stores
 from strom.streams.state.versioned import (
     PUT_RETURN_CODE_NOT_PUT,
     PUT_RETURN_CODE_VALID_TO_UNDEFINED,
     VersionedRecord,
-    VersionedTimestampError,
 )
 
 RETENTION = 30

@@ -19,7 +19,7 @@ OFFSET_DELETE = 47
 @handles(FIND_COORDINATOR, 0, 4)
 async def find_coordinator(ctx: RequestContext, body: Any) -> dict[str, Any]:
     broker = ctx.broker
-    node = {"node_id": broker.node_id, "host": broker.host, "port": broker.port,
+    node = {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port,
             "error_code": ErrorCode.none, "error_message": None}
     keys = getattr(body, "coordinator_keys", None)
     if ctx.api_version >= 4:

@@ -27,7 +27,8 @@ async def api_versions(ctx: RequestContext, body: Any) -> dict[str, Any]:
 
 def _broker(ctx: RequestContext) -> dict[str, Any]:
     b = ctx.broker
-    return {"node_id": b.node_id, "broker_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+    return {"node_id": b.node_id, "broker_id": b.node_id, "host": b.advertised_host,
+            "port": b.advertised_port, "rack": None}
 
 
 @handles(METADATA, 0, 12)

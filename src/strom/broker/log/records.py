@@ -128,30 +128,53 @@ def check_records(header: BatchHeader, batch: bytes | memoryview) -> None:
 
 
 def _check_record_offsets(body: bytes, count: int) -> None:
-    """Walks the records' length prefixes and offset deltas (the only fields the broker relies on)."""
+    """Walks the records' length prefixes and offset deltas (the fields the broker and consumers rely
+    on); the usual one- to three-byte varints are read inline (this runs for every produced record)."""
     end = len(body)
-    position = 0
+    position = expected = 0
     try:
-        for expected in range(count):
+        while position < end:
             byte = body[position]
             if byte < 0x80:
-                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+                start = position + 1
+                position = start + (byte >> 1)
+            elif body[position + 1] < 0x80:  # a length of 64 to 8191 bytes
+                start = position + 2
+                position = start + ((byte & 0x7F | body[position + 1] << 7) >> 1)
             else:
-                length, position = read_varint(body, position)
-            start, position = position, position + length
-            if length < MIN_RECORD_SIZE - 1 or position > end:
-                raise InvalidBatchError(f"record {expected} of the batch does not fit its batch")
-            delta_at = start + 1  # after the record's attributes, skip the timestamp delta
-            while body[delta_at] & 0x80:
-                delta_at += 1
-            byte = body[delta_at + 1]
-            delta = (byte >> 1) ^ -(byte & 1) if byte < 0x80 else read_varint(body, delta_at + 1)[0]
-            if delta != expected or delta_at + 1 >= position:
-                raise InvalidBatchError(f"record {expected} of the batch has the offset delta {delta}")
+                length, start = read_varint(body, position)
+                position = start + length
+            # body[start] holds the record's attributes, then come the timestamp and offset deltas
+            if body[start + 1] < 0x80:
+                at = start + 2
+            else:
+                at = start + 3 if body[start + 2] < 0x80 else _after_varint(body, start + 1)
+            zigzag = expected << 1
+            if zigzag < 0x80:
+                matches = body[at] == zigzag
+            elif zigzag < 0x4000:
+                matches = body[at] == (zigzag & 0x7F) | 0x80 and body[at + 1] == zigzag >> 7
+            elif zigzag < 0x200000:
+                matches = (body[at] == (zigzag & 0x7F) | 0x80 and body[at + 1] == (zigzag >> 7 & 0x7F) | 0x80
+                           and body[at + 2] == zigzag >> 14)
+            else:
+                matches = read_varint(body, at)[0] == expected
+            if not matches or at >= position or position - start < MIN_RECORD_SIZE - 1:
+                raise InvalidBatchError(f"record {expected} of the batch is malformed or does not have "
+                                        f"the offset delta {expected}")
+            expected += 1
     except IndexError:
-        raise InvalidBatchError("the batch's records end before its record count") from None
-    if position != end:
-        raise InvalidBatchError(f"{end - position} bytes follow the batch's {count} records")
+        raise InvalidBatchError("the batch's records end inside a record") from None
+    if position != end or expected != count:
+        raise InvalidBatchError(f"the batch claims {count} records but holds {expected} "
+                                f"({position - end} bytes past its end)" if position > end else
+                                f"the batch claims {count} records but holds {expected}")
+
+
+def _after_varint(body: bytes, position: int) -> int:
+    while body[position] & 0x80:
+        position += 1
+    return position + 1
 
 
 def set_base_offset(base_offset: int) -> bytes:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from strom.errors import ProducerFencedError
 from strom.spark.runtime.open_task import Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
 from strom.streams.config import StreamsConfig
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,17 @@ class TaskSummary:
         return pa.RecordBatch.from_pylist([self.__dict__], schema=SUMMARY_SCHEMA)
 
 
+STATE_DIR_VARIABLE = "STROM_STATE_DIR"
+
+
+def executor_config(props: dict[str, Any]) -> StreamsConfig:
+    """The application's config as an executor uses it: ``STROM_STATE_DIR`` in the executor's
+    environment (set on a worker, inherited by its executors and Python workers) replaces
+    ``state.dir``, so each machine keeps its stores on its own local disk."""
+    local_state = os.environ.get(STATE_DIR_VARIABLE)
+    return StreamsConfig({**props, "state.dir": local_state} if local_state else props)
+
+
 class StreamTaskRunner:
     """The function given to ``mapInArrow``: reads the plan row, runs the task, yields a summary.
 
@@ -113,7 +125,7 @@ class StreamTaskRunner:
             return
         plan = BatchPlan.from_json(first.column("value")[0].as_py())
         rest = _chain(first.slice(1), batches)
-        summary = TaskAttempt(self.topology, StreamsConfig(self.props), plan, self.run_id).run(rest)
+        summary = TaskAttempt(self.topology, executor_config(self.props), plan, self.run_id).run(rest)
         yield summary.to_arrow()
 
 

@@ -26,9 +26,9 @@ from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
-from strom.streams.kstream.global_state_reader import shared_global_stores
-from strom.streams.processor.internals.records import TaskId, TopicPartition
+from strom.streams.processor.internals.global_state_reader import shared_global_stores
 from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 
@@ -59,6 +59,8 @@ class OpenTask:
         self.eos = config.exactly_once
         self._topology = topology
         self.positions: Offsets = {}
+        self.in_transaction = False
+        """A transaction is begun (under exactly-once; begun locally, nothing sent until a record is)."""
         self.lease = TaskLease.acquire(Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id))
         try:
             self._connect(owned, task_id)
@@ -115,7 +117,9 @@ class OpenTask:
         ``fencing_probe``: sending them first makes a producer fenced since its last batch fail here,
         before any record is processed (a task just opened was fenced-checked by init_transactions)."""
         if self.eos:
-            self.call(self.sink.producer.begin_transaction)
+            if not self.in_transaction:
+                self.call(self.sink.producer.begin_transaction)
+                self.in_transaction = True
             if fencing_probe is not None:
                 self._send_offsets(fencing_probe)
 
@@ -123,9 +127,11 @@ class OpenTask:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
         again into the transaction under exactly-once: the times are known only now)."""
         if self.eos:
-            self._send_offsets(offsets)
+            if offsets:
+                self._send_offsets(offsets)
             self.call(self.sink.producer.commit_transaction, TIMEOUT_S)
-        else:
+            self.in_transaction = False
+        elif offsets:
             self.call(self.consumer.commit, offsets=self._with_metadata(offsets), asynchronous=False)
         self.positions.update(offsets)
 
@@ -140,6 +146,7 @@ class OpenTask:
 
     def abort(self) -> None:
         if self.eos:
+            self.in_transaction = False
             try:
                 self.sink.producer.abort_transaction(TIMEOUT_S)
             except KafkaException as exc:
@@ -158,6 +165,11 @@ class OpenTask:
             self.consumer.close()
             self.sink.close()
             self.lease.release()
+
+    def committed_positions(self) -> Offsets:
+        """What group ``<application.id>`` has committed for the partitions this task reads."""
+        committed = self._committed(list(self.positions))
+        return {(tp.topic, tp.partition): tp.offset for tp in committed}
 
     def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
         """The committed offsets (with their metadata) of those of ``partitions`` that have one."""

@@ -51,6 +51,11 @@ class ParkedTasks:
         if replaced is not None:
             replaced[0].close()
 
+    def held(self, application_id: str) -> list[str]:
+        """The task ids of ``application_id`` parked here."""
+        with self._lock:
+            return sorted(task for app, task in self._tasks if app == application_id)
+
     def __len__(self) -> int:
         return len(self._tasks)
 

@@ -18,8 +18,8 @@ from strom.errors import BrokerUnavailableError, TopologyError
 from strom.kafka import clients
 from strom.streams.config import AUTO_OFFSET_RESET, StreamsConfig
 from strom.streams.processor.api import AutoOffsetReset
-from strom.streams.processor.internals.records import TaskId
 from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import TaskId
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 

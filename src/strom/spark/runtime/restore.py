@@ -7,17 +7,12 @@ after it are replayed. Under exactly-once the task's producer has already called
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Iterator
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from strom.errors import BrokerUnavailableError
+from strom.kafka.reading import end_offset, read_to_end
 from strom.streams.processor.internals.task import StreamTask
-
-_TIMEOUT_S = 30.0
-_BATCH = 10_000
-STALL_TIMEOUT_S = 120.0
 
 
 def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] | None = None,
@@ -37,38 +32,14 @@ def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] |
         if stores is not None and store not in stores:
             continue
         start = offsets[store]
-        partition = TopicPartition(tp.topic, tp.partition)
-        try:
-            _, high = consumer.get_watermark_offsets(partition, _TIMEOUT_S, cached=False)
-        except Exception as exc:
-            raise BrokerUnavailableError(f"Could not read the end of changelog {tp}: {exc}. "
-                                         "Check that the broker is running.") from exc
+        high = end_offset(consumer, tp.topic, tp.partition)
         if not ((start is not None and start >= high) or ends.get(store) == high):
-            restored += task.restore(store, _records(consumer, tp.topic, tp.partition,
-                                                     OFFSET_BEGINNING if start is None else start))
+            changelog = TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING if start is None else start)
+            restored += task.restore(store, _records(consumer, changelog))
         ends[store] = high
     return restored
 
 
-def _records(consumer: Consumer, topic: str, partition: int, start: int) -> Iterator[tuple]:
-    consumer.assign([TopicPartition(topic, partition, start)])
-    last_progress = time.monotonic()
-    try:
-        while True:
-            messages = consumer.consume(_BATCH, 0) or [m for m in [consumer.poll(1.0)] if m is not None]
-            if messages:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise BrokerUnavailableError(f"Restoring from changelog {topic}-{partition} made no "
-                                             f"progress for {STALL_TIMEOUT_S:.0f}s; check the broker.")
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    yield message.key(), message.value(), message.offset(), message.timestamp()[1]
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    return
-                elif error.fatal() or not error.retriable():
-                    raise BrokerUnavailableError(f"Restoring from changelog {topic}-{partition} "
-                                                 f"failed: {error.str()}.")
-    finally:
-        consumer.unassign()
+def _records(consumer: Consumer, changelog: TopicPartition) -> Iterator[tuple]:
+    for message in read_to_end(consumer, [changelog], f"changelog {changelog.topic}-{changelog.partition}"):
+        yield message.key(), message.value(), message.offset(), message.timestamp()[1]

@@ -26,10 +26,10 @@ from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
 from strom.spark.runtime.restore import restore_task
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
-from strom.streams.kstream.global_state_reader import catch_up
-from strom.streams.kstream.global_table import GlobalStateStores
-from strom.streams.processor.internals.records import TaskId
+from strom.streams.processor.internals.global_state import GlobalStateStores
+from strom.streams.processor.internals.global_state_reader import catch_up
 from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import TaskId
 from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 from strom.streams.state.cache import ThreadCache

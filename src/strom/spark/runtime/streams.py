@@ -1,11 +1,10 @@
 """SparkStreams: Kafka Streams' ``KafkaStreams`` for Spark.
 
-The application runs as one Spark streaming query: its source (``strom-stream-tasks``) plans one
-input partition per stream task of every sub-topology, ``mapInArrow`` runs the stream task in
-the same Spark task (no shuffle), and ``foreachBatch`` collects one summary row per task for the
-progress figures. The trigger interval is ``commit.interval.ms``: every micro-batch ends in a
-commit. (One query for all sub-topologies, not one each: every query costs Spark a Python
-source process and a job per trigger, which a small machine feels.)
+Two ways to execute the stream tasks (``execution.mode``): ``realtime`` (the default), long-running
+Spark tasks that are Kafka Streams stream threads, each consuming, processing and committing its
+tasks continuously (``strom.spark.runtime.realtime``); or ``microbatch``, one Spark streaming
+micro-batch per commit (``strom.spark.runtime.microbatch``). Everything else (planning, internal
+topics, offsets and lag, interactive queries, state, failure handling) is shared.
 """
 
 from __future__ import annotations
@@ -15,34 +14,28 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql import SparkSession
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
 from strom.spark.metadata import TopicMetadata
-from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
+from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.lease import TaskLease
+from strom.spark.runtime.microbatch import MicroBatchExecution
 from strom.spark.runtime.plan import (
     ApplicationPlan,
     check_tasks_build,
     create_internal_topics,
     plan_application,
 )
-from strom.spark.runtime.source import (
-    FORMAT,
-    PLAN_OPTION,
-    CommittedOffsets,
-    SourcePlan,
-    StreamTaskSource,
-)
+from strom.spark.runtime.realtime import RealtimeExecution, stream_threads
+from strom.spark.runtime.source import CommittedOffsets, SourcePlan
 from strom.spark.runtime.store_copies import StoreCopies
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
@@ -52,11 +45,20 @@ from strom.streams.query import StoreQueryParameters
 log = logging.getLogger(__name__)
 
 MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"
-_STOP_WAIT_S = 60.0
+EXECUTION_MODE = "execution.mode"
+REALTIME, MICROBATCH = "realtime", "microbatch"
+REALTIME_BATCH_DURATION_MS = "realtime.batch.duration.ms"
+NUM_STREAM_THREADS = "num.stream.threads"
 _RELEASE_WAIT_S = 10.0
 _MAX_RESTARTS = 5
-WORKER_POOL_VARIABLE = "STROM_STREAM_TASKS"
-_TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET")
+# Failures of Spark's machinery, not of the application: the run starts again from the committed
+# offsets (a Python worker that missed Spark's connect-back timeout on a busy machine, or one that
+# was killed, as a Spark cluster would retry the task on another executor).
+_TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exited unexpectedly")
+
+
+def _first_line(error: Exception) -> str:
+    return next(iter(str(error).strip().splitlines()), type(error).__name__)
 
 
 def _positive(key: str, value: Any) -> int:
@@ -69,7 +71,21 @@ def _positive(key: str, value: Any) -> int:
     return number
 
 
+def _execution_mode(key: str, value: Any) -> str:
+    if value not in (REALTIME, MICROBATCH):
+        raise ConfigError.bad_value(key, value, f"{REALTIME!r} (long-running stream threads) or "
+                                    f"{MICROBATCH!r} (one Spark micro-batch per commit)")
+    return value
+
+
+def _optional_positive(key: str, value: Any) -> int | None:
+    return None if value is None else _positive(key, value)
+
+
 cfg.register(MAX_OFFSETS_PER_TRIGGER, 100_000, _positive)
+cfg.register(EXECUTION_MODE, REALTIME, _execution_mode)
+cfg.register(REALTIME_BATCH_DURATION_MS, 300_000, _positive)
+cfg.register(NUM_STREAM_THREADS, None, _optional_positive)
 
 
 @dataclass
@@ -82,17 +98,31 @@ class TaskProgress:
     restored: int = 0
     skipped: int = 0
     reused: int = 0
+    commits: int = 0
     millis: float = 0.0
+    """Micro-batch: time of the task's batches; real-time: time processing records and punctuating."""
+    commit_millis: float = 0.0
+    """Real-time: time committing (caches flushed, transaction committed, stores written)."""
 
 
 @dataclass
 class StreamsProgress:
-    """Per task totals since ``start()``; ``records`` counts input records processed."""
+    """Per task totals since ``start()``; ``records`` counts input records processed. In real-time
+    mode the figures move at every commit of a task; in micro-batch mode at the end of each batch."""
 
     tasks: dict[str, TaskProgress] = field(default_factory=dict)
     batches: int = 0
     batch_finished: list[float] = field(default_factory=list)
-    """``time.monotonic()`` when each micro-batch finished: the first includes Spark's warm-up."""
+    """``time.monotonic()`` when each batch finished: the first includes Spark's warm-up."""
+    last_commit: float | None = None
+    """``time.monotonic()`` of the last commit any task reported."""
+
+    def add(self, task: str, counters: Mapping[str, float]) -> None:
+        progress = self.tasks.setdefault(task, TaskProgress())
+        for name, value in counters.items():
+            setattr(progress, name, getattr(progress, name) + value)
+        if counters.get("commits"):
+            self.last_commit = time.monotonic()
 
     @property
     def records(self) -> int:
@@ -106,24 +136,6 @@ class StreamsProgress:
     def reused(self) -> int:
         """Task batches that ran on a task kept open since its previous batch."""
         return sum(t.reused for t in self.tasks.values())
-
-
-@contextmanager
-def own_worker_pool(spark: SparkSession) -> Iterator[None]:
-    """Python functions created inside get the pool of Spark Python workers of stream tasks.
-
-    Spark pools reused workers by their environment and hands out the idle one that waited
-    longest. Sharing a pool with the source's readers, a task's next batch almost never gets the
-    worker that keeps the task open; in the stream tasks' own pool it often does. (One pool for
-    every application of the session: a pool per application would start its own worker daemon
-    and workers with each application.)
-    """
-    environment = spark.sparkContext.environment
-    environment[WORKER_POOL_VARIABLE] = "1"
-    try:
-        yield
-    finally:
-        environment.pop(WORKER_POOL_VARIABLE, None)
 
 
 class State(Enum):
@@ -153,6 +165,17 @@ class StreamThreadExceptionResponse(Enum):
 UncaughtExceptionHandler = Callable[[Exception], StreamThreadExceptionResponse]
 
 
+class Execution(Protocol):
+    """How the stream tasks run on Spark: ``MicroBatchExecution`` or ``RealtimeExecution``."""
+
+    @property
+    def is_active(self) -> bool: ...
+
+    def exception(self) -> Exception | None: ...
+
+    def stop(self) -> None: ...
+
+
 class SparkStreams:
     """Runs a topology on Spark: ``start()``, ``await_termination()``, ``stop()``, ``progress``,
     ``state``; as a context manager it starts, and stops on exit.
@@ -173,7 +196,7 @@ class SparkStreams:
         self._props = dict(props)
         self._topology = topology
         self._spark = spark
-        self._query: StreamingQuery | None = None
+        self._execution: Execution | None = None
         self._lock = threading.Lock()
         self._restarts = 0
         self.progress = StreamsProgress()
@@ -232,7 +255,7 @@ class SparkStreams:
         """Plans tasks (co-partitioning checked), builds each sub-topology's task once on the driver
         (a missing serde fails here), creates internal topics, starts the query. It resumes from
         the committed offsets of group ``application.id``."""
-        if self._query is not None:
+        if self._execution is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
         admin = clients.admin(self.bootstrap_servers)
         self.plan = plan_application(self._topology, self.config, admin)
@@ -245,12 +268,20 @@ class SparkStreams:
             import strom.spark
 
             self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}")
-        self._spark.dataSource.register(StreamTaskSource)
         self._app_dir.mkdir(parents=True, exist_ok=True)
-        self._stop_file.unlink(missing_ok=True)
         self._run_id = uuid.uuid4().hex
-        self._query = self._start_query()
+        if self.realtime:
+            self.num_stream_threads = stream_threads(self._spark, self.config[NUM_STREAM_THREADS],
+                                                     len(self.plan.task_ids))
+        elif self.config[NUM_STREAM_THREADS] is not None:
+            log.info("num.stream.threads has no effect with execution.mode=microbatch: each micro-batch runs "
+                     "one Spark task per stream task")
+        self._execution = self._start_execution()
         self._set_state(State.RUNNING)
+
+    @property
+    def realtime(self) -> bool:
+        return self.config[EXECUTION_MODE] == REALTIME
 
     def _start_latest_sources(self) -> None:
         """Partitions of LATEST sources that have no committed offset get their end offset committed
@@ -284,37 +315,45 @@ class SparkStreams:
                           self.config[MAX_OFFSETS_PER_TRIGGER], self.config.client_props("consumer."),
                           str(self._stop_file))
 
-    def _start_query(self) -> StreamingQuery:
-        assert self._spark is not None
-        checkpoint = self._app_dir / "spark-checkpoint"
-        shutil.rmtree(checkpoint, ignore_errors=True)  # committed Kafka offsets say where to resume
-        source = (self._spark.readStream.format(FORMAT)
-                  .option(PLAN_OPTION, self._source_plan().to_json())
-                  .load())
-        runner = StreamTaskRunner(self._topology, self._props, self._run_id)
-        with own_worker_pool(self._spark):
-            summaries = source.mapInArrow(runner, SUMMARY_DDL)
-        return (summaries.writeStream
-                .queryName(self.config.application_id)
-                .foreachBatch(self._record_batch)
-                .trigger(processingTime=f"{self.config[cfg.COMMIT_INTERVAL_MS]} milliseconds")
-                .option("checkpointLocation", str(checkpoint))
-                .start())
+    def _start_execution(self) -> Execution:
+        """Starts the stream tasks on Spark in the configured mode (again after a failure: from the
+        committed offsets)."""
+        assert self._spark is not None and self.plan is not None
+        source = self._source_plan()
+        if not self.realtime:
+            return MicroBatchExecution(self._spark, self._topology, self._props, self._run_id, source,
+                                       self._app_dir, self.config[cfg.COMMIT_INTERVAL_MS], self._record_batch)
+        owned = {f"{sub.id}_{p}": source.owned(sub.id, p) for sub in self.plan.subtopologies
+                 for p in range(sub.tasks)}
+        return RealtimeExecution(self._spark, self._topology, self._props, self._run_id,
+                                 self.config.application_id, owned, self.num_stream_threads,
+                                 self.config[REALTIME_BATCH_DURATION_MS] / 1000, self._record_progress,
+                                 self._record_batch)
 
-    def _record_batch(self, df: DataFrame, batch_id: int) -> None:
-        rows = df.collect()
+    def _record_batch(self, rows: list[Any]) -> None:
+        """A batch ended: in micro-batch mode its rows carry the tasks' figures; in real-time mode the
+        threads reported them at every commit already."""
         with self._lock:
             self.progress.batches += 1
             self.progress.batch_finished.append(time.monotonic())
+            if self.realtime:
+                return
             for row in rows:
-                task = self.progress.tasks.setdefault(row["task"], TaskProgress())
-                task.batches += 1
-                task.records += row["records"]
-                task.output += row["output"]
-                task.restored += row["restored"]
-                task.skipped += int(row["skipped"])
-                task.reused += int(row["reused"])
-                task.millis += row["millis"]
+                self.progress.add(row["task"], {
+                    "batches": 1, "records": row["records"], "output": row["output"],
+                    "restored": row["restored"], "skipped": int(row["skipped"]), "reused": int(row["reused"]),
+                    "commits": int(not row["skipped"]), "millis": row["millis"]})
+
+    def _record_progress(self, task: str, counters: dict[str, int]) -> None:
+        with self._lock:
+            self.progress.add(task, counters)
+
+    def metadata_for_local_threads(self) -> list[ThreadMetadata]:
+        """The stream threads of the running real-time batch (Kafka's ``metadataForLocalThreads``):
+        name, state, active tasks, host and process id of the Spark Python worker, time of the last
+        commit; empty in micro-batch mode."""
+        execution = self._execution
+        return execution.thread_metadata() if isinstance(execution, RealtimeExecution) else []
 
     def lag(self) -> int:
         """Records in the source topics (committed data) that the application has not committed yet,
@@ -351,7 +390,7 @@ class SparkStreams:
         """Blocks until the query stops (True) or ``timeout`` seconds pass (False); a failed query
         raises ProcessingError with Spark's message."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._query is not None and self._query.isActive:
+        while self._execution is not None and self._execution.is_active:
             self._raise_if_failed()
             if deadline is not None and time.monotonic() > deadline:
                 return False
@@ -368,14 +407,16 @@ class SparkStreams:
         """The query's failure (the state becomes ERROR). A query whose Python worker could not start
         (a busy machine missing Spark's fixed 10 s connect-back timeout) is restarted instead, a few
         times: nothing is lost, it resumes from the committed offsets."""
-        error = None if self._query is None else self._query.exception()
+        error = None if self._execution is None else self._execution.exception()
         if error is None:
             return None
         if any(marker in str(error) for marker in _TRANSIENT) and self._restarts < _MAX_RESTARTS:
             self._restarts += 1
-            log.warning("A Spark Python worker of %s did not start in time; restarting the query "
-                        "(%d/%d)", self.config.application_id, self._restarts, _MAX_RESTARTS)
-            self._query = self._start_query()
+            log.warning("A Spark Python worker of %s failed (%s); starting the stream tasks again from the "
+                        "committed offsets (%d/%d)", self.config.application_id, _first_line(error),
+                        self._restarts, _MAX_RESTARTS)
+            self._execution.stop()
+            self._execution = self._start_execution()
             return None
         if self._handled_by_replacing(error):
             return None
@@ -397,7 +438,8 @@ class SparkStreams:
             return False
         log.warning("Application %s failed (%s); the uncaught exception handler replaces the query: it "
                     "resumes from the committed offsets", self.config.application_id, error)
-        self._query = self._start_query()
+        self._execution.stop()
+        self._execution = self._start_execution()
         return True
 
     def store(self, params: StoreQueryParameters) -> Any:
@@ -417,31 +459,18 @@ class SparkStreams:
         return self._store_copies.store(params)
 
     def stop(self) -> None:
-        """Stops planning micro-batches, lets a running one commit, then stops the query; closes
+        """Lets the running commit finish and stops the stream tasks (real-time: the threads commit
+        and end their batch; micro-batch: no more batches are planned, a running one commits); closes
         the driver's store copies of interactive queries."""
         if self._store_copies is not None:
             self._store_copies.close()
             self._store_copies = None
-        query = self._query
-        if query is None:
+        execution = self._execution
+        if execution is None:
             return
         self._set_state(State.PENDING_SHUTDOWN)
-        self._stop_file.touch()
-        deadline = time.monotonic() + _STOP_WAIT_S
-        idle_since: float | None = None
-        quiet = max(0.5, 2 * self.config[cfg.COMMIT_INTERVAL_MS] / 1000)
-        while query.isActive and time.monotonic() < deadline:
-            now = time.monotonic()
-            if query.status["isTriggerActive"]:
-                idle_since = None
-            elif idle_since is None:
-                idle_since = now
-            elif now - idle_since > quiet:
-                break
-            time.sleep(0.05)
-        query.stop()
-        self._query = None
-        self._stop_file.unlink(missing_ok=True)
+        execution.stop()
+        self._execution = None
         self._release_open_tasks()
         if self._offset_clients is not None:
             self._offset_clients[1].close()

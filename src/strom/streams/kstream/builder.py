@@ -4,87 +4,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
-from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.internals.dsl_stores import apply_default_dsl_store
+from strom.streams.kstream.internals.global_store import add_global_store, global_table
+from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
 from strom.streams.kstream.kstream import KStream
+from strom.streams.kstream.ktable import KTable, source_table
 from strom.streams.kstream.options import Consumed, Materialized, Named, StoreType
 from strom.streams.processor.api import Processor
-from strom.streams.processor.internals.builder import InternalTopologyBuilder, pattern_member
+from strom.streams.processor.internals.builder import pattern_member
 from strom.streams.processor.topology import Topology
 
-if TYPE_CHECKING:
-    from strom.streams.kstream.global_table import GlobalKTable
-    from strom.streams.kstream.ktable import KTable
-
-
-class InternalStreamsBuilder:
-    """Shared by all streams and tables of one StreamsBuilder: the topology and Kafka's name counter."""
-
-    def __init__(self) -> None:
-        self.internal = InternalTopologyBuilder()
-        self._index = 0
-
-    def next_index(self) -> str:
-        index = f"{self._index:010d}"
-        self._index += 1
-        return index
-
-    def node_name(self, named: Named | None, prefix: str) -> str:
-        """The user's name if given, else Kafka Streams' generated ``<PREFIX><10-digit index>``."""
-        if named is not None and named.name:
-            return named.name
-        return prefix + self.next_index()
-
-    def store_name(self, materialized: Materialized | None, prefix: str) -> str:
-        if materialized is not None and materialized.store_name:
-            return materialized.store_name
-        return f"{prefix}STATE-STORE-{self.next_index()}"
-
-    def require_copartitioned(self, source_topics: frozenset[str]) -> None:
-        """State read by key across several source topics (e.g. an aggregation after a merge) is only
-        right when every key lands in the same task: the topics must have equal partition counts."""
-        if len(source_topics) > 1 or any(map(self.internal.stands_for_several_topics, source_topics)):
-            self.internal.copartition(source_topics)
-
-    def connect_stores(
-        self, processor: str, store_names: tuple[str, ...], source_topics: frozenset[str]
-    ) -> None:
-        """Gives a Processor API step its stores; it reads them by key, so its input topics must be
-        co-partitioned."""
-        if store_names:
-            self.require_copartitioned(source_topics)
-            self.internal.connect_processor_and_state_stores(processor, *store_names)
-
-    def repartition(
-        self,
-        stream: KStream,
-        base: str,
-        key_serde: Any,
-        value_serde: Any,
-        partitions: int | None = None,
-        partitioner: Any = None,
-    ) -> KStream:
-        """``stream`` → (drop null keys) → topic ``<base>-repartition`` → a new source in a new
-        sub-topology. The returned stream no longer needs repartitioning."""
-        topic = f"{base}-repartition"
-        self.internal.add_internal_topic(topic, partitions)
-        filter_name = f"{base}-repartition-filter"
-        sink_name = f"{base}-repartition-sink"
-        source_name = f"{base}-repartition-source"
-        self.internal.add_processor(filter_name, sl.DropNullKeys, stream.name)
-        self.internal.add_sink(
-            sink_name,
-            topic,
-            filter_name,
-            key_serde=key_serde,
-            value_serde=value_serde,
-            partitioner=partitioner,
-        )
-        self.internal.add_source(source_name, [topic], key_serde, value_serde)
-        return KStream(self, source_name, key_serde, value_serde, False, frozenset({topic}))
+__all__ = [
+    "StreamsBuilder",
+]
 
 
 class StreamsBuilder:
@@ -116,8 +52,6 @@ class StreamsBuilder:
     ) -> KTable:
         """``table(topic)``, ``table(topic, Consumed)``, ``table(topic, Materialized)`` or
         ``table(topic, Consumed, Materialized)``, as Kafka's overloads."""
-        from strom.streams.kstream.ktable import source_table
-
         if isinstance(consumed, Materialized) and materialized is None:
             consumed, materialized = None, consumed
         return source_table(self.builder, topic, consumed or Consumed(), materialized)
@@ -126,8 +60,6 @@ class StreamsBuilder:
         self, topic: str, consumed: Consumed | None = None, materialized: Materialized | None = None
     ) -> GlobalKTable:
         """A table of every partition of ``topic``, replicated to every task (restored from the topic)."""
-        from strom.streams.kstream.global_table import global_table
-
         return global_table(self.builder, topic, consumed, materialized)
 
     def add_global_store(self, store_builder: Any, topic: str, consumed: Consumed | None,
@@ -135,8 +67,6 @@ class StreamsBuilder:
         """A global store filled from every partition of ``topic`` by ``state_update_supplier()``, a
         processor that writes it (it sees every record, null keys included, also when the store is
         rebuilt from the topic); every processor may read the store by name."""
-        from strom.streams.kstream.global_table import add_global_store
-
         add_global_store(self.builder, store_builder, topic, consumed, state_update_supplier)
         return self
 

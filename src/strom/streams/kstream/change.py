@@ -7,6 +7,11 @@ from typing import Any, NamedTuple
 
 from strom.errors import SerializationError
 
+__all__ = [
+    "Change",
+    "ChangeSerde",
+]
+
 
 class Change(NamedTuple):
     new_value: Any

@@ -9,26 +9,27 @@ key or value are skipped, as in ``aggregate``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals import aggregate as ag
-from strom.streams.kstream.internals import stateless as sl
-from strom.streams.kstream.internals.table import KTableProcessorSupplier
+from strom.streams.kstream.internals.aggregate import KStreamAggregate
+from strom.streams.kstream.internals.cogroup import Aggregator, cogroup_nodes
 from strom.streams.kstream.ktable import KTable
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
-from strom.streams.processor.api import Processor
+from strom.streams.kstream.windowed_kstream import (
+    AnyWindows,
+    SessionWindowedCogroupedKStream,
+    TimeWindowedCogroupedKStream,
+    cogrouped_windowed_by,
+)
 
 if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedStream
-    from strom.streams.kstream.windowed_kstream import (
-        AnyWindows,
-        SessionWindowedCogroupedKStream,
-        TimeWindowedCogroupedKStream,
-    )
 
-Aggregator = Callable[[Any, Any, Any], Any]
+__all__ = [
+    "CogroupedKStream",
+]
 
 
 class CogroupedKStream:
@@ -63,50 +64,15 @@ class CogroupedKStream:
         store_name = self.builder.store_name(materialized, "COGROUPKSTREAM-AGGREGATE-")
         merge, supplier, aggregators, source_topics = cogroup_nodes(
             self.inputs, store_name,
-            lambda table, aggregator: ag.KStreamAggregate(table, initializer, aggregator), named)
+            lambda table, aggregator: KStreamAggregate(table, initializer, aggregator), named)
         key_serde = (materialized.key_serde if materialized else None) or self.inputs[0][0].key_serde
         table = KTable(self.builder, merge, supplier, key_serde,
                        materialized.value_serde if materialized else None, None, source_topics=source_topics)
-        table._materialize(materialized, store_name, *aggregators)
+        table.materialize(materialized, store_name, *aggregators)
         return table
 
     def windowed_by(
         self, windows: AnyWindows
     ) -> TimeWindowedCogroupedKStream | SessionWindowedCogroupedKStream:
         """Aggregate per window: TimeWindows (tumbling, hopping), SlidingWindows or SessionWindows."""
-        from strom.streams.kstream.windowed_kstream import cogrouped_windowed_by
-
         return cogrouped_windowed_by(self, windows)
-
-
-def cogroup_nodes(
-    inputs: Sequence[tuple[KGroupedStream, Aggregator]],
-    store_name: str,
-    make_processor: Callable[[KTableProcessorSupplier, Aggregator], Processor],
-    named: Named | None,
-) -> tuple[str, KTableProcessorSupplier, list[str], frozenset[str]]:
-    """Per input, a node made by ``make_processor(table supplier, its aggregator)`` that updates store
-    ``store_name`` (after a repartition topic, named by Grouped else ``<store>-<n>``, when the input's
-    key changed); then a merge node, the table, whose supplier carries the store name and the
-    old-values switch every input's processor reads. Returns the merge node, its supplier, the
-    aggregate nodes (for the caller to connect to the store it builds) and the source topics
-    (declared co-partitioned here)."""
-    builder = inputs[0][0].builder
-    internal = builder.internal
-    table = KTableProcessorSupplier(lambda _: sl.PassThrough(), store_name)
-    aggregators, source_topics = [], frozenset[str]()
-    for position, (grouped, aggregator) in enumerate(inputs):
-        stream = grouped.keyed_records(f"{store_name}-{position}")
-        name = builder.node_name(None, "COGROUPKSTREAM-AGGREGATE-")
-        internal.add_processor(name, _bind(make_processor, table, aggregator), stream.name)
-        aggregators.append(name)
-        source_topics |= stream.source_topics
-    merge = builder.node_name(named, "COGROUPKSTREAM-MERGE-")
-    internal.add_processor(merge, table, *aggregators)
-    internal.copartition(source_topics)
-    return merge, table, aggregators, source_topics
-
-
-def _bind(make_processor: Callable[[KTableProcessorSupplier, Aggregator], Processor],
-          table: KTableProcessorSupplier, aggregator: Aggregator) -> Callable[[], Processor]:
-    return lambda: make_processor(table, aggregator)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+__all__ = [
+    "EmitStrategy",
+    "StrategyType",
+]
+
 
 class StrategyType(enum.Enum):
     ON_WINDOW_UPDATE = "on_window_update"

@@ -8,22 +8,37 @@ from typing import TYPE_CHECKING, Any
 
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import ChangeSerde
-from strom.streams.kstream.internals import aggregate as ag
+from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
+from strom.streams.kstream.internals.aggregate import (
+    KStreamAggregate,
+    KStreamReduce,
+    KTableAggregate,
+    KTableReduce,
+)
 from strom.streams.kstream.internals.functions import count_aggregator, count_initializer, count_subtractor
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
-from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable, materialized_table
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
+from strom.streams.kstream.windowed_kstream import (
+    AnyWindows,
+    SessionWindowedKStream,
+    TimeWindowedKStream,
+    windowed_by,
+)
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
-    from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
-    from strom.streams.kstream.windowed_kstream import AnyWindows, SessionWindowedKStream, TimeWindowedKStream
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
+    from strom.streams.kstream.kstream import KStream
+
+__all__ = [
+    "KGroupedStream",
+    "KGroupedTable",
+]
 
 
 class _Grouped(ABC):
     """What both grouped kinds share: an aggregation is a table processor with a timestamped store,
-    fed by ``_input`` (the grouped node, or a repartition topic in front of it)."""
+    fed by ``aggregation_input`` (the grouped node, or a repartition topic in front of it)."""
 
     def __init__(
         self,
@@ -42,15 +57,14 @@ class _Grouped(ABC):
         self.source_topics = source_topics
 
     @abstractmethod
-    def _input(self, store_name: str) -> str:
+    def aggregation_input(self, store_name: str) -> str:
         """The node the aggregation reads from; ``store_name`` names a repartition topic if one is needed."""
 
     def _repartition(self, store_name: str, value_serde: Any) -> KStream:
         """Writes the grouped records to ``<Grouped name, else store name>-repartition``; returns the
         stream reading them back."""
-        stream = KStream(self.builder, self.name, self.key_serde, self.value_serde, True, self.source_topics)
         base = self.grouped_name or store_name
-        return self.builder.repartition(stream, base, self.key_serde, value_serde)
+        return self.builder.repartition(self.name, base, self.key_serde, value_serde)
 
     def _build(
         self,
@@ -63,7 +77,7 @@ class _Grouped(ABC):
         """``value_serde`` is the result's serde unless the Materialized gives one."""
         named, materialized = named_and_materialized(named, materialized)
         store_name = self.builder.store_name(materialized, prefix)
-        parent = self._input(store_name)
+        parent = self.aggregation_input(store_name)
         name = self.builder.node_name(named, prefix)
         return materialized_table(
             self.builder,
@@ -95,7 +109,7 @@ class KGroupedStream(_Grouped):
         super().__init__(builder, name, key_serde, value_serde, grouped_name, source_topics)
         self.repartition_required = repartition_required
 
-    def _input(self, store_name: str) -> str:
+    def aggregation_input(self, store_name: str) -> str:
         if not self.repartition_required:
             self.builder.require_copartitioned(self.source_topics)
         return self.keyed_records(store_name).name
@@ -104,8 +118,8 @@ class KGroupedStream(_Grouped):
         """The records partitioned by their key: this stream, or, when the key changed upstream, the
         source of a repartition topic in front of it (named by Grouped, else ``store_name``)."""
         if not self.repartition_required:
-            return KStream(self.builder, self.name, self.key_serde, self.value_serde, False,
-                           self.source_topics)
+            return self.builder.new_stream(self.name, self.key_serde, self.value_serde,
+                                           source_topics=self.source_topics)
         return self._repartition(store_name, self.value_serde)
 
     def count(
@@ -116,7 +130,7 @@ class KGroupedStream(_Grouped):
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KStreamAggregate(s, count_initializer, count_aggregator),
+            lambda s: KStreamAggregate(s, count_initializer, count_aggregator),
             Serdes.Long(),
         )
 
@@ -128,7 +142,7 @@ class KGroupedStream(_Grouped):
     ) -> KTable:
         """Combines the values of a key with ``reducer(aggregate, value)``; the first value starts it."""
         return self._build(
-            "KSTREAM-REDUCE-", named, materialized, lambda s: ag.KStreamReduce(s, reducer), self.value_serde
+            "KSTREAM-REDUCE-", named, materialized, lambda s: KStreamReduce(s, reducer), self.value_serde
         )
 
     def aggregate(
@@ -144,28 +158,24 @@ class KGroupedStream(_Grouped):
             "KSTREAM-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KStreamAggregate(s, initializer, aggregator),
+            lambda s: KStreamAggregate(s, initializer, aggregator),
             None,
         )
 
     def cogroup(self, aggregator: Callable[[Any, Any, Any], Any]) -> CogroupedKStream:
         """Starts a cogrouped aggregation: this stream's records update it with ``aggregator(key,
         value, aggregate)``; ``.cogroup(other_grouped, its_aggregator)`` adds more inputs."""
-        from strom.streams.kstream.cogrouped_kstream import CogroupedKStream
-
         return CogroupedKStream(self, aggregator)
 
     def windowed_by(self, windows: AnyWindows) -> TimeWindowedKStream | SessionWindowedKStream:
         """Aggregate per window: TimeWindows (tumbling/hopping), SlidingWindows or SessionWindows."""
-        from strom.streams.kstream.windowed_kstream import windowed_by
-
         return windowed_by(self, windows)
 
 
 class KGroupedTable(_Grouped):
     """A re-keyed table; its updates always travel through a repartition topic, as Change records."""
 
-    def _input(self, store_name: str) -> str:
+    def aggregation_input(self, store_name: str) -> str:
         return self._repartition(store_name, ChangeSerde(self.value_serde)).name
 
     def count(
@@ -176,7 +186,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KTableAggregate(s, count_initializer, count_aggregator, count_subtractor),
+            lambda s: KTableAggregate(s, count_initializer, count_aggregator, count_subtractor),
             Serdes.Long(),
         )
 
@@ -193,7 +203,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-REDUCE-",
             named,
             materialized,
-            lambda s: ag.KTableReduce(s, adder, subtractor),
+            lambda s: KTableReduce(s, adder, subtractor),
             self.value_serde,
         )
 
@@ -211,7 +221,7 @@ class KGroupedTable(_Grouped):
             "KTABLE-AGGREGATE-",
             named,
             materialized,
-            lambda s: ag.KTableAggregate(s, initializer, adder, subtractor),
+            lambda s: KTableAggregate(s, initializer, adder, subtractor),
             None,
         )
 

@@ -12,6 +12,13 @@ from strom.errors import TopologyError
 from strom.streams.kstream.internals.functions import required_positional
 from strom.streams.kstream.windows import Duration, to_millis
 
+__all__ = [
+    "Joined",
+    "Joiner",
+    "StreamJoined",
+    "ValueJoiner",
+]
+
 
 @dataclass(frozen=True)
 class Joined:
@@ -83,10 +90,14 @@ class StreamJoined:
         return dataclasses.replace(self, in_memory=True)
 
 
+Joiner = Callable[..., Any]
+"""What a user gives a join: ValueJoiner ``(left, right)`` or ValueJoinerWithKey ``(key, left, right)``."""
+
 ValueJoiner = Callable[[Any, Any, Any], Any]
+"""A joiner as the join processors call it, ``(key, left, right)`` (``value_joiner`` adapts a Joiner)."""
 
 
-def value_joiner(joiner: Callable[..., Any], operator: str) -> ValueJoiner:
+def value_joiner(joiner: Joiner, operator: str) -> ValueJoiner:
     """``joiner(left, right)`` or ``joiner(key, left, right)`` (Kafka's ValueJoinerWithKey)."""
     if not callable(joiner):
         raise TopologyError(f"{operator} needs a joiner function, got {joiner!r}.")

@@ -3,11 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals import stateless as sl
+from strom.streams.kstream.global_table import GlobalKTable
+from strom.streams.kstream.grouped import KGroupedStream
+from strom.streams.kstream.internals.concurrent import map_values_supplier, process_supplier
 from strom.streams.kstream.internals.functions import key_value_function, takes_key, value_function
+from strom.streams.kstream.internals.global_table_join import stream_global_table_join
+from strom.streams.kstream.internals.join_kind import JoinKind
+from strom.streams.kstream.internals.stateless import (
+    KStreamBranch,
+    KStreamFilter,
+    KStreamFilterNot,
+    KStreamFlatMap,
+    KStreamFlatMapValues,
+    KStreamMap,
+    KStreamMapValues,
+    KStreamMapValuesWithKey,
+    KStreamPeek,
+    KStreamPrint,
+    KStreamSelectKey,
+    PassThrough,
+)
+from strom.streams.kstream.internals.stream_stream_join import stream_stream_join
+from strom.streams.kstream.internals.stream_table_join import stream_table_join
+from strom.streams.kstream.join_options import Joined, Joiner, StreamJoined
+from strom.streams.kstream.ktable import KTable, to_table
 from strom.streams.kstream.options import (
     Branched,
     Grouped,
@@ -17,12 +39,16 @@ from strom.streams.kstream.options import (
     Produced,
     Repartitioned,
 )
+from strom.streams.kstream.windows import JoinWindows
 from strom.streams.processor.api import ProcessorSupplier
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
-    from strom.streams.kstream.grouped import KGroupedStream
-    from strom.streams.kstream.ktable import KTable
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
+
+__all__ = [
+    "BranchedKStream",
+    "KStream",
+]
 
 
 class KStream:
@@ -75,23 +101,23 @@ class KStream:
     def filter(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
         """Keeps records for which ``predicate(key, value)`` is true."""
         fn = key_value_function(predicate, "filter")
-        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilter(fn))
+        return self._child("KSTREAM-FILTER-", named, lambda: KStreamFilter(fn))
 
     def filter_not(self, predicate: Callable[[Any, Any], bool], named: Named | None = None) -> KStream:
         """Drops records for which ``predicate(key, value)`` is true."""
         fn = key_value_function(predicate, "filter_not")
-        return self._child("KSTREAM-FILTER-", named, lambda: sl.KStreamFilterNot(fn))
+        return self._child("KSTREAM-FILTER-", named, lambda: KStreamFilterNot(fn))
 
     def map(self, mapper: Callable[[Any, Any], tuple[Any, Any]], named: Named | None = None) -> KStream:
         """``mapper(key, value)`` returns the new (key, value); a stateful operator after it repartitions."""
         fn = key_value_function(mapper, "map")
         return self._child(
-            "KSTREAM-MAP-", named, lambda: sl.KStreamMap(fn, "map"), key_changed=True, keeps_serdes=False
+            "KSTREAM-MAP-", named, lambda: KStreamMap(fn, "map"), key_changed=True, keeps_serdes=False
         )
 
     def map_values(self, mapper: Callable[..., Any], named: Named | None = None) -> KStream:
         """``mapper(value)`` or ``mapper(key, value)``; the key stays, so no repartitioning follows."""
-        processor = sl.KStreamMapValuesWithKey if takes_key(mapper, "map_values") else sl.KStreamMapValues
+        processor = KStreamMapValuesWithKey if takes_key(mapper, "map_values") else KStreamMapValues
         return self._child("KSTREAM-MAPVALUES-", named, lambda: processor(mapper), keeps_serdes=False)
 
     def flat_map(
@@ -100,30 +126,30 @@ class KStream:
         """``mapper(key, value)`` returns zero or more (key, value) pairs; the key may change."""
         fn = key_value_function(mapper, "flat_map")
         return self._child(
-            "KSTREAM-FLATMAP-", named, lambda: sl.KStreamFlatMap(fn), key_changed=True, keeps_serdes=False
+            "KSTREAM-FLATMAP-", named, lambda: KStreamFlatMap(fn), key_changed=True, keeps_serdes=False
         )
 
     def flat_map_values(self, mapper: Callable[..., Iterable[Any]], named: Named | None = None) -> KStream:
         """``mapper(value)`` or ``mapper(key, value)`` returns zero or more values; the key stays."""
         fn = value_function(mapper, "flat_map_values")
         return self._child(
-            "KSTREAM-FLATMAPVALUES-", named, lambda: sl.KStreamFlatMapValues(fn), keeps_serdes=False
+            "KSTREAM-FLATMAPVALUES-", named, lambda: KStreamFlatMapValues(fn), keeps_serdes=False
         )
 
     def select_key(self, mapper: Callable[[Any, Any], Any], named: Named | None = None) -> KStream:
         """``mapper(key, value)`` returns the new key; a stateful operator after it repartitions."""
         fn = key_value_function(mapper, "select_key")
-        return self._child("KSTREAM-KEY-SELECT-", named, lambda: sl.KStreamSelectKey(fn), key_changed=True)
+        return self._child("KSTREAM-KEY-SELECT-", named, lambda: KStreamSelectKey(fn), key_changed=True)
 
     def peek(self, action: Callable[[Any, Any], None], named: Named | None = None) -> KStream:
         """Calls ``action(key, value)`` for each record and forwards it unchanged (logging, metrics)."""
         fn = key_value_function(action, "peek")
-        return self._child("KSTREAM-PEEK-", named, lambda: sl.KStreamPeek(fn, True))
+        return self._child("KSTREAM-PEEK-", named, lambda: KStreamPeek(fn, True))
 
     def foreach(self, action: Callable[[Any, Any], None], named: Named | None = None) -> None:
         """Calls ``action(key, value)`` for each record; terminal."""
         fn = key_value_function(action, "foreach")
-        self._child("KSTREAM-FOREACH-", named, lambda: sl.KStreamPeek(fn, False))
+        self._child("KSTREAM-FOREACH-", named, lambda: KStreamPeek(fn, False))
 
     def print(self, printed: Printed) -> None:
         """Writes each record as a line ``[label]: key, value`` (``Printed.to_sys_out()`` or
@@ -132,7 +158,7 @@ class KStream:
         mapper = (key_value_function(printed.mapper, "Printed.with_key_value_mapper")
                   if printed.mapper is not None else None)
         label = printed.label if printed.label is not None else name
-        self.builder.internal.add_processor(name, lambda: sl.KStreamPrint(printed.path, label, mapper),
+        self.builder.internal.add_processor(name, lambda: KStreamPrint(printed.path, label, mapper),
                                             self.name)
 
     def split(self, named: Named | None = None) -> BranchedKStream:
@@ -143,7 +169,7 @@ class KStream:
         """Interleaves this stream and ``other`` in arrival order."""
         if other.builder is not self.builder:
             raise TopologyError("Cannot merge streams of different StreamsBuilders.")
-        merged = self._child("KSTREAM-MERGE-", named, sl.PassThrough, parents=[other.name])
+        merged = self._child("KSTREAM-MERGE-", named, PassThrough, parents=[other.name])
         merged.repartition_required = self.repartition_required or other.repartition_required
         merged.source_topics = self.source_topics | other.source_topics
         if self.key_serde is not other.key_serde:
@@ -171,7 +197,7 @@ class KStream:
         repartitioned = repartitioned or Repartitioned()
         base = repartitioned.name or self.builder.node_name(None, "KSTREAM-REPARTITION-")
         return self.builder.repartition(
-            self,
+            self.name,
             base,
             repartitioned.key_serde or self.key_serde,
             repartitioned.value_serde or self.value_serde,
@@ -199,8 +225,6 @@ class KStream:
     ) -> KStream:
         """``mapper(value)`` (plain or ``async def``) on ``concurrency`` key-ordered units, for I/O-bound
         steps: outputs keep per-key order and all finish before the task commits (docs/tasks.md)."""
-        from strom.streams.kstream.internals.concurrent import map_values_supplier
-
         supplier = map_values_supplier(mapper, concurrency)
         return self._child("KSTREAM-MAPVALUES-CONCURRENTLY-", named, supplier, keeps_serdes=False)
 
@@ -209,8 +233,6 @@ class KStream:
     ) -> KStream:
         """``fn(record)`` returning a Record, Records or None, run like ``map_values_concurrently``;
         the key may change."""
-        from strom.streams.kstream.internals.concurrent import process_supplier
-
         supplier = process_supplier(fn, concurrency)
         return self._child("KSTREAM-PROCESS-CONCURRENTLY-", named, supplier, key_changed=True,
                            keeps_serdes=False)
@@ -218,8 +240,6 @@ class KStream:
     # ---- stateful -------------------------------------------------------------------------------
     def group_by_key(self, grouped: Grouped | None = None) -> KGroupedStream:
         """Groups by the current key for an aggregation (repartitioned if the key changed upstream)."""
-        from strom.streams.kstream.grouped import KGroupedStream
-
         grouped = grouped or Grouped()
         return KGroupedStream(
             self.builder,
@@ -236,37 +256,72 @@ class KStream:
         aggregation reads through a repartition topic."""
         return self.select_key(key_value_function(selector, "group_by")).group_by_key(grouped)
 
-    # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
-    def join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:
-        """Inner join with a KStream ``(other, joiner, JoinWindows, StreamJoined)``, a KTable
-        ``(other, joiner, Joined)`` or a GlobalKTable ``(other, key_selector, joiner, Named)``."""
-        from strom.streams.kstream.joins import INNER, stream_join
+    # ---- joins (wired in kstream.internals: stream_stream_join, stream_table_join, global_table_join) --
+    @overload
+    def join(self, other: KStream, joiner: Joiner, windows: JoinWindows,
+             stream_joined: StreamJoined | None = None, /) -> KStream: ...
 
-        return stream_join(self, other, INNER, *args, **kwargs)
+    @overload
+    def join(self, other: KTable, joiner: Joiner, joined: Joined | None = None, /) -> KStream: ...
 
-    def left_join(self, other: Any, *args: Any, **kwargs: Any) -> KStream:
-        """Left join; arguments as ``join``."""
-        from strom.streams.kstream.joins import LEFT, stream_join
+    @overload
+    def join(self, other: GlobalKTable, key_selector: Callable[[Any, Any], Any], joiner: Joiner,
+             named: Named | None = None, /) -> KStream: ...
 
-        return stream_join(self, other, LEFT, *args, **kwargs)
+    def join(self, other: KStream | KTable | GlobalKTable, second: Any, third: Any = None,
+             fourth: Any = None, /) -> KStream:
+        """Inner join with a KStream ``(other, joiner, JoinWindows[, StreamJoined])``, a KTable
+        ``(table, joiner[, Joined])`` or a GlobalKTable ``(table, key_selector, joiner[, Named])``. A
+        joiner takes ``(left, right)`` or ``(key, left, right)``."""
+        return self._join(JoinKind.INNER, other, second, third, fourth)
 
-    def outer_join(self, other: KStream, *args: Any, **kwargs: Any) -> KStream:
-        """Outer join with another KStream ``(other, joiner, JoinWindows, StreamJoined)``."""
-        from strom.streams.kstream.joins import OUTER, stream_join
+    @overload
+    def left_join(self, other: KStream, joiner: Joiner, windows: JoinWindows,
+                  stream_joined: StreamJoined | None = None, /) -> KStream: ...
 
-        return stream_join(self, other, OUTER, *args, **kwargs)
+    @overload
+    def left_join(self, other: KTable, joiner: Joiner, joined: Joined | None = None, /) -> KStream: ...
+
+    @overload
+    def left_join(self, other: GlobalKTable, key_selector: Callable[[Any, Any], Any], joiner: Joiner,
+                  named: Named | None = None, /) -> KStream: ...
+
+    def left_join(self, other: KStream | KTable | GlobalKTable, second: Any, third: Any = None,
+                  fourth: Any = None, /) -> KStream:
+        """Left join (every record of this stream, with None for a missing partner); arguments as
+        ``join``."""
+        return self._join(JoinKind.LEFT, other, second, third, fourth)
+
+    def outer_join(self, other: KStream, joiner: Joiner, windows: JoinWindows,
+                   stream_joined: StreamJoined | None = None, /) -> KStream:
+        """Outer join with another KStream (every record of either side, with None for a missing
+        partner)."""
+        return self._join(JoinKind.OUTER, other, joiner, windows, stream_joined)
+
+    def _join(self, kind: JoinKind, other: Any, second: Any, third: Any, fourth: Any) -> KStream:
+        if isinstance(other, KStream):
+            return stream_stream_join(self, other, kind, second, third, fourth)
+        if kind is JoinKind.OUTER:
+            raise TopologyError("outer_join of a KStream needs another KStream; KStream-KTable and "
+                                "KStream-GlobalKTable joins are inner or left.")
+        if isinstance(other, KTable):
+            if fourth is not None:
+                raise TopologyError(f"A KStream-KTable join takes (table, joiner, Joined); got {fourth!r} "
+                                    "as well.")
+            return stream_table_join(self, other, kind, second, third)
+        if isinstance(other, GlobalKTable):
+            return stream_global_table_join(self, other, kind, second, third, fourth)
+        raise TopologyError(f"A KStream joins a KStream, a KTable or a GlobalKTable, not {other!r}.")
 
     def to_table(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None
     ) -> KTable:
         """The stream as a table: each record is an update of its key (null keys are dropped). After a key
         change the stream goes through a repartition topic first."""
-        from strom.streams.kstream.ktable import to_table
-
         stream = self
         if self.repartition_required:
             base = self.builder.node_name(None, "KSTREAM-TOTABLE-")
-            stream = self.builder.repartition(self, base, self.key_serde, self.value_serde)
+            stream = self.builder.repartition(self.name, base, self.key_serde, self.value_serde)
         else:
             self.builder.require_copartitioned(self.source_topics)
         return to_table(stream, named, materialized)
@@ -316,12 +371,12 @@ class BranchedKStream:
         children = [c for _, c, _ in self._branches]
         default_child = default[0] if default else None
         builder.internal.add_processor(
-            self.name, lambda: sl.KStreamBranch(predicates, children, default_child), self.stream.name
+            self.name, lambda: KStreamBranch(predicates, children, default_child), self.stream.name
         )
         outputs = [(c, b) for _, c, b in self._branches] + ([default] if default else [])
         result: dict[str, Any] = {}
         for child, branched in outputs:
-            builder.internal.add_processor(child, sl.PassThrough, self.name)
+            builder.internal.add_processor(child, PassThrough, self.name)
             branch = KStream(
                 builder,
                 child,

@@ -3,20 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from strom.errors import TopologyError
-from strom.streams.kstream.internals import table as tp
+from strom.streams.kstream.internals.foreign_key_join import foreign_key_join
 from strom.streams.kstream.internals.functions import key_value_function, value_function
+from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.materialize import table_store_builder
+from strom.streams.kstream.internals.suppress import suppress
+from strom.streams.kstream.internals.table import (
+    KTableFilter,
+    KTableMapValues,
+    KTableProcessorSupplier,
+    KTableRepartitionMap,
+    KTableSource,
+    KTableToStream,
+    KTableTransformValues,
+)
+from strom.streams.kstream.internals.table_table_join import table_table_join
+from strom.streams.kstream.join_options import Joiner
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
-    from strom.streams.kstream.builder import InternalStreamsBuilder
     from strom.streams.kstream.grouped import KGroupedTable
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
     from strom.streams.kstream.kstream import KStream
     from strom.streams.kstream.suppressed import Suppressed
+    from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows
     from strom.streams.processor.api import ProcessorContext
+
+__all__ = [
+    "KTable",
+    "ValueTransformerWithKey",
+]
 
 
 class ValueTransformerWithKey:
@@ -39,11 +58,14 @@ class KTable:
     """Operators forward ``Change(new, old)`` records. ``queryable_store_name`` is the store name when the
     table was materialized under a name (``Materialized.as_``), else None."""
 
+    windows: TimeWindows | SlidingWindows | SessionWindows | None = None
+    """The windows of a table keyed by ``Windowed`` keys (a windowed aggregation's), for suppress."""
+
     def __init__(
         self,
         builder: InternalStreamsBuilder,
         name: str,
-        supplier: tp.KTableProcessorSupplier,
+        supplier: KTableProcessorSupplier,
         key_serde: Any,
         value_serde: Any,
         queryable_store_name: str | None,
@@ -58,20 +80,38 @@ class KTable:
         self.queryable_store_name = queryable_store_name
         self.parent = parent
         self.source_topics = source_topics
-        self._materialize_on_demand: Callable[[], None] | None = None
+        self._store_when_needed: Callable[[], None] | None = None
 
     def enable_send_old_values(self) -> None:
-        """Downstream needs (new, old) pairs: a table without a store gets them from its parent, a source
-        table without one is materialized."""
+        """Downstream needs (new, old) pairs: a table without a store gets them from its parent, a table
+        stored when needed (``store_when_needed``) gets its store now."""
         if self.supplier.store_name is None:
             if self.parent is not None:
                 self.parent.enable_send_old_values()
-            elif self._materialize_on_demand is not None:
-                self._materialize_on_demand()
+            elif self._store_when_needed is not None:
+                self._store_when_needed()
         self.supplier.send_old_values = True
 
-    def _materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
-                     versioned_ok: bool = False) -> None:
+    def store_when_needed(self, materialize: Callable[[], None]) -> None:
+        """Defers this table's store until an operator reads its values (a join) or needs old values:
+        ``materialize()`` then gives it one (a source table without a user's store name, a foreign-key
+        join's result)."""
+        self._store_when_needed = materialize
+
+    def ensure_store(self) -> str:
+        """The name of the timestamped store holding this table's current values, created now if the
+        table has none (Kafka's value getters are backed by a materialized store the same way)."""
+        supplier = self.supplier
+        if supplier.store_name is None:
+            if self._store_when_needed is not None:
+                self._store_when_needed()
+            else:
+                self.materialize(None, self.builder.store_name(None, f"{self.name}-"))
+        assert supplier.store_name is not None
+        return supplier.store_name
+
+    def materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
+                    versioned_ok: bool = False) -> None:
         """Gives this table a timestamped store built as ``materialized`` says (RocksDB, cached and
         logged unless it says otherwise), connected to the processors that write it (default: the
         table's own); queryable only under a name the user gave."""
@@ -87,7 +127,7 @@ class KTable:
         prefix: str,
         named: Named | Materialized | None,
         materialized: Materialized | Named | None,
-        factory: Callable[[tp.KTableProcessorSupplier], Any],
+        factory: Callable[[KTableProcessorSupplier], Any],
         value_serde: Any,
     ) -> KTable:
         """A table computed from this one; stored only when a Materialized is given."""
@@ -137,7 +177,7 @@ class KTable:
             "KTABLE-FILTER-",
             named,
             materialized,
-            lambda s: tp.KTableFilter(s, predicate, keep_when),
+            lambda s: KTableFilter(s, predicate, keep_when),
             self.value_serde,
         )
 
@@ -151,7 +191,7 @@ class KTable:
         result's value serde is the Materialized's (else default.value.serde)."""
         fn = value_function(mapper, "KTable.map_values")
         return self._derive(
-            "KTABLE-MAPVALUES-", named, materialized, lambda s: tp.KTableMapValues(s, fn), None
+            "KTABLE-MAPVALUES-", named, materialized, lambda s: KTableMapValues(s, fn), None
         )
 
     def transform_values(
@@ -172,7 +212,7 @@ class KTable:
             "KTABLE-TRANSFORMVALUES-",
             named,
             materialized,
-            lambda s: tp.KTableTransformValues(s, supplier()),
+            lambda s: KTableTransformValues(s, supplier()),
             None,
         )
         self.builder.connect_stores(table.name, store_names, self.source_topics)
@@ -184,64 +224,84 @@ class KTable:
         """The table's changelog as a stream of new values (None for a deletion). With
         ``mapper(key, value)`` the records are keyed by what it returns (as ``to_stream().select_key``),
         so a stateful operator after it repartitions. ``to_stream(named)`` names the node."""
-        from strom.streams.kstream.kstream import KStream
-
         if isinstance(mapper, Named):
             if named is not None:
                 raise TopologyError("to_stream takes one Named; pass it as to_stream(mapper, named).")
             mapper, named = None, mapper
         name = self.builder.node_name(named, "KTABLE-TOSTREAM-")
-        self.builder.internal.add_processor(name, tp.KTableToStream, self.name)
-        stream = KStream(self.builder, name, self.key_serde, self.value_serde, False, self.source_topics)
+        self.builder.internal.add_processor(name, KTableToStream, self.name)
+        stream = self.builder.new_stream(name, self.key_serde, self.value_serde,
+                                         source_topics=self.source_topics)
         return stream if mapper is None else stream.select_key(key_value_function(mapper, "KTable.to_stream"))
 
     def group_by(
         self, selector: Callable[[Any, Any], tuple[Any, Any]], grouped: Grouped | None = None
     ) -> KGroupedTable:
         """Re-keys the table: ``selector(key, value)`` returns the new (key, value). Always repartitions."""
-        from strom.streams.kstream.grouped import KGroupedTable
+        from strom.streams.kstream.grouped import KGroupedTable  # cycle: grouped aggregations return KTables
 
         fn = key_value_function(selector, "KTable.group_by")
         grouped = grouped or Grouped()
         self.enable_send_old_values()
         name = self.builder.node_name(Named(grouped.name and f"{grouped.name}-select"), "KTABLE-SELECT-")
-        self.builder.internal.add_processor(name, lambda: tp.KTableRepartitionMap(fn), self.name)
+        self.builder.internal.add_processor(name, lambda: KTableRepartitionMap(fn), self.name)
         return KGroupedTable(
             self.builder, name, grouped.key_serde, grouped.value_serde, grouped.name, self.source_topics
         )
 
     def suppress(self, suppressed: Suppressed) -> KTable:
         """Hold back updates: final results per window, or at most one per key per time limit."""
-        from strom.streams.kstream.internals.suppress import suppress
-
         return suppress(self, suppressed)
 
-    # ---- joins (strom.streams.kstream.joins) ----------------------------------------------------
-    def join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
-        """Inner join on the primary key ``(other, joiner, named, materialized)``, or on a foreign key
-        ``(other, foreign_key_extractor, joiner, named, materialized)``."""
-        from strom.streams.kstream.joins import INNER, table_join
+    # ---- joins (wired in kstream.internals: table_table_join, foreign_key_join) -------------------
+    @overload
+    def join(self, other: KTable, joiner: Joiner, named: Named | None = None,
+             materialized: Materialized | None = None, /) -> KTable: ...
 
-        return table_join(self, other, INNER, *args, **kwargs)
+    @overload
+    def join(self, other: KTable, foreign_key_extractor: Callable[[Any], Any], joiner: Joiner,
+             named: Named | None = None, materialized: Materialized | None = None, /) -> KTable: ...
 
-    def left_join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
-        """Left join; arguments as ``join``."""
-        from strom.streams.kstream.joins import LEFT, table_join
+    def join(self, other: KTable, second: Any, third: Any = None, fourth: Any = None, fifth: Any = None,
+             /) -> KTable:
+        """Inner join on the primary key ``(other, joiner[, Named][, Materialized])``, or on a foreign
+        key ``(other, foreign_key_extractor, joiner[, Named][, Materialized])``: each row joins the
+        ``other`` row whose key ``foreign_key_extractor(value)`` returns."""
+        return self._join(JoinKind.INNER, other, second, third, fourth, fifth)
 
-        return table_join(self, other, LEFT, *args, **kwargs)
+    @overload
+    def left_join(self, other: KTable, joiner: Joiner, named: Named | None = None,
+                  materialized: Materialized | None = None, /) -> KTable: ...
 
-    def outer_join(self, other: KTable, *args: Any, **kwargs: Any) -> KTable:
-        """Outer join on the primary key ``(other, joiner, named, materialized)``."""
-        from strom.streams.kstream.joins import OUTER, table_join
+    @overload
+    def left_join(self, other: KTable, foreign_key_extractor: Callable[[Any], Any], joiner: Joiner,
+                  named: Named | None = None, materialized: Materialized | None = None, /) -> KTable: ...
 
-        return table_join(self, other, OUTER, *args, **kwargs)
+    def left_join(self, other: KTable, second: Any, third: Any = None, fourth: Any = None,
+                  fifth: Any = None, /) -> KTable:
+        """Left join (every row of this table, with None for a missing partner); arguments as ``join``."""
+        return self._join(JoinKind.LEFT, other, second, third, fourth, fifth)
+
+    def outer_join(self, other: KTable, joiner: Joiner, named: Named | None = None,
+                   materialized: Materialized | None = None, /) -> KTable:
+        """Outer join on the primary key (every row of either table, with None for a missing partner)."""
+        return self._join(JoinKind.OUTER, other, joiner, named, materialized, None)
+
+    def _join(self, kind: JoinKind, other: KTable, second: Any, third: Any, fourth: Any,
+              fifth: Any) -> KTable:
+        if callable(second) and callable(third):
+            return foreign_key_join(self, other, kind, second, third, fourth, fifth)
+        if fifth is not None:
+            raise TopologyError(f"A primary-key KTable join takes (other, joiner, Named, Materialized); got "
+                                f"{fifth!r} as well.")
+        return table_table_join(self, other, kind, second, third, fourth)
 
 
 def materialized_table(
     builder: InternalStreamsBuilder,
     name: str,
     parent_node: str,
-    factory: Callable[[tp.KTableProcessorSupplier], Any],
+    factory: Callable[[KTableProcessorSupplier], Any],
     materialized: Materialized | None,
     store_name: str | None,
     key_serde: Any,
@@ -256,11 +316,11 @@ def materialized_table(
     if materialized is not None:
         key_serde = materialized.key_serde or key_serde
         value_serde = materialized.value_serde or value_serde
-    supplier = tp.KTableProcessorSupplier(factory, None)
+    supplier = KTableProcessorSupplier(factory, None)
     builder.internal.add_processor(name, supplier, parent_node)
     table = KTable(builder, name, supplier, key_serde, value_serde, None, parent, source_topics)
     if store_name is not None:
-        table._materialize(materialized, store_name, versioned_ok=versioned_ok)
+        table.materialize(materialized, store_name, versioned_ok=versioned_ok)
     return table
 
 
@@ -323,7 +383,7 @@ def _table_processor(
         builder,
         name,
         parent,
-        tp.KTableSource,
+        KTableSource,
         materialized,
         store_name if named_store else None,
         key_serde,
@@ -332,5 +392,5 @@ def _table_processor(
         versioned_ok=True,
     )
     if not named_store:
-        table._materialize_on_demand = lambda: table._materialize(materialized, store_name, versioned_ok=True)
+        table.store_when_needed(lambda: table.materialize(materialized, store_name, versioned_ok=True))
     return table

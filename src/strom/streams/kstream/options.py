@@ -13,6 +13,19 @@ from typing import Any, Self
 from strom.errors import TopologyError
 from strom.streams.processor.api import AutoOffsetReset
 
+__all__ = [
+    "Branched",
+    "Consumed",
+    "Grouped",
+    "Materialized",
+    "Named",
+    "Printed",
+    "Produced",
+    "Repartitioned",
+    "StoreType",
+    "StreamPartitioner",
+]
+
 
 def _check_name(name: str | None) -> str | None:
     if name is not None and (not name or not all(c.isalnum() or c in "._-" for c in name)):

@@ -10,6 +10,12 @@ from strom.errors import TopologyError
 from strom.streams.kstream.options import positive_int
 from strom.streams.kstream.windows import Duration, to_millis
 
+__all__ = [
+    "BufferConfig",
+    "BufferFullStrategy",
+    "Suppressed",
+]
+
 
 class BufferFullStrategy(enum.Enum):
     EMIT = "emit"            # emit the oldest records early to make room

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
-from strom.streams.kstream.cogrouped_kstream import cogroup_nodes
 from strom.streams.kstream.emit_strategy import EmitStrategy, StrategyType
+from strom.streams.kstream.internals.cogroup import Aggregator, cogroup_nodes
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder
 from strom.streams.kstream.internals.functions import count_aggregator, count_initializer
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
@@ -29,7 +29,14 @@ from strom.streams.kstream.windowed_serdes import SessionWindowedSerde, TimeWind
 from strom.streams.kstream.windows import SessionWindows, SlidingWindows, TimeWindows
 from strom.streams.state.window import builders
 
-Aggregator = Callable[[Any, Any, Any], Any]
+__all__ = [
+    "SessionWindowedCogroupedKStream",
+    "SessionWindowedKStream",
+    "TimeWindowedCogroupedKStream",
+    "TimeWindowedKStream",
+    "WindowedKTable",
+]
+
 AnyWindows = TimeWindows | SlidingWindows | SessionWindows
 
 if TYPE_CHECKING:
@@ -114,7 +121,7 @@ class _WindowedStream:
         store_name = builder.store_name(materialized, prefix)
         if len(inputs) == 1:
             grouped, aggregator = inputs[0]
-            parent = grouped._input(store_name)
+            parent = grouped.aggregation_input(store_name)
             name = builder.node_name(named, prefix)
             supplier = KTableProcessorSupplier(lambda s: make_processor(s, aggregator), store_name)
             builder.internal.add_processor(name, supplier, parent)

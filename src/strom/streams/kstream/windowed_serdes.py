@@ -13,6 +13,12 @@ from strom.kafka.serdes import BaseSerde, Serde
 from strom.streams.kstream.windows import MAX_TIMESTAMP, SessionWindow, Window, Windowed
 from strom.streams.state.window import schemas
 
+__all__ = [
+    "SessionWindowedSerde",
+    "TimeWindowedSerde",
+    "WindowedSerdes",
+]
+
 
 class _WindowedSerde(BaseSerde[Windowed[Any]]):
     """``inner`` None stands for ``default.key.serde``: the task fills it in (``with_default``)."""

@@ -10,17 +10,24 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
-from strom.errors import StromError
+from strom.errors import WindowSpecError
 from strom.streams.state.internals.timestamps import MAX_TIMESTAMP
+
+__all__ = [
+    "Duration",
+    "JoinWindows",
+    "SessionWindow",
+    "SessionWindows",
+    "SlidingWindows",
+    "TimeWindows",
+    "Window",
+    "Windowed",
+]
 
 K = TypeVar("K")
 
 Duration = timedelta | int
 
-
-
-class WindowSpecError(StromError, ValueError):
-    """A window, grace period or join window was given an invalid duration."""
 
 
 def _millis(duration: Duration, what: str) -> int:

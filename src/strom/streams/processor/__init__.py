@@ -9,36 +9,21 @@ from strom.streams.processor.api import (
     Record,
     RecordMetadata,
 )
-from strom.streams.processor.internals.handlers import (
-    DefaultProductionExceptionHandler,
-    ErrorHandlerContext,
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.timestamps import (
     FailOnInvalidTimestamp,
-    HandlerResponse,
-    LogAndContinueExceptionHandler,
-    LogAndContinueProcessingExceptionHandler,
-    LogAndContinueProductionExceptionHandler,
-    LogAndFailExceptionHandler,
-    LogAndFailProcessingExceptionHandler,
     LogAndSkipOnInvalidTimestamp,
+    TimestampExtractor,
     UsePartitionTimeOnInvalidTimestamp,
     WallclockTimestampExtractor,
 )
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology, TopologyDescription
 
 __all__ = [
     "AutoOffsetReset",
     "Cancellable",
     "ConsumerRecord",
-    "DefaultProductionExceptionHandler",
-    "ErrorHandlerContext",
     "FailOnInvalidTimestamp",
-    "HandlerResponse",
-    "LogAndContinueExceptionHandler",
-    "LogAndContinueProcessingExceptionHandler",
-    "LogAndContinueProductionExceptionHandler",
-    "LogAndFailExceptionHandler",
-    "LogAndFailProcessingExceptionHandler",
     "LogAndSkipOnInvalidTimestamp",
     "Processor",
     "ProcessorContext",
@@ -46,6 +31,7 @@ __all__ = [
     "Record",
     "RecordMetadata",
     "TaskId",
+    "TimestampExtractor",
     "TopicPartition",
     "Topology",
     "TopologyDescription",

@@ -7,6 +7,21 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
+from strom.streams.internals.tuples import new_tuple
+
+__all__ = [
+    "AutoOffsetReset",
+    "Cancellable",
+    "Headers",
+    "Processor",
+    "ProcessorContext",
+    "ProcessorSupplier",
+    "PunctuationType",
+    "Punctuator",
+    "Record",
+    "RecordMetadata",
+]
+
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
@@ -33,11 +48,6 @@ class Record(NamedTuple):
 
     def with_headers(self, headers: Headers) -> Record:
         return new_tuple(Record, (self.key, self.value, self.timestamp, tuple(headers)))
-
-
-new_tuple = tuple.__new__
-"""``new_tuple(Record, (key, value, timestamp, headers))``: the C-level constructor of a NamedTuple
-(Record, Change, RecordContext, ValueAndTimestamp), for the per-record hot path."""
 
 
 class RecordMetadata:

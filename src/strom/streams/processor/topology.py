@@ -18,6 +18,13 @@ from strom.streams.processor.internals.builder import (
     TopicExtractor,
 )
 
+__all__ = [
+    "NodeDescription",
+    "SubtopologyDescription",
+    "Topology",
+    "TopologyDescription",
+]
+
 log = logging.getLogger(__name__)
 
 @dataclass

@@ -14,11 +14,7 @@ from strom.streams.state.context import (
     StateStoreContext,
     changelog_topic_name,
 )
-from strom.streams.state.internals.metered import (
-    MeteredKeyValueStore,
-    MeteredTimestampedKeyValueStore,
-    NullKeyError,
-)
+from strom.streams.state.internals.metered import MeteredKeyValueStore, MeteredTimestampedKeyValueStore
 from strom.streams.state.manager import ProcessorStateManager, read_checkpoint
 from strom.streams.state.stores import (
     KeyValueBytesStoreSupplier,
@@ -37,7 +33,6 @@ __all__ = [
     "KeyValueStoreBuilder",
     "MeteredKeyValueStore",
     "MeteredTimestampedKeyValueStore",
-    "NullKeyError",
     "ProcessorStateManager",
     "RecordContext",
     "StateStore",

@@ -1,4 +1,4 @@
-"""The record cache: Kafka Streams' ThreadCache and NamedCache (seeds 000 and 001).
+"""The record cache: Kafka Streams' ThreadCache and NamedCache.
 
 One ThreadCache per thread holds a NamedCache per cached store per task, all sharing one byte
 budget (``statestore.cache.max.bytes`` divided among threads). A put marks the entry dirty; when the

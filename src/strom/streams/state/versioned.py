@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from strom.errors import StromError
+from strom.errors import VersionedTimestampError
 from strom.streams.state.internals.layer import StoreLayer
 from strom.streams.state.internals.timestamps import (
     MAX_TIMESTAMP,
@@ -158,10 +158,6 @@ class VersionedKeyValueBytesStore(StoreLayer):
         for index in expired:
             put(b"v" + index[9:], None)  # the version: the index key without tag and valid_to
             put(index, None)
-
-
-class VersionedTimestampError(StromError, TypeError):
-    """A versioned store was given a timestamp that is not whole milliseconds."""
 
 
 def check_timestamp(timestamp: Any, store: str) -> int:

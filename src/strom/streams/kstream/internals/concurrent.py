@@ -1,7 +1,7 @@
 """Key-ordered concurrent processing inside a topology (``map_values_concurrently``,
 ``process_concurrently``) for I/O-bound steps.
 
-Work runs on :class:`strom.tasks.KeyOrderedExecutor` units; results are forwarded on the stream
+Work runs on :class:`strom.concurrency.KeyOrderedExecutor` units; results are forwarded on the stream
 thread only, in per-key order (a key always runs on the same unit, and a unit finishes its items in
 order). ``flush()``, which the task calls at commit before flushing caches, waits for all work in
 flight and forwards it, so nothing is committed before it was processed.
@@ -15,9 +15,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from strom.concurrency import AsyncRuntime, KeyOrderedExecutor
 from strom.errors import ConfigError, ProcessingError
 from strom.streams.processor.api import Processor, ProcessorContext, Record
-from strom.tasks.concurrency import AsyncRuntime, KeyOrderedExecutor
 
 RecordFn = Callable[[Record], Any]
 

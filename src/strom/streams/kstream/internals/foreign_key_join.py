@@ -19,12 +19,23 @@ import enum
 import hashlib
 import struct
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
+from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import Change
-from strom.streams.kstream.join_options import ValueJoiner
+from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
+from strom.streams.kstream.internals.join_kind import JoinKind
+from strom.streams.kstream.internals.table_table_join import check_same_builder, joined_table
+from strom.streams.kstream.join_options import ValueJoiner, value_joiner
+from strom.streams.kstream.options import Materialized, Named
 from strom.streams.processor.api import Processor, Record
+from strom.streams.state.stores import Stores
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
+    from strom.streams.kstream.ktable import KTable
 
 _LENGTH = struct.Struct(">i")
 HASH_SIZE = 16
@@ -225,3 +236,70 @@ class ResponseJoin(Processor):
         else:
             result = self.joiner(pk, current_value, foreign)
         self.context.forward(Record(pk, Change(result, None), record.timestamp, record.headers))
+
+
+def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_extractor: Callable[[Any], Any],
+                     joiner: Callable[..., Any], named: Named | None = None,
+                     materialized: Materialized | None = None) -> KTable:
+    """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` names: the
+    four steps above as nodes, two internal topics and a subscription store."""
+    if kind is JoinKind.OUTER:
+        raise TopologyError("Foreign-key joins are inner or left; outer_join joins on the primary key.")
+    check_same_builder(left, right)
+    if not callable(foreign_key_extractor):
+        raise TopologyError("A foreign-key join needs a foreign_key_extractor(value), got "
+                            f"{foreign_key_extractor!r}.")
+    fn = value_joiner(joiner, "KTable foreign-key join")
+    builder = left.builder
+    b = builder.internal
+    base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
+    left.enable_send_old_values()
+    right.enable_send_old_values()
+    left_store, right_store = left.ensure_store(), right.ensure_store()
+    serdes = (left.key_serde, right.key_serde, left.value_serde, right.value_serde)
+    subscription_topic, response_topic, subscription_store = _names(builder, named)
+    send, result = f"{base}-subscription-send", f"{base}-result"
+    left_join = kind is JoinKind.LEFT
+    for topic in (subscription_topic, response_topic):
+        b.add_internal_topic(topic)
+    bytes_serde = Serdes.ByteArray()
+    b.add_processor(send, lambda: SubscriptionSend(foreign_key_extractor, fn, left_join, serdes,
+                                                   f"{base}-subscription-sink", result), left.name)
+    b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
+               value_serde=bytes_serde)
+    b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
+    subscriptions = dsl_store_builder(
+        None, partial(key_value_supplier, subscription_store),
+        lambda chosen: Stores.key_value_store_builder(chosen, bytes_serde, bytes_serde))
+    b.add_state_store(subscriptions.with_caching_disabled())
+    b.add_processor(f"{base}-subscription-receive",
+                    lambda: SubscriptionReceive(subscription_store, right_store, serdes),
+                    f"{base}-subscription-source")
+    b.connect_processor_and_state_stores(f"{base}-subscription-receive", subscription_store, right_store)
+    b.add_processor(f"{base}-foreign-table-change", lambda: ForeignTableChange(subscription_store, serdes),
+                    right.name)
+    b.connect_processor_and_state_stores(f"{base}-foreign-table-change", subscription_store)
+    b.add_sink(f"{base}-response-sink", response_topic, f"{base}-subscription-receive",
+               f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde)
+    b.add_source(f"{base}-response-source", [response_topic], bytes_serde, bytes_serde)
+    b.add_processor(f"{base}-response-join", lambda: ResponseJoin(left_store, fn, left_join, serdes),
+                    f"{base}-response-source")
+    b.connect_processor_and_state_stores(f"{base}-response-join", left_store)
+    b.copartition(right.source_topics | {subscription_topic})
+    b.copartition(left.source_topics | {response_topic})
+    table = joined_table(builder, result, (f"{base}-response-join", send), left.key_serde, materialized,
+                         f"{base}-", left.source_topics)
+    if table.supplier.store_name is None:  # results carry no old value: an operator needing one gets a store
+        table.store_when_needed(lambda: table.materialize(None, builder.store_name(None, f"{base}-")))
+    return table
+
+
+def _names(builder: InternalStreamsBuilder, named: Named | None) -> tuple[str, str, str]:
+    """Kafka's names of the subscription topic, response topic and subscription store: from the join's
+    name, else ``KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`` and so on."""
+    if named is not None and named.name:
+        return (f"{named.name}-subscription-registration-topic", f"{named.name}-subscription-response-topic",
+                f"{named.name}-subscription-store")
+    return (f"KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-{builder.next_index()}-topic",
+            f"KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-{builder.next_index()}-topic",
+            f"KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-{builder.next_index()}")

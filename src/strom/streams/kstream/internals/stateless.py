@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from strom.errors import ProcessingError
-from strom.streams.processor.api import Record, new_tuple
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import Record
 from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.processor.internals.nodes import ContextFreeProcessor
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
+from strom.streams.kstream.internals.join_kind import JoinKind
+from strom.streams.kstream.internals.stateless import PassThrough
 from strom.streams.kstream.join_options import StreamJoined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, StoreType
 from strom.streams.kstream.windows import JoinWindows
@@ -186,24 +188,22 @@ class KStreamKStreamJoinSide(Processor):
             self.outer_store.delete(outer_key)
 
 
-def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callable[..., Any],
-                       windows: JoinWindows, stream_joined: StreamJoined | None = None) -> KStream:
+def stream_stream_join(left: KStream, right: KStream, kind: JoinKind, joiner: Callable[..., Any],
+                       windows: JoinWindows | None, stream_joined: StreamJoined | None = None) -> KStream:
     """Wire a windowed stream-stream join: window nodes and stores per side, two join processors,
     a shared outer store for left/outer joins, and a merge node whose stream is returned."""
-    from strom.streams.kstream.kstream import KStream
-
     if not isinstance(windows, JoinWindows):
         raise TopologyError(f"A KStream-KStream join needs JoinWindows, got {windows!r}; use e.g. "
                             "JoinWindows.of_time_difference_with_no_grace(timedelta(minutes=5)).")
     if right.builder is not left.builder:
         raise TopologyError("Cannot join streams of different StreamsBuilders.")
     joined = stream_joined or StreamJoined()
-    fn = value_joiner(joiner, f"KStream.{kind}_join" if kind != "inner" else "KStream.join")
+    fn = value_joiner(joiner, f"KStream.{kind.value}")
     builder = left.builder
     key_serde = joined.key_serde or left.key_serde or right.key_serde
     left_serde = joined.value_serde or left.value_serde
     right_serde = joined.other_value_serde or right.value_serde
-    prefix = {"inner": "KSTREAM-JOIN", "left": "KSTREAM-LEFTJOIN", "outer": "KSTREAM-OUTERJOIN"}[kind]
+    prefix = f"KSTREAM-{kind.node_infix}"
     base = joined.name
     parts = (("this-windowed", "KSTREAM-WINDOWED-"), ("other-windowed", "KSTREAM-WINDOWED-"),
              ("this-join", f"{prefix}THIS-"), ("other-join", f"{prefix}OTHER-"), ("merge", "KSTREAM-MERGE-"))
@@ -211,14 +211,14 @@ def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callabl
              for suffix, generated in parts]
     this_window, other_window, this_join, other_join, merge = names
     if left.repartition_required:
-        left = builder.repartition(left, f"{this_join}-left", key_serde, left_serde)
+        left = builder.repartition(left.name, f"{this_join}-left", key_serde, left_serde)
     if right.repartition_required:
-        right = builder.repartition(right, f"{other_join}-right", key_serde, right_serde)
+        right = builder.repartition(right.name, f"{other_join}-right", key_serde, right_serde)
     store_base = joined.store_name
     this_store = f"{store_base}-this-join-store" if store_base else f"{this_join}-store"
     other_store = f"{store_base}-other-join-store" if store_base else f"{other_join}-store"
     outer_store = None
-    if kind != "inner":
+    if kind is not JoinKind.INNER:
         outer_store = f"{store_base}-outer-shared-join-store" if store_base else \
             builder.node_name(None, "KSTREAM-OUTERSHARED-") + "-store"
     b = builder.internal
@@ -237,7 +237,7 @@ def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callabl
     serdes = (key_serde, left_serde, right_serde)
     b.add_processor(this_window, lambda: KStreamJoinWindow(this_store), left.name)
     b.add_processor(other_window, lambda: KStreamJoinWindow(other_store), right.name)
-    left_outer, right_outer = kind != "inner", kind == "outer"
+    left_outer, right_outer = kind is not JoinKind.INNER, kind is JoinKind.OUTER
     b.add_processor(this_join, lambda: KStreamKStreamJoinSide(
         True, other_store, outer_store, windows, fn, left_outer, trackers, serdes), this_window)
     b.add_processor(other_join, lambda: KStreamKStreamJoinSide(
@@ -246,11 +246,9 @@ def stream_stream_join(left: KStream, right: KStream, kind: str, joiner: Callabl
     b.connect_processor_and_state_stores(other_window, other_store)
     for join_node, store_names in ((this_join, [other_store]), (other_join, [this_store])):
         b.connect_processor_and_state_stores(join_node, *store_names, *([outer_store] if outer_store else []))
-    from strom.streams.kstream.internals.stateless import PassThrough
-
     b.add_processor(merge, PassThrough, this_join, other_join)
     b.copartition(left.source_topics | right.source_topics)
-    return KStream(builder, merge, key_serde, None, False, left.source_topics | right.source_topics)
+    return builder.new_stream(merge, key_serde, None, source_topics=left.source_topics | right.source_topics)
 
 
 def _join_window_supplier(store_name: str, windows: JoinWindows, store_type: StoreType) -> Any:

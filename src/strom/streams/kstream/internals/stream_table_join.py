@@ -9,14 +9,23 @@ the inner join; the left join joins it with None (KIP-962).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from strom.errors import TopologyError
+from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.table_lookup import value_at
-from strom.streams.kstream.join_options import ValueJoiner
+from strom.streams.kstream.join_options import Joined, ValueJoiner, value_joiner
+from strom.streams.kstream.options import Named
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.processor.internals.nodes import ContextFreeProcessor
-from strom.streams.state.record_buffer import TimeOrderedRecordBuffer
+from strom.streams.state.record_buffer import TimeOrderedRecordBuffer, record_buffer_builder
+from strom.streams.state.stores import VersionedKeyValueStoreBuilder
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.kstream import KStream
+    from strom.streams.kstream.ktable import KTable
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +103,45 @@ class BufferedKStreamKTableJoin(_StreamTableJoin):
         for timestamp, key, value, headers in self.buffer.evict_until(stream_time - self.grace_ms):
             super().process(Record(self.deserialize_key(None, key), self.deserialize_value(None, value),
                                    timestamp, headers))
+
+
+def stream_table_join(stream: KStream, table: KTable, kind: JoinKind, joiner: Callable[..., Any],
+                      joined: Joined | None = None) -> KStream:
+    """Each stream record looks up the table's value for its key (the stream is repartitioned first
+    when its key changed); with a grace period the records wait in a buffer first."""
+    joined = joined or Joined()
+    fn = value_joiner(joiner, f"KStream.{kind.value}")
+    left = kind is JoinKind.LEFT
+    builder = stream.builder
+    name = builder.node_name(Named(joined.name), f"KSTREAM-{kind.node_infix}-")
+    if stream.repartition_required:
+        stream = builder.repartition(stream.name, f"{name}-left", joined.key_serde or stream.key_serde,
+                                     joined.value_serde or stream.value_serde)
+    store_name = table.ensure_store()
+    if joined.grace_period_ms:
+        _check_grace_period(builder.internal.store_builders[store_name], joined.grace_period_ms)
+        buffer_name = f"{name}-Buffer"
+        serdes = joined.key_serde or stream.key_serde, joined.value_serde or stream.value_serde
+        builder.internal.add_processor(name, lambda: BufferedKStreamKTableJoin(
+            store_name, fn, left, buffer_name, joined.grace_period_ms, *serdes), stream.name)
+        builder.internal.add_state_store(record_buffer_builder(buffer_name), name)
+    else:
+        builder.internal.add_processor(name, lambda: KStreamKTableJoin(store_name, fn, left), stream.name)
+    builder.internal.connect_processor_and_state_stores(name, store_name)
+    builder.internal.copartition(stream.source_topics | table.source_topics)
+    return builder.new_stream(name, joined.key_serde or stream.key_serde, None,
+                              source_topics=stream.source_topics | table.source_topics)
+
+
+def _check_grace_period(table_store: Any, grace_ms: int) -> None:
+    if not isinstance(table_store, VersionedKeyValueStoreBuilder):
+        raise TopologyError(
+            "A stream-table join with a grace period needs a versioned table; table store "
+            f"{table_store.name!r} is not. Materialize the table with Materialized.as_("
+            "Stores.persistent_versioned_key_value_store(name, history_retention)), or drop the grace "
+            "period.")
+    if table_store.history_retention_ms < grace_ms:
+        raise TopologyError(
+            f"The join's grace period ({grace_ms} ms) is longer than the history retention of table "
+            f"store {table_store.name!r} ({table_store.history_retention_ms} ms): a record could wait for a "
+            "version the table no longer keeps. Shorten the grace period or lengthen the history retention.")

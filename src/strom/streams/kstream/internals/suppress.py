@@ -10,20 +10,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from strom.errors import StromError, TopologyError
+from strom.errors import SuppressionBufferFullError, TopologyError
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
 from strom.streams.kstream.options import Named
 from strom.streams.kstream.suppressed import BufferFullStrategy, Suppressed
+from strom.streams.kstream.windows import SessionWindows
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.window.suppression_buffer import BufferedRecord, SuppressionBufferBuilder
 
 if TYPE_CHECKING:
     from strom.streams.kstream.ktable import KTable
-
-
-class SuppressionBufferFullError(StromError):
-    """A suppression buffer configured with shut_down_when_full() ran out of room."""
 
 
 class KTableSuppressProcessor(Processor):
@@ -73,13 +70,10 @@ class KTableSuppressProcessor(Processor):
 
 
 def _window_grace(table: KTable) -> int:
-    from strom.streams.kstream.windowed_kstream import WindowedKTable
-    from strom.streams.kstream.windows import SessionWindows
-
-    node: Any = table
+    node: KTable | None = table
     while node is not None:
-        if isinstance(node, WindowedKTable):
-            windows = node.windows
+        windows = node.windows
+        if windows is not None:
             # a session can still grow until stream time passes its end + gap + grace (as in Kafka)
             if isinstance(windows, SessionWindows):
                 return windows.grace_ms + windows.gap_ms
@@ -90,8 +84,7 @@ def _window_grace(table: KTable) -> int:
 
 
 def suppress(table: KTable, suppressed: Suppressed) -> KTable:
-    from strom.streams.kstream.ktable import KTable
-
+    """``KTable.suppress``: a suppress node and its buffer after ``table``."""
     if not isinstance(suppressed, Suppressed):
         raise TopologyError(f"KTable.suppress needs a Suppressed, got {suppressed!r}.")
     duration = _window_grace(table) if suppressed.final_results else suppressed.time_to_wait_ms
@@ -104,5 +97,5 @@ def suppress(table: KTable, suppressed: Suppressed) -> KTable:
     builder.internal.add_processor(name, supplier, table.name)
     builder.internal.add_state_store(SuppressionBufferBuilder(store_name, table.key_serde, table.value_serde),
                                      name)
-    return KTable(builder, name, supplier, table.key_serde, table.value_serde, None, table,
-                  table.source_topics)
+    return builder.new_table(name, supplier, table.key_serde, table.value_serde, None, table,
+                             table.source_topics)

@@ -1,6 +1,7 @@
 """KTable processors: sources, filter, map_values, transform_values, to_stream, the group_by re-keying,
 and the tuple forwarder that forwards Change records directly or, when the store caches, on cache flush
-(seed 001)."""
+(Kafka Streams' TimestampedTupleForwarder: a cached table forwards only what the cache evicts or
+flushes, so downstream sees one update per key per flush)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
-from strom.streams.processor.api import Processor, Record, new_tuple
+from strom.streams.processor.api import Processor, Record
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED

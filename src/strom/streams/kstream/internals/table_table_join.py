@@ -9,13 +9,22 @@ forwards both sides' results and, when the join is materialized, stores them.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from strom.errors import TopologyError
 from strom.streams.kstream.change import Change
+from strom.streams.kstream.internals.join_kind import JoinKind
+from strom.streams.kstream.internals.materialize import table_store_builder
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
-from strom.streams.kstream.join_options import ValueJoiner
+from strom.streams.kstream.join_options import ValueJoiner, value_joiner
+from strom.streams.kstream.options import Materialized, Named
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
+
+if TYPE_CHECKING:
+    from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
+    from strom.streams.kstream.ktable import KTable
 
 
 class SideMode(enum.Enum):
@@ -90,3 +99,56 @@ class KTableKTableJoinMerger(Processor):
         self.store.put(record.key, ValueAndTimestamp.make(change.new_value, record.timestamp))
         self.forwarder.maybe_forward(record.key, change.new_value,
                                      None if previous is None else previous.value, record.timestamp)
+
+
+_SIDE_MODES = {JoinKind.INNER: (SideMode.INNER, SideMode.INNER),
+               JoinKind.LEFT: (SideMode.PRESERVE_THIS, SideMode.PRESERVE_OTHER),
+               JoinKind.OUTER: (SideMode.OUTER, SideMode.OUTER)}
+
+
+def table_table_join(left: KTable, right: KTable, kind: JoinKind, joiner: Callable[..., Any],
+                     named: Named | None = None, materialized: Materialized | None = None) -> KTable:
+    """A table of ``joiner(left value, right value)`` per key, updated from both sides: a join processor
+    per side reads the other side's store, a merger (stored when ``materialized``) is the result."""
+    check_same_builder(left, right)
+    fn = value_joiner(joiner, f"KTable.{kind.value}")
+    left_mode, right_mode = _SIDE_MODES[kind]
+    prefix = f"KTABLE-{kind.node_infix}"
+    builder = left.builder
+    left.enable_send_old_values()
+    right.enable_send_old_values()
+    left_store, right_store = left.ensure_store(), right.ensure_store()
+    base = named.name if named is not None and named.name else None
+    this_name = f"{base}-join-this" if base else builder.node_name(None, f"{prefix}THIS-")
+    other_name = f"{base}-join-other" if base else builder.node_name(None, f"{prefix}OTHER-")
+    merge_name = base or builder.node_name(None, "KTABLE-MERGE-")
+    b = builder.internal
+    b.add_processor(this_name, lambda: KTableKTableJoinSide(right_store, fn, True, left_mode), left.name)
+    b.connect_processor_and_state_stores(this_name, right_store)
+    b.add_processor(other_name, lambda: KTableKTableJoinSide(left_store, fn, False, right_mode), right.name)
+    b.connect_processor_and_state_stores(other_name, left_store)
+    b.copartition(left.source_topics | right.source_topics)
+    return joined_table(builder, merge_name, (this_name, other_name), left.key_serde, materialized,
+                        f"{merge_name}-", left.source_topics | right.source_topics)
+
+
+def check_same_builder(left: KTable, right: KTable) -> None:
+    if right.builder is not left.builder:
+        raise TopologyError("Cannot join tables of different StreamsBuilders.")
+
+
+def joined_table(builder: InternalStreamsBuilder, name: str, parents: tuple[str, ...], key_serde: Any,
+                 materialized: Materialized | None, store_prefix: str,
+                 source_topics: frozenset[str]) -> KTable:
+    """The merger node ``name`` after ``parents`` (the join's result nodes) and the table it is, keyed as
+    the left table; stored under the user's name, else ``<store_prefix>STATE-STORE-<n>``, when
+    ``materialized`` (primary-key and foreign-key joins end alike)."""
+    store_name = builder.store_name(materialized, store_prefix) if materialized is not None else None
+    supplier = KTableProcessorSupplier(KTableKTableJoinMerger, store_name)
+    builder.internal.add_processor(name, supplier, *parents)
+    value_serde = materialized.value_serde if materialized is not None else None
+    if store_name is not None:
+        store = table_store_builder(materialized, store_name, key_serde, value_serde)
+        builder.internal.add_state_store(store, name)
+    queryable = store_name if materialized is not None and materialized.store_name else None
+    return builder.new_table(name, supplier, key_serde, value_serde, queryable, source_topics=source_topics)

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.windows import (
     MAX_TIMESTAMP,
@@ -25,7 +26,7 @@ from strom.streams.kstream.windows import (
     Window,
     Windowed,
 )
-from strom.streams.processor.api import Processor, Record, new_tuple
+from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)

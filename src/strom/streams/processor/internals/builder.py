@@ -94,7 +94,7 @@ class InternalTopologyBuilder:
         self.internal_topics: dict[str, InternalTopic] = {}
         self.copartition_groups: list[set[str]] = []
         self.global_stores: dict[str, Any] = {}
-        """Global tables: store name -> GlobalStoreSpec (strom.streams.kstream.global_table)."""
+        """Global tables: store name -> GlobalStoreSpec (strom.streams.processor.internals.global_state)."""
         self.application_id: str | None = None
         self._topic_to_source: dict[str, str] = {}
         self._pattern_sources: dict[str, SourceNodeFactory] = {}

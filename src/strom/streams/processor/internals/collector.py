@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from strom.errors import ProcessingError, SerializationError
-from strom.streams.processor.api import Headers, new_tuple
-from strom.streams.processor.internals.handlers import HandlerResponse, ProductionExceptionHandler
-from strom.streams.processor.internals.records import TopicPartition
+from strom.streams.errors import HandlerResponse, ProductionExceptionHandler
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import Headers
+from strom.streams.processor.records import TopicPartition
 
 log = logging.getLogger(__name__)
 

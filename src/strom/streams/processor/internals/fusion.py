@@ -16,7 +16,8 @@ import linecache
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from strom.streams.processor.api import Record, new_tuple
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import Record
 
 
 class FusedStep(NamedTuple):

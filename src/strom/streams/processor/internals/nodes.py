@@ -7,7 +7,8 @@ from typing import Any
 
 from strom.errors import StromError
 from strom.kafka.serdes import encoder_of
-from strom.streams.processor.api import Processor, Record, new_tuple
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.collector import RecordCollector
 from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
 from strom.streams.processor.internals.fusion import FusedStep, fuse

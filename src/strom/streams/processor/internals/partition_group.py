@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from strom.kafka.serdes import decoder_of
-from strom.streams.processor.internals.records import ConsumerRecord, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,9 @@ from typing import Any
 
 from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
 from strom.streams import config as cfg
-from strom.streams.processor.api import Record, new_tuple
+from strom.streams.errors import ErrorHandlerContext, HandlerResponse, LogAndFailProcessingExceptionHandler
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import Record
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
     ProcessorNodeFactory,
@@ -31,12 +33,7 @@ from strom.streams.processor.internals.builder import (
 )
 from strom.streams.processor.internals.collector import RecordCollector, RecordSink
 from strom.streams.processor.internals.context import TaskContext, default_serde
-from strom.streams.processor.internals.handlers import (
-    ErrorHandlerContext,
-    HandlerResponse,
-    LogAndFailProcessingExceptionHandler,
-    resolve,
-)
+from strom.streams.processor.internals.handlers import resolve
 from strom.streams.processor.internals.nodes import (
     ContextFreeProcessor,
     ProcessorNode,
@@ -50,7 +47,7 @@ from strom.streams.processor.internals.partition_group import (
     encode_partition_time,
 )
 from strom.streams.processor.internals.punctuation import PunctuationSchedule
-from strom.streams.processor.internals.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from strom.errors import InvalidStateStoreError, StromError
+from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serde, decoder_of, encoder_of
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
@@ -29,10 +29,6 @@ from strom.streams.state.versioned import VersionedRecord, check_timestamp
 
 _IMMUTABLE_KEYS = frozenset({str, bytes, int, float})
 """Key types whose bytes cannot change between an aggregation's read and its write of the same object."""
-
-
-class NullKeyError(StromError, ValueError):
-    """State stores do not accept None keys (Kafka Streams drops null-key records before stores)."""
 
 
 class StoreMetrics:

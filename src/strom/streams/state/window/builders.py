@@ -10,8 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.errors import WindowSpecError
 from strom.kafka.serdes import Serde
-from strom.streams.kstream.windows import Duration, WindowSpecError, to_millis
+from strom.streams.kstream.windows import Duration, to_millis
 from strom.streams.state.internals.caching import CachingSessionStore, CachingWindowStore
 from strom.streams.state.internals.change_logging import ChangeLoggingSessionStore, ChangeLoggingWindowStore
 from strom.streams.state.internals.metered import (

@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from strom.streams.kstream.windows import WindowSpecError
+from strom.errors import WindowSpecError
 from strom.streams.state.base import merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.internals.timestamps import MAX_TIMESTAMP, with_timestamp

@@ -1,10 +1,13 @@
-"""What a task is fed and what identifies it: raw consumer records, topic partitions and task ids."""
+"""What a task is fed and what identifies it: raw consumer records (what timestamp extractors and
+deserialization handlers see), topic partitions and task ids."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
 from strom.streams.processor.api import Headers
+
+__all__ = ["ConsumerRecord", "TaskId", "TopicPartition"]
 
 
 class TopicPartition(NamedTuple):

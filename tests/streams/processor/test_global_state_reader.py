@@ -6,8 +6,8 @@ import pytest
 
 from strom.kafka import clients
 from strom.streams import Materialized, StreamsBuilder, StreamsConfig
-from strom.streams.kstream.global_state_reader import catch_up, shared_global_stores
-from strom.streams.kstream.global_table import GlobalStateStores
+from strom.streams.processor.internals.global_state import GlobalStateStores
+from strom.streams.processor.internals.global_state_reader import catch_up, shared_global_stores
 from support.kafka import Record, produce
 
 pytestmark = pytest.mark.broker

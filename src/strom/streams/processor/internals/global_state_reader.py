@@ -10,7 +10,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.kafka.reading import end_offset, partitions_of, read_to_end
-from strom.streams.kstream.global_table import GlobalStateStores
+from strom.streams.processor.internals.global_state import GlobalStateStores
 
 TIMEOUT_S = 10.0
 

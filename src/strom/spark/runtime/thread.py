@@ -1,0 +1,330 @@
+"""StreamThread: one Spark task of a real-time batch, Kafka Streams' ``StreamThread`` on Spark.
+
+For the length of a batch (a checkpoint interval of minutes) the thread hosts the stream tasks the
+driver assigned it, consumes their partitions itself with one librdkafka consumer (no hop through
+the JVM), processes each record depth-first as it arrives, and commits every
+``commit.interval.ms``. Under exactly_once_v2 each task commits one transaction holding its
+outputs, repartition and changelog records and its input offsets (``transactional.id`` per task,
+so a retried or zombie attempt is fenced exactly as in micro-batch mode); then its stores apply
+the writes. WALL_CLOCK_TIME punctuations fire on time between polls, with or without records.
+
+At the end of the batch the tasks stay open in this Python worker (``PARKED``): when the next
+batch's thread starts here, the driver gives it the same tasks back (their stores stay open).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.kafka import clients
+from strom.spark.options import CONNECT_AT_ONCE
+from strom.spark.runtime.control import ControlClient
+from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
+from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
+from strom.spark.runtime.parked import PARKED
+from strom.streams import config as cfg
+from strom.streams.config import StreamsConfig
+from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor.topology import Topology
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.01
+"""Longest wait for records: the pace of wall-clock punctuation and of noticing a stop."""
+MAX_POLL_RECORDS = 5_000
+# A thread waits on records, not on the broker: return fetches at once when nothing is there (the
+# loop polls again) and refill librdkafka's queue without its default one-second back-off.
+LOW_LATENCY_FETCH = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "enable.partition.eof": True}
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """What every thread of one real-time batch needs, shipped to the executors with the function."""
+
+    run_id: str
+    batch: int
+    threads: int
+    control_address: tuple[str, int]
+    token: str
+    duration_s: float
+    owned: dict[str, tuple[str, ...]]
+    """task id -> the source topics its partition is read from."""
+
+
+class RunningTask:
+    """An open task in this thread: its read positions and what it did since the last report."""
+
+    def __init__(self, task: OpenTask, owned: tuple[str, ...], reused: bool, restored: int) -> None:
+        self.open = task
+        partition = task.task.id.partition
+        self.partitions = {(topic, partition): TopicPartition(topic, partition) for topic in owned}
+        self.read: Offsets = dict(task.positions)
+        self.summary = TaskSummary(str(task.task.id), restored=restored, reused=reused)
+        self._changelogs = {tp.topic for tp in task.task.changelog_partitions().values()}
+        self._sent_before = self._output_sent()
+        self._reported: dict[str, int] | None = None
+        self._records_committed = 0
+        self.commits = 0
+        self.process_s = 0.0
+        self.commit_s = 0.0
+
+    def _output_sent(self) -> int:
+        return sum(n for topic, n in self.open.sink.sent.items() if topic not in self._changelogs)
+
+    def uncommitted(self) -> Offsets:
+        return {tp: offset for tp, offset in self.read.items() if self.open.positions.get(tp) != offset}
+
+    def needs_commit(self) -> bool:
+        return (bool(self.uncommitted()) or self.open.task.commit_needed
+                or self.summary.records != self._records_committed)
+
+    def committed(self) -> None:
+        self._records_committed = self.summary.records
+        self.commits += 1
+
+    def progress_delta(self) -> dict[str, int]:
+        """Counters to add to the driver's figures since the last report (the first report of a
+        batch also counts the batch, and whether the task was reused and what it restored)."""
+        self.summary.output = self._output_sent() - self._sent_before
+        now = {"records": self.summary.records, "output": self.summary.output,
+               "restored": self.summary.restored, "commits": self.commits,
+               "millis": round(self.process_s * 1000, 3), "commit_millis": round(self.commit_s * 1000, 3)}
+        if self._reported is None:
+            delta = {**now, "batches": 1, "reused": int(self.summary.reused)}
+        else:
+            delta = {key: value - self._reported[key] for key, value in now.items()}
+        self._reported = now
+        return delta
+
+
+def _commit(running: RunningTask) -> None:
+    started = time.monotonic()
+    offsets = running.uncommitted()
+    running.open.task.prepare_commit()
+    running.open.commit(offsets)
+    running.open.task.post_commit()
+    running.open.begin()
+    running.committed()
+    running.commit_s += time.monotonic() - started
+
+
+class StreamThread:
+    """Runs its assigned stream tasks until the batch's deadline or a stop; returns their summaries."""
+
+    def __init__(self, topology: Topology, config: StreamsConfig, plan: ThreadPlan, index: int) -> None:
+        self.topology = topology
+        self.config = config
+        self.plan = plan
+        self.index = index
+        self.interval_s = config[cfg.COMMIT_INTERVAL_MS] / 1000
+        self.tasks: dict[str, RunningTask] = {}
+        self.routes: dict[tuple[str, int], RunningTask] = {}
+        self._committer = ThreadPoolExecutor(thread_name_prefix="strom-commit")
+
+    def run(self) -> list[TaskSummary]:
+        started = time.monotonic()
+        control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
+        try:
+            assigned = control.hello(PARKED.held(self.config.application_id))
+            if not assigned or control.stopping.is_set():
+                return []
+            self._open_all(assigned)
+            consumer = self._consumer()
+            try:
+                self._loop(consumer, control, started + self.plan.duration_s)
+            except BaseException:
+                self._abort_all()
+                raise
+            finally:
+                consumer.close()
+            self._report(control, "PENDING_SHUTDOWN")
+        finally:
+            control.close()
+            self._committer.shutdown()
+        for task in self.tasks.values():
+            PARKED.park(self._key(task.summary.task), task.open)
+            task.summary.millis = (time.monotonic() - started) * 1000
+        return [task.summary for task in self.tasks.values()]
+
+    def _key(self, task_id: str) -> tuple[str, str]:
+        return (self.config.application_id, task_id)
+
+    # ---- opening ------------------------------------------------------------------------------
+    def _open_all(self, assigned: list[str]) -> None:
+        try:
+            for task_id in assigned:
+                running = self._reuse(task_id) or self._open(task_id)
+                self.tasks[task_id] = running
+                self.routes.update({tp: running for tp in running.partitions})
+                running.open.begin()
+        except BaseException:
+            for running in self.tasks.values():
+                running.open.close()
+            raise
+
+    def _reuse(self, task_id: str) -> RunningTask | None:
+        """The task parked in this worker, if it is of this run and still the current owner."""
+        task = PARKED.take(self._key(task_id))
+        if task is None:
+            return None
+        assert isinstance(task, OpenTask)
+        if task.run_id != self.plan.run_id:
+            task.close()
+            return None
+        try:
+            task.refresh_global_stores()
+            task.begin(fencing_probe=dict(task.positions) if task.positions else None)
+            if task.eos:
+                # commit the probe now: offsets left pending in an open transaction would hold every
+                # read_committed offset fetch of the group (lag(), other tasks' opening) until it ends
+                task.commit({})
+            elif task.committed_positions() != task.positions:
+                raise ProducerFencedError("another attempt committed offsets since this task parked")
+        except ProducerFencedError:
+            log.info("Task %s: taken over since it parked; opening it again", task.name)
+            task.close()
+            return None
+        except BaseException:
+            task.close()
+            raise
+        return RunningTask(task, self.plan.owned[task_id], reused=True, restored=0)
+
+    def _open(self, task_id: str) -> RunningTask:
+        owned = self.plan.owned[task_id]
+        task = OpenTask(self.topology, self.config, TaskId.parse(task_id), owned, self.plan.run_id)
+        try:
+            restored = task.open([(topic, TaskId.parse(task_id).partition) for topic in owned])
+        except BaseException:
+            task.close()
+            raise
+        return RunningTask(task, owned, reused=False, restored=restored)
+
+    def _consumer(self) -> Consumer:
+        consumer = clients.consumer(
+            self.config[cfg.BOOTSTRAP_SERVERS], group_id=self.config.application_id,
+            **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("consumer."), **LOW_LATENCY_FETCH,
+               "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted"})
+        consumer.assign([KafkaTopicPartition(t, p, task.read.get((t, p), OFFSET_BEGINNING))
+                         for (t, p), task in self.routes.items()])
+        return consumer
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def _loop(self, consumer: Consumer, control: ControlClient, deadline: float) -> None:
+        next_commit = time.monotonic() + self.interval_s
+        while True:
+            now = time.monotonic()
+            ending = control.stopping.is_set() or now >= deadline
+            wait = max(0.0, min(POLL_S, next_commit - now))
+            messages = [] if ending else consumer.consume(MAX_POLL_RECORDS, wait)
+            if messages:
+                self._route(messages)
+            for running in self.tasks.values():
+                started = time.monotonic()
+                if running.open.task.buffered:
+                    running.summary.records += running.open.task.process_all()
+                running.open.task.maybe_punctuate_system_time()
+                running.process_s += time.monotonic() - started
+            if ending or time.monotonic() >= next_commit or self._commit_requested():
+                self._commit_all()
+                self._report(control)
+                self._hand_over_released(consumer)
+                next_commit = time.monotonic() + self.interval_s
+            if ending:
+                return
+
+    def _route(self, messages: list[Message]) -> None:
+        """Hands each record to its task's partition buffer; an end-of-partition moves the read
+        position past transaction markers (so a caught-up partition commits its end)."""
+        batches: dict[tuple[str, int], list[ConsumerRecord]] = {}
+        for message in messages:
+            error = message.error()
+            tp = (message.topic(), message.partition())
+            if error is not None:
+                self._fetch_error(tp, message, error)
+                continue
+            offset = message.offset()
+            batches.setdefault(tp, []).append(ConsumerRecord(
+                tp[0], tp[1], offset, message.timestamp()[1], message.key(), message.value(),
+                tuple(message.headers() or ())))
+            self.routes[tp].read[tp] = offset + 1
+        for tp, records in batches.items():
+            running = self.routes[tp]
+            running.open.task.add_records(running.partitions[tp], records)
+
+    def _fetch_error(self, tp: tuple[str, int], message: Message, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            running = self.routes.get(tp)
+            if running is not None:
+                running.read[tp] = max(running.read.get(tp, 0), message.offset())
+        elif error.fatal() or not error.retriable():
+            raise BrokerUnavailableError(f"Reading {tp[0]}-{tp[1]} failed: {error.str()}. Check the broker "
+                                         f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.")
+        else:
+            log.warning("Reading %s-%d: %s (retrying)", tp[0], tp[1], error.str())
+
+    def _commit_requested(self) -> bool:
+        return any(running.open.task.commit_requested for running in self.tasks.values())
+
+    def _commit_all(self) -> None:
+        """Commits every task that processed, punctuated or moved its read position since its last
+        commit: its transaction (or, at least once, its offsets after its outputs are acknowledged).
+
+        Tasks commit at the same time, each in a thread of its own: most of a commit is waiting for the
+        broker (outputs acknowledged, offsets and the transaction's end written), and each task has its
+        own producer, so the waits overlap instead of adding up."""
+        due = [running for running in self.tasks.values() if running.needs_commit()]
+        if len(due) > 1:
+            list(self._committer.map(_commit, due))  # list(): raise the first task's failure
+        elif due:
+            _commit(due[0])
+
+    def _hand_over_released(self, consumer: Consumer) -> None:
+        """Closes the tasks another process asked for (their lease's release request), right after
+        their commit: a retry of this thread's Spark task on this machine takes them over at once
+        instead of waiting for this batch to end."""
+        for task_id, running in list(self.tasks.items()):
+            if running.open.release_requested:
+                log.info("Task %s: handed over to another process on its request", running.open.name)
+                consumer.incremental_unassign([KafkaTopicPartition(t, p) for t, p in running.partitions])
+                for tp in running.partitions:
+                    del self.routes[tp]
+                del self.tasks[task_id]
+                running.open.close()
+
+    def _report(self, control: ControlClient, state: str = "RUNNING") -> None:
+        deltas = {task_id: running.progress_delta() for task_id, running in self.tasks.items()}
+        control.report({task_id: delta for task_id, delta in deltas.items() if any(delta.values())}, state)
+
+    def _abort_all(self) -> None:
+        for running in self.tasks.values():
+            running.open.abort()
+            running.open.close()
+        self.tasks.clear()
+
+
+class StreamThreadRunner:
+    """The function given to ``mapInArrow`` over ``spark.range(threads)``: each row is a thread index."""
+
+    def __init__(self, topology: Topology, props: dict[str, Any], plan: ThreadPlan) -> None:
+        self.topology = topology
+        self.props = props
+        self.plan = plan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        config = executor_config(self.props)
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                summaries = StreamThread(self.topology, config, self.plan, int(index)).run()
+                if summaries:
+                    yield pa.RecordBatch.from_pylist([s.__dict__ for s in summaries],
+                                                     schema=SUMMARY_SCHEMA)
