@@ -10,11 +10,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "strom needs Python 3.11+; set PYTHON=python3.11 (or newer)")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev]' -c constraints.txt
 	@touch $@
 
 demo: $(STAMP)

@@ -34,8 +34,8 @@ from pyspark.sql.types import StructType
 import strom.spark
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
-from strom.spark.reader import ARROW_BATCH_ROWS
-from strom.spark.source import kafka_schema
+from strom.spark.connector.reader import ARROW_BATCH_ROWS
+from strom.spark.connector.source import kafka_schema
 
 
 def fill(bootstrap: str, topic: str, records: int, size: int) -> None:

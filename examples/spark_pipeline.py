@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 import strom.spark
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
-from strom.spark.progress import offsets_behind_latest
+from strom.spark.connector.progress import offsets_behind_latest
 
 PAGES = ("/home", "/docs", "/pricing", "/blog", "/signup")
 EVENTS_SCHEMA = "user string, page string, ms long"

@@ -20,6 +20,7 @@ from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
 from strom.broker.log.manager import InvalidPartitionsError, LogManager, Topic
+from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
 from strom.broker.server import ConnectionHandler, bind
 from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
@@ -69,6 +70,7 @@ class Broker:
         self.groups = GroupCoordinator(self.config, self.offsets)
         self.transactions = TransactionService(self.data_dir, self.config, self.logs, self.groups,
                                                self.producer_ids)
+        self.metrics = BrokerMetrics()
         self._connections = ConnectionHandler(self)
         self._tasks: list[asyncio.Task] = []
 

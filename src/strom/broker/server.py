@@ -169,6 +169,7 @@ class ConnectionHandler:
                 raise MalformedRequest(f"a frame of {size} bytes cannot hold a request header: the "
                                        "client does not speak the Kafka protocol")
             response = await self._answer(loop, sock, size, host)
+            self.broker.metrics.response(response)
             if isinstance(response, EncodedResponse):
                 await _send_parts(loop, sock, response)
             elif response is not None:
@@ -210,6 +211,7 @@ class ConnectionHandler:
 
     async def dispatch(self, frame: memoryview, host: str, held: list[int]) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
+        self.broker.metrics.request(api_key, len(frame))
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
             if api_key == API_VERSIONS:  # clients retry with the versions we list

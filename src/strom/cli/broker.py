@@ -11,6 +11,8 @@ from rich.console import Console
 
 from strom.broker.broker import Broker, serve
 from strom.broker.config import LOCAL_DEFAULTS
+from strom.broker.metrics import BrokerCollector
+from strom.prometheus import MetricsServer
 
 
 def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -34,7 +36,10 @@ def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str
                    "when --host is 0.0.0.0). advertised.listeners sets host and port.")
 @click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
               help="Broker config with Kafka's name, e.g. num.partitions=3; repeatable.")
-def broker(data_dir: Path, host: str, port: int, advertised_host: str | None, config: dict[str, str]) -> None:
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port (0: any free), at /metrics on --host.")
+def broker(data_dir: Path, host: str, port: int, advertised_host: str | None, config: dict[str, str],
+           metrics_port: int | None) -> None:
     """Run a single-node Kafka-protocol broker (Ctrl-C stops it cleanly).
 
     A new consumer group starts at once (group.initial.rebalance.delay.ms=0, as for an embedded
@@ -47,6 +52,8 @@ def broker(data_dir: Path, host: str, port: int, advertised_host: str | None, co
         console.print(f"strom broker listening on [bold]{running.host}:{running.port}[/bold] (clients "
                       f"connect to {running.advertised_host}:{running.advertised_port}), data in "
                       f"{running.data_dir} (Ctrl-C to stop)", soft_wrap=True)
+        if metrics_port is not None:
+            console.print(f"metrics at {MetricsServer([BrokerCollector(running)], metrics_port, host).url}")
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")

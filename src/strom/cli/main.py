@@ -19,6 +19,8 @@ COMMANDS = (
     "strom.cli.groups:groups",
     "strom.cli.preflight:preflight",
     "strom.cli.produce:produce",
+    "strom.cli.run:run",
+    "strom.cli.streams:streams",
     "strom.cli.tasks:tasks",
     "strom.cli.topics:topics",
     "strom.cli.transactions:transactions",

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from strom.cli.connection import Connection, connection_options, create_topic_option
 from strom.errors import ConfigError
+from strom.prometheus import MetricsServer
 from strom.tasks import (
     FilePropertySupplier,
     ProcessorProperties,
@@ -23,6 +24,7 @@ from strom.tasks import (
     ProcessorSubscription,
     SubscriptionBuilder,
 )
+from strom.tasks.prometheus import SubscriptionCollector
 
 _REFRESH_S = 0.5
 
@@ -86,8 +88,11 @@ def tasks() -> None:
 @click.option("--property-file", type=click.Path(dir_okay=False),
               help="JSON file of decaton.* properties, re-read when it changes (dynamic properties).")
 @click.option("--retry", is_flag=True, help="Enable the <subscription>-retry and <subscription>-dlq topics.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any free port).")
 def run(processor: str, topic: str, subscription_id: str, connection: Connection, create_topic: bool,
-        concurrency: int | None, properties: tuple[str, ...], property_file: str | None, retry: bool) -> None:
+        concurrency: int | None, properties: tuple[str, ...], property_file: str | None, retry: bool,
+        metrics_port: int | None) -> None:
     """Run PROCESSOR (module:name) over TOPIC until interrupted, then drain, commit and stop."""
     suppliers: list[Any] = [_parse_properties(properties, concurrency)]
     if property_file:
@@ -104,6 +109,8 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     console = Console(stderr=True)
+    if metrics_port is not None:
+        console.print(f"metrics at {MetricsServer([SubscriptionCollector(subscription)], metrics_port).url}")
     last_count, last_time = 0, time.monotonic()
     try:
         with Live(_status(subscription, 0.0), console=console, refresh_per_second=4) as live:

@@ -18,6 +18,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.errors import BrokerUnavailableError, ConfigError
 
+__all__ = [
+    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "consumer",
+    "create_topics", "load_properties", "produce", "producer",
+]
+
 log = logging.getLogger(__name__)
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -142,11 +147,13 @@ def create_topics(
     topics: Mapping[str, int],
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
+    replication_factor: int = -1,
 ) -> None:
-    """Creates topics (name → partition count) and waits; topics that already exist are fine."""
+    """Creates topics (name → partition count) and waits; topics that already exist are fine.
+    ``replication_factor`` -1 takes the broker's ``default.replication.factor``."""
     client = admin(bootstrap_servers)
     futures = client.create_topics(
-        [NewTopic(name, num_partitions=n, replication_factor=1, config=dict(config or {}))
+        [NewTopic(name, num_partitions=n, replication_factor=replication_factor, config=dict(config or {}))
          for name, n in topics.items()],
         request_timeout=timeout,
     )
@@ -161,5 +168,11 @@ def create_topics(
                 raise BrokerUnavailableError(
                     f"Could not create topic {name!r}: no broker answered at {bootstrap_servers} "
                     f"({error.str()}). Start one with `strom broker` or check bootstrap.servers."
+                ) from exc
+            if error.code() == KafkaError.INVALID_REPLICATION_FACTOR:
+                raise ConfigError(
+                    f"Could not create topic {name!r} with replication factor {replication_factor}: "
+                    f"{error.str()}. Set replication.factor to at most the number of brokers, or -1 for "
+                    "the broker's default."
                 ) from exc
             raise

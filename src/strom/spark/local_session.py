@@ -8,8 +8,10 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from strom.spark.connector.source import StromDataSource
 from strom.spark.preflight import check_java
-from strom.spark.source import StromDataSource
+
+__all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
 
 SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",

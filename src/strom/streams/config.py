@@ -1,7 +1,12 @@
 """StreamsConfig: Kafka Streams' configuration keys, defaults and validation.
 
-Unknown keys are rejected with a did-you-mean hint; Kafka client keys pass through with Kafka's prefixes
-(``producer.``, ``consumer.``, ``admin.``, ...) or as plain security/client keys.
+Every key of Kafka Streams 4.x's StreamsConfig is accepted: a key strom uses is validated and works; a
+key without meaning on Spark (thread counts, standbys, rebalancing, JMX metrics) is accepted and logged
+once at INFO with the reason (``IGNORED``). Unknown keys are rejected with a did-you-mean hint. Kafka
+client keys pass through with Kafka's prefixes (``producer.``, ``consumer.``, ``main.consumer.``,
+``restore.consumer.``, ``admin.``; ``global.consumer.`` is accepted without effect), ``topic.`` keys
+configure the internal topics.
+docs/configuration.md lists every key with its default and status.
 """
 
 from __future__ import annotations
@@ -54,23 +59,31 @@ PROCESSING_EXCEPTION_HANDLER = "processing.exception.handler"
 CLIENT_ID = "client.id"
 AUTO_OFFSET_RESET = "auto.offset.reset"
 DEFAULT_DSL_STORE = "default.dsl.store"
+DSL_STORE_SUPPLIERS_CLASS = "dsl.store.suppliers.class"
+DESERIALIZATION_EXCEPTION_HANDLER = "deserialization.exception.handler"
+PRODUCTION_EXCEPTION_HANDLER = "production.exception.handler"
+REPLICATION_FACTOR = "replication.factor"
+WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS = "windowstore.changelog.additional.retention.ms"
+TOPIC_PREFIX = "topic."
 ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
 
-_CLIENT_PREFIXES = (
-    "producer.",
-    "consumer.",
-    "main.consumer.",
-    "restore.consumer.",
-    "global.consumer.",
-    "admin.",
-    "topic.",
-    "ssl.",
-    "sasl.",
-)
+_CONSUMER_ROLES = ("main.consumer.", "restore.consumer.")
+_CLIENT_PREFIXES = ("producer.", "consumer.", *_CONSUMER_ROLES, "admin.", TOPIC_PREFIX, "ssl.", "sasl.")
 _CLIENT_KEYS = ("security.protocol", "client.id")
+# Kafka's common client keys, given un-prefixed to every client (Kafka's name -> librdkafka's).
+_COMMON_CLIENT_KEYS = {
+    "retry.backoff.ms": "retry.backoff.ms",
+    "reconnect.backoff.ms": "reconnect.backoff.ms",
+    "reconnect.backoff.max.ms": "reconnect.backoff.max.ms",
+    "metadata.max.age.ms": "metadata.max.age.ms",
+    "connections.max.idle.ms": "connections.max.idle.ms",
+    "send.buffer.bytes": "socket.send.buffer.bytes",
+    "receive.buffer.bytes": "socket.receive.buffer.bytes",
+}
+_PRODUCER_ONLY_KEYS = ("request.timeout.ms",)  # a producer key in librdkafka (the others have none)
 
 
 def _non_negative_int(key: str, value: Any) -> int:
@@ -125,6 +138,28 @@ def _dsl_store(key: str, value: Any) -> str:
     return value
 
 
+def _replication_factor(key: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = 0
+    if isinstance(value, bool) or number == 0 or number < -1:
+        raise ConfigError.bad_value(key, value, "a positive integer, or -1 for the broker's "
+                                    "default.replication.factor")
+    return number
+
+
+def _dsl_store_suppliers(key: str, value: Any) -> str:
+    """Kafka's ``BuiltInDslStoreSuppliers`` classes, by name, to the ``default.dsl.store`` they mean."""
+    name = getattr(value, "__name__", str(value))
+    if name.endswith("InMemoryDslStoreSuppliers"):
+        return "in_memory"
+    if name.endswith("RocksDBDslStoreSuppliers"):
+        return "rocksDB"
+    raise ConfigError.bad_value(key, value, "BuiltInDslStoreSuppliers.RocksDBDslStoreSuppliers or "
+                                "BuiltInDslStoreSuppliers.InMemoryDslStoreSuppliers")
+
+
 def _anything(key: str, value: Any) -> Any:
     return value
 
@@ -149,19 +184,88 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     CLIENT_ID: ("", _anything),
     AUTO_OFFSET_RESET: ("earliest", _offset_reset),
     DEFAULT_DSL_STORE: ("rocksDB", _dsl_store),
+    REPLICATION_FACTOR: (-1, _replication_factor),
     ROCKSDB_CONFIG_SETTER: (None, _anything),
+    WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS: (24 * 60 * 60 * 1000, _non_negative_int),
+    "security.protocol": (None, _text),
+    "request.timeout.ms": (None, _non_negative_int),
+    **{key: (None, _non_negative_int) for key in _COMMON_CLIENT_KEYS},
+}
+
+# Kafka 4's names for keys strom defines under their older name: new name -> (old name, validator).
+ALIASES: dict[str, tuple[str, _Validator]] = {
+    DESERIALIZATION_EXCEPTION_HANDLER: (DEFAULT_DESERIALIZATION_EXCEPTION_HANDLER, _anything),
+    PRODUCTION_EXCEPTION_HANDLER: (DEFAULT_PRODUCTION_EXCEPTION_HANDLER, _anything),
+    DSL_STORE_SUPPLIERS_CLASS: (DEFAULT_DSL_STORE, _dsl_store_suppliers),
 }
 
 
-# Kafka Streams keys strom accepts but does not use: setting one logs why (values are not checked).
+_SPARK_PLACES_TASKS = "Spark's scheduler places stream tasks on executors; there is no group rebalance"
+_METRICS = "strom's metrics are its own (a Prometheus endpoint, docs/deploy.md), not Kafka's metrics registry"
+
+# Kafka Streams 4.x keys without meaning on Spark: accepted, logged once at INFO with the reason (values
+# are not checked). A layer that gives one a meaning registers it (``register``), which takes precedence.
 IGNORED: dict[str, str] = {
     "num.stream.threads": "Spark's executors and task slots run the stream tasks",
     "num.standby.replicas": "there are no standby tasks; a moved task restores from its changelog",
+    "max.warmup.replicas": "there are no warm-up tasks; a moved task restores from its changelog",
+    "acceptable.recovery.lag": _SPARK_PLACES_TASKS,
+    "probing.rebalance.interval.ms": _SPARK_PLACES_TASKS,
+    "task.assignor.class": _SPARK_PLACES_TASKS,
+    "rack.aware.assignment.strategy": _SPARK_PLACES_TASKS,
+    "rack.aware.assignment.tags": _SPARK_PLACES_TASKS,
+    "rack.aware.assignment.traffic_cost": _SPARK_PLACES_TASKS,
+    "rack.aware.assignment.non_overlap_cost": _SPARK_PLACES_TASKS,
+    "group.protocol": _SPARK_PLACES_TASKS,
+    "state.cleanup.delay.ms": "tasks do not migrate between instances by rebalance; SparkStreams.clean_up() "
+                              "deletes local state",
+    "application.server": "interactive queries are answered by the driver (SparkStreams.store), which reads "
+                          "every task's changelog; there are no instance endpoints to discover",
     "max.task.idle.ms": "a task processes what each micro-batch holds for all its partitions",
     "buffered.records.per.partition": "the runtime feeds each task whole micro-batches",
-    "replication.factor": "internal topics are created by the runtime with its own settings",
+    "poll.ms": "the runtime reads each task's input on its own schedule (commit.interval.ms)",
+    "task.timeout.ms": "a failed Spark task is retried by Spark (spark.task.maxFailures), then the "
+                       "uncaught exception handler decides",
     "topology.optimization": "topologies are run as built",
+    "upgrade.from": "there is no earlier strom rebalance protocol to upgrade from",
+    "default.client.supplier": "every Kafka client is librdkafka's, built by strom.kafka",
+    "repartition.purge.interval.ms": "repartition records are not purged by the application; the topic's "
+                                      "retention removes them",
+    "log.summary.interval.ms": "progress is in SparkStreams.progress, the Spark UI and the metrics endpoint",
+    "ensure.explicit.internal.resource.naming": "not enforced: internal topic and store names are derived "
+                                                "as Kafka Streams derives them",
+    "errors.dead.letter.queue.topic.name": "not implemented: exception handlers log and continue or fail",
+    "window.size.ms": "used by Kafka's windowed deserializer in console tools only",
+    "windowed.inner.class.serde": "used by Kafka's windowed deserializer in console tools only",
+    "default.list.key.serde.inner": "strom has no ListSerde; give list serdes in Consumed/Produced",
+    "default.list.key.serde.type": "strom has no ListSerde; give list serdes in Consumed/Produced",
+    "default.list.value.serde.inner": "strom has no ListSerde; give list serdes in Consumed/Produced",
+    "default.list.value.serde.type": "strom has no ListSerde; give list serdes in Consumed/Produced",
+    "built.in.metrics.version": _METRICS,
+    "metric.reporters": _METRICS,
+    "metrics.num.samples": _METRICS,
+    "metrics.recording.level": _METRICS,
+    "metrics.sample.window.ms": _METRICS,
+    "enable.metrics.push": _METRICS,
 }
+_IGNORED_PREFIXES = {
+    "client.tag.": _SPARK_PLACES_TASKS,
+    "global.consumer.": "global tables are read by the tasks' own consumers; use consumer. or main.consumer.",
+}
+_reported: set[str] = set()
+
+
+def _report_ignored(key: str, reason: str) -> None:
+    """Logs an accepted key without effect once per process (every task builds a StreamsConfig)."""
+    if key not in _reported:
+        _reported.add(key)
+        log.info("Configuration %r has no effect on strom: %s.", key, reason)
+
+
+def _ignored_reason(key: str) -> str | None:
+    if key in IGNORED:
+        return IGNORED[key]
+    return next((reason for prefix, reason in _IGNORED_PREFIXES.items() if key.startswith(prefix)), None)
 
 
 def register(key: str, default: Any, validator: _Validator = _anything) -> None:
@@ -177,13 +281,18 @@ class StreamsConfig:
             props = props.originals
         self.originals: dict[str, Any] = dict(props or {})
         self._values: dict[str, Any] = {}
+        aliased: dict[str, Any] = {}
         for key, value in self.originals.items():
             if key in DEFINITIONS:
                 self._values[key] = DEFINITIONS[key][1](key, value)
-            elif key in IGNORED:
-                log.warning("Configuration %r is ignored by strom: %s.", key, IGNORED[key])
+            elif key in ALIASES:
+                old, validator = ALIASES[key]  # Kafka 4's name wins over the older one
+                aliased[old] = DEFINITIONS[old][1](old, validator(key, value))
+            elif (reason := _ignored_reason(key)) is not None:
+                _report_ignored(key, reason)
             elif not (key.startswith(_CLIENT_PREFIXES) or key in _CLIENT_KEYS):
-                raise ConfigError.unknown_key(key, list(DEFINITIONS))
+                raise ConfigError.unknown_key(key, [*DEFINITIONS, *ALIASES, *IGNORED])
+        self._values.update(aliased)
         if APPLICATION_ID not in self._values:
             raise ConfigError(
                 f"Missing required configuration {APPLICATION_ID!r}: it names the consumer "
@@ -202,7 +311,7 @@ class StreamsConfig:
             return DEFINITIONS[key][0]
         if key in self.originals:
             return self.originals[key]
-        raise ConfigError.unknown_key(key, list(DEFINITIONS))
+        raise ConfigError.unknown_key(key, [*DEFINITIONS, *ALIASES, *IGNORED])
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self[key] if key in DEFINITIONS or key in self.originals else None
@@ -217,12 +326,25 @@ class StreamsConfig:
         return self[PROCESSING_GUARANTEE] == EXACTLY_ONCE_V2
 
     def client_props(self, prefix: str) -> dict[str, Any]:
-        """Keys for one Kafka client: ``<prefix>key`` overrides, plus plain security keys."""
-        out = {
-            k: v for k, v in self.originals.items() if k in _CLIENT_KEYS or k.startswith(("ssl.", "sasl."))
-        }
-        out.update({k[len(prefix) :]: v for k, v in self.originals.items() if k.startswith(prefix)})
+        """Keys for one Kafka client, as Kafka Streams layers them: the common client keys (security,
+        backoffs, socket buffers; ``request.timeout.ms`` for producers), then ``consumer.`` keys for
+        every consumer role, then ``<prefix>key`` (``producer.``, ``consumer.``, ``main.consumer.``,
+        ``restore.consumer.``, ``admin.``)."""
+        originals = self.originals
+        out = {k: v for k, v in originals.items() if k in _CLIENT_KEYS or k.startswith(("ssl.", "sasl."))}
+        out.update({rd: originals[k] for k, rd in _COMMON_CLIENT_KEYS.items() if k in originals})
+        if prefix == "producer.":
+            out.update({k: originals[k] for k in _PRODUCER_ONLY_KEYS if k in originals})
+        layers = ("consumer.", prefix) if prefix in _CONSUMER_ROLES else (prefix,)
+        for layer in layers:
+            out.update({k[len(layer):]: v for k, v in originals.items() if k.startswith(layer)})
         return out
+
+    def topic_configs(self) -> dict[str, str]:
+        """``topic.``-prefixed keys without the prefix: configs of every internal topic (repartition and
+        changelog) strom creates, e.g. ``topic.min.insync.replicas``."""
+        prefixed = self.originals.items()
+        return {k[len(TOPIC_PREFIX):]: str(v) for k, v in prefixed if k.startswith(TOPIC_PREFIX)}
 
     def as_dict(self) -> dict[str, Any]:
         return {key: self[key] for key in DEFINITIONS} | {

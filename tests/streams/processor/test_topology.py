@@ -171,11 +171,6 @@ def test_config_defaults_and_aliases():
     assert StreamsConfig({"application.id": "a"})["commit.interval.ms"] == 30_000
 
 
-def test_config_accepts_but_reports_kafka_keys_strom_does_not_use(caplog):
-    StreamsConfig({"application.id": "a", "num.standby.replicas": 1})
-    assert "'num.standby.replicas' is ignored by strom" in caplog.text
-
-
 def test_aggregating_merged_streams_requires_copartitioned_inputs():
     builder = StreamsBuilder()
     merged = builder.stream("left").merge(builder.stream("right"))

@@ -1,7 +1,7 @@
 """Running strom topologies on Spark: one streaming query per sub-topology, one Spark task per
 stream task and micro-batch, exactly-once through Kafka transactions (docs/runtime.md)."""
 
-from strom.spark.runtime.streams import (
+from strom.spark.runtime.spark_streams import (
     MAX_OFFSETS_PER_TRIGGER,
     SparkStreams,
     StreamsProgress,

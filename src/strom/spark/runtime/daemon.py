@@ -8,9 +8,5 @@ pyarrow already loaded instead of importing them itself (about a second of CPU p
 
 from pyspark.daemon import manager
 
-import strom.spark.reader
-import strom.spark.runtime.executor
-import strom.spark.runtime.source  # noqa: F401
-
 if __name__ == "__main__":
     manager()

@@ -19,10 +19,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from strom.spark.runtime.executor import SUMMARY_DDL, StreamTaskRunner
-from strom.spark.runtime.source import FORMAT, PLAN_OPTION, SourcePlan, StreamTaskSource
+from strom.spark.runtime.executor import SUMMARY_DDL
+from strom.spark.runtime.microbatch_source import FORMAT, PLAN_OPTION, SourcePlan, StreamTaskSource
+from strom.spark.runtime.microbatch_task import StreamTaskRunner
 from strom.spark.runtime.worker_pool import own_worker_pool
 from strom.streams.processor.topology import Topology
+
+__all__ = ["BatchSink", "MicroBatchExecution"]
 
 _STOP_WAIT_S = 60.0
 

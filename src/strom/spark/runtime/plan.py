@@ -16,12 +16,28 @@ from confluent_kafka.admin import AdminClient
 
 from strom.errors import BrokerUnavailableError, TopologyError
 from strom.kafka import clients
-from strom.streams.config import AUTO_OFFSET_RESET, StreamsConfig
+from strom.streams.config import (
+    AUTO_OFFSET_RESET,
+    REPLICATION_FACTOR,
+    WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS,
+    StreamsConfig,
+)
 from strom.streams.processor.api import AutoOffsetReset
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.records import TaskId
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
+
+__all__ = [
+    "COMPACTED",
+    "ApplicationPlan",
+    "InternalTopicSpec",
+    "SubtopologyTasks",
+    "check_tasks_build",
+    "create_internal_topics",
+    "existing_topics",
+    "plan_application",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +73,8 @@ class ApplicationPlan:
     internal_topics: tuple[InternalTopicSpec, ...]
     latest_start_topics: tuple[str, ...] = ()
     """Source topics that start at their end where nothing is committed (AutoOffsetReset.LATEST)."""
+    replication_factor: int = -1
+    """``replication.factor`` of the internal topics (-1: the broker's default)."""
 
     @property
     def task_ids(self) -> list[str]:
@@ -82,11 +100,21 @@ def plan_application(topology: Topology, config: StreamsConfig, admin: AdminClie
             if getattr(store_builder, "logging_enabled", False):
                 topic = builder.changelog_topic(store)
                 changelogs.append(topic)
-                internal.append(InternalTopicSpec(topic, tasks, {**COMPACTED, **store_builder.log_config}))
+                internal.append(InternalTopicSpec(topic, tasks, _changelog_config(store_builder, config)))
         subtopologies.append(SubtopologyTasks(sub.id, sources, tasks, tuple(changelogs)))
     for name in builder.internal_topics:
-        internal.append(InternalTopicSpec(builder.decorate(name), counts[name], {}))
-    return ApplicationPlan(tuple(subtopologies), tuple(internal), _latest_start_topics(topology, config))
+        internal.append(InternalTopicSpec(builder.decorate(name), counts[name], config.topic_configs()))
+    return ApplicationPlan(tuple(subtopologies), tuple(internal), _latest_start_topics(topology, config),
+                           config[REPLICATION_FACTOR])
+
+
+def _changelog_config(store_builder: Any, config: StreamsConfig) -> dict[str, str]:
+    """As Kafka Streams configures a changelog: compacted, then the ``topic.`` configs, then the store's
+    own (a windowed store's retention includes ``windowstore.changelog.additional.retention.ms``)."""
+    windowed = getattr(store_builder, "changelog_config", None)
+    own = (windowed(config[WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS]) if windowed is not None
+           else store_builder.log_config)
+    return {**COMPACTED, **config.topic_configs(), **own}
 
 
 def _latest_start_topics(topology: Topology, config: StreamsConfig) -> tuple[str, ...]:
@@ -133,6 +161,8 @@ def create_internal_topics(plan: ApplicationPlan, admin: AdminClient, bootstrap_
         )
     missing = [t for t in plan.internal_topics if t.name not in existing]
     for spec in missing:
-        clients.create_topics(bootstrap_servers, {spec.name: spec.partitions}, spec.config)
-        log.info("Created internal topic %s (%d partitions, %s)", spec.name, spec.partitions, spec.config)
+        clients.create_topics(bootstrap_servers, {spec.name: spec.partitions}, spec.config,
+                              replication_factor=plan.replication_factor)
+        log.info("Created internal topic %s (%d partitions, replication factor %d, %s)", spec.name,
+                 spec.partitions, plan.replication_factor, spec.config)
     return [t.name for t in missing]

@@ -30,6 +30,8 @@ from strom.errors import ConfigError, InvalidStateStoreError, ProcessorStateErro
 from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
 
+__all__ = ["RocksDBStore"]
+
 log = logging.getLogger(__name__)
 
 _OFFSETS_CF = "strom-offsets"

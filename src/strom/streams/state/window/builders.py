@@ -102,13 +102,22 @@ class _Builder:
         self.key_serde = key_serde
         self.value_serde = value_serde
         self.logging_enabled = True
-        self.log_config: dict[str, str] = self._changelog_defaults()
+        self._log_overrides: dict[str, str] = {}
 
-    def _changelog_defaults(self) -> dict[str, str]:
-        """Windowed changelogs are compacted *and* deleted by time, as Kafka Streams creates them:
-        keys of expired windows are never written again, so compaction alone would keep them forever."""
-        retention = self.supplier.retention_ms + CHANGELOG_ADDITIONAL_RETENTION_MS
-        return {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+    def changelog_config(self, additional_retention_ms: int = CHANGELOG_ADDITIONAL_RETENTION_MS
+                         ) -> dict[str, str]:
+        """Windowed changelogs are compacted *and* deleted by time, as Kafka Streams creates them: keys of
+        expired windows are never written again, so compaction alone would keep them forever. Retention
+        is the store's plus ``windowstore.changelog.additional.retention.ms``; the store's own
+        ``with_logging_enabled`` configs override both."""
+        if not self.logging_enabled:
+            return {}
+        retention = min(self.supplier.retention_ms + additional_retention_ms, 2**63 - 1)  # unlimited windows
+        return {"cleanup.policy": "compact,delete", "retention.ms": str(retention), **self._log_overrides}
+
+    @property
+    def log_config(self) -> dict[str, str]:
+        return self.changelog_config()
 
     @property
     def name(self) -> str:
@@ -117,12 +126,12 @@ class _Builder:
     def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> _Builder:
         """Log to the changelog topic; ``config`` adds to (or overrides) its topic configs."""
         self.logging_enabled = True
-        self.log_config = {**self._changelog_defaults(), **(config or {})}
+        self._log_overrides = dict(config or {})
         return self
 
     def with_logging_disabled(self) -> _Builder:
         self.logging_enabled = False
-        self.log_config = {}
+        self._log_overrides = {}
         return self
 
 

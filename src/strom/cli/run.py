@@ -1,0 +1,197 @@
+"""`strom run APP`: run a topology on Spark with a live status line until stopped.
+
+APP is a Python file whose ``build()`` returns ``(topology, props)``, or ``module:function``. Without
+bootstrap servers (option or ``bootstrap.servers`` in props) an embedded broker is started and the
+topology's source topics are created in it. SIGINT/SIGTERM stop the application cleanly (exit 0); a
+failed application exits with its error. Spark is imported only here, when the command runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from strom.cli.broker import parse_config
+from strom.errors import ConfigError
+from strom.streams.config import StreamsConfig
+from strom.streams.processor.topology import Topology
+
+_TERMINAL_REFRESH_S = 1.0
+
+
+def load_application(spec: str) -> tuple[Topology, dict[str, Any]]:
+    """Calls APP's builder: ``path/to/app.py`` (its ``build()``) or ``module:function``."""
+    builder = _builder(spec)
+    result = builder()
+    if (not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], Topology)
+            or not isinstance(result[1], Mapping)):
+        raise ConfigError(f"{spec} must return (topology, props): a Topology from StreamsBuilder.build() "
+                          f"and a dict of configs; it returned {type(result).__name__}.")
+    return result[0], dict(result[1])
+
+
+def _builder(spec: str) -> Callable[[], Any]:
+    path = Path(spec)
+    if spec.endswith(".py") or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"Application file {spec} does not exist.")
+        module = _load_file(path)
+        attr = "build"
+    else:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise ConfigError(f"APP {spec!r} must be a Python file (app.py, with build()) or "
+                              "module:function, e.g. myapp.topology:build.")
+        sys.path.insert(0, ".")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"Cannot import {module_name!r}: {exc}. Check it is importable from the "
+                              "current directory or PYTHONPATH.") from exc
+    builder = getattr(module, attr, None)
+    if not callable(builder):
+        raise ConfigError(f"{spec} has no function {attr}() returning (topology, props).")
+    return builder
+
+
+def _load_file(path: Path) -> Any:
+    """Loads the file as a module whose functions and classes Spark ships to executors by value (the
+    executors cannot import a script by name)."""
+    from pyspark import cloudpickle
+
+    name = f"strom_app_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.resolve().parent))
+    spec.loader.exec_module(module)
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def _source_topics(topology: Topology) -> list[str]:
+    builder = topology.internal
+    internal = builder.internal_topics
+    return sorted({t for sub in builder.subtopologies() for t in sub.source_topics if t not in internal})
+
+
+@contextmanager
+def _bootstrap(props: dict[str, Any], topology: Topology, console: Console) -> Iterator[str]:
+    """The configured brokers, or an embedded broker (with the topology's source topics) while running."""
+    if props.get("bootstrap.servers"):
+        yield str(props["bootstrap.servers"])
+        return
+    from strom.broker import EmbeddedBroker
+    from strom.kafka import clients
+
+    with EmbeddedBroker() as broker:
+        topics = _source_topics(topology)
+        clients.create_topics(broker.bootstrap_servers, dict.fromkeys(topics, 1))
+        console.print(f"embedded broker at {broker.bootstrap_servers} (source topics {', '.join(topics)}; "
+                      f"produce with: strom produce --bootstrap-servers {broker.bootstrap_servers} TOPIC)")
+        yield broker.bootstrap_servers
+
+
+def status_line(status: Any, tasks: int) -> str:
+    """``RUNNING  rec/s 1,234  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``."""
+    lag = " ".join(f"{sub}:{n:,}" for sub, n in sorted(status.lag_by_subtopology.items())) or "-"
+    commit = "-" if status.last_commit_age_s is None else f"{status.last_commit_age_s:.1f} s ago"
+    return (f"{status.state}  rec/s {status.rate:,.0f}  processed {status.records:,}  lag {lag}  "
+            f"tasks {tasks}  last commit {commit}")
+
+
+@click.command()
+@click.argument("app")
+@click.option("--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
+              help="Kafka brokers (env STROM_BOOTSTRAP_SERVERS); overrides bootstrap.servers in props. "
+                   "Without either, an embedded broker is started.")
+@click.option("--master", default="local[*]", show_default=True,
+              help="Spark master: local[N], local[*] or spark://host:port.")
+@click.option("--config", "configs", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+              help="A StreamsConfig key overriding props (repeatable), e.g. commit.interval.ms=1000.")
+@click.option("--spark-conf", "spark_conf", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+              help="A Spark config (repeatable), e.g. spark.executor.memory=2g.")
+@click.option("--until-caught-up", is_flag=True, help="Stop once every input record is committed.")
+@click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
+              help="Seconds between status lines when not on a terminal.")
+def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str, str],
+        spark_conf: dict[str, str], until_caught_up: bool, status_interval: float) -> None:
+    """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
+    console = Console(stderr=True)
+    topology, props = load_application(app)
+    props.update(configs)
+    if bootstrap_servers:
+        props["bootstrap.servers"] = bootstrap_servers
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        with ExitStack() as stack:
+            props["bootstrap.servers"] = stack.enter_context(_bootstrap(props, topology, console))
+            streams = _start(stack, topology, props, master, spark_conf, console)
+            _watch(streams, stop, until_caught_up, status_interval, console)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    console.print("stopped")
+
+
+def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], master: str,
+           spark_conf: dict[str, str], console: Console) -> Any:
+    import strom.spark
+    from strom.spark.runtime import SparkStreams
+
+    app_id = StreamsConfig(props).application_id  # a bad config fails before Spark starts
+    console.print(f"starting {app_id} on Spark ({master}), brokers {props['bootstrap.servers']}")
+    spark = strom.spark.session(app_name=f"strom-{app_id}", master=master, config=spark_conf,
+                                log_level="ERROR")
+    stack.callback(spark.stop)
+    streams = SparkStreams(topology, props, spark)
+    streams.start()
+    stack.callback(_stop, streams, console)
+    if streams.metrics_url:
+        console.print(f"metrics at {streams.metrics_url}")
+    return streams
+
+
+def _stop(streams: Any, console: Console) -> None:
+    console.print("stopping: letting the running batch commit...")
+    streams.stop()
+
+
+def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval: float,
+           console: Console) -> None:
+    """Prints status until stopped (SIGTERM, Ctrl-C, caught up) or the application fails (raises)."""
+    from strom.spark.metrics import StatusReader
+
+    reader = StatusReader(streams)
+    tasks = len(streams.plan.task_ids)
+    refresh = _TERMINAL_REFRESH_S if console.is_terminal else interval
+    live = Live(Text(""), console=console, refresh_per_second=4) if console.is_terminal else None
+    try:
+        with live or ExitStack():
+            while not stop.is_set():
+                if until_caught_up and streams.wait_until_caught_up(refresh):
+                    console.print("caught up: every input record is committed")
+                    break
+                if not until_caught_up and streams.await_termination(refresh):
+                    break
+                line = status_line(reader.read(), tasks)
+                if live is not None:
+                    live.update(Text(line))
+                else:
+                    console.print(f"{time.strftime('%H:%M:%S')} {line}", highlight=False, soft_wrap=True)
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,106 @@
+"""`strom streams reset`: Kafka's application reset tool (kafka-streams-application-reset).
+
+Run it while no instance of the application runs. It moves the committed offsets of group APP_ID on the
+input topics (to the earliest offsets, or the first at a time), deletes the application's internal
+topics (``<APP_ID>-...-changelog`` and ``-repartition``; the group's offsets on them go back to 0), and the
+local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input from there.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from strom.errors import BrokerUnavailableError, ConfigError
+from strom.kafka import clients, offsets
+from strom.streams.config import DEFINITIONS, STATE_DIR
+
+_TIMEOUT_S = 30.0
+
+
+def internal_topics(topics: dict[str, int], app_id: str) -> list[str]:
+    """Kafka Streams' rule: ``<application.id>-`` and a ``-changelog`` or ``-repartition`` suffix."""
+    suffixes = ("-changelog", "-repartition")
+    return sorted(t for t in topics if t.startswith(f"{app_id}-") and t.endswith(suffixes))
+
+
+def _parse_datetime(value: str) -> int:
+    """ISO 8601 (``2026-11-25T10:00:00``, ``...Z`` or ``+01:00``); without a zone, UTC. Epoch ms."""
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ConfigError(f"--to-datetime {value!r} is not ISO 8601, e.g. 2026-11-25T10:00:00 (UTC) or "
+                          "2026-11-25T10:00:00+01:00.") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [t.strip() for v in values for t in v.split(",") if t.strip()]
+
+
+@click.group()
+def streams() -> None:
+    """Kafka Streams application tools."""
+
+
+@streams.command()
+@click.argument("app_id")
+@click.option("--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", required=True,
+              help="Kafka brokers (env STROM_BOOTSTRAP_SERVERS).")
+@click.option("--input-topics", "inputs", multiple=True, metavar="TOPIC[,TOPIC]",
+              help="Input topics whose committed offsets are reset (repeatable or comma-separated).")
+@click.option("--to-earliest", is_flag=True, help="Reset input offsets to the earliest (the default).")
+@click.option("--to-datetime", default=None, metavar="ISO-8601",
+              help="Reset input offsets to the first record at or after this time (no zone: UTC).")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path(DEFINITIONS[STATE_DIR][0]), show_default=True,
+              help="The application's state.dir: <state-dir>/<APP_ID> is deleted.")
+@click.option("--dry-run", is_flag=True, help="Print what would be reset and deleted; change nothing.")
+def reset(app_id: str, bootstrap_servers: str, inputs: tuple[str, ...], to_earliest: bool,
+          to_datetime: str | None, state_dir: Path, dry_run: bool) -> None:
+    """Reset APP_ID to reprocess its input: input offsets, internal topics, local state."""
+    if to_earliest and to_datetime:
+        raise click.UsageError("Give --to-earliest or --to-datetime, not both.")
+    spec = OffsetSpec.for_timestamp(_parse_datetime(to_datetime)) if to_datetime else OffsetSpec.earliest()
+    admin = clients.admin(bootstrap_servers)
+    try:
+        cluster = admin.list_topics(timeout=_TIMEOUT_S).topics
+    except KafkaException as exc:
+        raise BrokerUnavailableError(f"No broker answered at {bootstrap_servers}: {exc}.") from exc
+    topics = {name: len(meta.partitions) for name, meta in cluster.items() if meta.error is None}
+    input_topics = _split(inputs)
+    missing = [t for t in input_topics if t not in topics]
+    if missing:
+        raise ConfigError(f"Input topics {', '.join(missing)} do not exist; check --input-topics.")
+    prefix = "(dry run) " if dry_run else ""
+    partitions = [(t, p) for t in input_topics for p in range(topics[t])]
+    targets = offsets.list_offsets(admin, partitions, spec)
+    internal = internal_topics(topics, app_id)
+    local = state_dir / app_id
+    for (topic, partition), offset in sorted(targets.items()):
+        click.echo(f"{prefix}input {topic}-{partition}: committed offset of group {app_id} -> {offset}")
+    for topic in internal:
+        click.echo(f"{prefix}delete internal topic {topic}")
+    click.echo(f"{prefix}delete local state {local}" + ("" if local.exists() else " (not there)"))
+    if dry_run:
+        return
+    offsets.reset(admin, app_id, targets)
+    _delete_internal(admin, app_id, internal, topics)
+    shutil.rmtree(local, ignore_errors=True)
+    click.echo(f"Application {app_id} reset: it reprocesses its input on the next start.")
+
+
+def _delete_internal(admin: AdminClient, app_id: str, internal: list[str], topics: dict[str, int]) -> None:
+    """The group's offsets on the internal topics go back to 0 first: a recreated topic starts there."""
+    committed = offsets.committed(admin, app_id, [(t, p) for t in internal for p in range(topics[t])])
+    offsets.reset(admin, app_id, dict.fromkeys(committed, 0))
+    if internal:
+        for future in admin.delete_topics(internal, operation_timeout=_TIMEOUT_S).values():
+            future.result(timeout=_TIMEOUT_S)

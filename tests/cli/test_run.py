@@ -1,0 +1,125 @@
+"""`strom run` as a user runs it: a subprocess on local Spark with its own embedded broker, status
+lines, SIGTERM stopping cleanly, a failure exiting non-zero (--until-caught-up against the shared broker
+and a spark:// master: test_spark_submit.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+
+from strom.kafka import clients
+from strom.streams import Serdes
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "word_count_app.py"
+STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
+LINES = ["a b c", "b c", "c", "a a"]
+EXPECTED = Counter(" ".join(LINES).split())
+LONG = Serdes.Long().deserializer()
+STATUS = re.compile(r"RUNNING  rec/s [\d,]+  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  tasks \d+  last commit")
+
+
+def _env(tmp_path: Path, app_id: str, **topics: str) -> dict[str, str]:
+    return {**os.environ, "WORD_COUNT_APP_ID": app_id, "WORD_COUNT_STATE_DIR": str(tmp_path / "state"),
+            **{f"WORD_COUNT_{k.upper()}": v for k, v in topics.items()}}
+
+
+def _produce(bootstrap: str, topic: str) -> None:
+    producer = clients.producer(bootstrap)
+    for i, line in enumerate(LINES):
+        producer.produce(topic, line.encode(), str(i).encode())
+    assert producer.flush(30) == 0
+
+
+def read_counts(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[str, int]:
+    """The last count per word, read read_committed to the end of every partition."""
+    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True})
+    partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    latest, at_end = {}, set()
+    deadline = time.monotonic() + timeout
+    while len(at_end) < partitions and time.monotonic() < deadline:
+        for message in consumer.consume(100, 0.5):
+            if message.error() is None:
+                latest[message.key().decode()] = LONG.deserialize(topic, message.value())
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+    consumer.close()
+    return latest
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
+    process = subprocess.Popen(
+        [*STROM, "run", str(APP), "--master", "local[*]", "--status-interval", "1"],
+        env=_env(tmp_path, "run-embedded"), stderr=subprocess.PIPE, text=True)
+    output: list[str] = []
+    try:
+        assert process.stderr is not None
+        bootstrap = None
+        for line in process.stderr:
+            output.append(line)
+            if bootstrap is None and (found := re.search(r"embedded broker at (\S+)", line)):
+                bootstrap = found.group(1)
+                _produce(bootstrap, "lines")
+            if bootstrap and re.search(r"processed [1-9]", line) and read_counts(bootstrap, "word-counts",
+                                                                                  5) == EXPECTED:
+                break
+        else:
+            pytest.fail("strom run ended before processing: " + "".join(output)[-3000:])
+        assert any(STATUS.search(line) for line in output)
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=120)
+        output.append(rest)
+        assert process.returncode == 0, "".join(output)[-3000:]
+        assert "stopped" in rest
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_a_failing_application_exits_non_zero_with_its_error(broker, tmp_path):
+    bootstrap = broker.bootstrap_servers
+    topic = f"run-fail-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(bootstrap, {topic: 1})
+    _produce(bootstrap, topic)
+    app = tmp_path / "failing.py"
+    app.write_text(
+        "from strom.streams import Consumed, Produced, Serdes, StreamsBuilder\n"
+        "S = Serdes.String()\n"
+        "def explode(value):\n"
+        "    raise ValueError('boom: this record cannot be processed')\n"
+        "def build():\n"
+        "    builder = StreamsBuilder()\n"
+        f"    builder.stream({topic!r}, Consumed.with_(S, S)).map_values(explode).to('nowhere', "
+        "Produced.with_(S, S))\n"
+        f"    return builder.build(), {{'application.id': {topic!r}, 'state.dir': {str(tmp_path)!r}}}\n")
+    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", bootstrap,
+                             "--master", "local[1]"], capture_output=True, text=True, timeout=280)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "error: Application" in result.stderr and "boom: this record cannot be processed" in result.stderr
+
+
+def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
+    app = tmp_path / "bad.py"
+    app.write_text("def build():\n    return {'application.id': 'x'}\n")
+    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "must return (topology, props)" in result.stderr
+    missing = subprocess.run([*STROM, "run", "no_such_module:build"], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 2 and "Cannot import 'no_such_module'" in missing.stderr

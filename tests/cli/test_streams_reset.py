@@ -1,0 +1,96 @@
+"""`strom streams reset` against the real broker: input offsets moved, internal topics deleted (their
+offsets back to 0), local state removed; --dry-run changes nothing; --to-datetime picks by time."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import TopicPartition
+
+from strom.cli.main import cli
+from strom.kafka import clients, offsets
+
+pytestmark = pytest.mark.broker
+BASE_MS = 1_700_000_000_000
+
+
+def _setup(broker, tmp_path):
+    bootstrap = broker.bootstrap_servers
+    app_id = f"reset-{uuid.uuid4().hex[:8]}"
+    source = f"{app_id}-in"  # an input topic that only looks internal by prefix: not deleted
+    changelog, repartition = f"{app_id}-store-changelog", f"{app_id}-x-repartition"
+    clients.create_topics(bootstrap, {source: 2, changelog: 1, repartition: 1})
+    producer = clients.producer(bootstrap)
+    for i in range(10):
+        producer.produce(source, b"v", partition=i % 2, timestamp=BASE_MS + i * 1000)
+        producer.produce(repartition, b"r")
+    assert producer.flush(30) == 0
+    admin = clients.admin(bootstrap)
+    offsets.reset(admin, app_id, {(source, 0): 5, (source, 1): 5, (repartition, 0): 10})
+    (tmp_path / app_id / "0_0").mkdir(parents=True)
+    return bootstrap, app_id, source, changelog, repartition, admin
+
+
+def _invoke(*args: str):
+    result = CliRunner().invoke(cli, ["streams", "reset", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_reset_moves_input_offsets_deletes_internal_topics_and_state(broker, tmp_path):
+    bootstrap, app_id, source, changelog, repartition, admin = _setup(broker, tmp_path)
+    common = [app_id, "--bootstrap-servers", bootstrap, "--input-topics", source,
+              "--state-dir", str(tmp_path)]
+
+    planned = _invoke(*common, "--dry-run")
+    assert f"delete internal topic {changelog}" in planned
+    assert f"delete internal topic {repartition}" in planned
+    assert offsets.committed(admin, app_id, [(source, 0), (source, 1)]) == {(source, 0): 5, (source, 1): 5}
+    assert (tmp_path / app_id).exists()
+
+    _invoke(*common)
+    assert offsets.committed(admin, app_id, [(source, 0), (source, 1)]) == {(source, 0): 0, (source, 1): 0}
+    assert offsets.committed(admin, app_id, [(repartition, 0)]) in ({}, {(repartition, 0): 0})
+    topics = admin.list_topics(timeout=30).topics
+    assert source in topics and changelog not in topics and repartition not in topics
+    assert not (tmp_path / app_id).exists()
+
+
+def test_reset_to_a_datetime_picks_the_first_record_at_or_after_it(broker, tmp_path):
+    bootstrap, app_id, source, *_rest, admin = _setup(broker, tmp_path)
+    # records i = 0..9 at BASE_MS + i s, alternating partitions: 0,2,4,6,8 on 0 and 1,3,5,7,9 on 1
+    _invoke(app_id, "--bootstrap-servers", bootstrap, "--input-topics", source, "--state-dir", str(tmp_path),
+            "--to-datetime", "2023-11-14T22:13:24")  # BASE_MS + 4 s, in UTC
+    assert offsets.committed(admin, app_id, [(source, 0), (source, 1)]) == {(source, 0): 2, (source, 1): 2}
+    # a time after every record: the end
+    _invoke(app_id, "--bootstrap-servers", bootstrap, "--input-topics", source, "--state-dir", str(tmp_path),
+            "--to-datetime", "2030-01-01T00:00:00+00:00")
+    assert offsets.committed(admin, app_id, [(source, 0), (source, 1)]) == {(source, 0): 5, (source, 1): 5}
+
+
+def test_reset_refuses_a_missing_input_topic_and_a_bad_time(broker):
+    runner = CliRunner()
+    missing = runner.invoke(cli, ["streams", "reset", "x", "--bootstrap-servers", broker.bootstrap_servers,
+                                  "--input-topics", "no-such-topic"])
+    assert missing.exit_code != 0 and "do not exist" in str(missing.exception)
+    bad = runner.invoke(cli, ["streams", "reset", "x", "--bootstrap-servers", broker.bootstrap_servers,
+                              "--to-datetime", "yesterday"])
+    assert bad.exit_code != 0 and "ISO 8601" in str(bad.exception)
+
+
+def test_committed_and_lag_of_a_group(broker):
+    bootstrap = broker.bootstrap_servers
+    topic, group = f"lag-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(bootstrap, {topic: 2})
+    producer = clients.producer(bootstrap)
+    for i in range(6):
+        producer.produce(topic, b"v", partition=i % 2)
+    assert producer.flush(30) == 0
+    consumer = clients.consumer(bootstrap, group)
+    consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+    consumer.close()
+    found = offsets.group_offsets(clients.admin(bootstrap), group, [(topic, 0), (topic, 1)])
+    assert found[(topic, 0)].committed == 1 and found[(topic, 0)].lag == 2
+    assert found[(topic, 1)].committed is None and found[(topic, 1)].lag == 3

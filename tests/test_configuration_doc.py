@@ -1,0 +1,30 @@
+"""docs/configuration.md names every key strom accepts, so the page every ConfigError points to is whole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import strom.spark.connector.options as connector
+from strom.broker.config import BROKER_SPECS, TOPIC_SPECS
+from strom.spark.runtime import spark_streams  # noqa: F401  (registers the runtime's keys)
+from strom.streams import config as cfg
+from strom.tasks.properties import ProcessorProperties
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+
+
+@pytest.mark.parametrize("key", sorted({*cfg.DEFINITIONS, *cfg.ALIASES, *cfg.IGNORED, *BROKER_SPECS,
+                                         *TOPIC_SPECS, *connector.SOURCE_OPTIONS, *connector.SINK_OPTIONS,
+                                         *(d.name for d in ProcessorProperties.ALL)}))
+def test_every_key_is_documented(key):
+    assert f"`{key}`" in DOC
+
+
+def test_every_error_points_to_a_page_that_exists():
+    root = Path(__file__).resolve().parents[1]
+    for path in (root / "src" / "strom").rglob("*.py"):
+        words = path.read_text().split()
+        for page in {w.strip("().,'\"`") for w in words if w.startswith(("docs/", "(docs/"))}:
+            assert (root / page.split("#")[0]).exists(), f"{path} points to missing {page}"
