@@ -6,24 +6,23 @@ Cases (10k distinct keys, string keys and values, record timestamps 1 ms apart):
   e  stream-table join: each stream record looks up a 10k-key table (loaded first, not timed); and the
      same join with the table in a versioned store (a lookup as of each record's time; no cache)
 with caching on and off. Records are fed raw to the task, which commits every --commit-every records,
-as in bench/engine.py (whose feeding and sink this reuses).
+each case in a subprocess, wall clock over the whole run, as in bench/engine.py (whose feeding, sink,
+options and --baseline REV alternation this reuses).
 
-    .venv/bin/python bench/engine_windows.py [--records 500000] [--keys 10000] [--commit-every 100000]
-        [--repeat 3]
+    .venv/bin/python bench/engine_windows.py [--case d --case e] [--keys 10000] [--caching on off]
+        [--records 500000] [--commit-every 100000] [--repeat 3] [--baseline main]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import shutil
 import tempfile
-import time
 from collections.abc import Callable
 from datetime import timedelta
-from functools import partial
 
-from engine import CountingSink, interleaved, make_records, print_setup, run_case
+from alternate import report
+from engine import chunks, open_task, parser_with, sweep, timed_run
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     EmitStrategy,
@@ -31,13 +30,11 @@ from strom.streams import (
     Produced,
     Stores,
     StreamsBuilder,
-    StreamsConfig,
 )
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import TimeWindows
-from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
+from strom.streams.processor import ConsumerRecord, TopicPartition
 from strom.streams.processor.internals.task import StreamTask
-from strom.streams.state.cache import ThreadCache
 from strom.streams.state.window import builders
 
 S, L = Serdes.String(), Serdes.Long()
@@ -74,36 +71,16 @@ def join_table(caching: bool) -> Materialized:
 VERSIONED_TABLE = Materialized.as_(Stores.persistent_versioned_key_value_store("table", timedelta(hours=1)))
 
 
-def run_join(build: Callable[[StreamsBuilder], None], records: list[ConsumerRecord], keys: int,
-             commit_every: int, cache_bytes: int) -> float:
-    state_dir = tempfile.mkdtemp(prefix="strom-bench-")
-    try:
-        builder = StreamsBuilder()
-        build(builder)
-        config = StreamsConfig({"application.id": "bench", "state.dir": state_dir,
-                                "default.key.serde": "String", "default.value.serde": "String",
-                                "statestore.cache.max.bytes": cache_bytes})
-        task = StreamTask(TaskId(0, 0), builder.build().internal, config, CountingSink(),
-                          ThreadCache(cache_bytes))
-        task.initialize()
-        task.complete_restoration()
-        table = [ConsumerRecord("table", 0, i, 0, f"key-{i}".encode(), f"t{i}".encode()) for i in range(keys)]
-        task.add_records(TopicPartition("table", 0), table)
-        task.process_all()
-        task.commit()
-        gc.collect()
-        best = float("inf")
-        for start in range(0, len(records), commit_every):
-            chunk = records[start:start + commit_every]
-            started = time.process_time()
-            task.add_records(TopicPartition("in", 0), chunk)
-            task.process_all()
-            task.commit()
-            best = min(best, (time.process_time() - started) / len(chunk))
-        task.close()
-        return 1 / best
-    finally:
-        shutil.rmtree(state_dir, ignore_errors=True)
+def join_case(materialized: Materialized) -> Callable[[StreamsBuilder, bool], None]:
+    """The join, its table loaded with --keys entries before the timed part."""
+    return lambda builder, caching: stream_table_join(materialized)(builder)
+
+
+def preload_table(task: StreamTask, keys: int) -> None:
+    table = [ConsumerRecord("table", 0, i, 0, f"key-{i}".encode(), f"t{i}".encode()) for i in range(keys)]
+    task.add_records(TopicPartition("table", 0), table)
+    task.process_all()
+    task.commit()
 
 
 WINDOWED = {
@@ -114,34 +91,46 @@ WINDOWED = {
 }
 
 
+CASES = {
+    "d1": ("d windowed count, RocksDB", WINDOWED["d windowed count, RocksDB"]),
+    "d2": ("d windowed count, in-memory", WINDOWED["d windowed count, in-memory"]),
+    "d3": ("d windowed count, on close", WINDOWED["d windowed count, on close"]),
+    "e1": ("e stream-table join", None),
+    "e2": ("e join, versioned table", None),
+}
+
+
+def run_child(args: argparse.Namespace) -> None:
+    caching = args.caching == ["on"]
+    if args.run == "e1":
+        build = join_case(join_table(caching))
+    elif args.run == "e2":  # a versioned store has no cache
+        build = join_case(VERSIONED_TABLE)
+    else:
+        build = CASES[args.run][1]
+    state_dir = tempfile.mkdtemp(prefix="strom-bench-")
+    try:
+        task = open_task(lambda builder: build(builder, caching), state_dir, args.cache_bytes)
+        if args.run.startswith("e"):
+            preload_table(task, args.keys[0])
+        report(*timed_run(task, chunks(args.records, args.keys[0], args.commit_every)))
+        task.close()
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=500_000)
-    parser.add_argument("--keys", type=int, default=10_000)
-    parser.add_argument("--commit-every", type=int, default=100_000)
-    parser.add_argument("--cache-bytes", type=int, default=10 * 1024 * 1024)
-    parser.add_argument("--case", choices=["d", "e"], action="append")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = parser_with([*CASES, "d", "e"], __doc__)
+    parser.set_defaults(keys=[10_000])
     args = parser.parse_args()
-    records = make_records(args.records, args.keys)
-    print_setup(args)
-    runs: dict[str, Callable[[], float]] = {}
-    for caching in (True, False):
-        state = "on " if caching else "off"
-        if not args.case or "d" in args.case:
-            for name, build in WINDOWED.items():
-                runs[f"{name:<30} caching {state}"] = partial(
-                    run_case, build, caching, records, args.commit_every, args.cache_bytes)
-        if not args.case or "e" in args.case:
-            runs[f"{'e stream-table join':<30} caching {state}"] = partial(
-                run_join, stream_table_join(join_table(caching)), records, args.keys, args.commit_every,
-                args.cache_bytes)
-    if not args.case or "e" in args.case:  # a versioned store has no cache
-        runs[f"{'e join, versioned table':<30} caching off"] = partial(
-            run_join, stream_table_join(VERSIONED_TABLE), records, args.keys, args.commit_every,
-            args.cache_bytes)
-    interleaved(args.repeat, runs)
+    if args.run:
+        args.records = args.records or max(500_000, 2 * args.keys[0])
+        run_child(args)
+    else:
+        if args.case:  # "d" and "e" select their group
+            args.case = [code for code in CASES if any(code.startswith(c) for c in args.case)]
+        sweep(__file__, args, CASES, uncached=frozenset({"e2"}))
+
 
 if __name__ == "__main__":
     main()

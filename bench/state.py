@@ -1,20 +1,37 @@
-"""State-store throughput: a count-by-key read-modify-write (get + put) per record, one core.
+"""State-store throughput, one core.
 
-Prints records/s for in-memory and RocksDB stores with caching on and off, through all layers
-(metered -> caching -> change-logging -> transactional buffer -> inner), committing every
-``commit_every`` records (default 100k: at 250k records/s that is a 0.4 s commit interval).
+Default: a count-by-key read-modify-write (get + put) per record. Prints records/s for in-memory and
+RocksDB stores with caching on and off, through all layers (metered -> caching -> change-logging ->
+transactional buffer -> inner), committing every ``commit_every`` records (default 100k: at 250k
+records/s that is a 0.4 s commit interval).
 
     .venv/bin/python bench/state.py [records] [distinct keys] [commit_every]
+
+``--restore``: restore of a changelog (default 1.2M records over 1M keys, 100-byte values, written
+once to an embedded broker) into a RocksDB and an in-memory store the way a task restores (the
+runtime's restore loop, a consumer from ``strom.kafka.clients``), beside a bare confluent-kafka
+consumer reading the same changelog (touching each key and value), each run in a fresh subprocess,
+alternating, with --baseline REV also on REV's code (bench/alternate.py). Prints records/s and
+restore / bare ratio.
+
+    .venv/bin/python bench/state.py --restore [--restore-records 1200000] [--restore-keys 1000000]
+        [--repeat 3] [--baseline main]
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from alternate import add_arguments, alternate, report
+from machine import describe
+from strom.broker import EmbeddedBroker
+from strom.kafka import clients
 from strom.kafka.serdes import Serdes
 from strom.streams.state import (
     ProcessorStateManager,
@@ -77,10 +94,98 @@ def run(supplier: Any, caching: bool, records: int, keys: int, commit_every: int
         return records / elapsed, records / cpu
 
 
+CHANGELOG = "bench-counts-changelog"
+VALUE = b"v" * 100
+
+
+def write_changelog(bootstrap: str, records: int, keys: int) -> None:
+    clients.create_topics(bootstrap, {CHANGELOG: 1})
+    producer = clients.producer(bootstrap, **{"linger.ms": 50, "batch.size": 1_000_000})
+    for i in range(records):
+        clients.produce(producer, CHANGELOG, VALUE, b"key-%d" % (i % keys), partition=0)
+        if i % 100_000 == 0:
+            producer.poll(0)
+    producer.flush()
+
+
+def bare_read(bootstrap: str) -> int:
+    """What a consumer alone costs: the floor a restore is compared with."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-bare",
+                         "enable.partition.eof": True, "fetch.queue.backoff.ms": 10,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(CHANGELOG, 0, OFFSET_BEGINNING)])
+    read = 0
+    try:
+        while True:
+            for message in consumer.consume(10_000, 1.0):
+                if message.error() is not None:
+                    if message.error().code() == KafkaError._PARTITION_EOF:
+                        return read
+                    raise RuntimeError(message.error().str())
+                message.key(), message.value(), message.offset(), message.timestamp()
+                read += 1
+    finally:
+        consumer.close()
+
+
+def restore_into(bootstrap: str, persistent: bool) -> int:
+    """A task with one logged count store, restored from the changelog as the runtime restores it."""
+    from engine import open_task  # the task as bench/engine.py builds it
+    from strom.spark.runtime.restore import restore_task
+    from strom.streams import Materialized, StreamsBuilder
+
+    supplier = (Stores.persistent_key_value_store if persistent else Stores.in_memory_key_value_store)
+
+    def build(builder: StreamsBuilder) -> None:
+        builder.stream("in").group_by_key().count(materialized=Materialized.as_(supplier("counts")))
+
+    with tempfile.TemporaryDirectory() as state_dir:
+        task = open_task(build, state_dir, 10 * 1024 * 1024)
+        consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True, "fetch.wait.max.ms": 10})
+        try:
+            return restore_task(task, consumer)
+        finally:
+            consumer.close()
+            task.close()
+
+
+def restore_child(kind: str, bootstrap: str) -> None:
+    started, cpu_started = time.perf_counter(), time.process_time()
+    read = bare_read(bootstrap) if kind == "bare" else restore_into(bootstrap, kind == "rocksdb")
+    report(read / (time.perf_counter() - started), read / (time.process_time() - cpu_started))
+
+
+def restore_main(args: argparse.Namespace) -> None:
+    print(describe())
+    print(f"restore of {args.restore_records} changelog records, {args.restore_keys} keys, "
+          f"{len(VALUE)}-byte values; {args.repeat} rounds")
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        write_changelog(bootstrap, args.restore_records, args.restore_keys)
+        kinds = {"bare consumer": "bare", "restore, RocksDB": "rocksdb", "restore, in-memory": "memory"}
+        cases = {label: ["--run", kind, "--bootstrap", bootstrap] for label, kind in kinds.items()}
+        alternate(__file__, cases, args.repeat, args.baseline)
+
+
 def main() -> None:
-    records = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-    keys = int(sys.argv[2]) if len(sys.argv) > 2 else 10_000
-    commit_every = int(sys.argv[3]) if len(sys.argv) > 3 else 100_000
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("records", type=int, nargs="?", default=200_000)
+    parser.add_argument("keys", type=int, nargs="?", default=10_000)
+    parser.add_argument("commit_every", type=int, nargs="?", default=100_000)
+    parser.add_argument("--restore", action="store_true")
+    parser.add_argument("--restore-records", type=int, default=1_200_000)
+    parser.add_argument("--restore-keys", type=int, default=1_000_000)
+    parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
+    add_arguments(parser)
+    args = parser.parse_args()
+    if args.run:
+        restore_child(args.run, args.bootstrap)
+        return
+    if args.restore:
+        restore_main(args)
+        return
+    records, keys, commit_every = args.records, args.keys, args.commit_every
     print(f"count-by-key get+put, {records} records, {keys} keys, commit every {commit_every}")
     for label, supplier in (("in-memory", Stores.in_memory_key_value_store),
                             ("rocksdb", Stores.persistent_key_value_store)):

@@ -42,6 +42,10 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "auto.offset.reset": "earliest",
     "isolation.level": "read_committed",
     "enable.partition.eof": False,
+    # librdkafka pauses fetching this long whenever its queue passes queued.min.messages (default
+    # 1 s): a reader that drains the queue as fast as it fills (a restore, a store copy catching up)
+    # then waits a second at every refill and reads at a quarter of the broker's pace.
+    "fetch.queue.backoff.ms": 10,
 }
 
 

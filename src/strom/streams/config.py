@@ -65,6 +65,7 @@ PRODUCTION_EXCEPTION_HANDLER = "production.exception.handler"
 REPLICATION_FACTOR = "replication.factor"
 WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS = "windowstore.changelog.additional.retention.ms"
 TOPIC_PREFIX = "topic."
+ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -184,6 +185,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     AUTO_OFFSET_RESET: ("earliest", _offset_reset),
     DEFAULT_DSL_STORE: ("rocksDB", _dsl_store),
     REPLICATION_FACTOR: (-1, _replication_factor),
+    ROCKSDB_CONFIG_SETTER: (None, _anything),
     WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS: (24 * 60 * 60 * 1000, _non_negative_int),
     "security.protocol": (None, _text),
     "request.timeout.ms": (None, _non_negative_int),
@@ -227,7 +229,6 @@ IGNORED: dict[str, str] = {
     "topology.optimization": "topologies are run as built",
     "upgrade.from": "there is no earlier strom rebalance protocol to upgrade from",
     "default.client.supplier": "every Kafka client is librdkafka's, built by strom.kafka",
-    "rocksdb.config.setter": "strom's RocksDB stores (rocksdict) use their own tuned options",
     "repartition.purge.interval.ms": "repartition records are not purged by the application; the topic's "
                                       "retention removes them",
     "log.summary.interval.ms": "progress is in SparkStreams.progress, the Spark UI and the metrics endpoint",

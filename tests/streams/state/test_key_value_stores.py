@@ -287,3 +287,20 @@ def test_interactive_queries_from_another_thread_while_the_task_writes(host, kin
     assert not errors, errors
     assert scans[0] > 0
     store.close()
+
+
+def test_read_modify_write_path_reads_and_writes_as_get_and_put(store, host):
+    """The fused path of aggregations: same values as get and put, whether or not the store is cached,
+    with other keys read in between, and visible to the store's own get at once and after a commit."""
+    get, put = store.read_modify_write()
+    for i in range(300):
+        key = f"k{i % 7}"
+        previous = get(key)
+        assert previous == store.get(key)
+        get(f"k{(i + 3) % 7}")  # another key read in between: the write still goes to ``key``
+        put(key, (previous or 0) + 1)
+        if i % 50 == 49:
+            host.commit()
+    counts = {f"k{i}": store.get(f"k{i}") for i in range(7)}
+    assert counts == {f"k{i}": len(range(i, 300, 7)) for i in range(7)}
+    assert store.metrics.get >= 600 and store.metrics.put >= 300

@@ -146,7 +146,10 @@ class StoreTransaction(Protocol):
 
     def abort(self) -> None: ...
 
-    def restore(self, records: Sequence[ChangelogRecord]) -> None: ...
+    def restore(self, records: Sequence[ChangelogRecord]) -> None:
+        """Committed changelog records, in offset order: ``ChangelogRecord`` or any tuple of the same
+        fields in the same order (key, value, offset, timestamp), as a consumer loop yields them."""
+        ...
 
     def wipe(self) -> None:
         """Delete all committed data, so the store can be restored from the start of its changelog."""

@@ -98,8 +98,8 @@ class ProcessorStateManager:
                                 "to restore from.")
         restored = 0
         iterator = iter(records)
-        while batch := [r if isinstance(r, ChangelogRecord) else ChangelogRecord._make(r)
-                        for r in islice(iterator, RESTORE_BATCH_SIZE)]:
+        # the records stay the caller's tuples (key, value, offset, timestamp): no object per record
+        while batch := list(islice(iterator, RESTORE_BATCH_SIZE)):
             if not restored:
                 self._drop_cached(store_name)
             registered.transaction.restore(batch)

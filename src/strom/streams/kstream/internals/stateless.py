@@ -9,6 +9,7 @@ from typing import Any, TextIO
 from strom.errors import ProcessingError
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import Record
+from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.processor.internals.nodes import ContextFreeProcessor
 
 KV = Callable[[Any, Any], Any]
@@ -30,11 +31,17 @@ class KStreamFilter(_Forwarding):
         if self.predicate(record.key, record.value):
             self.forward(record)
 
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("if not {p}predicate(k, v):", "    return"), {"predicate": self.predicate})
+
 
 class KStreamFilterNot(KStreamFilter):
     def process(self, record: Record) -> None:
         if not self.predicate(record.key, record.value):
             self.forward(record)
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("if {p}predicate(k, v):", "    return"), {"predicate": self.predicate})
 
 
 class KStreamMapValues(_Forwarding):
@@ -46,6 +53,9 @@ class KStreamMapValues(_Forwarding):
             new_tuple(Record, (record.key, self.mapper(record.value), record.timestamp, record.headers))
         )
 
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("v = {p}mapper(v)",), {"mapper": self.mapper})
+
 
 class KStreamMapValuesWithKey(KStreamMapValues):
     def process(self, record: Record) -> None:
@@ -54,6 +64,9 @@ class KStreamMapValuesWithKey(KStreamMapValues):
                 Record, (record.key, self.mapper(record.key, record.value), record.timestamp, record.headers)
             )
         )
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("v = {p}mapper(k, v)",), {"mapper": self.mapper})
 
 
 class KStreamMap(_Forwarding):
@@ -67,6 +80,10 @@ class KStreamMap(_Forwarding):
         key, value = _pair(self.mapper(record.key, record.value), self.operator)
         self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
 
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("k, v = {p}pair({p}mapper(k, v), {p}operator)",),
+                         {"pair": _pair, "mapper": self.mapper, "operator": self.operator})
+
 
 class KStreamSelectKey(_Forwarding):
     def __init__(self, selector: KV) -> None:
@@ -79,6 +96,9 @@ class KStreamSelectKey(_Forwarding):
                 (self.selector(record.key, record.value), record.value, record.timestamp, record.headers),
             )
         )
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("k = {p}selector(k, v)",), {"selector": self.selector})
 
 
 class KStreamFlatMap(_Forwarding):
@@ -111,6 +131,9 @@ class KStreamPeek(ContextFreeProcessor):
         self.action(record.key, record.value)
         if self.forward_downstream:
             self.context.forward(record)
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("{p}action(k, v)",), {"action": self.action}, terminal=not self.forward_downstream)
 
 
 class KStreamPrint(ContextFreeProcessor):
@@ -160,6 +183,9 @@ class PassThrough(_Forwarding):
     def process(self, record: Record) -> None:
         self.forward(record)
 
+    def fused_step(self) -> FusedStep:
+        return FusedStep((), {})
+
 
 class DropNullKeys(ContextFreeProcessor):
     """Before a repartition sink: a record without a key has no partition to go to (Kafka drops it)."""
@@ -167,6 +193,9 @@ class DropNullKeys(ContextFreeProcessor):
     def process(self, record: Record) -> None:
         if record.key is not None:
             self.context.forward(record)
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("if k is None:", "    return"), {})
 
 
 def _pair(result: Any, operator: str) -> tuple[Any, Any]:

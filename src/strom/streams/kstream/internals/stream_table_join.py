@@ -18,6 +18,8 @@ from strom.streams.kstream.internals.table_lookup import value_at
 from strom.streams.kstream.join_options import Joined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Named
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.internals.fusion import FusedStep
+from strom.streams.processor.internals.nodes import ContextFreeProcessor
 from strom.streams.state.record_buffer import TimeOrderedRecordBuffer, record_buffer_builder
 from strom.streams.state.stores import VersionedKeyValueStoreBuilder
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class KStreamKTableJoin(Processor):
+class _StreamTableJoin(Processor):
     def __init__(self, store_name: str, joiner: ValueJoiner, left: bool) -> None:
         self.store_name = store_name
         self.joiner = joiner
@@ -52,7 +54,23 @@ class KStreamKTableJoin(Processor):
         self.forward(Record(key, self.joiner(key, record.value, other), record.timestamp, record.headers))
 
 
-class BufferedKStreamKTableJoin(KStreamKTableJoin):
+class KStreamKTableJoin(_StreamTableJoin, ContextFreeProcessor):
+    """The plain join reads neither the record context nor writes a store: it may run context-free and
+    fused into its source's chain."""
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep((
+            "if v is None or (k is None and not {p}left):",
+            "    {p}process(_new_tuple(_Record, (k, v, t, h)))",  # dropped (or a left join's null key)
+            "    return",
+            "{p}current = None if k is None else {p}lookup(k, t)",
+            "if {p}current is None and not {p}left:",
+            "    return",
+            "v = {p}joiner(k, v, None if {p}current is None else {p}current.value)",
+        ), {"left": self.left, "process": self.process, "lookup": self.lookup, "joiner": self.joiner})
+
+
+class BufferedKStreamKTableJoin(_StreamTableJoin):
     """A stream-table join with a grace period (KIP-923): each stream record waits in a time-ordered
     buffer until the observed stream time passes its timestamp + grace, then joins the versioned table
     as of its timestamp; records leave the buffer in timestamp order."""

@@ -98,6 +98,10 @@ class TaskContext:
 
     # ---- StateStoreContext ----------------------------------------------------------------------
     @property
+    def app_configs(self) -> dict[str, Any]:
+        return self.config.as_dict()
+
+    @property
     def key_serde(self) -> Any:
         return default_serde(self.config, "key", f"a store of task {self.task_id}")
 

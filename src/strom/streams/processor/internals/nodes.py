@@ -11,6 +11,7 @@ from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.collector import RecordCollector
 from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
+from strom.streams.processor.internals.fusion import FusedStep, fuse
 from strom.streams.processor.partitioner import partition_chooser
 from strom.streams.state.context import RecordContext
 
@@ -106,6 +107,13 @@ class SourceNode(ProcessorNode):
         self.timestamp_extractor = timestamp_extractor
         self.record_timestamp_when_valid = getattr(timestamp_extractor, "record_timestamp_when_valid", False)
         """The extractor returns a record's own timestamp when it is not negative: the task skips the call."""
+        self.chain: Callable[[Any, Any, int, Any], None] | None = None
+        """The source's chain of stateless operators fused into one function (fusion.py), called with
+        ``(key, value, timestamp, headers)`` instead of ``entry`` with a Record; None: not fused."""
+
+    def fuse_chain(self) -> None:
+        """Once every node is wired and started: fuse the chain below this source (a single child's)."""
+        self.chain = fuse(self.children[0]) if len(self.children) == 1 else None
 
 
 class _ForwardProcessor(ContextFreeProcessor):
@@ -158,6 +166,24 @@ class SinkProcessor(ContextFreeProcessor):
             raise TopologyError(f"A StreamPartitioner needs the partition count of {topic!r}, which this "
                                 "runtime's record sink cannot tell.")
         return count(topic)
+
+    def fused_step(self) -> FusedStep | None:
+        """``_send_to_topic`` as a chain's last step (the common sink only)."""
+        if self.process != self._send_to_topic:
+            return None
+        return FusedStep((
+            "try:",
+            "    kb = None if k is None else {p}key_encode(k)",
+            "    vb = None if v is None else {p}value_encode(v)",
+            "except Exception:",  # an input the encoder does not take: the sink's own path decides
+            "    {p}send_record(_new_tuple(_Record, (k, v, t, h)))",
+            "    return",
+            "if {p}collector.send_error is not None:",
+            "    {p}collector.check_error()",
+            "{p}collector.sink.send({p}collector, {p}topic, None, kb, vb, t, h)",
+        ), {"key_encode": self.key_encode, "value_encode": self.value_encode,
+            "send_record": self._send_to_topic, "collector": self.collector, "topic": self.topic},
+            terminal=True)
 
     def _send_to_topic(self, record: Record) -> None:
         """``process`` of the common sink (one topic, the default partitioner): the per-record hot path."""

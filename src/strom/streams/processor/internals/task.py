@@ -229,6 +229,8 @@ class StreamTask:
                 raise ProcessingError(
                     f"Processor {node.name!r} of task {self.id} failed in init(): {type(exc).__name__}: {exc}"
                 ) from exc
+        for source in set(self.sources.values()):  # the processors' steps may use what init bound
+            source.fuse_chain()
         self._initialized = True
 
     def close(self) -> None:
@@ -326,7 +328,7 @@ class StreamTask:
         punctuations = context.stream_time_punctuations
         source = queue.source
         key_decode, value_decode = queue.key_decode, queue.value_decode
-        entry = source.entry
+        entry, chain = source.entry, source.chain
         trusted_timestamps = source.record_timestamp_when_valid
         partition_time = queue.partition_time  # a local in the loop, stored back at the end
         context_free = self._context_free
@@ -363,7 +365,10 @@ class StreamTask:
                     context.record_context = new_tuple(
                         RecordContext, (timestamp, raw.topic, raw.partition, raw.offset, headers)
                     )
-                entry(new_tuple(Record, (key, value, timestamp, headers)))
+                if chain is not None:
+                    chain(key, value, timestamp, headers)
+                else:
+                    entry(new_tuple(Record, (key, value, timestamp, headers)))
                 if context.stream_time >= punctuations.next_time:
                     self.maybe_punctuate_stream_time()
         except BaseException:

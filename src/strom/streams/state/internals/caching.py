@@ -63,6 +63,21 @@ class CachingLayer(StoreLayer):
     def _flush_entries(self, entries: list[DirtyEntry]) -> None:
         raise NotImplementedError
 
+    @property
+    def cache_entries(self) -> Any:
+        """The record cache's entries of this store (LRU order): a fused read looks keys up here."""
+        return self._cache.named_cache(self._namespace).entries  # type: ignore[union-attr]
+
+    @property
+    def context(self) -> StateStoreContext:
+        assert self._context is not None, "store used before init"
+        return self._context
+
+    @property
+    def put_dirty_raw(self) -> Callable[[bytes, bytes | None, RecordContext], None]:
+        """The cache's per-record write, for a fused write that has the record context at hand."""
+        return self._put_dirty
+
     def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
         """Forward flushed entries to ``listener``; True tells the processor that caching is on."""
         self._listener = listener
@@ -119,10 +134,14 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
                 pass
             return entry.value
         value = self.wrapped.get(key)
-        # only the task's own thread fills the cache: an interactive query must not trigger evictions
-        if value is not None and threading.current_thread() is self._thread:
-            self._cache.put(self._namespace, key,  # type: ignore[union-attr]
-                            LRUCacheEntry(key, value, False, _CLEAN))
+        # Only the task's own thread fills the cache: an interactive query must not trigger evictions.
+        # A full cache gets no clean entry: it would only evict another entry and, with more keys than
+        # fit, be evicted unread itself (at 1M keys every read misses); a read-modify-write puts the key
+        # dirty right after anyway.
+        cache = self._cache
+        if (value is not None and cache.current_bytes < cache.max_cache_size_bytes  # type: ignore[union-attr]
+                and threading.current_thread() is self._thread):
+            cache.put(self._namespace, key, LRUCacheEntry(key, value, False, _CLEAN))  # type: ignore[union-attr]
         return value
 
     def put(self, key: bytes, value: bytes | None) -> None:

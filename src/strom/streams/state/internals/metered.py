@@ -9,7 +9,7 @@ followed by the serialized value.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from strom.errors import InvalidStateStoreError, NullKeyError
@@ -26,6 +26,9 @@ from strom.streams.state.internals.timestamps import (
 )
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from strom.streams.state.versioned import VersionedRecord, check_timestamp
+
+_IMMUTABLE_KEYS = frozenset({str, bytes, int, float})
+"""Key types whose bytes cannot change between an aggregation's read and its write of the same object."""
 
 
 class StoreMetrics:
@@ -133,6 +136,65 @@ class MeteredKeyValueStore(MeteredStore):
         except Exception:
             raw_key, raw_value = self._key_ser(self._topic, key), self._value_ser(self._topic, value)
         self._wrapped_put(raw_key, raw_value)
+
+    def read_modify_write(self) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
+        """``(get, put)`` for a processor that reads a key and then writes the same key (an aggregation):
+        behaving as this store's own, but fused through the layers when the store is cached. ``get``
+        looks the raw key up in the record cache, else in the layer below the cache (putting no clean
+        entry: the write follows and puts the dirty one); ``put`` reuses the key bytes ``get`` just
+        encoded and writes the cache entry directly. One call per read and per write instead of four."""
+        caching = self.wrapped
+        if not isinstance(caching, CachingKeyValueStore) or not self._open:
+            return self.get, self.put
+        entries = caching.cache_entries
+        lookup, mark_used = entries.get, entries.move_to_end
+        below_get, put_dirty, context = caching.wrapped.get, caching.put_dirty_raw, caching.context
+        metrics, topic = self.metrics, self._topic
+        key_encode, value_encode, value_decode = self._key_encode, self._value_encode, self._value_decode
+        value_ser, value_de, raw_key_of = self._value_ser, self._value_de, self._raw_key
+        last: list[Any] = [None, None]  # the key get read last and its bytes
+
+        def get(key: Any) -> Any:
+            metrics.get += 1
+            if key is None or not self._open:
+                raw_key_of(key)  # raises the right error
+            try:
+                raw_key = key_encode(key)
+            except Exception:
+                raw_key = raw_key_of(key)
+            if type(key) in _IMMUTABLE_KEYS:
+                last[0], last[1] = key, raw_key
+            entry = lookup(raw_key)
+            if entry is not None:
+                mark_used(raw_key)
+                raw = entry.value
+            else:
+                raw = below_get(raw_key)
+            if raw is None:
+                return None
+            try:
+                return value_decode(raw)
+            except Exception:
+                return value_de(topic, raw)
+
+        def put(key: Any, value: Any) -> None:
+            metrics.put += 1
+            if key is last[0] and key is not None and self._open:
+                raw_key = last[1]
+            else:
+                if key is None or not self._open:
+                    raw_key_of(key)
+                try:
+                    raw_key = key_encode(key)
+                except Exception:
+                    raw_key = raw_key_of(key)
+            try:
+                raw_value = None if value is None else value_encode(value)
+            except Exception:
+                raw_value = value_ser(topic, value)
+            put_dirty(raw_key, raw_value, context.record_context)
+
+        return get, put
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))

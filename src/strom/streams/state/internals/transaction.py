@@ -92,11 +92,11 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
         if self._buffer:
             raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
         if self.timestamped:
-            writes = [(r.key, None if r.value is None else with_timestamp(r.timestamp, r.value))
-                      for r in records]
+            writes = [(key, None if value is None else with_timestamp(timestamp, value))
+                      for key, value, _, timestamp in records]
         else:
-            writes = [(r.key, r.value) for r in records]
-        self.wrapped.write_batch(writes, records[-1].offset + 1)
+            writes = [(record[0], record[1]) for record in records]
+        self.wrapped.write_batch(writes, records[-1][2] + 1)
 
     def wipe(self) -> None:
         self._clear()
@@ -118,6 +118,6 @@ class VersionedTransaction(TransactionalKeyValueStore):
             return
         if self.uncommitted_writes:
             raise RuntimeError(f"Store {self.name} has uncommitted writes; restore before processing")
-        for record in records:
-            self.replay(record.key, record.value, record.timestamp)
-        self.commit(records[-1].offset + 1)
+        for key, value, _, timestamp in records:
+            self.replay(key, value, timestamp)
+        self.commit(records[-1][2] + 1)

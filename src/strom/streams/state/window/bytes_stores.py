@@ -169,20 +169,19 @@ class SegmentedBytesStore:
         """Write committed changelog records straight into the segments."""
         segments = self._open_segments()
         writes: dict[int, list[tuple[bytes, bytes | None]]] = {}
-        for record in records:
-            record_time = self._record_time(record.key)
+        for key, value, _, timestamp in records:
+            record_time = self._record_time(key)
             self.observed_stream_time = max(self.observed_stream_time, record_time)
             if record_time > self.observed_stream_time - self.retention_ms:
-                value = record.value
                 if self.timestamped and value is not None:
-                    value = with_timestamp(record.timestamp, value)
-                writes.setdefault(segments.segment_id(record_time), []).append((record.key, value))
+                    value = with_timestamp(timestamp, value)
+                writes.setdefault(segments.segment_id(record_time), []).append((key, value))
         for segment_id in sorted(writes):
             self._apply(segments, segment_id, writes[segment_id])
         segments.drop_expired(self.observed_stream_time)
         self._committed_stream_time = self.observed_stream_time
         if records:
-            self._committed_offset = records[-1].offset + 1
+            self._committed_offset = records[-1][2] + 1
             if self._offset_file is not None:
                 _write_offset(self._offset_file, self._committed_offset, self.observed_stream_time)
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import rocksdict
 
 from strom.streams.state.key_index import SortedKeyIndex
+from strom.streams.state.rocksdb import rocksdb_options
 
 log = logging.getLogger(__name__)
 
@@ -107,10 +108,8 @@ _ABSENT = object()
 class RocksDBSegment:
     """One RocksDB database (raw bytes mode) per segment, as Kafka Streams' KeyValueSegment."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, options: rocksdict.Options) -> None:
         self._path = path
-        options = rocksdict.Options(raw_mode=True)
-        options.create_if_missing(True)
         self._db = rocksdict.Rdict(path, options)
 
     def get(self, key: bytes) -> bytes | None:
@@ -223,12 +222,13 @@ def rocksdb_segments(directory: str, store_name: str, retention_ms: int,
     def path_of(segment_id: int) -> str:
         return os.path.join(store_dir, f"{store_name}.{segment_id * segment_interval_ms}")
 
+    options = rocksdb_options(store_name)  # one block cache for all segments of the store
     segments = Segments(retention_ms, segment_interval_ms,
-                        lambda segment_id: RocksDBSegment(path_of(segment_id)))
+                        lambda segment_id: RocksDBSegment(path_of(segment_id), options))
     prefix = f"{store_name}."
     for entry in sorted(os.listdir(store_dir)):
         suffix = entry[len(prefix):]
         if entry.startswith(prefix) and suffix.isdigit():
             segment_id = int(suffix) // segment_interval_ms
-            segments.adopt(segment_id, RocksDBSegment(path_of(segment_id)))
+            segments.adopt(segment_id, RocksDBSegment(path_of(segment_id), options))
     return segments

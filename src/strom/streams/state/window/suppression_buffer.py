@@ -166,15 +166,15 @@ class TimeOrderedKeyValueBuffer:
 
     def restore(self, records: Sequence[ChangelogRecord]) -> None:
         entries = dict(self._entries)
-        for record in records:
-            if record.value is None:
-                entries.pop(record.key, None)
+        for key, value, *_ in records:
+            if value is None:
+                entries.pop(key, None)
             else:
-                entries[record.key] = self._decode(record.key, record.value)
+                entries[key] = self._decode(key, value)
         self._rebuild(entries)
         self._committed = copy.copy(self._entries)
         if records:
-            self._committed_offset = records[-1].offset + 1
+            self._committed_offset = records[-1][2] + 1
 
     def wipe(self) -> None:
         self._rebuild({})
