@@ -25,6 +25,7 @@ from kio.static.primitive import i16, i32, i64
 
 from strom.broker import EmbeddedBroker
 from strom.broker.log.records import CRC_START, build_batch
+from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
 
@@ -220,6 +221,34 @@ def test_connections_per_address_are_limited_and_refusals_logged_once_in_a_while
         assert logged(own, "max.connections.per.ip=3 reached")
         assert own.log_path.read_text().count("refusing connection") <= 2
         for sock in [*held, *refused, other]:
+            sock.close()
+
+
+def test_a_full_broker_closes_its_longest_idle_connection_for_a_new_client():
+    with EmbeddedBroker(config={"max.connections": 3}) as own:
+        held = [WireClient(own.bootstrap_servers) for _ in range(3)]
+        for client in held:  # held[0] has waited longest for its next request
+            assert client.send(metadata_request([])).brokers
+            time.sleep(0.2)
+        with WireClient(own.bootstrap_servers) as newcomer:
+            assert newcomer.send(metadata_request([])).brokers
+        with pytest.raises(BrokerUnavailableError):
+            held[0].send(metadata_request([]))
+        assert all(client.send(metadata_request([])).brokers for client in held[1:])
+        assert logged(own, "max.connections=3 reached: closing the connection idle longest")
+        # connections in the middle of a request are not closed for a newcomer: it is refused
+        for client in held:
+            client.close()
+        busy = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(3)]
+        for sock in busy:
+            sock.sendall(struct.pack(">i", 100) + b"\0" * 10)  # a frame begun, not finished
+        time.sleep(0.5)
+        refused = socket.create_connection(("127.0.0.1", own.port))
+        assert closed_by_broker(refused)
+        busy[0].settimeout(1)
+        with pytest.raises(TimeoutError):
+            busy[0].recv(1)
+        for sock in [*busy, refused]:
             sock.close()
 
 
