@@ -11,6 +11,7 @@ import socket
 import struct
 import time
 
+import cramjam
 import pytest
 from broker_helpers import closed_by_broker, logged, unique
 from confluent_kafka import KafkaError, KafkaException
@@ -24,7 +25,7 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
 from strom.broker import EmbeddedBroker
-from strom.broker.log.records import CRC_START, build_batch
+from strom.broker.log.records import CRC_START, GZIP, HEADER_SIZE, LZ4, SNAPPY, ZSTD, build_batch
 from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
@@ -170,6 +171,33 @@ def test_batches_consumers_could_not_read_are_refused(broker):
     for name, (batch, expected) in refused.items():
         assert produce_raw(broker.bootstrap_servers, topic, batch)[0] == expected, name
     assert produce_raw(broker.bootstrap_servers, topic, three) == (ErrorCode.none, 0)
+
+
+def _compressed(batch: bytes, codec: int) -> bytes:
+    """`batch` with its records compressed by `codec` (as a producer sends them)."""
+    compress = {GZIP: cramjam.gzip.compress, SNAPPY: cramjam.snappy.compress_raw, LZ4: cramjam.lz4.compress,
+                ZSTD: cramjam.zstd.compress}[codec]
+    packed = bytearray(batch[:HEADER_SIZE] + bytes(compress(batch[HEADER_SIZE:])))
+    struct.pack_into(">i", packed, 8, len(packed) - 12)
+    return forge(bytes(packed), attributes=codec)
+
+
+def test_batches_that_decompress_beyond_the_limit_are_refused():
+    """A topic's batches may decompress to DECOMPRESSED_LIMIT_FACTOR times its max.message.bytes
+    (here 64 x 64 KiB = 4 MiB); a few KB of zeros standing for 16 MiB are refused, not inflated."""
+    with EmbeddedBroker(config={"message.max.bytes": 65536}) as own:
+        topic = unique("bombs")
+        clients.create_topics(own.bootstrap_servers, {topic: 1})
+        bomb = build_batch([(None, b"\0" * (16 << 20))], now_ms())
+        for codec in (GZIP, SNAPPY, LZ4, ZSTD):
+            assert produce_raw(own.bootstrap_servers, topic, _compressed(bomb, codec))[0] \
+                == ErrorCode.corrupt_message, codec
+            # snappy compresses zeros only 21:1, and the compressed batch must fit max.message.bytes
+            fits = build_batch([(None, b"\0" * ((1 if codec == SNAPPY else 3) << 20))], now_ms())
+            assert produce_raw(own.bootstrap_servers, topic, _compressed(fits, codec))[0] \
+                == ErrorCode.none, codec
+        assert logged(own, f"more than {4 << 20} bytes")  # snappy states its length up front
+        assert logged(own, f"into at most {4 << 20} bytes")
 
 
 def test_names_with_a_trailing_newline_are_illegal_and_ids_are_logged_escaped(broker):
