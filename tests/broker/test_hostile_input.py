@@ -7,6 +7,7 @@ import datetime
 import io
 import os
 import resource
+import select
 import socket
 import struct
 import time
@@ -17,6 +18,7 @@ from broker_helpers import closed_by_broker, logged, unique
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 from crc32c import crc32c
+from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v4 import request as fetch
 from kio.schema.metadata.v12 import request as metadata
@@ -322,3 +324,25 @@ def test_requests_larger_than_the_request_memory_are_still_served():
         with WireClient(own.bootstrap_servers) as client:  # decoded off the loop: 24x its size
             answer = client.send(metadata_request([f"absent-{i:06d}" for i in range(20_000)], False))
         assert len(answer.topics) == 20_000
+
+
+@pytest.mark.slow
+def test_creating_many_partitions_does_not_stall_other_clients():
+    with EmbeddedBroker() as own:
+        request = create_topics.CreateTopicsRequest(  # 8000 partitions fit a limit of 20,000 files
+            topics=(create_topics.CreatableTopic(name="wide", num_partitions=i32(8000),
+                                                 replication_factor=i16(1), assignments=(), configs=()),),
+            timeout=datetime.timedelta(seconds=60), validate_only=False)
+        bootstrap = own.bootstrap_servers
+        with WireClient(bootstrap, timeout=120) as big, WireClient(bootstrap) as small:
+            correlation_id = big.send_only(request)
+            served_meanwhile = 0
+            while not _readable(big):
+                assert small.send(metadata_request([])).brokers
+                served_meanwhile += 1
+            assert big.receive(request, correlation_id).topics[0].error_code == ErrorCode.none
+        assert served_meanwhile > 3, "other clients were served while the partitions were created"
+
+
+def _readable(client: WireClient) -> bool:
+    return bool(select.select([client._socket], [], [], 0)[0])

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from strom.errors import ConfigError, SerializationError
+from strom.kafka.schema_registry import GenericAvroSerde
 from strom.tasks import DecatonClient, ProcessorsBuilder, SubscriptionBuilder
 from support.kafka import create_topic, unique, wait_for
 
@@ -92,3 +93,22 @@ def test_client_mistakes_are_clear_errors(broker):
     with pytest.raises(ConfigError, match="Invalid Kafka client configuration"):
         (DecatonClient.producing(topic, str.encode).application_id("shop")
          .producer_config({"bootstrap.servers": broker.bootstrap_servers, "no.such.setting": 1}).build())
+
+
+def test_schema_registry_serdes_serve_as_client_serializer_and_subscription_deserializer(broker):
+    topic = create_topic(broker.bootstrap_servers, 1)
+    schema = {"type": "record", "name": "Mail", "fields": [{"name": "to", "type": "string"}]}
+    serde = GenericAvroSerde({"schema.registry.url": f"mock://{topic}"}, schema)
+    seen = []
+    with (DecatonClient.producing(topic, serde).application_id("shop")
+          .producer_config({"bootstrap.servers": broker.bootstrap_servers}).build()) as tasks:
+        tasks.put("k", {"to": "a@example.com"}).result(timeout=30)
+    subscription = (SubscriptionBuilder.new_builder(unique("sr"))
+                    .processors_builder(ProcessorsBuilder.consuming(topic, serde)
+                                        .then_process(lambda context, task: seen.append(task)))
+                    .consumer_config({"bootstrap.servers": broker.bootstrap_servers}).build_and_start())
+    try:
+        assert wait_for(lambda: seen)
+    finally:
+        subscription.close()
+    assert seen == [{"to": "a@example.com"}]

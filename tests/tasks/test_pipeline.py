@@ -12,7 +12,7 @@ from confluent_kafka import Message
 from strom.errors import ConfigError
 from strom.tasks.completion import Completion
 from strom.tasks.context import Record, TaskMetadata, record_of
-from strom.tasks.partition import PartitionContext
+from strom.tasks.partition import IgnoredKeys, PartitionContext
 from strom.tasks.processors import ProcessorsBuilder, ProcessorScope
 from strom.tasks.properties import ProcessorPropertiesView, StaticPropertySupplier
 
@@ -25,7 +25,7 @@ def fetched(offset: int, key: bytes | None, value: bytes) -> Record:
 
 def _context(builder: ProcessorsBuilder, **props: int) -> PartitionContext:
     view = ProcessorPropertiesView([StaticPropertySupplier(props)])
-    return PartitionContext("t", 0, builder, view, None, None)
+    return PartitionContext("t", 0, builder, view, None, None, IgnoredKeys(view))
 
 
 def _wait(ctx: PartitionContext, predicate, timeout_s: float = 5.0) -> bool:

@@ -21,12 +21,13 @@ from strom.tasks import (
     KafkaTopicPropertySupplier,
     ProcessorProperties,
     ProcessorsBuilder,
+    RetryConfig,
     SubscriptionBuilder,
     SubscriptionState,
     TimeoutChoice,
 )
 from strom.tasks.properties import ProcessorPropertiesView
-from strom.tasks.retry import RETRY_COUNT_HEADER, dlq_topic
+from strom.tasks.protocol import metadata_header
 from support.kafka import (
     committed_offsets,
     create_topic,
@@ -45,14 +46,14 @@ def _records(n: int, keys: int) -> list[tuple[bytes, bytes]]:
 
 
 def _subscription(bootstrap: str, topic: str, processor, props: dict | None = None, *suppliers,
-                  group: str | None = None, retry: bool = False, consumer: dict | None = None,
+                  group: str | None = None, retry: RetryConfig | None = None, consumer: dict | None = None,
                   state_listener=None):
     builder = (SubscriptionBuilder.new_builder(group or unique("sub"))
                .processors_builder(ProcessorsBuilder.consuming(topic, int).then_process(processor))
                .properties({"decaton.commit.interval.ms": 100, **(props or {})}, *suppliers)
                .consumer_config({"bootstrap.servers": bootstrap, **(consumer or {})}))
-    if retry:
-        builder.enable_retry()
+    if retry is not None:
+        builder.enable_retry(retry)
     if state_listener is not None:
         builder.state_listener(state_listener)
     return builder.build_and_start()
@@ -225,10 +226,9 @@ def test_retry_with_backoff_then_dead_letter(broker) -> None:
             context.retry()
 
     group = unique("retry")
-    sub = _subscription(bootstrap, topic, process,
-                        {"decaton.retry.backoff.ms": 300, "decaton.retry.max.attempts": 2},
-                        group=group, retry=True)
-    dead = read_topic(bootstrap, dlq_topic(group), expected=1, timeout=30)
+    sub = _subscription(bootstrap, topic, process, {"strom.retry.max.attempts": 2}, group=group,
+                        retry=RetryConfig.with_backoff(300))
+    dead = read_topic(bootstrap, f"{topic}-dlq", expected=1, timeout=30)
     sub.close()
     assert [count for count, _ in attempts[42]] == [0, 1, 2]
     times = [t for _, t in attempts[42]]
@@ -236,7 +236,7 @@ def test_retry_with_backoff_then_dead_letter(broker) -> None:
     assert [count for count, _ in attempts[7]] == [0]
     assert len(dead) == 1
     assert dead[0].key() == b"order-1" and dead[0].value() == b"42"
-    assert dict(dead[0].headers())[RETRY_COUNT_HEADER] == b"3"
+    assert metadata_header(dead[0].headers()).retry_count == 2  # retried twice, then given up
     assert committed_offsets(bootstrap, group, topic, 1) == {0: 2}
 
 

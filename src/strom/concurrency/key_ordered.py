@@ -20,6 +20,8 @@ from typing import Any
 
 import uvloop
 
+__all__ = ["AsyncRuntime", "KeyOrderedExecutor", "SubPartitioner"]
+
 log = logging.getLogger(__name__)
 
 _STOP = object()

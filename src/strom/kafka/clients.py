@@ -18,6 +18,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.errors import BrokerUnavailableError, ConfigError
 
+__all__ = [
+    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "consumer",
+    "create_topics", "load_properties", "produce", "producer",
+]
+
 log = logging.getLogger(__name__)
 
 PRODUCER_DEFAULTS: dict[str, Any] = {

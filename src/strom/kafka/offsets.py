@@ -12,6 +12,8 @@ from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from strom.errors import BrokerUnavailableError
 
+__all__ = ["Partition", "PartitionOffsets", "committed", "group_offsets", "list_offsets", "reset"]
+
 Partition = tuple[str, int]
 _TIMEOUT_S = 30.0
 

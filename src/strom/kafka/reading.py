@@ -18,6 +18,11 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
 
+__all__ = [
+    "BATCH", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "end_consumer", "end_offset",
+    "partitions_of", "read_to_end",
+]
+
 METADATA_TIMEOUT_S = 10.0
 """How long a metadata or watermark request may take before the broker counts as unreachable."""
 STALL_TIMEOUT_S = 120.0

@@ -21,6 +21,12 @@ import fastavro
 
 from strom.errors import ConfigError, SerializationError
 
+__all__ = [
+    "AvroSerde", "BaseSerde", "BooleanSerde", "ByteArraySerde", "Deserializer", "DoubleSerde", "FloatSerde",
+    "FunctionSerde", "IntegerSerde", "JsonSerde", "LongSerde", "Serde", "Serdes", "Serializer",
+    "ShortSerde", "StringSerde", "UUIDSerde", "decoder_of", "encoder_of",
+]
+
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)

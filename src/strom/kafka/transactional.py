@@ -22,6 +22,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
 
+__all__ = ["FENCED", "TIMEOUT_S", "TransactionalProducer"]
+
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0

@@ -17,6 +17,8 @@ from kio.serial import entity_reader, entity_writer
 
 from strom.errors import BrokerUnavailableError
 
+__all__ = ["WireClient"]
+
 _SIZE = struct.Struct(">i")
 
 

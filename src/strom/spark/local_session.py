@@ -11,6 +11,8 @@ from pyspark.sql import SparkSession
 from strom.spark.connector.source import StromDataSource
 from strom.spark.preflight import check_java
 
+__all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
+
 SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",

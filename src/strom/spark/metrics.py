@@ -23,6 +23,11 @@ from strom.kafka import clients, offsets
 from strom.prometheus import MetricsServer
 from strom.streams import config as cfg
 
+__all__ = [
+    "METRICS_HOST", "METRICS_PORT", "StatusReader", "StreamsCollector", "StreamsStatus", "TaskStatus",
+    "serve_if_configured",
+]
+
 if TYPE_CHECKING:
     from strom.spark.runtime.spark_streams import SparkStreams
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from strom.errors import JavaNotFoundError
 
+__all__ = ["MIN_JAVA_MAJOR", "JavaRuntime", "check_java", "parse_java_version"]
+
 MIN_JAVA_MAJOR = 17
 
 _INSTALL_HINT = (

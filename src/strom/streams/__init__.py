@@ -29,7 +29,7 @@ from strom.streams.kstream import (
 )
 from strom.streams.kstream.emit_strategy import EmitStrategy
 from strom.streams.kstream.global_table import GlobalKTable
-from strom.streams.kstream.join_options import Joined, StreamJoined
+from strom.streams.kstream.join_options import Joined, StreamJoined, TableJoined
 from strom.streams.kstream.suppressed import BufferConfig, Suppressed
 from strom.streams.kstream.windowed_serdes import WindowedSerdes
 from strom.streams.kstream.windows import (
@@ -37,15 +37,20 @@ from strom.streams.kstream.windows import (
     SessionWindows,
     SlidingWindows,
     TimeWindows,
+    UnlimitedWindows,
     Window,
     Windowed,
 )
 from strom.streams.processor import (
     AutoOffsetReset,
+    FixedKeyProcessor,
+    FixedKeyProcessorContext,
+    FixedKeyRecord,
     Processor,
     ProcessorContext,
     PunctuationType,
     Record,
+    StreamPartitioner,
     Topology,
     TopologyDescription,
 )
@@ -63,6 +68,9 @@ __all__ = [
     "Change",
     "Consumed",
     "EmitStrategy",
+    "FixedKeyProcessor",
+    "FixedKeyProcessorContext",
+    "FixedKeyRecord",
     "GlobalKTable",
     "Grouped",
     "JoinWindows",
@@ -88,9 +96,11 @@ __all__ = [
     "StoreType",
     "Stores",
     "StreamJoined",
+    "StreamPartitioner",
     "StreamsBuilder",
     "StreamsConfig",
     "Suppressed",
+    "TableJoined",
     "TestInputTopic",
     "TestOutputTopic",
     "TestRecord",
@@ -98,6 +108,7 @@ __all__ = [
     "Topology",
     "TopologyDescription",
     "TopologyTestDriver",
+    "UnlimitedWindows",
     "ValueAndTimestamp",
     "ValueTransformerWithKey",
     "VersionedRecord",

@@ -82,6 +82,10 @@ class _DriverSink:
     def flush(self, collector: RecordCollector) -> None:
         """Delivery is synchronous here."""
 
+    def partition_count(self, topic: str) -> int:
+        """The driver's topics have one partition (a StreamPartitioner is asked with 1)."""
+        return 1
+
 
 def to_millis(value: int | datetime | timedelta) -> int:
     """Milliseconds from an int (already ms), an aware or naive-UTC datetime, or a timedelta."""
@@ -409,14 +413,23 @@ class TestInputTopic:
         self.current_time_ms = start_ms
         self.auto_advance_ms = auto_advance_ms
 
-    def pipe_input(
-        self,
-        key: Any = None,
-        value: Any = None,
-        timestamp: int | datetime | None = None,
-        headers: Headers = (),
-    ) -> None:
-        """``timestamp`` in epoch milliseconds or a datetime; None: the topic's time, then auto-advance."""
+    def pipe_input(self, *args: Any, timestamp: int | datetime | None = None, headers: Headers = ()) -> None:
+        """Kafka's ``pipeInput`` overloads: ``pipe_input(value)``, ``pipe_input(key, value)``,
+        ``pipe_input(key, value, timestamp[, headers])``, ``pipe_input(test_record)``; ``timestamp`` (epoch
+        ms or a datetime) may be given by keyword, as for ``pipeInput(value, Instant)``. Without one the
+        record gets the topic's time, which then auto-advances."""
+        if len(args) == 1 and isinstance(args[0], TestRecord):
+            record = args[0]
+            key, value, timestamp, headers = record.key, record.value, record.timestamp, record.headers
+        elif len(args) == 1:
+            key, value = None, args[0]
+        elif 2 <= len(args) <= 4:
+            key, value, *rest = args
+            timestamp = rest[0] if rest else timestamp
+            headers = rest[1] if len(rest) > 1 else headers
+        else:
+            raise TypeError(f"pipe_input takes (value), (key, value), (key, value, timestamp[, headers]) or "
+                            f"(TestRecord), got {len(args)} positional arguments.")
         if timestamp is None:
             timestamp = self.current_time_ms
             self.current_time_ms += self.auto_advance_ms
@@ -425,22 +438,48 @@ class TestInputTopic:
             self.key_serializer.serialize(self.name, key),
             self.value_serializer.serialize(self.name, value),
             to_millis(timestamp),
-            headers,
+            tuple(headers),
         )
 
     def pipe_record(self, record: TestRecord) -> None:
-        self.pipe_input(record.key, record.value, record.timestamp, record.headers)
+        self.pipe_input(record)
 
-    def pipe_record_list(self, records: Iterable[TestRecord | tuple[Any, Any]]) -> None:
+    def pipe_record_list(self, records: Iterable[TestRecord | tuple[Any, ...]]) -> None:
+        """TestRecords (or tuples of ``pipe_input``'s arguments), in order."""
         for record in records:
             if isinstance(record, TestRecord):
-                self.pipe_record(record)
+                self.pipe_input(record)
             else:
                 self.pipe_input(*record)
 
-    def pipe_value_list(self, values: Iterable[Any]) -> None:
+    def pipe_key_value_list(self, key_values: Iterable[tuple[Any, Any]],
+                            start_timestamp: int | datetime | None = None,
+                            advance: int | timedelta | None = None) -> None:
+        """``(key, value)`` pairs at the topic's time; with ``start_timestamp`` and ``advance`` (Kafka's
+        timestamp-advancing overload) the first at ``start_timestamp`` and each next ``advance`` later,
+        leaving the topic's time as it was."""
+        times = self._times(start_timestamp, advance)
+        for key, value in key_values:
+            self.pipe_input(key, value, next(times))
+
+    def pipe_value_list(self, values: Iterable[Any], start_timestamp: int | datetime | None = None,
+                        advance: int | timedelta | None = None) -> None:
+        """Values with null keys; the timestamps as in ``pipe_key_value_list``."""
+        times = self._times(start_timestamp, advance)
         for value in values:
-            self.pipe_input(None, value)
+            self.pipe_input(None, value, next(times))
+
+    @staticmethod
+    def _times(start: int | datetime | None, advance: int | timedelta | None) -> Iterator[int | None]:
+        if (start is None) != (advance is None):
+            raise TypeError("Give both start_timestamp and advance, or neither.")
+        if start is None:
+            while True:
+                yield None
+        current, step = to_millis(start), to_millis(advance)  # type: ignore[arg-type]
+        while True:
+            yield current
+            current += step
 
     def advance_time(self, delta: int | timedelta) -> None:
         self.current_time_ms += to_millis(delta)

@@ -5,13 +5,15 @@ concurrency core (:class:`KeyOrderedExecutor`) is reusable without Kafka.
 """
 
 from strom.concurrency import AsyncRuntime, KeyOrderedExecutor, SubPartitioner
+from strom.kafka.headers import Header, Headers
+from strom.tasks.batching import BatchingProcessor, BatchingTask
 from strom.tasks.client import DecatonClient, DecatonClientBuilder, PutTaskResult
 from strom.tasks.commit_control import OffsetState, OutOfOrderCommitControl
 from strom.tasks.compaction import CompactChoice, CompactingTask, CompactionProcessor
 from strom.tasks.completion import Completion, TimeoutChoice
-from strom.tasks.context import ProcessingContext, TaskMetadata
+from strom.tasks.context import ConsumedRecord, DecatonTask, ProcessingContext, TaskMetadata
 from strom.tasks.metrics import PartitionMetricsSnapshot
-from strom.tasks.processors import ProcessorsBuilder, ProcessorScope
+from strom.tasks.processors import ProcessorsBuilder, ProcessorScope, TaskExtractor
 from strom.tasks.properties import (
     ProcessorProperties,
     Property,
@@ -20,23 +22,32 @@ from strom.tasks.properties import (
     StaticPropertySupplier,
 )
 from strom.tasks.property_suppliers import FilePropertySupplier, KafkaTopicPropertySupplier
+from strom.tasks.quota import PerKeyQuotaConfig, QuotaMetrics
 from strom.tasks.rate_limiter import RateLimiter
+from strom.tasks.retry import RetryConfig
 from strom.tasks.subscription import ProcessorSubscription, SubscriptionBuilder, SubscriptionState
 
 __all__ = [
     "AsyncRuntime",
+    "BatchingProcessor",
+    "BatchingTask",
     "CompactChoice",
     "CompactingTask",
     "CompactionProcessor",
     "Completion",
+    "ConsumedRecord",
     "DecatonClient",
     "DecatonClientBuilder",
+    "DecatonTask",
     "FilePropertySupplier",
+    "Header",
+    "Headers",
     "KafkaTopicPropertySupplier",
     "KeyOrderedExecutor",
     "OffsetState",
     "OutOfOrderCommitControl",
     "PartitionMetricsSnapshot",
+    "PerKeyQuotaConfig",
     "ProcessingContext",
     "ProcessorProperties",
     "ProcessorScope",
@@ -46,11 +57,14 @@ __all__ = [
     "PropertyDefinition",
     "PropertySupplier",
     "PutTaskResult",
+    "QuotaMetrics",
     "RateLimiter",
+    "RetryConfig",
     "StaticPropertySupplier",
     "SubPartitioner",
     "SubscriptionBuilder",
     "SubscriptionState",
+    "TaskExtractor",
     "TaskMetadata",
     "TimeoutChoice",
 ]

@@ -1,10 +1,10 @@
 """DecatonClient: puts tasks on a topic for a ProcessorSubscription, with Decaton's task metadata.
 
 ``DecatonClient.producing(topic, serializer).application_id("shop").producer_config({...}).build()``;
-``client.put(key, task)`` returns a Future of where the task landed. Each task carries, in headers,
-the application and instance that produced it, and may carry a scheduled time: its processor does not
-take it before then (the unit waits, as for a retry's backoff; later tasks of that unit wait behind it,
-keeping key order). Keys are partitioned as Kafka's Java clients do.
+``client.put(key, task)`` returns a Future of where the task landed. Each task carries Decaton's metadata
+in the ``dt_meta`` header (a ``TaskMetadataProto``: the time, the application and instance that produced
+it, maybe a scheduled time before which its processor does not take it), so a Java Decaton processor reads
+it as its own client's. Keys are partitioned as Kafka's Java clients do.
 """
 
 from __future__ import annotations
@@ -20,7 +20,16 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from strom.errors import ConfigError, SerializationError
 from strom.kafka import clients
-from strom.tasks.context import APPLICATION_ID_HEADER, INSTANCE_ID_HEADER, SCHEDULED_MS_HEADER
+from strom.kafka.serdes import Serde, Serializer, encoder_of
+from strom.tasks.protocol import METADATA_HEADER, WireMetadata
+
+__all__ = [
+    "FLUSH_TIMEOUT_S",
+    "DecatonClient",
+    "DecatonClientBuilder",
+    "PutTaskResult",
+    "serializer_function",
+]
 
 T = TypeVar("T")
 FLUSH_TIMEOUT_S = 30.0
@@ -38,9 +47,9 @@ class DecatonClient(Generic[T]):
     def __init__(self, topic: str, serializer: Callable[[T], bytes], application_id: str, instance_id: str,
                  producer_config: Mapping[str, Any]) -> None:
         self.topic = topic
-        self._serializer = serializer
-        self._source = [(APPLICATION_ID_HEADER, application_id.encode()),
-                        (INSTANCE_ID_HEADER, instance_id.encode())]
+        self._serializer = serializer_function(serializer, topic)
+        self._application_id = application_id
+        self._instance_id = instance_id
         config = dict(producer_config)
         bootstrap = config.pop("bootstrap.servers", None)
         if not bootstrap:
@@ -68,12 +77,12 @@ class DecatonClient(Generic[T]):
         except Exception as exc:
             raise SerializationError(f"The serializer of DecatonClient({self.topic!r}) failed on {task!r}: "
                                      f"{type(exc).__name__}: {exc}") from exc
-        headers = list(self._source)
-        if scheduled_time_ms is not None:
-            headers.append((SCHEDULED_MS_HEADER, str(int(scheduled_time_ms)).encode()))
+        timestamp_ms = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        metadata = WireMetadata(timestamp_ms, self._application_id, self._instance_id, 0,
+                                int(scheduled_time_ms or 0))
         result: Future[PutTaskResult] = Future()
-        self._produce(key.encode() if isinstance(key, str) else key, value, headers,
-                      int(time.time() * 1000) if timestamp_ms is None else timestamp_ms, result)
+        self._produce(key.encode() if isinstance(key, str) else key, value,
+                      [(METADATA_HEADER, metadata.to_bytes())], timestamp_ms, result)
         return result
 
     def _produce(self, key: bytes | None, value: bytes, headers: list[tuple[str, bytes]], timestamp_ms: int,
@@ -110,11 +119,20 @@ class DecatonClient(Generic[T]):
         self.close()
 
 
+def serializer_function(serializer: Any, topic: str) -> Callable[[Any], bytes]:
+    """A task serializer as one function: a function itself, or a strom Serde's or Serializer's."""
+    if isinstance(serializer, Serde | Serializer):
+        plain = serializer.serializer() if isinstance(serializer, Serde) else serializer
+        return encoder_of(plain, topic)  # type: ignore[return-value]
+    if callable(serializer):
+        return serializer
+    raise ConfigError("DecatonClient.producing needs a serializer (task -> bytes, or a strom Serde or "
+                      f"Serializer), got {serializer!r}.")
+
+
 class DecatonClientBuilder(Generic[T]):
-    def __init__(self, topic: str, serializer: Callable[[T], bytes]) -> None:
-        if not callable(serializer):
-            raise ConfigError("DecatonClient.producing needs a serializer (task -> bytes), "
-                              f"got {serializer!r}.")
+    def __init__(self, topic: str, serializer: Callable[[T], bytes] | Serde[T] | Serializer[T]) -> None:
+        serializer_function(serializer, topic)
         self._topic = topic
         self._serializer = serializer
         self._application_id: str | None = None

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from strom.errors import OffsetRegressionError
 from strom.tasks.completion import Completion
 
+__all__ = ["OffsetState", "OutOfOrderCommitControl"]
+
 
 class OffsetState:
     """A handle on one reported offset: completes it, and carries its deferred completions, which expire

@@ -23,6 +23,8 @@ from strom.errors import ConfigError
 from strom.tasks.completion import Completion
 from strom.tasks.context import ProcessingContext
 
+__all__ = ["CompactChoice", "CompactingTask", "CompactionProcessor", "Compactor"]
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")

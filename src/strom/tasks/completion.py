@@ -6,6 +6,8 @@ import enum
 import threading
 from collections.abc import Callable
 
+__all__ = ["Completion", "TimeoutChoice"]
+
 
 class TimeoutChoice(enum.Enum):
     """What to do when a deferred completion is still open at ``decaton.deferred.complete.timeout.ms``."""

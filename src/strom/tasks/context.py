@@ -5,44 +5,75 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from strom.errors import ConfigError
+from strom.kafka.headers import Headers
 from strom.tasks.completion import Completion, TimeoutChoice
+from strom.tasks.protocol import WireMetadata
+
+__all__ = [
+    "ConsumedRecord", "DecatonTask", "ProcessingContext", "RawHeaders", "Record", "TaskMetadata",
+    "TaskRequest", "record_of",
+]
 
 if TYPE_CHECKING:
     from strom.tasks.processors import ProcessPipeline
 
-Headers = list[tuple[str, bytes | None]]
-
-
-APPLICATION_ID_HEADER = "decaton.source.application.id"
-INSTANCE_ID_HEADER = "decaton.source.instance.id"
-SCHEDULED_MS_HEADER = "decaton.scheduled.ms"
-"""Headers a DecatonClient writes: who produced the task, and when it may be processed (epoch ms)."""
+T = TypeVar("T")
+RawHeaders = list[tuple[str, bytes | None]]
 
 
 @dataclass(frozen=True)
 class TaskMetadata:
-    """Where a task came from; ``retry_count`` > 0 for a task delivered again through the retry topic;
-    ``due_ms`` the time before which it is not processed (a retry's backoff, a DecatonClient's
-    scheduled time; 0: none); the source ids when a DecatonClient produced it."""
+    """Decaton's TaskMetadata, with where the task was read: ``timestamp_ms`` when it was produced (a
+    DecatonClient's, else the record's), ``retry_count`` > 0 for a task delivered again through the retry
+    topic, ``due_ms`` the time before which it is not processed (Decaton's scheduled time: a retry's
+    backoff or a DecatonClient's schedule; 0: none), the source ids when a DecatonClient produced it.
+    A TaskExtractor gives the wire fields; the subscription fills in topic, partition and offset."""
+
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+    timestamp_ms: int = 0
+    retry_count: int = 0
+    due_ms: int = 0
+    source_application_id: str | None = None
+    source_instance_id: str | None = None
+
+    def to_wire(self) -> WireMetadata:
+        return WireMetadata(self.timestamp_ms, self.source_application_id or "",
+                            self.source_instance_id or "", self.retry_count, self.due_ms)
+
+
+@dataclass(frozen=True)
+class ConsumedRecord:
+    """Decaton's ConsumedRecord: what a TaskExtractor reads a task from."""
 
     topic: str
     partition: int
     offset: int
     timestamp_ms: int
-    retry_count: int = 0
-    due_ms: int = 0
-    source_application_id: str | None = None
-    source_instance_id: str | None = None
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+
+@dataclass(frozen=True)
+class DecatonTask(Generic[T]):
+    """Decaton's DecatonTask: what a TaskExtractor returns. ``task_data_bytes`` is what a retry sends again
+    (the retry topic's records are read with the same extractor)."""
+
+    metadata: TaskMetadata
+    task_data: T
+    task_data_bytes: bytes
 
 
 # A fetched record waiting for its unit: (offset, key, value, timestamp ms, headers or None), a plain tuple
 # because the garbage collector stops tracking a tuple of bytes and ints at its first young collection.
 # A confluent_kafka.Message stays tracked: thousands of them pending were promoted through every generation
 # and made full collections (tens of ms with the GIL held) recur while tasks waited.
-Record = tuple[int, bytes | None, bytes | None, int, Headers | None]
+Record = tuple[int, bytes | None, bytes | None, int, RawHeaders | None]
 OFFSET, KEY, VALUE, TIMESTAMP, HEADERS = range(5)
 
 
@@ -56,17 +87,20 @@ _LOCK_POOL = [threading.Lock() for _ in range(64)]  # striped: a lock per reques
 
 class TaskRequest:
     """One fetched record on its way through the pipeline; done when every stage completed. The unit that
-    processes the record creates it, so it lives only while the task is open."""
+    processes the record creates it, so it lives only while the task is open. ``wire`` is the task's
+    Decaton metadata (None: the record carried none) and ``task_bytes`` what a retry sends again; the
+    pipeline's extraction sets both."""
 
-    __slots__ = ("_open", "_shared", "due_ms", "offset", "pipeline", "record", "retry_count", "started")
+    __slots__ = ("_headers", "_open", "_shared", "offset", "pipeline", "record", "started", "task_bytes",
+                 "wire")
 
-    def __init__(self, record: Record, pipeline: ProcessPipeline, retry_count: int = 0,
-                 due_ms: int = 0) -> None:
+    def __init__(self, record: Record, pipeline: ProcessPipeline) -> None:
         self.record = record
         self.offset: int = record[OFFSET]
         self.pipeline = pipeline
-        self.retry_count = retry_count
-        self.due_ms = due_ms
+        self.wire: WireMetadata | None = None
+        self.task_bytes = record[VALUE]
+        self._headers: Headers | None = None
         self.started = 0.0
         self._open = 1
         self._shared = False
@@ -81,17 +115,28 @@ class TaskRequest:
 
     @property
     def headers(self) -> Headers:
-        return self.record[HEADERS] or []
+        """The record's headers, made on first use; changes a processor makes go with a retry."""
+        if self._headers is None:
+            self._headers = Headers(self.record[HEADERS])
+        return self._headers
+
+    @property
+    def due_ms(self) -> int:
+        return 0 if self.wire is None else self.wire.scheduled_time_ms
 
     @property
     def metadata(self) -> TaskMetadata:
-        pipeline = self.pipeline
-        headers = dict(self.headers)
-        application, instance = headers.get(APPLICATION_ID_HEADER), headers.get(INSTANCE_ID_HEADER)
-        return TaskMetadata(pipeline.topic, pipeline.partition, self.offset, self.record[TIMESTAMP],
-                            self.retry_count, self.due_ms,
-                            None if application is None else application.decode(errors="replace"),
-                            None if instance is None else instance.decode(errors="replace"))
+        pipeline, wire = self.pipeline, self.wire
+        if wire is None:
+            return TaskMetadata(pipeline.topic, pipeline.partition, self.offset, self.record[TIMESTAMP])
+        return TaskMetadata(pipeline.topic, pipeline.partition, self.offset, wire.timestamp_ms,
+                            wire.retry_count, wire.scheduled_time_ms, wire.source_application_id or None,
+                            wire.source_instance_id or None)
+
+    def consumed_record(self, value: bytes | None) -> ConsumedRecord:
+        record = self.record
+        return ConsumedRecord(self.pipeline.topic, self.pipeline.partition, self.offset, record[TIMESTAMP],
+                              record[KEY], value, self.headers)
 
     def open_stage(self) -> None:
         """Opens a stage pushed after stage 0 (stage 0 is open from the start)."""
@@ -157,9 +202,9 @@ class ProcessingContext:
         return self._pipeline.run_stage(self._request, self._stage + 1, task)
 
     def retry(self) -> Completion:
-        """Sends the task to ``<subscription>-retry`` to be processed again after
-        ``decaton.retry.backoff.ms``; after ``decaton.retry.max.attempts`` it goes to ``<subscription>-dlq``.
-        This task completes once the retry record is stored."""
+        """Sends the task to the retry topic (``<topic>-retry``) to be processed again once the retry
+        backoff passed (Decaton's); after ``strom.retry.max.attempts`` retries it goes to the dead letter
+        topic instead (strom's extension). This task completes once the record is stored."""
         if not self._pipeline.retry_enabled:
             raise ConfigError("retry() needs a retry queue: call enable_retry() on the SubscriptionBuilder.")
         completion = self.defer_completion()

@@ -7,6 +7,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+__all__ = ["PartitionMetrics", "PartitionMetricsSnapshot"]
+
 _LATENCY_SAMPLES = 2048
 
 

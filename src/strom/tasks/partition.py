@@ -7,19 +7,36 @@ import operator
 from collections import deque
 
 from strom.concurrency import AsyncRuntime, KeyOrderedExecutor
+from strom.kafka.headers import Headers
 from strom.tasks.commit_control import OutOfOrderCommitControl
-from strom.tasks.context import KEY, OFFSET, Record
+from strom.tasks.context import HEADERS, KEY, OFFSET, TIMESTAMP, VALUE, ConsumedRecord, Record
 from strom.tasks.metrics import PartitionMetrics, PartitionMetricsSnapshot
 from strom.tasks.processors import ProcessorsBuilder, ProcessPipeline
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
+from strom.tasks.quota import PerKeyQuota
 from strom.tasks.rate_limiter import RateLimiter
 from strom.tasks.retry import RetryQueue
+
+__all__ = ["IgnoredKeys", "PartitionContext"]
 
 log = logging.getLogger(__name__)
 
 PROPS = ProcessorProperties
 _record_key = operator.itemgetter(KEY)
 _record_offset = operator.itemgetter(OFFSET)
+
+
+class IgnoredKeys:
+    """``decaton.ignore.keys`` as record keys (UTF-8), kept current as the property changes."""
+
+    def __init__(self, props: ProcessorPropertiesView) -> None:
+        prop = props.get(PROPS.IGNORE_KEYS)
+        self.keys = self._encode(prop.value)
+        prop.listen(lambda _old, new: setattr(self, "keys", self._encode(new)))
+
+    @staticmethod
+    def _encode(keys: tuple[str, ...]) -> frozenset[bytes]:
+        return frozenset(key.encode() for key in keys)
 
 
 class PartitionContext:
@@ -34,15 +51,21 @@ class PartitionContext:
     """
 
     def __init__(self, topic: str, partition: int, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
-                 runtime: AsyncRuntime | None, retry_queue: RetryQueue | None) -> None:
+                 runtime: AsyncRuntime | None, retry_queue: RetryQueue | None, ignored: IgnoredKeys,
+                 quota: PerKeyQuota | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self._props = props
         self._max_pending = props.get(PROPS.MAX_PENDING_RECORDS)
         self._runtime = runtime
+        self._ignored = ignored
+        self._quota = quota
+        self._quota_manager = None if quota is None else quota.manager(topic)
         self.commit_control = OutOfOrderCommitControl()
         self.metrics = PartitionMetrics()
-        limiter = RateLimiter(props.get(PROPS.PROCESSING_RATE))
+        shaping = quota is not None and topic in quota.shaping_topics
+        rate = PROPS.PER_KEY_QUOTA_PROCESSING_RATE if shaping else PROPS.PROCESSING_RATE
+        limiter = RateLimiter(props.get(rate))
         self._pipeline = ProcessPipeline(topic, partition, builder, props, limiter, retry_queue,
                                          self.commit_control, self.metrics)
         self._executor = self._new_executor()
@@ -82,9 +105,27 @@ class PartitionContext:
 
     def _dispatch(self, records: list[Record]) -> None:
         """Hands records to the units: the units get the records themselves (each builds its TaskRequest
-        when it starts one), the commit control only their offsets."""
+        when it starts one), the commit control only their offsets. Records of ignored keys complete at once,
+        those of keys over their quota once stored in the shaping topic."""
         self.commit_control.report_fetched_offsets([record[OFFSET] for record in records])
+        if self._ignored.keys or self._quota_manager is not None:
+            records = self._admit(records)
         self._executor.submit_many(records, _record_key)
+
+    def _admit(self, records: list[Record]) -> list[Record]:
+        ignored, manager, complete = self._ignored.keys, self._quota_manager, self.commit_control.complete
+        admitted = []
+        for record in records:
+            key = record[KEY]
+            if key in ignored:
+                complete(record[OFFSET])
+            elif manager is not None and (rate := manager.record(key)) is not None:
+                consumed = ConsumedRecord(self.topic, self.partition, record[OFFSET], record[TIMESTAMP], key,
+                                          record[VALUE], Headers(record[HEADERS]))
+                self._quota.shape(consumed, rate, lambda offset=record[OFFSET]: complete(offset))  # type: ignore[union-attr]
+            else:
+                admitted.append(record)
+        return admitted
 
     def update(self) -> None:
         """Advances the commit-ready offset, rebuilds units on a concurrency change, releases the backlog."""

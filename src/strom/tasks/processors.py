@@ -10,20 +10,44 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from strom.errors import ConfigError, ProcessingError, SerializationError
+from strom.kafka.serdes import Deserializer as KafkaDeserializer
+from strom.kafka.serdes import Serde, decoder_of
 from strom.tasks.commit_control import OutOfOrderCommitControl
 from strom.tasks.completion import Completion
-from strom.tasks.context import HEADERS, VALUE, ProcessingContext, Record, TaskRequest
+from strom.tasks.context import (
+    HEADERS,
+    VALUE,
+    ConsumedRecord,
+    DecatonTask,
+    ProcessingContext,
+    Record,
+    TaskRequest,
+)
 from strom.tasks.metrics import PartitionMetrics
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
+from strom.tasks.protocol import metadata_header, unwrap_legacy
 from strom.tasks.rate_limiter import RateLimiter
-from strom.tasks.retry import RetryQueue, retry_count_and_due_ms
+from strom.tasks.retry import RetryQueue
+
+__all__ = [
+    "Deserializer", "ProcessFn", "ProcessPipeline", "ProcessorScope", "ProcessorsBuilder", "TaskExtractor",
+]
 
 log = logging.getLogger(__name__)
 
 Deserializer = Callable[[bytes | None], Any]
+
+
+class TaskExtractor(Protocol):
+    """Decaton's TaskExtractor: reads a task and its metadata from a record of any format. A record it
+    raises on is logged and skipped (completed)."""
+
+    def extract(self, record: ConsumedRecord) -> DecatonTask[Any]: ...
+
+
 ProcessFn = Callable[[ProcessingContext, Any], Any]
 
 _COMPLETED = Completion()
@@ -44,18 +68,27 @@ class ProcessorScope(enum.Enum):
     processors that keep state or clients that must not be shared."""
 
     PROVIDED = "provided"
-    """The processor given, shared by every partition and unit (the default)."""
+    """The processor given, shared by every partition and unit (the default); strom never closes it."""
+    SINGLETON = "singleton"
+    """One instance for the subscription, shared by every partition, closed with the subscription."""
     PARTITION = "partition"
     """One instance per assigned partition, closed when the partition is revoked."""
     THREAD = "thread"
     """One instance per unit thread of a partition (plain processors only), closed with the partition."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Scoped:
     factory: Callable[[], Any]
     scope: ProcessorScope
     asynchronous: bool
+    singleton: Any = None
+
+    def shared_instance(self, lock: threading.Lock) -> Any:
+        with lock:
+            if self.singleton is None:
+                self.singleton = self.factory()
+            return self.singleton
 
 
 def _makes_async_processors(factory: Callable[[], Any]) -> bool:
@@ -106,20 +139,36 @@ class ProcessorsBuilder:
 
     Processors of one pipeline are all plain (run on threads) or all ``async def`` (run on asyncio)."""
 
-    def __init__(self, topic: str, deserializer: Deserializer | None) -> None:
+    def __init__(self, topic: str, deserializer: Deserializer | TaskExtractor | None) -> None:
         self.topic = topic
-        self.deserializer = deserializer
+        self.extractor: TaskExtractor | None = None
+        self.deserializer: Deserializer | None = None
+        if callable(getattr(deserializer, "extract", None)):
+            self.extractor = deserializer  # type: ignore[assignment]
+        elif isinstance(deserializer, Serde | KafkaDeserializer):
+            plain = deserializer.deserializer() if isinstance(deserializer, Serde) else deserializer
+            self.deserializer = decoder_of(plain, topic)
+        elif deserializer is None or callable(deserializer):
+            self.deserializer = deserializer
+        else:
+            raise ConfigError(f"consuming({topic!r}, ...) takes a deserializer (bytes -> task, or a strom "
+                              f"Serde or Deserializer) or a TaskExtractor (an object with extract(record)), "
+                              f"got {deserializer!r}.")
         self.processors: list[ProcessFn | _Scoped] = []
+        self._singleton_lock = threading.Lock()
 
     @classmethod
-    def consuming(cls, topic: str, deserializer: Deserializer | None = None) -> ProcessorsBuilder:
-        """``deserializer`` turns the record value (bytes) into the task; without one, tasks are bytes."""
+    def consuming(cls, topic: str,
+                  deserializer: Deserializer | TaskExtractor | None = None) -> ProcessorsBuilder:
+        """``deserializer`` (a function, or a strom Serde or Deserializer such as a Schema Registry serde)
+        turns the record value (bytes) into the task (without one, tasks are bytes); a TaskExtractor instead
+        reads task and metadata from the whole record, in any format."""
         return cls(topic, deserializer)
 
     def then_process(self, processor: Any,
                      scope: ProcessorScope = ProcessorScope.PROVIDED) -> ProcessorsBuilder:
-        """``processor`` (an object with ``process(context, task)`` or a function), or with a PARTITION or
-        THREAD ``scope`` a factory of processors (their class, or a function returning a new one)."""
+        """``processor`` (an object with ``process(context, task)`` or a function), or with a SINGLETON,
+        PARTITION or THREAD ``scope`` a factory of processors (their class, or a function returning one)."""
         if not isinstance(scope, ProcessorScope):
             raise ConfigError(f"then_process scope must be a ProcessorScope, got {scope!r}.")
         if scope is ProcessorScope.PROVIDED:
@@ -148,6 +197,19 @@ class ProcessorsBuilder:
             raise ConfigError(f"No processor for topic {self.topic!r}: add one with then_process(...).")
         _ = self.asynchronous
 
+    def singleton(self, entry: _Scoped) -> Any:
+        return entry.shared_instance(self._singleton_lock)
+
+    def close(self) -> None:
+        """Closes the SINGLETON processors and the TaskExtractor (those with a ``close()``), with the
+        subscription."""
+        for entry in self.processors:
+            if isinstance(entry, _Scoped) and entry.singleton is not None:
+                _close(entry.singleton)
+                entry.singleton = None
+        if self.extractor is not None:
+            _close(self.extractor)
+
 
 class ProcessPipeline:
     """Runs fetched records of a partition through its processors (shared by the partition's units) and
@@ -158,9 +220,15 @@ class ProcessPipeline:
                  commit_control: OutOfOrderCommitControl, metrics: PartitionMetrics) -> None:
         self.topic = topic
         self.partition = partition
+        self._builder = builder
         self._instances: list[Any] = []  # scoped processors made for this partition, closed with it
         self._fns = [self._resolve(entry) for entry in builder.processors]
         self._deserializer = builder.deserializer
+        self._extractor = builder.extractor
+        # a retry topic's records carry Decaton's metadata header around what the extractor wrote
+        self._extract_whole_record = self._extractor is not None and (
+            retry_queue is None or topic != retry_queue.retry_topic)
+        self._legacy_fallback = props.get(ProcessorProperties.LEGACY_PARSE_FALLBACK_ENABLED)
         self.asynchronous = builder.asynchronous
         self._timeout = props.get(ProcessorProperties.DEFERRED_COMPLETE_TIMEOUT_MS)
         self._rate_limiter = rate_limiter
@@ -173,6 +241,8 @@ class ProcessPipeline:
             return entry
         if entry.scope is ProcessorScope.THREAD:
             return _ThreadScoped(entry.factory, self._instances).process
+        if entry.scope is ProcessorScope.SINGLETON:
+            return _process_fn(self._builder.singleton(entry))
         instance = entry.factory()
         self._instances.append(instance)
         return _process_fn(instance)
@@ -183,12 +253,6 @@ class ProcessPipeline:
             _close(instance)
         self._instances.clear()
 
-    def _request(self, record: Record) -> TaskRequest:
-        headers = record[HEADERS]
-        if headers:
-            return TaskRequest(record, self, *retry_count_and_due_ms(headers))
-        return TaskRequest(record, self)
-
     def task_done(self, request: TaskRequest) -> None:
         """Called once every stage of the task completed."""
         self._commit_control.complete(request.offset)
@@ -197,33 +261,54 @@ class ProcessPipeline:
     def track_deferred(self, request: TaskRequest, completion: Completion) -> None:
         self._commit_control.track_deferred(request.offset, completion, self._timeout.value)
 
-    def _task(self, request: TaskRequest) -> Any:
-        """The task of stage 0: the record value, deserialized if the pipeline has a deserializer;
-        _DROPPED (and the task completed) if the deserializer raised."""
-        if self._deserializer is None:
-            return request.record[VALUE]
+    def _extract(self, request: TaskRequest) -> Any:
+        """The task of stage 0, setting the request's metadata and task bytes: Decaton's default extraction
+        (metadata from the ``dt_meta`` header, the value deserialized) or the pipeline's TaskExtractor."""
+        record = request.record
+        if self._extract_whole_record:
+            extracted = self._extractor.extract(request.consumed_record(record[VALUE]))  # type: ignore[union-attr]
+            request.wire = extracted.metadata.to_wire()
+            request.task_bytes = extracted.task_data_bytes
+            return extracted.task_data
+        headers = record[HEADERS]
+        data = record[VALUE]
+        wire = metadata_header(headers) if headers else None
+        if wire is None and self._legacy_fallback.value:
+            wire, data = unwrap_legacy(data)
+            request.task_bytes = data
+        request.wire = wire
+        if self._extractor is not None:  # a retried task: the extractor reads what it wrote at first
+            extracted = self._extractor.extract(request.consumed_record(data))
+            request.task_bytes = extracted.task_data_bytes
+            return extracted.task_data
+        return data if self._deserializer is None else self._deserializer(data)
+
+    def _task(self, record: Record) -> tuple[TaskRequest, Any]:
+        """The record's request and task; the task is _DROPPED (and completed) if extraction raised."""
+        request = TaskRequest(record, self)
         try:
-            return self._deserializer(request.record[VALUE])
+            return request, self._extract(request)
         except Exception as exc:
-            md = request.metadata
             log.error("%s", SerializationError(
-                f"Dropping task at {md.topic}-{md.partition}@{md.offset}: the deserializer raised {exc!r}. "
-                "Fix the deserializer or the producer of this topic."))
+                f"Dropping task at {self.topic}-{self.partition}@{request.offset}: reading it raised "
+                f"{exc!r}. "
+                "Fix the deserializer (or TaskExtractor) or the producer of this topic."))
+            request.started = time.monotonic()
             request.close_stage()
-            return _DROPPED
+            return request, _DROPPED
 
     def handle(self, record: Record) -> None:
-        """Entry of a thread unit: waits for a retry's due time and the rate limit, then stage 0 (inlined,
-        like in ``handle_async``: the fewer frames per task, the less a unit holds the GIL)."""
-        request = self._request(record)
-        if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
+        """Entry of a thread unit: reads the task, waits for its scheduled time (a retry's backoff) and the
+        rate limit, then stage 0 (inlined, like in ``handle_async``: the fewer frames per task, the less a
+        unit holds the GIL)."""
+        request, task = self._task(record)
+        if task is _DROPPED:
+            return
+        if request.wire is not None and (delay := request.due_ms / 1000 - time.time()) > 0:
             time.sleep(delay)
         if self._rate_limiter.limited():
             self._rate_limiter.acquire()
         request.started = time.monotonic()
-        task = self._task(request)
-        if task is _DROPPED:
-            return
         context = ProcessingContext(request, self, 0)
         try:
             self._fns[0](context, task)
@@ -234,15 +319,14 @@ class ProcessPipeline:
 
     async def handle_async(self, record: Record) -> None:
         """Entry of an asyncio unit (stage 0 inlined: one coroutine less per task)."""
-        request = self._request(record)
-        if request.due_ms and (delay := request.due_ms / 1000 - time.time()) > 0:
+        request, task = self._task(record)
+        if task is _DROPPED:
+            return
+        if request.wire is not None and (delay := request.due_ms / 1000 - time.time()) > 0:
             await asyncio.sleep(delay)
         if self._rate_limiter.limited():
             await self._rate_limiter.acquire_async()
         request.started = time.monotonic()
-        task = self._task(request)
-        if task is _DROPPED:
-            return
         context = ProcessingContext(request, self, 0)
         try:
             await self._fns[0](context, task)

@@ -14,6 +14,8 @@ from prometheus_client.registry import Collector
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.subscription import ProcessorSubscription
 
+__all__ = ["SubscriptionCollector"]
+
 _LABELS = ["subscription", "topic", "partition"]
 _Value = Callable[[PartitionMetricsSnapshot], float]
 _FAMILIES: tuple[tuple[type, str, str, _Value], ...] = (

@@ -6,6 +6,7 @@ when a :class:`PropertySupplier` (static, watched file, compacted topic) deliver
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -14,7 +15,37 @@ from typing import Any, Protocol
 
 from strom.errors import ConfigError
 
+__all__ = [
+    "Listener", "ProcessorProperties", "ProcessorPropertiesView", "Property", "PropertyDefinition",
+    "PropertySupplier", "StaticPropertySupplier",
+]
+
 log = logging.getLogger(__name__)
+
+
+def _to_int(raw: Any) -> int:
+    value = int(raw.strip()) if isinstance(raw, str) else raw
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(raw)
+    return value
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    if not isinstance(raw, bool):
+        raise ValueError(raw)
+    return raw
+
+
+def _to_str_tuple(raw: Any) -> tuple[str, ...]:
+    """A list of strings; as text a JSON list or comma-separated names (files, topics, the CLI)."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        raw = json.loads(text) if text.startswith("[") else [k.strip() for k in text.split(",") if k.strip()]
+    if not isinstance(raw, list | tuple) or not all(isinstance(k, str) for k in raw):
+        raise ValueError(raw)
+    return tuple(raw)
 
 
 @dataclass(frozen=True)
@@ -25,15 +56,14 @@ class PropertyDefinition:
     default: Any
     expected: str
     check: Callable[[Any], bool]
+    convert: Callable[[Any], Any] = _to_int
 
     def parse(self, raw: Any) -> Any:
-        value = raw
-        if isinstance(raw, str):
-            try:
-                value = int(raw.strip())
-            except ValueError as exc:
-                raise ConfigError.bad_value(self.name, raw, self.expected) from exc
-        if isinstance(value, bool) or not isinstance(value, int) or not self.check(value):
+        try:
+            value = self.convert(raw)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError.bad_value(self.name, raw, self.expected) from exc
+        if not self.check(value):
             raise ConfigError.bad_value(self.name, raw, self.expected)
         return value
 
@@ -43,7 +73,8 @@ def _define(name: str, default: int, expected: str, check: Callable[[int], bool]
 
 
 class ProcessorProperties:
-    """Every property a subscription understands, with Decaton's names and defaults."""
+    """Every property a subscription understands, with Decaton's names and defaults; strom's own extensions
+    are named ``strom.*``."""
 
     PARTITION_CONCURRENCY = _define(
         "decaton.partition.concurrency", 1, "an integer from 1 to 1024", lambda v: 1 <= v <= 1024)
@@ -56,10 +87,16 @@ class ProcessorProperties:
         "-1 (unlimited), 0 (paused) or tasks per second up to 1,000,000", lambda v: -1 <= v <= 1_000_000)
     DEFERRED_COMPLETE_TIMEOUT_MS = _define(
         "decaton.deferred.complete.timeout.ms", -1, "-1 (no timeout) or milliseconds", lambda v: v >= -1)
-    RETRY_BACKOFF_MS = _define(
-        "decaton.retry.backoff.ms", 1000, "a non-negative integer (milliseconds)", lambda v: v >= 0)
+    IGNORE_KEYS = PropertyDefinition(
+        "decaton.ignore.keys", (), "a list of keys (strings)", lambda v: True, _to_str_tuple)
+    PER_KEY_QUOTA_PROCESSING_RATE = _define(
+        "decaton.per.key.quota.processing.rate", -1,
+        "-1 (unlimited) or tasks per second of one key up to 1,000,000", lambda v: -1 <= v <= 1_000_000)
+    LEGACY_PARSE_FALLBACK_ENABLED = PropertyDefinition(
+        "decaton.legacy.parse.fallback.enabled", False, "true or false", lambda v: True, _to_bool)
     RETRY_MAX_ATTEMPTS = _define(
-        "decaton.retry.max.attempts", 3, "a non-negative integer", lambda v: v >= 0)
+        "strom.retry.max.attempts", 3, "-1 (no limit) or a non-negative integer", lambda v: v >= -1)
+    """strom's extension: retries before a task goes to the dead letter topic (Decaton has no limit)."""
     GROUP_REBALANCE_TIMEOUT_MS = _define(
         "decaton.group.rebalance.timeout.ms", 1000, "a non-negative integer (milliseconds)", lambda v: v >= 0)
     SHUTDOWN_TIMEOUT_MS = _define(
@@ -68,8 +105,8 @@ class ProcessorProperties:
 
     ALL: tuple[PropertyDefinition, ...] = (
         PARTITION_CONCURRENCY, MAX_PENDING_RECORDS, COMMIT_INTERVAL_MS, PROCESSING_RATE,
-        DEFERRED_COMPLETE_TIMEOUT_MS, RETRY_BACKOFF_MS, RETRY_MAX_ATTEMPTS, GROUP_REBALANCE_TIMEOUT_MS,
-        SHUTDOWN_TIMEOUT_MS,
+        DEFERRED_COMPLETE_TIMEOUT_MS, GROUP_REBALANCE_TIMEOUT_MS, SHUTDOWN_TIMEOUT_MS, IGNORE_KEYS,
+        PER_KEY_QUOTA_PROCESSING_RATE, LEGACY_PARSE_FALLBACK_ENABLED, RETRY_MAX_ATTEMPTS,
     )
     BY_NAME: dict[str, PropertyDefinition] = {d.name: d for d in ALL}
 

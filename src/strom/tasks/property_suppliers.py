@@ -19,6 +19,8 @@ from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
 from strom.tasks.properties import ProcessorProperties, Property, PropertyDefinition
 
+__all__ = ["FilePropertySupplier", "KafkaTopicPropertySupplier"]
+
 log = logging.getLogger(__name__)
 
 

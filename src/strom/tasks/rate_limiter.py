@@ -8,6 +8,8 @@ import time
 
 from strom.tasks.properties import Property
 
+__all__ = ["PAUSED", "UNLIMITED", "RateLimiter"]
+
 UNLIMITED = -1
 PAUSED = 0
 _PAUSED_RECHECK_S = 0.1

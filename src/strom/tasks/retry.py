@@ -1,74 +1,86 @@
-"""The retry queue: ``<subscription>-retry`` carries tasks to process again after a backoff,
-``<subscription>-dlq`` receives those that used up ``decaton.retry.max.attempts``."""
+"""The retry queue, as Decaton's: ``<topic>-retry`` carries tasks to process again after a backoff, their
+metadata (retry count, scheduled time) in the ``dt_meta`` header, so Java Decaton and strom read each
+other's retry topics. strom's extension: after ``strom.retry.max.attempts`` retries a task goes to the dead
+letter topic (``<topic>-dlq``) instead."""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, replace
 
 from confluent_kafka import KafkaError, Producer
 
+from strom.errors import ConfigError
 from strom.kafka import clients
 from strom.tasks.completion import Completion
-from strom.tasks.context import SCHEDULED_MS_HEADER, Headers, TaskRequest
+from strom.tasks.context import RawHeaders, TaskRequest
 from strom.tasks.properties import ProcessorProperties, ProcessorPropertiesView
+from strom.tasks.protocol import with_metadata_header
+
+__all__ = ["DLQ_TOPIC_SUFFIX", "RETRY_PRODUCER_CONFIG", "RETRY_TOPIC_SUFFIX", "RetryConfig", "RetryQueue"]
 
 log = logging.getLogger(__name__)
 
-RETRY_COUNT_HEADER = "decaton.retry.count"
-DUE_MS_HEADER = "decaton.retry.due.ms"
-SOURCE_HEADER = "decaton.source"
-_OWN_HEADERS = frozenset((RETRY_COUNT_HEADER, DUE_MS_HEADER, SOURCE_HEADER))
+RETRY_TOPIC_SUFFIX = "-retry"
+DLQ_TOPIC_SUFFIX = "-dlq"
+RETRY_PRODUCER_CONFIG = {"linger.ms": 100}
+"""Decaton's preset for the retry producer: failures come in bursts, their latency matters little."""
 
 
-def retry_topic(subscription_id: str) -> str:
-    return f"{subscription_id}-retry"
+@dataclass(frozen=True)
+class RetryConfig:
+    """Decaton's RetryConfig: ``backoff_ms`` is how long a retried task waits (its scheduled time is the time
+    of ``retry()`` plus the backoff); ``retry_topic`` defaults to ``<topic>-retry``. ``dlq_topic`` (strom's
+    extension) defaults to ``<topic>-dlq``."""
 
+    backoff_ms: int
+    retry_topic: str | None = None
+    dlq_topic: str | None = None
 
-def dlq_topic(subscription_id: str) -> str:
-    return f"{subscription_id}-dlq"
+    def __post_init__(self) -> None:
+        if isinstance(self.backoff_ms, bool) or not isinstance(self.backoff_ms, int) or self.backoff_ms < 0:
+            raise ConfigError(f"RetryConfig backoff_ms must be a non-negative whole number of milliseconds, "
+                              f"got {self.backoff_ms!r}.")
 
+    @classmethod
+    def with_backoff(cls, backoff_ms: int) -> RetryConfig:
+        return cls(backoff_ms)
 
-def retry_count_and_due_ms(headers: Headers) -> tuple[int, int]:
-    """(retry count, the time in epoch ms before which the task waits: a retry's due time or a
-    DecatonClient's scheduled time, the later of both); (0, 0) for a first delivery, unscheduled."""
-    count = due = 0
-    for name, value in headers:
-        if name == RETRY_COUNT_HEADER and value:
-            count = int(value)
-        elif name in (DUE_MS_HEADER, SCHEDULED_MS_HEADER) and value:
-            due = max(due, int(value))
-    return count, due
+    def retry_topic_or_default(self, topic: str) -> str:
+        return self.retry_topic or topic + RETRY_TOPIC_SUFFIX
+
+    def dlq_topic_or_default(self, topic: str) -> str:
+        return self.dlq_topic or topic + DLQ_TOPIC_SUFFIX
 
 
 class RetryQueue:
     """Produces retried tasks; the original task completes once its retry record is acknowledged."""
 
-    def __init__(self, producer: Producer, subscription_id: str, props: ProcessorPropertiesView) -> None:
+    def __init__(self, producer: Producer, topic: str, config: RetryConfig,
+                 props: ProcessorPropertiesView) -> None:
         self._producer = producer
-        self.retry_topic = retry_topic(subscription_id)
-        self.dlq_topic = dlq_topic(subscription_id)
-        self._backoff = props.get(ProcessorProperties.RETRY_BACKOFF_MS)
+        self.retry_topic = config.retry_topic_or_default(topic)
+        self.dlq_topic = config.dlq_topic_or_default(topic)
+        self._backoff_ms = config.backoff_ms
         self._max_attempts = props.get(ProcessorProperties.RETRY_MAX_ATTEMPTS)
 
     def send(self, request: TaskRequest, completion: Completion) -> None:
         md = request.metadata
         attempt = md.retry_count + 1
-        source = next((v for n, v in request.headers if n == SOURCE_HEADER), None)
-        source = source or f"{md.topic}-{md.partition}@{md.offset}".encode()
-        headers = [(n, v) for n, v in request.headers if n not in _OWN_HEADERS]
-        headers += [(RETRY_COUNT_HEADER, str(attempt).encode()), (SOURCE_HEADER, source)]
-        if attempt > self._max_attempts.value:
+        limit = self._max_attempts.value
+        wire = md.to_wire()
+        if 0 <= limit < attempt:
             topic = self.dlq_topic
-            log.warning("Task %s failed %d attempts; sending it to the dead letter topic %s",
-                        source.decode(), attempt, topic)
+            log.warning("Task %s-%d@%d failed %d attempts; sending it to the dead letter topic %s",
+                        md.topic, md.partition, md.offset, attempt, topic)
         else:
             topic = self.retry_topic
-            due = int(time.time() * 1000) + self._backoff.value
-            headers.append((DUE_MS_HEADER, str(due).encode()))
-        self._produce(topic, request, headers, completion)
+            due_ms = int(time.time() * 1000) + self._backoff_ms
+            wire = replace(wire, retry_count=attempt, scheduled_time_ms=due_ms)
+        self._produce(topic, request, with_metadata_header(request.headers, wire), completion)
 
-    def _produce(self, topic: str, request: TaskRequest, headers: Headers, completion: Completion) -> None:
+    def _produce(self, topic: str, request: TaskRequest, headers: RawHeaders, completion: Completion) -> None:
         def delivered(err: KafkaError | None, _msg: object) -> None:
             if err is None:
                 completion.complete()
@@ -77,7 +89,7 @@ class RetryQueue:
                       request.metadata, topic, err)
             self._produce(topic, request, headers, completion)
 
-        clients.produce(self._producer, topic, request.value, request.key, headers=headers,
+        clients.produce(self._producer, topic, request.task_bytes, request.key, headers=headers,
                         on_delivery=delivered)
 
     def poll(self) -> None:

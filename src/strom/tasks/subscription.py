@@ -16,7 +16,7 @@ from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
 from strom.tasks.context import Record, record_of
 from strom.tasks.metrics import PartitionMetricsSnapshot
-from strom.tasks.partition import PartitionContext
+from strom.tasks.partition import IgnoredKeys, PartitionContext
 from strom.tasks.processors import ProcessorsBuilder
 from strom.tasks.properties import (
     ProcessorProperties,
@@ -24,8 +24,13 @@ from strom.tasks.properties import (
     PropertySupplier,
     StaticPropertySupplier,
 )
+from strom.tasks.quota import PerKeyQuota, PerKeyQuotaConfig
 from strom.tasks.rate_limiter import PAUSED
-from strom.tasks.retry import RetryQueue, dlq_topic, retry_topic
+from strom.tasks.retry import RETRY_PRODUCER_CONFIG, RetryConfig, RetryQueue
+
+__all__ = [
+    "CommitManager", "ProcessorSubscription", "StateListener", "SubscriptionBuilder", "SubscriptionState",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +118,8 @@ class ProcessorSubscription:
     """
 
     def __init__(self, subscription_id: str, builder: ProcessorsBuilder, props: ProcessorPropertiesView,
-                 consumer_config: Mapping[str, Any], retry: bool,
-                 state_listener: StateListener | None = None) -> None:
+                 consumer_config: Mapping[str, Any], retry: RetryConfig | None,
+                 state_listener: StateListener | None = None, quota: PerKeyQuotaConfig | None = None) -> None:
         config = dict(consumer_config)
         self._bootstrap = config.pop("bootstrap.servers", None)
         if not self._bootstrap:
@@ -131,9 +136,16 @@ class ProcessorSubscription:
         self._topics = [builder.topic]
         self._contexts: dict[TP, PartitionContext] = {}
         self._retry_queue: RetryQueue | None = None
-        if retry:
-            self._retry_queue = self._start_retry()
+        if retry is not None:
+            self._retry_queue = self._start_retry(retry)
             self._topics.append(self._retry_queue.retry_topic)
+        self._quota: PerKeyQuota | None = None
+        if quota is not None:
+            self._quota = PerKeyQuota(quota, builder.topic, self._bootstrap, props)
+            clients.create_topics(self._bootstrap, dict.fromkeys(self._quota.shaping_topics,
+                                                                 self._partition_count(builder.topic)))
+            self._topics += self._quota.shaping_topics
+        self._ignored = IgnoredKeys(props)
         self._check_topics()
         self._runtime = AsyncRuntime(f"{subscription_id}-async") if builder.asynchronous else None
         self._terminated = threading.Event()
@@ -155,11 +167,13 @@ class ProcessorSubscription:
         for topic in self._topics:
             self._partition_count(topic)
 
-    def _start_retry(self) -> RetryQueue:
-        partitions = self._partition_count(self._builder.topic)
-        clients.create_topics(self._bootstrap, {retry_topic(self.subscription_id): partitions,
-                                                dlq_topic(self.subscription_id): 1})
-        return RetryQueue(clients.producer(self._bootstrap), self.subscription_id, self._props)
+    def _start_retry(self, config: RetryConfig) -> RetryQueue:
+        topic = self._builder.topic
+        partitions = self._partition_count(topic)
+        clients.create_topics(self._bootstrap, {config.retry_topic_or_default(topic): partitions,
+                                                config.dlq_topic_or_default(topic): 1})
+        producer = clients.producer(self._bootstrap, **RETRY_PRODUCER_CONFIG)
+        return RetryQueue(producer, topic, config, self._props)
 
     def start(self) -> ProcessorSubscription:
         self._thread.start()
@@ -189,7 +203,8 @@ class ProcessorSubscription:
             key = (tp.topic, tp.partition)
             if key not in self._contexts:
                 self._contexts[key] = PartitionContext(tp.topic, tp.partition, self._builder, self._props,
-                                                       self._runtime, self._retry_queue)
+                                                       self._runtime, self._retry_queue, self._ignored,
+                                                       self._quota)
         log.info("%s: assigned %s", self.subscription_id, sorted(self._contexts))
         self._set_state(SubscriptionState.RUNNING)
 
@@ -247,9 +262,22 @@ class ProcessorSubscription:
                     ctx.add_records(batch)
             self._housekeeping(consumer)
 
+    def _poll_producers(self) -> None:
+        """Serves the delivery reports of retried and shaped tasks (they complete those tasks)."""
+        for producer in (self._retry_queue, self._quota):
+            if producer is not None:
+                producer.poll()
+
+    def _close_helpers(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+        for producer in (self._retry_queue, self._quota):
+            if producer is not None:
+                producer.flush(5.0)
+        self._builder.close()
+
     def _housekeeping(self, consumer: Consumer) -> None:
-        if self._retry_queue is not None:
-            self._retry_queue.poll()
+        self._poll_producers()
         all_paused = self._props.value(PROPS.PROCESSING_RATE) == PAUSED
         pause, resume = [], []
         for (topic, partition), ctx in self._contexts.items():
@@ -272,8 +300,7 @@ class ProcessorSubscription:
             if key in self._contexts:
                 self._contexts[key].drop_backlog()
         while True:
-            if self._retry_queue is not None:
-                self._retry_queue.poll()
+            self._poll_producers()
             contexts = [self._contexts[k] for k in keys if k in self._contexts]
             for ctx in contexts:
                 ctx.update()
@@ -300,12 +327,9 @@ class ProcessorSubscription:
                 self._drain(keys, self._props.value(PROPS.SHUTDOWN_TIMEOUT_MS) / 1000)
                 self._commit_manager.commit_sync(keys)
             self._drop(keys)
-            if self._retry_queue is not None:
-                self._retry_queue.flush(5.0)
         finally:
             consumer.close()
-            if self._runtime is not None:
-                self._runtime.close()
+            self._close_helpers()
             self._set_state(SubscriptionState.TERMINATED)
             self._terminated.set()
 
@@ -314,10 +338,7 @@ class ProcessorSubscription:
         """Graceful shutdown: stop fetching, drain, commit, close. Raises what stopped the loop, if any."""
         self._terminated.set()
         if self._thread.ident is None:  # built but never started: only the helpers to release
-            if self._runtime is not None:
-                self._runtime.close()
-            if self._retry_queue is not None:
-                self._retry_queue.flush(5.0)
+            self._close_helpers()
         elif self._thread.is_alive():
             self._thread.join()
         if self._error is not None and not isinstance(self._error, KeyboardInterrupt):
@@ -345,7 +366,8 @@ class SubscriptionBuilder:
         self._builder: ProcessorsBuilder | None = None
         self._suppliers: list[PropertySupplier] = []
         self._consumer_config: dict[str, Any] = {}
-        self._retry = False
+        self._retry: RetryConfig | None = None
+        self._quota: PerKeyQuotaConfig | None = None
         self._state_listener: StateListener | None = None
 
     @classmethod
@@ -368,9 +390,18 @@ class SubscriptionBuilder:
         self._consumer_config = dict(config)
         return self
 
-    def enable_retry(self) -> SubscriptionBuilder:
-        """Creates ``<id>-retry`` and ``<id>-dlq`` and lets processors call ``context.retry()``."""
-        self._retry = True
+    def enable_retry(self, config: RetryConfig | None = None) -> SubscriptionBuilder:
+        """Lets processors call ``context.retry()`` (Decaton's enableRetry): the task goes to
+        ``<topic>-retry`` and is processed again after ``config.backoff_ms`` (default 1 s). Creates that
+        topic and the dead letter topic ``<topic>-dlq`` (strom's extension) if they do not exist."""
+        self._retry = config or RetryConfig.with_backoff(1000)
+        return self
+
+    def enable_per_key_quota(self, config: PerKeyQuotaConfig) -> SubscriptionBuilder:
+        """Decaton's per-key quota: tasks of a key over ``decaton.per.key.quota.processing.rate`` go to the
+        shaping topics (``PerKeyQuotaConfig.shape()``: ``<topic>-shaping``, created if missing), which the
+        subscription consumes at that rate per partition. Per-key order does not hold for shaped keys."""
+        self._quota = config
         return self
 
     def state_listener(self, listener: StateListener) -> SubscriptionBuilder:
@@ -383,7 +414,7 @@ class SubscriptionBuilder:
             raise ConfigError("No processors: call processors_builder(ProcessorsBuilder.consuming(...)).")
         self._builder.validate()
         return ProcessorSubscription(self._id, self._builder, ProcessorPropertiesView(self._suppliers),
-                                     self._consumer_config, self._retry, self._state_listener)
+                                     self._consumer_config, self._retry, self._state_listener, self._quota)
 
     def build_and_start(self) -> ProcessorSubscription:
         return self.build().start()

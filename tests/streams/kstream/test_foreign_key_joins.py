@@ -92,3 +92,46 @@ def test_internal_topics_and_store_are_named_as_kafka_names_them():
     stores = set(internal.store_builders)
     assert "orders-subscription-store" in stores
     assert any(name.startswith("KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-") for name in stores)
+
+
+@pytest.mark.parametrize("kind", ["join", "left_join"])
+def test_a_key_value_foreign_key_extractor_sees_the_left_key_kip_1104(kind):
+    seen = []
+
+    def extractor(key, value):
+        seen.append(key)
+        return value["fk"]
+
+    assert _run(_topology(kind, extractor), ROWS) == [(t, EXPECTED[kind].get(t, [])) for t, *_ in ROWS]
+    assert set(seen) == {"A", "B", "C"}
+
+
+def test_table_joined_partitioners_place_subscriptions_by_foreign_key_and_responses_by_primary_key():
+    from strom.errors import TopologyError
+    from strom.streams import StreamPartitioner, TableJoined
+
+    seen: dict[str, list] = {"primary": [], "foreign": []}
+
+    class Recording(StreamPartitioner):
+        def __init__(self, which):
+            self.which = which
+
+        def partitions(self, topic, key, value, num_partitions):
+            seen[self.which].append((topic.split("-")[-2], key, value, num_partitions))
+            return {0}
+
+    builder = StreamsBuilder()
+    left = builder.table("left", Consumed.with_(Serdes.String(), Serdes.Json()))
+    right = builder.table("right", Consumed.with_(Serdes.String(), Serdes.String()))
+    joined = TableJoined.with_(Recording("primary"), Recording("foreign")).with_name("orders")
+    (left.join(right, lambda value: value["fk"], joiner, joined,
+               Materialized.as_("fk-result").with_value_serde(Serdes.String()))
+     .to_stream().to("output", Produced.with_(Serdes.String(), Serdes.String())))
+    rows = [(1, "right", "a", "10"), (2, "left", "A", {"fk": "a", "v": 1})]
+    assert _run(builder.build(), rows) == [(1, []), (2, [("A", "[A,a,1,a,10]")])]
+    assert seen["foreign"] == [("registration", "a", None, 1)]  # the subscription goes where "a" lives
+    assert seen["primary"] == [("response", "A", None, 1)]  # the answer goes where "A" lives
+    untyped = StreamsBuilder()
+    with pytest.raises(TopologyError, match="key serde"):
+        untyped.table("left").join(untyped.table("right"), lambda v: v, joiner,
+                                   TableJoined.with_(Recording("primary")))

@@ -88,3 +88,43 @@ def test_a_global_processor_cannot_forward():
     with TopologyTestDriver(topology(Forwarding), PROPS) as driver, \
             pytest.raises(TopologyError, match="cannot forward"):
         driver.create_input_topic("rates", S, S).pipe_input("EUR", "1.1")
+
+
+def test_topology_description_lists_the_global_stores():
+    description = topology().describe()
+    [store] = description.global_stores()
+    assert store.id == 1 and store.id == description.subtopologies[-1].id
+    assert store.source.kind == "Source" and store.source.detail == "topics: [rates]"
+    assert store.processor.kind == "Processor" and store.processor.detail == "stores: [rates]"
+    assert store.source.successors == [store.processor.name]
+    assert StreamsBuilder().build().describe().global_stores() == []
+
+
+def test_the_processor_api_adds_the_same_global_store():
+    from strom.streams import Topology
+
+    seen = {}
+
+    class Rates(CurrencyRates):
+        def init(self, context) -> None:
+            super().init(context)
+            seen.update(configs=context.app_configs_with_prefix("default."), key=context.key_serde())
+
+    topology = (Topology()
+                .add_global_store(rates_store(), "rates-source", S, S, "rates", "rates-processor", Rates)
+                .add_source("payments", "payments", key_serde=S, value_serde=S)
+                .add_processor("convert", Convert, "payments")
+                .add_sink("out", "out", "convert", key_serde=S, value_serde=S))
+    [store] = topology.describe().global_stores()
+    assert (store.source.name, store.processor.name) == ("rates-source", "rates-processor")
+    with TopologyTestDriver(topology, PROPS) as driver:
+        driver.create_input_topic("rates", S, S).pipe_input("EUR", "1.1")
+        driver.create_input_topic("payments", S, S).pipe_input("EUR", "10")
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
+            ("EUR", "10 @ 1.1 (offset 0)")]
+    assert seen["configs"]["key.serde"] == "String" and isinstance(seen["key"], type(S))
+    with pytest.raises(TopologyError, match="logging disabled"):
+        Topology().add_global_store(rates_store(logging=True), "s", S, S, "rates", "p", Rates)
+    with pytest.raises(TopologyError, match="node named 'payments'"):
+        (Topology().add_source("payments", "payments")
+         .add_global_store(rates_store(), "payments", S, S, "rates", "p", Rates))

@@ -10,8 +10,8 @@ from strom.errors import CoPartitioningError, TopologyError, UnknownTopicError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
+    FixedKeyProcessor,
     Materialized,
-    Processor,
     Produced,
     StreamsBuilder,
     Topology,
@@ -22,7 +22,7 @@ S, L = Serdes.String(), Serdes.Long()
 ORDERS = re.compile(r"orders-\w+")
 
 
-class TagWithTopic(Processor):
+class TagWithTopic(FixedKeyProcessor):
     """Forwards each value prefixed with the topic it was read from."""
 
     def process(self, record):

@@ -56,3 +56,29 @@ def test_null_keys_join_with_none_in_left_and_outer_joins_only():
     for kind, expected in (("join", [(1, []), (2, [])]), ("left_join", [(1, ["[A, None]"]), (2, [])]),
                            ("outer_join", [(1, ["[A, None]"]), (2, ["[None, a]"])])):
         assert run_rows(_topology(kind), rows, key=None) == expected
+
+
+@pytest.mark.parametrize("kind", ["join", "outer_join"])
+def test_store_suppliers_given_per_side_or_as_dsl_store_suppliers(kind):
+    from strom.errors import TopologyError
+    from strom.streams import Stores, StoreType
+
+    rows = ROWS + LATE_ROWS
+    expected = [(t, {**EARLY, **LATE[kind]}.get(t, [])) for t, _, _ in rows]
+    window, retention = 20_000, 25_000  # 10 s before + 10 s after; + 5 s grace
+    joined = (StreamJoined.with_()
+              .with_this_store_supplier(Stores.in_memory_window_store("mine", retention, window, True))
+              .with_other_store_supplier(Stores.persistent_window_store("theirs", retention, window, True)))
+    topology = _topology(kind, joined)
+    assert {"mine", "theirs"} <= set(topology.internal.store_builders)
+    assert run_rows(topology, rows) == expected
+    assert run_rows(_topology(kind, StreamJoined.with_().with_dsl_store_suppliers(StoreType.IN_MEMORY)),
+                    rows) == expected
+    for supplier, message in ((Stores.in_memory_window_store("x", retention, window, False), "duplicates"),
+                              (Stores.in_memory_window_store("x", 30_000, window, True), "retention 25000"),
+                              ("not a supplier", "window store supplier")):
+        with pytest.raises(TopologyError, match=message):
+            _topology(kind, StreamJoined.with_().with_this_store_supplier(supplier))
+    same = Stores.in_memory_window_store("same", retention, window, True)
+    with pytest.raises(TopologyError, match="different names"):
+        _topology(kind, StreamJoined.with_().with_this_store_supplier(same).with_other_store_supplier(same))

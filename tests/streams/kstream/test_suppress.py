@@ -118,3 +118,19 @@ def test_final_session_results_once_the_session_closes():
         assert output.read_key_values_to_list() == [(Windowed("w", SessionWindow(8, 8)), 1)]
         topic.pipe_input("w", "v", 16)  # and [0, 9] at 16
         assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(0, 9)), 4)]
+
+
+def test_buffer_config_logging_can_be_disabled_or_configured():
+    unlogged_buffer = BufferConfig.unbounded().with_logging_disabled()
+    unlogged = _windowed_counts(Suppressed.until_window_closes(unlogged_buffer))
+    with TopologyTestDriver(unlogged, PROPS) as driver:
+        out = _pipe(driver, [("a", 1), ("a", 2), ("b", 20)])
+        assert out == [(Windowed("a", Window(0, 10)), 2)]  # it still suppresses
+        assert "suppress-final-store-changelog" not in driver.produced_topic_names()
+    config = BufferConfig.unbounded().with_logging_disabled().with_logging_enabled({"retention.ms": "1000"})
+    assert (config.logging_enabled, dict(config.log_config)) == (True, {"retention.ms": "1000"})
+    topology = _windowed_counts(Suppressed.until_window_closes(config))
+    assert topology.internal.store_builders["final-store"].log_config == {"retention.ms": "1000"}
+    with TopologyTestDriver(topology, PROPS) as driver:
+        _pipe(driver, [("a", 1)])
+        assert "suppress-final-store-changelog" in driver.produced_topic_names()

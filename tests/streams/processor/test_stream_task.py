@@ -9,6 +9,7 @@ from strom.errors import ProcessingError, SerializationError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
+    FixedKeyProcessor,
     Materialized,
     Processor,
     StreamsBuilder,
@@ -149,7 +150,7 @@ def test_production_errors_fail_the_commit_unless_handled(tmp_path):
 def test_flush_hook_runs_before_caches_and_abort_drops_uncommitted_writes(tmp_path):
     events = []
 
-    class Buffering(Processor):
+    class Buffering(FixedKeyProcessor):
         """Holds records until flush(), like a concurrent step finishing its in-flight work."""
 
         def init(self, context):
@@ -297,3 +298,43 @@ def test_produced_partitioner_chooses_the_output_partition(tmp_path):
     task.add_records(TopicPartition("a", 1), [raw("a", 0, 1, b"k", b"xyz"), raw("a", 1, 2, b"k", b"x")])
     task.process_all()
     assert [(topic, partition) for topic, partition, _, _ in sink.sent] == [("out", 3), ("out", 1)]
+
+
+def test_stream_partitioner_multicasts_drops_or_defers_kip_837(tmp_path):
+    from strom.streams import Produced, StreamPartitioner
+
+    class CountingSink(ListSink):
+        def send(self, collector, topic, partition, key, value, timestamp, headers):
+            self.sent.append((topic, partition, value, timestamp))
+
+        def partition_count(self, topic):
+            return 4
+
+    class ByValue(StreamPartitioner):
+        """"all": every partition; "none": dropped; "default": the default partitioner; else one."""
+
+        def partitions(self, topic, key, value, num_partitions):
+            if value == "all":
+                return set(range(num_partitions))
+            if value == "none":
+                return set()
+            return None if value == "default" else {int(value) % num_partitions}
+
+    class Legacy(StreamPartitioner):
+        def partition(self, topic, key, value, num_partitions):
+            return num_partitions - 1
+
+    builder = StreamsBuilder()
+    source = builder.stream("a", Consumed.with_(S, S))
+    source.to("multi", Produced.with_(S, S, ByValue()))
+    source.to("legacy", Produced.with_(S, S).with_stream_partitioner(Legacy()))
+    source.to("counted", Produced.with_(S, S, lambda topic, key, value, n: n - 2))
+    sink = CountingSink()
+    task = make_task(builder.build(), tmp_path, sink)
+    task.add_records(TopicPartition("a", 1), [raw("a", o, o, b"k", v) for o, v in
+                                              enumerate([b"all", b"none", b"default", b"6"])])
+    task.process_all()
+    multi = [(partition, value) for topic, partition, value, _ in sink.sent if topic == "multi"]
+    assert multi == [(0, b"all"), (1, b"all"), (2, b"all"), (3, b"all"), (None, b"default"), (2, b"6")]
+    assert {partition for topic, partition, _, _ in sink.sent if topic == "legacy"} == {3}
+    assert {partition for topic, partition, _, _ in sink.sent if topic == "counted"} == {2}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -14,6 +14,7 @@ from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.manager import (
     InvalidPartitionsError,
     InvalidTopicError,
+    Steps,
     TopicExistsError,
 )
 from strom.broker.log.partition import OffsetOutOfRangeError
@@ -25,6 +26,7 @@ SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @handles(CREATE_TOPICS, 2, 7)
@@ -41,7 +43,8 @@ async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
             if request.assignments:
                 raise _Refused(ErrorCode.invalid_request, "manual replica assignment is not supported")
             configs = {c.name: c.value for c in request.configs}
-            topic = logs.create_topic(request.name, request.num_partitions, configs, body.validate_only)
+            topic = await _paused(logs.creating_topic(request.name, request.num_partitions, configs,
+                                                      body.validate_only))
             if topic is not None:
                 result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
                               replication_factor=1, configs=_describe_topic(topic, None))
@@ -60,6 +63,20 @@ async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
             result.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
         results.append(result)
     return {"topics": results}
+
+
+async def _paused(steps: Steps[T]) -> T:
+    """Runs stepwise work with a turn of the event loop between steps, so that creating thousands
+    of partitions does not stall other clients; abandoned work (a cancelled request) is undone."""
+    try:
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            await asyncio.sleep(0)
+    finally:
+        steps.close()
 
 
 def storage_error(exc: OSError) -> str:

@@ -14,9 +14,10 @@ import resource
 import shutil
 import time
 import uuid
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from strom.broker.config import BrokerConfig, parse_topic_configs
 from strom.broker.log import cleaner
@@ -26,11 +27,25 @@ from strom.broker.log.segment import Segment
 log = logging.getLogger(__name__)
 
 FILES_PER_PARTITION = 2  # the active segment's file, and its reader while a Fetch sends from it
+PARTITIONS_PER_STEP = 200  # partitions created between pauses (a few milliseconds of work)
 RESERVED_FILES = 64  # the listener, indexes and snapshots being written, the broker's own files
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 CONSUMER_OFFSETS = "__consumer_offsets"
 TRANSACTION_STATE = "__transaction_state"
 INTERNAL_TOPICS = (CONSUMER_OFFSETS, TRANSACTION_STATE)
+
+
+T = TypeVar("T")
+Steps = Generator[None, None, T]  # work done in steps: each `yield` is a point to pause at
+
+
+def run_steps(steps: Steps[T]) -> T:
+    """Runs stepwise work to its end without pausing; returns its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 class TopicExistsError(Exception):
@@ -79,6 +94,7 @@ class LogManager:
         self.root = data_dir / "topics"
         self.root.mkdir(parents=True, exist_ok=True)
         self.topics: dict[str, Topic] = {}
+        self._creating: set[str] = set()  # topics whose partitions are being created in steps
         self._load()
 
     def _load(self) -> None:
@@ -104,8 +120,14 @@ class LogManager:
                      validate_only: bool = False) -> Topic | None:
         """Creates a topic; raises TopicExistsError, InvalidTopicError, InvalidPartitionsError or
         ValueError (a bad config)."""
+        return run_steps(self.creating_topic(name, partitions, configs, validate_only))
+
+    def creating_topic(self, name: str, partitions: int, configs: dict[str, Any] | None = None,
+                       validate_only: bool = False) -> Steps[Topic | None]:
+        """`create_topic` in steps of PARTITIONS_PER_STEP partitions (see `run_steps`): a request
+        handler lets other clients be served in between. The topic is visible once complete."""
         validate_topic_name(name)
-        if name in self.topics:
+        if name in self.topics or name in self._creating:
             raise TopicExistsError(f"Topic {name!r} already exists")
         if partitions == -1:
             partitions = self.config["num.partitions"]
@@ -115,12 +137,15 @@ class LogManager:
         self._check_open_files(partitions)
         if validate_only:
             return None
+        self._creating.add(name)
         try:
             topic.directory.mkdir(parents=True, exist_ok=True)
-            self._add_partitions(topic, partitions)
-        except OSError:
+            yield from self._adding_partitions(topic, partitions)
+        except BaseException:  # also GeneratorExit: a handler cancelled between steps
             shutil.rmtree(topic.directory, ignore_errors=True)
             raise
+        finally:
+            self._creating.discard(name)
         self.topics[name] = topic
         log.info("created topic %s with %d partition(s)", name, partitions)
         return topic
@@ -154,19 +179,22 @@ class LogManager:
         self._check_open_files(count - len(topic.partitions))
         if validate_only:
             return
-        self._add_partitions(topic, count)
+        run_steps(self._adding_partitions(topic, count))
 
-    def _add_partitions(self, topic: Topic, count: int) -> None:
-        """Opens partitions up to `count` and saves the topic; on an error (no descriptors or disk
-        space left) the new partitions are closed again and their directories removed."""
+    def _adding_partitions(self, topic: Topic, count: int) -> Steps[None]:
+        """Opens partitions up to `count` (a step per PARTITIONS_PER_STEP) and saves the topic; on
+        an error (no descriptors or disk space left) or when abandoned, the new partitions are
+        closed again and their directories removed."""
         existing = topic.partitions
         created: list[Partition] = []
         try:
             for i in range(len(existing), count):
                 created.append(self._partition(topic, i))
+                if len(created) % PARTITIONS_PER_STEP == 0:
+                    yield
             topic.partitions = existing + created
             topic.save()
-        except OSError:
+        except BaseException:
             topic.partitions = existing
             for partition in created:
                 partition.release()

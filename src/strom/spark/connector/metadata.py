@@ -14,14 +14,16 @@ from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from strom.errors import BrokerUnavailableError, ConfigError, UnknownTopicError
 from strom.kafka import clients
+from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.connector.options import (
-    CONNECT_AT_ONCE,
     EARLIEST,
     LATEST,
     OffsetSpec,
     SourceOptions,
     TopicPartitionOffsets,
 )
+
+__all__ = ["DriverMetadata", "TopicMetadata", "TopicPartitionKey"]
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,24 @@ from confluent_kafka import KafkaException
 
 from strom.errors import ConfigError
 from strom.kafka import clients
-from strom.kafka.clients import CONNECT_AT_ONCE  # noqa: F401 - strom.spark.runtime imports it from here
+
+__all__ = [
+    "DELIVERY_GUARANTEES",
+    "EARLIEST",
+    "KAFKA_PREFIX",
+    "LATEST",
+    "SINK_OPTIONS",
+    "SOURCE_OPTIONS",
+    "OffsetSpec",
+    "SinkOptions",
+    "SourceOptions",
+    "Subscription",
+    "TopicPartitionOffsets",
+    "WriteVersion",
+    "parse_offset_spec",
+    "sink_options",
+    "source_options",
+]
 
 EARLIEST = -2
 LATEST = -1

@@ -11,6 +11,8 @@ from typing import Any
 
 from strom.spark.connector.source import offsets_from_json
 
+__all__ = ["offsets_behind_latest"]
+
 
 def offsets_behind_latest(source_progress: Any) -> dict[str, float] | None:
     """``{min,max,avg}OffsetsBehindLatest`` over partitions; None before the first batch.

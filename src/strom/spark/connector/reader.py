@@ -24,6 +24,16 @@ from pyspark.sql.types import StructType
 from strom.errors import BrokerUnavailableError, DataLossError
 from strom.kafka import clients
 
+__all__ = [
+    "ARROW_BATCH_ROWS",
+    "POLL_WAIT_S",
+    "READ_DEFAULTS",
+    "STALL_TIMEOUT_S",
+    "OffsetRange",
+    "ReadSettings",
+    "read_range",
+]
+
 ARROW_BATCH_ROWS = 10_000
 # Read as a read stalls without progress this long, the broker is gone or the range is unreadable.
 STALL_TIMEOUT_S = 120.0

@@ -27,6 +27,17 @@ from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.transactional import TransactionalProducer
 from strom.spark.connector.options import SinkOptions
 
+__all__ = [
+    "BATCH_ID_PROPERTY",
+    "QUERY_ID_PROPERTY",
+    "KafkaBatchWriter",
+    "KafkaStreamWriter",
+    "SinkCommitMessage",
+    "TaskIdentity",
+    "check_sink_schema",
+    "write_partition",
+]
+
 log = logging.getLogger(__name__)
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"

@@ -41,6 +41,11 @@ from strom.spark.connector.metadata import DriverMetadata, TopicMetadata
 from strom.spark.connector.options import SourceOptions, TopicPartitionOffsets, sink_options, source_options
 from strom.spark.connector.reader import OffsetRange, ReadSettings, read_range
 
+__all__ = [
+    "HEADERS_FIELD", "KAFKA_FIELDS", "KafkaBatchReader", "KafkaStreamReader", "StromDataSource",
+    "kafka_schema", "offsets_from_json", "offsets_to_json", "rate_limit", "split_ranges",
+]
+
 log = logging.getLogger(__name__)
 
 KAFKA_FIELDS = (

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+__all__ = ["assign_tasks"]
+
 
 def assign_tasks(tasks: Sequence[str], threads: int, parked: Mapping[int, Sequence[str]]
                  ) -> dict[int, list[str]]:

@@ -25,6 +25,17 @@ from typing import Any
 
 from strom.spark.runtime.assignment import assign_tasks
 
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "MAX_LINE",
+    "BatchAssignment",
+    "ControlClient",
+    "ProgressListener",
+    "ThreadControl",
+    "ThreadMetadata",
+    "driver_host",
+]
+
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 30.0

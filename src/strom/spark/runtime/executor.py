@@ -11,6 +11,8 @@ import pyarrow as pa
 
 from strom.streams.config import StreamsConfig
 
+__all__ = ["STATE_DIR_VARIABLE", "SUMMARY_DDL", "SUMMARY_SCHEMA", "TaskSummary", "executor_config"]
+
 SUMMARY_SCHEMA = pa.schema([
     ("task", pa.string()),
     ("records", pa.int64()),

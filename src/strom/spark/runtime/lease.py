@@ -16,6 +16,8 @@ from pathlib import Path
 
 from strom.errors import ProcessorStateError
 
+__all__ = ["ACQUIRE_TIMEOUT_S", "OWNER", "RELEASE", "TaskLease"]
+
 OWNER = "owner"
 RELEASE = "release"
 ACQUIRE_TIMEOUT_S = 60.0

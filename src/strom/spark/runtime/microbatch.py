@@ -25,6 +25,8 @@ from strom.spark.runtime.microbatch_task import StreamTaskRunner
 from strom.spark.runtime.worker_pool import own_worker_pool
 from strom.streams.processor.topology import Topology
 
+__all__ = ["BatchSink", "MicroBatchExecution"]
+
 _STOP_WAIT_S = 60.0
 
 BatchSink = Callable[[list[Any]], None]

@@ -41,6 +41,17 @@ from strom.spark.connector.options import (
 from strom.spark.connector.reader import OffsetRange, ReadSettings, read_range
 from strom.spark.connector.source import kafka_schema, offsets_from_json, offsets_to_json, rate_limit
 
+__all__ = [
+    "FORMAT",
+    "PLAN_OPTION",
+    "CommittedOffsets",
+    "SourcePlan",
+    "StreamTaskReader",
+    "StreamTaskSource",
+    "TaskInput",
+    "plan_row",
+]
+
 FORMAT = "strom-stream-tasks"
 PLAN_OPTION = "plan"
 _TIMEOUT_S = 30.0

@@ -44,6 +44,8 @@ from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 
+__all__ = ["BatchPlan", "Range", "StreamTaskRunner", "TaskAttempt", "consumer_records"]
+
 log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
-from strom.spark.connector.options import CONNECT_AT_ONCE
+from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
@@ -31,6 +31,8 @@ from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.records import TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
+
+__all__ = ["QUICK_EOF", "QUICK_RETRY", "TIMEOUT_S", "Offsets", "OpenTask"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,6 @@ QUICK_EOF = {"fetch.wait.max.ms": 10}
 # librdkafka's default backoff would turn that into half a second per task batch.
 QUICK_RETRY = {"retry.backoff.ms": 10, "retry.backoff.max.ms": 100}
 _NO_OFFSET = -1001
-_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 Offsets = dict[tuple[str, int], int]
 
@@ -59,8 +60,6 @@ class OpenTask:
         self.eos = config.exactly_once
         self._topology = topology
         self.positions: Offsets = {}
-        self.in_transaction = False
-        """A transaction is begun (under exactly-once; begun locally, nothing sent until a record is)."""
         self.lease = TaskLease.acquire(Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id))
         try:
             self._connect(owned, task_id)
@@ -72,9 +71,10 @@ class OpenTask:
     def _connect(self, owned: tuple[str, ...], task_id: TaskId) -> None:
         bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
         producer_config = {**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("producer.")}
-        if self.eos:
-            producer_config["transactional.id"] = self.name
-        self.sink = ProducerSink(bootstrap, producer_config)
+        self.sink = ProducerSink(bootstrap, producer_config, self.name if self.eos else None,
+                                 f"Stream task {self.name}")
+        self.transactions = self.sink.transactions
+        """The task's transactional producer under exactly-once (strom.kafka's error policy), else None."""
         self.consumer: Consumer = clients.consumer(
             bootstrap, group_id=self.config.application_id,
             **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("main.consumer."),
@@ -92,8 +92,8 @@ class OpenTask:
         """Fences earlier attempts, reads the committed offsets of ``partitions`` (their metadata
         restores the task's stream time), catches up the global stores, opens and restores the stores;
         returns the changelog records restored."""
-        if self.eos:
-            self.call(self.sink.producer.init_transactions, TIMEOUT_S)
+        if self.transactions is not None:
+            self.transactions.init_transactions()
         committed = self._committed(partitions)
         self.positions = {(tp.topic, tp.partition): tp.offset for tp in committed}
         self.task.initialize_task_time({TopicPartition(tp.topic, tp.partition): tp.metadata
@@ -116,28 +116,27 @@ class OpenTask:
         """Starts the batch's transaction. A reused task passes the batch's end offsets as
         ``fencing_probe``: sending them first makes a producer fenced since its last batch fail here,
         before any record is processed (a task just opened was fenced-checked by init_transactions)."""
-        if self.eos:
-            if not self.in_transaction:
-                self.call(self.sink.producer.begin_transaction)
-                self.in_transaction = True
+        if self.transactions is not None:
+            if not self.transactions.in_transaction:
+                self.transactions.begin_transaction()
             if fencing_probe is not None:
                 self._send_offsets(fencing_probe)
 
     def commit(self, offsets: Offsets) -> None:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
         again into the transaction under exactly-once: the times are known only now)."""
-        if self.eos:
+        if self.transactions is not None:
             if offsets:
                 self._send_offsets(offsets)
-            self.call(self.sink.producer.commit_transaction, TIMEOUT_S)
-            self.in_transaction = False
+            self.transactions.commit_transaction()
         elif offsets:
             self.call(self.consumer.commit, offsets=self._with_metadata(offsets), asynchronous=False)
         self.positions.update(offsets)
 
     def _send_offsets(self, offsets: Offsets) -> None:
-        self.call(self.sink.producer.send_offsets_to_transaction, self._with_metadata(offsets),
-                  self.consumer.consumer_group_metadata(), TIMEOUT_S)
+        assert self.transactions is not None
+        self.transactions.send_offsets_to_transaction(self._with_metadata(offsets),
+                                                      self.consumer.consumer_group_metadata())
 
     def _with_metadata(self, offsets: Offsets) -> list[KafkaTopicPartition]:
         return [KafkaTopicPartition(topic, partition, offset,
@@ -145,13 +144,8 @@ class OpenTask:
                 for (topic, partition), offset in offsets.items()]
 
     def abort(self) -> None:
-        if self.eos:
-            self.in_transaction = False
-            try:
-                self.sink.producer.abort_transaction(TIMEOUT_S)
-            except KafkaException as exc:
-                log.warning("Task %s: abort_transaction failed (%s); the next attempt's "
-                            "init_transactions aborts it", self.name, exc)
+        if self.transactions is not None:
+            self.transactions.abort_transaction()  # a failure is logged: the next opener aborts it
         self.task.abort()
 
     def close(self) -> None:
@@ -178,14 +172,11 @@ class OpenTask:
         return [tp for tp in result if tp.offset != _NO_OFFSET]
 
     def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
-        """Calls a client method; Kafka errors become ProducerFencedError or BrokerUnavailableError."""
+        """Calls a consumer method; Kafka errors become BrokerUnavailableError (the producer's calls
+        follow ``strom.kafka.transactional``'s policy)."""
         try:
             return method(*args, **kwargs)
         except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            if error.code() in _FENCED:
-                raise ProducerFencedError(f"Stream task {self.name} was fenced in {method.__name__}: another "
-                                          "attempt of the same task took over.") from exc
             raise BrokerUnavailableError(
-                f"Stream task {self.name} failed in {method.__name__}: {error.str()}. Check the broker "
+                f"Stream task {self.name} failed in {method.__name__}: {exc.args[0].str()}. Check the broker "
                 f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc

@@ -13,6 +13,8 @@ import threading
 import time
 from typing import Protocol
 
+__all__ = ["IDLE_S", "PARKED", "WATCH_EVERY_S", "Parkable", "ParkedTasks"]
+
 log = logging.getLogger(__name__)
 
 IDLE_S = 60.0

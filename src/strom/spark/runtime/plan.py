@@ -28,6 +28,17 @@ from strom.streams.processor.records import TaskId
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 
+__all__ = [
+    "COMPACTED",
+    "ApplicationPlan",
+    "InternalTopicSpec",
+    "SubtopologyTasks",
+    "check_tasks_build",
+    "create_internal_topics",
+    "existing_topics",
+    "plan_application",
+]
+
 log = logging.getLogger(__name__)
 
 _TIMEOUT_S = 30.0

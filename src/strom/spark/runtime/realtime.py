@@ -25,6 +25,16 @@ from strom.spark.runtime.thread import StreamThreadRunner, ThreadPlan
 from strom.spark.runtime.worker_pool import own_worker_pool
 from strom.streams.processor.topology import Topology
 
+__all__ = [
+    "HELLO_TIMEOUT_S",
+    "SLOTS_WAIT_S",
+    "BatchSink",
+    "ProgressSink",
+    "RealtimeExecution",
+    "stream_threads",
+    "task_slots",
+]
+
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 30.0

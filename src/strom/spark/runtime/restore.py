@@ -14,6 +14,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from strom.kafka.reading import end_offset, read_to_end
 from strom.streams.processor.internals.task import StreamTask
 
+__all__ = ["restore_task"]
+
 
 def restore_task(task: StreamTask, consumer: Consumer, stores: Collection[str] | None = None,
                  log_ends: dict[str, int] | None = None) -> int:

@@ -44,6 +44,21 @@ from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 
+__all__ = [
+    "EXECUTION_MODE",
+    "MAX_OFFSETS_PER_TRIGGER",
+    "NUM_STREAM_THREADS",
+    "REALTIME_BATCH_DURATION_MS",
+    "Execution",
+    "SparkStreams",
+    "State",
+    "StateListener",
+    "StreamThreadExceptionResponse",
+    "StreamsProgress",
+    "TaskProgress",
+    "UncaughtExceptionHandler",
+]
+
 log = logging.getLogger(__name__)
 
 MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka import clients
-from strom.spark.connector.options import CONNECT_AT_ONCE
+from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.open_task import QUICK_EOF
 from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
 from strom.spark.runtime.restore import restore_task
@@ -33,6 +33,8 @@ from strom.streams.processor.records import TaskId
 from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 from strom.streams.state.cache import ThreadCache
+
+__all__ = ["StoreCopies"]
 
 _NO_SINK: Any = None  # a copy is only restored and read: it never processes, so never sends
 

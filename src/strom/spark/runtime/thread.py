@@ -27,7 +27,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
-from strom.spark.connector.options import CONNECT_AT_ONCE
+from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.control import ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
@@ -36,6 +36,11 @@ from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
+
+__all__ = [
+    "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread", "StreamThreadRunner",
+    "ThreadPlan",
+]
 
 log = logging.getLogger(__name__)
 

@@ -7,6 +7,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+__all__ = ["WORKER_POOL_VARIABLE", "own_worker_pool"]
+
 WORKER_POOL_VARIABLE = "STROM_STREAM_TASKS"
 
 

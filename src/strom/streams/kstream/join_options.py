@@ -10,12 +10,15 @@ from typing import Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals.functions import required_positional
+from strom.streams.kstream.options import StoreType
 from strom.streams.kstream.windows import Duration, to_millis
+from strom.streams.state.window.builders import WindowBytesStoreSupplier
 
 __all__ = [
     "Joined",
     "Joiner",
     "StreamJoined",
+    "TableJoined",
     "ValueJoiner",
 ]
 
@@ -57,7 +60,9 @@ class StreamJoined:
     name: str | None = None
     store_name: str | None = None
     logging_enabled: bool = True
-    in_memory: bool = False
+    dsl_store_suppliers: StoreType | None = None
+    this_store_supplier: WindowBytesStoreSupplier | None = None
+    other_store_supplier: WindowBytesStoreSupplier | None = None
 
     @staticmethod
     def with_(key_serde: Any = None, value_serde: Any = None, other_value_serde: Any = None) -> StreamJoined:
@@ -87,7 +92,53 @@ class StreamJoined:
 
     def with_in_memory_stores(self) -> StreamJoined:
         """Buffer both sides in memory instead of RocksDB (restored from the changelogs)."""
-        return dataclasses.replace(self, in_memory=True)
+        return self.with_dsl_store_suppliers(StoreType.IN_MEMORY)
+
+    def with_dsl_store_suppliers(self, store_type: StoreType) -> StreamJoined:
+        """The kind of store both sides (and the outer join's shared store) are buffered in, instead of
+        ``default.dsl.store`` (Kafka's withDslStoreSuppliers; strom's built-in suppliers are a StoreType)."""
+        if not isinstance(store_type, StoreType):
+            raise TopologyError(f"with_dsl_store_suppliers takes a StoreType (ROCKS_DB or IN_MEMORY), got "
+                                f"{store_type!r}.")
+        return dataclasses.replace(self, dsl_store_suppliers=store_type)
+
+    def with_this_store_supplier(self, supplier: WindowBytesStoreSupplier) -> StreamJoined:
+        """The window store this (left) side is buffered in; it must retain duplicates and match the join
+        window (size before + after, retention size + grace), as in Kafka."""
+        return dataclasses.replace(self, this_store_supplier=supplier)
+
+    def with_other_store_supplier(self, supplier: WindowBytesStoreSupplier) -> StreamJoined:
+        """The window store the other (right) side is buffered in (see ``with_this_store_supplier``)."""
+        return dataclasses.replace(self, other_store_supplier=supplier)
+
+
+@dataclass(frozen=True)
+class TableJoined:
+    """Name and partitioners of a foreign-key join (Kafka's TableJoined): ``partitioner`` is how this
+    (left) table's topic is partitioned, ``other_partitioner`` the other (right) table's; the join's
+    internal topics are partitioned the same way, so its subscriptions and responses reach the tasks that
+    own those keys. Either a StreamPartitioner or a function, as for ``Produced``; None: the default."""
+
+    partitioner: Any = None
+    other_partitioner: Any = None
+    name: str | None = None
+
+    @staticmethod
+    def with_(partitioner: Any = None, other_partitioner: Any = None) -> TableJoined:
+        return TableJoined(partitioner, other_partitioner)
+
+    @staticmethod
+    def as_(name: str) -> TableJoined:
+        return TableJoined(name=name)
+
+    def with_name(self, name: str) -> TableJoined:
+        return dataclasses.replace(self, name=name)
+
+    def with_partitioner(self, partitioner: Any) -> TableJoined:
+        return dataclasses.replace(self, partitioner=partitioner)
+
+    def with_other_partitioner(self, partitioner: Any) -> TableJoined:
+        return dataclasses.replace(self, other_partitioner=partitioner)
 
 
 Joiner = Callable[..., Any]

@@ -41,6 +41,7 @@ from strom.streams.kstream.options import (
 )
 from strom.streams.kstream.windows import JoinWindows
 from strom.streams.processor.api import ProcessorSupplier
+from strom.streams.processor.fixed_key import FixedKeyProcessorSupplier, fixed_key_supplier
 
 if TYPE_CHECKING:
     from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
@@ -212,11 +213,12 @@ class KStream:
         return stream
 
     def process_values(
-        self, supplier: ProcessorSupplier, *store_names: str, named: Named | None = None
+        self, supplier: FixedKeyProcessorSupplier, *store_names: str, named: Named | None = None
     ) -> KStream:
-        """Like ``process`` for a processor that keeps each record's key (KIP-820), so a stateful
-        operator after it needs no repartition topic."""
-        stream = self._child("KSTREAM-PROCESSVALUES-", named, supplier, keeps_serdes=False)
+        """Runs a FixedKeyProcessor (KIP-820): it may change values, never keys, so a stateful operator
+        after it needs no repartition topic. Use ``process`` for a processor that re-keys."""
+        fixed = fixed_key_supplier(supplier)
+        stream = self._child("KSTREAM-PROCESSVALUES-", named, fixed, keeps_serdes=False)
         self.builder.connect_stores(stream.name, store_names, self.source_topics)
         return stream
 

@@ -21,7 +21,7 @@ from strom.streams.kstream.internals.table import (
     KTableTransformValues,
 )
 from strom.streams.kstream.internals.table_table_join import table_table_join
-from strom.streams.kstream.join_options import Joiner
+from strom.streams.kstream.join_options import Joiner, TableJoined
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
 if TYPE_CHECKING:
@@ -259,14 +259,15 @@ class KTable:
              materialized: Materialized | None = None, /) -> KTable: ...
 
     @overload
-    def join(self, other: KTable, foreign_key_extractor: Callable[[Any], Any], joiner: Joiner,
-             named: Named | None = None, materialized: Materialized | None = None, /) -> KTable: ...
+    def join(self, other: KTable, foreign_key_extractor: Callable[..., Any], joiner: Joiner,
+             named: Named | TableJoined | None = None, materialized: Materialized | None = None,
+             /) -> KTable: ...
 
     def join(self, other: KTable, second: Any, third: Any = None, fourth: Any = None, fifth: Any = None,
              /) -> KTable:
         """Inner join on the primary key ``(other, joiner[, Named][, Materialized])``, or on a foreign
-        key ``(other, foreign_key_extractor, joiner[, Named][, Materialized])``: each row joins the
-        ``other`` row whose key ``foreign_key_extractor(value)`` returns."""
+        key ``(other, foreign_key_extractor, joiner[, Named or TableJoined][, Materialized])``: each row
+        joins the ``other`` row whose key ``foreign_key_extractor(value)`` (or ``(key, value)``) returns."""
         return self._join(JoinKind.INNER, other, second, third, fourth, fifth)
 
     @overload
@@ -274,8 +275,9 @@ class KTable:
                   materialized: Materialized | None = None, /) -> KTable: ...
 
     @overload
-    def left_join(self, other: KTable, foreign_key_extractor: Callable[[Any], Any], joiner: Joiner,
-                  named: Named | None = None, materialized: Materialized | None = None, /) -> KTable: ...
+    def left_join(self, other: KTable, foreign_key_extractor: Callable[..., Any], joiner: Joiner,
+                  named: Named | TableJoined | None = None, materialized: Materialized | None = None,
+                  /) -> KTable: ...
 
     def left_join(self, other: KTable, second: Any, third: Any = None, fourth: Any = None,
                   fifth: Any = None, /) -> KTable:

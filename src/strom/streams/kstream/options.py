@@ -12,6 +12,7 @@ from typing import Any, Self
 
 from strom.errors import TopologyError
 from strom.streams.processor.api import AutoOffsetReset
+from strom.streams.processor.partitioner import StreamPartitioner
 
 __all__ = [
     "Branched",
@@ -19,6 +20,7 @@ __all__ = [
     "Grouped",
     "Materialized",
     "Named",
+    "PartitionerLike",
     "Printed",
     "Produced",
     "Repartitioned",
@@ -90,23 +92,24 @@ class Consumed(_WithName, _WithSerdes):
         return dataclasses.replace(self, offset_reset_policy=policy)
 
 
-StreamPartitioner = Callable[[str, Any, Any], int | None]
+PartitionerLike = StreamPartitioner | Callable[..., int | None]
+"""A StreamPartitioner, or a function (topic, key, value[, num_partitions]) -> partition or None."""
 
 
 @dataclass(frozen=True)
 class Produced(_WithName, _WithSerdes):
     key_serde: Any = None
     value_serde: Any = None
-    partitioner: StreamPartitioner | None = None
+    partitioner: PartitionerLike | None = None
     name: str | None = None
 
     @staticmethod
     def with_(
-        key_serde: Any = None, value_serde: Any = None, partitioner: StreamPartitioner | None = None
+        key_serde: Any = None, value_serde: Any = None, partitioner: PartitionerLike | None = None
     ) -> Produced:
         return Produced(key_serde, value_serde, partitioner)
 
-    def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Produced:
+    def with_stream_partitioner(self, partitioner: PartitionerLike) -> Produced:
         return dataclasses.replace(self, partitioner=partitioner)
 
 
@@ -127,7 +130,7 @@ class Repartitioned(_WithName, _WithSerdes):
     value_serde: Any = None
     name: str | None = None
     number_of_partitions: int | None = None
-    partitioner: StreamPartitioner | None = None
+    partitioner: PartitionerLike | None = None
 
     @staticmethod
     def with_(key_serde: Any = None, value_serde: Any = None) -> Repartitioned:
@@ -140,7 +143,7 @@ class Repartitioned(_WithName, _WithSerdes):
     def with_partitions(self, n: int) -> Repartitioned:
         return dataclasses.replace(self, number_of_partitions=positive_int(n, "Repartitioned partitions"))
 
-    def with_stream_partitioner(self, partitioner: StreamPartitioner) -> Repartitioned:
+    def with_stream_partitioner(self, partitioner: PartitionerLike) -> Repartitioned:
         return dataclasses.replace(self, partitioner=partitioner)
 
 

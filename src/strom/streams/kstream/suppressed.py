@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from strom.errors import TopologyError
 from strom.streams.kstream.options import positive_int
@@ -29,6 +30,8 @@ class BufferConfig:
     record_limit: int | None = None
     byte_limit: int | None = None
     strategy: BufferFullStrategy = BufferFullStrategy.EMIT
+    logging_enabled: bool = True
+    log_config: Mapping[str, str] = field(default_factory=dict)
 
     @staticmethod
     def unbounded() -> BufferConfig:
@@ -56,6 +59,14 @@ class BufferConfig:
 
     def shut_down_when_full(self) -> BufferConfig:
         return dataclasses.replace(self, strategy=BufferFullStrategy.SHUT_DOWN)
+
+    def with_logging_disabled(self) -> BufferConfig:
+        """No changelog for the buffer: what it holds is lost when the task moves or fails (Kafka's)."""
+        return dataclasses.replace(self, logging_enabled=False, log_config={})
+
+    def with_logging_enabled(self, config: Mapping[str, str] | None = None) -> BufferConfig:
+        """Log the buffer to its changelog (the default); ``config`` adds topic configs to it."""
+        return dataclasses.replace(self, logging_enabled=True, log_config=dict(config or {}))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ milliseconds since the epoch, as in record timestamps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from strom.errors import WindowSpecError
@@ -20,6 +20,7 @@ __all__ = [
     "SessionWindows",
     "SlidingWindows",
     "TimeWindows",
+    "UnlimitedWindows",
     "Window",
     "Windowed",
 ]
@@ -234,3 +235,33 @@ class JoinWindows(_GracePeriod):
     def retention_ms(self) -> int:
         return self.size() + self.grace_ms
 
+
+
+@dataclass(frozen=True, slots=True)
+class UnlimitedWindows(TimeWindows):
+    """Kafka's UnlimitedWindows: one window per key from ``start_ms`` on that never ends (its end is the
+    largest timestamp) and so never closes; records before the start fall in no window."""
+
+    start_ms: int = 0
+
+    @classmethod
+    def of(cls) -> UnlimitedWindows:
+        """The window starting at 0."""
+        return cls.start_on(0)
+
+    @classmethod
+    def start_on(cls, start: int | datetime) -> UnlimitedWindows:
+        """The window starting at ``start`` (epoch milliseconds or a datetime)."""
+        start_ms = int(start.timestamp() * 1000) if isinstance(start, datetime) else int(start)
+        if start_ms < 0:
+            raise WindowSpecError(f"UnlimitedWindows start must not be negative, got {start_ms} ms.")
+        # size up to the largest timestamp, so every window computation ends it there
+        return cls(MAX_TIMESTAMP - start_ms, MAX_TIMESTAMP, 0, start_ms)
+
+    def advance_by(self, advance: Duration) -> TimeWindows:
+        raise WindowSpecError("UnlimitedWindows have one window per key; they cannot hop.")
+
+    def windows_for(self, timestamp: int) -> dict[int, Window]:
+        if timestamp < self.start_ms:
+            return {}
+        return {self.start_ms: Window(self.start_ms, MAX_TIMESTAMP)}

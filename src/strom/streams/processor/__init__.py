@@ -9,6 +9,13 @@ from strom.streams.processor.api import (
     Record,
     RecordMetadata,
 )
+from strom.streams.processor.fixed_key import (
+    FixedKeyProcessor,
+    FixedKeyProcessorContext,
+    FixedKeyProcessorSupplier,
+    FixedKeyRecord,
+)
+from strom.streams.processor.partitioner import StreamPartitioner
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.timestamps import (
     FailOnInvalidTimestamp,
@@ -24,12 +31,17 @@ __all__ = [
     "Cancellable",
     "ConsumerRecord",
     "FailOnInvalidTimestamp",
+    "FixedKeyProcessor",
+    "FixedKeyProcessorContext",
+    "FixedKeyProcessorSupplier",
+    "FixedKeyRecord",
     "LogAndSkipOnInvalidTimestamp",
     "Processor",
     "ProcessorContext",
     "PunctuationType",
     "Record",
     "RecordMetadata",
+    "StreamPartitioner",
     "TaskId",
     "TimestampExtractor",
     "TopicPartition",

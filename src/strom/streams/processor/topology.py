@@ -17,8 +17,10 @@ from strom.streams.processor.internals.builder import (
     SourceNodeFactory,
     TopicExtractor,
 )
+from strom.streams.processor.internals.global_state import GlobalStoreSpec
 
 __all__ = [
+    "GlobalStoreDescription",
     "NodeDescription",
     "SubtopologyDescription",
     "Topology",
@@ -56,9 +58,24 @@ class SubtopologyDescription:
         return f"Sub-topology: {self.id}{suffix}\n" + "".join(f"    {node}" for node in self.nodes) + "\n"
 
 
+@dataclass(frozen=True)
+class GlobalStoreDescription:
+    """Kafka's TopologyDescription.GlobalStore: the source and the processor that fill a global store."""
+
+    id: int
+    source: NodeDescription
+    processor: NodeDescription
+
+
 @dataclass
 class TopologyDescription:
     subtopologies: list[SubtopologyDescription]
+    """Every sub-topology as printed, the global stores' last (numbered after the task ones)."""
+
+    def global_stores(self) -> list[GlobalStoreDescription]:
+        """The global stores (Kafka's ``globalStores()``), in sub-topology order."""
+        return [GlobalStoreDescription(sub.id, sub.nodes[0], sub.nodes[1])
+                for sub in self.subtopologies if sub.global_store]
 
     def __str__(self) -> str:
         """Byte for byte as Kafka Streams prints it (including its odd indentation: the first
@@ -122,6 +139,18 @@ class Topology:
 
     def add_state_store(self, store_builder: Any, *processor_names: str) -> Topology:
         self.internal.add_state_store(store_builder, *processor_names)
+        return self
+
+    def add_global_store(self, store_builder: Any, source_name: str, key_serde: Any, value_serde: Any,
+                         topic: str, processor_name: str,
+                         state_update_supplier: ProcessorSupplier) -> Topology:
+        """Kafka's ``addGlobalStore``: every instance reads all of ``topic`` (source ``source_name``, with
+        these serdes) through its own ``state_update_supplier()`` processor (``processor_name``), which
+        writes the store; any processor reads it by name. The store has logging disabled: the topic is
+        its changelog."""
+        self.internal.add_global_store(GlobalStoreSpec(store_builder.name, topic, key_serde, value_serde,
+                                                       store_builder, source_name, processor_name,
+                                                       state_update_supplier))
         return self
 
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> Topology:

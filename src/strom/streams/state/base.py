@@ -12,6 +12,8 @@ from collections.abc import Iterator, Sequence
 from itertools import takewhile
 from typing import Any
 
+__all__ = ["BytesStore", "KeyValueIterator", "merge_sorted"]
+
 log = logging.getLogger(__name__)
 
 KeyValueIterator = Iterator[tuple[bytes, bytes]]

@@ -19,6 +19,11 @@ from strom.errors import ConfigError
 from strom.streams.state.context import RecordContext
 from strom.streams.state.key_index import SortedKeyIndex
 
+__all__ = [
+    "DEFAULT_CACHE_MAX_BYTES", "DirtyEntry", "DirtyEntryFlushListener", "LRUCacheEntry", "NamedCache",
+    "ThreadCache", "thread_cache_bytes",
+]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_MAX_BYTES = 10 * 1024 * 1024

@@ -13,6 +13,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
+__all__ = [
+    "ChangelogRecord", "FlushListener", "Headers", "KeyValueStore", "RecordContext", "StateStore",
+    "StateStoreContext", "StoreTransaction", "cache_namespace", "changelog_topic_name",
+]
+
 if TYPE_CHECKING:
     from strom.kafka.serdes import Serde
     from strom.streams.state.cache import ThreadCache

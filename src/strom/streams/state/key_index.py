@@ -15,6 +15,8 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection
 
+__all__ = ["INSERT_LIMIT", "SortedKeyIndex"]
+
 INSERT_LIMIT = 64
 """Up to this many new keys are inserted one by one; more trigger a re-sort."""
 

@@ -29,6 +29,14 @@ from strom.streams.state.context import (
     cache_namespace,
 )
 
+__all__ = [
+    "CHECKPOINT_FILE",
+    "RESTORE_BATCH_SIZE",
+    "ProcessorStateManager",
+    "read_checkpoint",
+    "write_checkpoint",
+]
+
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = ".checkpoint"

@@ -9,6 +9,8 @@ from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
 from strom.streams.state.key_index import SortedKeyIndex
 
+__all__ = ["InMemoryKeyValueStore"]
+
 
 class InMemoryKeyValueStore(BytesStore):
     """Kafka's InMemoryKeyValueStore; iterators see a snapshot of the keys taken when they start."""

@@ -28,6 +28,8 @@ from strom.streams.state.internals.timestamps import (
 )
 from strom.streams.state.stores import KeyValueStoreBuilder, Stores
 
+__all__ = ["BufferedRecord", "Headers", "TimeOrderedRecordBuffer", "record_buffer_builder"]
+
 _SEQUENCE = struct.Struct(">Q")
 _LENGTH = struct.Struct(">i")
 _SEQ_KEY, _STREAM_TIME_KEY = b"s", b"t"

@@ -21,6 +21,8 @@ from strom.errors import InvalidStateStoreError, ProcessorStateError
 from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
 
+__all__ = ["RocksDBStore"]
+
 log = logging.getLogger(__name__)
 
 _OFFSETS_CF = "strom-offsets"

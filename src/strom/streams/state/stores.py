@@ -17,6 +17,7 @@ from strom.streams.state.internals.change_logging import (
     ChangeLoggingKeyValueStore,
     ChangeLoggingVersionedKeyValueStore,
 )
+from strom.streams.state.internals.lru import LRUEvictingStore
 from strom.streams.state.internals.metered import (
     MeteredKeyValueStore,
     MeteredTimestampedKeyValueStore,
@@ -26,6 +27,13 @@ from strom.streams.state.internals.transaction import TransactionalKeyValueStore
 from strom.streams.state.memory import InMemoryKeyValueStore
 from strom.streams.state.rocksdb import RocksDBStore
 from strom.streams.state.versioned import VersionedKeyValueBytesStore
+from strom.streams.state.window import builders as window_builders
+
+__all__ = [
+    "InMemoryKeyValueBytesStoreSupplier", "KeyValueBytesStoreSupplier", "KeyValueStoreBuilder",
+    "LRUMapBytesStoreSupplier", "RocksDBKeyValueBytesStoreSupplier", "RocksDBVersionedStoreSupplier",
+    "Stores", "TimestampedKeyValueStoreBuilder", "VersionedKeyValueStoreBuilder", "validate_store_name",
+]
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
@@ -51,6 +59,10 @@ class KeyValueBytesStoreSupplier:
     def get(self) -> Any:
         raise NotImplementedError
 
+    def over_logging(self, store: Any) -> Any:
+        """The layer this supplier's stores need above change-logging (none but the LRU map's)."""
+        return store
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 
@@ -60,6 +72,19 @@ class InMemoryKeyValueBytesStoreSupplier(KeyValueBytesStoreSupplier):
 
     def get(self) -> InMemoryKeyValueStore:
         return InMemoryKeyValueStore(self.name)
+
+
+class LRUMapBytesStoreSupplier(InMemoryKeyValueBytesStoreSupplier):
+    """Kafka's ``Stores.lruMap``: in memory, at most ``max_cache_size`` keys (the least recently used go)."""
+
+    def __init__(self, name: str, max_cache_size: int) -> None:
+        if isinstance(max_cache_size, bool) or not isinstance(max_cache_size, int) or max_cache_size <= 0:
+            raise TopologyError(f"lru_map {name!r} needs a positive max_cache_size, got {max_cache_size!r}.")
+        super().__init__(name)
+        self.max_cache_size = max_cache_size
+
+    def over_logging(self, store: Any) -> Any:
+        return LRUEvictingStore(store, self.max_cache_size)
 
 
 class RocksDBKeyValueBytesStoreSupplier(KeyValueBytesStoreSupplier):
@@ -133,6 +158,7 @@ class KeyValueStoreBuilder:
                                                 timestamped=self.timestamped)
         if self.logging_enabled:
             store = ChangeLoggingKeyValueStore(store, timestamped=self.timestamped)
+        store = self.supplier.over_logging(store)
         if self.caching_enabled:
             store = CachingKeyValueStore(store)
         metered = MeteredTimestampedKeyValueStore if self.timestamped else MeteredKeyValueStore
@@ -183,9 +209,25 @@ class VersionedKeyValueStoreBuilder(KeyValueStoreBuilder):
 
 
 class Stores:
+    """Kafka's ``Stores``: suppliers of inner stores and builders that stack the layers on them."""
+
+    persistent_window_store = staticmethod(window_builders.persistent_window_store)
+    persistent_timestamped_window_store = staticmethod(window_builders.persistent_timestamped_window_store)
+    in_memory_window_store = staticmethod(window_builders.in_memory_window_store)
+    persistent_session_store = staticmethod(window_builders.persistent_session_store)
+    in_memory_session_store = staticmethod(window_builders.in_memory_session_store)
+    window_store_builder = staticmethod(window_builders.window_store_builder)
+    session_store_builder = staticmethod(window_builders.session_store_builder)
+
     @staticmethod
     def in_memory_key_value_store(name: str) -> InMemoryKeyValueBytesStoreSupplier:
         return InMemoryKeyValueBytesStoreSupplier(name)
+
+    @staticmethod
+    def lru_map(name: str, max_cache_size: int) -> LRUMapBytesStoreSupplier:
+        """An in-memory store of at most ``max_cache_size`` keys; the least recently used is evicted
+        (and deleted in the changelog)."""
+        return LRUMapBytesStoreSupplier(name, max_cache_size)
 
     @staticmethod
     def persistent_key_value_store(name: str) -> RocksDBKeyValueBytesStoreSupplier:

@@ -24,6 +24,8 @@ from strom.streams.state.internals.timestamps import (
     with_timestamp,
 )
 
+__all__ = ["ValueAndTimestamp", "ValueAndTimestampSerde"]
+
 V = TypeVar("V")
 _new_tuple = tuple.__new__  # builds a ValueAndTimestamp without the NamedTuple's Python-level __new__
 

@@ -37,6 +37,11 @@ from strom.streams.state.internals.timestamps import (
     with_timestamp,
 )
 
+__all__ = [
+    "PUT_RETURN_CODE_NOT_PUT", "PUT_RETURN_CODE_VALID_TO_UNDEFINED", "VersionedKeyValueBytesStore",
+    "VersionedRecord", "check_timestamp",
+]
+
 PUT_RETURN_CODE_VALID_TO_UNDEFINED = -1
 """``put`` wrote the key's latest version (valid until a later one comes)."""
 PUT_RETURN_CODE_NOT_PUT = -(2**63)

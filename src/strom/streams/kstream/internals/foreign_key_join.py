@@ -26,11 +26,13 @@ from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
+from strom.streams.kstream.internals.functions import value_function
 from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.table_table_join import check_same_builder, joined_table
-from strom.streams.kstream.join_options import ValueJoiner, value_joiner
+from strom.streams.kstream.join_options import TableJoined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, Named
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.partitioner import StreamPartitioner, partition_chooser
 from strom.streams.state.stores import Stores
 
 if TYPE_CHECKING:
@@ -98,9 +100,9 @@ class _Serdes:
 class SubscriptionSend(Processor):
     """Left side, step 1: turns each left update into subscription messages (key: fk bytes)."""
 
-    def __init__(self, extractor: Callable[[Any], Any], joiner: ValueJoiner, left_join: bool,
+    def __init__(self, extractor: Callable[[Any, Any], Any], joiner: ValueJoiner, left_join: bool,
                  serdes: tuple[Any, Any, Any, Any], sink: str, result: str) -> None:
-        self.extractor = extractor
+        self.extractor = extractor  # (key, value) -> foreign key (KIP-1104)
         self.joiner = joiner
         self.left_join = left_join
         self.serde_config = serdes
@@ -111,8 +113,8 @@ class SubscriptionSend(Processor):
         self.context = context
         self.serdes = _Serdes(context, *self.serde_config)
 
-    def _fk_bytes(self, value: Any) -> bytes | None:
-        fk = None if value is None else self.extractor(value)
+    def _fk_bytes(self, key: Any, value: Any) -> bytes | None:
+        fk = None if value is None else self.extractor(key, value)
         return None if fk is None else self.serdes.fk.serializer().serialize(None, fk)
 
     def process(self, record: Record) -> None:
@@ -122,7 +124,7 @@ class SubscriptionSend(Processor):
             return
         pk = self.serdes.pk.serializer().serialize(None, record.key)
         hashed = value_hash(self.serdes.left_value.serializer().serialize(None, new))
-        new_fk, old_fk = self._fk_bytes(new), self._fk_bytes(old)
+        new_fk, old_fk = self._fk_bytes(record.key, new), self._fk_bytes(record.key, old)
         if old_fk is not None and old_fk != new_fk:
             # the old fk answers (with no right value) only when no new subscription will answer
             answered_elsewhere = new_fk is not None or (self.left_join and new is not None)
@@ -238,18 +240,24 @@ class ResponseJoin(Processor):
         self.context.forward(Record(pk, Change(result, None), record.timestamp, record.headers))
 
 
-def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_extractor: Callable[[Any], Any],
-                     joiner: Callable[..., Any], named: Named | None = None,
+def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_extractor: Callable[..., Any],
+                     joiner: Callable[..., Any], named: Named | TableJoined | None = None,
                      materialized: Materialized | None = None) -> KTable:
-    """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` names: the
-    four steps above as nodes, two internal topics and a subscription store."""
+    """Join each left row with the right row whose key ``foreign_key_extractor(left value)`` (or
+    ``foreign_key_extractor(left key, left value)``, KIP-1104) names: the four steps above as nodes, two
+    internal topics and a subscription store. A TableJoined in the place of ``named`` gives the tables'
+    partitioners, which place the internal topics' records as the tables' own."""
     if kind is JoinKind.OUTER:
         raise TopologyError("Foreign-key joins are inner or left; outer_join joins on the primary key.")
     check_same_builder(left, right)
-    if not callable(foreign_key_extractor):
-        raise TopologyError("A foreign-key join needs a foreign_key_extractor(value), got "
-                            f"{foreign_key_extractor!r}.")
+    extract = value_function(foreign_key_extractor, "a foreign-key join's foreign_key_extractor")
     fn = value_joiner(joiner, "KTable foreign-key join")
+    table_joined = named if isinstance(named, TableJoined) else TableJoined()
+    if isinstance(named, TableJoined):
+        named = Named(named.name)
+    subscription_partitioner = _key_partitioner(table_joined.other_partitioner, right.key_serde,
+                                                "other_partitioner")
+    response_partitioner = _key_partitioner(table_joined.partitioner, left.key_serde, "partitioner")
     builder = left.builder
     b = builder.internal
     base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
@@ -263,10 +271,10 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     for topic in (subscription_topic, response_topic):
         b.add_internal_topic(topic)
     bytes_serde = Serdes.ByteArray()
-    b.add_processor(send, lambda: SubscriptionSend(foreign_key_extractor, fn, left_join, serdes,
+    b.add_processor(send, lambda: SubscriptionSend(extract, fn, left_join, serdes,
                                                    f"{base}-subscription-sink", result), left.name)
     b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
-               value_serde=bytes_serde)
+               value_serde=bytes_serde, partitioner=subscription_partitioner)
     b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
     subscriptions = dsl_store_builder(
         None, partial(key_value_supplier, subscription_store),
@@ -280,7 +288,8 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
                     right.name)
     b.connect_processor_and_state_stores(f"{base}-foreign-table-change", subscription_store)
     b.add_sink(f"{base}-response-sink", response_topic, f"{base}-subscription-receive",
-               f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde)
+               f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde,
+               partitioner=response_partitioner)
     b.add_source(f"{base}-response-source", [response_topic], bytes_serde, bytes_serde)
     b.add_processor(f"{base}-response-join", lambda: ResponseJoin(left_store, fn, left_join, serdes),
                     f"{base}-response-source")
@@ -294,6 +303,16 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     return table
 
 
+def _key_partitioner(partitioner: Any, key_serde: Any, which: str) -> KeyBytesPartitioner | None:
+    """A TableJoined partitioner for an internal topic of serialized keys; None stays the default."""
+    if partitioner is None:
+        return None
+    if key_serde is None:
+        raise TopologyError(f"TableJoined's {which} needs the table's key serde to read keys: give the "
+                            "table one (Consumed.with_ or Materialized.with_key_serde).")
+    return KeyBytesPartitioner(partitioner, key_serde)
+
+
 def _names(builder: InternalStreamsBuilder, named: Named | None) -> tuple[str, str, str]:
     """Kafka's names of the subscription topic, response topic and subscription store: from the join's
     name, else ``KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-<n>-topic`` and so on."""
@@ -303,3 +322,16 @@ def _names(builder: InternalStreamsBuilder, named: Named | None) -> tuple[str, s
     return (f"KTABLE-FK-JOIN-SUBSCRIPTION-REGISTRATION-{builder.next_index()}-topic",
             f"KTABLE-FK-JOIN-SUBSCRIPTION-RESPONSE-{builder.next_index()}-topic",
             f"KTABLE-FK-JOIN-SUBSCRIPTION-STATE-STORE-{builder.next_index()}")
+
+
+class KeyBytesPartitioner(StreamPartitioner):
+    """A TableJoined partitioner on an internal topic whose keys are serialized (the foreign key on the
+    subscription topic, the primary key on the response topic): the user's partitioner sees the key."""
+
+    def __init__(self, partitioner: Any, key_serde: Any) -> None:
+        self.choose = partition_chooser(partitioner)
+        self.key_deserializer = key_serde.deserializer()
+
+    def partitions(self, topic: str, key: Any, value: Any, num_partitions: int) -> set[int] | None:
+        return self.choose(topic, self.key_deserializer.deserialize(topic, key), None,
+                           lambda _topic: num_partitions)

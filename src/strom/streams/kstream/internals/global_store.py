@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from strom.errors import TopologyError
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.options import Consumed, Materialized, Named
 from strom.streams.processor.api import Processor
@@ -36,7 +35,7 @@ def global_table(builder: InternalStreamsBuilder, topic: str, consumed: Consumed
     spec = GlobalStoreSpec(name, topic, key_serde, value_serde, store_builder,
                            builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-"),
                            builder.node_name(None, "KTABLE-SOURCE-"))
-    _add_global(builder, spec)
+    builder.internal.add_global_store(spec)
     return GlobalKTable(builder, spec)
 
 
@@ -44,25 +43,8 @@ def add_global_store(builder: InternalStreamsBuilder, store_builder: Any, topic:
                      consumed: Consumed | None, state_update_supplier: Callable[[], Processor]) -> None:
     """``StreamsBuilder.add_global_store``: every instance reads all of ``topic`` through a processor of
     its own (``state_update_supplier()``) that writes the store; any processor may read it."""
-    if getattr(store_builder, "logging_enabled", False):
-        raise TopologyError(f"Global store {store_builder.name!r} must have logging disabled (its topic is "
-                            "its changelog): build it with .with_logging_disabled().")
-    if isinstance(state_update_supplier, Processor) or not callable(state_update_supplier):
-        raise TopologyError("add_global_store needs a supplier that makes a new processor (the Processor "
-                            f"class, or a function returning one), got {state_update_supplier!r}.")
     consumed = consumed or Consumed()
     spec = GlobalStoreSpec(store_builder.name, topic, consumed.key_serde, consumed.value_serde, store_builder,
                            builder.node_name(Named(consumed.name), "KSTREAM-SOURCE-"),
                            builder.node_name(None, "KTABLE-SOURCE-"), state_update_supplier)
-    _add_global(builder, spec)
-
-
-def _add_global(builder: InternalStreamsBuilder, spec: GlobalStoreSpec) -> None:
-    internal = builder.internal
-    if any(other.topic == spec.topic for other in internal.global_stores.values()):
-        raise TopologyError(f"Topic {spec.topic!r} is already read by a global store; one global store per "
-                            "topic (reuse that GlobalKTable or store).")
-    if spec.name in internal.global_stores or spec.name in internal.store_builders:
-        raise TopologyError(f"A store named {spec.name!r} exists already; give the global store another "
-                            "name.")
-    internal.global_stores[spec.name] = spec
+    builder.internal.add_global_store(spec)

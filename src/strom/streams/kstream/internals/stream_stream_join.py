@@ -217,16 +217,30 @@ def stream_stream_join(left: KStream, right: KStream, kind: JoinKind, joiner: Ca
     store_base = joined.store_name
     this_store = f"{store_base}-this-join-store" if store_base else f"{this_join}-store"
     other_store = f"{store_base}-other-join-store" if store_base else f"{other_join}-store"
+    given = {"this": joined.this_store_supplier, "other": joined.other_store_supplier}
+    for side, supplier in given.items():
+        if supplier is not None:
+            _check_join_store_supplier(side, supplier, windows)
+    this_store = given["this"].name if given["this"] is not None else this_store
+    other_store = given["other"].name if given["other"] is not None else other_store
+    if this_store == other_store:
+        raise TopologyError(f"Both sides of the join would be buffered in store {this_store!r}: give the "
+                            "store suppliers different names.")
     outer_store = None
     if kind is not JoinKind.INNER:
         outer_store = f"{store_base}-outer-shared-join-store" if store_base else \
             builder.node_name(None, "KSTREAM-OUTERSHARED-") + "-store"
     b = builder.internal
-    materialized = Materialized().with_store_type(StoreType.IN_MEMORY) if joined.in_memory else None
-    for store_name, value_serde in ((this_store, left_serde), (other_store, right_serde)):
-        store = dsl_store_builder(
-            materialized, partial(_join_window_supplier, store_name, windows),
-            lambda chosen, v=value_serde: builders.window_store_builder(chosen, key_serde, v))
+    store_type = joined.dsl_store_suppliers
+    materialized = Materialized().with_store_type(store_type) if store_type is not None else None
+    for store_name, value_serde, supplier in ((this_store, left_serde, given["this"]),
+                                              (other_store, right_serde, given["other"])):
+        if supplier is not None:
+            store = builders.window_store_builder(supplier, key_serde, value_serde)
+        else:
+            store = dsl_store_builder(
+                materialized, partial(_join_window_supplier, store_name, windows),
+                lambda chosen, v=value_serde: builders.window_store_builder(chosen, key_serde, v))
         b.add_state_store(store if joined.logging_enabled else store.with_logging_disabled())
     if outer_store is not None:
         store = dsl_store_builder(materialized, partial(key_value_supplier, outer_store),
@@ -249,6 +263,20 @@ def stream_stream_join(left: KStream, right: KStream, kind: JoinKind, joiner: Ca
     b.add_processor(merge, PassThrough, this_join, other_join)
     b.copartition(left.source_topics | right.source_topics)
     return builder.new_stream(merge, key_serde, None, source_topics=left.source_topics | right.source_topics)
+
+
+def _check_join_store_supplier(side: str, supplier: Any, windows: JoinWindows) -> None:
+    """Kafka's checks of a join's window store supplier: it keeps duplicates and fits the join window."""
+    if not isinstance(supplier, builders.WindowBytesStoreSupplier):
+        raise TopologyError(f"with_{side}_store_supplier takes a window store supplier "
+                            f"(Stores.persistent_window_store / in_memory_window_store), got {supplier!r}.")
+    if not supplier.retain_duplicates:
+        raise TopologyError(f"The {side} join store {supplier.name!r} must retain duplicates "
+                            "(retain_duplicates=True).")
+    if supplier.window_size_ms != windows.size() or supplier.retention_ms != windows.retention_ms():
+        raise TopologyError(f"The {side} join store {supplier.name!r} must have window size {windows.size()} "
+                            f"ms and retention {windows.retention_ms()} ms (the join window before + after, "
+                            f"and + grace); it has {supplier.window_size_ms} and {supplier.retention_ms} ms.")
 
 
 def _join_window_supplier(store_name: str, windows: JoinWindows, store_type: StoreType) -> Any:

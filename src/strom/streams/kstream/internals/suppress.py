@@ -95,7 +95,9 @@ def suppress(table: KTable, suppressed: Suppressed) -> KTable:
     supplier = KTableProcessorSupplier(
         lambda _supplier: KTableSuppressProcessor(store_name, suppressed, duration), None)
     builder.internal.add_processor(name, supplier, table.name)
-    builder.internal.add_state_store(SuppressionBufferBuilder(store_name, table.key_serde, table.value_serde),
-                                     name)
+    config = suppressed.buffer_config
+    buffer = SuppressionBufferBuilder(store_name, table.key_serde, table.value_serde, config.logging_enabled,
+                                      dict(config.log_config))
+    builder.internal.add_state_store(buffer, name)
     return builder.new_table(name, supplier, table.key_serde, table.value_serde, None, table,
                              table.source_topics)

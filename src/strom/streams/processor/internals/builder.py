@@ -250,6 +250,28 @@ class InternalTopologyBuilder:
             for other in processor_names[1:]:
                 self.connect_processor_and_state_stores(other, name)
 
+    def add_global_store(self, spec: Any) -> None:
+        """Registers a GlobalStoreSpec (a GlobalKTable's, or a store a processor fills from its topic)."""
+        if spec.state_update_supplier is not None:
+            if getattr(spec.store_builder, "logging_enabled", False):
+                raise TopologyError(f"Global store {spec.name!r} must have logging disabled (its topic is "
+                                    "its changelog): build it with .with_logging_disabled().")
+            supplier = spec.state_update_supplier
+            if isinstance(supplier, Processor) or not callable(supplier):
+                raise TopologyError("add_global_store needs a supplier that makes a new processor (the "
+                                    f"Processor class, or a function returning one), got {supplier!r}.")
+        if any(other.topic == spec.topic for other in self.global_stores.values()):
+            raise TopologyError(f"Topic {spec.topic!r} is already read by a global store; one global store "
+                                "per topic (reuse that GlobalKTable or store).")
+        if spec.name in self.global_stores or spec.name in self.store_builders:
+            raise TopologyError(f"A store named {spec.name!r} exists already; give the global store another "
+                                "name.")
+        taken = [n for n in (spec.source_name, spec.processor_name) if n in self.nodes]
+        if taken:
+            raise TopologyError(f"The topology has a node named {taken[0]!r} already; name the global "
+                                "store's source and processor differently.")
+        self.global_stores[spec.name] = spec
+
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> None:
         node = self.nodes.get(processor_name)
         if not isinstance(node, ProcessorNodeFactory):

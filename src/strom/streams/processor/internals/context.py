@@ -43,6 +43,11 @@ def default_serde(config: StreamsConfig, which: str, user: str) -> Any:
     return Serdes.from_config(key, value)
 
 
+def with_prefix(configs: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Kafka's ``appConfigsWithPrefix``: the configurations under ``prefix``, keyed without it."""
+    return {key.removeprefix(prefix): value for key, value in configs.items() if key.startswith(prefix)}
+
+
 NO_RECORD = RecordContext(-1)
 
 
@@ -147,9 +152,21 @@ class ProcessorContextImpl:
     def task_id(self) -> str:
         return self.task.task_id
 
-    @property
     def app_configs(self) -> dict[str, Any]:
+        """Every configuration of the application, defaults included (Kafka's ``appConfigs()``)."""
         return self.task.config.as_dict()
+
+    def app_configs_with_prefix(self, prefix: str) -> dict[str, Any]:
+        """The configurations whose key starts with ``prefix``, keyed without it."""
+        return with_prefix(self.app_configs(), prefix)
+
+    def key_serde(self) -> Any:
+        """The default key serde (``default.key.serde``); a ConfigError if none is set."""
+        return self.task.key_serde
+
+    def value_serde(self) -> Any:
+        """The default value serde (``default.value.serde``); a ConfigError if none is set."""
+        return self.task.value_serde
 
     @property
     def state_dir(self) -> Path:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.streams.processor.api import Processor, Record, RecordMetadata
-from strom.streams.processor.internals.context import default_serde
+from strom.streams.processor.internals.context import default_serde, with_prefix
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
@@ -168,6 +168,18 @@ class GlobalProcessorContext:
     @property
     def task_id(self) -> str:
         return GLOBAL_TASK_ID
+
+    def app_configs(self) -> dict[str, Any]:
+        return self._context.config.as_dict()
+
+    def app_configs_with_prefix(self, prefix: str) -> dict[str, Any]:
+        return with_prefix(self.app_configs(), prefix)
+
+    def key_serde(self) -> Any:
+        return self._context.key_serde
+
+    def value_serde(self) -> Any:
+        return self._context.value_serde
 
     def get_state_store(self, name: str) -> Any:
         if name != self._store_name:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from strom.errors import StromError
+from strom.errors import StromError, TopologyError
 from strom.kafka.serdes import encoder_of
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.collector import RecordCollector
 from strom.streams.processor.internals.context import ProcessorContextImpl, TaskContext
+from strom.streams.processor.partitioner import partition_chooser
 from strom.streams.state.context import RecordContext
 
 
@@ -132,7 +133,7 @@ class SinkProcessor(ContextFreeProcessor):
         self.value_serialize = value_serde.serializer().serialize
         self.key_encode = encoder_of(key_serde.serializer(), topic)
         self.value_encode = encoder_of(value_serde.serializer(), topic)
-        self.partitioner = partitioner
+        self.choose = None if partitioner is None else partition_chooser(partitioner)
         self.decorate = decorate
         if topic is not None and partitioner is None:
             self.process = self._send_to_topic  # type: ignore[method-assign]
@@ -141,10 +142,22 @@ class SinkProcessor(ContextFreeProcessor):
         topic = self.topic
         if topic is None:
             topic = self.decorate(self.topic_extractor(record.key, record.value, record))
-        partition = None
-        if self.partitioner is not None:
-            partition = self.partitioner(topic, record.key, record.value)
-        self._send(topic, partition, record)
+        if self.choose is None:
+            self._send(topic, None, record)
+            return
+        partitions = self.choose(topic, record.key, record.value, self._partition_count)
+        if partitions is None:
+            self._send(topic, None, record)
+            return
+        for partition in sorted(partitions):  # none: dropped; several: multicast (KIP-837)
+            self._send(topic, partition, record)
+
+    def _partition_count(self, topic: str) -> int:
+        count = getattr(self.collector.sink, "partition_count", None)
+        if count is None:
+            raise TopologyError(f"A StreamPartitioner needs the partition count of {topic!r}, which this "
+                                "runtime's record sink cannot tell.")
+        return count(topic)
 
     def _send_to_topic(self, record: Record) -> None:
         """``process`` of the common sink (one topic, the default partitioner): the per-record hot path."""

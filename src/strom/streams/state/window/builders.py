@@ -112,7 +112,7 @@ class _Builder:
         ``with_logging_enabled`` configs override both."""
         if not self.logging_enabled:
             return {}
-        retention = self.supplier.retention_ms + additional_retention_ms
+        retention = min(self.supplier.retention_ms + additional_retention_ms, 2**63 - 1)  # unlimited windows
         return {"cleanup.policy": "compact,delete", "retention.ms": str(retention), **self._log_overrides}
 
     @property

@@ -37,7 +37,7 @@ def _start(broker, names: dict[str, str], state_dir: Path, app_id: str, mode: st
         [sys.executable, str(APP), broker.bootstrap_servers, names["lines"], names["counts"],
          str(state_dir), app_id, mode],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        cwd=Path(__file__).parents[2])
+        cwd=Path(__file__).parents[3])
 
 
 def _committed(bootstrap: str, app_id: str, topic: str) -> int:

@@ -1,4 +1,5 @@
-"""Fixtures of the Spark runtime tests: one local SparkSession, fresh topics, a word-count topology."""
+"""Fixtures of the Spark runtime tests (the SparkSession is tests/spark/conftest.py's): fresh topics,
+both execution modes, producing and reading helpers."""
 
 from __future__ import annotations
 
@@ -16,15 +17,6 @@ from strom.spark.runtime import SparkStreams
 from support.kafka import produce, read_topic
 
 from .wordcount import L, S
-
-
-@pytest.fixture(scope="session")
-def spark():
-    import strom.spark
-
-    session = strom.spark.session(app_name="strom-runtime-tests", log_level="ERROR")
-    yield session
-    session.stop()
 
 
 @pytest.fixture(params=["realtime", "microbatch"])

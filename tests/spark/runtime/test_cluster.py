@@ -25,7 +25,7 @@ from .conftest import produce_lines, produce_steadily, read_updates
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 APP = Path(__file__).with_name("wordcount.py")
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _committed(bootstrap: str, app_id: str, topic: str) -> int:
@@ -56,7 +56,7 @@ def test_a_worker_killed_mid_run_loses_and_repeats_no_word(broker, topics, tmp_p
             app_id, "realtime", str(input_done),
             conf={"spark.app.name": app_id, "spark.task.maxFailures": "8",
                   "spark.python.daemon.module": "strom.spark.runtime.daemon"},
-            env={"PYTHONPATH": str(ROOT / "tests" / "spark_runtime")})
+            env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
         try:
             deadline = time.monotonic() + 150
             while _committed(broker.bootstrap_servers, app_id, names["lines"]) == 0:
