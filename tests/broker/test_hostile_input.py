@@ -12,6 +12,7 @@ import socket
 import struct
 import time
 
+import cramjam
 import pytest
 from broker_helpers import closed_by_broker, logged, unique
 from confluent_kafka import KafkaError, KafkaException
@@ -26,7 +27,8 @@ from kio.serial import entity_writer
 from kio.static.primitive import i16, i32, i64
 
 from strom.broker import EmbeddedBroker
-from strom.broker.log.records import CRC_START, build_batch
+from strom.broker.log.records import CRC_START, GZIP, HEADER_SIZE, LZ4, SNAPPY, ZSTD, build_batch
+from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
 
@@ -173,6 +175,33 @@ def test_batches_consumers_could_not_read_are_refused(broker):
     assert produce_raw(broker.bootstrap_servers, topic, three) == (ErrorCode.none, 0)
 
 
+def _compressed(batch: bytes, codec: int) -> bytes:
+    """`batch` with its records compressed by `codec` (as a producer sends them)."""
+    compress = {GZIP: cramjam.gzip.compress, SNAPPY: cramjam.snappy.compress_raw, LZ4: cramjam.lz4.compress,
+                ZSTD: cramjam.zstd.compress}[codec]
+    packed = bytearray(batch[:HEADER_SIZE] + bytes(compress(batch[HEADER_SIZE:])))
+    struct.pack_into(">i", packed, 8, len(packed) - 12)
+    return forge(bytes(packed), attributes=codec)
+
+
+def test_batches_that_decompress_beyond_the_limit_are_refused():
+    """A topic's batches may decompress to DECOMPRESSED_LIMIT_FACTOR times its max.message.bytes
+    (here 64 x 64 KiB = 4 MiB); a few KB of zeros standing for 16 MiB are refused, not inflated."""
+    with EmbeddedBroker(config={"message.max.bytes": 65536}) as own:
+        topic = unique("bombs")
+        clients.create_topics(own.bootstrap_servers, {topic: 1})
+        bomb = build_batch([(None, b"\0" * (16 << 20))], now_ms())
+        for codec in (GZIP, SNAPPY, LZ4, ZSTD):
+            assert produce_raw(own.bootstrap_servers, topic, _compressed(bomb, codec))[0] \
+                == ErrorCode.corrupt_message, codec
+            # snappy compresses zeros only 21:1, and the compressed batch must fit max.message.bytes
+            fits = build_batch([(None, b"\0" * ((1 if codec == SNAPPY else 3) << 20))], now_ms())
+            assert produce_raw(own.bootstrap_servers, topic, _compressed(fits, codec))[0] \
+                == ErrorCode.none, codec
+        assert logged(own, f"more than {4 << 20} bytes")  # snappy states its length up front
+        assert logged(own, f"into at most {4 << 20} bytes")
+
+
 def test_names_with_a_trailing_newline_are_illegal_and_ids_are_logged_escaped(broker):
     with WireClient(broker.bootstrap_servers) as client:
         answer = client.send(metadata_request(["newline\n", "ok-" + unique("name")]))
@@ -222,6 +251,34 @@ def test_connections_per_address_are_limited_and_refusals_logged_once_in_a_while
         assert logged(own, "max.connections.per.ip=3 reached")
         assert own.log_path.read_text().count("refusing connection") <= 2
         for sock in [*held, *refused, other]:
+            sock.close()
+
+
+def test_a_full_broker_closes_its_longest_idle_connection_for_a_new_client():
+    with EmbeddedBroker(config={"max.connections": 3}) as own:
+        held = [WireClient(own.bootstrap_servers) for _ in range(3)]
+        for client in held:  # held[0] has waited longest for its next request
+            assert client.send(metadata_request([])).brokers
+            time.sleep(0.2)
+        with WireClient(own.bootstrap_servers) as newcomer:
+            assert newcomer.send(metadata_request([])).brokers
+        with pytest.raises(BrokerUnavailableError):
+            held[0].send(metadata_request([]))
+        assert all(client.send(metadata_request([])).brokers for client in held[1:])
+        assert logged(own, "max.connections=3 reached: closing the connection idle longest")
+        # connections in the middle of a request are not closed for a newcomer: it is refused
+        for client in held:
+            client.close()
+        busy = [socket.create_connection(("127.0.0.1", own.port)) for _ in range(3)]
+        for sock in busy:
+            sock.sendall(struct.pack(">i", 100) + b"\0" * 10)  # a frame begun, not finished
+        time.sleep(0.5)
+        refused = socket.create_connection(("127.0.0.1", own.port))
+        assert closed_by_broker(refused)
+        busy[0].settimeout(1)
+        with pytest.raises(TimeoutError):
+            busy[0].recv(1)
+        for sock in [*busy, refused]:
             sock.close()
 
 

@@ -125,9 +125,31 @@ def test_bad_arguments_are_one_line_usage_errors(strom, args, expected):
     assert expected in line and "--help" in line, line
 
 
-def test_a_bad_topic_config_value_is_the_brokers_one_line_answer(strom):
-    line = strom.fails("topics", "create", unique("cfg"), "--config", "retention.ms=abc")
-    assert "Invalid value 'abc' for topic config 'retention.ms'" in line
+@pytest.mark.parametrize(("config", "wanted"), [
+    ("retention.ms=abc", "expected an integer >= 0 (or -1)."),
+    ("retention.ms=-3", "expected an integer >= 0 (or -1)."),
+    ("min.cleanable.dirty.ratio=x", "expected a number in [0, 1]."),
+])
+def test_a_bad_topic_config_value_is_the_brokers_one_line_answer(strom, config, wanted):
+    line = strom.fails("topics", "create", unique("cfg"), "--config", config)
+    key, value = config.split("=")
+    assert f"Invalid value '{value}' for topic config '{key}': {wanted}" in line, line
+    assert "invalid literal" not in line and "expected expected" not in line, line
+
+
+@pytest.mark.parametrize(("config", "wanted"), [
+    ("num.partitions=abc", "expected an integer in [1, 100000]."),
+    ("num.partitions=-3", "expected an integer in [1, 100000]."),
+    ("log.retention.ms=1.5", "expected an integer >= 0 (or -1)."),
+    ("auto.create.topics.enable=yes", "expected true or false."),
+    ("log.cleanup.policy=keep", "expected delete, compact or compact,delete."),
+    ("advertised.listeners=nohost", "expected PLAINTEXT://host:port"),
+])
+def test_a_bad_broker_config_value_says_what_is_wanted_in_one_line(strom, tmp_path, config, wanted):
+    line = strom.fails("broker", "--data-dir", str(tmp_path), "--port", "0", "--config", config)
+    key, value = config.split("=")
+    assert f"error: Invalid value '{value}' for configuration '{key}': {wanted}" in line, line
+    assert "invalid literal" not in line and "expected expected" not in line, line
 
 
 def test_long_and_binary_values_are_readable_and_nothing_is_truncated_when_piped(strom, broker):

@@ -25,26 +25,42 @@ def _bool(value: Any) -> bool:
         return value
     text = str(value).strip().lower()
     if text not in ("true", "false"):
-        raise ValueError("expected true or false")
+        raise ValueError("true or false")
     return text == "true"
 
 
 def _int(low: int = 0, high: int = LONG_MAX, allow_minus_one: bool = False) -> Callable[[Any], int]:
+    """A parser of integers in [low, high] (and -1 if allowed); its ValueError says what is wanted."""
+    wanted = f"an integer >= {low}" if high == LONG_MAX else f"an integer in [{low}, {high}]"
+    if allow_minus_one:
+        wanted += " (or -1)"
+
     def parse(value: Any) -> int:
-        number = int(str(value).strip())
-        if allow_minus_one and number == -1:
-            return number
-        if not low <= number <= high:
-            raise ValueError(f"expected an integer in [{low}, {high}]")
+        try:
+            number = int(str(value).strip())
+        except ValueError:
+            raise ValueError(wanted) from None
+        if not (low <= number <= high or (allow_minus_one and number == -1)):
+            raise ValueError(wanted)
         return number
     return parse
+
+
+def _ratio(value: Any) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = -1.0
+    if not 0.0 <= number <= 1.0:
+        raise ValueError("a number in [0, 1]")
+    return number
 
 
 def _choice(*choices: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
         text = str(value).strip()
         if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}")
+            raise ValueError(f"one of {', '.join(choices)}")
         return text
     return parse
 
@@ -52,7 +68,7 @@ def _choice(*choices: str) -> Callable[[Any], str]:
 def _cleanup_policy(value: Any) -> str:
     parts = sorted({p.strip() for p in str(value).split(",") if p.strip()})
     if not parts or any(p not in ("compact", "delete") for p in parts):
-        raise ValueError("expected delete, compact or compact,delete")
+        raise ValueError("delete, compact or compact,delete")
     return ",".join(parts)
 
 
@@ -67,7 +83,7 @@ def parse_listener(value: str) -> tuple[str, int] | None:
         return None
     found = _LISTENER.fullmatch(text)
     if found is None or int(found.group(2)) > 65535:
-        raise ValueError("expected PLAINTEXT://host:port (one listener; port 0 means the bound port)")
+        raise ValueError("PLAINTEXT://host:port (one listener; port 0 means the bound port)")
     return found.group(1).strip("[]"), int(found.group(2))
 
 
@@ -104,7 +120,8 @@ BROKER_SPECS: dict[str, Spec] = {
     "message.max.bytes": Spec(_int(64), 1_048_588, "largest record batch accepted"),
     "fetch.max.bytes": Spec(_int(1024), 57_671_680, "largest Fetch response (a client may ask for less)"),
     "socket.request.max.bytes": Spec(_int(1024), 104_857_600, "largest request frame accepted"),
-    "max.connections": Spec(_int(1), 1000, "connections served at once; more are closed"),
+    "max.connections": Spec(_int(1), 1000,
+                            "connections served at once; at the limit the longest-idle one makes room"),
     "max.connections.per.ip": Spec(_int(1, 2**31 - 1), 2**31 - 1, "connections from one address at once"),
     "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),
     "queued.max.request.bytes": Spec(_int(1024), 256 << 20,
@@ -134,7 +151,7 @@ TOPIC_SPECS: dict[str, tuple[Callable[[Any], Any], str | None, Any]] = {
     "delete.retention.ms": (_int(), "log.cleaner.delete.retention.ms", None),
     "min.compaction.lag.ms": (_int(), "log.cleaner.min.compaction.lag.ms", None),
     "max.compaction.lag.ms": (_int(1), None, LONG_MAX),
-    "min.cleanable.dirty.ratio": (float, None, 0.5),
+    "min.cleanable.dirty.ratio": (_ratio, None, 0.5),
     "max.message.bytes": (_int(64), "message.max.bytes", None),
     "flush.messages": (_int(1), "log.flush.interval.messages", None),
     "flush.ms": (_int(1, allow_minus_one=True), "log.flush.interval.ms", None),
@@ -174,7 +191,7 @@ def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
         try:
             parsed[key] = TOPIC_SPECS[key][0](value)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"Invalid value {value!r} for topic config {key!r}: {exc}") from exc
+            raise ValueError(f"Invalid value {value!r} for topic config {key!r}: expected {exc}.") from exc
     return parsed
 
 

@@ -311,6 +311,9 @@ class ProducerStateManager:
     def active_producers(self) -> list[ProducerEntry]:
         return list(self._producers.values())
 
+    def producer(self, producer_id: int) -> ProducerEntry | None:
+        return self._producers.get(producer_id)
+
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forgets producers idle longer than producer.id.expiration.ms, unless a transaction is open."""
         expired = [p for p in self._producers.values()

@@ -66,6 +66,9 @@ class ConnectionHandler:
         self._accept_errors = Throttle(LOG_INTERVAL_SECONDS)
         self._refusals = Throttle(LOG_INTERVAL_SECONDS)
         self._per_address: dict[str, int] = {}
+        self._between_requests: set[asyncio.Task] = set()  # connections waiting for their next request
+        self._evicted: set[asyncio.Task] = set()  # cancelled for a new client, not yet finished
+        self._evictions = Throttle(LOG_INTERVAL_SECONDS)
 
     @property
     def open_connections(self) -> int:
@@ -87,6 +90,8 @@ class ConnectionHandler:
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
             limit = self._limit_reached(peer[0])
+            if limit == "max.connections" and self._evict_longest_idle():
+                limit = None
             if limit is not None:
                 held = self._refusals.ready()
                 if held is not None:
@@ -116,14 +121,34 @@ class ConnectionHandler:
 
     def _limit_reached(self, address: str) -> str | None:
         """The config key of the limit a new connection from `address` would exceed, if any."""
-        if self.open_connections >= self.broker.config["max.connections"]:
-            return "max.connections"
         if self._per_address.get(address, 0) >= self.broker.config["max.connections.per.ip"]:
             return "max.connections.per.ip"
+        if self.open_connections - len(self._evicted) >= self.broker.config["max.connections"]:
+            return "max.connections"
         return None
+
+    def _evict_longest_idle(self) -> bool:
+        """Makes room for a new client at `max.connections` by closing the connection that has waited
+        longest for its next request, as Kafka's broker does; False if every connection is in the
+        middle of a request (then the new one is refused)."""
+        waiting = [task for task in self._between_requests if task not in self._evicted]
+        if not waiting:
+            return False
+        victim = min(waiting, key=self._last_active.__getitem__)
+        idle = time.monotonic() - self._last_active[victim]
+        held = self._evictions.ready()
+        if held is not None:
+            log.info("max.connections=%d reached: closing the connection idle longest (%.1f s) for a new "
+                     "client (%d more since the last line)", self.broker.config["max.connections"], idle,
+                     held)
+        self._evicted.add(victim)
+        victim.cancel()
+        return True
 
     def _forget(self, address: str, task: asyncio.Task) -> None:
         self._tasks.discard(task)
+        self._between_requests.discard(task)
+        self._evicted.discard(task)
         self._last_active.pop(task, None)
         remaining = self._per_address.pop(address, 1) - 1
         if remaining:
@@ -157,7 +182,9 @@ class ConnectionHandler:
         size_buffer = bytearray(4)
         me = asyncio.current_task()
         while not self.broker.closing:
+            self._between_requests.add(me)
             await _receive(loop, sock, memoryview(size_buffer))
+            self._between_requests.discard(me)
             self._last_active[me] = time.monotonic()
             (size,) = _SIZE.unpack(size_buffer)
             if size > max_size:

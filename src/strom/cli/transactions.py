@@ -1,5 +1,6 @@
 """`strom transactions list|describe|describe-producers|find-hanging|abort`: transactions the broker
-coordinates and the producers writing to partitions (kafka-transactions)."""
+coordinates, the producers writing to partitions, and the abort of hanging transactions
+(kafka-transactions)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from kio.schema.describe_producers.v0.request import DescribeProducersRequest, T
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
-from kio.static.primitive import i32, i64
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
+from kio.static.primitive import i16, i32, i64
 
 from strom.cli.connection import Connection, connection_options
 from strom.cli.output import output_option, print_record, print_rows
@@ -171,11 +177,37 @@ def _coordinated(row: dict, state) -> bool:
 
 @transactions.command("abort")
 @connection_options
-@click.option("--transactional-id", required=True,
+@click.option("--transactional-id",
               help="Abort the open transaction of this id (fences its producer, as a new instance would).")
-def abort_command(connection: Connection, transactional_id: str) -> None:
-    """Abort the ongoing transaction of a transactional id: its producer is fenced (a later commit by it
-    fails) and read_committed consumers move past its records."""
+@click.option("--topic", help="With --partition: abort a hanging transaction on this partition.")
+@click.option("--partition", type=click.IntRange(min=0), help="The partition of the hanging transaction.")
+@click.option("--producer-id", type=click.IntRange(min=0), help="The producer of the hanging transaction.")
+@click.option("--start-offset", type=click.IntRange(min=0),
+              help="Instead of --producer-id: the first offset of the hanging transaction.")
+@click.option("--producer-epoch", type=click.IntRange(min=0, max=32767),
+              help="Epoch of the abort marker (default: the producer's epoch on the partition).")
+@click.option("--coordinator-epoch", type=click.IntRange(min=0),
+              help="Coordinator epoch of the abort marker (default: the last one the partition saw).")
+def abort_command(connection: Connection, transactional_id: str | None, topic: str | None,
+                  partition: int | None, producer_id: int | None, start_offset: int | None,
+                  producer_epoch: int | None, coordinator_epoch: int | None) -> None:
+    """Abort a transaction: by --transactional-id while its coordinator runs it, or a hanging one
+    (see find-hanging) by --topic, --partition and --producer-id or --start-offset, which writes an
+    abort marker into the partition (WriteTxnMarkers, as kafka-transactions abort does). Either way
+    read_committed consumers move past its records."""
+    hanging = (topic, partition, producer_id, start_offset, producer_epoch, coordinator_epoch)
+    if transactional_id is not None and not any(v is not None for v in hanging):
+        _abort_by_transactional_id(connection, transactional_id)
+    elif transactional_id is None and topic is not None and partition is not None \
+            and (producer_id is None) != (start_offset is None):
+        _abort_hanging(connection, topic, partition, producer_id, start_offset, producer_epoch,
+                       coordinator_epoch)
+    else:
+        raise click.UsageError("Give either --transactional-id, or --topic, --partition and exactly one of "
+                               "--producer-id or --start-offset.")
+
+
+def _abort_by_transactional_id(connection: Connection, transactional_id: str) -> None:
     (state,) = _describe(connection, (transactional_id,))
     if state.transaction_state != "Ongoing":
         raise StromError(f"Transaction {transactional_id!r} is {state.transaction_state}, not Ongoing: "
@@ -185,6 +217,35 @@ def abort_command(connection: Connection, transactional_id: str) -> None:
     (after,) = _describe(connection, (transactional_id,))
     click.echo(f"aborted {transactional_id}: now {after.transaction_state}, "
                f"producer epoch {after.producer_epoch}")
+
+
+def _abort_hanging(connection: Connection, topic: str, partition: int, producer_id: int | None,
+                   start_offset: int | None, producer_epoch: int | None,
+                   coordinator_epoch: int | None) -> None:
+    """Writes an abort marker for the open transaction of a producer on one partition; the producer
+    and its epochs come from DescribeProducers unless given."""
+    open_ones = [row for row in _producers(connection, topic, (partition,))
+                 if row["open transaction start offset"] >= 0]
+    found = [row for row in open_ones if row["producer id"] == producer_id
+             or row["open transaction start offset"] == start_offset]
+    if not found:
+        which = f"of producer {producer_id}" if start_offset is None else f"starting at offset {start_offset}"
+        raise StromError(f"{topic}-{partition} has no open transaction {which}: nothing to abort. "
+                         f"`strom transactions find-hanging --topic {topic}` lists hanging ones.")
+    row = found[0]
+    marker = WritableTxnMarker(
+        producer_id=i64(row["producer id"]),
+        producer_epoch=i16(row["producer epoch"] if producer_epoch is None else producer_epoch),
+        transaction_result=False,
+        topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(i32(partition),)),),
+        coordinator_epoch=i32(max(row["coordinator epoch"], 0) if coordinator_epoch is None
+                              else coordinator_epoch))
+    with _wire(connection) as client:
+        response = client.send(WriteTxnMarkersRequest(markers=(marker,)))
+    (result,) = response.markers[0].topics[0].partitions
+    _raise_for(result.error_code, f"WriteTxnMarkers({topic}-{partition})")
+    click.echo(f"aborted the transaction of producer {row['producer id']} on {topic}-{partition} "
+               f"from offset {row['open transaction start offset']}")
 
 
 def _started(moment: datetime.datetime) -> str:

@@ -9,7 +9,13 @@ from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.partition import RecordTooLargeError
-from strom.broker.log.records import BatchHeader, CorruptBatchError, InvalidBatchError, split_batches
+from strom.broker.log.records import (
+    DECOMPRESSED_LIMIT_FACTOR,
+    BatchHeader,
+    CorruptBatchError,
+    InvalidBatchError,
+    split_batches,
+)
 from strom.broker.produce_response import PartitionResult, encode
 from strom.broker.producer_state import AppendRejectedError
 from strom.broker.protocol import EncodedResponse
@@ -52,7 +58,8 @@ def _append(ctx: RequestContext, transactional_id: str | None, topic: str, index
         return PartitionResult(index, ErrorCode.invalid_topic_exception.value,
                                error_message=f"clients cannot write to the internal topic {topic}")
     try:
-        batches = split_batches(records or b"")
+        limit = partition.config["max.message.bytes"] * DECOMPRESSED_LIMIT_FACTOR
+        batches = split_batches(records or b"", limit)
         if not batches:
             raise CorruptBatchError("the produce request carries no record batch")
         if any(header.is_control for header, _ in batches):

@@ -1,5 +1,6 @@
 """Idempotent producers and transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
-TxnOffsetCommit, EndTxn, and for operators DescribeProducers, DescribeTransactions, ListTransactions."""
+TxnOffsetCommit, EndTxn, and for operators DescribeProducers, DescribeTransactions, ListTransactions
+and WriteTxnMarkers (kafka-transactions' abort of a hanging transaction)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import RequestContext, handles, ms
+from strom.broker.producer_state import AppendRejectedError
 from strom.broker.transactions.coordinator import PRODUCER_FENCED, CoordinatorError
 from strom.broker.transactions.metadata import TxnState
 from strom.broker.transactions.offsets import PendingOffset
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+WRITE_TXN_MARKERS = 27
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 
 # Versions before these answer INVALID_PRODUCER_EPOCH where newer ones answer PRODUCER_FENCED (KIP-588).
@@ -156,3 +159,30 @@ async def describe_producers(ctx: RequestContext, body: Any) -> dict[str, Any]:
                  else p.current_txn_first_offset} for p in producers]})
         topics.append({"name": request.name, "partitions": partitions})
     return {"topics": topics}
+
+
+@handles(WRITE_TXN_MARKERS, 1, 2)
+async def write_txn_markers(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    """Writes the requested markers partition by partition. In Kafka the coordinator sends these to
+    partition leaders; here the coordinator writes its own markers, so only operators send this."""
+    results = []
+    for marker in body.markers:
+        topics = [{"name": topic.name, "partitions": [
+            {"partition_index": index, "error_code": await _write_marker(ctx, marker, topic.name, index)}
+            for index in topic.partition_indexes]} for topic in marker.topics]
+        results.append({"producer_id": marker.producer_id, "topics": topics})
+    return {"markers": results}
+
+
+async def _write_marker(ctx: RequestContext, marker: Any, topic: str, index: int) -> ErrorCode:
+    if ctx.broker.logs.partition(topic, index) is None:
+        return ErrorCode.unknown_topic_or_partition
+    try:
+        await ctx.broker.transactions.write_requested_marker(
+            topic, index, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+            marker.coordinator_epoch)
+    except AppendRejectedError as exc:
+        return ErrorCode(exc.error_code)
+    except OSError:  # logged by the partition
+        return ErrorCode.kafka_storage_error
+    return ErrorCode.none

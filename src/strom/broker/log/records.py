@@ -7,6 +7,7 @@ loading `__consumer_offsets`, and batches the broker writes itself.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,12 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
+# A produced batch may decompress to at most this many times its topic's max.message.bytes (64 MiB at
+# Kafka's default): more is refused before it is held in memory (a "decompression bomb").
+DECOMPRESSED_LIMIT_FACTOR = 64
+# The most one compressed byte can expand to in each format, so smaller inputs need no bounded
+# decompression; zstd has no useful bound (one RLE block byte stands for up to 128 KiB).
+_MAX_EXPANSION = {GZIP: 1032, SNAPPY: 22, LZ4: 256}
 
 
 MAX_RELATIVE_OFFSET = 2**31 - 1  # a segment's index holds offsets relative to its base in 31 bits
@@ -83,9 +90,11 @@ class BatchHeader:
         return bool(self.attributes & ATTR_CONTROL)
 
 
-def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryview]]:
+def split_batches(data: bytes | memoryview,
+                  max_decompressed: int | None = None) -> list[tuple[BatchHeader, memoryview]]:
     """Every batch of a produce record set, checked for framing, magic 2 and CRC32C, and its records
-    as Kafka checks them on append (`check_records`)."""
+    as Kafka checks them on append (`check_records`; compressed records may take at most
+    `max_decompressed` bytes)."""
     view = memoryview(data)
     batches = []
     position = 0
@@ -100,13 +109,14 @@ def split_batches(data: bytes | memoryview) -> list[tuple[BatchHeader, memoryvie
         batch = view[position:position + header.length]
         if crc32c(batch[CRC_START:]) != header.crc:
             raise CorruptBatchError("record batch CRC32C mismatch")
-        check_records(header, batch)
+        check_records(header, batch, max_decompressed)
         batches.append((header, batch))
         position += header.length
     return batches
 
 
-def check_records(header: BatchHeader, batch: bytes | memoryview) -> None:
+def check_records(header: BatchHeader, batch: bytes | memoryview,
+                  max_decompressed: int | None = None) -> None:
     """What Kafka checks inside a batch before storing it: the record count matches the offset delta,
     the codec is known and the data decompresses, and the records are exactly `records_count`
     records with offset deltas 0, 1, 2, ... Stored batches are thus readable by every consumer,
@@ -121,7 +131,7 @@ def check_records(header: BatchHeader, batch: bytes | memoryview) -> None:
         raise InvalidBatchError(f"record batch uses the unknown compression codec {codec}")
     body = bytes(memoryview(batch)[HEADER_SIZE:])
     if codec != NONE:
-        body = decompress(codec, body)
+        body = decompress(codec, body, max_decompressed)
     if count * MIN_RECORD_SIZE > len(body):
         raise InvalidBatchError(f"record batch claims {count} records in {len(body)} bytes of records")
     _check_record_offsets(body, count)
@@ -202,14 +212,30 @@ def iter_records(batch: bytes | memoryview) -> Iterator[Record]:
         yield record
 
 
-def decompress(codec: int, data: bytes) -> bytes:
-    """The records of a batch compressed with `codec`; CorruptBatchError if they cannot be."""
+def decompress(codec: int, data: bytes, limit: int | None = None) -> bytes:
+    """The records of a batch compressed with `codec`; CorruptBatchError if they cannot be, or if
+    they would take more than `limit` bytes (never more is held in memory)."""
     try:
-        return _decompress(codec, data)
+        if limit is None or (codec in _MAX_EXPANSION and len(data) * _MAX_EXPANSION[codec] <= limit):
+            return _decompress(codec, data)
+        return _decompress_bounded(codec, data, limit)
     except CorruptBatchError:
         raise
     except Exception as exc:  # cramjam raises its own error types on garbage
-        raise CorruptBatchError(f"record batch data does not decompress with codec {codec}: {exc}") from exc
+        bound = "" if limit is None else f" into at most {limit} bytes"
+        raise CorruptBatchError(
+            f"record batch data does not decompress with codec {codec}{bound}: {exc}") from exc
+
+
+def _decompress_bounded(codec: int, data: bytes, limit: int) -> bytes:
+    """Decompresses into an anonymous mapping of `limit` bytes (its pages become resident only as
+    they are written); cramjam fails when the output would not fit."""
+    if codec == SNAPPY:
+        return _snappy(data, limit)
+    module = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec]
+    with mmap.mmap(-1, limit) as out:
+        size = module.decompress_into(data, out)
+        return out[:size]
 
 
 def _decompress(codec: int, data: bytes) -> bytes:
@@ -226,17 +252,20 @@ def _decompress(codec: int, data: bytes) -> bytes:
     raise CorruptBatchError(f"unknown compression codec {codec}")
 
 
-def _snappy(data: bytes) -> bytes:
+def _snappy(data: bytes, limit: int | None = None) -> bytes:
+    """Raw snappy, or Xerial's framing of raw chunks (Java clients); each raw chunk states its
+    decompressed length first, checked against `limit` before anything is decompressed."""
     if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    position = 16
-    while position < len(data):
-        (size,) = struct.unpack_from(">i", data, position)
-        position += 4
-        out += cramjam.snappy.decompress_raw(data[position:position + size])
-        position += size
-    return bytes(out)
+        chunks = [data]
+    else:
+        chunks, position = [], 16
+        while position < len(data):
+            (size,) = struct.unpack_from(">i", data, position)
+            chunks.append(data[position + 4:position + 4 + size])
+            position += 4 + size
+    if limit is not None and sum(cramjam.snappy.decompress_raw_len(c) for c in chunks) > limit:
+        raise CorruptBatchError(f"record batch data decompresses to more than {limit} bytes")
+    return b"".join(bytes(cramjam.snappy.decompress_raw(c)) for c in chunks)
 
 
 def _read_record(body: bytes, position: int, header: BatchHeader) -> tuple[Record, int]:

@@ -16,12 +16,15 @@ from strom.broker.groups.offsets import CommittedOffset
 from strom.broker.log.manager import CONSUMER_OFFSETS, TRANSACTION_STATE, LogManager
 from strom.broker.log.records import build_batch, iter_records
 from strom.broker.producer_ids import ProducerIdManager
+from strom.broker.producer_state import AppendRejectedError
 from strom.broker.transactions.coordinator import COORDINATOR_EPOCH, TransactionCoordinator
 from strom.broker.transactions.markers import control_batch
 from strom.broker.transactions.metadata import TopicPartition
 from strom.broker.transactions.offsets import PendingTxnOffsets
 
 log = logging.getLogger(__name__)
+
+TRANSACTION_COORDINATOR_FENCED = 52
 
 
 class StateTopic:
@@ -121,6 +124,23 @@ class TransactionService:
                             producer.current_txn_first_offset)
                 await self._markers.write_marker(tp[0], tp[1], producer.producer_id, producer.epoch,
                                                  commit=False, coordinator_epoch=COORDINATOR_EPOCH)
+
+    async def write_requested_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                                     commit: bool, coordinator_epoch: int) -> None:
+        """A marker asked for by WriteTxnMarkers (an operator ending a hanging transaction, as
+        kafka-transactions' abort does): refused for a fenced producer epoch or an older coordinator
+        epoch than the partition last saw; raises AppendRejectedError with the error code."""
+        target = self._logs.partition(topic, partition)
+        entry = target.producer_state.producer(producer_id) if target is not None else None
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise AppendRejectedError(
+                TRANSACTION_COORDINATOR_FENCED, f"coordinator epoch {coordinator_epoch} is older than "
+                f"{entry.coordinator_epoch}, the last one written for producer {producer_id}")
+        log.warning("%s-%d: writing a%s marker for producer %d epoch %d as requested by WriteTxnMarkers "
+                    "(open transaction from offset %s)", topic, partition, " commit" if commit else "n abort",
+                    producer_id, producer_epoch, None if entry is None else entry.current_txn_first_offset)
+        await self._markers.write_marker(topic, partition, producer_id, producer_epoch, commit,
+                                         coordinator_epoch)
 
     async def stop(self) -> None:
         if self._task is not None:
