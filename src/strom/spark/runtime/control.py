@@ -121,11 +121,6 @@ class ThreadControl:
         for connection in connections:
             connection.send({"type": "stop"})
 
-    def resume(self) -> None:
-        """Threads connecting from now on run (after a stop, for the next start)."""
-        with self._lock:
-            self._stopping = False
-
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
