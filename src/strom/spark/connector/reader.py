@@ -27,7 +27,6 @@ from strom.kafka import clients
 __all__ = [
     "ARROW_BATCH_ROWS",
     "POLL_WAIT_S",
-    "READ_DEFAULTS",
     "STALL_TIMEOUT_S",
     "OffsetRange",
     "ReadSettings",
@@ -39,10 +38,6 @@ ARROW_BATCH_ROWS = 10_000
 STALL_TIMEOUT_S = 120.0
 # How long one wait for the next fetch may block before the loop looks at the position again.
 POLL_WAIT_S = 0.1
-# librdkafka stops fetching once queued.min.messages are waiting and looks again only after
-# fetch.queue.backoff.ms (1 s by default): the whole read stalled for most of a second whenever
-# librdkafka ran ahead of the Python worker, which it always does.
-READ_DEFAULTS = {"fetch.queue.backoff.ms": "10"}
 _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
@@ -69,8 +64,7 @@ def read_range(part: OffsetRange, settings: ReadSettings, schema: StructType) ->
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
     consumer = clients.consumer(
         settings.bootstrap_servers,
-        **{**READ_DEFAULTS,
-           **settings.client_config,
+        **{**settings.client_config,
            "enable.partition.eof": True,
            "auto.offset.reset": "error" if settings.fail_on_data_loss else "earliest"},
     )

@@ -4,6 +4,7 @@ returns to the driver at the end of a batch, and the application's config as an 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +12,14 @@ import pyarrow as pa
 
 from strom.streams.config import StreamsConfig
 
-__all__ = ["STATE_DIR_VARIABLE", "SUMMARY_DDL", "SUMMARY_SCHEMA", "TaskSummary", "executor_config"]
+__all__ = [
+    "STATE_DIR_VARIABLE",
+    "SUMMARY_DDL",
+    "SUMMARY_SCHEMA",
+    "BatchSink",
+    "TaskSummary",
+    "executor_config",
+]
 
 SUMMARY_SCHEMA = pa.schema([
     ("task", pa.string()),
@@ -25,6 +33,9 @@ SUMMARY_SCHEMA = pa.schema([
 SUMMARY_DDL = ("task string, records long, output long, restored long, skipped boolean, reused boolean, "
                "millis double")
 
+
+BatchSink = Callable[[list[Any]], None]
+"""Where the driver hands a finished batch's summary rows (one per stream task), in either mode."""
 
 @dataclass
 class TaskSummary:

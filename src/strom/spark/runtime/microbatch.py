@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from strom.spark.runtime.executor import SUMMARY_DDL
+from strom.spark.runtime.executor import SUMMARY_DDL, BatchSink
 from strom.spark.runtime.microbatch_source import FORMAT, PLAN_OPTION, SourcePlan, StreamTaskSource
 from strom.spark.runtime.microbatch_task import StreamTaskRunner
 from strom.spark.runtime.worker_pool import own_worker_pool
 from strom.streams.processor.topology import Topology
 
-__all__ = ["BatchSink", "MicroBatchExecution"]
+__all__ = ["MicroBatchExecution"]
 
 _STOP_WAIT_S = 60.0
-
-BatchSink = Callable[[list[Any]], None]
 
 
 class MicroBatchExecution:

@@ -36,7 +36,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from strom.errors import ProducerFencedError
 from strom.spark.runtime.executor import TaskSummary, executor_config
 from strom.spark.runtime.open_task import Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
@@ -144,17 +143,8 @@ class TaskAttempt:
                                              for r in self.plan.ranges):
             task.close()
             return None
-        try:
-            task.refresh_global_stores()
-            task.begin(fencing_probe={(r.topic, r.partition): r.end for r in self.plan.ranges})
-        except ProducerFencedError:
-            log.info("Task %s: fenced since its last batch; opening it again", task.name)
-            task.close()
-            return None
-        except BaseException:
-            task.close()
-            raise
-        return task
+        ends = {(r.topic, r.partition): r.end for r in self.plan.ranges}
+        return task if task.resume(fencing_probe=ends) else None
 
     def _open(self, summary: TaskSummary) -> OpenTask:
         task = OpenTask(self.topology, self.config, self.plan.task_id, self.plan.owned, self.run_id)

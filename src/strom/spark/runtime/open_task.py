@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError
+from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.lease import TaskLease
@@ -121,6 +121,33 @@ class OpenTask:
                 self.transactions.begin_transaction()
             if fencing_probe is not None:
                 self._send_offsets(fencing_probe)
+
+    def resume(self, fencing_probe: Offsets | None, confirm: bool = False) -> bool:
+        """Takes a parked task up again: global stores refreshed, the transaction begun with
+        ``fencing_probe``. With ``confirm`` the task also proves now that it still owns its offsets
+        (the probe committed under exactly-once, the group's offsets compared otherwise), for a run
+        that does not commit soon. False, with the task closed, if another attempt took it over."""
+        try:
+            self.refresh_global_stores()
+            self.begin(fencing_probe)
+            if confirm:
+                self._confirm_owner()
+        except ProducerFencedError:
+            log.info("Task %s: taken over since it parked; opening it again", self.name)
+            self.close()
+            return False
+        except BaseException:
+            self.close()
+            raise
+        return True
+
+    def _confirm_owner(self) -> None:
+        if self.transactions is not None:
+            # commit the probe now: offsets left pending in an open transaction would hold every
+            # read_committed offset fetch of the group (lag(), other tasks' opening) until it ends
+            self.commit({})
+        elif self.committed_positions() != self.positions:
+            raise ProducerFencedError("another attempt committed offsets since this task parked")
 
     def commit(self, offsets: Offsets) -> None:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent

@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from strom.errors import ConfigError
 from strom.spark.runtime.control import ThreadControl, ThreadMetadata, driver_host
-from strom.spark.runtime.executor import SUMMARY_DDL
+from strom.spark.runtime.executor import SUMMARY_DDL, BatchSink
 from strom.spark.runtime.thread import StreamThreadRunner, ThreadPlan
 from strom.spark.runtime.worker_pool import own_worker_pool
 from strom.streams.processor.topology import Topology
@@ -28,7 +28,6 @@ from strom.streams.processor.topology import Topology
 __all__ = [
     "HELLO_TIMEOUT_S",
     "SLOTS_WAIT_S",
-    "BatchSink",
     "ProgressSink",
     "RealtimeExecution",
     "stream_threads",
@@ -44,7 +43,6 @@ SLOTS_WAIT_S = 60.0
 _STOP_GRACE_S = 30.0
 
 ProgressSink = Callable[[str, dict[str, int]], None]
-BatchSink = Callable[[list[Any]], None]
 
 
 def task_slots(spark: SparkSession) -> int:

@@ -25,7 +25,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.control import ControlClient
@@ -186,22 +186,8 @@ class StreamThread:
         if task.run_id != self.plan.run_id:
             task.close()
             return None
-        try:
-            task.refresh_global_stores()
-            task.begin(fencing_probe=dict(task.positions) if task.positions else None)
-            if task.eos:
-                # commit the probe now: offsets left pending in an open transaction would hold every
-                # read_committed offset fetch of the group (lag(), other tasks' opening) until it ends
-                task.commit({})
-            elif task.committed_positions() != task.positions:
-                raise ProducerFencedError("another attempt committed offsets since this task parked")
-        except ProducerFencedError:
-            log.info("Task %s: taken over since it parked; opening it again", task.name)
-            task.close()
+        if not task.resume(fencing_probe=dict(task.positions) or None, confirm=True):
             return None
-        except BaseException:
-            task.close()
-            raise
         return RunningTask(task, self.plan.owned[task_id], reused=True, restored=0)
 
     def _open(self, task_id: str) -> RunningTask:
