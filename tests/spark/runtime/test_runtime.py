@@ -17,7 +17,7 @@ import pytest
 from strom.spark.runtime import SparkStreams
 from strom.streams import TopologyTestDriver
 
-from .conftest import produce_lines, read_updates, wait_for
+from .conftest import produce_lines, read_updates, run_until_caught_up, wait_for
 from .wordcount import L, S, word_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
@@ -86,24 +86,14 @@ def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, to
     first, second = _lines(rng, 150), _lines(rng, 150)
     app_id = f"rt-restore-{names['lines']}"
     produce_lines(broker.bootstrap_servers, names["lines"], first)
-    app = SparkStreams(word_count(names["lines"], names["counts"]),
-                       _props(broker, tmp_path, app_id, mode_props), spark)
-    app.start()
-    try:
-        assert app.wait_until_caught_up(150)
-    finally:
-        app.stop()
+    app = run_until_caught_up(spark, word_count(names["lines"], names["counts"]), broker, tmp_path, app_id,
+                              **{"max.offsets.per.trigger": 1000, **mode_props})
 
     app.clean_up()  # local RocksDB stores and checkpoints are gone
     assert not (tmp_path / app_id).exists()
     produce_lines(broker.bootstrap_servers, names["lines"], second)
-    again = SparkStreams(word_count(names["lines"], names["counts"]),
-                         _props(broker, tmp_path, app_id, mode_props), spark)
-    again.start()
-    try:
-        assert again.wait_until_caught_up(150)
-    finally:
-        again.stop()
+    again = run_until_caught_up(spark, word_count(names["lines"], names["counts"]), broker, tmp_path,
+                                app_id, **{"max.offsets.per.trigger": 1000, **mode_props})
 
     assert again.progress.records == len(second) + sum(len(line.split()) for _, line in second)
     restored = sum(again.progress.tasks[t].restored for t in ("1_0", "1_1"))
