@@ -10,12 +10,13 @@ import resource
 import select
 import socket
 import struct
+import threading
 import time
 
 import cramjam
 import pytest
 from broker_helpers import closed_by_broker, logged, unique
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 from crc32c import crc32c
 from kio.schema.create_topics.v7 import request as create_topics
@@ -346,3 +347,39 @@ def test_creating_many_partitions_does_not_stall_other_clients():
 
 def _readable(client: WireClient) -> bool:
     return bool(select.select([client._socket], [], [], 0)[0])
+
+
+def _produce_frame(topic: str, records: bytes, correlation_id: int) -> bytes:
+    body = io.BytesIO()
+    entity_writer(produce.RequestHeader)(body, produce.RequestHeader(
+        request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(correlation_id),
+        client_id="big"))
+    entity_writer(produce.ProduceRequest)(body, _produce_request(topic, records))
+    return struct.pack(">i", len(body.getvalue())) + body.getvalue()
+
+
+def test_two_requests_that_together_exceed_the_request_memory_do_not_wait_on_each_other():
+    """Each frame's memory grows as its bytes arrive: two frames both half read can hold the whole
+    budget while each waits for more. One of them may go beyond the budget, or neither would end."""
+    with EmbeddedBroker(config={"queued.max.request.bytes": 1_100_000}) as own:
+        clients.create_topics(own.bootstrap_servers, {"big": 1})
+        frames = [_produce_frame("big", build_batch([(b"k", bytes(700_000))], now_ms()), i) for i in (1, 2)]
+        socks = [socket.create_connection(("127.0.0.1", own.port), timeout=30) for _ in frames]
+        for sock, frame in zip(socks, frames, strict=True):
+            sock.sendall(frame[:300_000])  # each now holds 512 KiB of the budget
+        time.sleep(0.5)
+        senders = [threading.Thread(target=sock.sendall, args=(frame[300_000:],))
+                   for sock, frame in zip(socks, frames, strict=True)]
+        for sender in senders:
+            sender.start()
+        answered = [sock.recv(4) for sock in socks]  # a timeout here is the deadlock
+        for sender in senders:
+            sender.join()
+        for sock in socks:
+            sock.close()
+        assert all(len(size) == 4 for size in answered)
+        assert clients.admin(own.bootstrap_servers).list_topics("big", timeout=10).topics["big"]
+        consumer = clients.consumer(own.bootstrap_servers, **{"group.id": unique("g")})
+        low, high = consumer.get_watermark_offsets(TopicPartition("big", 0), timeout=10)
+        consumer.close()
+        assert (low, high) == (0, 2)

@@ -342,18 +342,25 @@ class MemoryBudget:
     """Bounds the request bytes held at once over all connections (queued.max.request.bytes).
 
     Connections take memory as their frames' bytes arrive and give it back after the response; a
-    connection that needs more than is left waits until others give some back."""
+    connection that needs more than is left waits until others give some back. Connections that
+    hold part of a frame could each wait for the others' memory for ever, so one of them at a time
+    may go beyond the budget (as Kafka's memory pool lets one request overshoot): the bound is the
+    budget plus one request."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.available = capacity
         self._waiters: list[asyncio.Future] = []
+        self._overdrawing: asyncio.Task | None = None
 
     async def take(self, size: int, holding: int = 0) -> None:
         """Waits until `size` bytes are free. A caller already `holding` some waits at most for the
         rest of the budget, so a frame larger than the budget still gets all of it in the end."""
         needed = min(size, self.capacity - holding)
         while self.available < needed:
+            if holding and self._overdrawing in (None, asyncio.current_task()):
+                self._overdrawing = asyncio.current_task()
+                break
             future = asyncio.get_running_loop().create_future()
             self._waiters.append(future)
             try:
@@ -364,6 +371,8 @@ class MemoryBudget:
         self.available -= size
 
     def give_back(self, size: int) -> None:
+        if self._overdrawing is asyncio.current_task():
+            self._overdrawing = None
         self.available += size
         waiters, self._waiters = self._waiters, []
         for future in waiters:
