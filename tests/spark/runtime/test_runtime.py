@@ -61,13 +61,13 @@ def test_word_count_with_repartition_matches_topology_test_driver(broker, spark,
     app.start()
     try:
         assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-        if app.realtime:  # run past a batch end: the next batch's threads keep or take over the tasks
-            batches = app.progress.batches
+        if app.realtime:  # input after a batch end: the next batch's threads keep or take over the tasks
+            assert wait_for(lambda: app.progress.batches > 0, 60)
             more = _lines(random.Random(8), 50)
             produce_lines(broker.bootstrap_servers, names["lines"], more)
             lines += more
-            assert wait_for(lambda: app.progress.batches > batches, 60)
             assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+            assert wait_for(lambda: app.progress.reused > 0, 30), app.progress  # reported after a commit
     finally:
         app.stop()
 
