@@ -139,6 +139,7 @@ class Terminal:
         if self.pid == 0:  # the child: the pty is its stdin, stdout, stderr and controlling terminal
             os.execve(argv[0], argv, env)
         self.raw = b""
+        self.returncode: int | None = None
 
     @property
     def screen(self) -> str:
@@ -164,13 +165,14 @@ class Terminal:
         while time.monotonic() < deadline:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
                 self.read_until(lambda _: False, 1.0)
-                return os.waitstatus_to_exitcode(status)
+                return self.returncode
             self.read_until(lambda _: False, 0.5)
         return None
 
     def close(self) -> None:
-        if os.waitpid(self.pid, os.WNOHANG)[0] == 0:
+        if self.returncode is None:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
         os.close(self.fd)
