@@ -142,7 +142,7 @@ def test_a_venv_packed_environment_runs_the_executors_of_a_spark_submit(broker, 
                   .replace("kafka-1:9092,kafka-2:9092", bootstrap))
         seconds = _shell(submit, packed_env, cluster.env, timeout=400)
         print(f"\nspark-submit with the archive took {seconds:.0f} s")
-        assert app_id in cluster.applications()
+        assert cluster.applications() == ["app.py"]  # spark-submit names it after the file
         work = (cluster.worker_dir(0) / "work").resolve()
     assert read_counts(bootstrap, counts) == EXPECTED
     places_seen = [json.loads(value) for value in _records(bootstrap, places)]
