@@ -127,6 +127,7 @@ def _records(bootstrap: str, topic: str, timeout: float = 60.0) -> list[str]:
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.broker
+@pytest.mark.timeout(900)  # building the environment (about 90 s) counts too, then the cluster and the run
 def test_a_venv_packed_environment_runs_the_executors_of_a_spark_submit(broker, packed_env, tmp_path):
     bootstrap = broker.bootstrap_servers
     suffix = uuid.uuid4().hex[:8]
