@@ -9,6 +9,7 @@ cluster's loopback settings added to spark-submit."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import uuid
@@ -19,7 +20,7 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
-from support.spark_cluster import SparkCluster
+from support.spark_cluster import without_this_venv
 
 from .test_run import EXPECTED, LINES, _produce, read_counts
 
@@ -100,7 +101,7 @@ def _shell(script: str, cwd: Path, env: dict[str, str], timeout: float) -> float
 def packed_env(tmp_path_factory) -> Path:
     """A directory holding strom-env (a venv with strom's wheel) and strom-env.tar.gz, built once."""
     work = tmp_path_factory.mktemp("deploy")
-    env = SparkCluster(work, python=None).env  # no Python of this venv on PATH
+    env = without_this_venv(os.environ)  # python3 is the machine's, as for a user
     seconds = _shell(PACK.replace("path/to/strom", str(ROOT)), work, env, timeout=900)
     print(f"\nwheel, venv, install and venv-pack took {seconds:.0f} s")
     assert (work / "strom-env.tar.gz").is_file()
@@ -128,7 +129,8 @@ def _records(bootstrap: str, topic: str, timeout: float = 60.0) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.broker
 @pytest.mark.timeout(900)  # building the environment (about 90 s) counts too, then the cluster and the run
-def test_a_venv_packed_environment_runs_the_executors_of_a_spark_submit(broker, packed_env, tmp_path):
+def test_a_venv_packed_environment_runs_the_executors_of_a_spark_submit(broker, cluster, packed_env,
+                                                                             tmp_path):
     bootstrap = broker.bootstrap_servers
     suffix = uuid.uuid4().hex[:8]
     app_id, lines, counts, places = (f"packed-{suffix}", f"packed-lines-{suffix}", f"packed-counts-{suffix}",
@@ -137,14 +139,13 @@ def test_a_venv_packed_environment_runs_the_executors_of_a_spark_submit(broker, 
     _produce(bootstrap, lines)
     (packed_env / "app.py").write_text(APP.format(lines=lines, counts=counts, places=places, app_id=app_id,
                                                   state_dir=str(tmp_path / "state")))
-    with SparkCluster(tmp_path / "cluster", workers=1, cores_per_worker=2, python=None) as cluster:
-        loopback = " ".join(f"--conf {key}={value}" for key, value in cluster.driver_conf().items())
-        submit = (SUBMIT.replace("spark://spark-master:7077", f"{cluster.master_url} {loopback}")
-                  .replace("kafka-1:9092,kafka-2:9092", bootstrap))
-        seconds = _shell(submit, packed_env, cluster.env, timeout=400)
-        print(f"\nspark-submit with the archive took {seconds:.0f} s")
-        assert cluster.applications() == ["app.py"]  # spark-submit names it after the file
-        work = (cluster.worker_dir(0) / "work").resolve()
+    loopback = " ".join(f"--conf {key}={value}" for key, value in cluster.driver_conf().items())
+    submit = (SUBMIT.replace("spark://spark-master:7077", f"{cluster.master_url} {loopback}")
+              .replace("kafka-1:9092,kafka-2:9092", bootstrap))
+    seconds = _shell(submit, packed_env, cluster.env, timeout=400)
+    print(f"\nspark-submit with the archive took {seconds:.0f} s")
+    assert "app.py" in cluster.applications()  # spark-submit names it after the file
+    work = (cluster.worker_dir(0) / "work").resolve()
     assert read_counts(bootstrap, counts) == EXPECTED
     places_seen = [json.loads(value) for value in _records(bootstrap, places)]
     assert len(places_seen) == len(LINES)  # one per input line, exactly once

@@ -12,6 +12,9 @@
         cluster.alive_workers()                # as the master sees them
         cluster.applications()                 # names of applications it ran
 
+    SparkCluster(base_dir, python=None)        # executors run the Python the driver names (PYSPARK_PYTHON)
+    without_this_venv(os.environ)              # an environment that leads to no Python of this venv
+
 Everything binds to 127.0.0.1. Each process runs in its own process group (``start_new_session``): a
 worker's executor JVMs and their Python daemons and workers are its descendants in that group, so
 ``kill_worker`` kills the whole group at once (as a machine failure would) and teardown stops every
@@ -71,7 +74,7 @@ class SparkCluster:
         self.stop_timeout_s = stop_timeout_s
         self.python = python
         pythons = {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python} if python else {}
-        inherited = os.environ if python else _without_this_venv(os.environ)
+        inherited = os.environ if python else without_this_venv(os.environ)
         self.env = {**inherited, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
                     "SPARK_DAEMON_MEMORY": daemon_memory, **pythons, **(env or {})}
         self.master_port = free_port()
@@ -222,7 +225,7 @@ class SparkCluster:
         self.stop()
 
 
-def _without_this_venv(environ: Mapping[str, str]) -> dict[str, str]:
+def without_this_venv(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` with nothing that leads a process to this venv's Python or packages."""
     venv_bin = str(Path(sys.prefix) / "bin")
     path = os.pathsep.join(p for p in environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
