@@ -83,7 +83,9 @@ def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
                 break
         else:
             pytest.fail("strom run ended before processing: " + "".join(output)[-3000:])
-        assert any(STATUS.search(line) for line in output)
+        plain = [line for line in output if re.match(r"\d\d:\d\d:\d\d " + STATUS.pattern, line)]
+        assert len(plain) >= 2, output  # not a terminal: a time-stamped line every --status-interval
+        assert "\x1b[" not in "".join(output)  # and no terminal control codes
         process.send_signal(signal.SIGTERM)
         _, rest = process.communicate(timeout=120)
         output.append(rest)
