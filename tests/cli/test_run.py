@@ -5,13 +5,16 @@ and a spark:// master: test_spark_submit.py)."""
 from __future__ import annotations
 
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,9 @@ LINES = ["a b c", "b c", "c", "a a"]
 EXPECTED = Counter(" ".join(LINES).split())
 LONG = Serdes.Long().deserializer()
 STATUS = re.compile(r"RUNNING  rec/s [\d,]+  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  tasks \d+  last commit")
+LIVE_STATUS = re.compile(STATUS.pattern + r" [^\n]*")
+PLAIN_STATUS = re.compile(r"\d\d:\d\d:\d\d " + STATUS.pattern)
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _env(tmp_path: Path, app_id: str, **topics: str) -> dict[str, str]:
@@ -73,12 +79,13 @@ def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
             if bootstrap is None and (found := re.search(r"embedded broker at (\S+)", line)):
                 bootstrap = found.group(1)
                 _produce(bootstrap, "lines")
-            if bootstrap and re.search(r"processed [1-9]", line) and read_counts(bootstrap, "word-counts",
-                                                                                  5) == EXPECTED:
+            plain = [line for line in output if PLAIN_STATUS.match(line)]  # not a terminal: plain lines
+            if len(plain) >= 2 and re.search(r"processed [1-9]", line) and read_counts(
+                    bootstrap, "word-counts", 5) == EXPECTED:
                 break
         else:
             pytest.fail("strom run ended before processing: " + "".join(output)[-3000:])
-        assert any(STATUS.search(line) for line in output)
+        assert "\x1b[" not in "".join(output)  # no terminal control codes
         process.send_signal(signal.SIGTERM)
         _, rest = process.communicate(timeout=120)
         output.append(rest)
@@ -123,3 +130,85 @@ def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
     missing = subprocess.run([*STROM, "run", "no_such_module:build"], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode == 2 and "Cannot import 'no_such_module'" in missing.stderr
+
+
+class Terminal:
+    """A process on a pseudo-terminal of its own (its controlling tty, so Ctrl-C is SIGINT to its process
+    group, as on a user's terminal); ``screen`` is everything it wrote, ANSI control codes removed."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the pty is its stdin, stdout, stderr and controlling terminal
+            os.execve(argv[0], argv, env)
+        self.raw = b""
+        self.returncode: int | None = None
+
+    @property
+    def screen(self) -> str:
+        return ANSI.sub("", self.raw.decode(errors="replace")).replace("\r", "\n")
+
+    def read_until(self, done: Callable[[str], bool], timeout: float) -> bool:
+        """Reads output until ``done(screen)``, the process closes the terminal, or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while not done(self.screen) and time.monotonic() < deadline:
+            if select.select([self.fd], [], [], 0.5)[0]:
+                try:
+                    self.raw += os.read(self.fd, 65536)
+                except OSError:  # EIO: every process holding the terminal has exited
+                    return done(self.screen)
+        return done(self.screen)
+
+    def ctrl_c(self) -> None:
+        os.write(self.fd, b"\x03")
+
+    def wait(self, timeout: float) -> int | None:
+        """The exit status, reading output meanwhile; None if still running after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+                self.read_until(lambda _: False, 1.0)
+                return self.returncode
+            self.read_until(lambda _: False, 0.5)
+        return None
+
+    def close(self) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+def _statuses(screen: str) -> list[str]:
+    return [found.group(0).strip() for found in LIVE_STATUS.finditer(screen)]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_on_a_terminal_the_status_line_is_live_and_ctrl_c_stops_cleanly(broker, tmp_path):
+    bootstrap = broker.bootstrap_servers
+    suffix = uuid.uuid4().hex[:8]
+    app_id, lines, counts = f"tty-{suffix}", f"tty-lines-{suffix}", f"tty-counts-{suffix}"
+    clients.create_topics(bootstrap, {lines: 2, counts: 2})
+    env = {**_env(tmp_path, app_id, lines=lines, counts=counts), "COLUMNS": "160", "TERM": "xterm-256color"}
+    terminal = Terminal([*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]"],
+                        env)
+    try:
+        assert terminal.read_until(lambda screen: _statuses(screen), 240), terminal.screen[-3000:]
+        assert "\x1b[" in terminal.raw.decode(errors="replace")  # rich redraws the line in place
+        _produce(bootstrap, lines)
+        assert terminal.read_until(lambda screen: any(re.search(r"processed [1-9][\d,]*  lag 0:0 1:0", status)
+                                                       for status in _statuses(screen)), 180), \
+            terminal.screen[-3000:]
+        assert read_counts(bootstrap, counts) == EXPECTED
+        statuses = _statuses(terminal.screen)
+        assert len(set(statuses)) > 1, statuses  # the line changes as the application runs
+        assert re.search(r"processed 0\b", statuses[0]) and "last commit" in statuses[-1]
+        assert not re.search(r"^\d\d:\d\d:\d\d RUNNING", terminal.screen, re.M)  # no plain periodic lines
+        terminal.ctrl_c()
+        assert terminal.wait(120) == 0, terminal.screen[-3000:]
+        assert "stopped" in terminal.screen
+    finally:
+        terminal.close()

@@ -94,3 +94,21 @@ def test_committed_and_lag_of_a_group(broker):
     found = offsets.group_offsets(clients.admin(bootstrap), group, [(topic, 0), (topic, 1)])
     assert found[(topic, 0)].committed == 1 and found[(topic, 0)].lag == 2
     assert found[(topic, 1)].committed is None and found[(topic, 1)].lag == 3
+
+
+def test_reset_takes_the_connection_options_of_every_broker_facing_command(strom, tmp_path):
+    """-b, -X and --command-config as `strom topics` takes them: settings the plaintext broker accepts
+    work; a SASL or TLS client is refused by it, so the settings reach the client."""
+    config = tmp_path / "client.properties"
+    config.write_text(f"bootstrap.servers={strom.bootstrap}\nsecurity.protocol=PLAINTEXT\n")
+    state = ["--state-dir", str(tmp_path), "--dry-run"]
+    assert "delete local state" in strom.ok("streams", "reset", "app", "--command-config", str(config),
+                                            *state).out.decode()
+    assert "delete local state" in strom.ok("streams", "reset", "app", "-b", strom.bootstrap,
+                                            "-X", "client.id=reset-tool", *state).out.decode()
+    sasl = strom.fails("streams", "reset", "app", "--command-config", str(config), "-X",
+                       "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=PLAIN", "-X",
+                       "sasl.username=alice", "-X", "sasl.password=secret", *state)
+    assert "No broker reachable" in sasl and "SASL" in sasl
+    tls = strom.fails("streams", "reset", "app", "-X", "security.protocol=SSL", *state)
+    assert "No broker reachable" in tls and "SSL" in tls

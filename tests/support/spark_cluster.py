@@ -12,6 +12,9 @@
         cluster.alive_workers()                # as the master sees them
         cluster.applications()                 # names of applications it ran
 
+    SparkCluster(base_dir, python=None)        # executors run the Python the driver names (PYSPARK_PYTHON)
+    without_this_venv(os.environ)              # an environment that leads to no Python of this venv
+
 Everything binds to 127.0.0.1. Each process runs in its own process group (``start_new_session``): a
 worker's executor JVMs and their Python daemons and workers are its descendants in that group, so
 ``kill_worker`` kills the whole group at once (as a machine failure would) and teardown stops every
@@ -20,7 +23,10 @@ group (SIGTERM, then SIGKILL after ``stop_timeout_s``). Each worker has its own 
 local dirs, ``worker-<i>/state`` for strom's stream-task stores: ``STROM_STATE_DIR`` in the worker's
 environment, inherited by its executors, so each worker keeps its state as a machine of its own would)
 and its own environment; logs of the master and workers are ``base_dir/*.log`` and are
-printed in the error when a process does not come up. Executors run ``sys.executable`` (this venv).
+printed in the error when a process does not come up. Executors run ``sys.executable`` (this venv),
+or with ``python=None`` whatever Python the driver names (``PYSPARK_PYTHON``): the cluster's
+environment then has no Python of this venv (no ``PYSPARK_PYTHON``, ``VIRTUAL_ENV``, ``PYTHONPATH``, and
+this venv's ``bin`` off ``PATH``), as a cluster that only has Spark installed.
 Daemon JVMs get ``daemon_memory`` heap; executors get ``executor_memory`` (set on submit).
 """
 
@@ -58,16 +64,19 @@ class SparkCluster:
 
     def __init__(self, base_dir: Path, workers: int = 1, cores_per_worker: int = 1,
                  worker_memory: str = "1g", daemon_memory: str = "256m", executor_memory: str = "512m",
-                 env: Mapping[str, str] | None = None, stop_timeout_s: float = 15.0) -> None:
+                 env: Mapping[str, str] | None = None, stop_timeout_s: float = 15.0,
+                 python: str | None = sys.executable) -> None:
         self.base_dir = Path(base_dir)
         self.workers = workers
         self.cores_per_worker = cores_per_worker
         self.worker_memory = worker_memory
         self.executor_memory = executor_memory
         self.stop_timeout_s = stop_timeout_s
-        self.env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-                     "SPARK_DAEMON_MEMORY": daemon_memory, "PYSPARK_PYTHON": sys.executable,
-                     "PYSPARK_DRIVER_PYTHON": sys.executable, **(env or {})}
+        self.python = python
+        pythons = {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python} if python else {}
+        inherited = os.environ if python else without_this_venv(os.environ)
+        self.env = {**inherited, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+                    "SPARK_DAEMON_MEMORY": daemon_memory, **pythons, **(env or {})}
         self.master_port = free_port()
         self.master_ui_port = free_port()
         self._master: subprocess.Popen | None = None
@@ -76,8 +85,9 @@ class SparkCluster:
     def driver_conf(self) -> dict[str, str]:
         """Spark configs a driver of this cluster needs (loopback addresses, executor memory, this Python);
         ``submit`` passes them, a driver started otherwise (``strom run --spark-conf``) should too."""
-        return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
-                "spark.executor.memory": self.executor_memory, "spark.pyspark.python": sys.executable}
+        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.executor.memory": self.executor_memory}
+        return {**conf, "spark.pyspark.python": self.python} if self.python else conf
 
     @property
     def master_url(self) -> str:
@@ -213,6 +223,14 @@ class SparkCluster:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def without_this_venv(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with nothing that leads a process to this venv's Python or packages."""
+    venv_bin = str(Path(sys.prefix) / "bin")
+    path = os.pathsep.join(p for p in environ.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
+    dropped = {"PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"}
+    return {**{k: v for k, v in environ.items() if k not in dropped}, "PATH": path}
 
 
 def _kill_group(process: subprocess.Popen, sig: signal.Signals) -> None:

@@ -116,9 +116,10 @@ def status_line(status: Any, tasks: int) -> str:
 
 @click.command()
 @click.argument("app")
-@click.option("--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
+@click.option("-b", "--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
               help="Kafka brokers (env STROM_BOOTSTRAP_SERVERS); overrides bootstrap.servers in props. "
-                   "Without either, an embedded broker is started.")
+                   "Without either, an embedded broker is started. Security settings are configs: "
+                   "--config security.protocol=SASL_SSL --config sasl.mechanism=PLAIN ...")
 @click.option("--master", default="local[*]", show_default=True,
               help="Spark master: local[N], local[*] or spark://host:port.")
 @click.option("--config", "configs", multiple=True, callback=parse_config, metavar="KEY=VALUE",

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from strom.errors import BrokerUnavailableError, ConfigError
-from strom.kafka import clients, offsets
+from strom.cli.connection import Connection, connection_options
+from strom.errors import ConfigError
+from strom.kafka import offsets
 from strom.streams.config import DEFINITIONS, STATE_DIR
 
 _TIMEOUT_S = 30.0
@@ -52,8 +52,7 @@ def streams() -> None:
 
 @streams.command()
 @click.argument("app_id")
-@click.option("--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", required=True,
-              help="Kafka brokers (env STROM_BOOTSTRAP_SERVERS).")
+@connection_options
 @click.option("--input-topics", "inputs", multiple=True, metavar="TOPIC[,TOPIC]",
               help="Input topics whose committed offsets are reset (repeatable or comma-separated).")
 @click.option("--to-earliest", is_flag=True, help="Reset input offsets to the earliest (the default).")
@@ -63,18 +62,15 @@ def streams() -> None:
               default=Path(DEFINITIONS[STATE_DIR][0]), show_default=True,
               help="The application's state.dir: <state-dir>/<APP_ID> is deleted.")
 @click.option("--dry-run", is_flag=True, help="Print what would be reset and deleted; change nothing.")
-def reset(app_id: str, bootstrap_servers: str, inputs: tuple[str, ...], to_earliest: bool,
+def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earliest: bool,
           to_datetime: str | None, state_dir: Path, dry_run: bool) -> None:
     """Reset APP_ID to reprocess its input: input offsets, internal topics, local state."""
     if to_earliest and to_datetime:
         raise click.UsageError("Give --to-earliest or --to-datetime, not both.")
     spec = OffsetSpec.for_timestamp(_parse_datetime(to_datetime)) if to_datetime else OffsetSpec.earliest()
-    admin = clients.admin(bootstrap_servers)
-    try:
-        cluster = admin.list_topics(timeout=_TIMEOUT_S).topics
-    except KafkaException as exc:
-        raise BrokerUnavailableError(f"No broker answered at {bootstrap_servers}: {exc}.") from exc
-    topics = {name: len(meta.partitions) for name, meta in cluster.items() if meta.error is None}
+    admin = connection.admin()
+    topics = {name: len(meta.partitions) for name, meta in connection.metadata().topics.items()
+              if meta.error is None}
     input_topics = _split(inputs)
     missing = [t for t in input_topics if t not in topics]
     if missing:
