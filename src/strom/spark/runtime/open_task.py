@@ -100,7 +100,7 @@ class OpenTask:
                                         for tp in committed})
         self.refresh_global_stores()
         self.task.initialize()
-        restored = restore_task(self.task, self.consumer)
+        restored = restore_task(self.task, self.consumer, committed=self.positions)
         self.task.complete_restoration()
         return restored
 
