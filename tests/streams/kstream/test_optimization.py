@@ -7,7 +7,15 @@ import pytest
 
 from strom.errors import ConfigError
 from strom.kafka.serdes import Serdes
-from strom.streams import Consumed, Grouped, JoinWindows, Materialized, Produced, StreamsBuilder, TopologyTestDriver
+from strom.streams import (
+    Consumed,
+    Grouped,
+    JoinWindows,
+    Materialized,
+    Produced,
+    StreamsBuilder,
+    TopologyTestDriver,
+)
 
 S = Serdes.String()
 L = Serdes.Long()
@@ -71,7 +79,8 @@ def _rekeyed_counts(build_props: dict, props: dict) -> tuple[StreamsBuilder, lis
                .filter(lambda key, value: value != "avocado"))
     counts = rekeyed.group_by_key(Grouped.with_(S, S)).count(Materialized.as_("counts"))
     counts.to_stream().to("counts-out", Produced.with_(S, L))
-    rekeyed.group_by_key(Grouped.with_(S, S)).reduce(lambda a, b: f"{a}+{b}", Materialized.as_("joined-words"))
+    rekeyed.group_by_key(Grouped.with_(S, S)).reduce(lambda a, b: f"{a}+{b}",
+                                                     Materialized.as_("joined-words"))
     topology = builder.build(build_props)
     with TopologyTestDriver(topology, props) as driver:
         source = driver.create_input_topic("in", S, S)
@@ -183,5 +192,5 @@ def test_optimization_values_of_kafka_are_accepted(props, value):
 
 @pytest.mark.parametrize("value", ["everything", "all,none", "merge.repartition.topics,bogus"])
 def test_an_unknown_optimization_is_refused(props, value):
-    with pytest.raises(ConfigError, match="topology.optimization"):
+    with pytest.raises(ConfigError, match=r"topology\.optimization"):
         StreamsBuilder().build(_optimized(props, value))
