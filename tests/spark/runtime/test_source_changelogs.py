@@ -56,29 +56,28 @@ def priced_orders(prices: str, orders: str, out: str, optimization: str = "all")
     return builder.build({"application.id": "priced-orders", "topology.optimization": optimization})
 
 
-class PriceUpdater(Processor):
-    """Keeps the read-only store ``prices`` up to date from its source topic."""
-
-    def init(self, context):
-        self.store = context.get_state_store("prices")
-
-    def process(self, record: Record) -> None:
-        self.store.put(record.key, record.value)
-
-
-class PriceLookup(Processor):
-    def init(self, context):
-        self.context = context
-        self.store = context.get_state_store("prices")
-
-    def process(self, record: Record) -> None:
-        price = self.store.get(record.key)
-        if price is not None:
-            self.context.forward(record.with_value(f"{record.value}@{price}"))
-
-
 def read_only_priced_orders(prices: str, orders: str, out: str) -> Topology:
-    """The same results with the Processor API: a read-only state store filled from ``prices``."""
+    """The same results with the Processor API: a read-only state store filled from ``prices``.
+    (Processors are defined here so Spark's workers get them by value: this module is not importable
+    there.)"""
+
+    class PriceUpdater(Processor):
+        def init(self, context):
+            self.store = context.get_state_store("prices")
+
+        def process(self, record: Record) -> None:
+            self.store.put(record.key, record.value)
+
+    class PriceLookup(Processor):
+        def init(self, context):
+            self.context = context
+            self.store = context.get_state_store("prices")
+
+        def process(self, record: Record) -> None:
+            price = self.store.get(record.key)
+            if price is not None:
+                self.context.forward(record.with_value(f"{record.value}@{price}"))
+
     topology = Topology()
     store = Stores.key_value_store_builder(Stores.persistent_key_value_store("prices"), S, S)
     topology.add_read_only_state_store(store, "prices-source", None, S.deserializer(), S, prices,
