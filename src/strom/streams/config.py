@@ -38,7 +38,9 @@ __all__ = [
     "PROCESSING_GUARANTEE",
     "STATESTORE_CACHE_MAX_BYTES",
     "STATE_DIR",
+    "TOPOLOGY_OPTIMIZATION",
     "StreamsConfig",
+    "optimization_rules",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,13 @@ REPLICATION_FACTOR = "replication.factor"
 WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS = "windowstore.changelog.additional.retention.ms"
 TOPIC_PREFIX = "topic."
 ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
+TOPOLOGY_OPTIMIZATION = "topology.optimization"
+NO_OPTIMIZATION = "none"
+OPTIMIZE = "all"
+REUSE_KTABLE_SOURCE_TOPICS = "reuse.ktable.source.topics"
+MERGE_REPARTITION_TOPICS = "merge.repartition.topics"
+SINGLE_STORE_SELF_JOIN = "single.store.self.join"
+OPTIMIZATION_RULES = (REUSE_KTABLE_SOURCE_TOPICS, MERGE_REPARTITION_TOPICS, SINGLE_STORE_SELF_JOIN)
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
@@ -138,6 +147,24 @@ def _dsl_store(key: str, value: Any) -> str:
     return value
 
 
+def optimization_rules(value: str) -> frozenset[str]:
+    """Kafka's ``verifyTopologyOptimizationConfigs``: ``none``, ``all`` (every rule) or a comma-separated
+    list of rules, as the set of rules they mean."""
+    names = [name.strip() for name in str(value).split(",")]
+    if names in ([NO_OPTIMIZATION], [OPTIMIZE]):
+        return frozenset() if names == [NO_OPTIMIZATION] else frozenset(OPTIMIZATION_RULES)
+    unknown = [name for name in names if name not in OPTIMIZATION_RULES]
+    if unknown:
+        raise ConfigError.bad_value(TOPOLOGY_OPTIMIZATION, value, f"{NO_OPTIMIZATION!r}, {OPTIMIZE!r} or a "
+                                    f"comma-separated list of {', '.join(OPTIMIZATION_RULES)}")
+    return frozenset(names)
+
+
+def _optimization(key: str, value: Any) -> str:
+    optimization_rules(value)
+    return str(value)
+
+
 def _replication_factor(key: str, value: Any) -> int:
     try:
         number = int(value)
@@ -184,6 +211,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     CLIENT_ID: ("", _anything),
     AUTO_OFFSET_RESET: ("earliest", _offset_reset),
     DEFAULT_DSL_STORE: ("rocksDB", _dsl_store),
+    TOPOLOGY_OPTIMIZATION: (NO_OPTIMIZATION, _optimization),
     REPLICATION_FACTOR: (-1, _replication_factor),
     ROCKSDB_CONFIG_SETTER: (None, _anything),
     WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS: (24 * 60 * 60 * 1000, _non_negative_int),
@@ -226,7 +254,6 @@ IGNORED: dict[str, str] = {
     "poll.ms": "the runtime reads each task's input on its own schedule (commit.interval.ms)",
     "task.timeout.ms": "a failed Spark task is retried by Spark (spark.task.maxFailures), then the "
                        "uncaught exception handler decides",
-    "topology.optimization": "topologies are run as built",
     "upgrade.from": "there is no earlier strom rebalance protocol to upgrade from",
     "default.client.supplier": "every Kafka client is librdkafka's, built by strom.kafka",
     "repartition.purge.interval.ms": "repartition records are not purged by the application; the topic's "

@@ -100,9 +100,17 @@ class OpenTask:
                                         for tp in committed})
         self.refresh_global_stores()
         self.task.initialize()
-        restored = restore_task(self.task, self.consumer)
+        restored = restore_task(self.task, self.consumer, committed=self._source_positions())
         self.task.complete_restoration()
         return restored
+
+    def _source_positions(self) -> Offsets:
+        """The committed offsets of the source partitions that are changelogs (where their restore
+        ends), also of those this batch does not read."""
+        sources = [(tp.topic, tp.partition) for tp in self.task.source_changelog_partitions().values()]
+        missing = [tp for tp in sources if tp not in self.positions]
+        committed = self._committed(missing) if missing else []
+        return {**self.positions, **{(tp.topic, tp.partition): tp.offset for tp in committed}}
 
     def refresh_global_stores(self) -> None:
         """Applies what the global tables' topics gained since the last batch (this process's

@@ -6,6 +6,8 @@ reach them. The driver builds each queried store as the tasks build it, one per 
 a task restores its stores (``restore_task``): read_committed under exactly-once, so the copy
 holds the state of the task batches committed so far and nothing of an open or aborted one.
 Every query without ``enable_stale_stores()`` first reads what the changelogs gained since.
+A store whose changelog is a source topic is read up to the group's committed offsets, what the
+tasks have processed and committed.
 Global stores are read from their topics, as the tasks read them.
 """
 
@@ -17,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.spark.runtime.open_task import QUICK_EOF
+from strom.spark.runtime.open_task import QUICK_EOF, TIMEOUT_S
 from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
 from strom.spark.runtime.restore import restore_task
 from strom.streams import config as cfg
@@ -67,7 +70,8 @@ class StoreCopies:
             for partition in partitions:
                 log_ends = self._log_ends.setdefault(partition, {})
                 if not params.stale_stores or params.store_name not in log_ends:
-                    restore_task(tasks[partition], self._reader(), (params.store_name,), log_ends)
+                    restore_task(tasks[partition], self._reader(), (params.store_name,), log_ends,
+                                 self._committed(tasks[partition], params.store_name))
             stores = [tasks[p].context.stores[params.store_name] for p in partitions]
             return params.query_type.view(params.store_name, stores)
 
@@ -91,7 +95,8 @@ class StoreCopies:
             known = sorted([*self._builder.store_builders, *self._builder.global_stores])
             raise InvalidStateStoreError(f"No state store {name!r} in application "
                                          f"{self._config.application_id}; its stores are {known}.")
-        if not getattr(self._builder.store_builders[name], "logging_enabled", False):
+        sourced = name in self._builder.source_changelogs
+        if not sourced and not getattr(self._builder.store_builders[name], "logging_enabled", False):
             raise InvalidStateStoreError(
                 f"Store {name!r} has logging disabled, so it cannot be queried: the driver reads a store "
                 "from its changelog. Build it with logging enabled (Materialized.with_logging_enabled(), "
@@ -144,12 +149,23 @@ class StoreCopies:
             catch_up(self._globals, self._reader())
         return params.query_type.view(params.store_name, [self._globals.stores[params.store_name]])
 
+    def _committed(self, task: StreamTask, store_name: str) -> dict[tuple[str, int], int]:
+        """The application's committed offset of the source partition ``store_name`` restores from
+        (none when its changelog is its own)."""
+        source = task.source_changelog_partitions().get(store_name)
+        if source is None:
+            return {}
+        committed = self._reader().committed([KafkaTopicPartition(source.topic, source.partition)],
+                                             TIMEOUT_S)
+        return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+
     def _reader(self) -> Consumer:
-        """One consumer for every catch-up: partitions assigned by hand, its group never used."""
+        """One consumer for every catch-up: partitions assigned by hand; it belongs to the
+        application's group only to read its committed offsets (it never subscribes or commits)."""
         if self._consumer is None:
             isolation = "read_committed" if self._config.exactly_once else "read_uncommitted"
             self._consumer = clients.consumer(
-                self._config[cfg.BOOTSTRAP_SERVERS],
+                self._config[cfg.BOOTSTRAP_SERVERS], group_id=self._config.application_id,
                 **{**CONNECT_AT_ONCE, **self._config.client_props("restore.consumer."),
                    "enable.partition.eof": True, **QUICK_EOF, "isolation.level": isolation})
         return self._consumer

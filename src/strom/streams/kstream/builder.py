@@ -6,10 +6,11 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
+from strom.streams.config import DEFAULT_DSL_STORE, TOPOLOGY_OPTIMIZATION, StreamsConfig, optimization_rules
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.internals.dsl_stores import apply_default_dsl_store
 from strom.streams.kstream.internals.global_store import add_global_store, global_table
+from strom.streams.kstream.internals.optimizer import optimize
 from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable, source_table
@@ -77,8 +78,11 @@ class StreamsBuilder:
 
     def build(self, props: Mapping[str, Any] | StreamsConfig | None = None) -> Topology:
         """The topology. ``props`` (optional) is validated now so mistakes surface early; its
-        ``default.dsl.store`` picks the store of every DSL operator whose Materialized chose none."""
+        ``default.dsl.store`` picks the store of every DSL operator whose Materialized chose none, its
+        ``topology.optimization`` rewrites the topology (optimizer.py), as Kafka's ``build(props)``."""
         config = None if props is None else StreamsConfig(props)
+        if config is not None:
+            optimize(self.builder, optimization_rules(config[TOPOLOGY_OPTIMIZATION]))
         store_type = StoreType(config[DEFAULT_DSL_STORE]) if config is not None else StoreType.ROCKS_DB
         apply_default_dsl_store(self.builder.internal.store_builders.values(), store_type)
         return Topology(self.builder.internal, store_type.value)

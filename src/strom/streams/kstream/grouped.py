@@ -60,11 +60,11 @@ class _Grouped(ABC):
     def aggregation_input(self, store_name: str) -> str:
         """The node the aggregation reads from; ``store_name`` names a repartition topic if one is needed."""
 
-    def _repartition(self, store_name: str, value_serde: Any) -> KStream:
+    def _repartition(self, store_name: str, value_serde: Any, optimizable: bool = False) -> KStream:
         """Writes the grouped records to ``<Grouped name, else store name>-repartition``; returns the
         stream reading them back."""
         base = self.grouped_name or store_name
-        return self.builder.repartition(self.name, base, self.key_serde, value_serde)
+        return self.builder.repartition(self.name, base, self.key_serde, value_serde, optimizable=optimizable)
 
     def _build(
         self,
@@ -120,7 +120,7 @@ class KGroupedStream(_Grouped):
         if not self.repartition_required:
             return self.builder.new_stream(self.name, self.key_serde, self.value_serde,
                                            source_topics=self.source_topics)
-        return self._repartition(store_name, self.value_serde)
+        return self._repartition(store_name, self.value_serde, optimizable=True)
 
     def count(
         self, named: Named | Materialized | None = None, materialized: Materialized | Named | None = None

@@ -89,6 +89,10 @@ class KStream:
     ) -> KStream:
         name = self.builder.node_name(named, prefix)
         self.builder.internal.add_processor(name, processor, self.name, *parents)
+        if key_changed:
+            self.builder.key_changing.add(name)
+        elif not keeps_serdes:
+            self.builder.value_changing.add(name)
         return KStream(
             self.builder,
             name,

@@ -345,6 +345,7 @@ def source_table(
         f"{topic}-",
     )
     table.source_topics = frozenset({topic})
+    builder.table_sources[table.name] = topic
     return table
 
 

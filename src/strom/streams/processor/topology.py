@@ -153,6 +153,22 @@ class Topology:
                                                        state_update_supplier))
         return self
 
+    def add_read_only_state_store(self, store_builder: Any, source_name: str, timestamp_extractor: Any,
+                                  key_deserializer: Any, value_deserializer: Any, topic: str,
+                                  processor_name: str, state_update_supplier: ProcessorSupplier) -> Topology:
+        """Kafka's ``addReadOnlyStateStore`` (KIP-813): a task store (one per partition of ``topic``) that
+        processor ``processor_name`` (made by ``state_update_supplier``) fills from source ``source_name``
+        (from the earliest offset). ``topic`` is its changelog: logging is disabled, and a task restores
+        it from ``topic`` up to its committed offset. Other processors of the sub-topology read it.
+        The deserializers may be serdes; ``timestamp_extractor`` None means the default one."""
+        store_builder.with_logging_disabled()
+        self.internal.add_source(source_name, [topic], _as_serde(key_deserializer),
+                                 _as_serde(value_deserializer), timestamp_extractor, AutoOffsetReset.EARLIEST)
+        self.internal.add_processor(processor_name, state_update_supplier, source_name)
+        self.internal.add_state_store(store_builder, processor_name)
+        self.internal.connect_source_store_and_topic(store_builder.name, topic)
+        return self
+
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> Topology:
         self.internal.connect_processor_and_state_stores(processor_name, *store_names)
         return self
@@ -183,6 +199,25 @@ def describe(builder: InternalTopologyBuilder) -> TopologyDescription:
         )
         subtopologies.append(SubtopologyDescription(len(subtopologies), [source, table], global_store=True))
     return TopologyDescription(subtopologies)
+
+
+@dataclass(frozen=True)
+class _DeserializingSerde:
+    """A source reads through a serde's deserializer: a bare deserializer given where Kafka takes one."""
+
+    wrapped: Any
+
+    def deserializer(self) -> Any:
+        return self.wrapped
+
+    def serializer(self) -> Any:
+        raise TopologyError("A source's deserializer cannot serialize.")
+
+
+def _as_serde(deserializer: Any) -> Any:
+    if deserializer is None or hasattr(deserializer, "deserializer"):
+        return deserializer
+    return _DeserializingSerde(deserializer)
 
 
 def _node_order(node: NodeDescription) -> tuple[int, str]:

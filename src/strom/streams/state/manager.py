@@ -49,6 +49,7 @@ class _Registered:
     store: StateStore
     transaction: StoreTransaction
     logged: bool
+    """True when the store has a changelog to restore from: its own, or a source topic."""
 
 
 class ProcessorStateManager:
@@ -62,11 +63,24 @@ class ProcessorStateManager:
         self._changelog_topic = changelog_topic
         self._cache = cache
         self._stores: dict[str, _Registered] = {}
+        self._source_changelogs: dict[str, str] = {}
         self._checkpointed: dict[tuple[str, int], int] | None = None
 
     @property
     def checkpoint_path(self) -> Path:
         return self.state_dir / CHECKPOINT_FILE
+
+    def use_source_changelog(self, store_name: str, topic: str) -> None:
+        """Store ``store_name`` (logging disabled) restores from the task's partition of source topic
+        ``topic``; its committed offset is the task's consumed position there. Call before the stores
+        open. A runtime restores such a store only up to the task's committed offset of that partition
+        (``source_changelog_stores``): records past it are processed again and must not be in it."""
+        self._source_changelogs[store_name] = topic
+
+    def source_changelog_stores(self) -> dict[str, tuple[str, int]]:
+        """Store name -> (source topic, partition) of the stores whose changelog is a source topic."""
+        return {name: (topic, self.partition) for name, topic in self._source_changelogs.items()
+                if name in self._stores}
 
     def register_store(self, store: StateStore, transaction: StoreTransaction, logged: bool) -> None:
         """Called from a store's ``init``. A persistent logged store with data but no offset is wiped:
@@ -74,13 +88,14 @@ class ProcessorStateManager:
         if store.name in self._stores:
             raise TopologyError(f"Store {store.name!r} is registered twice in task {self.task_id}; "
                                 "give each store a unique name.")
+        logged = logged or store.name in self._source_changelogs
         if logged and store.persistent and transaction.committed_offset is None:
             transaction.wipe()
         self._stores[store.name] = _Registered(store, transaction, logged)
 
     def changelog_partitions(self) -> dict[str, tuple[str, int]]:
         """Logged store name -> (changelog topic, partition) to read for restoration."""
-        return {name: (self._changelog_topic(name), self.partition)
+        return {name: (self._topic_of(name), self.partition)
                 for name, registered in self._stores.items() if registered.logged}
 
     def changelog_offsets(self) -> dict[str, int | None]:
@@ -152,6 +167,10 @@ class ProcessorStateManager:
                                "commit or abort before restoring")
         self._cache.clear(namespace)
 
+    def _topic_of(self, store_name: str) -> str:
+        """The topic a store restores from: its source topic, else its changelog."""
+        return self._source_changelogs.get(store_name) or self._changelog_topic(store_name)
+
     def _registered(self, name: str) -> _Registered:
         try:
             return self._stores[name]
@@ -164,7 +183,7 @@ class ProcessorStateManager:
         for name, registered in self._stores.items():
             offset = registered.transaction.committed_offset
             if registered.logged and registered.store.persistent and offset is not None:
-                offsets[(self._changelog_topic(name), self.partition)] = offset
+                offsets[(self._topic_of(name), self.partition)] = offset
         if offsets != self._checkpointed:
             write_checkpoint(self.checkpoint_path, offsets)
             self._checkpointed = offsets

@@ -211,9 +211,10 @@ def stream_stream_join(left: KStream, right: KStream, kind: JoinKind, joiner: Ca
              for suffix, generated in parts]
     this_window, other_window, this_join, other_join, merge = names
     if left.repartition_required:
-        left = builder.repartition(left.name, f"{this_join}-left", key_serde, left_serde)
+        left = builder.repartition(left.name, f"{this_join}-left", key_serde, left_serde, optimizable=True)
     if right.repartition_required:
-        right = builder.repartition(right.name, f"{other_join}-right", key_serde, right_serde)
+        right = builder.repartition(right.name, f"{other_join}-right", key_serde, right_serde,
+                                    optimizable=True)
     store_base = joined.store_name
     this_store = f"{store_base}-this-join-store" if store_base else f"{this_join}-store"
     other_store = f"{store_base}-other-join-store" if store_base else f"{other_join}-store"

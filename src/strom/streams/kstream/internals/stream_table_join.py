@@ -116,7 +116,7 @@ def stream_table_join(stream: KStream, table: KTable, kind: JoinKind, joiner: Ca
     name = builder.node_name(Named(joined.name), f"KSTREAM-{kind.node_infix}-")
     if stream.repartition_required:
         stream = builder.repartition(stream.name, f"{name}-left", joined.key_serde or stream.key_serde,
-                                     joined.value_serde or stream.value_serde)
+                                     joined.value_serde or stream.value_serde, optimizable=True)
     store_name = table.ensure_store()
     if joined.grace_period_ms:
         _check_grace_period(builder.internal.store_builders[store_name], joined.grace_period_ms)

@@ -3,6 +3,7 @@ kstream.internals.InternalStreamsBuilder)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom.streams.kstream.internals.stateless import DropNullKeys
@@ -15,6 +16,17 @@ if TYPE_CHECKING:
     from strom.streams.kstream.internals.table import KTableProcessorSupplier
 
 
+@dataclass(frozen=True)
+class RepartitionNodes:
+    """The nodes of one repartition topic: ``filter`` (drops null keys) -> ``sink`` -> topic ->
+    ``source``."""
+
+    topic: str
+    filter: str
+    sink: str
+    source: str
+
+
 class InternalStreamsBuilder:
     """Shared by all streams and tables of one StreamsBuilder: the topology and Kafka's name counter.
 
@@ -25,6 +37,13 @@ class InternalStreamsBuilder:
     def __init__(self) -> None:
         self.internal = InternalTopologyBuilder()
         self._index = 0
+        # what topology.optimization needs to know of the DSL graph (kstream.internals.optimizer)
+        self.table_sources: dict[str, str] = {}
+        """KTableSource node -> the topic it reads."""
+        self.key_changing: set[str] = set()
+        self.value_changing: set[str] = set()
+        self.optimizable_repartitions: list[RepartitionNodes] = []
+        """Repartition topics of grouping and joins (not of an explicit ``repartition()``), in order."""
 
     def next_index(self) -> str:
         index = f"{self._index:010d}"
@@ -77,9 +96,11 @@ class InternalStreamsBuilder:
         value_serde: Any,
         partitions: int | None = None,
         partitioner: Any = None,
+        optimizable: bool = False,
     ) -> KStream:
         """Node ``parent`` → (drop null keys) → topic ``<base>-repartition`` → a new source in a new
-        sub-topology. The returned stream no longer needs repartitioning."""
+        sub-topology. The returned stream no longer needs repartitioning. ``optimizable``: a grouping's
+        or a join's, which ``merge.repartition.topics`` may merge with others after the same key change."""
         topic = f"{base}-repartition"
         self.internal.add_internal_topic(topic, partitions)
         filter_name = f"{base}-repartition-filter"
@@ -95,4 +116,6 @@ class InternalStreamsBuilder:
             partitioner=partitioner,
         )
         self.internal.add_source(source_name, [topic], key_serde, value_serde)
+        if optimizable:
+            self.optimizable_repartitions.append(RepartitionNodes(topic, filter_name, sink_name, source_name))
         return KStream(self, source_name, key_serde, value_serde, False, frozenset({topic}))

@@ -95,6 +95,10 @@ class InternalTopologyBuilder:
         self.copartition_groups: list[set[str]] = []
         self.global_stores: dict[str, Any] = {}
         """Global tables: store name -> GlobalStoreSpec (strom.streams.processor.internals.global_state)."""
+        self.source_changelogs: dict[str, str] = {}
+        """Store name -> the source topic that is its changelog (a source KTable's store under
+        ``topology.optimization``, a read-only state store): restored from that topic up to the
+        task's committed offset, never logged."""
         self.application_id: str | None = None
         self._topic_to_source: dict[str, str] = {}
         self._pattern_sources: dict[str, SourceNodeFactory] = {}
@@ -272,6 +276,18 @@ class InternalTopologyBuilder:
                                 "store's source and processor differently.")
         self.global_stores[spec.name] = spec
 
+    def connect_source_store_and_topic(self, store_name: str, topic: str) -> None:
+        """Kafka's ``connectSourceStoreAndTopic``: ``topic`` (read by a source of this topology) is the
+        changelog of store ``store_name``, whose own logging is then disabled."""
+        if store_name in self.source_changelogs:
+            raise TopologyError(f"Store {store_name!r} already uses topic "
+                                f"{self.source_changelogs[store_name]!r} as its changelog.")
+        store_builder = self.store_builders.get(store_name)
+        if store_builder is None:
+            raise TopologyError(f"No state store named {store_name!r}; add it with add_state_store first.")
+        store_builder.with_logging_disabled()
+        self.source_changelogs[store_name] = topic
+
     def connect_processor_and_state_stores(self, processor_name: str, *store_names: str) -> None:
         node = self.nodes.get(processor_name)
         if not isinstance(node, ProcessorNodeFactory):
@@ -288,6 +304,31 @@ class InternalTopologyBuilder:
 
     def add_internal_topic(self, name: str, partitions: int | None = None) -> None:
         self.internal_topics[name] = InternalTopic(name, partitions)
+
+    def remove_repartition(self, topic: str, node_names: Iterable[str], replacement: str) -> None:
+        """Drops repartition topic ``topic`` and its nodes (their edges are rewired already); co-partition
+        groups name ``replacement`` instead (topology.optimization merging repartition topics)."""
+        for name in node_names:
+            del self.nodes[name]
+        del self.internal_topics[topic]
+        self._topic_to_source.pop(topic, None)
+        for group in self.copartition_groups:
+            if topic in group:
+                group.discard(topic)
+                group.add(replacement)
+        self._plans = None
+
+    def move_after(self, anchor: str, node_names: Iterable[str]) -> None:
+        """Puts ``node_names`` right after node ``anchor`` in insertion order (which orders children and
+        numbers sub-topologies), as if they had been added then."""
+        moved = [self.nodes.pop(name) for name in node_names]
+        reordered: dict[str, NodeFactory] = {}
+        for name, node in self.nodes.items():
+            reordered[name] = node
+            if name == anchor:
+                reordered.update((m.name, m) for m in moved)
+        self.nodes = reordered
+        self._plans = None
 
     def copartition(self, topics: Iterable[str]) -> None:
         """Declares that these source topics must have the same partition count (joins, co-grouping).

@@ -131,6 +131,9 @@ class StreamTask:
         if self.processing_handler is not None:
             self.context.processing_failed = self._processing_failed
         self.state_manager = self.context.state_manager
+        for store in self.plan.stores:
+            if store in builder.source_changelogs:
+                self.state_manager.use_source_changelog(store, builder.source_changelogs[store])
         self.nodes: dict[str, ProcessorNode] = {}
         self.sources: dict[str, SourceNode] = {}
         self._build_nodes()
@@ -507,13 +510,25 @@ class StreamTask:
                                      self.context.processor_metadata)
 
     def changelog_offsets(self) -> dict[str, int]:
-        """Store name -> the offset after its last changelog record delivered so far."""
+        """Store name -> the offset after its last changelog record delivered so far (a store whose
+        changelog is a source topic: the offset after the last record consumed from it)."""
         offsets = {}
+        sourced = self.state_manager.source_changelog_stores()
         for store, (topic, partition) in self.state_manager.changelog_partitions().items():
-            delivered = self.collector.offsets.get(TopicPartition(topic, partition))
+            if store in sourced:
+                queue = self.partition_group.queues.get(TopicPartition(topic, partition))
+                delivered = None if queue is None or queue.consumed_offset < 0 else queue.consumed_offset
+            else:
+                delivered = self.collector.offsets.get(TopicPartition(topic, partition))
             if delivered is not None:
                 offsets[store] = delivered + 1
         return offsets
+
+    def source_changelog_partitions(self) -> dict[str, TopicPartition]:
+        """Store name -> the source partition that is its changelog: restore such a store only up to
+        the task's committed offset of that partition."""
+        sourced = self.state_manager.source_changelog_stores()
+        return {store: TopicPartition(*tp) for store, tp in sourced.items()}
 
     def changelog_partitions(self) -> dict[str, TopicPartition]:
         """Logged store name -> its changelog partition, to read for restoration."""
