@@ -194,11 +194,11 @@ class ProcessorContextImpl:
         made = self._made_headers
         if made is not None and held is made[0] and task.record_context is made[1]:
             held = made[1].headers
+        if record[3] is not held:
+            record = new_tuple(Record, (record[0], record[1], record[2], held))
         if type(held) is not Headers or task.record_context.headers is held:
             self._forward(record, child_name)
             return
-        if record[3] is not held:
-            record = new_tuple(Record, (record[0], record[1], record[2], held))
         previous = task.record_context
         task.record_context = previous._replace(timestamp=record[2], headers=held)
         try:
