@@ -47,6 +47,7 @@ __all__ = [
     "KafkaProtobufSerde",
     "SchemaRegistrySerde",
     "registry_client",
+    "is_serde_setting",
     "serde_for_format",
     "split_config",
 ]
@@ -96,6 +97,12 @@ def _strategy(key: str, value: Any) -> Callable[..., Any]:
     raise ConfigError.bad_value(key, value, "TopicNameStrategy, RecordNameStrategy, TopicRecordNameStrategy "
                                 "(or io.confluent.kafka.serializers.subject.<name>) or a function "
                                 "(ctx, record_name) -> subject")
+
+
+def is_serde_setting(key: str) -> bool:
+    """A Java-style Schema Registry serde setting (what ``split_config`` takes), not a Kafka client's."""
+    return (key == URL or key.startswith(_CLIENT_PREFIX) or key in _AUTH_KEYS or key in _SERIALIZER_FLAGS
+            or key in _STRATEGY_KEYS)
 
 
 def split_config(config: Mapping[str, Any], is_key: bool) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -264,14 +271,15 @@ FORMATS = ("avro", "protobuf", "json_schema")
 
 
 def serde_for_format(fmt: str, config: Mapping[str, Any], is_key: bool = False,
-                     message_type: type | None = None) -> Serde[Any]:
+                     message_type: type | None = None, schema: str | None = None) -> Serde[Any]:
     """The serde of a format named on a command line or in options: ``avro`` and ``json_schema`` read with
-    the writer's schema from the registry; ``protobuf`` needs the generated ``message_type``."""
+    the writer's schema from the registry and write with ``schema``; ``protobuf`` needs the generated
+    ``message_type``."""
     name = fmt.strip().lower().replace("-", "_")
     if name == "avro":
-        return GenericAvroSerde(config, is_key=is_key)
+        return GenericAvroSerde(config, schema, is_key=is_key)
     if name in ("json_schema", "jsonschema"):
-        return KafkaJsonSchemaSerde(config, is_key=is_key)
+        return KafkaJsonSchemaSerde(config, schema, is_key=is_key)
     if name == "protobuf":
         if message_type is None:
             raise ConfigError("The protobuf format needs the generated message class to read into.")
