@@ -46,8 +46,8 @@ __all__ = [
     "KafkaJsonSchemaSerde",
     "KafkaProtobufSerde",
     "SchemaRegistrySerde",
-    "registry_client",
     "is_serde_setting",
+    "registry_client",
     "serde_for_format",
     "split_config",
 ]
@@ -113,8 +113,9 @@ def split_config(config: Mapping[str, Any], is_key: bool) -> tuple[dict[str, Any
     for key, value in config.items():
         if key == URL:
             client["url"] = str(value)
-        elif key.startswith(_CLIENT_PREFIX):
-            client[key.removeprefix(_CLIENT_PREFIX)] = value
+        elif key.startswith(_CLIENT_PREFIX):  # numbers given as text (properties, -X) made numbers
+            number = isinstance(value, str) and value.isdigit()
+            client[key.removeprefix(_CLIENT_PREFIX)] = int(value) if number else value
         elif key in _AUTH_KEYS:
             client[key] = value
         elif key in _SERIALIZER_FLAGS:
