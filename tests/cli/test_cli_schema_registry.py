@@ -1,6 +1,7 @@
 """`strom consume/produce` with Schema Registry formats against the broker and confluent-kafka's in-process
 mock registry: JSON lines written as Avro / JSON Schema in Confluent's wire format and read back, records
-of confluent-kafka's own AvroSerializer read and strom's read by its AvroDeserializer, and the errors."""
+of confluent-kafka's own AvroSerializer and ProtobufSerializer read, strom's read by its AvroDeserializer,
+and the errors."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ import uuid
 
 import pytest
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, timestamp_pb2
+from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FieldType
+from google.protobuf.descriptor_pool import DescriptorPool
+from google.protobuf.message_factory import GetMessageClass
 
 from cli.strom_cli import unique
 from strom.kafka.schema_registry import registry_client
@@ -113,3 +119,42 @@ def test_registry_errors_say_what_to_do(strom, registry, tmp_path):
                        "--value-deserializer", "avro")
     assert result.code == 2 and json.loads(result.out) == {"id": 1, "item": "tea", "note": None}
     assert f"The value at {topic}-0@1" in result.err and "is not avro" in result.err
+
+
+def _shop_messages():
+    """Generated-like classes of ``package shop; import timestamp; message Line {...} message Order {...}``
+    (Order is the second message: its records carry message index 1)."""
+    pool = DescriptorPool()
+    pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
+    file = descriptor_pb2.FileDescriptorProto(
+        name="shop.proto", package="shop", syntax="proto3", dependency=["google/protobuf/timestamp.proto"])
+    line = file.message_type.add(name="Line")
+    line.field.add(name="sku", number=1, type=FieldType.TYPE_STRING, label=FieldType.LABEL_OPTIONAL)
+    order = file.message_type.add(name="Order")
+    order.field.add(name="id", number=1, type=FieldType.TYPE_INT32, label=FieldType.LABEL_OPTIONAL)
+    order.field.add(name="placed", number=2, type=FieldType.TYPE_MESSAGE, label=FieldType.LABEL_OPTIONAL,
+                    type_name=".google.protobuf.Timestamp")
+    order.field.add(name="lines", number=3, type=FieldType.TYPE_MESSAGE, label=FieldType.LABEL_REPEATED,
+                    type_name=".shop.Line")
+    pool.Add(file)
+    return GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+def test_protobuf_of_confluents_serializer_is_shown_as_json_without_generated_classes(strom, broker,
+                                                                                      registry):
+    topic = _topic(strom)
+    order_class = _shop_messages()
+    order = order_class(id=7)
+    order.placed.FromSeconds(86_400)
+    order.lines.add(sku="tea")
+    client = registry_client({"url": registry.split("=", 1)[1]})
+    data = ProtobufSerializer(order_class, client, {"use.deprecated.format": False})(
+        order, SerializationContext(topic, MessageField.VALUE))
+    produce(broker.bootstrap_servers, topic, [("k", data), ("bad", b"\x00\x00\x00\x00\x63\x00")])
+
+    result = strom.run("consume", topic, "-X", registry, "-o", "beginning", "-e",
+                       "--value-deserializer", "protobuf")
+    assert json.loads(result.out) == {"id": 7, "placed": "1970-01-02T00:00:00Z", "lines": [{"sku": "tea"}]}
+    assert result.code == 2 and f"The value at {topic}-0@1" in result.err and "is not protobuf" in result.err
+    assert "needs the generated message class" in strom.run(
+        "produce", topic, "-X", registry, "--value-serializer", "protobuf").err

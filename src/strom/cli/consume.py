@@ -145,7 +145,8 @@ class Progress:
               default="read_committed", show_default=True)
 @format_option("--key-deserializer", help="How keys are shown.")
 @format_option("--value-deserializer", help="How values are shown (bytes: written unchanged; avro, "
-               "json_schema: Confluent's wire format shown as JSON, with -X schema.registry.url=URL).")
+               "json_schema, protobuf: Confluent's wire format shown as JSON, with -X "
+               "schema.registry.url=URL).")
 def consume(connection: Connection, topic: str, group: str | None, start: StartAt, from_beginning: bool,
             partitions: tuple[int, ...], max_messages: int | None, exit_at_end: bool,
             idle_timeout: float | None, fmt: str | None, print_key: bool, print_headers: bool,

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from strom.cli.output import escaped
+from strom.cli.protobuf_json import ProtobufJson
 from strom.errors import ConfigError, SerializationError, StromError
 from strom.kafka import schema_registry
 from strom.kafka.serdes import DoubleSerde, IntegerSerde, LongSerde
@@ -89,8 +90,10 @@ def _registry_format(name: str) -> Format:
         if schema_registry.URL not in config:
             raise ConfigError(f"The {name} {which} format needs the registry: -X {schema_registry.URL}=URL "
                               "(e.g. http://localhost:8081).")
+        if name == "protobuf":
+            return _protobuf_reader(config)
         settings = dict(config)
-        if schema is None and name != "protobuf":
+        if schema is None:
             settings.setdefault("auto.register.schemas", "false")  # the registered schema is written as is
         serde = schema_registry.serde_for_format(name, settings, is_key=is_key, schema=schema)
         _check_reachable(serde.client, config[schema_registry.URL])  # type: ignore[attr-defined]
@@ -106,6 +109,29 @@ def _registry_format(name: str) -> Format:
     return Format(name, unbound, unbound, bind)
 
 
+def _protobuf_reader(config: Mapping[str, str]) -> Format:
+    """Protobuf read with the writer's schema (no generated class), shown in protobuf's JSON form; writing
+    protobuf needs a generated class, so there is no ``parse``."""
+    client_config, _ = schema_registry.split_config(config, is_key=False)
+    client = schema_registry.registry_client(client_config)
+    _check_reachable(client, client_config["url"])
+    read = ProtobufJson(client)
+
+    def show(data: bytes) -> bytes:
+        try:
+            message = read(data)
+        except SerializationError:
+            raise
+        except Exception as exc:  # the registry's or protobuf's error: the caller names the record
+            raise SerializationError(str(exc)) from exc
+        return json.dumps(message, ensure_ascii=False).encode()
+
+    def parse(_text: bytes) -> bytes:
+        raise AssertionError("protobuf is read only (produce refuses it)")
+
+    return Format("protobuf", show, parse)
+
+
 def _check_reachable(client: Any, url: str) -> None:
     try:
         client.get_subjects()
@@ -115,7 +141,7 @@ def _check_reachable(client: Any, url: str) -> None:
                          "registry).") from exc
 
 
-FORMATS.update((name, _registry_format(name)) for name in ("avro", "json_schema"))
+FORMATS.update((name, _registry_format(name)) for name in schema_registry.FORMATS)
 
 
 def format_option(*names: str, help: str) -> Callable:

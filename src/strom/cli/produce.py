@@ -127,6 +127,9 @@ def _writer(fmt: Format, schema: Path | None, connection: Connection, topic: str
     """The format bound to its registry and writer's schema (a registry format needs one: the file, or the
     subject's latest with -X use.latest.version=true)."""
     which = "key" if is_key else "value"
+    if fmt.name == "protobuf":
+        raise click.UsageError(f"--{which}-serializer protobuf needs the generated message class: write "
+                               "protobuf from code (strom.kafka.schema_registry.KafkaProtobufSerde).")
     if fmt.bind is None:
         if schema is not None:
             raise click.UsageError(f"--{which}-schema is for --{which}-serializer avro or json_schema.")
