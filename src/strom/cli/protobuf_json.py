@@ -28,6 +28,7 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 
+from strom.broker.log.records import read_varint
 from strom.errors import SerializationError
 
 __all__ = ["ProtobufJson"]
@@ -37,29 +38,15 @@ _WELL_KNOWN = (any_pb2, source_context_pb2, type_pb2, api_pb2, descriptor_pb2, d
 """The google/protobuf files a schema may import without a registry reference (as Confluent's serdes)."""
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint at ``pos`` (Confluent's message indexes): (value, position after it)."""
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise SerializationError("the message indexes end early")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-
-
 def message_indexes(data: bytes) -> tuple[tuple[int, ...], int]:
     """The message indexes after the magic byte and schema id (``(0,)`` written as one 0), and where the
     payload starts."""
-    count, pos = _varint(data, 5)
+    count, pos = read_varint(data, 5)
     if count == 0:
         return (0,), pos
     indexes = []
     for _ in range(count):
-        index, pos = _varint(data, pos)
+        index, pos = read_varint(data, pos)
         indexes.append(index)
     return tuple(indexes), pos
 
