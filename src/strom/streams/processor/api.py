@@ -53,7 +53,9 @@ class RecordHeaders:
         return made
 
     def _copied_headers(self) -> HeldHeaders:
-        held = held_headers(self)  # type: ignore[arg-type]
+        held = getattr(self, "_headers", None)  # held_headers(self), inlined: with_value is a DSL hot path
+        if held is None:
+            held = tuple.__getitem__(self, 3)  # type: ignore[arg-type]
         return Headers(held) if type(held) is Headers else held
 
 
