@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicM
 from strom.cli.broker import parse_config
 from strom.errors import BrokerUnavailableError, StromError, UnknownTopicError
 from strom.kafka import clients
+from strom.kafka.schema_registry import is_serde_setting
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT = 15.0
@@ -38,6 +39,9 @@ class Connection:
 
     bootstrap_servers: str
     properties: dict[str, str] = field(default_factory=dict)
+    serde_properties: dict[str, str] = field(default_factory=dict)
+    """The Schema Registry serdes' settings given with ``-X`` (``schema.registry.url``, ...): they go to
+    ``--value-deserializer avro`` and the like, not to librdkafka."""
     errors: list[KafkaError] = field(default_factory=list)
     _admin: AdminClient | None = field(default=None, init=False, repr=False)
 
@@ -116,7 +120,8 @@ def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
         properties.update(client_properties)
         bootstrap = (bootstrap_servers or properties.pop("bootstrap.servers", None) or DEFAULT_BOOTSTRAP)
         properties.pop("bootstrap.servers", None)
-        return command(*args, connection=Connection(bootstrap, properties), **kwargs)
+        serde = {key: properties.pop(key) for key in list(properties) if is_serde_setting(key)}
+        return command(*args, connection=Connection(bootstrap, properties, serde), **kwargs)
 
     options = (
         click.option("-b", "--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
@@ -124,7 +129,9 @@ def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           f"{DEFAULT_BOOTSTRAP})."),
         click.option("-X", "client_properties", multiple=True, callback=parse_config, metavar="KEY=VALUE",
                      help="librdkafka client property (security, acks, sizes...); repeatable, wins over "
-                          "--command-config."),
+                          "--command-config. Schema Registry settings (schema.registry.url, "
+                          "schema.registry.*, basic.auth.*, auto.register.schemas, use.latest.version, "
+                          "*subject.name.strategy) go to the avro/json_schema/protobuf formats."),
         click.option("--command-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Java-style .properties file of client settings (as Kafka's tools take)."),
     )

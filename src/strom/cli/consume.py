@@ -144,7 +144,9 @@ class Progress:
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)
 @format_option("--key-deserializer", help="How keys are shown.")
-@format_option("--value-deserializer", help="How values are shown (bytes: written unchanged).")
+@format_option("--value-deserializer", help="How values are shown (bytes: written unchanged; avro, "
+               "json_schema, protobuf: Confluent's wire format shown as JSON, with -X "
+               "schema.registry.url=URL).")
 def consume(connection: Connection, topic: str, group: str | None, start: StartAt, from_beginning: bool,
             partitions: tuple[int, ...], max_messages: int | None, exit_at_end: bool,
             idle_timeout: float | None, fmt: str | None, print_key: bool, print_headers: bool,
@@ -155,6 +157,8 @@ def consume(connection: Connection, topic: str, group: str | None, start: StartA
         start = StartAt("beginning")
     layout = parse_format(fmt if fmt is not None else _default_format(print_key, print_headers, separator))
     metadata = connection.topic(topic)
+    key_deserializer = key_deserializer.bound(connection.serde_properties, topic, is_key=True)
+    value_deserializer = value_deserializer.bound(connection.serde_properties, topic, is_key=False)
     if group is not None and (partitions or start.kind not in ("beginning", "end")):
         raise click.UsageError("With --group the group assigns partitions and keeps offsets: use -o "
                                "beginning or -o end, no -p (`strom groups reset-offsets` moves a group).")

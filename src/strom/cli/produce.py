@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -92,14 +93,23 @@ class LineFormat:
               help="Write to this partition instead of by key.")
 @create_topic_option
 @format_option("--key-serializer", help="How key text becomes bytes (long: 8-byte big-endian, as Kafka's).")
-@format_option("--value-serializer", help="How value text becomes bytes.")
+@format_option("--value-serializer", help="How value text becomes bytes (avro, json_schema: a JSON document "
+               "written in Confluent's wire format, with -X schema.registry.url=URL).")
+@click.option("--key-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The writer's schema of avro/json_schema keys (registered if new); without it, -X "
+                   "use.latest.version=true writes with the subject's latest schema.")
+@click.option("--value-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The writer's schema of avro/json_schema values, as --key-schema.")
 def produce(connection: Connection, topic: str, key_separator: bytes | None, headers: Headers,
             headers_delimiter: bytes | None, null_marker: str | None, partition: int | None,
-            create_topic: bool, key_serializer: Format, value_serializer: Format) -> None:
+            create_topic: bool, key_serializer: Format, value_serializer: Format, key_schema: Path | None,
+            value_schema: Path | None) -> None:
     """Write stdin lines to TOPIC and print how many were acknowledged (kcat -P, kafka-console-producer)."""
     count = len(connection.topic(topic, create=create_topic).partitions)
     if partition is not None and partition >= count:
         raise StromError(f"Topic {topic!r} has {count} partition(s) (0-{count - 1}), not {partition}.")
+    key_serializer = _writer(key_serializer, key_schema, connection, topic, is_key=True)
+    value_serializer = _writer(value_serializer, value_schema, connection, topic, is_key=False)
     null = None if null_marker is None else raw_argument(null_marker)
     lines = LineFormat(key_separator, headers_delimiter, null, key_serializer, value_serializer, headers)
     producer = connection.producer(**clients.JAVA_PARTITIONER)
@@ -111,6 +121,25 @@ def produce(connection: Connection, topic: str, key_separator: bytes | None, hea
         written = writer.finish()
         raise StromError(f"{exc} The {written} record(s) before it were written to {topic!r}.") from exc
     click.echo(f"produced {writer.finish()} record(s) to {topic}", err=True)
+
+
+def _writer(fmt: Format, schema: Path | None, connection: Connection, topic: str, is_key: bool) -> Format:
+    """The format bound to its registry and writer's schema (a registry format needs one: the file, or the
+    subject's latest with -X use.latest.version=true)."""
+    which = "key" if is_key else "value"
+    if fmt.name == "protobuf":
+        raise click.UsageError(f"--{which}-serializer protobuf needs the generated message class: write "
+                               "protobuf from code (strom.kafka.schema_registry.KafkaProtobufSerde).")
+    if fmt.bind is None:
+        if schema is not None:
+            raise click.UsageError(f"--{which}-schema is for --{which}-serializer avro or json_schema.")
+        return fmt
+    latest = connection.serde_properties.get("use.latest.version", "").strip().lower() == "true"
+    if schema is None and not latest:
+        raise click.UsageError(f"--{which}-serializer {fmt.name} needs the writer's schema: --{which}-schema "
+                               "FILE, or -X use.latest.version=true for the subject's latest schema.")
+    text = None if schema is None else schema.read_text()
+    return fmt.bound(connection.serde_properties, topic, is_key, text)
 
 
 class _Writer:

@@ -3,8 +3,8 @@ key may repeat.
 
 A ``Header`` is a 2-tuple, so a ``Headers`` is also the list of ``(key, value)`` tuples confluent-kafka
 takes and returns: it goes to ``Producer.produce(headers=...)`` as it is, and ``Headers(message.headers())``
-wraps what a consumer read. strom.tasks hands it to processors; strom.streams accepts it wherever headers
-are given (its records carry them as an immutable tuple of the same pairs).
+wraps what a consumer read. strom.tasks hands it to processors; strom.streams' records give it as
+``record.headers`` (made on first access from the pairs the record was read with).
 """
 
 from __future__ import annotations
@@ -49,3 +49,16 @@ class Headers(list[Header]):
 
     def to_array(self) -> list[Header]:
         return list(self)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to any list or tuple of the same ``(key, value)`` pairs, as the headers a record was
+        read with are."""
+        if isinstance(other, list | tuple):
+            return list.__eq__(self, other if isinstance(other, list) else list(other))
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list

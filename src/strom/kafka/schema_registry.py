@@ -46,6 +46,7 @@ __all__ = [
     "KafkaJsonSchemaSerde",
     "KafkaProtobufSerde",
     "SchemaRegistrySerde",
+    "is_serde_setting",
     "registry_client",
     "serde_for_format",
     "split_config",
@@ -98,6 +99,12 @@ def _strategy(key: str, value: Any) -> Callable[..., Any]:
                                 "(ctx, record_name) -> subject")
 
 
+def is_serde_setting(key: str) -> bool:
+    """A Java-style Schema Registry serde setting (what ``split_config`` takes), not a Kafka client's."""
+    return (key == URL or key.startswith(_CLIENT_PREFIX) or key in _AUTH_KEYS or key in _SERIALIZER_FLAGS
+            or key in _STRATEGY_KEYS)
+
+
 def split_config(config: Mapping[str, Any], is_key: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(registry client settings, serializer settings) of a Java-style serde configuration."""
     client: dict[str, Any] = {}
@@ -106,8 +113,9 @@ def split_config(config: Mapping[str, Any], is_key: bool) -> tuple[dict[str, Any
     for key, value in config.items():
         if key == URL:
             client["url"] = str(value)
-        elif key.startswith(_CLIENT_PREFIX):
-            client[key.removeprefix(_CLIENT_PREFIX)] = value
+        elif key.startswith(_CLIENT_PREFIX):  # numbers given as text (properties, -X) made numbers
+            number = isinstance(value, str) and value.isdigit()
+            client[key.removeprefix(_CLIENT_PREFIX)] = int(value) if number else value
         elif key in _AUTH_KEYS:
             client[key] = value
         elif key in _SERIALIZER_FLAGS:
@@ -264,14 +272,15 @@ FORMATS = ("avro", "protobuf", "json_schema")
 
 
 def serde_for_format(fmt: str, config: Mapping[str, Any], is_key: bool = False,
-                     message_type: type | None = None) -> Serde[Any]:
+                     message_type: type | None = None, schema: str | None = None) -> Serde[Any]:
     """The serde of a format named on a command line or in options: ``avro`` and ``json_schema`` read with
-    the writer's schema from the registry; ``protobuf`` needs the generated ``message_type``."""
+    the writer's schema from the registry and write with ``schema``; ``protobuf`` needs the generated
+    ``message_type``."""
     name = fmt.strip().lower().replace("-", "_")
     if name == "avro":
-        return GenericAvroSerde(config, is_key=is_key)
+        return GenericAvroSerde(config, schema, is_key=is_key)
     if name in ("json_schema", "jsonschema"):
-        return KafkaJsonSchemaSerde(config, is_key=is_key)
+        return KafkaJsonSchemaSerde(config, schema, is_key=is_key)
     if name == "protobuf":
         if message_type is None:
             raise ConfigError("The protobuf format needs the generated message class to read into.")

@@ -23,6 +23,7 @@ from strom.streams.state.internals.metered import (
 )
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import VersionedRecord
+from strom.streams.state.window.reads import WindowFetches
 
 __all__ = [
     "QueryableStoreType",
@@ -99,11 +100,14 @@ class ReadOnlyKeyValueStore(_PartitionedView):
         return sum(store.approximate_num_entries() for store in self._open_stores())
 
 
-class ReadOnlyWindowStore(_PartitionedView):
-    """Kafka's ReadOnlyWindowStore over the partitions of one window store."""
+class ReadOnlyWindowStore(WindowFetches, _PartitionedView):
+    """Kafka's ReadOnlyWindowStore over the partitions of one window store (``fetch`` and
+    ``backward_fetch`` take Kafka's argument lists: state/window/reads.py)."""
 
-    def fetch(self, key: Any, window_start: int) -> Any:
+    def fetch(self, key: Any, window_start: int, *more: Any) -> Any:
         """The key's value in the window starting at ``window_start``, None when there is none."""
+        if more:
+            return self.fetch_more(key, window_start, more)
         return self._first(lambda store: store.fetch(key, window_start))
 
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
@@ -117,6 +121,11 @@ class ReadOnlyWindowStore(_PartitionedView):
                         time_to: int) -> Iterator[tuple[Any, Any]]:
         """(Windowed key, value) for keys in [key_from, key_to] (None: unbounded)."""
         return self._entries(lambda store: store.fetch_key_range(key_from, key_to, time_from, time_to))
+
+    def backward_fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
+                                 time_to: int) -> Iterator[tuple[Any, Any]]:
+        return self._entries(
+            lambda store: store.backward_fetch_key_range(key_from, key_to, time_from, time_to))
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Any, Any]]:
         return self._entries(lambda store: store.fetch_all(time_from, time_to))

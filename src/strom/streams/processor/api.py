@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections import namedtuple
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from strom.kafka.headers import Headers
 from strom.streams.internals.tuples import new_tuple
 
 __all__ = [
@@ -22,32 +24,89 @@ __all__ = [
     "RecordMetadata",
 ]
 
-Headers = tuple[tuple[str, bytes | None], ...]
+HeldHeaders = Sequence[tuple[str, bytes | None]]
+"""What a record holds as headers: the ``(key, value)`` pairs it was read with (a tuple, not copied per
+hop), or the ``Headers`` a processor made of them by looking at ``record.headers``."""
 
 
-class Record(NamedTuple):
-    """One record flowing through a topology; immutable, ``with_*`` return copies.
+class RecordHeaders:
+    """``headers`` of Record and FixedKeyRecord: Kafka's mutable ``Headers``, made on first access.
 
-    A NamedTuple: a record is made per processor hop, and the engine builds them with the C-level
-    ``new_tuple(Record, (key, value, timestamp, headers))``.
+    A record is a tuple whose fourth item holds the headers as they travel (``raw_headers``); most
+    records are never asked for their ``Headers``, so the engine passes that item along and never
+    allocates one. The first ``record.headers`` makes a ``Headers`` of it and keeps it on the record,
+    so changes made to it travel with the record when it is forwarded (``ProcessorContext.forward``
+    puts it in the tuple). ``with_*`` copy a ``Headers`` (as Kafka's ``Record`` does), so the copy's
+    headers can change without touching the original's.
     """
 
-    key: Any
-    value: Any
-    timestamp: int
-    headers: Headers = ()
+    __slots__ = ()
+
+    @property
+    def headers(self) -> Headers:
+        held = tuple.__getitem__(self, 3)  # type: ignore[arg-type]
+        if type(held) is Headers:
+            return held
+        made: Headers | None = self.__dict__.get("_headers")
+        if made is None:
+            made = self.__dict__["_headers"] = Headers(held)
+        return made
+
+    def _copied_headers(self) -> HeldHeaders:
+        held = getattr(self, "_headers", None)  # held_headers(self), inlined: with_value is a DSL hot path
+        if held is None:
+            held = tuple.__getitem__(self, 3)  # type: ignore[arg-type]
+        return Headers(held) if type(held) is Headers else held
+
+
+def held_headers(record: tuple) -> HeldHeaders:
+    """The headers a record carries on: its ``Headers`` if a processor looked at them, else what it holds."""
+    made = getattr(record, "_headers", None)
+    return tuple.__getitem__(record, 3) if made is None else made
+
+
+def holding(headers: HeldHeaders | None) -> HeldHeaders:
+    """What a record made with ``headers`` holds: a copy of a ``Headers`` (Kafka's Record copies them,
+    so the caller's object can change without changing the record), an immutable tuple of anything else."""
+    if headers is None:
+        return ()
+    if type(headers) is Headers:
+        return Headers(headers)
+    return headers if type(headers) is tuple else tuple(headers)
+
+
+_RecordFields = namedtuple("_RecordFields", ("key", "value", "timestamp", "headers"), defaults=((),))
+
+
+class Record(RecordHeaders, _RecordFields):
+    """One record flowing through a topology: ``key``, ``value``, ``timestamp`` and Kafka's mutable
+    ``headers``; ``with_*`` return copies.
+
+    A tuple: a record is made per processor hop, and the engine builds them with the C-level
+    ``new_tuple(Record, (key, value, timestamp, raw_headers))``. Not slotted: an instance keeps the
+    ``Headers`` made on first access (see RecordHeaders).
+    """
+
+    raw_headers = _RecordFields.headers
+    """The fourth item as it travels (for the engine and DSL operators: no ``Headers`` is made)."""
+
+    def __new__(cls, key: Any, value: Any, timestamp: int, headers: HeldHeaders | None = ()) -> Record:
+        if type(headers) is not tuple:
+            headers = holding(headers)
+        return new_tuple(cls, (key, value, timestamp, headers))
 
     def with_key(self, key: Any) -> Record:
-        return new_tuple(Record, (key, self.value, self.timestamp, self.headers))
+        return new_tuple(Record, (key, self[1], self[2], self._copied_headers()))
 
     def with_value(self, value: Any) -> Record:
-        return new_tuple(Record, (self.key, value, self.timestamp, self.headers))
+        return new_tuple(Record, (self[0], value, self[2], self._copied_headers()))
 
     def with_timestamp(self, timestamp: int) -> Record:
-        return new_tuple(Record, (self.key, self.value, timestamp, self.headers))
+        return new_tuple(Record, (self[0], self[1], timestamp, self._copied_headers()))
 
-    def with_headers(self, headers: Headers) -> Record:
-        return new_tuple(Record, (self.key, self.value, self.timestamp, tuple(headers)))
+    def with_headers(self, headers: HeldHeaders | None) -> Record:
+        """A copy with ``headers`` (copied: pass ``record.headers`` to give the copy its own)."""
+        return new_tuple(Record, (self[0], self[1], self[2], holding(headers)))
 
 
 class RecordMetadata:
@@ -107,6 +166,8 @@ class ProcessorContext(Protocol):
     def commit(self) -> None: ...
 
     def record_metadata(self) -> RecordMetadata | None: ...
+
+    def headers(self) -> Headers: ...
 
     def current_stream_time_ms(self) -> int: ...
 

@@ -13,7 +13,15 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.errors import TopologyError
-from strom.streams.processor.api import Headers, ProcessorContext, Record
+from strom.streams.internals.tuples import new_tuple
+from strom.streams.processor.api import (
+    HeldHeaders,
+    ProcessorContext,
+    Record,
+    RecordHeaders,
+    held_headers,
+    holding,
+)
 
 __all__ = [
     "FixedKeyProcessor",
@@ -25,32 +33,34 @@ __all__ = [
 _Fields = namedtuple("_Fields", ("key", "value", "timestamp", "headers"))
 
 
-class FixedKeyRecord(_Fields):
-    """Kafka's FixedKeyRecord: ``key``, ``value``, ``timestamp``, ``headers``; ``with_value``,
-    ``with_timestamp`` and ``with_headers`` return copies with the same key."""
-
-    __slots__ = ()
+class FixedKeyRecord(RecordHeaders, _Fields):
+    """Kafka's FixedKeyRecord: ``key``, ``value``, ``timestamp``, ``headers`` (Kafka's mutable Headers, as
+    Record's); ``with_value``, ``with_timestamp`` and ``with_headers`` return copies with the same key."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> FixedKeyRecord:
         raise TopologyError("A FixedKeyRecord cannot be made with a key of your choice: derive it from the "
                             "record process() received (record.with_value(...)). To change keys, use "
                             "KStream.process with a Processor.")
 
+    raw_headers = _Fields.headers
+
     def with_value(self, value: Any) -> FixedKeyRecord:
-        return tuple.__new__(FixedKeyRecord, (self.key, value, self.timestamp, self.headers))
+        return new_tuple(FixedKeyRecord, (self[0], value, self[2], self._copied_headers()))
 
     def with_timestamp(self, timestamp: int) -> FixedKeyRecord:
-        return tuple.__new__(FixedKeyRecord, (self.key, self.value, timestamp, self.headers))
+        return new_tuple(FixedKeyRecord, (self[0], self[1], timestamp, self._copied_headers()))
 
-    def with_headers(self, headers: Headers) -> FixedKeyRecord:
-        return tuple.__new__(FixedKeyRecord, (self.key, self.value, self.timestamp, tuple(headers)))
+    def with_headers(self, headers: HeldHeaders | None) -> FixedKeyRecord:
+        """A copy with ``headers`` (copied: pass ``record.headers`` to give the copy its own)."""
+        return new_tuple(FixedKeyRecord, (self[0], self[1], self[2], holding(headers)))
 
     def _replace(self, **changes: Any) -> FixedKeyRecord:
         if "key" in changes:
             raise TopologyError("A FixedKeyRecord's key cannot change; use KStream.process to re-key.")
-        return tuple.__new__(FixedKeyRecord, (self.key, changes.get("value", self.value),
-                                              changes.get("timestamp", self.timestamp),
-                                              changes.get("headers", self.headers)))
+        return new_tuple(FixedKeyRecord, (self[0], changes.get("value", self[1]),
+                                          changes.get("timestamp", self[2]),
+                                          holding(changes["headers"]) if "headers" in changes
+                                          else self._copied_headers()))
 
 
 class FixedKeyProcessorContext:
@@ -64,7 +74,8 @@ class FixedKeyProcessorContext:
             raise TopologyError(f"A fixed-key processor (process_values) forwards FixedKeyRecords, got "
                                 f"{type(record).__name__}: forward record.with_value(...) of the record "
                                 "process() received; to change the key use KStream.process.")
-        self._context.forward(tuple.__new__(Record, record), child_name)
+        self._context.forward(new_tuple(Record, (record[0], record[1], record[2], held_headers(record))),
+                              child_name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
@@ -104,7 +115,7 @@ class FixedKeyProcessorAdapter:
         self.processor.init(FixedKeyProcessorContext(context))
 
     def process(self, record: Record) -> None:
-        self.processor.process(tuple.__new__(FixedKeyRecord, record))
+        self.processor.process(new_tuple(FixedKeyRecord, record))
 
     def close(self) -> None:
         self.processor.close()

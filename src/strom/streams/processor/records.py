@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from strom.streams.processor.api import Headers
+from strom.streams.processor.api import HeldHeaders
 
 __all__ = ["ConsumerRecord", "TaskId", "TopicPartition"]
 
@@ -46,7 +46,7 @@ class ConsumerRecord:
         timestamp: int,
         key: bytes | None,
         value: bytes | None,
-        headers: Headers = (),
+        headers: HeldHeaders = (),
     ) -> None:
         self.topic = topic
         self.partition = partition

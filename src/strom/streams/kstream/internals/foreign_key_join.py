@@ -139,12 +139,12 @@ class SubscriptionSend(Processor):
         elif new is not None and self.left_join:
             # no foreign key: a left join has its result at once (KIP-962)
             self.context.forward(Record(record.key, Change(self.joiner(record.key, new, None), None),
-                                        record.timestamp, record.headers), self.result)
+                                        record.timestamp, record.raw_headers), self.result)
 
     def _send(self, record: Record, fk: bytes, instruction: Instruction, hashed: bytes | None,
               pk: bytes) -> None:
         self.context.forward(Record(fk, encode_subscription(instruction, hashed, pk), record.timestamp,
-                                    record.headers), self.sink)
+                                    record.raw_headers), self.sink)
 
 
 class SubscriptionReceive(Processor):
@@ -180,7 +180,7 @@ class SubscriptionReceive(Processor):
             foreign = None if current is None else \
                 self.serdes.right_value.serializer().serialize(None, current.value)
         timestamp = record.timestamp if current is None else max(record.timestamp, current.timestamp)
-        self.context.forward(Record(pk, encode_response(hashed, foreign), timestamp, record.headers))
+        self.context.forward(Record(pk, encode_response(hashed, foreign), timestamp, record.raw_headers))
 
 
 class ForeignTableChange(Processor):
@@ -205,7 +205,7 @@ class ForeignTableChange(Processor):
         for key, stored_hash in self.subscriptions.prefix_scan(prefix, Serdes.ByteArray()):
             hashed = stored_hash[1:] if stored_hash[0] else None
             self.context.forward(Record(key[len(prefix):], encode_response(hashed, foreign), record.timestamp,
-                                        record.headers))
+                                        record.raw_headers))
 
 
 class ResponseJoin(Processor):
@@ -237,7 +237,7 @@ class ResponseJoin(Processor):
             result = None
         else:
             result = self.joiner(pk, current_value, foreign)
-        self.context.forward(Record(pk, Change(result, None), record.timestamp, record.headers))
+        self.context.forward(Record(pk, Change(result, None), record.timestamp, record.raw_headers))
 
 
 def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_extractor: Callable[..., Any],

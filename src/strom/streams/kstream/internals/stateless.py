@@ -50,7 +50,7 @@ class KStreamMapValues(_Forwarding):
 
     def process(self, record: Record) -> None:
         self.forward(
-            new_tuple(Record, (record.key, self.mapper(record.value), record.timestamp, record.headers))
+            new_tuple(Record, (record.key, self.mapper(record.value), record.timestamp, record.raw_headers))
         )
 
     def fused_step(self) -> FusedStep:
@@ -61,7 +61,8 @@ class KStreamMapValuesWithKey(KStreamMapValues):
     def process(self, record: Record) -> None:
         self.forward(
             new_tuple(
-                Record, (record.key, self.mapper(record.key, record.value), record.timestamp, record.headers)
+                Record,
+                (record.key, self.mapper(record.key, record.value), record.timestamp, record.raw_headers),
             )
         )
 
@@ -78,7 +79,7 @@ class KStreamMap(_Forwarding):
 
     def process(self, record: Record) -> None:
         key, value = _pair(self.mapper(record.key, record.value), self.operator)
-        self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
+        self.forward(new_tuple(Record, (key, value, record.timestamp, record.raw_headers)))
 
     def fused_step(self) -> FusedStep:
         return FusedStep(("k, v = {p}pair({p}mapper(k, v), {p}operator)",),
@@ -93,7 +94,7 @@ class KStreamSelectKey(_Forwarding):
         self.forward(
             new_tuple(
                 Record,
-                (self.selector(record.key, record.value), record.value, record.timestamp, record.headers),
+                (self.selector(record.key, record.value), record.value, record.timestamp, record.raw_headers),
             )
         )
 
@@ -108,7 +109,7 @@ class KStreamFlatMap(_Forwarding):
     def process(self, record: Record) -> None:
         for pair in self.mapper(record.key, record.value) or ():
             key, value = _pair(pair, "flat_map")
-            self.forward(new_tuple(Record, (key, value, record.timestamp, record.headers)))
+            self.forward(new_tuple(Record, (key, value, record.timestamp, record.raw_headers)))
 
 
 class KStreamFlatMapValues(_Forwarding):
@@ -117,7 +118,7 @@ class KStreamFlatMapValues(_Forwarding):
 
     def process(self, record: Record) -> None:
         for value in self.mapper(record.key, record.value) or ():
-            self.forward(new_tuple(Record, (record.key, value, record.timestamp, record.headers)))
+            self.forward(new_tuple(Record, (record.key, value, record.timestamp, record.raw_headers)))
 
 
 class KStreamPeek(ContextFreeProcessor):

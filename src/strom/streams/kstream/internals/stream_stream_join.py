@@ -138,7 +138,7 @@ class KStreamKStreamJoinSide(Processor):
             if self.outer_store is not None:
                 self.outer_store.delete(self._outer_key(key, other_time, 1 - self.side))
             self.context.forward(Record(key, self._join(key, value, other_value), max(timestamp, other_time),
-                                        record.headers))
+                                        record.raw_headers))
         if self.outer and not matches:
             if self.outer_store is None or time_to < tracker.stream_time:
                 self.context.forward(record.with_value(self._join(key, value, None)))
@@ -182,7 +182,7 @@ class KStreamKStreamJoinSide(Processor):
             for raw in _decode_values(data):
                 value = deserialize(None, raw)
                 joined = self.joiner(key, value, None) if side == LEFT_SIDE else self.joiner(key, None, value)
-                self.context.forward(Record(key, joined, timestamp, record.headers))
+                self.context.forward(Record(key, joined, timestamp, record.raw_headers))
             emitted.append(outer_key)
         for outer_key in emitted:
             self.outer_store.delete(outer_key)

@@ -51,7 +51,7 @@ class _StreamTableJoin(Processor):
         if current is None and not self.left:
             return
         other = None if current is None else current.value
-        self.forward(Record(key, self.joiner(key, record.value, other), record.timestamp, record.headers))
+        self.forward(Record(key, self.joiner(key, record.value, other), record.timestamp, record.raw_headers))
 
 
 class KStreamKTableJoin(_StreamTableJoin, ContextFreeProcessor):
@@ -99,7 +99,7 @@ class BufferedKStreamKTableJoin(_StreamTableJoin):
             return
         stream_time = self.buffer.observe(record.timestamp)
         self.buffer.put(record.timestamp, self.serialize_key(None, record.key),
-                        self.serialize_value(None, record.value), record.headers)
+                        self.serialize_value(None, record.value), record.raw_headers)
         for timestamp, key, value, headers in self.buffer.evict_until(stream_time - self.grace_ms):
             super().process(Record(self.deserialize_key(None, key), self.deserialize_value(None, value),
                                    timestamp, headers))

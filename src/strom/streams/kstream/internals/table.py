@@ -174,7 +174,7 @@ class KTableToStream(Processor):
 
     def process(self, record: Record) -> None:
         self.forward(
-            new_tuple(Record, (record.key, record.value.new_value, record.timestamp, record.headers))
+            new_tuple(Record, (record.key, record.value.new_value, record.timestamp, record.raw_headers))
         )
 
 
@@ -190,10 +190,10 @@ class KTableRepartitionMap(Processor):
         if change.old_value is not None:
             key, value = self.selector(record.key, change.old_value)
             self.context.forward(
-                new_tuple(Record, (key, Change(None, value), record.timestamp, record.headers))
+                new_tuple(Record, (key, Change(None, value), record.timestamp, record.raw_headers))
             )
         if change.new_value is not None:
             key, value = self.selector(record.key, change.new_value)
             self.context.forward(
-                new_tuple(Record, (key, Change(value, None), record.timestamp, record.headers))
+                new_tuple(Record, (key, Change(value, None), record.timestamp, record.raw_headers))
             )

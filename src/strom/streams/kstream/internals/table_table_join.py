@@ -72,7 +72,7 @@ class KTableKTableJoinSide(Processor):
             new_result = None if new is None else self._join(key, new, other)
             old_result = None if old is None else self._join(key, old, other)
         timestamp = record.timestamp if current is None else max(record.timestamp, current.timestamp)
-        self.context.forward(Record(key, Change(new_result, old_result), timestamp, record.headers))
+        self.context.forward(Record(key, Change(new_result, old_result), timestamp, record.raw_headers))
 
 
 class KTableKTableJoinMerger(Processor):
@@ -93,7 +93,7 @@ class KTableKTableJoinMerger(Processor):
         if self.store is None:
             old = change.old_value if self.supplier.send_old_values else None
             self.context.forward(Record(record.key, Change(change.new_value, old), record.timestamp,
-                                        record.headers))
+                                        record.raw_headers))
             return
         previous = self.store.get(record.key)
         self.store.put(record.key, ValueAndTimestamp.make(change.new_value, record.timestamp))

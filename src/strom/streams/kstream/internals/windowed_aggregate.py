@@ -68,7 +68,7 @@ class _WindowedProcessor(Processor):
         store expire windows not emitted yet."""
         starts = self._closed_starts(self.emitted_close_time, close_time)
         if starts is not None:
-            forward, headers = self.context.forward, record.headers
+            forward, headers = self.context.forward, record.raw_headers
             for windowed, (value, timestamp) in list(self.store.fetch_all(*starts)):
                 forward(Record(windowed, Change(value, None), timestamp, headers))
         self._emitted_up_to(close_time)
@@ -151,7 +151,7 @@ class KStreamWindowAggregate(_WindowedProcessor):
                 old_value = old[0] if old is not None and self.send_old_values else None
                 self.context.forward(new_tuple(Record, (Windowed(key, Window(start, end)),
                                                         Change(new, old_value), new_timestamp,
-                                                        record.headers)))
+                                                        record.raw_headers)))
 
     def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
         """A time window is closed once its end (exclusive) <= the close time."""
@@ -248,14 +248,15 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         record, so a session this record merged into a new one is not emitted)."""
         for session, value in closing:
             if session not in merged_now:
-                self.context.forward(Record(session, Change(value, None), session.window.end, record.headers))
+                self.context.forward(Record(session, Change(value, None), session.window.end,
+                                            record.raw_headers))
         self._emitted_up_to(close_time)
 
     def _forward(self, session: Windowed[Any], new: Any, old: Any, record: Record) -> None:
         if self.cached:
             return  # the cache forwards what is left of these updates when it flushes
         change = Change(new, old if self.send_old_values else None)
-        self.context.forward(Record(session, change, session.window.end, record.headers))
+        self.context.forward(Record(session, change, session.window.end, record.raw_headers))
 
 
 class KStreamSlidingWindowAggregate(_WindowedProcessor):
@@ -363,7 +364,8 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         self.store.put(record.key, aggregate, start)
         if not self.cached:
             self.context.forward(Record(Windowed(record.key, Window(start, start + self.difference)),
-                                        Change(aggregate.value, None), aggregate.timestamp, record.headers))
+                                        Change(aggregate.value, None), aggregate.timestamp,
+                                        record.raw_headers))
 
     def _update(self, start: int, current: ValueAndTimestamp[Any] | None, record: Record,
                 close_time: int) -> None:
@@ -378,4 +380,4 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         if not self.cached:
             self.context.forward(Record(Windowed(record.key, Window(start, end)),
                                         Change(new, old if self.send_old_values else None), new_timestamp,
-                                        record.headers))
+                                        record.raw_headers))

@@ -10,15 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import ConfigError, TopologyError
+from strom.kafka.headers import Headers
 from strom.kafka.serdes import Serdes
 from strom.streams import config as cfg
+from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import (
     Cancellable,
-    Headers,
+    HeldHeaders,
     PunctuationType,
     Punctuator,
     Record,
     RecordMetadata,
+    held_headers,
 )
 from strom.streams.processor.internals.punctuation import PunctuationQueue, PunctuationSchedule
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction, changelog_topic_name
@@ -119,7 +122,7 @@ class TaskContext:
         return topic
 
     def log_change(
-        self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: Headers
+        self, store_name: str, key: bytes, value: bytes | None, timestamp: int, headers: HeldHeaders
     ) -> None:
         topic = self.changelog_topics.get(store_name) or self.changelog_topic(store_name)
         if type(headers) is not tuple:
@@ -141,6 +144,9 @@ class ProcessorContextImpl:
         self._by_name: dict[str, Callable[[Record], None]] = {}
         self.forwarder: Callable[[Record], None] = _drop
         """``forward(record)`` to all children as one plain call: a single child's entry itself."""
+        self._made_headers: tuple[HeldHeaders, RecordContext] | None = None
+        """(what the record context held, the context holding its Headers) after ``headers()``: a record
+        forwarded with what the context held carries that Headers."""
 
     def wire(self) -> None:
         """Binds ``forward`` to the node's children once they exist."""
@@ -177,6 +183,30 @@ class ProcessorContextImpl:
         return self.task.state_dir
 
     def forward(self, record: Record, child_name: str | None = None) -> None:
+        """Forwards to every child (or ``child_name``). The record's headers go with it, changes made
+        through ``record.headers`` or ``headers()`` included; children see them as the record context's
+        headers too, as in Kafka Streams."""
+        if self._made_headers is None and getattr(record, "_headers", None) is None:
+            self._forward(record, child_name)  # nobody made a Headers: the record goes as it is
+            return
+        task = self.task
+        held = held_headers(record)
+        made = self._made_headers
+        if made is not None and held is made[0] and task.record_context is made[1]:
+            held = made[1].headers
+        if record[3] is not held:
+            record = new_tuple(Record, (record[0], record[1], record[2], held))
+        if type(held) is not Headers or task.record_context.headers is held:
+            self._forward(record, child_name)
+            return
+        previous = task.record_context
+        task.record_context = previous._replace(timestamp=record[2], headers=held)
+        try:
+            self._forward(record, child_name)
+        finally:
+            task.record_context = previous
+
+    def _forward(self, record: Record, child_name: str | None) -> None:
         if child_name is None:
             for target in self._targets:
                 target(record)
@@ -188,6 +218,19 @@ class ProcessorContextImpl:
                 f"are {sorted(self._by_name)}."
             )
         target(record)
+
+    def headers(self) -> Headers:
+        """The headers of the record being processed (Kafka's ``ProcessorContext.headers()``), mutable; a
+        record forwarded with the headers it arrived with carries the changes. In ``process(record)``,
+        ``record.headers`` is the usual way."""
+        task = self.task
+        current = task.record_context
+        if type(current.headers) is Headers:
+            return current.headers
+        made = Headers(current.headers)
+        task.record_context = new_tuple(RecordContext, (*current[:4], made))
+        self._made_headers = (current.headers, task.record_context)
+        return made
 
     def get_state_store(self, name: str) -> Any:
         if name in self.task.global_stores:
@@ -252,7 +295,7 @@ class ProcessorContextImpl:
         return self.task.metrics
 
     @property
-    def record_headers(self) -> Headers:
+    def record_headers(self) -> HeldHeaders:
         return self.task.record_context.headers
 
     @property

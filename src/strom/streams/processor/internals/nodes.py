@@ -47,10 +47,11 @@ class ProcessorNode:
 
             def entry(record: Record) -> None:
                 current = task.record_context
-                if current.timestamp != record.timestamp or current.headers is not record.headers:
+                headers = record.raw_headers
+                if current.timestamp != record.timestamp or current.headers is not headers:
                     task.record_context = new_tuple(
                         RecordContext,
-                        (record.timestamp, current.topic, current.partition, current.offset, record.headers),
+                        (record.timestamp, current.topic, current.partition, current.offset, headers),
                     )
                 process(record)
 
@@ -205,7 +206,7 @@ class SinkProcessor(ContextFreeProcessor):
             record.key,
             record.value,
             record.timestamp,
-            record.headers,
+            record.raw_headers,
             self.key_serialize,
             self.value_serialize,
             partition,

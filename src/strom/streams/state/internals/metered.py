@@ -26,6 +26,7 @@ from strom.streams.state.internals.timestamps import (
 )
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from strom.streams.state.versioned import VersionedRecord, check_timestamp
+from strom.streams.state.window.reads import WindowFetches
 
 _IMMUTABLE_KEYS = frozenset({str, bytes, int, float})
 """Key types whose bytes cannot change between an aggregation's read and its write of the same object."""
@@ -318,7 +319,7 @@ class _MeteredWindowed(MeteredStore):
         return key_bytes
 
 
-class MeteredWindowStore(_MeteredWindowed):
+class MeteredWindowStore(WindowFetches, _MeteredWindowed):
     """Kafka's WindowStore: values per key and window start."""
 
     timestamped = False
@@ -351,7 +352,11 @@ class MeteredWindowStore(_MeteredWindowed):
         key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
         self.wrapped.put(key_bytes, self._to_bytes(value), window_start)
 
-    def fetch(self, key: Any, window_start: int) -> Any:
+    def fetch(self, key: Any, window_start: int, *more: Any) -> Any:
+        """The key's value in the window starting at ``window_start``; with more arguments Kafka's range
+        forms (state/window/reads.py)."""
+        if more:
+            return self.fetch_more(key, window_start, more)
         self.num_fetches += 1
         key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
         return self._from_bytes(self.wrapped.fetch(key_bytes, window_start))
@@ -453,7 +458,9 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
             data = self._to_bytes(value)  # None, or the serde's error
         self.wrapped.put(key_bytes, data, window_start)
 
-    def fetch(self, key: Any, window_start: int) -> Any:
+    def fetch(self, key: Any, window_start: int, *more: Any) -> Any:
+        if more:
+            return self.fetch_more(key, window_start, more)
         self.num_fetches += 1
         key_bytes = self._last_key_bytes if key is self._last_key else self._key_bytes(key)
         data = self.wrapped.fetch(key_bytes, window_start)

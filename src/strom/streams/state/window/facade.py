@@ -9,6 +9,7 @@ from strom.streams.kstream.windows import Windowed
 from strom.streams.state.internals.metered import MeteredWindowStore
 from strom.streams.state.internals.timestamps import NO_TIMESTAMP
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.window.reads import WindowFetches
 
 
 def window_store_view(store: Any) -> Any:
@@ -22,7 +23,7 @@ def _plain(value: ValueAndTimestamp[Any] | None) -> Any:
     return None if value is None else value.value
 
 
-class WindowStoreFacade:
+class WindowStoreFacade(WindowFetches):
     def __init__(self, store: MeteredWindowStore) -> None:
         self.store = store
 
@@ -33,7 +34,9 @@ class WindowStoreFacade:
     def put(self, key: Any, value: Any, window_start: int) -> None:
         self.store.put(key, ValueAndTimestamp.make(value, NO_TIMESTAMP), window_start)
 
-    def fetch(self, key: Any, window_start: int) -> Any:
+    def fetch(self, key: Any, window_start: int, *more: Any) -> Any:
+        if more:
+            return self.fetch_more(key, window_start, more)
         return _plain(self.store.fetch(key, window_start))
 
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
@@ -45,6 +48,11 @@ class WindowStoreFacade:
     def fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
                         time_to: int) -> Iterator[tuple[Windowed[Any], Any]]:
         return ((w, _plain(v)) for w, v in self.store.fetch_key_range(key_from, key_to, time_from, time_to))
+
+    def backward_fetch_key_range(self, key_from: Any, key_to: Any, time_from: int,
+                                 time_to: int) -> Iterator[tuple[Windowed[Any], Any]]:
+        return ((w, _plain(v)) for w, v in self.store.backward_fetch_key_range(key_from, key_to, time_from,
+                                                                                 time_to))
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Windowed[Any], Any]]:
         return ((w, _plain(v)) for w, v in self.store.fetch_all(time_from, time_to))
