@@ -65,8 +65,11 @@ def fuse(first: Any) -> Chain | None:
 
 
 def _step_of(node: Any) -> FusedStep | None:
-    """A node's step if its processor gives one and nothing wraps its entry (stores, a handler)."""
+    """A node's step if its processor gives one and nothing wraps its entry (a handler). The wrapper
+    that stamps a record's timestamp and headers into the record context (a node with stores) may be
+    skipped: no step changes ``t`` or ``h``, so along a fused chain they are the source record's, which
+    the task made the record context."""
     fused_step = getattr(node.processor, "fused_step", None)
-    if fused_step is None or node.entry != node.processor.process:
+    if fused_step is None or (node.entry != node.processor.process and node.entry is not node.stamping_entry):
         return None
     return fused_step()
