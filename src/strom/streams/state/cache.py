@@ -146,12 +146,20 @@ class NamedCache:
         write. A closure over the cache's dicts (they are cleared, never replaced): it runs per record."""
         owner, entries, dirty, put = self._owner, self._entries, self._dirty, self.put
         lookup, mark_used, undirty = entries.get, entries.move_to_end, dirty.pop
+        index_added = self._index.added
 
         def put_dirty(key: bytes, value: bytes | None, context: RecordContext) -> None:
             owner.num_puts += 1
             entry = lookup(key)
             if entry is None:
-                put(key, LRUCacheEntry(key, value, True, context))
+                if self._listener is None:
+                    put(key, LRUCacheEntry(key, value, True, context))  # raises: no listener
+                # put, inlined: a key not cached is not dirty either
+                entry = entries[key] = LRUCacheEntry(key, value, True, context)
+                index_added(key)  # after the insert: a concurrent scan then never misses the key
+                dirty[key] = None
+                self.size_bytes += entry.size
+                owner.current_bytes += entry.size
             else:
                 mark_used(key)
                 entry.value, entry.dirty, entry.context = value, True, context
