@@ -299,13 +299,12 @@ class ThreadCache:
     def maybe_evict(self, cache: NamedCache) -> None:
         """Evicts from ``cache`` (just written) while the thread's caches are over budget."""
         evicted = 0
-        while self.current_bytes > self.max_cache_size_bytes:
-            # the put may have flushed into other caches; if this one is empty there is nothing to evict
-            if not len(cache):
-                break
-            cache.evict()
-            self.num_evicts += 1
+        entries, evict, limit = cache.entries, cache.evict, self.max_cache_size_bytes
+        # the put may have flushed into other caches; if this one is empty there is nothing to evict
+        while self.current_bytes > limit and entries:
+            evict()
             evicted += 1
+        self.num_evicts += evicted
         if evicted and log.isEnabledFor(logging.DEBUG):
             log.debug("Evicted %d entries from cache %s", evicted, cache.name)
 
