@@ -1,8 +1,8 @@
-"""A KStream aggregation fused into its source's chain (aggregate.py's fused step over the store's fused
-read-modify-write lines) gives exactly what the per-record path gives: the same forwarded records in
-the same order with the same timestamps and headers, the same changelog, the same store contents and
-committed offsets, the same drops and the same errors, with caching on (evictions mid-run and flushes
-at commit) and off, in memory and in RocksDB."""
+"""A KStream aggregation (and a tumbling windowed one) fused into its source's chain (the fused steps
+over the store's fused read-modify-write lines) gives exactly what the per-record path gives: the same
+forwarded records in the same order with the same timestamps and headers, the same changelog, the same
+store contents and committed offsets, the same drops and the same errors, with caching on (evictions
+mid-run and flushes at commit) and off, in memory and in RocksDB."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import pytest
 
 from strom.errors import ProcessingError, SerializationError
 from strom.kafka.serdes import Serdes
-from strom.streams import Materialized, Produced, Stores, StreamsBuilder, StreamsConfig
+from strom.streams import EmitStrategy, Materialized, Produced, Stores, StreamsBuilder, StreamsConfig
+from strom.streams.kstream.windowed_serdes import WindowedSerdes
+from strom.streams.kstream.windows import TimeWindows
 from strom.streams.processor import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.state.cache import ThreadCache
+from strom.streams.state.window import builders
 
 S, L, D = Serdes.String(), Serdes.Long(), Serdes.Double()
 KEYS = 60
@@ -74,7 +77,7 @@ def run(build, tmp_path, fused: bool, cache_bytes: int, commit_every: int = 90):
         offsets.append(task.committable_offsets_and_metadata())
         task.commit()
     store = task.context.stores["agg"]
-    contents = sorted(store.all())
+    contents = sorted(store.all(), key=repr)
     dropped = task.metrics.dropped_records
     task.close()
     return sink.sent, offsets, contents, dropped, chain
@@ -105,6 +108,23 @@ def sum_doubles(builder: StreamsBuilder, materialized: Materialized) -> None:
 
 
 BUILDS = [count, count_after_steps, reduce_strings, sum_doubles]
+
+
+def windowed_count(store: str, caching: bool, emit: EmitStrategy, size: int = 200):
+    """Tumbling windows with a grace shorter than the input's disorder: some records are late."""
+    windows = TimeWindows.of_size_and_grace(size, 50)
+    supplier = (builders.in_memory_timestamped_window_store if store == "memory"
+                else builders.persistent_timestamped_window_store)("agg", 10_000, size)
+    materialized = Materialized.as_(supplier)
+    if not caching:
+        materialized = materialized.with_caching_disabled()
+    key_serde = WindowedSerdes.time_windowed_serde_from(S, size)
+
+    def build(builder: StreamsBuilder) -> None:
+        (builder.stream("in").group_by_key().windowed_by(windows).emit_strategy(emit)
+         .count(materialized=materialized).to_stream().to("out", Produced.with_(key_serde, L)))
+
+    return build
 
 
 def materialized(store: str, caching: bool) -> Materialized:
@@ -139,6 +159,25 @@ def test_an_uncached_fused_aggregation_forwards_each_update_as_before(tmp_path, 
     assert fused[4] is not None
     assert fused[:4] == plain[:4]
     assert len([1 for topic, *_ in fused[0] if topic == "out"]) > 300  # one per counted record
+
+
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+@pytest.mark.parametrize("cache_bytes", [12_000, 1 << 20], ids=["evicting", "large"])
+def test_a_fused_windowed_count_gives_what_the_per_record_path_gives(tmp_path, store, cache_bytes):
+    build = windowed_count(store, True, EmitStrategy.on_window_update())
+    fused = run(build, tmp_path / "fused", True, cache_bytes)
+    plain = run(build, tmp_path / "plain", False, cache_bytes)
+    assert fused[4] is not None and plain[4] is None
+    assert fused[:4] == plain[:4]
+    assert fused[3] > sum(1 for r in records() if r.key is None or r.value is None)  # late ones too
+    assert any(topic == "out" for topic, *_ in fused[0])
+
+
+@pytest.mark.parametrize("caching, emit", [(False, EmitStrategy.on_window_update()),
+                                           (True, EmitStrategy.on_window_close())])
+def test_a_windowed_count_that_forwards_per_record_is_not_fused(tmp_path, caching, emit):
+    _, _, _, _, chain = run(windowed_count("memory", caching, emit), tmp_path, True, 1 << 20)
+    assert chain is None
 
 
 def test_a_cached_count_is_inlined_and_counts_exactly(tmp_path):

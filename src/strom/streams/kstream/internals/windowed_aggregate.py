@@ -27,6 +27,7 @@ from strom.streams.kstream.windows import (
     Windowed,
 )
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
@@ -138,20 +139,47 @@ class KStreamWindowAggregate(_WindowedProcessor):
                 self._drop(record, f"window [{start}, {end}) closed at stream time "
                                    f"{self.observed_stream_time}")
                 continue
-            old = self.fetch(key, start)
-            if old is None:
-                aggregate, new_timestamp = self.initializer(), timestamp
-            else:
-                aggregate, new_timestamp = old
-                if timestamp > new_timestamp:
-                    new_timestamp = timestamp
-            new = self.aggregator(key, record.value, aggregate)
-            self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+            old, new, new_timestamp = self.update(key, record.value, timestamp, start)
             if not self.cached:
                 old_value = old[0] if old is not None and self.send_old_values else None
                 self.context.forward(new_tuple(Record, (Windowed(key, Window(start, end)),
                                                         Change(new, old_value), new_timestamp,
                                                         record.headers)))
+
+    def update(self, key: Any, value: Any, timestamp: int, start: int) -> tuple[Any, Any, int]:
+        """Aggregates a record into its window starting at ``start``: (the old ValueAndTimestamp or
+        None, the new aggregate, its timestamp)."""
+        old = self.fetch(key, start)
+        if old is None:
+            aggregate, new_timestamp = self.initializer(), timestamp
+        else:
+            aggregate, new_timestamp = old
+            if timestamp > new_timestamp:
+                new_timestamp = timestamp
+        new = self.aggregator(key, value, aggregate)
+        self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+        return old, new, new_timestamp
+
+    def fused_step(self) -> FusedStep | None:
+        """Tumbling windows over a cached store (updates go downstream at flush), emitting on update:
+        the end of its source's fused chain, no Record and no forward call per record. A record that
+        is not the plain case (null key or value, negative timestamp, a closed window) takes
+        ``process``, which does what it did (raising the observed stream time again changes nothing)."""
+        if not self.tumbling or not self.cached or self.emit_on_close:
+            return None
+        return FusedStep((
+            "if k is None or v is None or t < 0:",
+            "    {p}process(_new_tuple(_Record, (k, v, t, h)))",
+            "    return",
+            "if t > {p}self.observed_stream_time:",
+            "    {p}self.observed_stream_time = t",
+            "s = t - t % {p}size",
+            "if s + {p}size <= {p}self.observed_stream_time - {p}grace:",
+            "    {p}process(_new_tuple(_Record, (k, v, t, h)))",  # dropped: a closed window
+            "    return",
+            "{p}update(k, v, t, s)",
+        ), {"process": self.process, "update": self.update, "self": self, "size": self.size_ms,
+            "grace": self.grace_ms}, terminal=True)
 
     def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
         """A time window is closed once its end (exclusive) <= the close time."""
