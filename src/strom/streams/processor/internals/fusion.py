@@ -5,9 +5,12 @@ of a stateless chain's time. When a task's processors never read the record cont
 processor may describe its step as a few lines of Python over the locals ``k, v, t, h`` (key, value,
 timestamp, headers), returning early to drop the record (``FusedStep``). The fuser joins the steps of
 the chain that starts at a source into one function ``chain(k, v, t, h)``, compiled once per task;
-where the chain meets a processor that gives no step (a stateful one, a fan-out, a user's), the
-function hands that node a ``Record`` as its parent would have. Records still go through the chain one
-at a time, depth-first, in order: fusion changes what the interpreter executes, not what is observed.
+where the chain meets a processor that gives no step (most stateful ones, a fan-out, a user's), the
+function hands that node a ``Record`` as its parent would have. A KStream aggregation and a tumbling
+windowed one give a terminal step (they read the record context the task set for the record, and
+forward through the cache's flush), with the cached store's read and write inlined. Records still go
+through the chain one at a time, depth-first, in order: fusion changes what the interpreter executes,
+not what is observed.
 """
 
 from __future__ import annotations
