@@ -16,6 +16,18 @@ from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
 
+AGGREGATE_LINES = (
+    "if r is None:",
+    "    n = {p}aggregator(k, v, {p}initializer())",
+    "else:",
+    "    n = {p}aggregator(k, v, rv)",
+    "    if rt > t:",
+    "        t = rt",
+)
+"""An aggregate's update in a fused step: from the record (``k, v, t``) and the previous aggregate
+(``rv`` with timestamp ``rt``, when ``r`` is not None) the new aggregate ``n`` at timestamp ``t``, the
+later of the two (the names ``{p}aggregator`` and ``{p}initializer`` bound by the step)."""
+
 
 class _Aggregating(Processor):
     def __init__(self, supplier: KTableProcessorSupplier) -> None:
@@ -90,14 +102,7 @@ class KStreamAggregate(_StreamAggregating):
         self.initializer = initializer
         self.aggregator = aggregator
 
-    _compute = (
-        "if r is None:",
-        "    n = {p}aggregator(k, v, {p}initializer())",
-        "else:",
-        "    n = {p}aggregator(k, v, rv)",
-        "    if rt > t:",
-        "        t = rt",
-    )
+    _compute = AGGREGATE_LINES
 
     def _compute_names(self) -> dict[str, Any]:
         return {"{p}aggregator": self.aggregator, "{p}initializer": self.initializer}

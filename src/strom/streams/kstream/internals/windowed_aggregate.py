@@ -17,6 +17,7 @@ from typing import Any
 
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
+from strom.streams.kstream.internals.aggregate import AGGREGATE_LINES
 from strom.streams.kstream.windows import (
     MAX_TIMESTAMP,
     SessionWindow,
@@ -162,12 +163,13 @@ class KStreamWindowAggregate(_WindowedProcessor):
 
     def fused_step(self) -> FusedStep | None:
         """Tumbling windows over a cached store (updates go downstream at flush), emitting on update:
-        the end of its source's fused chain, no Record and no forward call per record. A record that
-        is not the plain case (null key or value, negative timestamp, a closed window) takes
-        ``process``, which does what it did (raising the observed stream time again changes nothing)."""
+        the end of its source's fused chain, no Record and no forward call per record, and the store's
+        fetch and put inlined around the aggregation (``fused_window_update``). A record that is not
+        the plain case (null key or value, negative timestamp, a closed window) takes ``process``,
+        which does what it did (raising the observed stream time again changes nothing)."""
         if not self.tumbling or not self.cached or self.emit_on_close:
             return None
-        return FusedStep((
+        lines = [
             "if k is None or v is None or t < 0:",
             "    {p}process(_new_tuple(_Record, (k, v, t, h)))",
             "    return",
@@ -177,9 +179,19 @@ class KStreamWindowAggregate(_WindowedProcessor):
             "if s + {p}size <= {p}self.observed_stream_time - {p}grace:",
             "    {p}process(_new_tuple(_Record, (k, v, t, h)))",  # dropped: a closed window
             "    return",
-            "{p}update(k, v, t, s)",
-        ), {"process": self.process, "update": self.update, "self": self, "size": self.size_ms,
-            "grace": self.grace_ms}, terminal=True)
+        ]
+        names = {"{p}process": self.process, "{p}update": self.update, "{p}self": self,
+                 "{p}size": self.size_ms, "{p}grace": self.grace_ms,
+                 "{p}aggregator": self.aggregator, "{p}initializer": self.initializer}
+        fused = getattr(self.store, "fused_window_update", None)
+        inlined = None if fused is None else fused()
+        if inlined is None:  # the store's fetch and put, through update
+            lines.append("{p}update(k, v, t, s)")
+        else:  # the cached store's fetch and put inlined around the aggregation
+            read, write, store_names = inlined
+            names.update(store_names)
+            lines += [*read, *AGGREGATE_LINES, *write]
+        return FusedStep(tuple(lines), {name[3:]: value for name, value in names.items()}, terminal=True)
 
     def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
         """A time window is closed once its end (exclusive) <= the close time."""

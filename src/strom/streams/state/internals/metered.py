@@ -16,7 +16,7 @@ from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serde, decoder_of, encoder_of
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
-from strom.streams.state.internals.caching import CachingKeyValueStore
+from strom.streams.state.internals.caching import CachingKeyValueStore, CachingWindowStore
 from strom.streams.state.internals.layer import StoreLayer
 from strom.streams.state.internals.timestamps import (
     MAX_TIMESTAMP,
@@ -26,6 +26,7 @@ from strom.streams.state.internals.timestamps import (
 )
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from strom.streams.state.versioned import VersionedRecord, check_timestamp
+from strom.streams.state.window.schemas import WINDOW_SUFFIX
 
 _IMMUTABLE_KEYS = frozenset({str, bytes, int, float})
 """Key types whose bytes cannot change between an aggregation's read and its write of the same object."""
@@ -66,6 +67,40 @@ _PAIR_READ_LINES = (
     "        rt, rv = {p}unpack(r)",
     "    except Exception:",
     "        rv, rt = {p}value_de({p}topic, r)",
+)
+# MeteredTimestampedWindowStore.fused_window_update's lines: the metered fetch and put and the caching
+# layer's (its window-store key, its latest window start) over the locals k, s, kb, bk, r, rv, rt, n, t
+_WINDOW_READ_LINES = (
+    "{p}store.num_fetches += 1",
+    "try:",
+    "    kb = {p}key_encode(k)",
+    "except Exception:",
+    "    kb = {p}key_bytes(k)",  # the serializer's path, or its error
+    "bk = kb + {p}suffix(s, 0)",  # schemas.window_store_key
+    "e = {p}lookup(bk)",
+    "if e is None:",
+    "    r = {p}below(bk)",
+    "else:",
+    "    {p}mark_used(bk)",
+    "    r = e.value",
+    "if r is not None:",
+    "    try:",
+    "        rt, rv = {p}unpack(r)",
+    "    except Exception:",
+    "        rv, rt = {p}from_bytes(r)",
+)
+_WINDOW_WRITE_LINES = (
+    "{p}store.num_puts += 1",
+    "try:",
+    "    if type(n) in {p}kinds:",
+    "        wb = {p}pack(t, n)",
+    "    else:",
+    "        wb = {p}encode(_new_tuple({p}vat, (n, t)))",
+    "except Exception:",
+    "    wb = {p}to_bytes(_new_tuple({p}vat, (n, t)))",
+    "if s > {p}caching.latest_start:",
+    "    {p}caching.latest_start = s",
+    "{p}put_dirty(bk, wb, {p}context.record_context)",
 )
 _PAIR_WRITE_LINES = (
     "{p}metrics.put += 1",
@@ -488,7 +523,30 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
     def _wrap_value_serde(self, value_serde: Serde[Any]) -> Any:
         self._plain_to = value_serde.serializer().serialize
         self._plain_from = value_serde.deserializer().deserialize
-        return ValueAndTimestampSerde(value_serde)
+        self._pair_codec = ValueAndTimestampSerde(value_serde)
+        return self._pair_codec
+
+    def fused_window_update(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any]] | None:
+        """``fetch`` then ``put`` of one key's window as lines of Python for a fused windowed
+        aggregation, as ``MeteredTimestampedKeyValueStore.fused_timestamped_update`` for a key: ``read``
+        takes key ``k`` and window start ``s``, sets ``r`` (None: no value) and then ``rv`` and ``rt``;
+        ``write`` writes value ``n`` with timestamp ``t`` into the record cache under the same store key.
+        Same bytes, metrics and errors as ``fetch`` and ``put``; None when the store is not cached."""
+        caching = self.wrapped
+        if not isinstance(caching, CachingWindowStore) or not self._open:
+            return None
+        unpack, pack, kinds = self._pair_codec.pair_codec(self._topic)
+        entries = caching.cache_entries
+        names = {
+            "{p}store": self, "{p}caching": caching, "{p}key_encode": self._key_encode,
+            "{p}key_bytes": self._key_bytes, "{p}suffix": WINDOW_SUFFIX.pack,
+            "{p}lookup": entries.get, "{p}mark_used": entries.move_to_end,
+            "{p}below": caching.wrapped.get_binary, "{p}unpack": unpack, "{p}from_bytes": self._from_bytes,
+            "{p}pack": pack, "{p}kinds": kinds, "{p}encode": self._value_encode,
+            "{p}to_bytes": self._to_bytes, "{p}vat": ValueAndTimestamp,
+            "{p}put_dirty": caching.put_dirty_raw, "{p}context": caching.context,
+        }
+        return _WINDOW_READ_LINES, _WINDOW_WRITE_LINES, names
 
     def _to_bytes(self, value: Any) -> bytes | None:
         if type(value) is ValueAndTimestamp:
