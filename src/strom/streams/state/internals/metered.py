@@ -10,6 +10,7 @@ followed by the serialized value.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from strom.errors import InvalidStateStoreError, NullKeyError
@@ -40,9 +41,11 @@ _KEY_LINES = (
     "except Exception:",
     "    kb = {p}raw_key_of(k)",
 )
-_LOOKUP_LINES = (  # r: the raw value, or None
-    "{p}metrics.get += 1",
-    *_KEY_LINES,
+# the record cache's read and write of the store key kb (r: its raw value or None; wb: the bytes to
+# write), a timestamped value's decode into rv and rt and its encode from n and t (for fixed-width
+# numbers one struct call each, no ValueAndTimestamp); the full serde paths are {p}from_bytes and
+# {p}to_bytes, which decide what the fast functions refuse
+_CACHE_READ = (
     "e = {p}lookup(kb)",
     "if e is None:",
     "    r = {p}below(kb)",
@@ -50,47 +53,15 @@ _LOOKUP_LINES = (  # r: the raw value, or None
     "    {p}mark_used(kb)",
     "    r = e.value",
 )
-_READ_LINES = (
-    *_LOOKUP_LINES,
-    "if r is not None:",
-    "    try:",
-    "        r = {p}decode(r)",
-    "    except Exception:",
-    "        r = {p}value_de({p}topic, r)",
-)
-# a timestamped store's read as (rv, rt) without a ValueAndTimestamp (r is the raw value or None) and
-# its write of value n at timestamp t: for fixed-width numbers one struct call each
-_PAIR_READ_LINES = (
-    *_LOOKUP_LINES,
-    "if r is not None:",
-    "    try:",
-    "        rt, rv = {p}unpack(r)",
-    "    except Exception:",
-    "        rv, rt = {p}value_de({p}topic, r)",
-)
-# MeteredTimestampedWindowStore.fused_window_update's lines: the metered fetch and put and the caching
-# layer's (its window-store key, its latest window start) over the locals k, s, kb, bk, r, rv, rt, n, t
-_WINDOW_READ_LINES = (
-    "{p}store.num_fetches += 1",
-    "try:",
-    "    kb = {p}key_encode(k)",
-    "except Exception:",
-    "    kb = {p}key_bytes(k)",  # the serializer's path, or its error
-    "bk = kb + {p}suffix(s, 0)",  # schemas.window_store_key
-    "e = {p}lookup(bk)",
-    "if e is None:",
-    "    r = {p}below(bk)",
-    "else:",
-    "    {p}mark_used(bk)",
-    "    r = e.value",
+_CACHE_WRITE = ("{p}put_dirty(kb, wb, {p}context.record_context)",)
+_PAIR_DECODE = (
     "if r is not None:",
     "    try:",
     "        rt, rv = {p}unpack(r)",
     "    except Exception:",
     "        rv, rt = {p}from_bytes(r)",
 )
-_WINDOW_WRITE_LINES = (
-    "{p}store.num_puts += 1",
+_PAIR_ENCODE = (
     "try:",
     "    if type(n) in {p}kinds:",
     "        wb = {p}pack(t, n)",
@@ -98,28 +69,44 @@ _WINDOW_WRITE_LINES = (
     "        wb = {p}encode(_new_tuple({p}vat, (n, t)))",
     "except Exception:",
     "    wb = {p}to_bytes(_new_tuple({p}vat, (n, t)))",
-    "if s > {p}caching.latest_start:",
-    "    {p}caching.latest_start = s",
-    "{p}put_dirty(bk, wb, {p}context.record_context)",
 )
-_PAIR_WRITE_LINES = (
-    "{p}metrics.put += 1",
-    "try:",
-    "    if type(n) in {p}kinds:",
-    "        wb = {p}pack(t, n)",
-    "    else:",
-    "        wb = {p}encode(_new_tuple({p}vat, (n, t)))",
-    "except Exception:",
-    "    wb = {p}value_ser({p}topic, _new_tuple({p}vat, (n, t)))",
-    "{p}put_dirty(kb, wb, {p}context.record_context)",
+_LOOKUP_LINES = ("{p}metrics.get += 1", *_KEY_LINES, *_CACHE_READ)
+_READ_LINES = (
+    *_LOOKUP_LINES,
+    "if r is not None:",
+    "    try:",
+    "        r = {p}decode(r)",
+    "    except Exception:",
+    "        r = {p}from_bytes(r)",
 )
 _WRITE_LINES = (
     "{p}metrics.put += 1",
     "try:",
     "    wb = None if w is None else {p}encode(w)",
     "except Exception:",
-    "    wb = {p}value_ser({p}topic, w)",
-    "{p}put_dirty(kb, wb, {p}context.record_context)",
+    "    wb = {p}to_bytes(w)",
+    *_CACHE_WRITE,
+)
+_PAIR_READ_LINES = (*_LOOKUP_LINES, *_PAIR_DECODE)
+_PAIR_WRITE_LINES = ("{p}metrics.put += 1", *_PAIR_ENCODE, *_CACHE_WRITE)
+# MeteredTimestampedWindowStore.fused_window_update's lines: the metered fetch and put and the caching
+# layer's (the window store key, the latest window start) for key k and window start s
+_WINDOW_READ_LINES = (
+    "{p}store.num_fetches += 1",
+    "try:",
+    "    kb = {p}key_encode(k)",
+    "except Exception:",
+    "    kb = {p}key_bytes(k)",  # the serializer's path, or its error
+    "kb = kb + {p}suffix(s, 0)",  # schemas.window_store_key
+    *_CACHE_READ,
+    *_PAIR_DECODE,
+)
+_WINDOW_WRITE_LINES = (
+    "{p}store.num_puts += 1",
+    *_PAIR_ENCODE,
+    "if s > {p}caching.latest_start:",
+    "    {p}caching.latest_start = s",
+    *_CACHE_WRITE,
 )
 
 
@@ -275,11 +262,11 @@ class MeteredKeyValueStore(MeteredStore):
             return None
         entries = caching.cache_entries
         return {
-            "{p}store": self, "{p}metrics": self.metrics, "{p}topic": self._topic,
-            "{p}raw_key_of": self._raw_key, "{p}key_encode": self._key_encode,
+            "{p}store": self, "{p}metrics": self.metrics, "{p}raw_key_of": self._raw_key,
+            "{p}key_encode": self._key_encode,
             "{p}lookup": entries.get, "{p}mark_used": entries.move_to_end, "{p}below": caching.wrapped.get,
-            "{p}decode": self._value_decode, "{p}value_de": self._value_de,
-            "{p}encode": self._value_encode, "{p}value_ser": self._value_ser,
+            "{p}decode": self._value_decode, "{p}from_bytes": partial(self._value_de, self._topic),
+            "{p}encode": self._value_encode, "{p}to_bytes": partial(self._value_ser, self._topic),
             "{p}put_dirty": caching.put_dirty_raw, "{p}context": caching.context,
         }
 
