@@ -7,7 +7,7 @@ import pytest
 
 from strom.errors import ProcessingError, SerializationError
 from strom.kafka.serdes import Serdes
-from strom.streams import Materialized, Produced, StreamsBuilder
+from strom.streams import Materialized, Produced, SessionWindows, StreamsBuilder
 from strom.streams.processor import ConsumerRecord, TopicPartition
 from strom.streams.processor.internals.fusion import fuse
 
@@ -61,9 +61,11 @@ def test_fused_chains_send_what_the_nodes_send(tmp_path, build):
     assert fused == plain and fused
 
 
-def test_a_stateful_first_step_is_not_fused(tmp_path):
-    _, chain = run(lambda b: b.stream("in").group_by_key().count().to_stream().to(
-        "out", Produced.with_(S, L)), tmp_path)
+def test_a_stateful_first_step_without_a_step_is_not_fused(tmp_path):
+    """A session-windowed count gives no step (a KStream aggregation and a tumbling windowed one do:
+    tests/streams/kstream/test_fused_aggregation.py)."""
+    _, chain = run(lambda b: b.stream("in").group_by_key().windowed_by(
+        SessionWindows.of_inactivity_gap_with_no_grace(10_000)).count(), tmp_path)
     assert chain is None
 
 

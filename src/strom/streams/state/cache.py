@@ -95,6 +95,7 @@ class NamedCache:
         self._dirty: dict[bytes, None] = {}
         self._listener: DirtyEntryFlushListener | None = None
         self.size_bytes = 0
+        self.put_dirty = self._put_dirty_function()
 
     @property
     def entries(self) -> OrderedDict[bytes, LRUCacheEntry]:
@@ -139,35 +140,47 @@ class NamedCache:
         self.size_bytes += delta
         self._owner.current_bytes += delta
 
-    def put_dirty(self, key: bytes, value: bytes | None, context: RecordContext) -> None:
-        """A caching store's per-record write, as ThreadCache.put of a dirty entry (counted, then
-        evicting over budget), updating a cached entry in place: no new object per write."""
-        owner = self._owner
-        owner.num_puts += 1
-        entries = self._entries
-        entry = entries.get(key)
-        if entry is None:
-            self.put(key, LRUCacheEntry(key, value, True, context))
-        else:
-            entries.move_to_end(key)
-            entry.value, entry.dirty, entry.context = value, True, context
-            if context[4]:
-                size = _entry_size(key, value, context)
-            else:  # the common case, inlined: no headers
-                topic = context[1]
-                size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
-                        + (len(topic) if topic else 0))
-            dirty = self._dirty
-            dirty.pop(key, None)  # remove then add: the order is the arrival order of the latest writes
-            dirty[key] = None
-            delta = size - entry.size
-            if not delta:  # an update of the same size (a count, a fixed-width aggregate): the budget holds
-                return
-            entry.size = size
-            self.size_bytes += delta
-            owner.current_bytes += delta
-        if owner.current_bytes > owner.max_cache_size_bytes:
-            owner.maybe_evict(self)
+    def _put_dirty_function(self) -> Callable[[bytes, bytes | None, RecordContext], None]:
+        """``put_dirty``: a caching store's per-record write, as ThreadCache.put of a dirty entry
+        (counted, then evicting over budget), updating a cached entry in place: no new object per
+        write. A closure over the cache's dicts (they are cleared, never replaced): it runs per record."""
+        owner, entries, dirty, put = self._owner, self._entries, self._dirty, self.put
+        lookup, mark_used, undirty = entries.get, entries.move_to_end, dirty.pop
+        index_added = self._index.added
+
+        def put_dirty(key: bytes, value: bytes | None, context: RecordContext) -> None:
+            owner.num_puts += 1
+            entry = lookup(key)
+            if entry is None:
+                if self._listener is None:
+                    put(key, LRUCacheEntry(key, value, True, context))  # raises: no listener
+                # put, inlined: a key not cached is not dirty either
+                entry = entries[key] = LRUCacheEntry(key, value, True, context)
+                index_added(key)  # after the insert: a concurrent scan then never misses the key
+                dirty[key] = None
+                self.size_bytes += entry.size
+                owner.current_bytes += entry.size
+            else:
+                mark_used(key)
+                entry.value, entry.dirty, entry.context = value, True, context
+                if context[4]:
+                    size = _entry_size(key, value, context)
+                else:  # the common case, inlined: no headers
+                    topic = context[1]
+                    size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
+                            + (len(topic) if topic else 0))
+                undirty(key, None)  # remove then add: the order is the arrival order of the latest writes
+                dirty[key] = None
+                delta = size - entry.size
+                if not delta:  # an update of the same size (a count, a fixed-width aggregate): budget holds
+                    return
+                entry.size = size
+                self.size_bytes += delta
+                owner.current_bytes += delta
+            if owner.current_bytes > owner.max_cache_size_bytes:
+                owner.maybe_evict(self)
+
+        return put_dirty
 
     def delete(self, key: bytes) -> LRUCacheEntry | None:
         entry = self._entries.pop(key, None)
@@ -286,13 +299,12 @@ class ThreadCache:
     def maybe_evict(self, cache: NamedCache) -> None:
         """Evicts from ``cache`` (just written) while the thread's caches are over budget."""
         evicted = 0
-        while self.current_bytes > self.max_cache_size_bytes:
-            # the put may have flushed into other caches; if this one is empty there is nothing to evict
-            if not len(cache):
-                break
-            cache.evict()
-            self.num_evicts += 1
+        entries, evict, limit = cache.entries, cache.evict, self.max_cache_size_bytes
+        # the put may have flushed into other caches; if this one is empty there is nothing to evict
+        while self.current_bytes > limit and entries:
+            evict()
             evicted += 1
+        self.num_evicts += evicted
         if evicted and log.isEnabledFor(logging.DEBUG):
             log.debug("Evicted %d entries from cache %s", evicted, cache.name)
 

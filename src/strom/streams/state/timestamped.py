@@ -83,6 +83,24 @@ class ValueAndTimestampSerde:
 
         return decode
 
+    def pair_codec(self, topic: str | None) -> tuple[Callable[[bytes], tuple[int, Any]],
+                                                    Callable[[int, Any], bytes] | None, tuple[type, ...]]:
+        """``(unpack, pack, kinds)``: ``unpack(data)`` gives ``(timestamp, value)``, ``pack(timestamp,
+        value)`` the bytes, for a value whose type is one of ``kinds`` (a fixed-width number: both are
+        one struct call, as the encoder and decoder make them). Otherwise ``kinds`` is empty and
+        ``pack`` None; ``unpack`` goes through the decoder. Both raise as ``encoder_of``'s
+        contract says: the serde's full methods decide then."""
+        if self._fixed_width is not None:
+            both, kinds = self._fixed_width
+            return both.unpack, both.pack, kinds
+        decode = self.decoder(topic)
+
+        def unpack(data: bytes) -> tuple[int, Any]:
+            value, timestamp = decode(data)
+            return timestamp, value
+
+        return unpack, None, ()
+
     def serializer(self) -> ValueAndTimestampSerde:
         return self
 

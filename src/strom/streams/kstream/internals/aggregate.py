@@ -11,9 +11,22 @@ from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
+
+AGGREGATE_LINES = (
+    "if r is None:",
+    "    n = {p}aggregator(k, v, {p}initializer())",
+    "else:",
+    "    n = {p}aggregator(k, v, rv)",
+    "    if rt > t:",
+    "        t = rt",
+)
+"""An aggregate's update in a fused step: from the record (``k, v, t``) and the previous aggregate
+(``rv`` with timestamp ``rt``, when ``r`` is not None) the new aggregate ``n`` at timestamp ``t``, the
+later of the two (the names ``{p}aggregator`` and ``{p}initializer`` bound by the step)."""
 
 
 class _Aggregating(Processor):
@@ -34,7 +47,49 @@ class _Aggregating(Processor):
         self.context.metrics.dropped_records += 1
 
 
-class KStreamAggregate(_Aggregating):
+class _StreamAggregating(_Aggregating):
+    """A KStream aggregation: records with a null key or value are skipped, the others ``update``
+    their key's aggregate (KStreamAggregate, KStreamReduce)."""
+
+    def update(self, key: Any, value: Any, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def process(self, record: Record) -> None:
+        if record.key is None or record.value is None:
+            self._skip(record, "key or value")
+            return
+        self.update(record.key, record.value, record.timestamp)
+
+    _compute: tuple[str, ...] = ()
+    """``update`` as lines for the fused step: from ``k``, ``v``, ``t`` and the key's previous aggregate
+    ``rv`` and its timestamp ``rt`` (when ``r`` is not None) set ``n``, the new aggregate, and ``t``,
+    its timestamp."""
+
+    def fused_step(self) -> FusedStep:
+        """The end of its source's fused chain: no Record and no forward call per record. Over a cached
+        store the read, the aggregation and the write are inlined (the store's fused read-modify-write
+        lines around ``_compute``); otherwise the step calls ``update`` (which forwards each update
+        with the task's record context, set for this record)."""
+        lines = ["if k is None or v is None:",
+                 "    {p}process(_new_tuple(_Record, (k, v, t, h)))",
+                 "    return"]
+        names: dict[str, Any] = {"{p}process": self.process, "{p}update": self.update,
+                                 **self._compute_names()}
+        fused = getattr(self.store, "fused_timestamped_update", None)
+        inlined = None if self.forward_each or fused is None else fused()
+        if inlined is None:
+            lines.append("{p}update(k, v, t)")
+        else:
+            read, write, store_names = inlined
+            names.update(store_names)
+            lines += [*read, *self._compute, *write]
+        return FusedStep(tuple(lines), {name[3:]: value for name, value in names.items()}, terminal=True)
+
+    def _compute_names(self) -> dict[str, Any]:
+        return {}
+
+
+class KStreamAggregate(_StreamAggregating):
     """``aggregate``: new = aggregator(key, value, old or initializer()). Null keys and values are skipped."""
 
     def __init__(
@@ -47,13 +102,13 @@ class KStreamAggregate(_Aggregating):
         self.initializer = initializer
         self.aggregator = aggregator
 
-    def process(self, record: Record) -> None:
-        key = record.key
-        if key is None or record.value is None:
-            self._skip(record, "key or value")
-            return
+    _compute = AGGREGATE_LINES
+
+    def _compute_names(self) -> dict[str, Any]:
+        return {"{p}aggregator": self.aggregator, "{p}initializer": self.initializer}
+
+    def update(self, key: Any, value: Any, timestamp: int) -> None:
         previous = self.get(key)
-        timestamp = record.timestamp
         if previous is None:
             old = None
             aggregate = self.initializer()
@@ -61,31 +116,38 @@ class KStreamAggregate(_Aggregating):
             old = aggregate = previous[0]
             if previous[1] > timestamp:
                 timestamp = previous[1]
-        new = self.aggregator(key, record.value, aggregate)
+        new = self.aggregator(key, value, aggregate)
         self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
         if self.forward_each:
             self.forwarder.maybe_forward(key, new, old, timestamp)
 
 
-class KStreamReduce(_Aggregating):
+class KStreamReduce(_StreamAggregating):
     """``reduce``: a key's first value is its aggregate; later ones are combined by reducer(agg, value)."""
 
     def __init__(self, supplier: KTableProcessorSupplier, reducer: Callable[[Any, Any], Any]) -> None:
         super().__init__(supplier)
         self.reducer = reducer
 
-    def process(self, record: Record) -> None:
-        key = record.key
-        if key is None or record.value is None:
-            self._skip(record, "key or value")
-            return
+    _compute = (
+        "if r is None:",
+        "    n = v",
+        "else:",
+        "    n = {p}reducer(rv, v)",
+        "    if rt > t:",
+        "        t = rt",
+    )
+
+    def _compute_names(self) -> dict[str, Any]:
+        return {"{p}reducer": self.reducer}
+
+    def update(self, key: Any, value: Any, timestamp: int) -> None:
         previous = self.get(key)
-        timestamp = record.timestamp
         if previous is None:
-            old, new = None, record.value
+            old, new = None, value
         else:
             old = previous[0]
-            new = self.reducer(old, record.value)
+            new = self.reducer(old, value)
             if previous[1] > timestamp:
                 timestamp = previous[1]
         self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))

@@ -17,6 +17,7 @@ from typing import Any
 
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
+from strom.streams.kstream.internals.aggregate import AGGREGATE_LINES
 from strom.streams.kstream.windows import (
     MAX_TIMESTAMP,
     SessionWindow,
@@ -27,6 +28,7 @@ from strom.streams.kstream.windows import (
     Windowed,
 )
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 log = logging.getLogger(__name__)
@@ -138,20 +140,58 @@ class KStreamWindowAggregate(_WindowedProcessor):
                 self._drop(record, f"window [{start}, {end}) closed at stream time "
                                    f"{self.observed_stream_time}")
                 continue
-            old = self.fetch(key, start)
-            if old is None:
-                aggregate, new_timestamp = self.initializer(), timestamp
-            else:
-                aggregate, new_timestamp = old
-                if timestamp > new_timestamp:
-                    new_timestamp = timestamp
-            new = self.aggregator(key, record.value, aggregate)
-            self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+            old, new, new_timestamp = self.update(key, record.value, timestamp, start)
             if not self.cached:
                 old_value = old[0] if old is not None and self.send_old_values else None
                 self.context.forward(new_tuple(Record, (Windowed(key, Window(start, end)),
                                                         Change(new, old_value), new_timestamp,
                                                         record.raw_headers)))
+
+    def update(self, key: Any, value: Any, timestamp: int, start: int) -> tuple[Any, Any, int]:
+        """Aggregates a record into its window starting at ``start``: (the old ValueAndTimestamp or
+        None, the new aggregate, its timestamp)."""
+        old = self.fetch(key, start)
+        if old is None:
+            aggregate, new_timestamp = self.initializer(), timestamp
+        else:
+            aggregate, new_timestamp = old
+            if timestamp > new_timestamp:
+                new_timestamp = timestamp
+        new = self.aggregator(key, value, aggregate)
+        self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+        return old, new, new_timestamp
+
+    def fused_step(self) -> FusedStep | None:
+        """Tumbling windows over a cached store (updates go downstream at flush), emitting on update:
+        the end of its source's fused chain, no Record and no forward call per record, and the store's
+        fetch and put inlined around the aggregation (``fused_window_update``). A record that is not
+        the plain case (null key or value, negative timestamp, a closed window) takes ``process``,
+        which does what it did (raising the observed stream time again changes nothing)."""
+        if not self.tumbling or not self.cached or self.emit_on_close:
+            return None
+        lines = [
+            "if k is None or v is None or t < 0:",
+            "    {p}process(_new_tuple(_Record, (k, v, t, h)))",
+            "    return",
+            "if t > {p}self.observed_stream_time:",
+            "    {p}self.observed_stream_time = t",
+            "s = t - t % {p}size",
+            "if s + {p}size <= {p}self.observed_stream_time - {p}grace:",
+            "    {p}process(_new_tuple(_Record, (k, v, t, h)))",  # dropped: a closed window
+            "    return",
+        ]
+        names = {"{p}process": self.process, "{p}update": self.update, "{p}self": self,
+                 "{p}size": self.size_ms, "{p}grace": self.grace_ms,
+                 "{p}aggregator": self.aggregator, "{p}initializer": self.initializer}
+        fused = getattr(self.store, "fused_window_update", None)
+        inlined = None if fused is None else fused()
+        if inlined is None:  # the store's fetch and put, through update
+            lines.append("{p}update(k, v, t, s)")
+        else:  # the cached store's fetch and put inlined around the aggregation
+            read, write, store_names = inlined
+            names.update(store_names)
+            lines += [*read, *AGGREGATE_LINES, *write]
+        return FusedStep(tuple(lines), {name[3:]: value for name, value in names.items()}, terminal=True)
 
     def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
         """A time window is closed once its end (exclusive) <= the close time."""

@@ -5,9 +5,12 @@ of a stateless chain's time. When a task's processors never read the record cont
 processor may describe its step as a few lines of Python over the locals ``k, v, t, h`` (key, value,
 timestamp, headers), returning early to drop the record (``FusedStep``). The fuser joins the steps of
 the chain that starts at a source into one function ``chain(k, v, t, h)``, compiled once per task;
-where the chain meets a processor that gives no step (a stateful one, a fan-out, a user's), the
-function hands that node a ``Record`` as its parent would have. Records still go through the chain one
-at a time, depth-first, in order: fusion changes what the interpreter executes, not what is observed.
+where the chain meets a processor that gives no step (most stateful ones, a fan-out, a user's), the
+function hands that node a ``Record`` as its parent would have. A KStream aggregation and a tumbling
+windowed one give a terminal step (they read the record context the task set for the record, and
+forward through the cache's flush), with the cached store's read and write inlined. Records still go
+through the chain one at a time, depth-first, in order: fusion changes what the interpreter executes,
+not what is observed.
 """
 
 from __future__ import annotations
@@ -65,8 +68,11 @@ def fuse(first: Any) -> Chain | None:
 
 
 def _step_of(node: Any) -> FusedStep | None:
-    """A node's step if its processor gives one and nothing wraps its entry (stores, a handler)."""
+    """A node's step if its processor gives one and nothing wraps its entry (a handler). The wrapper
+    that stamps a record's timestamp and headers into the record context (a node with stores) may be
+    skipped: no step changes ``t`` or ``h``, so along a fused chain they are the source record's, which
+    the task made the record context."""
     fused_step = getattr(node.processor, "fused_step", None)
-    if fused_step is None or node.entry != node.processor.process:
+    if fused_step is None or (node.entry != node.processor.process and node.entry is not node.stamping_entry):
         return None
     return fused_step()

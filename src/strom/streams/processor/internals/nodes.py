@@ -39,6 +39,9 @@ class ProcessorNode:
         self.entry: Callable[[Record], None] = processor.process
         self.fed_by_sources_only = False
         """Every parent is a source node: records arrive with the task's record context as they are."""
+        self.stamping_entry: Callable[[Record], None] | None = None
+        """The entry that stamps the record's timestamp and headers into the record context (a node
+        with stores fed by processors), else None."""
 
     def init(self, task: TaskContext) -> None:
         self.context = ProcessorContextImpl(task, self)
@@ -55,7 +58,7 @@ class ProcessorNode:
                     )
                 process(record)
 
-            self.entry = entry
+            self.entry = self.stamping_entry = entry
         else:
             self.entry = self.processor.process
         if task.processing_failed is not None:

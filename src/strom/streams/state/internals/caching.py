@@ -161,7 +161,8 @@ class CachingWindowStore(CachingLayer, WindowStoreLayer):
         self._last_key: bytes | None = None
         self._last_start = -1
         self._last_binary = b""
-        self._latest_start = -1  # bounds cache scans: no cached window starts later
+        self.latest_start = -1
+        """The latest window start written: bounds cache scans (no cached window starts later)."""
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         super().init(context, root)
@@ -193,8 +194,8 @@ class CachingWindowStore(CachingLayer, WindowStoreLayer):
             binary_key = self._last_binary
         else:
             binary_key = key + _pack_window_suffix(window_start, 0)  # schemas.window_store_key
-        if window_start > self._latest_start:
-            self._latest_start = window_start
+        if window_start > self.latest_start:
+            self.latest_start = window_start
         self._put_dirty(binary_key, value, self._context.record_context)  # type: ignore[union-attr]
         return binary_key
 
@@ -240,7 +241,7 @@ class CachingWindowStore(CachingLayer, WindowStoreLayer):
         [time_from, time_to]: the scan of the cache's sorted keys stops at the key range's upper bound."""
         assert self._cache is not None, "store used before init"
         time_from = max(time_from, self.wrapped.min_live_time())
-        time_to = min(time_to, self._latest_start)  # no cached window starts later
+        time_to = min(time_to, self.latest_start)  # no cached window starts later
         if time_from > time_to:
             return
         if key_from is not None and key_from == key_to:

@@ -10,13 +10,14 @@ followed by the serialized value.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serde, decoder_of, encoder_of
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
-from strom.streams.state.internals.caching import CachingKeyValueStore
+from strom.streams.state.internals.caching import CachingKeyValueStore, CachingWindowStore
 from strom.streams.state.internals.layer import StoreLayer
 from strom.streams.state.internals.timestamps import (
     MAX_TIMESTAMP,
@@ -27,9 +28,87 @@ from strom.streams.state.internals.timestamps import (
 from strom.streams.state.timestamped import ValueAndTimestamp, ValueAndTimestampSerde
 from strom.streams.state.versioned import VersionedRecord, check_timestamp
 from strom.streams.state.window.reads import WindowFetches
+from strom.streams.state.window.schemas import WINDOW_SUFFIX
 
 _IMMUTABLE_KEYS = frozenset({str, bytes, int, float})
 """Key types whose bytes cannot change between an aggregation's read and its write of the same object."""
+
+# MeteredKeyValueStore.fused_read_modify_write's lines (locals k, kb, r, w; names {p}-prefixed)
+_KEY_LINES = (
+    "if k is None or not {p}store._open:",
+    "    {p}raw_key_of(k)",  # raises the right error
+    "try:",
+    "    kb = {p}key_encode(k)",
+    "except Exception:",
+    "    kb = {p}raw_key_of(k)",
+)
+# the record cache's read and write of the store key kb (r: its raw value or None; wb: the bytes to
+# write), a timestamped value's decode into rv and rt and its encode from n and t (for fixed-width
+# numbers one struct call each, no ValueAndTimestamp); the full serde paths are {p}from_bytes and
+# {p}to_bytes, which decide what the fast functions refuse
+_CACHE_READ = (
+    "e = {p}lookup(kb)",
+    "if e is None:",
+    "    r = {p}below(kb)",
+    "else:",
+    "    {p}mark_used(kb)",
+    "    r = e.value",
+)
+_CACHE_WRITE = ("{p}put_dirty(kb, wb, {p}context.record_context)",)
+_PAIR_DECODE = (
+    "if r is not None:",
+    "    try:",
+    "        rt, rv = {p}unpack(r)",
+    "    except Exception:",
+    "        rv, rt = {p}from_bytes(r)",
+)
+_PAIR_ENCODE = (
+    "try:",
+    "    if type(n) in {p}kinds:",
+    "        wb = {p}pack(t, n)",
+    "    else:",
+    "        wb = {p}encode(_new_tuple({p}vat, (n, t)))",
+    "except Exception:",
+    "    wb = {p}to_bytes(_new_tuple({p}vat, (n, t)))",
+)
+_LOOKUP_LINES = ("{p}metrics.get += 1", *_KEY_LINES, *_CACHE_READ)
+_READ_LINES = (
+    *_LOOKUP_LINES,
+    "if r is not None:",
+    "    try:",
+    "        r = {p}decode(r)",
+    "    except Exception:",
+    "        r = {p}from_bytes(r)",
+)
+_WRITE_LINES = (
+    "{p}metrics.put += 1",
+    "try:",
+    "    wb = None if w is None else {p}encode(w)",
+    "except Exception:",
+    "    wb = {p}to_bytes(w)",
+    *_CACHE_WRITE,
+)
+_PAIR_READ_LINES = (*_LOOKUP_LINES, *_PAIR_DECODE)
+_PAIR_WRITE_LINES = ("{p}metrics.put += 1", *_PAIR_ENCODE, *_CACHE_WRITE)
+# MeteredTimestampedWindowStore.fused_window_update's lines: the metered fetch and put and the caching
+# layer's (the window store key, the latest window start) for key k and window start s
+_WINDOW_READ_LINES = (
+    "{p}store.num_fetches += 1",
+    "try:",
+    "    kb = {p}key_encode(k)",
+    "except Exception:",
+    "    kb = {p}key_bytes(k)",  # the serializer's path, or its error
+    "kb = kb + {p}suffix(s, 0)",  # schemas.window_store_key
+    *_CACHE_READ,
+    *_PAIR_DECODE,
+)
+_WINDOW_WRITE_LINES = (
+    "{p}store.num_puts += 1",
+    *_PAIR_ENCODE,
+    "if s > {p}caching.latest_start:",
+    "    {p}caching.latest_start = s",
+    *_CACHE_WRITE,
+)
 
 
 class StoreMetrics:
@@ -140,62 +219,57 @@ class MeteredKeyValueStore(MeteredStore):
 
     def read_modify_write(self) -> tuple[Callable[[Any], Any], Callable[[Any, Any], None]]:
         """``(get, put)`` for a processor that reads a key and then writes the same key (an aggregation):
-        behaving as this store's own, but fused through the layers when the store is cached. ``get``
-        looks the raw key up in the record cache, else in the layer below the cache (putting no clean
-        entry: the write follows and puts the dirty one); ``put`` reuses the key bytes ``get`` just
-        encoded and writes the cache entry directly. One call per read and per write instead of four."""
+        behaving as this store's own, but fused through the layers when the store is cached: the lines
+        of ``fused_read_modify_write`` compiled into two functions. ``put`` reuses the key bytes ``get``
+        just encoded (for immutable key types)."""
+        fused = self.fused_read_modify_write()
+        if fused is None:
+            return self.get, self.put
+        read, write, names = fused
+        names = {name.replace("{p}", "_"): value for name, value in names.items()}
+        names.update(_immutable=_IMMUTABLE_KEYS, _last=[None, None])  # the key get read last, its bytes
+        source = "\n".join((
+            "def get(k):",
+            *(" " + line for line in read),
+            " if type(k) in _immutable:",
+            "  _last[0], _last[1] = k, kb",
+            " return r",
+            "def put(k, w):",
+            " if k is _last[0] and k is not None and {p}store._open:",
+            "  kb = _last[1]",
+            " else:",
+            *("  " + line for line in _KEY_LINES),
+            *(" " + line for line in write),
+        )).replace("{p}", "_")
+        exec(compile(source, f"<read_modify_write of {self.name}>", "exec"), names)
+        return names["get"], names["put"]
+
+    def fused_read_modify_write(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any]] | None:
+        """A cached store's read and write of one key as lines of Python to inline where every record
+        reads then writes its key (a fused aggregation): ``read`` sets ``kb`` to the bytes of key ``k``
+        and ``r`` to its typed value (None if absent), looking the record cache up directly, else the
+        layer below the cache (putting no clean entry: the write follows and puts the dirty one);
+        ``write`` writes typed value ``w`` for ``kb`` into the cache with the task's record context. They
+        behave as this store's ``get`` and ``put`` (metrics, errors, the serdes' full methods when an
+        encoder refuses). Names are ``{p}``-prefixed; None when the store is not cached."""
+        names = self._fused_names()
+        return None if names is None else (_READ_LINES, _WRITE_LINES, names)
+
+    def _fused_names(self) -> dict[str, Any] | None:
+        """What the fused lines call, bound: the record cache's dict and write, the layer below it,
+        the serdes; None when the store is not cached."""
         caching = self.wrapped
         if not isinstance(caching, CachingKeyValueStore) or not self._open:
-            return self.get, self.put
+            return None
         entries = caching.cache_entries
-        lookup, mark_used = entries.get, entries.move_to_end
-        below_get, put_dirty, context = caching.wrapped.get, caching.put_dirty_raw, caching.context
-        metrics, topic = self.metrics, self._topic
-        key_encode, value_encode, value_decode = self._key_encode, self._value_encode, self._value_decode
-        value_ser, value_de, raw_key_of = self._value_ser, self._value_de, self._raw_key
-        last: list[Any] = [None, None]  # the key get read last and its bytes
-
-        def get(key: Any) -> Any:
-            metrics.get += 1
-            if key is None or not self._open:
-                raw_key_of(key)  # raises the right error
-            try:
-                raw_key = key_encode(key)
-            except Exception:
-                raw_key = raw_key_of(key)
-            if type(key) in _IMMUTABLE_KEYS:
-                last[0], last[1] = key, raw_key
-            entry = lookup(raw_key)
-            if entry is not None:
-                mark_used(raw_key)
-                raw = entry.value
-            else:
-                raw = below_get(raw_key)
-            if raw is None:
-                return None
-            try:
-                return value_decode(raw)
-            except Exception:
-                return value_de(topic, raw)
-
-        def put(key: Any, value: Any) -> None:
-            metrics.put += 1
-            if key is last[0] and key is not None and self._open:
-                raw_key = last[1]
-            else:
-                if key is None or not self._open:
-                    raw_key_of(key)
-                try:
-                    raw_key = key_encode(key)
-                except Exception:
-                    raw_key = raw_key_of(key)
-            try:
-                raw_value = None if value is None else value_encode(value)
-            except Exception:
-                raw_value = value_ser(topic, value)
-            put_dirty(raw_key, raw_value, context.record_context)
-
-        return get, put
+        return {
+            "{p}store": self, "{p}metrics": self.metrics, "{p}raw_key_of": self._raw_key,
+            "{p}key_encode": self._key_encode,
+            "{p}lookup": entries.get, "{p}mark_used": entries.move_to_end, "{p}below": caching.wrapped.get,
+            "{p}decode": self._value_decode, "{p}from_bytes": partial(self._value_de, self._topic),
+            "{p}encode": self._value_encode, "{p}to_bytes": partial(self._value_ser, self._topic),
+            "{p}put_dirty": caching.put_dirty_raw, "{p}context": caching.context,
+        }
 
     def put_if_absent(self, key: Any, value: Any) -> Any:
         old = self.wrapped.put_if_absent(self._raw_key(key), self._value_ser(self._topic, value))
@@ -271,7 +345,21 @@ class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
     """Values are ValueAndTimestamp, stored as Kafka does: 8-byte timestamp, then the value bytes."""
 
     def _wrap_value_serde(self, serde: Any) -> Any:
-        return ValueAndTimestampSerde(serde)
+        self._pair_codec = ValueAndTimestampSerde(serde)
+        return self._pair_codec
+
+    def fused_timestamped_update(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any]] | None:
+        """``fused_read_modify_write`` for a caller that wants the value and timestamp apart (a fused
+        aggregation): ``read`` sets ``r`` (None: no value) and then ``rv`` and ``rt``; ``write`` writes
+        value ``n`` with timestamp ``t``. No ValueAndTimestamp is made for a fixed-width number, whose
+        read and write are one struct call each; the bytes are the ones ``get`` and ``put`` read and
+        write. None when the store is not cached."""
+        names = self._fused_names()
+        if names is None:
+            return None
+        unpack, pack, kinds = self._pair_codec.pair_codec(self._topic)
+        names.update({"{p}unpack": unpack, "{p}pack": pack, "{p}kinds": kinds, "{p}vat": ValueAndTimestamp})
+        return _PAIR_READ_LINES, _PAIR_WRITE_LINES, names
 
     def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
         """The listener gets plain values; the timestamp is the new value's (the entry's for a delete)."""
@@ -427,7 +515,30 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
     def _wrap_value_serde(self, value_serde: Serde[Any]) -> Any:
         self._plain_to = value_serde.serializer().serialize
         self._plain_from = value_serde.deserializer().deserialize
-        return ValueAndTimestampSerde(value_serde)
+        self._pair_codec = ValueAndTimestampSerde(value_serde)
+        return self._pair_codec
+
+    def fused_window_update(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any]] | None:
+        """``fetch`` then ``put`` of one key's window as lines of Python for a fused windowed
+        aggregation, as ``MeteredTimestampedKeyValueStore.fused_timestamped_update`` for a key: ``read``
+        takes key ``k`` and window start ``s``, sets ``r`` (None: no value) and then ``rv`` and ``rt``;
+        ``write`` writes value ``n`` with timestamp ``t`` into the record cache under the same store key.
+        Same bytes, metrics and errors as ``fetch`` and ``put``; None when the store is not cached."""
+        caching = self.wrapped
+        if not isinstance(caching, CachingWindowStore) or not self._open:
+            return None
+        unpack, pack, kinds = self._pair_codec.pair_codec(self._topic)
+        entries = caching.cache_entries
+        names = {
+            "{p}store": self, "{p}caching": caching, "{p}key_encode": self._key_encode,
+            "{p}key_bytes": self._key_bytes, "{p}suffix": WINDOW_SUFFIX.pack,
+            "{p}lookup": entries.get, "{p}mark_used": entries.move_to_end,
+            "{p}below": caching.wrapped.get_binary, "{p}unpack": unpack, "{p}from_bytes": self._from_bytes,
+            "{p}pack": pack, "{p}kinds": kinds, "{p}encode": self._value_encode,
+            "{p}to_bytes": self._to_bytes, "{p}vat": ValueAndTimestamp,
+            "{p}put_dirty": caching.put_dirty_raw, "{p}context": caching.context,
+        }
+        return _WINDOW_READ_LINES, _WINDOW_WRITE_LINES, names
 
     def _to_bytes(self, value: Any) -> bytes | None:
         if type(value) is ValueAndTimestamp:
