@@ -79,7 +79,7 @@ def tasks() -> None:
 @click.argument("processor")
 @click.option("--topic", required=True, help="Topic of the tasks.")
 @click.option("--subscription", "subscription_id", required=True,
-              help="Subscription id: the consumer group and the prefix of the retry/dlq topics.")
+              help="Subscription id: the consumer group.")
 @connection_options
 @create_topic_option
 @click.option("--concurrency", type=click.IntRange(1, 1024), help="decaton.partition.concurrency.")
@@ -87,7 +87,8 @@ def tasks() -> None:
               help="A decaton.* property (repeatable).")
 @click.option("--property-file", type=click.Path(dir_okay=False),
               help="JSON file of decaton.* properties, re-read when it changes (dynamic properties).")
-@click.option("--retry", is_flag=True, help="Enable the <subscription>-retry and <subscription>-dlq topics.")
+@click.option("--retry", is_flag=True,
+              help="Enable retries through <topic>-retry (Decaton's) and <topic>-dlq (strom's dead letters).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any free port).")
 def run(processor: str, topic: str, subscription_id: str, connection: Connection, create_topic: bool,
