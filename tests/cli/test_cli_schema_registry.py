@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from google.protobuf import descriptor_pb2, timestamp_pb2
 from google.protobuf.descriptor_pb2 import FieldDescriptorProto as FieldType
@@ -121,7 +121,7 @@ def test_registry_errors_say_what_to_do(strom, registry, tmp_path):
     assert f"The value at {topic}-0@1" in result.err and "is not avro" in result.err
 
 
-def _shop_messages():
+def _shop_messages(name: str = "Order"):
     """Generated-like classes of ``package shop; import timestamp; message Line {...} message Order {...}``
     (Order is the second message: its records carry message index 1)."""
     pool = DescriptorPool()
@@ -137,7 +137,7 @@ def _shop_messages():
     order.field.add(name="lines", number=3, type=FieldType.TYPE_MESSAGE, label=FieldType.LABEL_REPEATED,
                     type_name=".shop.Line")
     pool.Add(file)
-    return GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    return GetMessageClass(pool.FindMessageTypeByName(f"shop.{name}"))
 
 
 def test_protobuf_of_confluents_serializer_is_shown_as_json_without_generated_classes(strom, broker,
@@ -156,5 +156,25 @@ def test_protobuf_of_confluents_serializer_is_shown_as_json_without_generated_cl
                        "--value-deserializer", "protobuf")
     assert json.loads(result.out) == {"id": 7, "placed": "1970-01-02T00:00:00Z", "lines": [{"sku": "tea"}]}
     assert result.code == 2 and f"The value at {topic}-0@1" in result.err and "is not protobuf" in result.err
-    assert "needs the generated message class" in strom.run(
+    assert "use.latest.version=true" in strom.run(
         "produce", topic, "-X", registry, "--value-serializer", "protobuf").err
+
+
+def test_protobuf_lines_are_written_with_the_subjects_latest_schema_and_read_by_confluents_deserializer(
+        strom, broker, registry):
+    topic = _topic(strom)
+    line_class = _shop_messages("Line")  # the schema's first message, which the CLI writes
+    client = registry_client({"url": registry.split("=", 1)[1]})
+    latest = ["-X", registry, "-X", "use.latest.version=true", "--value-serializer", "protobuf"]
+    unregistered = strom.run("produce", topic, *latest, stdin=b'{"sku": "tea"}\n')
+    assert unregistered.code != 0 and f"Subject '{topic}-value' has no protobuf schema" in unregistered.err
+    ProtobufSerializer(line_class, client, {"use.deprecated.format": False})(  # registers the schema
+        line_class(sku="jam"), SerializationContext(topic, MessageField.VALUE))
+
+    strom.ok("produce", topic, *latest, stdin=b'{"sku": "tea"}\n{"sku": "cake"}\n')
+    values = [message.value() for message in read_topic(broker.bootstrap_servers, topic)]
+    read = ProtobufDeserializer(line_class, {"use.deprecated.format": False})
+    assert [read(v, SerializationContext(topic, MessageField.VALUE)).sku for v in values] == ["tea", "cake"]
+    assert [v for _, v in _consume(strom, registry, topic, "protobuf")] == [{"sku": "tea"}, {"sku": "cake"}]
+    bad = strom.run("produce", topic, *latest, stdin=b'{"sku": "ok"}\n{"size": 3}\n')
+    assert bad.code != 0 and "line 2" in bad.err and "is not protobuf" in bad.err

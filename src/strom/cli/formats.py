@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+from google.protobuf import json_format
 
 from strom.cli.output import escaped
 from strom.cli.protobuf_json import ProtobufJson
@@ -91,7 +92,7 @@ def _registry_format(name: str) -> Format:
             raise ConfigError(f"The {name} {which} format needs the registry: -X {schema_registry.URL}=URL "
                               "(e.g. http://localhost:8081).")
         if name == "protobuf":
-            return _protobuf_reader(config)
+            return _protobuf_format(config, topic, is_key)
         settings = dict(config)
         if schema is None:
             settings.setdefault("auto.register.schemas", "false")  # the registered schema is written as is
@@ -109,25 +110,38 @@ def _registry_format(name: str) -> Format:
     return Format(name, unbound, unbound, bind)
 
 
-def _protobuf_reader(config: Mapping[str, str]) -> Format:
-    """Protobuf read with the writer's schema (no generated class), shown in protobuf's JSON form; writing
-    protobuf needs a generated class, so there is no ``parse``."""
-    client_config, _ = schema_registry.split_config(config, is_key=False)
+def _protobuf_format(config: Mapping[str, str], topic: str, is_key: bool) -> Format:
+    """Protobuf without generated classes: read with the writer's schema, shown in protobuf's JSON form;
+    written as the first message of the subject's latest schema (``<topic>-key`` / ``<topic>-value``)."""
+    client_config, _ = schema_registry.split_config(config, is_key=is_key)
     client = schema_registry.registry_client(client_config)
     _check_reachable(client, client_config["url"])
-    read = ProtobufJson(client)
+    messages = ProtobufJson(client)
+    subject = f"{topic}-{'key' if is_key else 'value'}"
+    write: Callable[[Any], bytes] | None = None
 
     def show(data: bytes) -> bytes:
         try:
-            message = read(data)
+            message = messages(data)
         except SerializationError:
             raise
         except Exception as exc:  # the registry's or protobuf's error: the caller names the record
             raise SerializationError(str(exc)) from exc
         return json.dumps(message, ensure_ascii=False).encode()
 
-    def parse(_text: bytes) -> bytes:
-        raise AssertionError("protobuf is read only (produce refuses it)")
+    def parse(text: bytes) -> bytes:
+        nonlocal write
+        if write is None:
+            try:
+                write = messages.writer(subject)
+            except Exception as exc:
+                raise StromError(f"Subject {subject!r} has no protobuf schema in the registry ({exc}): "
+                                 "register it first (protobuf is written with the subject's latest schema)."
+                                 ) from exc
+        try:
+            return write(json.loads(text))
+        except json_format.ParseError as exc:
+            raise SerializationError(str(exc)) from exc
 
     return Format("protobuf", show, parse)
 

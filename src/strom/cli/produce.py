@@ -127,17 +127,19 @@ def _writer(fmt: Format, schema: Path | None, connection: Connection, topic: str
     """The format bound to its registry and writer's schema (a registry format needs one: the file, or the
     subject's latest with -X use.latest.version=true)."""
     which = "key" if is_key else "value"
-    if fmt.name == "protobuf":
-        raise click.UsageError(f"--{which}-serializer protobuf needs the generated message class: write "
-                               "protobuf from code (strom.kafka.schema_registry.KafkaProtobufSerde).")
+    if fmt.name == "protobuf" and schema is not None:
+        raise click.UsageError(f"--{which}-serializer protobuf writes with the subject's latest schema (-X "
+                               "use.latest.version=true): register the .proto first; a schema file is for "
+                               "avro and json_schema.")
     if fmt.bind is None:
         if schema is not None:
             raise click.UsageError(f"--{which}-schema is for --{which}-serializer avro or json_schema.")
         return fmt
     latest = connection.serde_properties.get("use.latest.version", "").strip().lower() == "true"
     if schema is None and not latest:
-        raise click.UsageError(f"--{which}-serializer {fmt.name} needs the writer's schema: --{which}-schema "
-                               "FILE, or -X use.latest.version=true for the subject's latest schema.")
+        file = "" if fmt.name == "protobuf" else f"--{which}-schema FILE, or "
+        raise click.UsageError(f"--{which}-serializer {fmt.name} needs the writer's schema: {file}"
+                               "-X use.latest.version=true for the subject's latest schema.")
     text = None if schema is None else schema.read_text()
     return fmt.bound(connection.serde_properties, topic, is_key, text)
 

@@ -1,6 +1,8 @@
-"""Protobuf records in Confluent's wire format read without generated classes, for ``strom consume
---value-deserializer protobuf``: the writer's schema comes from the registry (the id in the record), the
-record's message (its message indexes) is built from it at run time, and shown in protobuf's JSON form.
+"""Protobuf records in Confluent's wire format without generated classes, for ``strom consume
+--value-deserializer protobuf`` and ``strom produce --value-serializer protobuf``: read, the writer's schema
+comes from the registry (the id in the record) and the record's message (its message indexes) is built
+from it at run time, shown in protobuf's JSON form; written, a JSON document becomes the first message of
+the subject's latest schema (as Confluent's console producer writes its schema's first message).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def message_indexes(data: bytes) -> tuple[tuple[int, ...], int]:
 
 
 class ProtobufJson:
-    """Reads records' protobuf payloads as dicts; message classes are made once per (schema, message)."""
+    """Reads records' protobuf payloads as dicts and writes dicts as protobuf; message classes are made
+    once per (schema, message)."""
 
     def __init__(self, client: SchemaRegistryClient) -> None:
         self.client = client
@@ -71,8 +74,23 @@ class ProtobufJson:
         message.ParseFromString(data[start:])
         return json_format.MessageToDict(message, preserving_proto_field_name=True)
 
-    def _message_class(self, schema_id: int, indexes: tuple[int, ...]) -> Callable[[], Message]:
-        schema = self.client.get_schema(schema_id, fmt="serialized")
+    def writer(self, subject: str) -> Callable[[Any], bytes]:
+        """Writes JSON documents as the first message of ``subject``'s latest schema."""
+        latest = self.client.get_latest_version(subject, fmt="serialized")
+        make = self._message_class(latest.schema_id, (0,), latest.schema)
+        prefix = b"\0" + latest.schema_id.to_bytes(4, "big") + b"\0"  # message index [0] is written as 0
+
+        def write(document: Any) -> bytes:
+            message = make()
+            json_format.ParseDict(document, message)
+            return prefix + message.SerializeToString()
+
+        return write
+
+    def _message_class(self, schema_id: int, indexes: tuple[int, ...],
+                       schema: Schema | None = None) -> Callable[[], Message]:
+        if schema is None:
+            schema = self.client.get_schema(schema_id, fmt="serialized")
         pool = DescriptorPool()
         for module in _WELL_KNOWN:
             pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
