@@ -67,6 +67,9 @@ def run(build, tmp_path, fused: bool, cache_bytes: int, commit_every: int = 90):
     source = task.sources["in"]
     if not fused:
         source.chain = None
+        for node in task.nodes.values():  # a flushed update goes on as a Record, step by step
+            node.context.forward_fields = node.context.forward_record_fields
+    aggregation = next(node for node in task.nodes.values() if node.stores)
     chain = source.chain
     inputs = records()
     partition = TopicPartition("in", 0)
@@ -82,7 +85,12 @@ def run(build, tmp_path, fused: bool, cache_bytes: int, commit_every: int = 90):
     contents.append(sorted(store.all(), key=repr))
     dropped = task.metrics.dropped_records
     task.close()
-    return sink.sent, offsets, contents, dropped, chain
+    return sink.sent, offsets, contents, dropped, chain, flush_fused(aggregation)
+
+
+def flush_fused(node) -> bool:
+    """Updates the node's cache flushed went downstream through a fused chain."""
+    return getattr(node.context.forward_fields, "__name__", "") == "chain"
 
 
 def inlined(chain) -> bool:
@@ -150,6 +158,7 @@ def test_the_fused_aggregation_gives_what_the_per_record_path_gives(tmp_path, bu
     fused = run(topology, tmp_path / "fused", True, cache_bytes)
     plain = run(topology, tmp_path / "plain", False, cache_bytes)
     assert inlined(fused[4]) and plain[4] is None  # the fused run did take the inlined store path
+    assert fused[5] and not plain[5]  # and flushed updates went on through a fused chain
     assert fused[:4] == plain[:4]
     sent = fused[0]
     assert any(topic == "out" for topic, *_ in sent) and any("changelog" in topic for topic, *_ in sent)
@@ -175,6 +184,7 @@ def test_a_fused_windowed_count_gives_what_the_per_record_path_gives(tmp_path, s
     fused = run(build, tmp_path / "fused", True, cache_bytes)
     plain = run(build, tmp_path / "plain", False, cache_bytes)
     assert inlined(fused[4]) and plain[4] is None
+    assert fused[5] and not plain[5]  # flushed windows went on fused, to_stream and the sink inlined
     assert fused[:4] == plain[:4]
     assert fused[3] > sum(1 for r in records() if r.key is None or r.value is None)  # late ones too
     assert any(topic == "out" for topic, *_ in fused[0])
@@ -183,7 +193,7 @@ def test_a_fused_windowed_count_gives_what_the_per_record_path_gives(tmp_path, s
 @pytest.mark.parametrize("caching, emit", [(False, EmitStrategy.on_window_update()),
                                            (True, EmitStrategy.on_window_close())])
 def test_a_windowed_count_that_forwards_per_record_is_not_fused(tmp_path, caching, emit):
-    _, _, _, _, chain = run(windowed_count("memory", caching, emit), tmp_path, True, 1 << 20)
+    _, _, _, _, chain, _ = run(windowed_count("memory", caching, emit), tmp_path, True, 1 << 20)
     assert chain is None
 
 
@@ -193,7 +203,7 @@ def test_a_cached_count_is_inlined_and_counts_exactly(tmp_path):
     def topology(builder):
         count(builder, materialized("memory", caching=True))
 
-    sent, _, contents, dropped, chain = run(topology, tmp_path, True, 1 << 20, commit_every=400)
+    sent, _, contents, dropped, chain, _ = run(topology, tmp_path, True, 1 << 20, commit_every=400)
     assert inlined(chain)
     expected: dict[str, tuple[int, int]] = {}
     for record in records():

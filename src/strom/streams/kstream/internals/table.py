@@ -12,6 +12,7 @@ from typing import Any
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
 from strom.streams.processor.api import Processor, Record
+from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED
@@ -33,8 +34,7 @@ class TimestampedTupleForwarder:
         self.caching = store.set_flush_listener(self._flushed, send_old_values)
 
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        change = new_tuple(Change, (new, old))
-        self.forward(new_tuple(Record, (key, change, timestamp, self.task.record_context.headers)))
+        self.context.forward_flushed(key, new_tuple(Change, (new, old)), timestamp)
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if not self.caching:
@@ -176,6 +176,9 @@ class KTableToStream(Processor):
         self.forward(
             new_tuple(Record, (record.key, record.value.new_value, record.timestamp, record.raw_headers))
         )
+
+    def fused_step(self) -> FusedStep:
+        return FusedStep(("v = v.new_value",), {})
 
 
 class KTableRepartitionMap(Processor):

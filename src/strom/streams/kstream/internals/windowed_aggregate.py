@@ -82,10 +82,7 @@ class _WindowedProcessor(Processor):
         self.context.add_processor_metadata_key_value(self.store_name, close_time)
 
     def _forward_flushed(self, windowed: Windowed[Any], new: Any, old: Any, timestamp: int) -> None:
-        # the flushed entry's record context is current: its headers go downstream, as in Kafka
-        context = self.context
-        context.forwarder(new_tuple(Record, (windowed, new_tuple(Change, (new, old)), timestamp,
-                                             context.record_headers)))
+        self.context.forward_flushed(windowed, new_tuple(Change, (new, old)), timestamp)
 
     def _drop(self, record: Record, reason: str) -> None:
         self.dropped_records += 1

@@ -23,6 +23,7 @@ from strom.streams.processor.api import (
     RecordMetadata,
     held_headers,
 )
+from strom.streams.processor.internals.fusion import fuse
 from strom.streams.processor.internals.punctuation import PunctuationQueue, PunctuationSchedule
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction, changelog_topic_name
 from strom.streams.state.manager import ProcessorStateManager
@@ -153,6 +154,30 @@ class ProcessorContextImpl:
         self._by_name = {child.name: child.entry for child in self.node.children}
         self._targets = tuple(self._by_name.values())
         self.forwarder = _forwarder(self._targets)
+
+    def forward_flushed(self, key: Any, value: Any, timestamp: int) -> None:
+        """Forwards an update a cache flushed, under the flushed entry's record context (its headers go
+        downstream, as in Kafka). When the update's timestamp is the context's too (a window store's:
+        the entry's own), the steps below may run fused (``forward_fields``)."""
+        current = self.task.record_context
+        if timestamp == current.timestamp:
+            self.forward_fields(key, value, timestamp, current.headers)
+        else:
+            self.forward_record_fields(key, value, timestamp, current.headers)
+
+    def forward_fields(self, key: Any, value: Any, timestamp: int, headers: HeldHeaders) -> None:
+        """``forwarder(Record(key, value, timestamp, headers))`` for a caller whose timestamp and headers
+        are the task's record context's (a cache flush, under the flushed entry's context): the steps
+        below a single child may then run fused, stamping skipped (fusion.py). The first call (after
+        every processor started) binds the fused chain, or ``forward_record_fields``, in place of this."""
+        children = self.node.children
+        chain = fuse(children[0]) if len(children) == 1 else None
+        self.forward_fields = chain or self.forward_record_fields  # type: ignore[method-assign]
+        self.forward_fields(key, value, timestamp, headers)
+
+    def forward_record_fields(self, key: Any, value: Any, timestamp: int, headers: HeldHeaders) -> None:
+        """``forward_fields`` unfused: one Record to the forwarder."""
+        self.forwarder(new_tuple(Record, (key, value, timestamp, headers)))
 
     @property
     def application_id(self) -> str:

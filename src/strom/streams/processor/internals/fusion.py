@@ -10,7 +10,9 @@ function hands that node a ``Record`` as its parent would have. A KStream aggreg
 windowed one give a terminal step (they read the record context the task set for the record, and
 forward through the cache's flush), with the cached store's read and write inlined. Records still go
 through the chain one at a time, depth-first, in order: fusion changes what the interpreter executes,
-not what is observed.
+not what is observed. An update a record cache flushes goes on the same way, through the chain below
+the flushing node (``ProcessorContextImpl.forward_flushed``), when its timestamp and headers are the
+record context's (the flushed entry's), as a source record's are.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def fuse(first: Any) -> Chain | None:
             body.append("_fan_out(_new_tuple(_Record, (k, v, t, h)))")
             break
         node = node.children[0]
-    source = "def chain(k, v, t, h):\n" + "".join(f"    {line}\n" for line in body)
+    source = "def chain(k, v, t, h):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
     filename = f"<fused chain from {first.name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
     exec(compile(source, filename, "exec"), names)

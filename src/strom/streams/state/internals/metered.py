@@ -15,7 +15,7 @@ from typing import Any
 
 from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serde, decoder_of, encoder_of
-from strom.streams.kstream.windows import SessionWindow, Window, Windowed
+from strom.streams.kstream.windows import SessionWindow, Window, Windowed, new_windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
 from strom.streams.state.internals.caching import CachingKeyValueStore, CachingWindowStore
 from strom.streams.state.internals.layer import StoreLayer
@@ -416,6 +416,7 @@ class MeteredWindowStore(WindowFetches, _MeteredWindowed):
                  window_size_ms: int) -> None:
         super().__init__(wrapped, key_serde, value_serde)
         self.window_size_ms = window_size_ms
+        self._last_window: Window | None = None
 
     def _to_bytes(self, value: Any) -> bytes | None:
         return None if value is None else self._value_ser(self._topic, value)
@@ -432,7 +433,10 @@ class MeteredWindowStore(WindowFetches, _MeteredWindowed):
             typed = self._key_decode(key)
         except Exception:
             typed = self._key_de(self._topic, key)  # the serde's error
-        return Windowed(typed, Window(start, min(start + self.window_size_ms, MAX_TIMESTAMP)))
+        window = self._last_window  # entries flush window by window: one (immutable) Window for each
+        if window is None or window.start != start:
+            window = self._last_window = Window(start, min(start + self.window_size_ms, MAX_TIMESTAMP))
+        return new_windowed(typed, window)
 
     def put(self, key: Any, value: Any, window_start: int) -> None:
         """Store ``value`` for a window; None deletes."""

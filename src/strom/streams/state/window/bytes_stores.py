@@ -152,7 +152,7 @@ class SegmentedBytesStore:
         """Apply pending writes to the segments, drop expired segments, then record the offset."""
         segments = self._open_segments()
         for segment_id in sorted(self._pending):
-            self._apply(segments, segment_id, self._pending[segment_id].items(False))
+            self._apply(segments, segment_id, self._pending[segment_id].writes())
         self._pending.clear()
         segments.drop_expired(self.observed_stream_time)
         self._committed_stream_time = self.observed_stream_time
