@@ -11,7 +11,6 @@ import random
 
 import pytest
 
-from strom.spark.runtime import SparkStreams
 from strom.streams import (
     Consumed,
     Processor,
@@ -24,7 +23,7 @@ from strom.streams import (
 )
 from support.kafka import read_topic
 
-from .conftest import produce_lines
+from .conftest import produce_lines, run_until_caught_up
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 S = Serdes.String()
@@ -86,15 +85,8 @@ def test_stream_global_table_join_matches_topology_test_driver(broker, spark, to
     produce_lines(broker.bootstrap_servers, names["users"], users)
     produce_lines(broker.bootstrap_servers, names["orders"], orders)
 
-    app = SparkStreams(topology(names["orders"], names["users"], names["out"]), {
-        "application.id": f"rt-global-{names['orders']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
-        **mode_props}, spark)
-    app.start()
-    try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-    finally:
-        app.stop()
+    run_until_caught_up(spark, topology(names["orders"], names["users"], names["out"]), broker, tmp_path,
+                        f"rt-global-{names['orders']}", **mode_props)
 
     expected = _driver_output(names, users, orders, topology)
     assert 150 < len(expected) < 200  # some orders name no known user: the inner join drops them

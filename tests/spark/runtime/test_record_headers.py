@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from strom.kafka.serdes import Serdes
-from strom.spark.runtime import SparkStreams
 from strom.streams import Consumed, FixedKeyProcessor, Processor, Produced, StreamsBuilder, Topology
 from support.kafka import produce, read_topic
+
+from .conftest import run_until_caught_up
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
@@ -47,15 +48,8 @@ def test_processors_header_changes_reach_kafka(broker, spark, topics, tmp_path, 
              for i in range(40)]
     produce(broker.bootstrap_servers, names["lines"], lines)
 
-    app = SparkStreams(stamping(names["lines"], names["out"]), {
-        "application.id": f"rt-headers-{names['lines']}", "bootstrap.servers": broker.bootstrap_servers,
-        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
-        **mode_props}, spark)
-    app.start()
-    try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-    finally:
-        app.stop()
+    run_until_caught_up(spark, stamping(names["lines"], names["out"]), broker, tmp_path,
+                        f"rt-headers-{names['lines']}", **mode_props)
 
     written = {m.key().decode(): (m.value().decode(), m.headers()) for m in read_topic(
         broker.bootstrap_servers, names["out"])}
