@@ -19,8 +19,8 @@ from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
 
 __all__ = [
-    "BATCH", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "end_consumer", "end_offset",
-    "partitions_of", "read_to_end",
+    "BATCH", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets", "end_consumer",
+    "end_offset", "partitions_of", "read_to_end",
 ]
 
 METADATA_TIMEOUT_S = 10.0
@@ -58,6 +58,18 @@ def end_offset(consumer: Consumer, topic: str, partition: int, timeout_s: float 
     except Exception as exc:
         raise BrokerUnavailableError(f"Could not read the end of {topic}-{partition}: {exc}. "
                                      "Check that the broker is running.") from exc
+
+
+def committed_offsets(consumer: Consumer, group: str, partitions: Iterable[tuple[str, int]],
+                      timeout_s: float = METADATA_TIMEOUT_S) -> dict[tuple[str, int], int]:
+    """What ``group`` (the consumer's own) has committed for ``partitions``; those without a commit are
+    left out."""
+    try:
+        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout_s)
+    except Exception as exc:
+        raise BrokerUnavailableError(f"Could not read the committed offsets of group {group!r}: {exc}. "
+                                     "Check that the broker is running.") from exc
+    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
 
 
 def read_to_end(consumer: Consumer, partitions: Iterable[TopicPartition], what: str = "",

@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from strom.errors import BrokerUnavailableError, ConfigError
 from strom.kafka import clients
+from strom.kafka.reading import committed_offsets
 from strom.spark.connector.metadata import DriverMetadata
 from strom.spark.connector.options import (
     EARLIEST,
@@ -55,7 +56,6 @@ __all__ = [
 FORMAT = "strom-stream-tasks"
 PLAN_OPTION = "plan"
 _TIMEOUT_S = 30.0
-_NO_OFFSET = -1001
 
 
 @dataclass(frozen=True)
@@ -200,13 +200,7 @@ class CommittedOffsets:
 
     def read(self, partitions: list[tuple[str, int]]) -> TopicPartitionOffsets:
         """Partitions without a commit are left out."""
-        try:
-            committed = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], _TIMEOUT_S)
-        except Exception as exc:
-            raise BrokerUnavailableError(
-                f"Could not read the committed offsets of group {self._plan.application_id!r} at "
-                f"{self._plan.bootstrap_servers}: {exc}. Check that the broker is running.") from exc
-        return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset != _NO_OFFSET}
+        return committed_offsets(self._consumer, self._plan.application_id, partitions, _TIMEOUT_S)
 
     def commit(self, offsets: TopicPartitionOffsets) -> None:
         """Commits ``offsets`` for the group, outside any transaction: only while no task runs."""

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer
-from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.kafka.reading import committed_offsets
 from strom.spark.runtime.open_task import QUICK_EOF, TIMEOUT_S
 from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
 from strom.spark.runtime.restore import restore_task
@@ -155,9 +155,7 @@ class StoreCopies:
         source = task.source_changelog_partitions().get(store_name)
         if source is None:
             return {}
-        committed = self._reader().committed([KafkaTopicPartition(source.topic, source.partition)],
-                                             TIMEOUT_S)
-        return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+        return committed_offsets(self._reader(), self._config.application_id, [source], TIMEOUT_S)
 
     def _reader(self) -> Consumer:
         """One consumer for every catch-up: partitions assigned by hand; it belongs to the
