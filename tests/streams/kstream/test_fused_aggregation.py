@@ -75,6 +75,9 @@ def run(build, tmp_path, fused: bool, cache_bytes: int, commit_every: int = 90):
     partition = TopicPartition("in", 0)
     offsets = []
     store = task.context.stores["agg"]
+    caching = store.wrapped
+    if not fused and hasattr(caching, "flush_batch"):  # a flush's entries one by one through the layers
+        caching.flush_batch = caching.flush_each
     contents = []
     for start in range(0, len(inputs), commit_every):
         task.add_records(partition, inputs[start:start + commit_every])
@@ -85,12 +88,17 @@ def run(build, tmp_path, fused: bool, cache_bytes: int, commit_every: int = 90):
     contents.append(sorted(store.all(), key=repr))
     dropped = task.metrics.dropped_records
     task.close()
-    return sink.sent, offsets, contents, dropped, chain, flush_fused(aggregation)
+    return sink.sent, offsets, contents, dropped, chain, flush_fused(aggregation), batch_fused(caching)
 
 
 def flush_fused(node) -> bool:
     """Updates the node's cache flushed went downstream through a fused chain."""
     return getattr(node.context.forward_fields, "__name__", "") == "chain"
+
+
+def batch_fused(caching) -> bool:
+    """The store's cache flushed through its compiled loop (the layers' writes and the listener inlined)."""
+    return getattr(getattr(caching, "flush_batch", None), "__name__", "") == "flush"
 
 
 def inlined(chain) -> bool:
@@ -159,10 +167,28 @@ def test_the_fused_aggregation_gives_what_the_per_record_path_gives(tmp_path, bu
     plain = run(topology, tmp_path / "plain", False, cache_bytes)
     assert inlined(fused[4]) and plain[4] is None  # the fused run did take the inlined store path
     assert fused[5] and not plain[5]  # and flushed updates went on through a fused chain
+    assert fused[6] and not plain[6]  # a flush's entries went down and on in one compiled loop
     assert fused[:4] == plain[:4]
     sent = fused[0]
     assert any(topic == "out" for topic, *_ in sent) and any("changelog" in topic for topic, *_ in sent)
     assert fused[3] > 0  # null keys and values were dropped, and counted
+
+
+@pytest.mark.parametrize("store", ["memory", "rocksdb"])
+@pytest.mark.parametrize("cache_bytes", [12_000, 1 << 20], ids=["evicting", "large"])
+def test_a_cached_table_flushes_in_one_loop_as_entry_by_entry(tmp_path, store, cache_bytes):
+    """A table source over a cached store: its null values are tombstones, which the compiled flush
+    hands to the per-entry path (deleting a key, or nothing for a key never stored), in order."""
+    def topology(builder):
+        builder.table("in", materialized=materialized(store, caching=True)).to_stream().to("out")
+
+    fused = run(topology, tmp_path / "fused", True, cache_bytes)
+    plain = run(topology, tmp_path / "plain", False, cache_bytes)
+    assert fused[6] and not plain[6]
+    assert fused[:4] == plain[:4]
+    sent = fused[0]
+    assert any(topic == "out" and value is None for topic, _, value, *_ in sent)  # a deletion went on
+    assert any("changelog" in topic and value is None for topic, _, value, *_ in sent)
 
 
 @pytest.mark.parametrize("build", BUILDS, ids=lambda f: f.__name__)
@@ -193,7 +219,7 @@ def test_a_fused_windowed_count_gives_what_the_per_record_path_gives(tmp_path, s
 @pytest.mark.parametrize("caching, emit", [(False, EmitStrategy.on_window_update()),
                                            (True, EmitStrategy.on_window_close())])
 def test_a_windowed_count_that_forwards_per_record_is_not_fused(tmp_path, caching, emit):
-    _, _, _, _, chain, _ = run(windowed_count("memory", caching, emit), tmp_path, True, 1 << 20)
+    _, _, _, _, chain, _, _ = run(windowed_count("memory", caching, emit), tmp_path, True, 1 << 20)
     assert chain is None
 
 
@@ -203,7 +229,7 @@ def test_a_cached_count_is_inlined_and_counts_exactly(tmp_path):
     def topology(builder):
         count(builder, materialized("memory", caching=True))
 
-    sent, _, contents, dropped, chain, _ = run(topology, tmp_path, True, 1 << 20, commit_every=400)
+    sent, _, contents, dropped, chain, _, _ = run(topology, tmp_path, True, 1 << 20, commit_every=400)
     assert inlined(chain)
     expected: dict[str, tuple[int, int]] = {}
     for record in records():

@@ -32,9 +32,24 @@ class TimestampedTupleForwarder:
         self.forward = context.forwarder
         self.send_old_values = send_old_values
         self.caching = store.set_flush_listener(self._flushed, send_old_values)
+        fuse_flush = getattr(store, "fuse_flush", None)
+        if self.caching and not send_old_values and fuse_flush is not None:
+            fuse_flush(self._flushed_lines(),
+                       {"{p}context": context, "{p}Change": Change, "{p}new_tuple": new_tuple})
 
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         self.context.forward_flushed(key, new_tuple(Change, (new, old)), timestamp)
+
+    @staticmethod
+    def _flushed_lines() -> tuple[str, ...]:
+        """``_flushed`` of key ``k``, value ``n`` (no old value) and timestamp ``t`` under the flushed
+        entry's record context ``c``, for the store's fused flush: ``forward_flushed``, inlined."""
+        return (
+            "if t == c[0]:",
+            "    {p}context.forward_fields(k, {p}new_tuple({p}Change, (n, None)), t, c[4])",
+            "else:",
+            "    {p}context.forward_record_fields(k, {p}new_tuple({p}Change, (n, None)), t, c[4])",
+        )
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if not self.caching:

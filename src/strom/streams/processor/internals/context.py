@@ -13,6 +13,7 @@ from strom.errors import ConfigError, TopologyError
 from strom.kafka.headers import Headers
 from strom.kafka.serdes import Serdes
 from strom.streams import config as cfg
+from strom.streams.internals.compiled import Lines
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import (
     Cancellable,
@@ -129,6 +130,21 @@ class TaskContext:
         if type(headers) is not tuple:
             headers = tuple(headers)
         self.collector.send_bytes(topic, self.partition, key, value, timestamp, headers)
+
+    def fused_log_change(self, store_name: str) -> Lines:
+        """``log_change`` as lines of Python over the locals ``kb, lv, lt, lh`` (key, value, timestamp,
+        headers) for a caller that inlines it (a record cache's flush), the topic and partition bound;
+        names ``{p}``-prefixed."""
+        collector = self.collector
+        lines = (
+            "if type(lh) is not tuple:",
+            "    lh = tuple(lh)",
+            "if {p}collector.send_error is not None:",  # collector.send_bytes, inlined
+            "    {p}collector.check_error()",
+            "{p}send({p}collector, {p}topic, {p}partition, kb, lv, lt, lh)",
+        )
+        return lines, {"{p}collector": collector, "{p}send": collector.sink.send,
+                       "{p}topic": self.changelog_topic(store_name), "{p}partition": self.partition}
 
     def register_store(self, store: StateStore, transaction: StoreTransaction, logged: bool) -> None:
         self.stores[store.name] = store

@@ -17,10 +17,10 @@ record context's (the flushed entry's), as a source record's are.
 
 from __future__ import annotations
 
-import linecache
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from strom.streams.internals.compiled import compile_function
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import Record
 
@@ -62,11 +62,7 @@ def fuse(first: Any) -> Chain | None:
             body.append("_fan_out(_new_tuple(_Record, (k, v, t, h)))")
             break
         node = node.children[0]
-    source = "def chain(k, v, t, h):\n" + "".join(f"    {line}\n" for line in body or ["pass"])
-    filename = f"<fused chain from {first.name}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # for tracebacks
-    exec(compile(source, filename, "exec"), names)
-    return names["chain"]
+    return compile_function(f"fused chain from {first.name}", "chain(k, v, t, h)", body or ["pass"], names)
 
 
 def _step_of(node: Any) -> FusedStep | None:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from strom.streams.internals.compiled import Lines, compile_function, prefixed
 from strom.streams.state.base import KeyValueIterator, merge_sorted
 from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StateStoreContext, cache_namespace
@@ -100,30 +101,86 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
         super().__init__(wrapped)
         self._listener: BytesFlushListener | None = None
         self._thread: threading.Thread | None = None
+        self._fused_listener: Lines | None = None
+        self.flush_batch: Callable[[list[DirtyEntry]], None] | None = None
+        """How a flush's entries go down and on: compiled at the first flush (``fused_flush``), else
+        ``flush_each``."""
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         super().init(context, root)
         self._thread = threading.current_thread()
 
+    def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
+        self._fused_listener = None  # a listener's lines come with fuse_flush, after this
+        self.flush_batch = None
+        return super().set_flush_listener(listener, send_old_values)
+
+    def fuse_flush(self, lines: tuple[str, ...], names: dict[str, Any]) -> None:
+        """The flush listener's work as lines of Python over the locals ``kb, wb, c`` (a flushed entry's
+        key, value and record context, the value not None), names ``{p}``-prefixed: what the listener
+        does, inlined in a flush's loop (``fused_flush``)."""
+        self._fused_listener = (lines, names)
+        self.flush_batch = None
+
     def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+        flush = self.flush_batch
+        if flush is None:
+            flush = self.flush_batch = self.fused_flush() or self.flush_each
+        flush(entries)
+
+    def fused_flush(self) -> Callable[[list[DirtyEntry]], None] | None:
+        """One loop over a flush's entries doing what ``flush_each`` does per entry without a call per
+        layer: the layers below give their write (the store buffer, the changelog record) and the
+        metered layer and the processor their listener (decode, forward) as lines of Python, compiled
+        into one function. Deletes take ``flush_one``. None when a layer gives no lines or the listener
+        wants old values (``flush_each`` then)."""
+        put = getattr(self.wrapped, "fused_put", None)
+        put = None if put is None else put()
+        if put is None or self._fused_listener is None or self._send_old_values or self._listener is None:
+            return None
+        context = self.context
+        names = {"{p}context": context, "{p}set_record_context": context.set_record_context,
+                 "{p}flush_one": self.flush_one}
+        put_lines, put_names = prefixed(*put, "_w_")
+        listener_lines, listener_names = prefixed(*self._fused_listener, "_l_")
+        body = [line.replace("{p}", "_c_") for line in (
+            "current = {p}context.record_context",
+            "try:",
+            "    for kb, wb, c in entries:",
+            "        {p}set_record_context(c)",
+            "        if wb is None:",
+            "            {p}flush_one(kb, wb, c)",
+            "            continue",
+            *("        " + line for line in (*put_lines, *listener_lines)),
+            "finally:",
+            "    {p}set_record_context(current)",
+        )]
+        names = {**prefixed((), names, "_c_")[1], **put_names, **listener_names}
+        return compile_function(f"fused flush of {self.name}", "flush(entries)", body, names)
+
+    def flush_each(self, entries: list[DirtyEntry]) -> None:
+        """A flush's entries one by one through the layers below and the listener."""
         context = self._context
         assert context is not None
         current = context.record_context
-        wrapped = self.wrapped
-        listener = self._listener
         try:
             for key, new, entry_context in entries:
                 context.set_record_context(entry_context)
-                if listener is None:
-                    wrapped.put(key, new)
-                    continue
-                old = wrapped.get(key) if new is None or self._send_old_values else None
-                # deleting a key the store never had: nothing to write, log or forward (as Kafka)
-                if new is not None or old is not None:
-                    wrapped.put(key, new)
-                    listener(key, new, old if self._send_old_values else None, entry_context.timestamp)
+                self.flush_one(key, new, entry_context)
         finally:
             context.set_record_context(current)
+
+    def flush_one(self, key: bytes, new: bytes | None, entry_context: RecordContext) -> None:
+        """One flushed entry (its record context set): written down, then handed to the listener."""
+        listener = self._listener
+        if listener is None:
+            self.wrapped.put(key, new)
+            return
+        old = self.wrapped.get(key) if new is None or self._send_old_values else None
+        # deleting a key the store never had: nothing to write, log or forward (as Kafka)
+        if new is not None or old is not None:
+            self.wrapped.put(key, new)
+            listener(key, new, old if self._send_old_values else None, entry_context.timestamp)
 
     def get(self, key: bytes) -> bytes | None:
         entry = self._lookup(key)

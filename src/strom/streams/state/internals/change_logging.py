@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.streams.internals.compiled import Lines, prefixed
 from strom.streams.state.context import StateStore, StateStoreContext
 from strom.streams.state.internals.layer import (
     KeyValueStoreLayer,
@@ -48,6 +49,23 @@ class ChangeLoggingKeyValueStore(KeyValueStoreLayer):
         old = self.wrapped.get(key)
         self.put(key, None)
         return old
+
+    def fused_put(self) -> Lines | None:
+        """``put(kb, wb)`` of a value (not a delete) under record context ``c`` as lines of Python for
+        a record cache's flush to inline: the store below's write, then the changelog record, as
+        ``put`` sends it. None when a layer below or the context gives no lines (then ``put``)."""
+        below = getattr(self.wrapped, "fused_put", None)
+        below = None if below is None else below()
+        fused_log = getattr(self._context, "fused_log_change", None)
+        if below is None or fused_log is None:
+            return None
+        store_lines, store_names = prefixed(*below, "{p}s_")
+        log_lines, log_names = prefixed(*fused_log(self._name), "{p}l_")
+        value = ("lv = wb[{p}skip:]", "lt = {p}unpack_timestamp(wb)[0]") if self.timestamped else \
+            ("lv = wb", "lt = c[0]")
+        names = {**store_names, **log_names,
+                 "{p}skip": TIMESTAMP_SIZE, "{p}unpack_timestamp": unpack_timestamp}
+        return (*store_lines, *value, "lh = c[4]", *log_lines), names
 
 
 class _SegmentedChangeLogging:

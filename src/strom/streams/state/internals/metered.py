@@ -15,6 +15,7 @@ from typing import Any
 
 from strom.errors import InvalidStateStoreError, NullKeyError
 from strom.kafka.serdes import Serde, decoder_of, encoder_of
+from strom.streams.internals.compiled import prefixed
 from strom.streams.kstream.windows import SessionWindow, Window, Windowed, new_windowed
 from strom.streams.state.context import FlushListener, StateStore, StateStoreContext
 from strom.streams.state.internals.caching import CachingKeyValueStore, CachingWindowStore
@@ -360,6 +361,28 @@ class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
         unpack, pack, kinds = self._pair_codec.pair_codec(self._topic)
         names.update({"{p}unpack": unpack, "{p}pack": pack, "{p}kinds": kinds, "{p}vat": ValueAndTimestamp})
         return _PAIR_READ_LINES, _PAIR_WRITE_LINES, names
+
+    def fuse_flush(self, lines: tuple[str, ...], names: dict[str, Any]) -> None:
+        """The flush listener's work on a flushed value as lines of Python over the locals ``k, n, t, c``
+        (typed key, plain value, its timestamp, the entry's record context), names ``{p}``-prefixed:
+        handed to the caching layer with the decode of the entry's bytes before them (the listener's
+        own typed path, inlined), for its fused flush."""
+        caching = self.wrapped
+        if not isinstance(caching, CachingKeyValueStore):
+            return
+        unpack, _, _ = self._pair_codec.pair_codec(self._topic)
+        decode = (
+            "try:",  # as the listener's decode: the serdes' own methods when a fast one refuses
+            "    k = {p}key_decode(kb)",
+            "    t, n = {p}unpack(wb)",
+            "except Exception:",
+            "    k = {p}key_de({p}topic, kb)",
+            "    n, t = {p}value_de({p}topic, wb)",
+        )
+        listener_lines, listener_names = prefixed(lines, names, "{p}f_")
+        caching.fuse_flush((*decode, *listener_lines), {
+            **listener_names, "{p}key_decode": self._key_decode, "{p}unpack": unpack,
+            "{p}key_de": self._key_de, "{p}value_de": self._value_de, "{p}topic": self._topic})
 
     def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
         """The listener gets plain values; the timestamp is the new value's (the entry's for a delete)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from strom.streams.internals.compiled import Lines
 from strom.streams.state.base import KeyValueIterator, merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.internals.layer import KeyValueStoreLayer
@@ -55,6 +56,18 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
         else:
             buffer[key] = value
             self._index.added(key)  # after the insert: a concurrent scan then never misses the key
+
+    def fused_put(self) -> Lines:
+        """``put(kb, wb)`` as lines of Python for a caller that inlines it (a record cache's flush);
+        names ``{p}``-prefixed."""
+        lines = (
+            "if kb in {p}buffer:",
+            "    {p}buffer[kb] = wb",
+            "else:",
+            "    {p}buffer[kb] = wb",
+            "    {p}index_added(kb)",  # after the insert: a concurrent scan then never misses the key
+        )
+        return lines, {"{p}buffer": self._buffer, "{p}index_added": self._index.added}
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
