@@ -82,6 +82,7 @@ class DirtyEntry(NamedTuple):
 
 DirtyEntryFlushListener = Callable[[list[DirtyEntry]], None]
 _new_tuple = tuple.__new__  # makes a DirtyEntry without the NamedTuple's Python-level __new__ (hot path)
+_new_entry = object.__new__  # an LRUCacheEntry whose slots the caller sets (no __init__ call per insert)
 
 
 class NamedCache:
@@ -143,42 +144,55 @@ class NamedCache:
     def _put_dirty_function(self) -> Callable[[bytes, bytes | None, RecordContext], None]:
         """``put_dirty``: a caching store's per-record write, as ThreadCache.put of a dirty entry
         (counted, then evicting over budget), updating a cached entry in place: no new object per
-        write. A closure over the cache's dicts (they are cleared, never replaced): it runs per record."""
+        write. A closure over the cache's dicts (they are cleared, never replaced): it runs per record,
+        and at many keys nearly every record inserts a new entry and evicts the eldest, so both are
+        inlined (``evict`` is the same for the first entry evicted; ``maybe_evict`` takes the rest)."""
         owner, entries, dirty, put = self._owner, self._entries, self._dirty, self.put
         lookup, mark_used, undirty = entries.get, entries.move_to_end, dirty.pop
-        index_added = self._index.added
+        evict_eldest = entries.popitem
+        index = self._index
+        index_added, index_removed = index.added, index.removed
 
         def put_dirty(key: bytes, value: bytes | None, context: RecordContext) -> None:
             owner.num_puts += 1
+            if context[4]:
+                size = _entry_size(key, value, context)
+            else:  # the common case, inlined: no headers
+                topic = context[1]
+                size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
+                        + (len(topic) if topic else 0))
             entry = lookup(key)
             if entry is None:
                 if self._listener is None:
                     put(key, LRUCacheEntry(key, value, True, context))  # raises: no listener
                 # put, inlined: a key not cached is not dirty either
-                entry = entries[key] = LRUCacheEntry(key, value, True, context)
-                index_added(key)  # after the insert: a concurrent scan then never misses the key
+                entry = _new_entry(LRUCacheEntry)
+                entry.value, entry.dirty, entry.context, entry.size = value, True, context, size
+                entries[key] = entry
+                if not index.resorting:
+                    index_added(key)  # after the insert: a concurrent scan then never misses the key
                 dirty[key] = None
-                self.size_bytes += entry.size
-                owner.current_bytes += entry.size
             else:
                 mark_used(key)
                 entry.value, entry.dirty, entry.context = value, True, context
-                if context[4]:
-                    size = _entry_size(key, value, context)
-                else:  # the common case, inlined: no headers
-                    topic = context[1]
-                    size = (_ENTRY_OVERHEAD + len(key) + (0 if value is None else len(value))
-                            + (len(topic) if topic else 0))
                 undirty(key, None)  # remove then add: the order is the arrival order of the latest writes
                 dirty[key] = None
-                delta = size - entry.size
-                if not delta:  # an update of the same size (a count, a fixed-width aggregate): budget holds
+                size -= entry.size
+                if not size:  # an update of the same size (a count, a fixed-width aggregate): budget holds
                     return
-                entry.size = size
-                self.size_bytes += delta
-                owner.current_bytes += delta
+                entry.size += size
+            self.size_bytes += size
+            owner.current_bytes += size
             if owner.current_bytes > owner.max_cache_size_bytes:
-                owner.maybe_evict(self)
+                eldest_key, eldest = evict_eldest(False)  # evict, inlined
+                index_removed()
+                self.size_bytes -= eldest.size
+                owner.current_bytes -= eldest.size
+                owner.num_evicts += 1
+                if eldest.dirty:
+                    self._flush(_new_tuple(DirtyEntry, (eldest_key, eldest.value, eldest.context)))
+                if owner.current_bytes > owner.max_cache_size_bytes:
+                    owner.maybe_evict(self)
 
         return put_dirty
 

@@ -24,25 +24,29 @@ INSERT_LIMIT = 64
 class SortedKeyIndex:
     """Locked, because an interactive query may scan from another thread while the task writes."""
 
-    __slots__ = ("_index", "_lock", "_new", "_resort", "_stale")
+    __slots__ = ("_index", "_lock", "_new", "_stale", "resorting")
 
     def __init__(self) -> None:
         self._index: list[bytes] = []
         self._new: list[bytes] = []
-        self._resort = False  # the next scan re-sorts the dict's keys; nothing else is kept until then
+        self.resorting = False
+        """The next scan re-sorts the dict's keys: nothing else is kept, and ``added`` has nothing to
+        note, until then (a caller may skip calling it; read-only outside)."""
         self._stale = 0
         self._lock = threading.Lock()
 
     def added(self, key: bytes) -> None:
         """``key`` was not in the dict and now is. Memory stays bounded without scans: past
         INSERT_LIMIT new keys the index is dropped and rebuilt by the next scan."""
+        if self.resorting:  # read unlocked: ``between`` clears it before it lists the dict's keys
+            return
         with self._lock:
-            if self._resort:
+            if self.resorting:
                 return
             new = self._new
             new.append(key)
             if len(new) > INSERT_LIMIT:
-                self._resort = True
+                self.resorting = True
                 self._index = []
                 new.clear()
 
@@ -54,17 +58,19 @@ class SortedKeyIndex:
         with self._lock:
             self._index = []
             self._new = []
-            self._resort = False
+            self.resorting = False
             self._stale = 0
 
     def between(self, keys: Collection[bytes], from_key: bytes | None, to_key: bytes | None) -> list[bytes]:
         """Sorted snapshot of the indexed keys with from_key <= key <= to_key; ``keys`` is the dict."""
         with self._lock:
             index, new = self._index, self._new
-            if self._resort or self._stale > len(index) // 2 + INSERT_LIMIT:
-                self._index = index = sorted(list(keys))
-                self._resort = False
+            if self.resorting or self._stale > len(index) // 2 + INSERT_LIMIT:
+                # cleared first: an unlocked ``added`` that still saw it set inserted its key before,
+                # so the keys listed now hold it
+                self.resorting = False
                 self._stale = 0
+                self._index = index = sorted(list(keys))
             else:
                 for key in new:
                     at = bisect_left(index, key)

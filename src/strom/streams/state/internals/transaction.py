@@ -65,9 +65,10 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
             "    {p}buffer[kb] = wb",
             "else:",
             "    {p}buffer[kb] = wb",
-            "    {p}index_added(kb)",  # after the insert: a concurrent scan then never misses the key
+            "    if not {p}index.resorting:",  # else added has nothing to note
+            "        {p}index.added(kb)",  # after the insert: a concurrent scan then never misses the key
         )
-        return lines, {"{p}buffer": self._buffer, "{p}index_added": self._index.added}
+        return lines, {"{p}buffer": self._buffer, "{p}index": self._index}
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
