@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from strom.errors import InvalidStateStoreError
 from strom.streams.state.base import BytesStore, KeyValueIterator
@@ -33,6 +34,10 @@ class InMemoryKeyValueStore(BytesStore):
 
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
+
+    def fused_get(self) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """``r = get(kb)`` as lines of Python for a caller that inlines it; names ``{p}``-prefixed."""
+        return ("r = {p}data_get(kb)",), {"{p}data_get": self._data.get}
 
     def put(self, key: bytes, value: bytes | None) -> None:
         data = self._data

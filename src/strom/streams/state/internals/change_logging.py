@@ -50,6 +50,11 @@ class ChangeLoggingKeyValueStore(KeyValueStoreLayer):
         self.put(key, None)
         return old
 
+    def fused_get(self) -> Lines | None:
+        """The read below, as lines (reads pass straight through), or None."""
+        fused_get = getattr(self.wrapped, "fused_get", None)
+        return None if fused_get is None else fused_get()
+
     def fused_put(self) -> Lines | None:
         """``put(kb, wb)`` of a value (not a delete) under record context ``c`` as lines of Python for
         a record cache's flush to inline: the store below's write, then the changelog record, as

@@ -254,7 +254,21 @@ class MeteredKeyValueStore(MeteredStore):
         behave as this store's ``get`` and ``put`` (metrics, errors, the serdes' full methods when an
         encoder refuses). Names are ``{p}``-prefixed; None when the store is not cached."""
         names = self._fused_names()
-        return None if names is None else (_READ_LINES, _WRITE_LINES, names)
+        return None if names is None else (self._read_below(_READ_LINES, names), _WRITE_LINES, names)
+
+    def _read_below(self, lines: tuple[str, ...], names: dict[str, Any]) -> tuple[str, ...]:
+        """``lines`` with the cache miss's read of the layer below inlined when the layers below the
+        cache give it as lines (``fused_get``: the transaction buffer, then the store), their names
+        added to ``names``; else ``lines`` (a call of the layer below's ``get``)."""
+        fused_get = getattr(self.wrapped.wrapped, "fused_get", None)
+        below = None if fused_get is None else fused_get()
+        if below is None:
+            return lines
+        below_lines, below_names = prefixed(*below, "{p}b_")
+        names.update(below_names)
+        call = _CACHE_READ[2]
+        return tuple(inlined for line in lines
+                     for inlined in ((line,) if line != call else ("    " + b for b in below_lines)))
 
     def _fused_names(self) -> dict[str, Any] | None:
         """What the fused lines call, bound: the record cache's dict and write, the layer below it,
@@ -360,7 +374,7 @@ class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
             return None
         unpack, pack, kinds = self._pair_codec.pair_codec(self._topic)
         names.update({"{p}unpack": unpack, "{p}pack": pack, "{p}kinds": kinds, "{p}vat": ValueAndTimestamp})
-        return _PAIR_READ_LINES, _PAIR_WRITE_LINES, names
+        return self._read_below(_PAIR_READ_LINES, names), _PAIR_WRITE_LINES, names
 
     def fuse_flush(self, lines: tuple[str, ...], names: dict[str, Any]) -> None:
         """The flush listener's work on a flushed value as lines of Python over the locals ``k, n, t, c``

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from strom.streams.internals.compiled import Lines
+from strom.streams.internals.compiled import Lines, prefixed
 from strom.streams.state.base import KeyValueIterator, merge_sorted
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 from strom.streams.state.internals.layer import KeyValueStoreLayer
@@ -56,6 +56,16 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
         else:
             buffer[key] = value
             self._index.added(key)  # after the insert: a concurrent scan then never misses the key
+
+    def fused_get(self) -> Lines:
+        """``r = get(kb)`` as lines of Python for a caller that inlines it (a cached store's miss);
+        the store's own read inlined too when it gives it (``fused_get``); names ``{p}``-prefixed."""
+        inner = getattr(self.wrapped, "fused_get", None)
+        inner_lines, names = prefixed(*inner(), "{p}i_") if inner is not None else \
+            (("r = {p}inner_get(kb)",), {"{p}inner_get": self.wrapped.get})
+        lines = ("r = {p}buffer_get(kb, {p}missing)", "if r is {p}missing:",
+                 *("    " + line for line in inner_lines))
+        return lines, {**names, "{p}buffer_get": self._buffer.get, "{p}missing": _MISSING}
 
     def fused_put(self) -> Lines:
         """``put(kb, wb)`` as lines of Python for a caller that inlines it (a record cache's flush);
