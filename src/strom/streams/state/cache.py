@@ -220,23 +220,26 @@ class NamedCache:
         self._flush(None)
 
     def _flush(self, evicted: DirtyEntry | None) -> None:
-        if evicted is None and not self._dirty:
+        dirty = self._dirty
+        if evicted is None and not dirty:
             return
-        entries: list[DirtyEntry] = []
+        flushed: list[DirtyEntry] = []
         deleted: list[bytes] = []
         if evicted is not None:
-            entries.append(evicted)
-            self._dirty.pop(evicted.key, None)
-        for key in self._dirty:
-            entry = self._entries[key]
-            entries.append(_new_tuple(DirtyEntry, (key, entry.value, entry.context)))
+            flushed.append(evicted)
+            dirty.pop(evicted[0], None)
+        cached, add = self._entries, flushed.append
+        for key in dirty:
+            entry = cached[key]
+            value = entry.value
+            add(_new_tuple(DirtyEntry, (key, value, entry.context)))
             entry.dirty = False
-            if entry.value is None:
+            if value is None:
                 deleted.append(key)
         # cleared before the listener runs: the listener may write to caches again (re-entrant)
-        self._dirty.clear()
+        dirty.clear()
         assert self._listener is not None
-        self._listener(entries)
+        self._listener(flushed)
         for key in deleted:
             entry = self._entries.get(key)
             if entry is not None and entry.value is None and not entry.dirty:  # not rewritten meanwhile

@@ -9,6 +9,7 @@ from typing import Any
 
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
+from strom.streams.kstream.internals.functions import count_aggregator, count_initializer
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
@@ -27,6 +28,15 @@ AGGREGATE_LINES = (
 """An aggregate's update in a fused step: from the record (``k, v, t``) and the previous aggregate
 (``rv`` with timestamp ``rt``, when ``r`` is not None) the new aggregate ``n`` at timestamp ``t``, the
 later of the two (the names ``{p}aggregator`` and ``{p}initializer`` bound by the step)."""
+_COUNT_LINES = (
+    "if r is None:",
+    "    n = 1",  # count_aggregator(k, v, count_initializer())
+    "else:",
+    "    n = rv + 1",  # count_aggregator(k, v, rv)
+    "    if rt > t:",
+    "        t = rt",
+)
+"""``AGGREGATE_LINES`` of ``count``, its two functions inlined."""
 
 
 class _Aggregating(Processor):
@@ -101,6 +111,8 @@ class KStreamAggregate(_StreamAggregating):
         super().__init__(supplier)
         self.initializer = initializer
         self.aggregator = aggregator
+        if initializer is count_initializer and aggregator is count_aggregator:
+            self._compute = _COUNT_LINES
 
     _compute = AGGREGATE_LINES
 
