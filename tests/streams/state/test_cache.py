@@ -307,3 +307,29 @@ def test_put_dirty_updates_in_place_with_the_same_accounting_as_put():
     cache.flush("a")
     assert rec["a"].flushes == [[(b"k1", b"longer"), (b"k2", None)]]
     assert cache.size_bytes() == entry(b"k1", b"longer").size
+
+
+def test_an_evicted_entry_is_reused_only_when_nothing_else_holds_it():
+    """put_dirty gives a new key the entry object it evicted last, unless a scan's snapshot (or any
+    reader) still holds that object: the snapshot keeps seeing the value it took."""
+    size = entry(b"k1", b"v1").size
+    cache, _ = cache_with(["a"], 2 * size)
+    named = cache.named_cache("a")
+    cache.put("a", b"k1", entry(b"k1", b"v1", dirty=False))
+    cache.put("a", b"k2", entry(b"k2", b"v2", dirty=False))
+    snapshot = named.sorted_items(None, None)
+    held = snapshot[0][1]
+    cache.put_dirty("a", b"k3", b"v3", CTX)  # evicts k1, which the snapshot holds
+    cache.put_dirty("a", b"k4", b"v4", CTX)  # evicts k2 (held too): both entries are new objects
+    assert [(key, e.value) for key, e in snapshot] == [(b"k1", b"v1"), (b"k2", b"v2")]
+    assert named.entries[b"k4"] is not held and named.entries[b"k3"] is not held
+    del snapshot, held
+    cache.flush("a")
+    free = named.entries[b"k3"]
+    cache.put_dirty("a", b"k5", b"v5", CTX)  # evicts k3 (clean, held by `free` here): not reused
+    assert named.entries[b"k5"] is not free and free.value == b"v3"
+    del free
+    cache.put_dirty("a", b"k6", b"v6", CTX)  # evicts k4 (clean, held by nothing): k6 may take it
+    assert [(key, e.value, e.dirty) for key, e in named.entries.items()] == [
+        (b"k5", b"v5", True), (b"k6", b"v6", True)]
+    assert cache.size_bytes() == entry(b"k5", b"v5").size + entry(b"k6", b"v6").size
