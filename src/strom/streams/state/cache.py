@@ -190,13 +190,16 @@ class NamedCache:
                 if not size:  # an update of the same size (a count, a fixed-width aggregate): budget holds
                     return
                 entry.size += size
-            self.size_bytes += size
-            owner.current_bytes += size
-            if owner.current_bytes > owner.max_cache_size_bytes:
-                eldest_key, eldest = evict_eldest(False)  # evict, inlined
+            current = owner.current_bytes + size
+            if current <= owner.max_cache_size_bytes:
+                owner.current_bytes = current
+                self.size_bytes += size
+            else:  # evict, inlined (the two sizes counted at once)
+                eldest_key, eldest = evict_eldest(False)
                 index_removed()
-                self.size_bytes -= eldest.size
-                owner.current_bytes -= eldest.size
+                size -= eldest.size
+                owner.current_bytes += size
+                self.size_bytes += size
                 owner.num_evicts += 1
                 if eldest.dirty:
                     self._flush(_new_tuple(DirtyEntry, (eldest_key, eldest.value, eldest.context)))
