@@ -109,6 +109,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         super().init(context, root)
         self._thread = threading.current_thread()
+        self.flush_batch = None  # compiled again for this context at the next flush
 
     def set_flush_listener(self, listener: Any, send_old_values: bool) -> bool:
         self._fused_listener = None  # a listener's lines come with fuse_flush, after this
