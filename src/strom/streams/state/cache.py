@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
-from sys import getrefcount
 from typing import NamedTuple
 
 from strom.errors import ConfigError
@@ -147,19 +146,14 @@ class NamedCache:
         (counted, then evicting over budget), updating a cached entry in place: no new object per
         write. A closure over the cache's dicts (they are cleared, never replaced): it runs per record,
         and at many keys nearly every record inserts a new entry and evicts the eldest, so both are
-        inlined (``evict`` is the same for the first entry evicted; ``maybe_evict`` takes the rest). The
-        evicted entry object, when nothing else holds it (no scan's snapshot, no reader: it is in no dict
-        any more, so none can take it after the check), is the next new key's: at 1M keys no entry is
-        allocated and freed per record."""
+        inlined (``evict`` is the same for the first entry evicted; ``maybe_evict`` takes the rest)."""
         owner, entries, dirty, put = self._owner, self._entries, self._dirty, self.put
         lookup, mark_used, undirty = entries.get, entries.move_to_end, dirty.pop
         evict_eldest = entries.popitem
         index = self._index
         index_added, index_removed = index.added, index.removed
-        spare: LRUCacheEntry | None = None
 
         def put_dirty(key: bytes, value: bytes | None, context: RecordContext) -> None:
-            nonlocal spare
             owner.num_puts += 1
             if context[4]:
                 size = _entry_size(key, value, context)
@@ -172,10 +166,7 @@ class NamedCache:
                 if self._listener is None:
                     put(key, LRUCacheEntry(key, value, True, context))  # raises: no listener
                 # put, inlined: a key not cached is not dirty either
-                if spare is None:
-                    entry = _new_entry(LRUCacheEntry)
-                else:
-                    entry, spare = spare, None
+                entry = _new_entry(LRUCacheEntry)
                 entry.value, entry.dirty, entry.context, entry.size = value, True, context, size
                 entries[key] = entry
                 if not index.resorting:
@@ -203,8 +194,6 @@ class NamedCache:
                 owner.num_evicts += 1
                 if eldest.dirty:
                     self._flush(_new_tuple(DirtyEntry, (eldest_key, eldest.value, eldest.context)))
-                if getrefcount(eldest) == 2:  # held here only (this name, the call's argument): reusable
-                    spare = eldest
                 if owner.current_bytes > owner.max_cache_size_bytes:
                     owner.maybe_evict(self)
 
