@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -20,14 +21,14 @@ from strom.kafka import clients
 
 __all__ = [
     "BATCH", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets", "end_consumer",
-    "end_offset", "partitions_of", "read_to_end",
+    "end_offset", "partitions_of", "read_batches", "read_to_end",
 ]
 
 METADATA_TIMEOUT_S = 10.0
 """How long a metadata or watermark request may take before the broker counts as unreachable."""
 STALL_TIMEOUT_S = 120.0
 """How long a read may go without a record or an end-of-partition event before it fails."""
-BATCH = 10_000
+BATCH = 10000
 POLL_S = 1.0
 
 
@@ -75,7 +76,18 @@ def committed_offsets(consumer: Consumer, group: str, partitions: Iterable[tuple
 def read_to_end(consumer: Consumer, partitions: Iterable[TopicPartition], what: str = "",
                 stall_timeout_s: float = STALL_TIMEOUT_S) -> Iterator[Message]:
     """Every record of ``partitions`` (each a TopicPartition whose offset is where to start, e.g.
-    ``OFFSET_BEGINNING``) up to the end of each, in offset order per partition.
+    ``OFFSET_BEGINNING``) up to the end of each, in offset order per partition; ``read_batches``
+    one by one."""
+    with closing(read_batches(consumer, partitions, what, stall_timeout_s)) as batches:
+        for batch in batches:
+            yield from batch
+
+
+def read_batches(consumer: Consumer, partitions: Iterable[TopicPartition], what: str = "",
+                 stall_timeout_s: float = STALL_TIMEOUT_S) -> Iterator[list[Message]]:
+    """The records of ``partitions`` up to the end of each, as the lists the consumer hands over (at
+    most ``BATCH`` records each, offset order per partition, no error or end events): a restore applies
+    a list at once instead of handling one record per call.
 
     Raises BrokerUnavailableError, naming ``what`` (e.g. "changelog app-counts-changelog-0"), when
     no record and no end arrived for ``stall_timeout_s`` or the consumer reports a fatal or
@@ -93,18 +105,28 @@ def read_to_end(consumer: Consumer, partitions: Iterable[TopicPartition], what: 
         while pending:
             # what is fetched already, at once; else wait for the next record or end
             messages = consumer.consume(BATCH, 0) or [m for m in [consumer.poll(POLL_S)] if m is not None]
-            if messages:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > stall_timeout_s:
-                raise BrokerUnavailableError(f"Reading {what} made no progress for {stall_timeout_s:.0f}s; "
-                                             "check that the broker is running.")
-            for message in messages:
-                error = message.error()
-                if error is None:
-                    yield message
-                elif error.code() == KafkaError._PARTITION_EOF:
-                    pending.discard((message.topic(), message.partition()))
-                elif error.fatal() or not error.retriable():
-                    raise BrokerUnavailableError(f"Reading {what} failed: {error.str()}.")
+            if not messages:
+                if time.monotonic() - last_progress > stall_timeout_s:
+                    raise BrokerUnavailableError(f"Reading {what} made no progress for "
+                                                 f"{stall_timeout_s:.0f}s; check that the broker is running.")
+                continue
+            last_progress = time.monotonic()
+            records = [message for message in messages if message.error() is None]
+            if len(records) < len(messages):
+                _events(messages, pending, what)
+            if records:
+                yield records
     finally:
         consumer.unassign()
+
+
+def _events(messages: list[Message], pending: set[tuple[str, int]], what: str) -> None:
+    """Ends of partitions leave ``pending``; a fatal or non-retriable error raises."""
+    for message in messages:
+        error = message.error()
+        if error is None:
+            continue
+        if error.code() == KafkaError._PARTITION_EOF:
+            pending.discard((message.topic(), message.partition()))
+        elif error.fatal() or not error.retriable():
+            raise BrokerUnavailableError(f"Reading {what} failed: {error.str()}.")
