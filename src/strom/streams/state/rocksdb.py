@@ -47,6 +47,16 @@ WRITE_BUFFER_BYTES = 16 * 1024 * 1024
 MAX_WRITE_BUFFERS = 3
 
 
+# --- restore (bulk loading) --------------------------------------------------------------------
+# While a store restores, RocksDB's automatic compactions wait until level 0 holds this many files
+# (each a flushed 16 MiB write buffer): they then merge in one compaction instead of one every four
+# flushes, rewriting the data once. A 1.2M-record restore spent a fifth of its CPU compacting. The
+# bound keeps level 0 well under RocksDB's write slowdown (20 files), which Kafka Streams' old bulk
+# loading (compactions off for the whole restore) ran into; the first write after the restore (a
+# commit) or reaching the bound turns compactions back on.
+RESTORE_LEVEL0_FILES = 10
+
+
 def rocksdb_options(store_name: str, configs: dict[str, Any] | None = None) -> Options:
     """Kafka Streams' RocksDB options, then the ``rocksdb.config.setter`` of ``configs`` if set."""
     options = Options(raw_mode=True)
@@ -148,6 +158,7 @@ class RocksDBStore(BytesStore):
         self._offsets_handle: Any = None
         self._iterators: weakref.WeakSet[_StoreIterator] = weakref.WeakSet()
         self._configs: dict[str, Any] | None = None
+        self._compactions_deferred = False
         self.path: Path | None = None
 
     @property
@@ -206,6 +217,28 @@ class RocksDBStore(BytesStore):
 
     def write_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None) -> None:
         """Apply writes and the changelog offset they bring the store to in one atomic WriteBatch."""
+        if self._compactions_deferred:
+            self._compact_again()
+        self._write(writes, changelog_offset)
+
+    def restore_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
+        """``write_batch`` for a restore: compactions wait while level 0 holds fewer than
+        ``RESTORE_LEVEL0_FILES`` files (see the restore section of this module's options)."""
+        if not self._compactions_deferred and self._level0_files() < RESTORE_LEVEL0_FILES:
+            self._live().set_options({"disable_auto_compactions": "true"})
+            self._compactions_deferred = True
+        self._write(writes, changelog_offset)
+        if self._compactions_deferred and self._level0_files() >= RESTORE_LEVEL0_FILES:
+            self._compact_again()
+
+    def _level0_files(self) -> int:
+        return self._live().property_int_value("rocksdb.num-files-at-level0") or 0
+
+    def _compact_again(self) -> None:
+        self._compactions_deferred = False
+        self._live().set_options({"disable_auto_compactions": "false"})
+
+    def _write(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in writes:
             if value is None:
@@ -244,5 +277,6 @@ class RocksDBStore(BytesStore):
         for iterator in list(self._iterators):
             iterator.store_closed()
         self._offsets = self._offsets_handle = None
+        self._compactions_deferred = False
         db, self._db = self._db, None
         db.close()
