@@ -119,7 +119,8 @@ def bare_read(bootstrap: str) -> int:
     read = 0
     try:
         while True:
-            for message in consumer.consume(10_000, 0) or [m for m in [consumer.poll(1.0)] if m]:
+            messages = consumer.consume(10_000, 0) or [m for m in [consumer.poll(1.0)] if m is not None]
+            for message in messages:
                 if message.error() is not None:
                     if message.error().code() == KafkaError._PARTITION_EOF:
                         return read

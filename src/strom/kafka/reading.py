@@ -113,8 +113,10 @@ def read_batches(consumer: Consumer, partitions: Iterable[TopicPartition], what:
     try:
         with _fewer_collections():
             while pending:
-                # what is fetched already, at once; else wait for the next record or end
-                messages = consumer.consume(BATCH, 0) or [m for m in [consumer.poll(POLL_S)] if m]
+                # what is fetched already, at once; else wait for the next record or end (a message
+                # is false when its value is empty: compare with None)
+                messages = consumer.consume(BATCH, 0) or [m for m in [consumer.poll(POLL_S)]
+                                                          if m is not None]
                 if not messages:
                     if time.monotonic() - last_progress > stall_timeout_s:
                         raise BrokerUnavailableError(f"Reading {what} made no progress for "
