@@ -9,10 +9,11 @@ records/s that is a 0.4 s commit interval).
 
 ``--restore``: restore of a changelog (default 1.2M records over 1M keys, 100-byte values, written
 once to an embedded broker) into a RocksDB and an in-memory store the way a task restores (the
-runtime's restore loop, a consumer from ``strom.kafka.clients``), beside a bare confluent-kafka
-consumer reading the same changelog (touching each key and value), each run in a fresh subprocess,
-alternating, with --baseline REV also on REV's code (bench/alternate.py). Prints records/s and
-restore / bare ratio.
+runtime's restore loop, a consumer from ``strom.kafka.clients``), into the driver's copies for
+interactive queries (``StoreCopies``) and into a global table over the same topic, beside a bare
+confluent-kafka consumer reading the same changelog (touching each key and value), each run in a
+fresh subprocess, alternating, with --baseline REV also on REV's code (bench/alternate.py). Prints
+records/s and each case as a fraction of the bare consumer on the same code.
 
     .venv/bin/python bench/state.py --restore [--restore-records 1200000] [--restore-keys 1000000]
         [--repeat 3] [--baseline main]
