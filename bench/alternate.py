@@ -65,10 +65,12 @@ def run_child(script: Path, argv: Sequence[str], src: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def alternate(script: str, cases: dict[str, list[str]], repeat: int, baseline: str | None) -> None:
+def alternate(script: str, cases: dict[str, list[str]], repeat: int, baseline: str | None,
+              reference: str | None = None) -> None:
     """Runs each case (label -> child argv) ``repeat`` times, new and baseline alternating, then prints
     per case the median and best whole-run wall-clock records/s, the best-interval CPU rate, the peak
-    RSS and the new/old ratio of the wall-clock medians."""
+    RSS and the new/old ratio of the wall-clock medians; with ``reference`` (a case's label), also each
+    wall-clock median as a fraction of that case's on the same code."""
     path = Path(script).resolve()
     with baseline_tree(baseline) as old:
         trees = {"new": ROOT / "src"} | ({"old": old / "src"} if old is not None else {})
@@ -81,13 +83,16 @@ def alternate(script: str, cases: dict[str, list[str]], repeat: int, baseline: s
                     sys.stderr.flush()
         sys.stderr.write("\n")
     print(f"{'case':<44} {'code':<4} {'wall median':>12} {'wall best':>11} {'cpu best':>11} "
-          f"{'peak RSS':>9}  new/old")
+          f"{'peak RSS':>9}  new/old" + (f"  of {reference}" if reference else ""))
     for label in cases:
         medians = {}
         for tree in trees:
             runs = results[(label, tree)]
             medians[tree] = statistics.median(r["wall"] for r in runs)
             ratio = (f"  {medians['new'] / medians['old']:.2f}x"
-                     if tree == "old" else "")
+                     if tree == "old" else "       ")
+            if reference is not None:
+                floor = statistics.median(r["wall"] for r in results[(reference, tree)])
+                ratio += f"  {medians[tree] / floor:.2f}x"
             print(f"{label:<44} {tree:<4} {medians[tree]:>12,.0f} {max(r['wall'] for r in runs):>11,.0f} "
                   f"{max(r['cpu'] for r in runs):>11,.0f} {max(r['rss_mb'] for r in runs):>7,.0f}MB{ratio}")

@@ -9,10 +9,11 @@ records/s that is a 0.4 s commit interval).
 
 ``--restore``: restore of a changelog (default 1.2M records over 1M keys, 100-byte values, written
 once to an embedded broker) into a RocksDB and an in-memory store the way a task restores (the
-runtime's restore loop, a consumer from ``strom.kafka.clients``), beside a bare confluent-kafka
-consumer reading the same changelog (touching each key and value), each run in a fresh subprocess,
-alternating, with --baseline REV also on REV's code (bench/alternate.py). Prints records/s and
-restore / bare ratio.
+runtime's restore loop, a consumer from ``strom.kafka.clients``), into the driver's copies for
+interactive queries (``StoreCopies``) and into a global table over the same topic, beside a bare
+confluent-kafka consumer reading the same changelog (touching each key and value), each run in a
+fresh subprocess, alternating, with --baseline REV also on REV's code (bench/alternate.py). Prints
+records/s and each case as a fraction of the bare consumer on the same code.
 
     .venv/bin/python bench/state.py --restore [--restore-records 1200000] [--restore-keys 1000000]
         [--repeat 3] [--baseline main]
@@ -109,15 +110,18 @@ def write_changelog(bootstrap: str, records: int, keys: int) -> None:
 
 
 def bare_read(bootstrap: str) -> int:
-    """What a consumer alone costs: the floor a restore is compared with."""
+    """What a consumer alone costs: the floor a restore is compared with. It takes what is fetched at
+    once and waits only when nothing is (a ``consume`` with a timeout waits for a full batch: at the
+    end of the log that is the whole timeout)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-bare",
                          "enable.partition.eof": True, "fetch.queue.backoff.ms": 10,
-                         "enable.auto.commit": False})
+                         "fetch.wait.max.ms": 10, "enable.auto.commit": False})
     consumer.assign([TopicPartition(CHANGELOG, 0, OFFSET_BEGINNING)])
     read = 0
     try:
         while True:
-            for message in consumer.consume(10_000, 1.0):
+            messages = consumer.consume(10_000, 0) or [m for m in [consumer.poll(1.0)] if m is not None]
+            for message in messages:
                 if message.error() is not None:
                     if message.error().code() == KafkaError._PARTITION_EOF:
                         return read
@@ -149,7 +153,43 @@ def restore_into(bootstrap: str, persistent: bool) -> int:
             task.close()
 
 
-def restore_child(kind: str, bootstrap: str) -> None:
+def copy_into(bootstrap: str, persistent: bool, global_store: bool, keys: int) -> tuple[float, float]:
+    """What an interactive query on Spark restores first: the driver's copy of the task's store
+    (``StoreCopies``, its own consumer), or of a global table over the same topic. Returns the wall
+    and CPU seconds of the restore; checks afterwards that the copy holds every key."""
+    from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
+    from strom.spark.runtime.store_copies import StoreCopies
+    from strom.streams import Materialized, QueryableStoreTypes, StoreQueryParameters, StreamsBuilder
+    from strom.streams.config import StreamsConfig
+
+    supplier = (Stores.persistent_key_value_store if persistent else Stores.in_memory_key_value_store)
+    builder = StreamsBuilder()  # string values, so the check below can read them
+    builder.stream("in").group_by_key().reduce(lambda _, new: new, Materialized.as_(supplier("counts")))
+    builder.global_table(CHANGELOG, materialized=Materialized.as_(supplier("global")))
+    with tempfile.TemporaryDirectory() as state_dir:
+        config = StreamsConfig({"application.id": "bench", "bootstrap.servers": bootstrap,
+                                "state.dir": state_dir, "processing.guarantee": "exactly_once_v2",
+                                "default.key.serde": "String", "default.value.serde": "String"})
+        plan = ApplicationPlan((SubtopologyTasks(0, {"in": 1}, 1, (CHANGELOG,)),), ())
+        copies = StoreCopies(builder.build(), config, plan)
+        try:
+            started, cpu_started = time.perf_counter(), time.process_time()
+            store = copies.store(StoreQueryParameters.from_name(
+                "global" if global_store else "counts", QueryableStoreTypes.timestamped_key_value_store()))
+            elapsed = time.perf_counter() - started, time.process_time() - cpu_started
+            held = sum(1 for _ in store.all())
+            if held != keys:
+                raise RuntimeError(f"the copy holds {held} keys, not {keys}")
+            return elapsed
+        finally:
+            copies.close()
+
+
+def restore_child(kind: str, bootstrap: str, records: int, keys: int) -> None:
+    if kind.startswith(("copy-", "global-")):
+        wall, cpu = copy_into(bootstrap, kind.endswith("rocksdb"), kind.startswith("global-"), keys)
+        report(records / wall, records / cpu)
+        return
     started, cpu_started = time.perf_counter(), time.process_time()
     read = bare_read(bootstrap) if kind == "bare" else restore_into(bootstrap, kind == "rocksdb")
     report(read / (time.perf_counter() - started), read / (time.process_time() - cpu_started))
@@ -162,9 +202,12 @@ def restore_main(args: argparse.Namespace) -> None:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         write_changelog(bootstrap, args.restore_records, args.restore_keys)
-        kinds = {"bare consumer": "bare", "restore, RocksDB": "rocksdb", "restore, in-memory": "memory"}
-        cases = {label: ["--run", kind, "--bootstrap", bootstrap] for label, kind in kinds.items()}
-        alternate(__file__, cases, args.repeat, args.baseline)
+        kinds = {"bare consumer": "bare", "restore, RocksDB": "rocksdb", "restore, in-memory": "memory",
+                 "query copy, RocksDB": "copy-rocksdb", "query copy, in-memory": "copy-memory",
+                 "global store, RocksDB": "global-rocksdb", "global store, in-memory": "global-memory"}
+        sizes = ["--restore-records", str(args.restore_records), "--restore-keys", str(args.restore_keys)]
+        cases = {label: ["--run", kind, "--bootstrap", bootstrap, *sizes] for label, kind in kinds.items()}
+        alternate(__file__, cases, args.repeat, args.baseline, reference="bare consumer")
 
 
 def main() -> None:
@@ -180,7 +223,7 @@ def main() -> None:
     add_arguments(parser)
     args = parser.parse_args()
     if args.run:
-        restore_child(args.run, args.bootstrap)
+        restore_child(args.run, args.bootstrap, args.restore_records, args.restore_keys)
         return
     if args.restore:
         restore_main(args)

@@ -3,12 +3,21 @@ under read_committed is the last stable offset, and a read that cannot progress 
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
-from strom.kafka.reading import end_consumer, end_offset, partitions_of, read_to_end
+from strom.kafka.reading import (
+    YOUNG_COLLECTION_OBJECTS,
+    end_consumer,
+    end_offset,
+    partitions_of,
+    read_batches,
+    read_to_end,
+)
 from support.kafka import Record, create_topic, produce
 
 pytestmark = pytest.mark.broker
@@ -83,5 +92,25 @@ def test_a_read_without_progress_fails_naming_what_it_read():
             list(read_to_end(consumer, [TopicPartition("c", 0, OFFSET_BEGINNING)], "changelog c-0",
                              stall_timeout_s=1))
         assert consumer.assignment() == []
+    finally:
+        consumer.close()
+
+
+def test_a_read_collects_young_objects_less_often_and_gives_the_thresholds_back(broker):
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 1, "reading")
+    produce(bootstrap, topic, [(None, str(i)) for i in range(3)])
+    before = gc.get_threshold()
+    consumer = end_consumer(bootstrap)
+    try:
+        batches = read_batches(consumer, [TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        assert next(batches)[0].value() == b"0"
+        assert gc.get_threshold()[0] == max(before[0], YOUNG_COLLECTION_OBJECTS)
+        inner = read_to_end(consumer, [TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        next(inner)  # a second read at once: the first one's end does not lower the thresholds
+        batches.close()
+        assert gc.get_threshold()[0] == max(before[0], YOUNG_COLLECTION_OBJECTS)
+        inner.close()
+        assert gc.get_threshold() == before
     finally:
         consumer.close()

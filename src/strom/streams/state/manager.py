@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -107,17 +107,24 @@ class ProcessorStateManager:
         """Replay changelog records (in offset order, from ``changelog_offsets()[store_name]``) into the
         store; returns how many were applied. Call before the task processes, or between commits to
         catch up with records another instance wrote (the store's cached entries are then dropped)."""
+        iterator = iter(records)
+        # the records stay the caller's tuples (key, value, offset, timestamp): no object per record
+        return self.restore_batches(store_name, iter(lambda: list(islice(iterator, RESTORE_BATCH_SIZE)), []))
+
+    def restore_batches(self, store_name: str,
+                        batches: Iterable[Sequence[ChangelogRecord | tuple[Any, ...]]]) -> int:
+        """``restore`` of records handed over in non-empty lists, each applied as one write batch (a
+        runtime passes what each consumer fetch returned, at most a few thousand records)."""
         registered = self._registered(store_name)
         if not registered.logged:
             raise TopologyError(f"Store {store_name!r} has logging disabled, so it has no changelog "
                                 "to restore from.")
         restored = 0
-        iterator = iter(records)
-        # the records stay the caller's tuples (key, value, offset, timestamp): no object per record
-        while batch := list(islice(iterator, RESTORE_BATCH_SIZE)):
+        restore = registered.transaction.restore
+        for batch in batches:
             if not restored:
                 self._drop_cached(store_name)
-            registered.transaction.restore(batch)
+            restore(batch)
             restored += len(batch)
         if restored:
             log.info("Restored %d records into store %s of task %s", restored, store_name, self.task_id)

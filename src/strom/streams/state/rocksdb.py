@@ -2,7 +2,9 @@
 
 The changelog offset the data corresponds to is kept in the same database (column family
 ``strom-offsets``) and written in the same WriteBatch as the data, so after a crash the store and
-its offset always agree: committed state plus the offset to resume restoring from.
+its offset always agree: committed state plus the offset to resume restoring from. Restores write
+without the write-ahead log; atomic flushes keep the two families together (the restore section
+below the options says how).
 
 Every database opens with the options Kafka Streams' RocksDBStore sets (``rocksdb_options``): a bloom
 filter, so a point lookup of an absent key rarely reads a block; a 50 MiB block cache; 16 MiB write
@@ -24,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessorStateError
 from strom.streams.state.base import BytesStore, KeyValueIterator
@@ -45,6 +47,26 @@ BLOCK_SIZE = 4096
 BLOOM_BITS_PER_KEY = 10
 WRITE_BUFFER_BYTES = 16 * 1024 * 1024
 MAX_WRITE_BUFFERS = 3
+
+
+# --- restore (bulk loading) --------------------------------------------------------------------
+# While a store restores, RocksDB's automatic compactions wait until level 0 holds this many files
+# (each a flushed 16 MiB write buffer): they then merge in one compaction instead of one every four
+# flushes, rewriting the data once. A 1.2M-record restore spent a fifth of its CPU compacting. The
+# bound keeps level 0 well under RocksDB's write slowdown (20 files), which Kafka Streams' old bulk
+# loading (compactions off for the whole restore) ran into; the first write after the restore (a
+# commit) or reaching the bound turns compactions back on.
+#
+# Restore batches also skip the write-ahead log (as Kafka Streams writes RocksDB): the log cost a
+# sixth of a restore's CPU once the rest was lean. Databases open with atomic flush, so every flush
+# persists all column families together: after a crash, data and changelog offset (in its own
+# family) are both at the last flush, from which the changelog tail is restored again. Before the
+# first write with the log after a restore (a commit), the restored data is flushed (data family,
+# then offsets): otherwise a crash could keep the commit's offset, replayed from the log, while losing
+# restored records it vouches for. Closing flushes too.
+RESTORE_LEVEL0_FILES = 10
+_WITHOUT_WAL = WriteOptions()
+_WITHOUT_WAL.disable_wal = True
 
 
 def rocksdb_options(store_name: str, configs: dict[str, Any] | None = None) -> Options:
@@ -148,6 +170,8 @@ class RocksDBStore(BytesStore):
         self._offsets_handle: Any = None
         self._iterators: weakref.WeakSet[_StoreIterator] = weakref.WeakSet()
         self._configs: dict[str, Any] | None = None
+        self._compactions_deferred = False
+        self._unlogged = False  # restore writes not yet flushed (written without the WAL)
         self.path: Path | None = None
 
     @property
@@ -163,6 +187,7 @@ class RocksDBStore(BytesStore):
     def _open(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         options = rocksdb_options(self.name, self._configs)
+        options.set_atomic_flush(True)  # restores write without the WAL: see the restore section above
         try:
             self._db = Rdict(str(path), options=options,
                              column_families={_OFFSETS_CF: Options(raw_mode=True)})
@@ -206,6 +231,41 @@ class RocksDBStore(BytesStore):
 
     def write_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None) -> None:
         """Apply writes and the changelog offset they bring the store to in one atomic WriteBatch."""
+        if self._unlogged:
+            self._flush_restored()
+        if self._compactions_deferred:
+            self._compact_again()
+        self._write(writes, changelog_offset)
+
+    def restore_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
+        """``write_batch`` for a restore (see the restore section of this module's options): without the
+        write-ahead log, and compactions wait while level 0 holds fewer than ``RESTORE_LEVEL0_FILES``."""
+        if not self._compactions_deferred and self._level0_files() < RESTORE_LEVEL0_FILES:
+            self._live().set_options({"disable_auto_compactions": "true"})
+            self._compactions_deferred = True
+        self._unlogged = True
+        self._write(writes, changelog_offset, _WITHOUT_WAL)
+        if self._compactions_deferred and self._level0_files() >= RESTORE_LEVEL0_FILES:
+            self._compact_again()
+
+    def _flush_restored(self) -> None:
+        """Persist what restores wrote without the WAL: the data first, then the offset, so a crash in
+        between leaves the data ahead of its offset (the changelog tail is replayed over it, to the same
+        state), never behind it."""
+        db = self._live()
+        db.flush()
+        self._offsets.flush()
+        self._unlogged = False
+
+    def _level0_files(self) -> int:
+        return self._live().property_int_value("rocksdb.num-files-at-level0") or 0
+
+    def _compact_again(self) -> None:
+        self._compactions_deferred = False
+        self._live().set_options({"disable_auto_compactions": "false"})
+
+    def _write(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None,
+               options: WriteOptions | None = None) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in writes:
             if value is None:
@@ -215,7 +275,7 @@ class RocksDBStore(BytesStore):
         if changelog_offset is not None:
             batch.put(_OFFSET_KEY, _OFFSET.pack(changelog_offset), self._offsets_handle)
         if not batch.is_empty():
-            self._live().write(batch)
+            self._live().write(batch, options)
 
     def wipe(self) -> None:
         """Delete the database files and start empty (the store is then restored from its changelog)."""
@@ -235,14 +295,18 @@ class RocksDBStore(BytesStore):
         return not iterator.valid()
 
     def flush(self) -> None:
-        """Nothing to force: every write batch goes through RocksDB's write-ahead log, and a batch an OS
-        crash loses leaves the store at an older offset, from which it restores the changelog tail."""
+        """Nothing to force: every commit's write batch goes through RocksDB's write-ahead log (restore
+        batches do not, and are flushed before the first commit after them), and a batch an OS crash
+        loses leaves the store at an older offset, from which it restores the changelog tail."""
 
     def close(self) -> None:
         if self._db is None:
             return
         for iterator in list(self._iterators):
             iterator.store_closed()
+        if self._unlogged:
+            self._flush_restored()
         self._offsets = self._offsets_handle = None
+        self._compactions_deferred = False
         db, self._db = self._db, None
         db.close()

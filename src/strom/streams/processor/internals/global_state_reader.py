@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.kafka.reading import end_offset, partitions_of, read_to_end
+from strom.kafka.reading import end_offset, partitions_of, read_batches
 from strom.streams.processor.internals.global_state import GlobalStateStores
 
 TIMEOUT_S = 10.0
@@ -33,9 +33,12 @@ def _catch_up_partition(state: GlobalStateStores, consumer: Any, topic: str, par
     if start is not None and end_offset(consumer, topic, partition, TIMEOUT_S) <= start:
         return 0  # nothing appended since
     begin = KafkaTopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)
-    messages = read_to_end(consumer, [begin], f"global table topic {topic}-{partition}", 3 * TIMEOUT_S)
-    records = [(partition, m.offset(), m.timestamp()[1], m.key(), m.value()) for m in messages]
-    return state.apply(topic, records) if records else 0
+    applied = 0
+    # each fetch applied and committed on its own: the store's uncommitted buffer never holds more
+    for batch in read_batches(consumer, [begin], f"global table topic {topic}-{partition}", 3 * TIMEOUT_S):
+        applied += state.apply(topic, ((partition, m.offset(), m.timestamp()[1], m.key(), m.value())
+                                       for m in batch))
+    return applied
 
 
 _PROCESS_STATE: dict[tuple[str, str], GlobalStateStores] = {}
