@@ -72,6 +72,24 @@ def test_threads_get_their_tasks_once_all_said_hello_and_hear_a_stop():
         control.close()
 
 
+def test_a_thread_that_closes_its_connection_is_gone_and_a_late_stop_to_it_is_dropped():
+    """A stream thread's close ends the connection at once (its listening thread's file kept it open,
+    so the driver never saw the thread go); stop_threads takes its list of connections, then sends, so
+    a stop may still reach a handler that has closed its file: it must not fail the driver's stop."""
+    control = ThreadControl("127.0.0.1", lambda thread, tasks: None)
+    try:
+        control.begin_batch(1, 1, ["0_0"], hello_timeout_s=30)
+        client = ControlClient(control.address, control.token, 1, 0)
+        assert client.hello([]) == ["0_0"]
+        connection = control._connections["stream-thread-0"]
+        client.close()
+        assert wait_for(lambda: connection.wfile.closed, 5)
+        connection.send({"type": "stop"})
+        assert control.threads["stream-thread-0"].thread_state == "DEAD"
+    finally:
+        control.close()
+
+
 def _props(broker, tmp_path, app_id: str, **extra) -> dict:
     return {"application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
             "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),

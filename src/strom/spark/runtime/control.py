@@ -189,7 +189,7 @@ class _Connection(socketserver.StreamRequestHandler):
             try:
                 self.wfile.write(json.dumps(message).encode() + b"\n")
                 self.wfile.flush()
-            except OSError:
+            except (OSError, ValueError):  # ValueError: its handler finished and closed the file
                 pass  # the thread is gone; its handler ends
 
 
@@ -224,6 +224,10 @@ class ControlClient:
             self.stopping.set()
 
     def close(self) -> None:
+        """Ends the connection for both sides: a plain close would leave it open while the listening
+        thread's file still refers to the socket (the driver would never see this thread go)."""
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._socket.close()
 
