@@ -95,6 +95,7 @@ def test_a_store_opens_with_the_point_lookup_options(tmp_path):
     assert int(family["write_buffer_size"]) == WRITE_BUFFER_BYTES
     assert int(family["max_write_buffer_number"]) == MAX_WRITE_BUFFERS
     assert family["compression"] == "kNoCompression"
+    assert family["level_compaction_dynamic_level_bytes"] == "true"
     assert int(table["block_size"]) == BLOCK_SIZE
     assert table["filter_policy"] == "bloomfilter"
     assert table["cache_index_and_filter_blocks"] == "false"
