@@ -7,7 +7,9 @@ from rocksdict import BlockBasedOptions, Options
 
 from strom.errors import ConfigError
 from strom.kafka.serdes import Serdes
-from strom.streams import Materialized, Stores, StreamsBuilder, TopologyTestDriver
+from strom.streams import Materialized, Produced, Stores, StreamsBuilder, TopologyTestDriver
+from strom.streams.kstream.windowed_serdes import WindowedSerdes
+from strom.streams.kstream.windows import TimeWindows
 from strom.streams.state.rocksdb import (
     BLOCK_SIZE,
     MAX_WRITE_BUFFERS,
@@ -119,3 +121,23 @@ def test_the_setter_overrides_strom_s_options(tmp_path):
     assert int(table["block_size"]) == 16 * 1024
     assert float(family["memtable_prefix_bloom_size_ratio"]) == 0.0
     assert int(family["write_buffer_size"]) == 4 * 1024 * 1024
+
+
+def test_the_setter_sets_a_window_store_s_segments(tmp_path):
+    CALLS.clear()
+    builder = StreamsBuilder()
+    (builder.stream("in").group_by_key().windowed_by(TimeWindows.of_size_with_no_grace(100))
+     .count(materialized=Materialized.as_(Stores.persistent_timestamped_window_store("windows", 1_000, 100)))
+     .to_stream().to("out", Produced.with_(WindowedSerdes.time_windowed_serde_from(Serdes.String(), 100),
+                                           Serdes.Long())))
+    config = {"application.id": "window-app", "state.dir": str(tmp_path), "default.key.serde": "String",
+              "default.value.serde": "String", "rocksdb.config.setter": RecordingSetter}
+    with TopologyTestDriver(builder.build(), config) as driver:
+        source = driver.create_input_topic("in", Serdes.String(), Serdes.String())
+        for key, timestamp in (("a", 0), ("a", 50), ("b", 150)):
+            source.pipe_input(key, "v", timestamp)
+        segments = [path for path in tmp_path.rglob("windows.*") if path.is_dir()]
+        assert segments
+        for segment in segments:
+            assert int(_options_file(segment)['CFOptions "default"']["write_buffer_size"]) == 4 * 1024 * 1024
+    assert CALLS == [("windows", True, "window-app")]
