@@ -10,10 +10,10 @@ buffers, three of them; no compression. For point lookups (what a store behind t
 record) it adds a bloom filter over each memtable's keys, as RocksDB's own ``OptimizeForPointLookup``
 does (without it every get searched up to three 16 MiB memtable skip lists: ~45% of a get's time at 1M
 keys), and 1 KiB blocks instead of 4 KiB, so the same 50 MiB cache holds the blocks of more keys (at 5M
-keys a get of a present key took ~0.6x the time). Index and filter
-blocks stay outside the block cache (RocksDB's default): inside it, with a count at 1M keys, lookups ran
-7x slower here (they were evicted and read again). ``rocksdb.config.setter`` names a user's hook that
-changes the options per store (docs/state.md shows one bounding all stores' memory with a shared cache).
+keys a get of a present key took ~0.6x the time). Index and filter blocks stay outside the block cache
+(RocksDB's default): inside it, with a count at 1M keys, lookups ran 7x slower here (they were evicted
+and read again). ``rocksdb.config.setter`` names a user's hook that changes the options per store
+(docs/state.md shows one bounding all stores' memory with a shared cache).
 """
 
 from __future__ import annotations
@@ -28,14 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rocksdict import (
-    BlockBasedOptions,
-    Cache,
-    DBCompressionType,
-    Options,
-    Rdict,
-    WriteBatch,
-)
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessorStateError
 from strom.streams.state.base import BytesStore, KeyValueIterator
