@@ -66,14 +66,15 @@ class SegmentedBytesStore:
     def is_open(self) -> bool:
         return self._segments is not None
 
-    def open(self, state_dir: str | None) -> None:
-        """Open the segments; persistent stores live under ``state_dir`` and reopen what is on disk."""
+    def open(self, state_dir: str | None, configs: dict[str, Any] | None = None) -> None:
+        """Open the segments; persistent stores live under ``state_dir`` and reopen what is on disk,
+        their RocksDB options set by ``configs``' ``rocksdb.config.setter`` if any."""
         if self._persistent:
             if state_dir is None:
                 raise ValueError(f"persistent store {self._name!r} needs a state directory")
             directory = os.path.join(state_dir, "rocksdb")
             self._segments = rocksdb_segments(directory, self._name, self.retention_ms,
-                                              self.segment_interval_ms)
+                                              self.segment_interval_ms, configs)
             self._offset_file = os.path.join(directory, self._name, ".changelog-offset")
             # stream time survives restarts, so retention keeps holding without a restore
             self._committed_offset, self.observed_stream_time = _read_offset(self._offset_file)
@@ -83,7 +84,8 @@ class SegmentedBytesStore:
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         """Open for one task and register ``root`` (the outermost layer) with its state manager."""
-        self.open(str(context.state_dir))
+        # hosts of bare stores (benchmarks, tools) may have no configuration, as for RocksDBStore
+        self.open(str(context.state_dir), getattr(context, "app_configs", None))
         context.register_store(root, self, self.logged)
 
     # ---- writes and reads -----------------------------------------------------------------------

@@ -218,16 +218,18 @@ def in_memory_segments(retention_ms: int, segment_interval_ms: int) -> Segments:
     return Segments(retention_ms, segment_interval_ms, lambda _segment_id: InMemorySegment())
 
 
-def rocksdb_segments(directory: str, store_name: str, retention_ms: int,
-                     segment_interval_ms: int) -> Segments:
-    """Segments under ``directory/<store>/<store>.<segment start>``, reopening those already on disk."""
+def rocksdb_segments(directory: str, store_name: str, retention_ms: int, segment_interval_ms: int,
+                     configs: dict[str, Any] | None = None) -> Segments:
+    """Segments under ``directory/<store>/<store>.<segment start>``, reopening those already on disk;
+    ``configs``' ``rocksdb.config.setter`` is called once for the store, its options shared by every
+    segment."""
     store_dir = os.path.join(directory, store_name)
     os.makedirs(store_dir, exist_ok=True)
 
     def path_of(segment_id: int) -> str:
         return os.path.join(store_dir, f"{store_name}.{segment_id * segment_interval_ms}")
 
-    options = rocksdb_options(store_name)  # one block cache for all segments of the store
+    options = rocksdb_options(store_name, configs)  # one block cache for all segments of the store
     segments = Segments(retention_ms, segment_interval_ms,
                         lambda segment_id: RocksDBSegment(path_of(segment_id), options))
     prefix = f"{store_name}."
