@@ -76,7 +76,9 @@ def test_word_count_with_repartition_matches_topology_test_driver(broker, spark,
     _assert_exactly_once(read_updates(broker.bootstrap_servers, names["counts"]), expected)
     assert set(app.plan.task_ids) == {"0_0", "0_1", "1_0", "1_1"}
     assert app.progress.records == len(lines) + sum(expected.values())  # lines, then words
-    assert app.progress.reused > 0, app.progress  # some batches ran on the task kept open
+    if not app.realtime:  # several micro-batches per task; whether a batch finds its task open depends
+        # on which Python worker Spark hands it (test_task_reuse.py checks reuse itself)
+        assert all(app.progress.tasks[t].batches >= 2 for t in ("0_0", "0_1")), app.progress
 
 
 def test_state_restores_from_changelog_when_state_dir_is_wiped(broker, spark, topics, tmp_path,
