@@ -46,6 +46,18 @@ class SortedKeyIndex:
                 self._index = []
                 new.clear()
 
+    def added_all(self, keys: list[bytes]) -> None:
+        """``added`` for each of ``keys`` (new, distinct), under one lock."""
+        with self._lock:
+            if self._resort or not keys:
+                return
+            new = self._new
+            new.extend(keys)
+            if len(new) > INSERT_LIMIT:
+                self._resort = True
+                self._index = []
+                new.clear()
+
     def removed(self) -> None:
         """A key left the dict (its index entry goes stale)."""
         self._stale += 1

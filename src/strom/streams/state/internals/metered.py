@@ -363,13 +363,19 @@ class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
 
     def put_all_timestamped(self, entries: Iterable[tuple[Any, Any, int]]) -> int:
         """``put(key, ValueAndTimestamp.make(value, timestamp))`` for each ``(key, value, timestamp)``,
-        writing the same bytes in one pass: no ValueAndTimestamp for a fixed-width value (one struct
-        call, as ``fused_timestamped_update``). Returns how many were put. A global table's catch-up
-        writes its batches this way."""
+        writing the same bytes in one pass through the layer below's ``put_all``: no ValueAndTimestamp
+        for a fixed-width value (one struct call, as ``fused_timestamped_update``). Returns how many
+        were put. A global table's catch-up writes its batches this way."""
         if not self._open:
             self._raw_key(None)  # raises the right error
+        before = self.metrics.put
+        self.wrapped.put_all(self._timestamped_pairs(entries))
+        return self.metrics.put - before
+
+    def _timestamped_pairs(self, entries: Iterable[tuple[Any, Any, int]]
+                           ) -> Iterator[tuple[bytes, bytes | None]]:
         _, pack, kinds = self._pair_codec.pair_codec(self._topic)
-        key_encode, value_encode, put = self._key_encode, self._value_encode, self._wrapped_put
+        key_encode, value_encode = self._key_encode, self._value_encode
         count = 0
         try:
             for key, value, timestamp in entries:
@@ -387,10 +393,9 @@ class MeteredTimestampedKeyValueStore(MeteredKeyValueStore):
                 except Exception:
                     raw_key = self._key_ser(self._topic, key)
                     raw_value = self._value_ser(self._topic, ValueAndTimestamp.make(value, timestamp))
-                put(raw_key, raw_value)
+                yield raw_key, raw_value
         finally:
             self.metrics.put += count
-        return count
 
     def set_flush_listener(self, listener: FlushListener, send_old_values: bool) -> bool:
         """The listener gets plain values; the timestamp is the new value's (the entry's for a delete)."""

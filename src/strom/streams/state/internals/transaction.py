@@ -12,7 +12,7 @@ no full restore is needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from strom.streams.state.base import KeyValueIterator, merge_sorted
@@ -55,6 +55,17 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
         else:
             buffer[key] = value
             self._index.added(key)  # after the insert: a concurrent scan then never misses the key
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``put`` of each entry, the keys new to the buffer indexed once at the end (after their
+        inserts, as ``put`` does)."""
+        buffer = self._buffer
+        new = []
+        for key, value in entries:
+            if key not in buffer:
+                new.append(key)
+            buffer[key] = value
+        self._index.added_all(new)
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
