@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
+from strom.kafka.serdes import decoder_of
 from strom.streams.processor.api import Processor, Record, RecordMetadata
 from strom.streams.processor.internals.context import default_serde, with_prefix
 from strom.streams.state.cache import ThreadCache
@@ -102,6 +103,7 @@ class GlobalStateStores:
             store.init(self.context, store)
             self.stores[name] = store
         self._deserializers = {spec.topic: self._deserializers_of(spec) for spec in specs.values()}
+        self._decoders = {spec.topic: self._decoders_of(spec) for spec in specs.values()}
         self._processors: dict[str, Processor] = {}
         self._plain = {name for name, spec in specs.items() if spec.state_update_supplier is None
                        and self._is_plain(self.stores[name])}
@@ -118,27 +120,45 @@ class GlobalStateStores:
         The offsets and the record context are set once, after the last record read (nothing below
         the metered layer reads the context)."""
         key_from, value_from = self._deserializers[topic]
+        key_decode, value_decode = self._decoders[topic]  # on any exception the deserializer decides
         last: dict[int, int] = {}  # partition -> offset of its last record
         partition = offset = timestamp = -1
         try:
             for partition, offset, timestamp, key_bytes, value_bytes in records:
                 last[partition] = offset
-                key = key_from(topic, key_bytes)
+                try:
+                    key = key_decode(key_bytes)
+                except Exception:
+                    key = key_from(topic, key_bytes)
                 if key is None:
                     log.warning("Skipping a global table record with a null key (%s-%d@%d)",
                                 topic, partition, offset)
                     continue
-                yield key, value_from(topic, value_bytes), timestamp
+                if value_bytes is None:
+                    yield key, value_from(topic, None), timestamp
+                    continue
+                try:
+                    value = value_decode(value_bytes)
+                except Exception:
+                    value = value_from(topic, value_bytes)
+                yield key, value, timestamp
         finally:
             for at, end in last.items():
                 self.offsets[(topic, at)] = end + 1
             if last:
                 self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
 
+    def _serdes_of(self, spec: GlobalStoreSpec) -> tuple[Any, Any]:
+        return spec.key_serde or self.context.key_serde, spec.value_serde or self.context.value_serde
+
     def _deserializers_of(self, spec: GlobalStoreSpec) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        key_serde = spec.key_serde or self.context.key_serde
-        value_serde = spec.value_serde or self.context.value_serde
+        key_serde, value_serde = self._serdes_of(spec)
         return key_serde.deserializer().deserialize, value_serde.deserializer().deserialize
+
+    def _decoders_of(self, spec: GlobalStoreSpec) -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]]:
+        key_serde, value_serde = self._serdes_of(spec)
+        topic = spec.topic
+        return decoder_of(key_serde.deserializer(), topic), decoder_of(value_serde.deserializer(), topic)
 
     def _is_plain(self, store: Any) -> bool:
         """A timestamped store whose metered layer sits right on its transaction (no cache, no change
