@@ -57,15 +57,13 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
             self._index.added(key)  # after the insert: a concurrent scan then never misses the key
 
     def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
-        """``put`` of each entry, the keys new to the buffer indexed once at the end (after their
-        inserts, as ``put`` does)."""
+        """``put`` of each entry, under one lock of the key index for the batch."""
         buffer = self._buffer
-        new = []
-        for key, value in entries:
-            if key not in buffer:
-                new.append(key)
-            buffer[key] = value
-        self._index.added_all(new)
+        with self._index.adding() as added:
+            for key, value in entries:
+                if key not in buffer:
+                    added.append(key)
+                buffer[key] = value
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
