@@ -254,6 +254,31 @@ def test_key_index_stays_small_without_scans_and_scans_stay_correct():
     assert index.between(keys, b"03-", b"03-z")[-1] == b"03-x"
 
 
+def test_key_index_adds_a_batch_under_one_lock():
+    import threading
+
+    from strom.streams.state.key_index import INSERT_LIMIT, SortedKeyIndex
+    index, keys = SortedKeyIndex(), {}
+    with index.adding() as added:
+        for key in (b"b", b"a"):
+            keys[key] = None
+            added.append(key)
+        scanned = []
+        scan = threading.Thread(target=lambda: scanned.append(index.between(keys, None, None)))
+        scan.start()
+        scan.join(0.2)
+        assert scan.is_alive() and not scanned  # the scan waits for the batch
+        keys[b"c"] = None
+        added.append(b"c")
+    scan.join()
+    assert scanned == [[b"a", b"b", b"c"]]
+    with index.adding() as added:  # more than INSERT_LIMIT new keys: re-sorted by the next scan
+        for i in range(INSERT_LIMIT + 1):
+            keys[b"d%03d" % i] = None
+            added.append(b"d%03d" % i)
+    assert index._new == [] and index.between(keys, b"c", b"d001") == [b"c", b"d000", b"d001"]
+
+
 @pytest.mark.parametrize("kind", sorted(SUPPLIERS))
 def test_interactive_queries_from_another_thread_while_the_task_writes(host, kind):
     import threading

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, bisect_right
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 
 __all__ = ["INSERT_LIMIT", "SortedKeyIndex"]
 
@@ -49,6 +50,20 @@ class SortedKeyIndex:
                 self.resorting = True
                 self._index = []
                 new.clear()
+
+    @contextmanager
+    def adding(self) -> Iterator[list[bytes]]:
+        """A list to append keys to as ``added`` would take them, one by one, indexed when the block
+        ends: one lock for a batch of writes. Scans wait for the block, so none sees a key in the
+        dict that the index lacks."""
+        keys: list[bytes] = []
+        with self._lock:
+            try:
+                yield keys
+            finally:
+                self._new.extend(keys)  # as many added() calls: the same bound on memory
+                if self.resorting or len(self._new) > INSERT_LIMIT:
+                    self.resorting, self._index, self._new = True, [], []
 
     def removed(self) -> None:
         """A key left the dict (its index entry goes stale)."""

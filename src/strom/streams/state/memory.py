@@ -70,18 +70,19 @@ class InMemoryKeyValueStore(BytesStore):
         return len(self._data)
 
     def write_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None) -> None:
-        """Apply writes and record the changelog offset they bring the store to (offset None: unchanged)."""
+        """Apply writes and record the changelog offset they bring the store to (offset None: unchanged).
+        ``put`` of each, inlined, under one lock of the key index."""
         data, index = self._data, self._index
-        for key, value in writes:  # put, inlined: a commit at many keys writes ~one key per record
-            if value is None:
-                if data.pop(key, None) is not None:
-                    index.removed()
-            elif key in data:
-                data[key] = value
-            else:
-                data[key] = value
-                if not index.resorting:  # else added has nothing to note
-                    index.added(key)
+        with index.adding() as added:
+            for key, value in writes:
+                if value is None:
+                    if data.pop(key, None) is not None:
+                        index.removed()
+                elif key in data:
+                    data[key] = value
+                else:
+                    data[key] = value
+                    added.append(key)
         if changelog_offset is not None:
             self.committed_offset = changelog_offset
 

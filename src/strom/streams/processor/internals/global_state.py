@@ -10,17 +10,21 @@ them from Kafka).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
+from strom.kafka.serdes import decoder_of
 from strom.streams.processor.api import Processor, Record, RecordMetadata
 from strom.streams.processor.internals.context import default_serde, with_prefix
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StoreTransaction
-from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
+from strom.streams.state.internals.metered import (
+    MeteredTimestampedKeyValueStore,
+    MeteredVersionedKeyValueStore,
+)
 from strom.streams.state.timestamped import ValueAndTimestamp
 
 if TYPE_CHECKING:
@@ -99,17 +103,68 @@ class GlobalStateStores:
             store.init(self.context, store)
             self.stores[name] = store
         self._deserializers = {spec.topic: self._deserializers_of(spec) for spec in specs.values()}
+        self._decoders = {spec.topic: self._decoders_of(spec) for spec in specs.values()}
         self._processors: dict[str, Processor] = {}
+        self._plain = {name for name, spec in specs.items() if spec.state_update_supplier is None
+                       and self._is_plain(self.stores[name])}
         for spec in specs.values():
             if spec.state_update_supplier is not None:
                 processor = spec.state_update_supplier()
                 processor.init(GlobalProcessorContext(self.context, spec.name, self.stores[spec.name]))
                 self._processors[spec.topic] = processor
 
+    def _plain_entries(self, topic: str, records: Iterable[tuple[int, int, int, bytes | None, bytes | None]]
+                       ) -> Generator[tuple[Any, Any, int], None, None]:
+        """``apply``'s records as the ``(key, value, timestamp)`` a plain table puts, deserialized as
+        ``apply`` does (a bad record raises at the same record); null keys skipped with a warning.
+        The offsets and the record context are set once, after the last record read (nothing below
+        the metered layer reads the context)."""
+        key_from, value_from = self._deserializers[topic]
+        key_decode, value_decode = self._decoders[topic]  # on any exception the deserializer decides
+        last: dict[int, int] = {}  # partition -> offset of its last record
+        partition = offset = timestamp = -1
+        try:
+            for partition, offset, timestamp, key_bytes, value_bytes in records:
+                last[partition] = offset
+                try:
+                    key = key_decode(key_bytes)
+                except Exception:
+                    key = key_from(topic, key_bytes)
+                if key is None:
+                    log.warning("Skipping a global table record with a null key (%s-%d@%d)",
+                                topic, partition, offset)
+                    continue
+                if value_bytes is None:
+                    yield key, value_from(topic, None), timestamp
+                    continue
+                try:
+                    value = value_decode(value_bytes)
+                except Exception:
+                    value = value_from(topic, value_bytes)
+                yield key, value, timestamp
+        finally:
+            for at, end in last.items():
+                self.offsets[(topic, at)] = end + 1
+            if last:
+                self.context.set_record_context(RecordContext(timestamp, topic, partition, offset))
+
+    def _serdes_of(self, spec: GlobalStoreSpec) -> tuple[Any, Any]:
+        return spec.key_serde or self.context.key_serde, spec.value_serde or self.context.value_serde
+
     def _deserializers_of(self, spec: GlobalStoreSpec) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        key_serde = spec.key_serde or self.context.key_serde
-        value_serde = spec.value_serde or self.context.value_serde
+        key_serde, value_serde = self._serdes_of(spec)
         return key_serde.deserializer().deserialize, value_serde.deserializer().deserialize
+
+    def _decoders_of(self, spec: GlobalStoreSpec) -> tuple[Callable[[bytes], Any], Callable[[bytes], Any]]:
+        key_serde, value_serde = self._serdes_of(spec)
+        topic = spec.topic
+        return decoder_of(key_serde.deserializer(), topic), decoder_of(value_serde.deserializer(), topic)
+
+    def _is_plain(self, store: Any) -> bool:
+        """A timestamped store whose metered layer sits right on its transaction (no cache, no change
+        logging, no supplier's layer): ``put_all_timestamped`` writes it as ``put`` would."""
+        return (type(store) is MeteredTimestampedKeyValueStore
+                and store.wrapped is self.context.transactions.get(store.name))
 
     @property
     def topics(self) -> list[str]:
@@ -120,6 +175,14 @@ class GlobalStateStores:
         offset order per partition; a None value deletes. Used for restoring and for keeping up."""
         spec = self.by_topic[topic]
         store = self.stores[spec.name]
+        if spec.name in self._plain:
+            entries = self._plain_entries(topic, records)
+            try:
+                applied = store.put_all_timestamped(entries)
+            finally:
+                entries.close()  # sets the offsets now, also when the store raised
+            self.context.transactions[spec.name].commit(None)
+            return applied
         key_from, value_from = self._deserializers[topic]
         versioned = isinstance(store, MeteredVersionedKeyValueStore)
         processor = self._processors.get(topic)

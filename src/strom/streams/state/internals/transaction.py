@@ -12,7 +12,7 @@ no full restore is needed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from strom.streams.internals.compiled import Lines, prefixed
@@ -79,6 +79,15 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
             "        {p}index.added(kb)",  # after the insert: a concurrent scan then never misses the key
         )
         return lines, {"{p}buffer": self._buffer, "{p}index": self._index}
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """``put`` of each entry, under one lock of the key index for the batch."""
+        buffer = self._buffer
+        with self._index.adding() as added:
+            for key, value in entries:
+                if key not in buffer:
+                    added.append(key)
+                buffer[key] = value
 
     def _iterate(self, from_key: bytes | None, to_key: bytes | None, reverse: bool) -> KeyValueIterator:
         committed = self.wrapped._iterate(from_key, to_key, reverse)
