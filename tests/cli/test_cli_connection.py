@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from cli.strom_cli import unique
+from strom.cli.connection import Connection
 from strom.errors import ConfigError
 from strom.kafka.clients import load_properties
+from strom.streams import StreamsConfig
 
 pytestmark = pytest.mark.broker
 
@@ -60,3 +62,20 @@ def test_load_properties_reads_java_syntax_and_a_jaas_login(tmp_path):
     path.write_text("sasl.jaas.config=com.example.Kerberos required;\n")
     with pytest.raises(ConfigError, match=r"sasl\.username"):
         load_properties(path)
+
+
+def test_the_demo_takes_the_connection_options(strom):
+    """`strom demo -X ...` builds its clients from them: a bad property is one error line, before Spark."""
+    line = strom.fails("demo", "--records", "10", "-X", "no.such.property=1")
+    assert "no.such.property" in line and "librdkafka" in line
+
+
+def test_a_connection_as_an_applications_config_reaches_each_client():
+    """Security keys go to every client as Kafka Streams gives them; the rest to each client by prefix."""
+    connection = Connection("host:9093", {"security.protocol": "SASL_SSL", "sasl.username": "alice",
+                                          "socket.timeout.ms": "20000"})
+    config = StreamsConfig({**connection.streams_config(), "application.id": "app"})
+    assert config["bootstrap.servers"] == "host:9093"
+    for client in ("producer.", "main.consumer.", "restore.consumer.", "admin."):
+        assert config.client_props(client) == {"security.protocol": "SASL_SSL", "sasl.username": "alice",
+                                               "socket.timeout.ms": "20000"}, client

@@ -7,7 +7,7 @@ import difflib
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,19 @@ class Connection:
 
     def producer(self, **settings: Any) -> Producer:
         return clients.producer(self.bootstrap_servers, **self._settings(settings))
+
+    def create_topics(self, topics: Mapping[str, int]) -> None:
+        clients.create_topics(self.bootstrap_servers, topics, settings=self._settings({}))
+
+    def streams_config(self) -> dict[str, Any]:
+        """The connection as a Kafka Streams application's settings: security keys as they are (every
+        client of the application takes them), each other property for its producers, consumers and
+        admin client."""
+        shared = {k: v for k, v in self.properties.items()
+                  if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
+        per_client = {f"{role}.{k}": v for role in ("producer", "consumer", "admin")
+                      for k, v in self.properties.items() if k not in shared}
+        return {"bootstrap.servers": self.bootstrap_servers, **shared, **per_client}
 
     def admin(self) -> AdminClient:
         """The command's admin client, after checking that the cluster answers (fails fast if not)."""
@@ -109,24 +122,28 @@ def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:
                              "create it with `strom topics create`.")
 
 
-def connection_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def connection_options(command: Callable[..., Any] | None = None, *,
+                       default: str = DEFAULT_BOOTSTRAP) -> Any:
     """Adds ``-b/--bootstrap-servers``, ``-X key=value`` and ``--command-config FILE`` to a command,
-    which receives them as one ``connection: Connection`` argument."""
+    which receives them as one ``connection: Connection`` argument. ``default=""`` is for a command
+    that starts its own broker when no cluster is named (``strom demo``)."""
+    if command is None:
+        return functools.partial(connection_options, default=default)
 
     @functools.wraps(command)
     def with_connection(*args: Any, bootstrap_servers: str | None, client_properties: dict[str, str],
                         command_config: Path | None, **kwargs: Any) -> Any:
         properties = clients.load_properties(command_config) if command_config else {}
         properties.update(client_properties)
-        bootstrap = (bootstrap_servers or properties.pop("bootstrap.servers", None) or DEFAULT_BOOTSTRAP)
+        bootstrap = (bootstrap_servers or properties.pop("bootstrap.servers", None) or default)
         properties.pop("bootstrap.servers", None)
         serde = {key: properties.pop(key) for key in list(properties) if is_serde_setting(key)}
         return command(*args, connection=Connection(bootstrap, properties, serde), **kwargs)
 
+    default_help = default or "an embedded broker this command starts"
     options = (
         click.option("-b", "--bootstrap-servers", envvar="STROM_BOOTSTRAP_SERVERS", default=None,
-                     help=f"Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS; default "
-                          f"{DEFAULT_BOOTSTRAP})."),
+                     help=f"Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS; default {default_help})."),
         click.option("-X", "client_properties", multiple=True, callback=parse_config, metavar="KEY=VALUE",
                      help="librdkafka client property (security, acks, sizes...); repeatable, wins over "
                           "--command-config. Schema Registry settings (schema.registry.url, "

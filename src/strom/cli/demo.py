@@ -8,6 +8,7 @@ read_committed and compared with counts computed directly from the generated eve
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import tempfile
@@ -24,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from strom.broker import EmbeddedBroker
+from strom.cli.connection import Connection, connection_options
 from strom.kafka import clients
 from strom.streams import (
     Consumed,
@@ -78,11 +80,11 @@ def page_view_counts(views_topic: str, counts_topic: str) -> Topology:
     return builder.build()
 
 
-def produce_page_views(bootstrap: str, topic: str, records: int, seed: int) -> Counter[str]:
+def produce_page_views(connection: Connection, topic: str, records: int, seed: int) -> Counter[str]:
     """Writes ``records`` page views; returns the true count per page."""
     rng = random.Random(seed)
     weights = [1 / (rank + 1) for rank in range(len(PAGES))]
-    producer = clients.producer(bootstrap, **clients.JAVA_PARTITIONER, **{"linger.ms": 20})
+    producer = connection.producer(**clients.JAVA_PARTITIONER, **{"linger.ms": 20})
     expected: Counter[str] = Counter()
     start_ms = int(time.time() * 1000) - records
     for i in range(records):
@@ -92,14 +94,14 @@ def produce_page_views(bootstrap: str, topic: str, records: int, seed: int) -> C
         clients.produce(producer, topic, json.dumps({"user": user, "page": page}).encode(), user.encode(),
                         timestamp=start_ms + i)
     if producer.flush(60):
-        raise click.ClickException(f"Could not write the page views to {topic} at {bootstrap}.")
+        raise click.ClickException(f"Could not write the page views to {topic} at "
+                                   f"{connection.bootstrap_servers}.")
     return expected
 
 
-def read_committed(bootstrap: str, topic: str, partitions: int) -> dict[str, list[int]]:
+def read_committed(connection: Connection, topic: str, partitions: int) -> dict[str, list[int]]:
     """Every update in the output, in order per key, as a read_committed consumer sees it."""
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True,
-                                              "isolation.level": "read_committed"})
+    consumer = connection.consumer(**{"enable.partition.eof": True, "isolation.level": "read_committed"})
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     updates: dict[str, list[int]] = defaultdict(list)
     at_end: set[int] = set()
@@ -134,14 +136,14 @@ def verify(result: DemoResult) -> None:
                                f"expected {dict(result.expected)}")
 
 
-def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, timeout: float,
+def run_demo(connection: Connection, records: int, partitions: int, guarantee: str, timeout: float,
              console: Console, execution_mode: str = "realtime") -> DemoResult:
     run = uuid.uuid4().hex[:8]
     views, counts = f"demo-{run}-page-views", f"demo-{run}-views-per-page"
-    clients.create_topics(bootstrap, {views: partitions, counts: partitions})
+    connection.create_topics({views: partitions, counts: partitions})
     result = DemoResult(records_in=records, execution_mode=execution_mode)
     console.print(f"Producing {records} page views to [bold]{views}[/] ({partitions} partitions)...")
-    result.expected = produce_page_views(bootstrap, views, records, seed=records)
+    result.expected = produce_page_views(connection, views, records, seed=records)
     import strom.spark
     from strom.spark.runtime import SparkStreams
 
@@ -149,7 +151,7 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
     started = time.monotonic()
     spark = strom.spark.session(app_name="strom-demo", log_level="ERROR")
     app = SparkStreams(page_view_counts(views, counts), {
-        "application.id": f"strom-demo-{run}", "bootstrap.servers": bootstrap,
+        **connection.streams_config(), "application.id": f"strom-demo-{run}",
         "processing.guarantee": guarantee, "state.dir": tempfile.mkdtemp(prefix="strom-demo-"),
         "commit.interval.ms": 500, "max.offsets.per.trigger": max(1000, records // 3),
         "execution.mode": execution_mode}, spark)
@@ -171,7 +173,7 @@ def run_demo(bootstrap: str, records: int, partitions: int, guarantee: str, time
     result.commits = sum(task.commits for task in app.progress.tasks.values())
     result.task_batches = sum(task.batches for task in app.progress.tasks.values())
     result.reused = app.progress.reused
-    result.updates = read_committed(bootstrap, counts, partitions)
+    result.updates = read_committed(connection, counts, partitions)
     result.records_out = sum(len(v) for v in result.updates.values())
     verify(result)
     return result
@@ -235,24 +237,26 @@ def _micro_batch_rows(table: Table, result: DemoResult) -> None:
 @click.option("--execution-mode", type=click.Choice(["realtime", "microbatch"]), default="realtime",
               show_default=True,
               help="execution.mode: long-running stream threads, or one Spark micro-batch per commit.")
-@click.option("-b", "--bootstrap-servers", default=None,
-              help="Use this Kafka cluster instead of starting an embedded broker.")
 @click.option("--keep-broker", is_flag=True, help="Leave the embedded broker running afterwards.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=300.0, show_default=True,
               help="Seconds to wait for the result.")
-def demo(records: int, partitions: int, guarantee: str, execution_mode: str, bootstrap_servers: str | None,
+@connection_options(default="")
+def demo(records: int, partitions: int, guarantee: str, execution_mode: str, connection: Connection,
          keep_broker: bool, timeout: float) -> None:
-    """Count page views per page on Spark with exactly-once, then verify the output."""
+    """Count page views per page on Spark with exactly-once, then verify the output.
+
+    On an embedded broker unless -b names a cluster (-X and --command-config then reach every client:
+    the demo's own, and the application's as its producer., consumer. and admin. settings)."""
     console = Console()
     broker = None
-    if bootstrap_servers is None:
+    if not connection.bootstrap_servers:
         data_dir = tempfile.mkdtemp(prefix="strom-demo-broker-") if keep_broker else None
         broker = EmbeddedBroker(data_dir=data_dir)
         broker.start()
-        bootstrap_servers = broker.bootstrap_servers
-        console.print(f"Embedded broker at [bold]{bootstrap_servers}[/]")
+        connection = dataclasses.replace(connection, bootstrap_servers=broker.bootstrap_servers)
+        console.print(f"Embedded broker at [bold]{connection.bootstrap_servers}[/]")
     try:
-        result = run_demo(bootstrap_servers, records, partitions, guarantee, timeout, console, execution_mode)
+        result = run_demo(connection, records, partitions, guarantee, timeout, console, execution_mode)
     finally:
         if broker is not None and not keep_broker:
             broker.__exit__(None, None, None)
@@ -260,6 +264,7 @@ def demo(records: int, partitions: int, guarantee: str, execution_mode: str, boo
     for problem in result.problems:
         console.print(f"[red]{problem}[/]")
     if broker is not None and keep_broker:
-        console.print(f"The broker keeps running at {bootstrap_servers} (data in {broker.data_dir}).")
+        console.print(f"The broker keeps running at {connection.bootstrap_servers} "
+                      f"(data in {broker.data_dir}).")
     if not result.ok:
         raise SystemExit(1)

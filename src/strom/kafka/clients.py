@@ -148,10 +148,12 @@ def create_topics(
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
     replication_factor: int = -1,
+    settings: Mapping[str, Any] | None = None,
 ) -> None:
     """Creates topics (name → partition count) and waits; topics that already exist are fine.
-    ``replication_factor`` -1 takes the broker's ``default.replication.factor``."""
-    client = admin(bootstrap_servers)
+    ``replication_factor`` -1 takes the broker's ``default.replication.factor``; ``settings`` are the
+    admin client's (security, for one)."""
+    client = admin(bootstrap_servers, **(settings or {}))
     futures = client.create_topics(
         [NewTopic(name, num_partitions=n, replication_factor=replication_factor, config=dict(config or {}))
          for name, n in topics.items()],
