@@ -125,7 +125,7 @@ class GlobalStateStores:
         self._processors: dict[str, Processor] = {}
         self._plain = {name for name, spec in specs.items() if spec.state_update_supplier is None
                        and self._is_plain(self.stores[name])}
-        self._raw = {name for name in self._plain
+        self._raw = {name: self._bulk_writer(name) for name in self._plain
                      if all(_reproduces_bytes(serde, specs[name].topic)
                             for serde in self._serdes_of(specs[name]))}
         for spec in specs.values():
@@ -145,6 +145,14 @@ class GlobalStateStores:
         key_serde, value_serde = self._serdes_of(spec)
         topic = spec.topic
         return decoder_of(key_serde.deserializer(), topic), decoder_of(value_serde.deserializer(), topic)
+
+    def _bulk_writer(self, name: str) -> Callable[[list[tuple[bytes, bytes | None]], None], None]:
+        """How the raw path writes a fetch to the store under the transaction: as a restore writes
+        (RocksDB: without its write-ahead log). A global store needs no log: its offsets are not kept,
+        so every process reads its topic from the beginning again (Kafka Streams runs RocksDB without
+        the log for every store)."""
+        inner = self.context.transactions[name].wrapped
+        return getattr(inner, "restore_batch", inner.write_batch)
 
     def _is_plain(self, store: Any) -> bool:
         """A timestamped store whose metered layer sits right on its transaction (no cache, no change
@@ -190,8 +198,8 @@ class GlobalStateStores:
     def _apply_raw(self, topic: str, partition: int, messages: Sequence[Message]) -> int:
         """A plain table whose serdes give back the bytes they read (``_reproduces_bytes``): the topic's
         bytes are written as they are, behind the 8-byte timestamp, straight to the store under the
-        transaction (its buffer is empty between fetches); each record is still decoded, so a record
-        its serdes cannot read goes to the handler as on every other path."""
+        transaction (its buffer is empty between fetches) by ``_bulk_writer``; each record is still
+        decoded, so a record its serdes cannot read goes to the handler as on every other path."""
         name = self.by_topic[topic].name
         key_decode, value_decode = self._decoders[topic]
         writes: list[tuple[bytes, bytes | None]] = []
@@ -218,7 +226,7 @@ class GlobalStateStores:
             completed = True
         finally:
             self.stores[name].metrics.put += len(writes)
-            self.context.transactions[name].wrapped.write_batch(writes, None)
+            self._raw[name](writes, None)
             self._read_up_to(topic, partition, message, completed)
         return len(writes)
 
