@@ -274,11 +274,9 @@ class GlobalStateStores:
                 self.context.set_record_context(RecordContext(timestamp, topic, partition, message.offset()))
                 try:
                     key, value = key_from(topic, message.key()), value_from(topic, message.value())
-                except Exception:
-                    deserialized = self._deserialized(topic, message)
-                    if deserialized is None:
-                        continue
-                    key, value = deserialized
+                except Exception as exc:
+                    self._deserialization_failed(topic, message, exc)
+                    continue
                 if processor is not None:  # the user's processor decides, null keys included
                     processor.process(Record(key, value, timestamp, ()))
                 elif key is None:
