@@ -47,9 +47,7 @@ class SortedKeyIndex:
             new = self._new
             new.append(key)
             if len(new) > INSERT_LIMIT:
-                self.resorting = True
-                self._index = []
-                new.clear()
+                self._drop_index()
 
     @contextmanager
     def adding(self) -> Iterator[list[bytes]]:
@@ -63,7 +61,13 @@ class SortedKeyIndex:
             finally:
                 self._new.extend(keys)  # as many added() calls: the same bound on memory
                 if self.resorting or len(self._new) > INSERT_LIMIT:
-                    self.resorting, self._index, self._new = True, [], []
+                    self._drop_index()
+
+    def _drop_index(self) -> None:
+        """Keep nothing until the next scan re-sorts the dict's keys (under the lock)."""
+        self.resorting = True
+        self._index = []
+        self._new = []
 
     def removed(self) -> None:
         """A key left the dict (its index entry goes stale)."""

@@ -246,7 +246,8 @@ class RocksDBStore(BytesStore):
             self._compact_again()
         self._write(writes, changelog_offset)
 
-    def restore_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int) -> None:
+    def restore_batch(self, writes: Iterable[tuple[bytes, bytes | None]], changelog_offset: int | None
+                      ) -> None:
         """``write_batch`` for a restore (see the restore section of this module's options): without the
         write-ahead log, and compactions wait while level 0 holds fewer than ``RESTORE_LEVEL0_FILES``."""
         if not self._compactions_deferred and self._level0_files() < RESTORE_LEVEL0_FILES:

@@ -36,8 +36,7 @@ def _catch_up_partition(state: GlobalStateStores, consumer: Any, topic: str, par
     applied = 0
     # each fetch applied and committed on its own: the store's uncommitted buffer never holds more
     for batch in read_batches(consumer, [begin], f"global table topic {topic}-{partition}", 3 * TIMEOUT_S):
-        applied += state.apply(topic, ((partition, m.offset(), m.timestamp()[1], m.key(), m.value())
-                                       for m in batch))
+        applied += state.apply_fetch(topic, partition, batch)
     return applied
 
 
