@@ -210,7 +210,8 @@ class NamedCache:
                 self.size_bytes += size
             else:  # evict, inlined (the two sizes counted at once)
                 eldest_key, eldest = evict_eldest(False)
-                index_removed()
+                if not index.resorting:  # the next scan re-sorts: nothing to count
+                    index_removed()
                 size -= eldest.size
                 owner.current_bytes += size
                 self.size_bytes += size
