@@ -24,7 +24,7 @@ from strom.errors import ConfigError, SerializationError
 __all__ = [
     "AvroSerde", "BaseSerde", "BooleanSerde", "ByteArraySerde", "Deserializer", "DoubleSerde", "FloatSerde",
     "FunctionSerde", "IntegerSerde", "JsonSerde", "LongSerde", "Serde", "Serdes", "Serializer",
-    "ShortSerde", "StringSerde", "UUIDSerde", "decoder_of", "encoder_of",
+    "ShortSerde", "StringSerde", "UUIDSerde", "decoder_of", "encoder_of", "packer_of",
 ]
 
 T = TypeVar("T")
@@ -110,6 +110,14 @@ def encoder_of(serializer: Serializer[Any], topic: str | None) -> Callable[[Any]
     handles or reports (a non-str, a bytearray): on any exception call ``serialize`` itself."""
     own = getattr(serializer, "encoder", None)
     return own(topic) if own is not None else partial(serializer.serialize, topic)
+
+
+def packer_of(serializer: Serializer[Any]) -> tuple[tuple[type, ...], Callable[[Any], bytes]] | None:
+    """``(kinds, pack)`` when ``serialize`` of a value whose type is one of ``kinds`` is ``pack(value)``,
+    one C call a per-record path may inline (a fixed-width number's struct); ``pack`` raises where
+    ``serialize`` decides otherwise (a number out of range). None for other serializers."""
+    own = getattr(serializer, "packer", None)
+    return None if own is None else own()
 
 
 def decoder_of(deserializer: Deserializer[Any], topic: str | None) -> Callable[[bytes], Any]:
@@ -205,6 +213,12 @@ class _FixedWidthSerde(BaseSerde[T]):
             except struct.error:
                 pass
         return super().serialize(topic, data, headers)
+
+    def packer(self) -> tuple[tuple[type, ...], Callable[[Any], bytes]] | None:
+        """``serialize``'s fast path as ``packer_of`` describes it (None if a subclass changed it)."""
+        if type(self).serialize is not _FixedWidthSerde.serialize:
+            return None
+        return (int, self.kind), self._pack
 
     def deserialize(self, topic: str | None, data: bytes | None, headers: Any = None) -> T | None:
         if data is not None and len(data) == self._size:

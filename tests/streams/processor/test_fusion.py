@@ -122,3 +122,35 @@ def test_a_fused_stream_table_join_sends_what_the_join_node_sends(tmp_path, left
         sent[fused] = (sink.sent, task.sources["in"].chain is not None)
     assert sent[True][1] and not sent[False][1]
     assert sent[True][0] == sent[False][0] and sent[True][0]
+
+
+class Count(int):
+    """An int subclass: a number serializer takes it through its full path, not its struct."""
+
+
+NUMBERS = {  # INPUT's values -> what the step before the sink makes of them
+    "Long": {"1": 7, "2": -2**63, "37": True, "4": 2**63, "5": Count(5), "": 1.5},
+    "Integer": {"1": 2**31 - 1, "2": 2**31, "37": -3, "4": False, "5": Count(-5), "": "x"},
+    "Double": {"1": 2, "2": 2.5, "37": True, "4": float("inf"), "5": Count(9), "": 10**400},
+}
+
+
+@pytest.mark.parametrize("serde", sorted(NUMBERS))
+@pytest.mark.parametrize("side", ["key", "value"])
+def test_a_fused_sink_packs_numbers_as_the_serializer_does(tmp_path, serde, side):
+    """The fused sink packs a fixed-width number with the serde's struct inline (no call of the
+    serializer); what it sends and what it drops as unserializable are what the unfused sink gives."""
+    numbers = NUMBERS[serde].__getitem__
+    number_serde = getattr(Serdes, serde)()
+    produced = Produced.with_(number_serde, S) if side == "key" else Produced.with_(S, number_serde)
+
+    def build(builder: StreamsBuilder) -> None:
+        stream = builder.stream("in")
+        stream = stream.map(lambda k, v: (numbers(v), v)) if side == "key" else stream.map_values(numbers)
+        stream.to("out", produced)
+
+    dropping = {"default.production.exception.handler": "LogAndContinueProductionExceptionHandler"}
+    fused, chain = run(build, tmp_path / "fused", **dropping)
+    plain, _ = run(build, tmp_path / "plain", fused=False, **dropping)
+    assert chain is not None and any(name.endswith(f"{side}_pack") for name in chain.__globals__)
+    assert fused == plain and 0 < len(fused) < len(INPUT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 
 import pytest
@@ -67,6 +68,34 @@ def test_flush_hands_all_dirty_entries_in_arrival_order_then_keeps_them_clean():
     assert not cache.get("a", b"b").dirty
     cache.flush("a")
     assert len(rec["a"].flushes) == 1, "a flush with no dirty entries calls no listener"
+
+
+def test_a_flush_keeps_no_object_per_entry_alive_while_its_listener_runs():
+    """At many keys every eviction of a dirty entry flushes the whole cache: entries made up front for
+    the listener would outlive collections of the young generation and make full collections frequent.
+    The listener gets each entry as it iterates, the same ones ``fields`` gives as plain tuples."""
+    cache = ThreadCache(10_000_000)
+    named = cache.named_cache("a")
+    tracked: list[int] = []
+    got = []
+
+    def listener(entries):
+        tracked.append(len(gc.get_objects()))
+        got.extend((e.key, e.value, e.context) for e in entries)
+        assert list(entries.fields()) == got and len(entries) == len(got)
+
+    named.set_listener(listener)
+    contexts = [RecordContext(i, "t", 0, i) for i in range(5_000)]
+    for i, context in enumerate(contexts):
+        named.put_dirty(b"k%d" % i, b"v%d" % i, context)
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        named.flush()
+    finally:
+        gc.enable()
+    assert tracked[0] - before < 100, f"{tracked[0] - before} objects made for a flush of 5000 entries"
+    assert got == [(b"k%d" % i, b"v%d" % i, contexts[i]) for i in range(5_000)]
 
 
 def test_flushed_tombstones_leave_the_cache():

@@ -279,6 +279,29 @@ def test_key_index_adds_a_batch_under_one_lock():
     assert index._new == [] and index.between(keys, b"c", b"d001") == [b"c", b"d000", b"d001"]
 
 
+def test_in_memory_write_batch_of_a_dicts_items_equals_writing_pair_by_pair():
+    """A commit's write buffer (a dict's items) goes into the in-memory store in one update when its key
+    index re-sorts at the next scan anyway; the store then holds and scans what writing each pair
+    gives, deletes of present and absent keys included, scans between the batches or not."""
+    import random
+
+    from strom.streams.state.memory import InMemoryKeyValueStore
+    rng = random.Random(18)
+    fast, each = InMemoryKeyValueStore("fast"), InMemoryKeyValueStore("each")
+    for store in (fast, each):
+        store.init(None, store)  # type: ignore[arg-type]
+    for round_ in range(12):
+        writes = {b"k%03d" % rng.randrange(400): None if rng.random() < 0.25 else b"v%d" % round_
+                  for _ in range(150)}
+        fast.write_batch(writes.items(), round_)
+        each.write_batch(list(writes.items()), round_)
+        assert fast._data == each._data and fast.committed_offset == each.committed_offset == round_
+        if round_ % 3 == 2:
+            assert list(fast.all()) == list(each.all()) == sorted(each._data.items())
+            assert list(fast.range(b"k100", b"k200")) == list(each.range(b"k100", b"k200"))
+    assert list(fast.all()) == sorted(each._data.items())
+
+
 @pytest.mark.parametrize("kind", sorted(SUPPLIERS))
 def test_interactive_queries_from_another_thread_while_the_task_writes(host, kind):
     import threading

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import repeat
 from typing import NamedTuple
 
 from strom.errors import ConfigError
@@ -20,8 +21,8 @@ from strom.streams.state.context import RecordContext
 from strom.streams.state.key_index import SortedKeyIndex
 
 __all__ = [
-    "DEFAULT_CACHE_MAX_BYTES", "DirtyEntry", "DirtyEntryFlushListener", "LRUCacheEntry", "NamedCache",
-    "ThreadCache", "thread_cache_bytes",
+    "DEFAULT_CACHE_MAX_BYTES", "DirtyEntries", "DirtyEntry", "DirtyEntryFlushListener", "LRUCacheEntry",
+    "NamedCache", "ThreadCache", "thread_cache_bytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,29 @@ class DirtyEntry(NamedTuple):
     context: RecordContext
 
 
-DirtyEntryFlushListener = Callable[[list[DirtyEntry]], None]
+class DirtyEntries:
+    """A flush's entries in flush order, kept as three lists: iterating makes each ``DirtyEntry`` as it is
+    reached; ``fields`` gives plain ``(key, value, context)`` tuples (the fused flush's loop). No object
+    per entry outlives its turn: a flush of the whole cache (at many keys, every eviction of a dirty
+    entry) then moves nothing into the garbage collector's older generations, whose full collections
+    would otherwise come the more often, the more a flush holds."""
+
+    __slots__ = ("contexts", "keys", "values")
+
+    def __init__(self, keys: list[bytes], values: list[bytes | None], contexts: list[RecordContext]) -> None:
+        self.keys, self.values, self.contexts = keys, values, contexts
+
+    def __iter__(self) -> Iterator[DirtyEntry]:
+        return map(_new_tuple, repeat(DirtyEntry), self.fields())
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def fields(self) -> Iterator[tuple[bytes, bytes | None, RecordContext]]:
+        return zip(self.keys, self.values, self.contexts, strict=True)
+
+
+DirtyEntryFlushListener = Callable[[DirtyEntries], None]
 _new_tuple = tuple.__new__  # makes a DirtyEntry without the NamedTuple's Python-level __new__ (hot path)
 _new_entry = object.__new__  # an LRUCacheEntry whose slots the caller sets (no __init__ call per insert)
 
@@ -187,13 +210,14 @@ class NamedCache:
                 self.size_bytes += size
             else:  # evict, inlined (the two sizes counted at once)
                 eldest_key, eldest = evict_eldest(False)
-                index_removed()
+                if not index.resorting:  # the next scan re-sorts: nothing to count
+                    index_removed()
                 size -= eldest.size
                 owner.current_bytes += size
                 self.size_bytes += size
                 owner.num_evicts += 1
                 if eldest.dirty:
-                    self._flush(_new_tuple(DirtyEntry, (eldest_key, eldest.value, eldest.context)))
+                    self._flush(eldest_key, eldest)
                 if owner.current_bytes > owner.max_cache_size_bytes:
                     owner.maybe_evict(self)
 
@@ -217,36 +241,47 @@ class NamedCache:
         self.size_bytes -= eldest.size
         self._owner.current_bytes -= eldest.size
         if eldest.dirty:
-            self._flush(_new_tuple(DirtyEntry, (key, eldest.value, eldest.context)))
+            self._flush(key, eldest)
 
     def flush(self) -> None:
-        self._flush(None)
+        self._flush()
 
-    def _flush(self, evicted: DirtyEntry | None) -> None:
+    def _flush(self, evicted_key: bytes | None = None, evicted: LRUCacheEntry | None = None) -> None:
+        """Hands every dirty entry, in arrival order, to the listener; ``evicted`` (just removed, dirty)
+        goes first."""
         dirty = self._dirty
         if evicted is None and not dirty:
             return
-        flushed: list[DirtyEntry] = []
-        deleted: list[bytes] = []
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        contexts: list[RecordContext] = []
         if evicted is not None:
-            flushed.append(evicted)
-            dirty.pop(evicted[0], None)
-        cached, add = self._entries, flushed.append
+            dirty.pop(evicted_key, None)  # type: ignore[arg-type]
+            keys.append(evicted_key)  # type: ignore[arg-type]
+            values.append(evicted.value)
+            contexts.append(evicted.context)
+        first = len(keys)  # an evicted entry has left the cache already: nothing to delete
+        keys += dirty
+        cached, add_value, add_context = self._entries, values.append, contexts.append
+        deleted = False
         for key in dirty:
             entry = cached[key]
             value = entry.value
-            add(_new_tuple(DirtyEntry, (key, value, entry.context)))
+            add_value(value)
+            add_context(entry.context)
             entry.dirty = False
             if value is None:
-                deleted.append(key)
+                deleted = True
         # cleared before the listener runs: the listener may write to caches again (re-entrant)
         dirty.clear()
         assert self._listener is not None
-        self._listener(flushed)
-        for key in deleted:
-            entry = self._entries.get(key)
-            if entry is not None and entry.value is None and not entry.dirty:  # not rewritten meanwhile
-                self.delete(key)
+        self._listener(DirtyEntries(keys, values, contexts))
+        if deleted:
+            for key, value in zip(keys[first:], values[first:], strict=True):
+                if value is None:
+                    entry = cached.get(key)
+                    if entry is not None and entry.value is None and not entry.dirty:  # not rewritten
+                        self.delete(key)
 
     def sorted_items(self, from_key: bytes | None, to_key: bytes | None,
                      reverse: bool = False) -> list[tuple[bytes, LRUCacheEntry]]:

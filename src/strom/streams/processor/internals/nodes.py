@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strom.errors import StromError, TopologyError
-from strom.kafka.serdes import encoder_of
+from strom.kafka.serdes import encoder_of, packer_of
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.collector import RecordCollector
@@ -145,6 +145,8 @@ class SinkProcessor(ContextFreeProcessor):
         self.value_serialize = value_serde.serializer().serialize
         self.key_encode = encoder_of(key_serde.serializer(), topic)
         self.value_encode = encoder_of(value_serde.serializer(), topic)
+        self.key_packer = packer_of(key_serde.serializer())
+        self.value_packer = packer_of(value_serde.serializer())
         self.choose = None if partitioner is None else partition_chooser(partitioner)
         self.decorate = decorate
         if topic is not None and partitioner is None:
@@ -175,19 +177,21 @@ class SinkProcessor(ContextFreeProcessor):
         """``_send_to_topic`` as a chain's last step (the common sink only)."""
         if self.process != self._send_to_topic:
             return None
+        names = {"key_encode": self.key_encode, "value_encode": self.value_encode,
+                 "send_record": self._send_to_topic, "collector": self.collector, "topic": self.topic}
+        key_line, value_line = _encoding("k", "key", self.key_packer, names), _encoding(
+            "v", "value", self.value_packer, names)
         return FusedStep((
             "try:",
-            "    kb = None if k is None else {p}key_encode(k)",
-            "    vb = None if v is None else {p}value_encode(v)",
+            f"    {key_line}",
+            f"    {value_line}",
             "except Exception:",  # an input the encoder does not take: the sink's own path decides
             "    {p}send_record(_new_tuple(_Record, (k, v, t, h)))",
             "    return",
             "if {p}collector.send_error is not None:",
             "    {p}collector.check_error()",
             "{p}collector.sink.send({p}collector, {p}topic, None, kb, vb, t, h)",
-        ), {"key_encode": self.key_encode, "value_encode": self.value_encode,
-            "send_record": self._send_to_topic, "collector": self.collector, "topic": self.topic},
-            terminal=True)
+        ), names, terminal=True)
 
     def _send_to_topic(self, record: Record) -> None:
         """``process`` of the common sink (one topic, the default partitioner): the per-record hot path."""
@@ -214,3 +218,15 @@ class SinkProcessor(ContextFreeProcessor):
             self.value_serialize,
             partition,
         )
+
+
+def _encoding(var: str, which: str, packer: tuple[tuple[type, ...], Callable[[Any], bytes]] | None,
+              names: dict[str, Any]) -> str:
+    """The fused sink's line serializing local ``var`` into ``{var}b`` with the ``{which}_encode`` of
+    ``names``; a value of a type the serializer packs in one C call (``packer_of``) is packed inline,
+    the packer added to ``names``."""
+    if packer is None:
+        return f"{var}b = None if {var} is None else {{p}}{which}_encode({var})"
+    names[f"{which}_kinds"], names[f"{which}_pack"] = packer
+    return (f"{var}b = None if {var} is None else {{p}}{which}_pack({var}) "
+            f"if type({var}) in {{p}}{which}_kinds else {{p}}{which}_encode({var})")

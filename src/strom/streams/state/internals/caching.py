@@ -15,7 +15,7 @@ from typing import Any
 
 from strom.streams.internals.compiled import Lines, compile_function, prefixed
 from strom.streams.state.base import KeyValueIterator, merge_sorted
-from strom.streams.state.cache import DirtyEntry, LRUCacheEntry, ThreadCache
+from strom.streams.state.cache import DirtyEntries, LRUCacheEntry, ThreadCache
 from strom.streams.state.context import RecordContext, StateStore, StateStoreContext, cache_namespace
 from strom.streams.state.internals.layer import (
     KeyValueStoreLayer,
@@ -61,7 +61,7 @@ class CachingLayer(StoreLayer):
         self._mark_used = named.entries.move_to_end
         self._put_dirty = named.put_dirty
 
-    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+    def _flush_entries(self, entries: DirtyEntries) -> None:
         raise NotImplementedError
 
     @property
@@ -102,7 +102,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
         self._listener: BytesFlushListener | None = None
         self._thread: threading.Thread | None = None
         self._fused_listener: Lines | None = None
-        self.flush_batch: Callable[[list[DirtyEntry]], None] | None = None
+        self.flush_batch: Callable[[DirtyEntries], None] | None = None
         """How a flush's entries go down and on: compiled at the first flush (``fused_flush``), else
         ``flush_each``."""
 
@@ -123,13 +123,13 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
         self._fused_listener = (lines, names)
         self.flush_batch = None
 
-    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+    def _flush_entries(self, entries: DirtyEntries) -> None:
         flush = self.flush_batch
         if flush is None:
             flush = self.flush_batch = self.fused_flush() or self.flush_each
         flush(entries)
 
-    def fused_flush(self) -> Callable[[list[DirtyEntry]], None] | None:
+    def fused_flush(self) -> Callable[[DirtyEntries], None] | None:
         """One loop over a flush's entries doing what ``flush_each`` does per entry without a call per
         layer: the layers below give their write (the store buffer, the changelog record) and the
         metered layer and the processor their listener (decode, forward) as lines of Python, compiled
@@ -147,7 +147,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
         body = [line.replace("{p}", "_c_") for line in (
             "current = {p}context.record_context",
             "try:",
-            "    for kb, wb, c in entries:",
+            "    for kb, wb, c in entries.fields():",
             "        {p}set_record_context(c)",
             "        if wb is None:",
             "            {p}flush_one(kb, wb, c)",
@@ -159,7 +159,7 @@ class CachingKeyValueStore(CachingLayer, KeyValueStoreLayer):
         names = {**prefixed((), names, "_c_")[1], **put_names, **listener_names}
         return compile_function(f"fused flush of {self.name}", "flush(entries)", body, names)
 
-    def flush_each(self, entries: list[DirtyEntry]) -> None:
+    def flush_each(self, entries: DirtyEntries) -> None:
         """A flush's entries one by one through the layers below and the listener."""
         context = self._context
         assert context is not None
@@ -227,7 +227,7 @@ class CachingWindowStore(CachingLayer, WindowStoreLayer):
         # reads below the cache by store key, bound once (the change-logging layer only delegates reads)
         self._get_binary = self.wrapped.get_binary
 
-    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+    def _flush_entries(self, entries: DirtyEntries) -> None:
         context = self._context
         assert context is not None
         current = context.record_context
@@ -330,7 +330,7 @@ class CachingSessionStore(CachingLayer, SessionStoreLayer):
         self._by_key: dict[bytes, set[bytes]] = {}
         self._latest_end = -1  # bounds cache scans: no cached session ends later
 
-    def _flush_entries(self, entries: list[DirtyEntry]) -> None:
+    def _flush_entries(self, entries: DirtyEntries) -> None:
         context = self._context
         assert context is not None
         current = context.record_context
