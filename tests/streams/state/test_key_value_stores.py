@@ -358,3 +358,21 @@ def test_rocksdb_write_batches_apply_as_the_in_memory_store_s(batches):
                 assert rocks.committed_offset == offset
         finally:
             rocks.close()
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPLIERS))
+def test_read_modify_write_reads_below_a_cache_too_small_for_the_keys(make_host, kind):
+    """The fused read of a cache miss goes through the transaction buffer to the store (RocksDB's
+    read inlined too): counts of more keys than the cache holds, over commits, are exact."""
+    host = make_host(kind, cache_bytes=2_000)
+    builder = Stores.key_value_store_builder(SUPPLIERS[kind]("kv"), Serdes.String(), Serdes.Long())
+    store = host.init(builder.with_caching_enabled().with_logging_disabled())
+    get, put = store.read_modify_write()
+    for i in range(3_000):
+        key = f"k{i * 7 % 101}"
+        put(key, (get(key) or 0) + 1)
+        if i % 500 == 499:
+            host.commit()
+    assert {f"k{i}": store.get(f"k{i}") for i in range(101)} == \
+        {f"k{i}": sum(1 for j in range(3_000) if j * 7 % 101 == i) for i in range(101)}
+    store.close()

@@ -33,6 +33,7 @@ from typing import Any
 from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, WriteBatch, WriteOptions
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessorStateError
+from strom.streams.internals.compiled import Lines
 from strom.streams.state.base import BytesStore, KeyValueIterator
 from strom.streams.state.context import StateStore, StateStoreContext
 
@@ -217,6 +218,12 @@ class RocksDBStore(BytesStore):
         if db is None:
             self._live()  # raises
         return db.get(key)
+
+    def fused_get(self) -> Lines:
+        """``r = get(kb)`` as lines of Python for a caller that inlines it (a cached store's miss): no
+        call of ``get`` per read. The database is read from the store each time (``wipe`` reopens it)."""
+        return ("{p}db = {p}store._db", "if {p}db is None:", "    {p}store._live()",
+                "r = {p}db.get(kb)"), {"{p}store": self}
 
     def put(self, key: bytes, value: bytes | None) -> None:
         db = self._live()
