@@ -1,12 +1,13 @@
-"""A count's RocksDB traffic without the engine: the store's options, bare rocksdict calls.
+"""A count's RocksDB traffic without the engine: ``RocksDBStore``'s reads and commits alone.
 
 Per record one ``get`` of its key (absent the first time a key comes, present afterwards), then per
-commit interval one WriteBatch putting every key of the interval (16-byte values, a count's
-timestamp and long): what the count of bench/engine.py case c asks of RocksDB behind a record cache
-that holds a small share of the keys. The database opens with ``strom.streams.state.rocksdb.
-rocksdb_options`` of the code under test, so ``--baseline REV`` compares REV's options with this
-tree's, alternating run by run (bench/alternate.py). Printed per key count: wall-clock records/s over
-the whole run, records per CPU second over the whole run (all threads: compactions count), peak RSS.
+commit interval one ``write_batch`` of every key of the interval (16-byte values, a count's timestamp
+and long) from a dict, as the transaction buffer commits: what the count of bench/engine.py case c
+asks of RocksDB behind a record cache that holds a small share of the keys. The store is
+``strom.streams.state.rocksdb.RocksDBStore`` of the code under test (its options, its write path), so
+``--baseline REV`` compares REV's store with this tree's, alternating run by run (bench/alternate.py).
+Printed per key count: wall-clock records/s over the whole run, records per CPU second over the whole
+run (all threads: compactions count), peak RSS.
 ``--detail`` runs once in this process and prints the median (over commit intervals) time of a get of
 an absent key, of a present key and of a write per key, then RocksDB's levels and memory at the end.
 
@@ -22,12 +23,11 @@ import statistics
 import tempfile
 import time
 from collections.abc import Iterator
-
-from rocksdict import Rdict, WriteBatch
+from types import SimpleNamespace
 
 from alternate import add_arguments, alternate, peak_rss_mb, report
 from machine import describe
-from strom.streams.state.rocksdb import rocksdb_options
+from strom.streams.state.rocksdb import RocksDBStore
 
 VALUE = bytes(16)
 
@@ -42,25 +42,25 @@ def intervals(records: int, keys: int, size: int) -> Iterator[list[bytes]]:
 def run(keys: int, records: int, commit_every: int, detail: bool) -> tuple[float, float]:
     """(wall-clock records/s, records per CPU second) of the get-then-write-batch loop."""
     directory = tempfile.mkdtemp(prefix="strom-rocksdb-bench-")
-    db = Rdict(f"{directory}/db", options=rocksdb_options("bench"))
+    store = RocksDBStore("bench")
+    store.init(SimpleNamespace(state_dir=directory), store)
     try:
-        get, wall, cpu, seen = db.get, 0.0, 0.0, 0
+        get, wall, cpu, seen = store.get, 0.0, 0.0, 0
         micros: dict[str, list[float]] = {"get absent": [], "get present": [], "write": []}
         for interval in intervals(records, keys, commit_every):
+            buffered = dict.fromkeys(interval, VALUE)  # the transaction buffer the commit writes
             started, cpu_started = time.perf_counter(), time.process_time()
             for key in interval:
                 get(key)
             read = time.perf_counter()
-            batch = WriteBatch(raw_mode=True)
-            for key in interval:
-                batch.put(key, VALUE)
-            db.write(batch)
+            store.write_batch(buffered.items(), seen + len(interval))
             wall += time.perf_counter() - started
             cpu += time.process_time() - cpu_started
             micros["get absent" if seen < keys else "get present"].append((read - started) / len(interval))
             micros["write"].append((time.perf_counter() - read) / len(interval))
             seen += len(interval)
         if detail:
+            db = store._live()
             print(", ".join(f"{kind} {statistics.median(times) * 1e6:.2f} us"
                             for kind, times in micros.items() if times))
             print(db.property_value("rocksdb.levelstats"))
@@ -69,7 +69,7 @@ def run(keys: int, records: int, commit_every: int, detail: bool) -> tuple[float
                 print(f"{name}: {int(db.property_value(f'rocksdb.{name}')) / 2**20:.1f} MiB")
         return seen / wall, seen / cpu
     finally:
-        db.close()
+        store.close()
         shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -3,6 +3,9 @@ logging layers; all must behave as Kafka's KeyValueStore (ordered by serialized 
 
 from __future__ import annotations
 
+import tempfile
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -352,3 +355,47 @@ def test_read_modify_write_path_reads_and_writes_as_get_and_put(store, host):
     counts = {f"k{i}": store.get(f"k{i}") for i in range(7)}
     assert counts == {f"k{i}": len(range(i, 300, 7)) for i in range(7)}
     assert store.metrics.get >= 600 and store.metrics.put >= 300
+
+
+WRITES = st.lists(st.tuples(st.sampled_from([b"a", b"b", b"c", b"d\xff", b"\x00"]),
+                            st.one_of(st.none(), st.binary(max_size=3))), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=st.lists(WRITES, min_size=1, max_size=4))
+def test_rocksdb_write_batches_apply_as_the_in_memory_store_s(batches):
+    """RocksDB writes a batch in key order (its memtable inserts sorted keys cheaply): a key written
+    twice in one batch still ends with its last write, deletes included, as a plain loop of puts."""
+    from strom.streams.state.memory import InMemoryKeyValueStore
+    from strom.streams.state.rocksdb import RocksDBStore
+    rocks, memory = RocksDBStore("batches"), InMemoryKeyValueStore("model")
+    with tempfile.TemporaryDirectory() as state_dir:
+        context = SimpleNamespace(state_dir=state_dir)
+        rocks.init(context, rocks)
+        memory.init(context, memory)
+        try:
+            for offset, writes in enumerate(batches):
+                rocks.write_batch(iter(writes), offset)
+                memory.write_batch(iter(writes), offset)
+                assert list(rocks.all()) == list(memory.all())
+                assert rocks.committed_offset == offset
+        finally:
+            rocks.close()
+
+
+@pytest.mark.parametrize("kind", sorted(SUPPLIERS))
+def test_read_modify_write_reads_below_a_cache_too_small_for_the_keys(make_host, kind):
+    """The fused read of a cache miss goes through the transaction buffer to the store (RocksDB's
+    read inlined too): counts of more keys than the cache holds, over commits, are exact."""
+    host = make_host(kind, cache_bytes=2_000)
+    builder = Stores.key_value_store_builder(SUPPLIERS[kind]("kv"), Serdes.String(), Serdes.Long())
+    store = host.init(builder.with_caching_enabled().with_logging_disabled())
+    get, put = store.read_modify_write()
+    for i in range(3_000):
+        key = f"k{i * 7 % 101}"
+        put(key, (get(key) or 0) + 1)
+        if i % 500 == 499:
+            host.commit()
+    assert {f"k{i}": store.get(f"k{i}") for i in range(101)} == \
+        {f"k{i}": sum(1 for j in range(3_000) if j * 7 % 101 == i) for i in range(101)}
+    store.close()
