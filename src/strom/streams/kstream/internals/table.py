@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from strom.streams.internals.compiled import prefixed
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
 from strom.streams.processor.api import Processor, Record
@@ -34,22 +35,13 @@ class TimestampedTupleForwarder:
         self.caching = store.set_flush_listener(self._flushed, send_old_values)
         fuse_flush = getattr(store, "fuse_flush", None)
         if self.caching and not send_old_values and fuse_flush is not None:
-            fuse_flush(self._flushed_lines(),
-                       {"{p}context": context, "{p}Change": Change, "{p}new_tuple": new_tuple})
+            forward_lines, forward_names = prefixed(*context.fused_forward_flushed(), "{p}f_")
+            # _flushed of key k, value n (no old value), timestamp t, inlined in the store's fused flush
+            fuse_flush(("fv = {p}new_tuple({p}Change, (n, None))", *forward_lines),
+                       {**forward_names, "{p}Change": Change, "{p}new_tuple": new_tuple})
 
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         self.context.forward_flushed(key, new_tuple(Change, (new, old)), timestamp)
-
-    @staticmethod
-    def _flushed_lines() -> tuple[str, ...]:
-        """``_flushed`` of key ``k``, value ``n`` (no old value) and timestamp ``t`` under the flushed
-        entry's record context ``c``, for the store's fused flush: ``forward_flushed``, inlined."""
-        return (
-            "if t == c[0]:",
-            "    {p}context.forward_fields(k, {p}new_tuple({p}Change, (n, None)), t, c[4])",
-            "else:",
-            "    {p}context.forward_record_fields(k, {p}new_tuple({p}Change, (n, None)), t, c[4])",
-        )
 
     def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         if not self.caching:

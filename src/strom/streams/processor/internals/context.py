@@ -181,6 +181,15 @@ class ProcessorContextImpl:
         else:
             self.forward_record_fields(key, value, timestamp, current.headers)
 
+    def fused_forward_flushed(self) -> Lines:
+        """``forward_flushed(k, fv, t)`` as lines of Python over the locals ``k, fv, t`` and ``c``, the
+        flushed entry's record context (set as the task's), for a caller that inlines it (a record
+        cache's fused flush); names ``{p}``-prefixed."""
+        return ("if t == c[0]:",
+                "    {p}context.forward_fields(k, fv, t, c[4])",
+                "else:",
+                "    {p}context.forward_record_fields(k, fv, t, c[4])"), {"{p}context": self}
+
     def forward_fields(self, key: Any, value: Any, timestamp: int, headers: HeldHeaders) -> None:
         """``forwarder(Record(key, value, timestamp, headers))`` for a caller whose timestamp and headers
         are the task's record context's (a cache flush, under the flushed entry's context): the steps
