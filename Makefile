@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: demo test lint setup tools clean
+.PHONY: demo test lint setup tools kafka clean
 
 setup: $(STAMP)
 
@@ -26,7 +26,24 @@ tools:
 	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; } \
 	  || { echo "The broker tests need kcat: install it (apt-get install kcat, brew install kcat)."; exit 1; }
 
-test: $(STAMP) tools
+# Apache Kafka's own jars (broker, controller, tools) for the tests that run strom against a real Kafka
+# cluster: Maven copies them from Maven Central once into an ignored cache (tests/support/apache_kafka.py).
+KAFKA_POM := tests/support/maven/apache-kafka/pom.xml
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' $(KAFKA_POM))
+KAFKA_LIBS := .cache/apache-kafka/$(KAFKA_VERSION)/libs
+KAFKA_STAMP := $(KAFKA_LIBS)/.complete
+
+kafka: $(KAFKA_STAMP)
+
+$(KAFKA_STAMP): $(KAFKA_POM)
+	@command -v java >/dev/null || { echo "Apache Kafka (a test component) needs Java 17+: install a JDK (apt-get install openjdk-17-jdk-headless)."; exit 1; }
+	@command -v mvn >/dev/null || { echo "Fetching Apache Kafka's jars needs Maven: install it (apt-get install maven)."; exit 1; }
+	rm -rf $(KAFKA_LIBS)
+	mvn --batch-mode --quiet -f $(KAFKA_POM) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
+	@touch $@
+
+test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
@@ -34,4 +51,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .cache

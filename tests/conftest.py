@@ -1,4 +1,6 @@
-"""Shared fixtures. `broker`: one embedded strom broker for the whole test session."""
+"""Shared fixtures: one embedded strom broker (`broker`), a 3-node Apache Kafka cluster (`kafka_cluster`)
+and a single Apache Kafka node (`kafka_node`), each started once for the whole test session when a test
+asks for it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from strom.broker import EmbeddedBroker
+from support.apache_kafka import KafkaCluster
 
 # No time-based retention pass during the session: tests write records stamped early in 1970 (window
 # arithmetic is easier to read), which a pass would delete between produce and read. Retention itself
@@ -19,3 +22,19 @@ def broker() -> Iterator[EmbeddedBroker]:
     """A running strom broker (separate process, temporary data dir); use `.bootstrap_servers`."""
     with EmbeddedBroker(config=NO_RETENTION_PASS) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """A 3-node Apache Kafka cluster (KRaft, combined roles) as production runs it: replication factor 3,
+    min.insync.replicas 2, Kafka's own defaults otherwise (group.initial.rebalance.delay.ms 3000).
+    Tests that kill or restart nodes bring them back before they end, or start a cluster of their own."""
+    with KafkaCluster(tmp_path_factory.mktemp("apache-kafka"), brokers=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    """One Apache Kafka node, the peer strom broker's answers are compared with."""
+    with KafkaCluster(tmp_path_factory.mktemp("apache-kafka-node"), brokers=1) as cluster:
+        yield cluster

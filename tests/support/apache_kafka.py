@@ -1,0 +1,349 @@
+"""Apache Kafka itself as a test component: a KRaft cluster of N nodes on loopback, run from Kafka's own jars.
+
+The jars come from Maven Central through ``tests/support/maven/apache-kafka/pom.xml`` (``make kafka``
+copies them into ``.cache/apache-kafka/<version>/libs``); no Docker, no tarball. Each node is one JVM in
+the combined broker+controller role, with its own directory (``node-<i>/data``, ``node-<i>/logs``) and a
+log4j2 configuration that writes Kafka's log there, not to the terminal.
+
+    from support.apache_kafka import KafkaCluster   # tests/ is on sys.path under pytest
+
+    with KafkaCluster(tmp_path, brokers=3) as cluster:
+        cluster.bootstrap_servers               # "127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2"
+        cluster.kill(1)                         # SIGKILL node 1 (a crash); start_node(1) brings it back
+        cluster.restart(1)                      # a clean stop and start, as a rolling restart does
+        cluster.leader_of("topic", 0)           # node id leading a partition
+        cluster.transaction_coordinator("app-0_1")  # node id coordinating a transactional.id
+        cluster.group_coordinator("app")        # node id coordinating a consumer group
+
+As a script it serves until SIGTERM or SIGINT, printing ``bootstrap.servers=...`` as its first line:
+
+    .venv/bin/python tests/support/apache_kafka.py --brokers 3 --dir /tmp/kafka
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from strom.kafka import clients
+
+ROOT = Path(__file__).resolve().parents[2]
+POM = Path(__file__).resolve().parent / "maven" / "apache-kafka" / "pom.xml"
+KAFKA_VERSION = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", POM.read_text()).group(1)
+LIBS = ROOT / ".cache" / "apache-kafka" / KAFKA_VERSION / "libs"
+# Kafka's own defaults for these internal topics; the coordinator of a key is the leader of partition
+# abs(key.hashCode()) % count of its topic.
+OFFSETS_TOPIC_PARTITIONS = 50
+TRANSACTION_TOPIC_PARTITIONS = 50
+_START_TIMEOUT_S = 120.0
+
+_LOG4J2 = """\
+Configuration:
+  status: warn
+  Appenders:
+    RollingFile:
+      name: server
+      fileName: "${sys:kafka.logs.dir}/server.log"
+      filePattern: "${sys:kafka.logs.dir}/server.log.%i"
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+      SizeBasedTriggeringPolicy:
+        size: 50MB
+      DefaultRolloverStrategy:
+        max: 2
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        ref: server
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: org.apache.kafka.controller
+        level: INFO
+      - name: state.change.logger
+        level: WARN
+"""
+
+
+class KafkaSetupError(RuntimeError):
+    """Apache Kafka cannot run here (no Java, jars not fetched); the message says what to do."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def java_hashcode(text: str) -> int:
+    """Java's ``String.hashCode()`` (over UTF-16 code units, as a signed 32-bit int)."""
+    value = 0
+    data = text.encode("utf-16-be")
+    for index in range(0, len(data), 2):
+        value = (31 * value + int.from_bytes(data[index:index + 2], "big")) & 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    """The internal-topic partition Kafka maps a group id or transactional id to (``Utils.abs`` of the
+    hash: ``Integer.MIN_VALUE`` counts as 0)."""
+    code = java_hashcode(key)
+    return (0 if code == -(1 << 31) else abs(code)) % partitions
+
+
+def java_command() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home) / "bin" / "java" if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise KafkaSetupError("Apache Kafka needs Java 17+: install it (apt-get install "
+                              "openjdk-17-jre-headless) or set JAVA_HOME")
+    return str(java)
+
+
+def class_path() -> str:
+    if not LIBS.is_dir() or not any(LIBS.glob("kafka_2.13-*.jar")):
+        raise KafkaSetupError(f"Apache Kafka {KAFKA_VERSION}'s jars are not in {LIBS}: run `make kafka` "
+                              "(Maven copies them from Maven Central)")
+    return os.pathsep.join(str(jar) for jar in sorted(LIBS.glob("*.jar")))
+
+
+class KafkaCluster:
+    """N combined broker+controller KRaft nodes on 127.0.0.1; use as a context manager."""
+
+    def __init__(self, base_dir: Path, brokers: int = 3, config: Mapping[str, object] | None = None,
+                 heap: str = "512m", stop_timeout_s: float = 20.0) -> None:
+        self.base_dir = Path(base_dir)
+        self.brokers = brokers
+        self.heap = heap
+        self.stop_timeout_s = stop_timeout_s
+        self.cluster_id = uuid.uuid4().hex[:22]
+        self.ports = [free_port() for _ in range(brokers)]
+        self.controller_ports = [free_port() for _ in range(brokers)]
+        replicas = min(3, brokers)
+        in_sync = min(2, brokers)
+        self.config: dict[str, str] = {
+            "default.replication.factor": str(replicas),
+            "min.insync.replicas": str(in_sync),
+            "offsets.topic.replication.factor": str(replicas),
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": str(in_sync),
+            "num.partitions": "1",
+            **{key: str(value) for key, value in (config or {}).items()},
+        }
+        self._nodes: dict[int, subprocess.Popen] = {}
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def node_dir(self, node: int) -> Path:
+        return self.base_dir / f"node-{node}"
+
+    def __enter__(self) -> KafkaCluster:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self) -> KafkaCluster:
+        java_command()
+        class_path()
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        for node in range(self.brokers):
+            self._format(node)
+        try:
+            for node in range(self.brokers):
+                self._spawn(node)
+            self.wait_until_serving(self.brokers)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _properties(self, node: int) -> Path:
+        voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(self.controller_ports))
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": str(node),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]},CONTROLLER://127.0.0.1:"
+                         f"{self.controller_ports[node]}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.voters": voters,
+            "log.dirs": str(self.node_dir(node) / "data"),
+            **self.config,
+        }
+        path = self.node_dir(node) / "server.properties"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        (self.node_dir(node) / "log4j2.yaml").write_text(_LOG4J2)
+        return path
+
+    def _jvm(self, node: int, main_class: str, *args: str) -> list[str]:
+        logs = self.node_dir(node) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        return [java_command(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC",
+                "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true", f"-Dkafka.logs.dir={logs}",
+                f"-Dlog4j2.configurationFile={self.node_dir(node) / 'log4j2.yaml'}",
+                "-cp", class_path(), main_class, *args]
+
+    def _format(self, node: int) -> None:
+        properties = self._properties(node)
+        result = subprocess.run(
+            self._jvm(node, "kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
+                      "--config", str(properties), "--ignore-formatted"),
+            capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise KafkaSetupError(f"formatting node {node}'s storage failed:\n{result.stdout}{result.stderr}")
+
+    def _spawn(self, node: int) -> None:
+        properties = self._properties(node)
+        with open(self.node_dir(node) / "stdout.log", "ab") as output:
+            self._nodes[node] = subprocess.Popen(self._jvm(node, "kafka.Kafka", str(properties)),
+                                                 stdout=output, stderr=subprocess.STDOUT,
+                                                 start_new_session=True)
+
+    def admin(self) -> AdminClient:
+        return clients.admin(self.bootstrap_servers, **{"socket.timeout.ms": 5000})
+
+    def _listening(self) -> bool:
+        for port in (self.ports[node] for node in self._nodes):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) != 0:
+                    return False
+        return True
+
+    def alive(self) -> list[int]:
+        """Node ids whose process runs (whether or not the cluster counts them in yet)."""
+        return sorted(node for node, process in self._nodes.items() if process.poll() is None)
+
+    def wait_until_serving(self, brokers: int, timeout_s: float = _START_TIMEOUT_S) -> None:
+        """Until the cluster's metadata lists ``brokers`` brokers and the controller has a leader."""
+        deadline = time.monotonic() + timeout_s
+        admin = None
+        while True:
+            for node, process in self._nodes.items():
+                if process.poll() is not None:
+                    raise KafkaSetupError(f"Kafka node {node} exited with {process.returncode}:\n"
+                                          f"{self.log(node)}")
+            if admin is None and self._listening():
+                admin = self.admin()
+            if admin is not None:
+                with contextlib.suppress(KafkaException):
+                    metadata = admin.list_topics(timeout=5)
+                    if len(metadata.brokers) >= brokers and metadata.controller_id >= 0:
+                        return
+            if time.monotonic() > deadline:
+                raise KafkaSetupError(f"Kafka did not serve {brokers} brokers within {timeout_s:.0f} s:\n"
+                                      f"{self.log(0)}")
+            time.sleep(0.3)
+
+    def log(self, node: int, lines: int = 40) -> str:
+        """The last lines of node ``node``'s server.log and stdout."""
+        texts = []
+        for path in (self.node_dir(node) / "logs" / "server.log", self.node_dir(node) / "stdout.log"):
+            if path.exists():
+                texts.append("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+        return "\n".join(texts)
+
+    def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
+        """Ends node ``node`` abruptly (SIGKILL: a machine failure) and waits for its process to exit."""
+        process = self._nodes.pop(node)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        process.wait(timeout=self.stop_timeout_s)
+
+    def stop_node(self, node: int) -> None:
+        """A clean shutdown of node ``node`` (SIGTERM: leadership moves away, logs are flushed)."""
+        process = self._nodes.pop(node)
+        _stop(process, self.stop_timeout_s)
+
+    def start_node(self, node: int, wait: bool = True) -> None:
+        """Starts node ``node`` again on its ports and data (after ``kill`` or ``stop_node``)."""
+        self._spawn(node)
+        if wait:
+            self.wait_until_serving(len(self._nodes))
+
+    def restart(self, node: int) -> None:
+        self.stop_node(node)
+        self.start_node(node)
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        metadata = self.admin().list_topics(topic, timeout=10)
+        return metadata.topics[topic].partitions[partition].leader
+
+    def group_coordinator(self, group: str) -> int:
+        return self.leader_of("__consumer_offsets", coordinator_partition(group, OFFSETS_TOPIC_PARTITIONS))
+
+    def transaction_coordinator(self, transactional_id: str) -> int:
+        return self.leader_of("__transaction_state",
+                              coordinator_partition(transactional_id, TRANSACTION_TOPIC_PARTITIONS))
+
+    def stop(self) -> None:
+        stoppers = [threading.Thread(target=_stop, args=(process, self.stop_timeout_s))
+                    for process in self._nodes.values()]
+        for stopper in stoppers:
+            stopper.start()
+        for stopper in stoppers:
+            stopper.join()
+        self._nodes.clear()
+
+
+def _stop(process: subprocess.Popen, timeout_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=timeout_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Runs an Apache Kafka KRaft cluster on loopback until "
+                                                 "SIGTERM or SIGINT.")
+    parser.add_argument("--brokers", type=int, default=3, help="nodes (combined broker+controller)")
+    parser.add_argument("--dir", type=Path, required=True, help="where the nodes keep data and logs")
+    parser.add_argument("-X", dest="config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting for every node (repeatable)")
+    args = parser.parse_args(argv)
+    config = dict(setting.split("=", 1) for setting in args.config)
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    try:
+        cluster = KafkaCluster(args.dir, brokers=args.brokers, config=config).start()
+    except KafkaSetupError as error:
+        print(error, file=sys.stderr)
+        return 1
+    try:
+        print(f"bootstrap.servers={cluster.bootstrap_servers}", flush=True)
+        stopping.wait()
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
