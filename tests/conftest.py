@@ -38,3 +38,10 @@ def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluste
     """One Apache Kafka node, the peer strom broker's answers are compared with."""
     with KafkaCluster(tmp_path_factory.mktemp("apache-kafka-node"), brokers=1) as cluster:
         yield cluster
+
+
+@pytest.fixture(params=["strom-broker", "apache-kafka"])
+def any_broker(request: pytest.FixtureRequest) -> EmbeddedBroker | KafkaCluster:
+    """Runs a test of strom's client side twice: on the embedded broker and on the 3-node Apache Kafka
+    cluster (both have ``bootstrap_servers``). A test using it on Kafka is slow: mark it ``slow``."""
+    return request.getfixturevalue("broker" if request.param == "strom-broker" else "kafka_cluster")
