@@ -13,7 +13,9 @@ exactly once.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import threading
 import time
 import uuid
@@ -87,8 +89,8 @@ def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(broker, topics, tmp_p
             env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
 
         def logs() -> str:
-            return (driver_log.read_text(errors="replace")[-6000:] + "\n--- executors ---\n"
-                    + "\n".join(cluster.executor_logs(i)[-3000:] for i in range(3)))
+            return (driver_log.read_text(errors="replace")[-4000:] + "\n--- executors ---\n"
+                    + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(3)))
 
         writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
                                                                     lines[200:], 150.0), daemon=True)
@@ -100,8 +102,11 @@ def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(broker, topics, tmp_p
                 assert time.monotonic() < deadline, f"nothing committed:\n{logs()}"
                 time.sleep(0.5)
             writer.start()
-            time.sleep(10.0)  # the first batch (5 minutes by default) is well under way
-            victim = next(i for i in (0, 1) if tasks_in(cluster.worker_dir(i), app_id))
+            while not all(tasks_in(cluster.worker_dir(i), app_id) for i in (0, 1)):  # both executors used
+                assert time.monotonic() < deadline, f"a worker got no stream task:\n{logs()}"
+                time.sleep(0.5)
+            time.sleep(10.0)  # the batch (5 minutes by default) is well under way
+            victim = 0
             cluster.kill_worker(victim)
             killed = time.monotonic()
             moved = resumed_after(broker.bootstrap_servers, app_id, partitions, killed, RESUME_WITHIN_S + 30)
@@ -124,7 +129,7 @@ def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(broker, topics, tmp_p
             driver.wait(timeout=300)
         finally:
             if driver.poll() is None:
-                driver.kill()
+                os.killpg(driver.pid, signal.SIGKILL)  # spark-submit's JVM and the Python driver it runs
                 driver.wait()
         assert driver.returncode == 0, logs()
     expected = Counter(w for _, line in lines for w in line.split())
