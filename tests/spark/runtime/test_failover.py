@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[3]
 RESUME_WITHIN_S = 30.0
 DEFAULTS = json.dumps({"commit.interval.ms": None, "realtime.batch.duration.ms": None,
                        "num.stream.threads": None})
+STANDBY = json.dumps({**json.loads(DEFAULTS), "num.standby.replicas": 1})
 
 
 def committed(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -133,6 +134,83 @@ def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(broker, topics, tmp_p
                 driver.wait()
         assert driver.returncode == 0, logs()
     expected = Counter(w for _, line in lines for w in line.split())
+    updates = read_updates(broker.bootstrap_servers, names["counts"])
+    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
+    for key, seen in updates.items():
+        assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
+
+
+def caught_up(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> bool:
+    consumer = clients.consumer(bootstrap, group_id=app_id)
+    try:
+        ends = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), 10)[1] for tp in partitions}
+    finally:
+        consumer.close()
+    return committed(bootstrap, app_id, partitions) == ends
+
+
+def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(broker, topics, tmp_path):
+    """``num.standby.replicas=1``: each task's standby lives on the other worker, so when a worker dies
+    its tasks reopen on the survivor replaying only what their standbys had not applied yet."""
+    names = topics(lines=2, counts=2)
+    app_id = f"failover-standby-{uuid.uuid4().hex[:8]}"
+    keys = 20_000
+    state = [(f"s{i}", " ".join(f"u{5 * i + j}" for j in range(5))) for i in range(keys // 5)]
+    rng = random.Random(28)
+    steady = [(f"k{i}", " ".join(rng.choices([f"w{i}" for i in range(40)], k=3))) for i in range(1500)]
+    produce_lines(broker.bootstrap_servers, names["lines"], steady[:100])
+    input_done = tmp_path / "input-done"
+    partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition") for p in range(2)]
+    driver_log = tmp_path / "driver.log"
+    with SparkCluster(tmp_path / "cluster", workers=2, cores_per_worker=1) as cluster:
+        driver = cluster.submit_background(
+            APP, broker.bootstrap_servers, names["lines"], names["counts"], str(tmp_path / "driver-state"),
+            app_id, "realtime", str(input_done), STANDBY, output=driver_log,
+            conf={"spark.app.name": app_id, "spark.task.maxFailures": "8", "spark.cores.max": "2",
+                  "spark.executor.cores": "1", "spark.python.daemon.module": "strom.spark.runtime.daemon"},
+            env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
+
+        def logs() -> str:
+            return (driver_log.read_text(errors="replace")[-4000:] + "\n--- executors ---\n"
+                    + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(2)))
+
+        try:
+            deadline = time.monotonic() + 240
+            while not all(tasks_in(cluster.worker_dir(i), app_id) for i in (0, 1)):  # both executors used
+                assert driver.poll() is None, logs()
+                assert time.monotonic() < deadline, f"a worker got no stream task:\n{logs()}"
+                time.sleep(0.5)
+            produce_lines(broker.bootstrap_servers, names["lines"], state)
+            while not caught_up(broker.bootstrap_servers, app_id, partitions):
+                assert driver.poll() is None, logs()
+                assert time.monotonic() < deadline + 120, f"never caught up:\n{logs()}"
+                time.sleep(0.5)
+            time.sleep(3.0)  # the standbys read the changelogs every half second
+            writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
+                                                                        steady[100:], 40.0), daemon=True)
+            writer.start()
+            time.sleep(3.0)
+            cluster.kill_worker(0)
+            moved = resumed_after(broker.bootstrap_servers, app_id, partitions, time.monotonic(),
+                                  RESUME_WITHIN_S + 30)
+            assert len(moved) == len(partitions) and max(moved.values()) <= RESUME_WITHIN_S, (
+                f"committed again after the kill (s): {moved}\n{logs()}")
+            writer.join()
+            input_done.touch()
+            driver.wait(timeout=300)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+        assert driver.returncode == 0, logs()
+    progress = json.loads(next(line for line in driver_log.read_text().splitlines()
+                               if line.startswith("wordcount progress:")).split(":", 1)[1])
+    restored = sum(progress["restored"].values())
+    print(f"standby: committed again after the kill (s): {sorted(round(s, 1) for s in moved.values())}; "
+          f"restored {restored} of {keys} keys; standbys {progress['standbys']}")
+    assert progress["standbys"], "no standby reported"
+    assert restored < keys // 10, f"restored {restored} changelog records: the standbys were not used"
+    expected = Counter(w for _, line in steady + state for w in line.split())
     updates = read_updates(broker.bootstrap_servers, names["counts"])
     assert {k: v[-1] for k, v in updates.items()} == dict(expected)
     for key, seen in updates.items():

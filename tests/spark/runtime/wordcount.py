@@ -3,7 +3,8 @@
 Also a script: ``python wordcount.py BOOTSTRAP LINES COUNTS STATE_DIR APP_ID MODE [INPUT_DONE [PROPS]]``
 runs the topology exactly-once on Spark (local, or the master spark-submit gives it) until every input
 record is committed (after the file INPUT_DONE exists, when given), for the SIGKILL tests. PROPS, a JSON
-object, overrides the test-friendly settings (a ``null`` value drops the key: its default applies).
+object, overrides the test-friendly settings (a ``null`` value drops the key: its default applies). Once
+caught up it prints ``PROGRESS`` and a JSON object: the records each task restored, its standbys.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyspark.sql import SparkSession
 from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, Topology
 
 S, L = Serdes.String(), Serdes.Long()
+PROGRESS = "wordcount progress:"
 
 
 def word_count(lines: str, counts: str) -> Topology:
@@ -51,6 +53,11 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, m
     while input_done and not os.path.exists(input_done) and time.monotonic() < deadline:
         time.sleep(0.1)
     caught_up = app.wait_until_caught_up(max(1.0, deadline - time.monotonic()))
+    print(PROGRESS, json.dumps({  # for the tests that read this driver's output
+        "restored": {task: p.restored for task, p in app.progress.tasks.items()},
+        "standbys": {key: {"lag": standby.lag, "restored": standby.restored}
+                     for key, standby in app.progress.standbys.items()}}),
+        flush=True)
     app.stop()
     spark.stop()
     sys.exit(0 if caught_up else 3)
