@@ -140,8 +140,7 @@ def run(bootstrap: str, keys: int, standbys: int, workdir: Path) -> dict:
             processed = time.monotonic() - started
             time.sleep(5.0)  # standbys catch up (they read the changelogs every half second)
             before = _progress(log)[-1]
-            victim_pids = [int(pid) for pid in before["threads"]
-                           if os.getpgid(int(pid)) == cluster._workers[0].pid]
+            victim_pids = [int(pid) for pid in before["threads"] if cluster.worker_of(int(pid)) == 0]
             if not victim_pids:
                 raise RuntimeError(f"no stream thread found on worker 0: {before['threads']}")
             lost = before["threads"][str(victim_pids[0])]

@@ -10,6 +10,7 @@
         process = cluster.submit_background("app.py")   # a Popen, for a test that acts meanwhile
         cluster.start_worker(2)                # another worker (or a killed one again)
         cluster.kill_worker(0)                 # SIGKILL: worker 0, its executors and their Python workers
+        cluster.worker_of(pid)                 # which worker runs process pid (a stream thread's)
         cluster.alive_workers()                # as the master sees them
         cluster.applications()                 # names of applications it ran
 
@@ -170,6 +171,13 @@ class SparkCluster:
         """stderr of every executor worker ``index`` ran (``work/<app>/<executor>/stderr``)."""
         return "\n".join(p.read_text(errors="replace") for p in sorted(
             (self.worker_dir(index) / "work").glob("*/*/stderr")))
+
+    def worker_of(self, pid: int) -> int | None:
+        """The worker whose process group holds process ``pid`` (an executor's Python worker), if any."""
+        with contextlib.suppress(ProcessLookupError):
+            group = os.getpgid(pid)
+            return next((i for i, process in self._workers.items() if process.pid == group), None)
+        return None
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker ``index`` with its executors and their Python workers (its process group)."""

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[3]
 RESUME_WITHIN_S = 30.0
 DEFAULTS = json.dumps({"commit.interval.ms": None, "realtime.batch.duration.ms": None,
                        "num.stream.threads": None})
-STANDBY = json.dumps({**json.loads(DEFAULTS), "num.standby.replicas": 1})
+STANDBY = json.dumps({**json.loads(DEFAULTS), "num.standby.replicas": 1, "metrics.prometheus.port": 0})
 
 
 def committed(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -209,6 +209,8 @@ def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(broker, to
     print(f"standby: committed again after the kill (s): {sorted(round(s, 1) for s in moved.values())}; "
           f"restored {restored} of {keys} keys; standbys {progress['standbys']}")
     assert progress["standbys"], "no standby reported"
+    metrics = progress["metrics"]
+    assert any(line.startswith("strom_standby_task_lag{") for line in metrics), metrics
     assert restored < keys // 10, f"restored {restored} changelog records: the standbys were not used"
     expected = Counter(w for _, line in steady + state for w in line.split())
     updates = read_updates(broker.bootstrap_servers, names["counts"])

@@ -103,6 +103,8 @@ def test_a_standby_goes_to_another_machine_than_its_active_and_none_without_one(
     assert assign_standbys({0: ["0_0"], 1: ["0_1"]}, 1, {0: "a", 1: "a"}) == {0: [], 1: []}
     held = assign_standbys(assignment, 1, machines, held={2: {"0_0": 0}})
     assert "0_0" in held[2]  # kept where it is open
+    stateful = assign_standbys(assignment, 1, machines, stateful={"1_0", "1_1"})
+    assert sorted(t for tasks in stateful.values() for t in tasks) == ["1_0", "1_1"]
 
 
 def test_a_lost_task_goes_where_its_caught_up_standby_is():

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 
 from pyspark.sql import SparkSession
 
@@ -32,6 +33,13 @@ def word_count(lines: str, counts: str) -> Topology:
         .to_stream()
         .to(counts, Produced.with_(S, L)))
     return builder.build()
+
+
+def _standby_metrics(url: str) -> list[str]:
+    """The standby lag lines its Prometheus endpoint serves."""
+    with urllib.request.urlopen(url, timeout=30) as response:
+        lines = response.read().decode().splitlines()
+    return [line for line in lines if line.startswith("strom_standby_task_lag")]
 
 
 def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, mode: str,
@@ -54,6 +62,7 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, m
         time.sleep(0.1)
     caught_up = app.wait_until_caught_up(max(1.0, deadline - time.monotonic()))
     print(PROGRESS, json.dumps({  # for the tests that read this driver's output
+        "metrics": _standby_metrics(app.metrics_url) if app.metrics_url else [],
         "restored": {task: p.restored for task, p in app.progress.tasks.items()},
         "standbys": {key: {"lag": standby.lag, "restored": standby.restored}
                      for key, standby in app.progress.standbys.items()}}),

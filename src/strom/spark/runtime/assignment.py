@@ -8,7 +8,7 @@ worker runs which thread index, so stickiness follows the worker, not the index.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 __all__ = ["assign_standbys", "assign_tasks"]
 
@@ -42,8 +42,10 @@ def assign_tasks(tasks: Sequence[str], threads: Sequence[int], parked: Mapping[i
 
 
 def assign_standbys(assignment: Mapping[int, Sequence[str]], replicas: int, machines: Mapping[int, str],
-                    held: Mapping[int, Mapping[str, int]] | None = None) -> dict[int, list[str]]:
-    """Up to ``replicas`` standbys of every task, each on a thread of another machine than the task's
+                    held: Mapping[int, Mapping[str, int]] | None = None,
+                    stateful: Collection[str] | None = None) -> dict[int, list[str]]:
+    """Up to ``replicas`` standbys of every task (of every ``stateful`` one: a task without a changelog
+    has nothing to keep warm), each on a thread of another machine than the task's
     active and its other standbys (``machines``: thread -> its host and state directory; a standby
     on the active's machine would share its directory), preferably where one is held already, else
     on the thread with the fewest standbys. A task gets fewer when there are not enough machines."""
@@ -51,6 +53,8 @@ def assign_standbys(assignment: Mapping[int, Sequence[str]], replicas: int, mach
     have = held or {}
     for thread in sorted(assignment):
         for task in assignment[thread]:
+            if stateful is not None and task not in stateful:
+                continue
             used = {machines[thread]}
             for _ in range(replicas):
                 candidates = [i for i in assignment if machines[i] not in used]

@@ -25,7 +25,7 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,8 @@ class BatchAssignment:
     """``num.standby.replicas``."""
     acceptable_lag: int = 0
     """``acceptable.recovery.lag``: a standby at most this far behind takes its task over."""
+    stateful: Collection[str] | None = None
+    """The tasks with changelogs (the only ones with standbys); None: all."""
     parked: dict[int, list[str]] = field(default_factory=dict)
     standbys_held: dict[int, dict[str, int]] = field(default_factory=dict)
     machines: dict[int, str] = field(default_factory=dict)
@@ -133,7 +135,7 @@ class BatchAssignment:
                 self.assignment = assign_tasks(self.tasks, sorted(self.parked), self.parked,
                                                self.standbys_held, self.acceptable_lag)
                 self.standbys = assign_standbys(self.assignment, self.replicas, self.machines,
-                                                self.standbys_held)
+                                                self.standbys_held, self.stateful)
                 log.info("Batch %d: tasks assigned to %d stream threads: %s; standbys %s", self.batch,
                          len(self.assignment), self.assignment, self.standbys)
                 self.ready.notify_all()
@@ -173,9 +175,11 @@ class ThreadControl:
         return self._server.server_address[:2]
 
     def begin_batch(self, batch: int, threads: int, tasks: Sequence[str], hello_timeout_s: float,
-                    replicas: int = 0, acceptable_lag: int = 0) -> None:
+                    replicas: int = 0, acceptable_lag: int = 0,
+                    stateful: Collection[str] | None = None) -> None:
         with self._lock:
-            self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s, replicas, acceptable_lag)
+            self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s, replicas, acceptable_lag,
+                                          stateful)
             self._lost = []
             for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING"]:
                 del self.threads[name]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -139,7 +139,8 @@ class RealtimeExecution:
     def __init__(self, spark: SparkSession, topology: Topology, props: dict[str, Any], run_id: str,
                  application_id: str, owned: dict[str, tuple[str, ...]], threads: int, wanted: int | None,
                  duration_s: float, on_progress: ProgressSink, on_batch: BatchSink, standby_replicas: int = 0,
-                 acceptable_recovery_lag: int = 0, on_standbys: StandbySink | None = None) -> None:
+                 acceptable_recovery_lag: int = 0, on_standbys: StandbySink | None = None,
+                 stateful: Collection[str] | None = None) -> None:
         self._spark = spark
         self._topology = topology
         self._props = props
@@ -155,6 +156,7 @@ class RealtimeExecution:
         conf = dict(spark.sparkContext.getConf().getAll())
         self._replicas = standby_replicas
         self._acceptable_lag = acceptable_recovery_lag
+        self._stateful = stateful
         self._control = ThreadControl(driver_host(conf), self._progress, on_standbys)
         self._job_group = f"strom-{application_id}-{run_id}"
         """Prefix of each batch's job group (``-<batch>``)."""
@@ -194,7 +196,7 @@ class RealtimeExecution:
                     self.threads = threads
                 batch += 1
                 self._control.begin_batch(batch, self.threads, sorted(self._owned), HELLO_TIMEOUT_S,
-                                          self._replicas, self._acceptable_lag)
+                                          self._replicas, self._acceptable_lag, self._stateful)
                 job = self._job = _BatchJob(
                     self._spark, f"{self._job_group}-{batch}",
                     f"strom {self._application_id}: batch {batch}, {self.threads} stream threads",

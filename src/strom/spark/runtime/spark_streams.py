@@ -396,7 +396,9 @@ class SparkStreams:
                                  self.config[NUM_STREAM_THREADS],
                                  self.config[REALTIME_BATCH_DURATION_MS] / 1000, self._record_progress,
                                  self._record_batch, self.config[NUM_STANDBY_REPLICAS],
-                                 self.config[ACCEPTABLE_RECOVERY_LAG], self._record_standbys)
+                                 self.config[ACCEPTABLE_RECOVERY_LAG], self._record_standbys,
+                                 {f"{sub.id}_{p}" for sub in self.plan.subtopologies if sub.changelog_topics
+                                  for p in range(sub.tasks)})
 
     def _record_batch(self, rows: list[Any]) -> None:
         """A batch ended: in micro-batch mode its rows carry the tasks' figures; in real-time mode the
