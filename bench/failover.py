@@ -133,7 +133,8 @@ def run(bootstrap: str, keys: int, standbys: int, workdir: Path) -> dict:
                 chunk = range(start, min(keys, start + 100_000))
                 produce(bootstrap, topic, ((f"key-{i}", "1") for i in chunk), **JAVA_PARTITIONER)
             produced = time.monotonic() - started
-            while not (rows := _progress(log)) or rows[-1]["lag"] != 0:
+            produced_at = time.time()
+            while not (rows := _progress(log)) or rows[-1]["time"] < produced_at or rows[-1]["lag"] != 0:
                 if driver.poll() is not None:
                     raise RuntimeError(log.read_text()[-3000:])
                 time.sleep(1.0)
@@ -206,7 +207,7 @@ def main() -> int:
             results.append(result)
     print(f"\n{args.keys:,} keys over 2 tasks; worker 0 SIGKILLed; seconds from the kill")
     print("| num.standby.replicas | detection s | reassignment s | first commit of the moved task s | "
-          "records restored | state of the moved task |")
+          "records restored | state of the moved task (about) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
         def fmt(v: float | None) -> str:

@@ -173,11 +173,16 @@ class SparkCluster:
             (self.worker_dir(index) / "work").glob("*/*/stderr")))
 
     def worker_of(self, pid: int) -> int | None:
-        """The worker whose process group holds process ``pid`` (an executor's Python worker), if any."""
-        with contextlib.suppress(ProcessLookupError):
-            group = os.getpgid(pid)
-            return next((i for i, process in self._workers.items() if process.pid == group), None)
-        return None
+        """The worker that process ``pid`` (an executor's Python worker) descends from, if any (PySpark's
+        daemon makes a process group of its own, so the ancestry decides, not the group)."""
+        workers = {process.pid: i for i, process in self._workers.items()}
+        while pid > 1 and pid not in workers:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return None
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's pid, after the command's name
+        return workers.get(pid)
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker ``index`` with its executors and their Python workers (its process group)."""

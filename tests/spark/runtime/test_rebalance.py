@@ -67,7 +67,7 @@ def test_a_thread_whose_connection_ends_before_it_finished_is_lost(control):
     retry.close()
 
 
-def test_threads_that_finish_or_fail_are_not_lost(control):
+def test_a_thread_that_finishes_is_not_lost_and_one_that_fails_fails_the_batch(control):
     control.begin_batch(1, 2, TASKS, hello_timeout_s=30)
     clients = [ControlClient(control.address, control.token, 1, i) for i in range(2)]
     hellos = [threading.Thread(target=c.hello, args=([],)) for c in clients]
@@ -76,11 +76,14 @@ def test_threads_that_finish_or_fail_are_not_lost(control):
     for hello in hellos:
         hello.join(10)
     clients[0].report({}, FINISHED)
-    clients[1].failed()  # Spark fails or retries the task: its error must surface, not be replaced
-    for client in clients:
-        client.close()
-    assert wait_for(lambda: control.live_threads() == 0, 5)
+    clients[0].close()
+    assert wait_for(lambda: control.live_threads() == 1, 5)
     assert control.reason_to_end() is None
+    clients[1].failed(ValueError("a processor raised"))  # the batch ends, the application fails with it
+    clients[1].close()
+    assert wait_for(lambda: control.live_threads() == 0, 5)
+    assert control.failure == "stream-thread-1: ValueError: a processor raised"
+    assert control.reason_to_end() == f"stream thread failed: {control.failure}"
 
 
 def test_a_silent_thread_is_lost_and_heartbeats_keep_a_busy_one(control, monkeypatch):

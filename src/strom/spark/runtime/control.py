@@ -25,6 +25,7 @@ import socket
 import socketserver
 import threading
 import time
+import traceback
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,6 +164,8 @@ class ThreadControl:
         self._connections: dict[str, _Connection] = {}
         self.threads: dict[str, ThreadMetadata] = {}
         self._lost: list[str] = []
+        self.failure: str | None = None
+        """The first error a thread of this run reported (its task fails the application)."""
         self._stopping = False
         self._server = _Server((host, 0), _Connection)
         self._server.control = self
@@ -185,13 +188,16 @@ class ThreadControl:
                 del self.threads[name]
 
     def reason_to_end(self) -> str | None:
-        """Why the running batch should end early: a thread lost (its connection ended before it said
-        it finished, or went silent), or a thread that started after the tasks were assigned."""
+        """Why the running batch should end early: a thread failed, a thread lost (its connection ended
+        before it said it finished, or went silent), or a thread that started after the tasks were
+        assigned."""
         now = time.monotonic()
         with self._lock:
             batch = self._batch
             if batch is None or batch.ended:
                 return None
+            if self.failure is not None:
+                return f"stream thread failed: {self.failure}"
             silent = [c.name for c in self._connections.values() if now - c.heard > SILENT_S]
             if self._lost or silent:
                 return f"stream thread lost: {', '.join(self._lost + silent)}"
@@ -251,6 +257,8 @@ class ThreadControl:
 
     def _progress(self, connection: _Connection, message: dict[str, Any]) -> None:
         with self._lock:
+            if message.get("state") == FAILED and self.failure is None:
+                self.failure = f"{connection.name}: {message.get('error', 'failed')}"
             metadata = self.threads.get(connection.name)
             if metadata is not None:
                 metadata.last_commit = time.time()
@@ -341,9 +349,12 @@ class ControlClient:
         threading.Thread(target=self._heartbeat, name="strom-thread-heartbeat", daemon=True).start()
         return list(reply["tasks"])
 
-    def failed(self) -> None:
-        """Says the thread fails (Spark fails or retries its task): not a lost thread."""
-        self.report({}, FAILED)
+    def failed(self, error: BaseException) -> None:
+        """Says the thread fails, and why: not a lost thread. The driver ends the batch and fails the
+        application with ``error`` (Spark would retry the task only once a slot frees)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._send({"type": "progress", "tasks": {}, "state": FAILED,
+                        "error": "".join(traceback.format_exception_only(error)).strip()})
 
     def report(self, tasks: dict[str, dict[str, int]], state: str = "RUNNING",
                standbys: dict[str, dict[str, int]] | None = None) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from strom.errors import ConfigError
+from strom.errors import ConfigError, ProcessingError
 from strom.spark.runtime.control import ThreadControl, ThreadMetadata, driver_host
 from strom.spark.runtime.executor import SUMMARY_DDL, BatchSink
 from strom.spark.runtime.thread import StreamThreadRunner, ThreadPlan
@@ -253,8 +253,11 @@ class RealtimeExecution:
                 job.cancel()
                 job.join()
                 return
-        if job.error is not None and ending is None:
-            raise job.error
+        failure = self._control.failure
+        if job.error is not None and (ending is None or failure is not None):
+            raise job.error  # Spark's own account of the failure, when it has one
+        if failure is not None:
+            raise ProcessingError(f"A stream thread of {self._application_id} failed: {failure}")
 
     def _batch(self, batch: int) -> Any:
         host, port = self._control.address

@@ -154,14 +154,14 @@ class StreamThread:
                 self._open_all(assigned)
                 self._open_standbys(control.standbys)
                 consumer = self._consumer()
-            except BaseException:
-                control.failed()
+            except BaseException as exc:
+                control.failed(exc)
                 self._close_standbys()
                 raise
             try:
                 self._loop(consumer, control, started + self.plan.duration_s)
-            except BaseException:
-                control.failed()
+            except BaseException as exc:
+                control.failed(exc)
                 self._abort_all()
                 self._close_standbys()
                 raise
