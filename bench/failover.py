@@ -159,9 +159,10 @@ def run(bootstrap: str, keys: int, standbys: int, workdir: Path) -> dict:
             writer = threading.Thread(target=trickle, daemon=True)
             writer.start()
             time.sleep(2.0)
-            base = _committed(bootstrap, app_id, partitions)
             killed = time.time()
             cluster.kill_worker(0)
+            time.sleep(0.3)  # a commit the lost task sent just before it died lands
+            base = _committed(bootstrap, app_id, partitions)
             first_commit = None
             while first_commit is None and time.time() - killed < 600:
                 if any(o > base[tp] for tp, o in _committed(bootstrap, app_id, partitions).items()):

@@ -94,7 +94,7 @@ def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(broker, topics, tmp_p
                     + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(3)))
 
         writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
-                                                                    lines[200:], 150.0), daemon=True)
+                                                                    lines[200:], 60.0), daemon=True)
         try:
             deadline = time.monotonic() + 240
             while not all(offset > 0 for offset in committed(broker.bootstrap_servers, app_id,
@@ -213,6 +213,64 @@ def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(broker, to
     assert any(line.startswith("strom_standby_task_lag{") for line in metrics), metrics
     assert restored < keys // 10, f"restored {restored} changelog records: the standbys were not used"
     expected = Counter(w for _, line in steady + state for w in line.split())
+    updates = read_updates(broker.bootstrap_servers, names["counts"])
+    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
+    for key, seen in updates.items():
+        assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
+
+
+def test_two_workers_killed_one_after_the_other(broker, topics, tmp_path):
+    """Three workers of one core; two of them SIGKILLed 20 s apart: the last one ends up running every
+    task, each loss costing seconds, and every word is counted once."""
+    names = topics(lines=2, counts=2)
+    app_id = f"failover-twice-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(29)
+    lines = [(f"k{i}", " ".join(rng.choices([f"w{i}" for i in range(30)], k=3))) for i in range(2000)]
+    produce_lines(broker.bootstrap_servers, names["lines"], lines[:100])
+    input_done = tmp_path / "input-done"
+    partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition") for p in range(2)]
+    driver_log = tmp_path / "driver.log"
+    with SparkCluster(tmp_path / "cluster", workers=3, cores_per_worker=1) as cluster:
+        driver = cluster.submit_background(
+            APP, broker.bootstrap_servers, names["lines"], names["counts"], str(tmp_path / "driver-state"),
+            app_id, "realtime", str(input_done), DEFAULTS, output=driver_log,
+            conf={"spark.app.name": app_id, "spark.task.maxFailures": "8", "spark.cores.max": "3",
+                  "spark.executor.cores": "1", "spark.python.daemon.module": "strom.spark.runtime.daemon"},
+            env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
+
+        def logs() -> str:
+            return (driver_log.read_text(errors="replace")[-4000:] + "\n--- executors ---\n"
+                    + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(3)))
+
+        writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
+                                                                    lines[100:], 60.0), daemon=True)
+        try:
+            deadline = time.monotonic() + 240
+            while sum(bool(tasks_in(cluster.worker_dir(i), app_id)) for i in range(3)) < 3:
+                assert driver.poll() is None, logs()
+                assert time.monotonic() < deadline, f"a worker got no stream task:\n{logs()}"
+                time.sleep(0.5)
+            writer.start()
+            resumed = []
+            for victim in (0, 1):
+                time.sleep(10.0)
+                cluster.kill_worker(victim)
+                moved = resumed_after(broker.bootstrap_servers, app_id, partitions, time.monotonic(),
+                                      RESUME_WITHIN_S + 30)
+                assert len(moved) == len(partitions) and max(moved.values()) <= RESUME_WITHIN_S, (
+                    f"after killing worker {victim}, committed again after (s): {moved}\n{logs()}")
+                resumed.append(round(max(moved.values()), 1))
+            print(f"two losses: every partition committed again after {resumed} s")
+            writer.join()
+            input_done.touch()
+            driver.wait(timeout=300)
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+        assert driver.returncode == 0, logs()
+        assert tasks_in(cluster.worker_dir(2), app_id) == {"0_0", "0_1", "1_0", "1_1"}
+    expected = Counter(w for _, line in lines for w in line.split())
     updates = read_updates(broker.bootstrap_servers, names["counts"])
     assert {k: v[-1] for k, v in updates.items()} == dict(expected)
     for key, seen in updates.items():
