@@ -8,7 +8,9 @@
         result = cluster.submit("app.py", "arg", conf={"spark.task.maxFailures": "4"})
         cluster.driver_conf(), cluster.env     # for a driver started another way (strom run --master)
         process = cluster.submit_background("app.py")   # a Popen, for a test that acts meanwhile
+        cluster.start_worker(2)                # another worker (or a killed one again)
         cluster.kill_worker(0)                 # SIGKILL: worker 0, its executors and their Python workers
+        cluster.worker_of(pid)                 # which worker runs process pid (a stream thread's)
         cluster.alive_workers()                # as the master sees them
         cluster.applications()                 # names of applications it ran
 
@@ -170,6 +172,18 @@ class SparkCluster:
         return "\n".join(p.read_text(errors="replace") for p in sorted(
             (self.worker_dir(index) / "work").glob("*/*/stderr")))
 
+    def worker_of(self, pid: int) -> int | None:
+        """The worker that process ``pid`` (an executor's Python worker) descends from, if any (PySpark's
+        daemon makes a process group of its own, so the ancestry decides, not the group)."""
+        workers = {process.pid: i for i, process in self._workers.items()}
+        while pid > 1 and pid not in workers:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return None
+            pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's pid, after the command's name
+        return workers.get(pid)
+
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker ``index`` with its executors and their Python workers (its process group)."""
         process = self._workers.pop(index)
@@ -197,11 +211,16 @@ class SparkCluster:
                               timeout=timeout)
 
     def submit_background(self, app: str | Path, *args: str, env: Mapping[str, str] | None = None,
-                          **options: object) -> subprocess.Popen:
-        """Starts ``spark-submit`` and returns at once (stdout and stderr piped, text)."""
-        return subprocess.Popen(self.submit_command(app, *args, **options),  # type: ignore[arg-type]
-                                env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+                          output: Path | None = None, **options: object) -> subprocess.Popen:
+        """Starts ``spark-submit`` and returns at once (stdout and stderr piped, text; or both written
+        to ``output``, for a long run whose logs would fill a pipe nobody reads meanwhile)."""
+        command = self.submit_command(app, *args, **options)  # type: ignore[arg-type]
+        if output is None:
+            return subprocess.Popen(command, env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with open(output, "ab") as log:
+            return subprocess.Popen(command, env={**self.env, **(env or {})}, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
 
     def stop(self) -> None:
         """SIGTERM every worker and the master (with their children), SIGKILL what is left in time."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -75,6 +75,8 @@ class StreamsStatus:
     """(task id, topic, partition) -> records not committed yet."""
     lag_by_subtopology: dict[int, int]
     last_commit_age_s: float | None
+    standby_lags: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(task id, stream thread) -> changelog records a standby of the task had not applied."""
 
     @property
     def records(self) -> int:
@@ -120,8 +122,9 @@ class StatusReader:
             sub = int(task_id.split("_")[0])
             by_sub[sub] = by_sub.get(sub, 0) + lag
         last_commit = progress.last_commit
+        standbys = {(standby.task, standby.thread): standby.lag for standby in progress.standbys.values()}
         return StreamsStatus(app.config.application_id, app.state.value, statuses, lags, by_sub,
-                             None if last_commit is None else now - last_commit)
+                             None if last_commit is None else now - last_commit, standbys)
 
     def _lags(self) -> dict[tuple[str, str, int], int]:
         plan = self._app.plan
@@ -179,6 +182,12 @@ class StreamsCollector(Collector):
         for (task_id, topic, partition), records in sorted(status.lag_by_partition.items()):
             lag.add_metric([app, task_id, topic, str(partition)], records)
         yield lag
+        standby = GaugeMetricFamily("strom_standby_task_lag",
+                                    "changelog records a standby replica of the task had not applied at its "
+                                    "last update", labels=["application_id", "task_id", "thread"])
+        for (task_id, thread), records in sorted(status.standby_lags.items()):
+            standby.add_metric([app, task_id, thread], records)
+        yield standby
 
 
 def serve_if_configured(app: SparkStreams) -> MetricsServer | None:

@@ -31,14 +31,14 @@ TASKS = ["0_0", "0_1", "0_2", "1_0", "1_1"]
 
 
 def test_every_task_once_and_parked_tasks_stay_with_their_worker():
-    assignment = assign_tasks(TASKS, 2, {0: ["1_1", "0_2"], 1: ["0_0"]})
+    assignment = assign_tasks(TASKS, [0, 1], {0: ["1_1", "0_2"], 1: ["0_0"]})
     assert sorted(t for tasks in assignment.values() for t in tasks) == sorted(TASKS)
     assert {"1_1", "0_2"} <= set(assignment[0]) and "0_0" in assignment[1]
     assert sorted(len(tasks) for tasks in assignment.values()) == [2, 3]
 
 
 def test_a_worker_holding_more_than_its_share_gives_the_rest_away():
-    assignment = assign_tasks(TASKS, 3, {0: TASKS})
+    assignment = assign_tasks(TASKS, [0, 1, 2], {0: TASKS})
     assert [len(assignment[i]) for i in range(3)] == [2, 2, 1]
     assert sorted(t for tasks in assignment.values() for t in tasks) == sorted(TASKS)
 

@@ -6,6 +6,12 @@ So each stream thread keeps a TCP connection to the driver (JSON lines, loopback
 Python worker holds parked and gets its assignment; after every commit it reports what its tasks
 did; the driver sends ``stop`` to end the batch early. A thread whose connection breaks (the
 driver died) ends its batch as if told to stop: it commits what it processed and closes.
+
+The line is also how the driver learns that a thread is lost (its executor or Python worker died,
+its machine is unreachable) long before Spark fails the task: the connection ends without the thread
+saying it finished, or goes silent (a thread sends a heartbeat every ``HEARTBEAT_S``). The driver
+then ends the batch early and starts the next one with the threads the task slots allow
+(``strom.spark.runtime.realtime``).
 """
 
 from __future__ import annotations
@@ -19,15 +25,20 @@ import socket
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.spark.runtime.assignment import assign_tasks
+from strom.spark.runtime.assignment import assign_standbys, assign_tasks
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
+    "FAILED",
+    "FINISHED",
+    "HEARTBEAT_S",
     "MAX_LINE",
+    "SILENT_S",
     "BatchAssignment",
     "ControlClient",
     "ProgressListener",
@@ -40,6 +51,12 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 30.0
 MAX_LINE = 1 << 20
+HEARTBEAT_S = 1.0
+"""How often a stream thread tells the driver it is alive, whatever it is doing (restoring, committing)."""
+SILENT_S = 10.0
+"""A thread the driver has not heard from for this long is lost (a machine gone without closing its
+connections); a dead process is noticed at once, its connection ends."""
+FINISHED, FAILED = "PENDING_SHUTDOWN", "FAILED"
 
 
 @dataclass
@@ -54,35 +71,81 @@ class ThreadMetadata:
     batch: int
     last_commit: float = 0.0
     """``time.time()`` of the thread's last report (its last commit)."""
+    standby_tasks: list[str] = field(default_factory=list)
 
 
 @dataclass
 class BatchAssignment:
-    """The threads of one batch: who said hello, and the tasks each runs once all did."""
+    """The threads of one batch: who said hello, and the tasks each runs once all did.
+
+    Tasks are assigned once every thread said hello, or ``hello_timeout_s`` after the first did: then
+    only among the threads present (a thread Spark cannot schedule, its slot gone with a lost executor,
+    must not hold tasks). A thread saying hello after that gets nothing and ``late`` is set: the
+    driver ends the batch early so that the next one uses it."""
 
     batch: int
     threads: int
     tasks: Sequence[str]
     hello_timeout_s: float
+    replicas: int = 0
+    """``num.standby.replicas``."""
+    acceptable_lag: int = 0
+    """``acceptable.recovery.lag``: a standby at most this far behind takes its task over."""
+    stateful: Collection[str] | None = None
+    """The tasks with changelogs (the only ones with standbys); None: all."""
     parked: dict[int, list[str]] = field(default_factory=dict)
+    standbys_held: dict[int, dict[str, int]] = field(default_factory=dict)
+    machines: dict[int, str] = field(default_factory=dict)
     assignment: dict[int, list[str]] | None = None
+    standbys: dict[int, list[str]] = field(default_factory=dict)
     ready: threading.Condition = field(default_factory=threading.Condition)
+    first_hello: float | None = None
+    ended: bool = False
+    late: bool = False
 
-    def tasks_of(self, thread: int, parked: list[str]) -> list[str]:
-        """Waits until every thread said hello (or the timeout passed), then answers ``thread``."""
-        deadline = time.monotonic() + self.hello_timeout_s
+    def tasks_of(self, thread: int, parked: list[str], standbys: dict[str, int] | None = None,
+                 machine: str = "") -> list[str] | None:
+        """Waits until every thread said hello (or the timeout passed), then answers ``thread``: its
+        tasks, or None when the batch ended or was assigned without it (its standbys: ``standbys``).
+        ``standbys``: the standby tasks its worker holds with their lag; ``machine``: its host and state
+        directory."""
         with self.ready:
-            self.parked[thread] = parked
+            if self.ended:
+                return None
+            if self.assignment is not None and thread not in self.assignment:
+                self.late = True
+                return None
+            self.first_hello = self.first_hello or time.monotonic()
+            deadline = self.first_hello + self.hello_timeout_s
+            self.parked.setdefault(thread, parked)
+            self.standbys_held.setdefault(thread, dict(standbys or {}))
+            self.machines.setdefault(thread, machine or f"thread-{thread}")
             self.ready.notify_all()
-            while self.assignment is None and len(self.parked) < self.threads:
+            while self.assignment is None and not self.ended and len(self.parked) < self.threads:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self.ready.wait(remaining)
+            if self.ended:
+                return None
             if self.assignment is None:
-                self.assignment = assign_tasks(self.tasks, self.threads, self.parked)
+                if len(self.parked) < self.threads:
+                    log.warning("Batch %d: %d of %d stream threads started within %.0fs; assigning the "
+                                "tasks among them", self.batch, len(self.parked), self.threads,
+                                self.hello_timeout_s)
+                self.assignment = assign_tasks(self.tasks, sorted(self.parked), self.parked,
+                                               self.standbys_held, self.acceptable_lag)
+                self.standbys = assign_standbys(self.assignment, self.replicas, self.machines,
+                                                self.standbys_held, self.stateful)
+                log.info("Batch %d: tasks assigned to %d stream threads: %s; standbys %s", self.batch,
+                         len(self.assignment), self.assignment, self.standbys)
                 self.ready.notify_all()
             return self.assignment[thread]
+
+    def end(self) -> None:
+        with self.ready:
+            self.ended = True
+            self.ready.notify_all()
 
 
 ProgressListener = Callable[[str, dict[str, dict[str, int]]], None]
@@ -91,13 +154,18 @@ ProgressListener = Callable[[str, dict[str, dict[str, int]]], None]
 class ThreadControl:
     """Driver side: a small TCP server the stream threads of one application connect to."""
 
-    def __init__(self, host: str, on_progress: ProgressListener) -> None:
+    def __init__(self, host: str, on_progress: ProgressListener,
+                 on_standbys: ProgressListener | None = None) -> None:
         self.token = secrets.token_hex(16)
         self._on_progress = on_progress
+        self._on_standbys = on_standbys
         self._lock = threading.Lock()
         self._batch: BatchAssignment | None = None
         self._connections: dict[str, _Connection] = {}
         self.threads: dict[str, ThreadMetadata] = {}
+        self._lost: list[str] = []
+        self.failure: str | None = None
+        """The first error a thread of this run reported (its task fails the application)."""
         self._stopping = False
         self._server = _Server((host, 0), _Connection)
         self._server.control = self
@@ -109,17 +177,55 @@ class ThreadControl:
     def address(self) -> tuple[str, int]:
         return self._server.server_address[:2]
 
-    def begin_batch(self, batch: int, threads: int, tasks: Sequence[str], hello_timeout_s: float) -> None:
+    def begin_batch(self, batch: int, threads: int, tasks: Sequence[str], hello_timeout_s: float,
+                    replicas: int = 0, acceptable_lag: int = 0,
+                    stateful: Collection[str] | None = None) -> None:
         with self._lock:
-            self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s)
+            self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s, replicas, acceptable_lag,
+                                          stateful)
+            self._lost = []
+            for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING"]:
+                del self.threads[name]
+
+    def reason_to_end(self) -> str | None:
+        """Why the running batch should end early: a thread failed, a thread lost (its connection ended
+        before it said it finished, or went silent), or a thread that started after the tasks were
+        assigned."""
+        now = time.monotonic()
+        with self._lock:
+            batch = self._batch
+            if batch is None or batch.ended:
+                return None
+            if self.failure is not None:
+                return f"stream thread failed: {self.failure}"
+            silent = [c.name for c in self._connections.values() if now - c.heard > SILENT_S]
+            if self._lost or silent:
+                return f"stream thread lost: {', '.join(self._lost + silent)}"
+            if batch.late:
+                return "a stream thread started after the tasks were assigned"
+        return None
+
+    def end_batch(self) -> None:
+        """Tells the threads of the running batch to commit and end it; threads saying hello later
+        (retries of lost ones) get no task."""
+        with self._lock:
+            batch = self._batch
+            connections = list(self._connections.values())
+        if batch is not None:
+            batch.end()
+        for connection in connections:
+            connection.send({"type": "stop"})
+
+    def live_threads(self) -> int:
+        """Threads of the running batch still connected (committing or not yet told to stop)."""
+        with self._lock:
+            return len(self._connections)
 
     def stop_threads(self) -> None:
         """Tells every connected thread, and every thread that connects from now on, to end its batch."""
         with self._lock:
             self._stopping = True
-            connections = list(self._connections.values())
-        for connection in connections:
-            connection.send({"type": "stop"})
+        self.end_batch()
 
     def close(self) -> None:
         self._server.shutdown()
@@ -133,28 +239,44 @@ class ThreadControl:
         if batch is None or batch.batch != message["batch"] or stopping:
             return {"type": "assign", "tasks": [], "stop": True}
         thread = int(message["thread"])
-        tasks = batch.tasks_of(thread, list(message.get("parked", ())))
+        tasks = batch.tasks_of(thread, list(message.get("parked", ())), message.get("standbys"),
+                               message.get("machine", ""))
+        if tasks is None:
+            return {"type": "assign", "tasks": [], "stop": True}
         name = f"stream-thread-{thread}"
+        standbys = batch.standbys.get(thread, [])
         with self._lock:
+            if self._batch is not batch:
+                return {"type": "assign", "tasks": [], "stop": True}
             self._connections[name] = connection
             self.threads[name] = ThreadMetadata(name, "RUNNING", tasks, message["host"], message["pid"],
-                                                batch.batch, time.time())
+                                                batch.batch, time.time(), standbys)
         connection.name = name
-        return {"type": "assign", "tasks": tasks, "stop": stopping}
+        connection.heard = time.monotonic()
+        return {"type": "assign", "tasks": tasks, "standbys": standbys, "stop": stopping}
 
     def _progress(self, connection: _Connection, message: dict[str, Any]) -> None:
         with self._lock:
+            if message.get("state") == FAILED and self.failure is None:
+                self.failure = f"{connection.name}: {message.get('error', 'failed')}"
             metadata = self.threads.get(connection.name)
             if metadata is not None:
                 metadata.last_commit = time.time()
                 metadata.thread_state = message.get("state", metadata.thread_state)
         self._on_progress(connection.name, message["tasks"])
+        if message.get("standbys") and self._on_standbys is not None:
+            self._on_standbys(connection.name, message["standbys"])
 
     def _gone(self, connection: _Connection) -> None:
+        """A thread's connection ended: finished (it said so), failed (Spark fails or retries its
+        task), or lost."""
         with self._lock:
             if self._connections.get(connection.name) is connection:
                 del self._connections[connection.name]
-                self.threads[connection.name].thread_state = "DEAD"
+                metadata = self.threads[connection.name]
+                if metadata.thread_state not in (FINISHED, FAILED):
+                    self._lost.append(connection.name)
+                metadata.thread_state = "DEAD"
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -169,11 +291,13 @@ class _Connection(socketserver.StreamRequestHandler):
     def setup(self) -> None:
         super().setup()
         self._send_lock = threading.Lock()
+        self.heard = time.monotonic()
 
     def handle(self) -> None:
         control: ThreadControl = self.server.control  # type: ignore[attr-defined]
         try:
             for line in iter(lambda: self.rfile.readline(MAX_LINE), b""):
+                self.heard = time.monotonic()
                 message = json.loads(line)
                 if message["type"] == "hello":
                     self.send(control._hello(self, message))
@@ -201,39 +325,67 @@ class ControlClient:
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._file = self._socket.makefile("rwb")
         self._token, self._batch, self._thread = token, batch, thread
+        self._send_lock = threading.Lock()
         self.stopping = threading.Event()
+        self.standbys: list[str] = []
+        self._closed = threading.Event()
 
-    def hello(self, parked: list[str]) -> list[str]:
-        """Says which tasks this worker holds; returns the tasks to run (after all threads said hello)."""
+    def hello(self, parked: list[str], standbys: dict[str, int] | None = None,
+              machine: str = "") -> list[str]:
+        """Says which tasks this worker holds (parked active ones; standbys with their lag) and on which
+        machine (host and state directory); returns the tasks to run (after all threads said hello),
+        and sets ``standbys`` to the standby tasks to keep."""
         self._send({"type": "hello", "token": self._token, "batch": self._batch, "thread": self._thread,
-                    "pid": os.getpid(), "host": socket.gethostname(), "parked": parked})
+                    "pid": os.getpid(), "host": socket.gethostname(), "parked": parked,
+                    "standbys": standbys or {}, "machine": machine})
         self._socket.settimeout(None)
         reply = json.loads(self._file.readline(MAX_LINE) or b"{}")
         if reply.get("type") != "assign":
             raise ConnectionError("the driver closed the connection before assigning tasks")
         if reply.get("stop"):
             self.stopping.set()
+        self.standbys = list(reply.get("standbys", ()))
         threading.Thread(target=self._listen, name="strom-thread-stop", daemon=True).start()
+        threading.Thread(target=self._heartbeat, name="strom-thread-heartbeat", daemon=True).start()
         return list(reply["tasks"])
 
-    def report(self, tasks: dict[str, dict[str, int]], state: str = "RUNNING") -> None:
-        """What each task did since the last report (counters to add)."""
+    def failed(self, error: BaseException) -> None:
+        """Says the thread fails, and why: not a lost thread. The driver ends the batch and fails the
+        application with ``error`` (Spark would retry the task only once a slot frees)."""
+        with contextlib.suppress(OSError, ValueError):
+            self._send({"type": "progress", "tasks": {}, "state": FAILED,
+                        "error": "".join(traceback.format_exception_only(error)).strip()})
+
+    def report(self, tasks: dict[str, dict[str, int]], state: str = "RUNNING",
+               standbys: dict[str, dict[str, int]] | None = None) -> None:
+        """What each task did since the last report (counters to add); each standby's ``lag`` and the
+        records it ``restored`` since the last report."""
         try:
-            self._send({"type": "progress", "tasks": tasks, "state": state})
+            self._send({"type": "progress", "tasks": tasks, "state": state,
+                        **({"standbys": standbys} if standbys else {})})
         except (OSError, ValueError):  # the connection broke (ValueError: its file is closed)
             self.stopping.set()
 
     def close(self) -> None:
         """Ends the connection for both sides: a plain close would leave it open while the listening
         thread's file still refers to the socket (the driver would never see this thread go)."""
+        self._closed.set()
         with contextlib.suppress(OSError):
             self._socket.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._socket.close()
 
     def _send(self, message: dict[str, Any]) -> None:
-        self._file.write(json.dumps(message).encode() + b"\n")
-        self._file.flush()
+        with self._send_lock:
+            self._file.write(json.dumps(message).encode() + b"\n")
+            self._file.flush()
+
+    def _heartbeat(self) -> None:
+        while not self._closed.wait(HEARTBEAT_S):
+            try:
+                self._send({"type": "heartbeat"})
+            except (OSError, ValueError):
+                return
 
     def _listen(self) -> None:
         """Any ``stop``, or the connection ending (the driver is gone), ends the batch."""

@@ -43,6 +43,12 @@ class ParkedTasks:
             entry = self._tasks.pop(key, None)
         return None if entry is None else entry[0]
 
+    def peek(self, key: tuple[str, str]) -> Parkable | None:
+        """The parked task under ``key``, left parked."""
+        with self._lock:
+            entry = self._tasks.get(key)
+        return None if entry is None else entry[0]
+
     def park(self, key: tuple[str, str], task: Parkable) -> None:
         with self._lock:
             replaced = self._tasks.pop(key, None)

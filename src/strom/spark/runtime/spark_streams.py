@@ -45,12 +45,15 @@ from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 
 __all__ = [
+    "ACCEPTABLE_RECOVERY_LAG",
     "EXECUTION_MODE",
     "MAX_OFFSETS_PER_TRIGGER",
+    "NUM_STANDBY_REPLICAS",
     "NUM_STREAM_THREADS",
     "REALTIME_BATCH_DURATION_MS",
     "Execution",
     "SparkStreams",
+    "StandbyProgress",
     "State",
     "StateListener",
     "StreamThreadExceptionResponse",
@@ -66,6 +69,8 @@ EXECUTION_MODE = "execution.mode"
 REALTIME, MICROBATCH = "realtime", "microbatch"
 REALTIME_BATCH_DURATION_MS = "realtime.batch.duration.ms"
 NUM_STREAM_THREADS = "num.stream.threads"
+NUM_STANDBY_REPLICAS = "num.standby.replicas"
+ACCEPTABLE_RECOVERY_LAG = "acceptable.recovery.lag"
 _RELEASE_WAIT_S = 10.0
 _MAX_RESTARTS = 5
 # Failures of Spark's machinery, not of the application: the run starts again from the committed
@@ -95,6 +100,16 @@ def _execution_mode(key: str, value: Any) -> str:
     return value
 
 
+def _non_negative(key: str, value: Any) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError.bad_value(key, value, "an integer of 0 or more") from None
+    if number < 0:
+        raise ConfigError.bad_value(key, value, "an integer of 0 or more")
+    return number
+
+
 def _optional_positive(key: str, value: Any) -> int | None:
     return None if value is None else _positive(key, value)
 
@@ -103,6 +118,8 @@ cfg.register(MAX_OFFSETS_PER_TRIGGER, 100_000, _positive)
 cfg.register(EXECUTION_MODE, REALTIME, _execution_mode)
 cfg.register(REALTIME_BATCH_DURATION_MS, 300_000, _positive)
 cfg.register(NUM_STREAM_THREADS, None, _optional_positive)
+cfg.register(NUM_STANDBY_REPLICAS, 0, _non_negative)
+cfg.register(ACCEPTABLE_RECOVERY_LAG, 10_000, _non_negative)
 
 
 @dataclass
@@ -123,11 +140,25 @@ class TaskProgress:
 
 
 @dataclass
+class StandbyProgress:
+    """One standby replica of a task as its thread last reported it."""
+
+    task: str
+    thread: str
+    lag: int = -1
+    """Changelog records (and commit markers) it had not applied at its last update; -1: none yet."""
+    restored: int = 0
+    """Changelog records it applied in this run."""
+
+
+@dataclass
 class StreamsProgress:
     """Per task totals since ``start()``; ``records`` counts input records processed. In real-time
     mode the figures move at every commit of a task; in micro-batch mode at the end of each batch."""
 
     tasks: dict[str, TaskProgress] = field(default_factory=dict)
+    standbys: dict[str, StandbyProgress] = field(default_factory=dict)
+    """Real-time mode with ``num.standby.replicas``: per ``"<task>@<thread>"``, a standby replica."""
     batches: int = 0
     batch_finished: list[float] = field(default_factory=list)
     """``time.monotonic()`` when each batch finished: the first includes Spark's warm-up."""
@@ -219,6 +250,7 @@ class SparkStreams:
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
         self._run_id = ""
+        self._start_threads = 0
         self._offset_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
         self._store_copies: StoreCopies | None = None
         self._state = State.CREATED
@@ -289,11 +321,14 @@ class SparkStreams:
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._run_id = uuid.uuid4().hex
         if self.realtime:
-            self.num_stream_threads = stream_threads(self._spark, self.config[NUM_STREAM_THREADS],
-                                                     len(self.plan.task_ids))
+            self._start_threads = stream_threads(self._spark, self.config[NUM_STREAM_THREADS],
+                                                 len(self.plan.task_ids))
         elif self.config[NUM_STREAM_THREADS] is not None:
             log.info("num.stream.threads has no effect with execution.mode=microbatch: each micro-batch runs "
                      "one Spark task per stream task")
+        if not self.realtime and self.config[NUM_STANDBY_REPLICAS]:
+            log.info("num.standby.replicas has no effect with execution.mode=microbatch: a task's "
+                     "micro-batch runs wherever Spark places it, and opens its stores there")
         self._execution = self._start_execution()
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
@@ -302,6 +337,13 @@ class SparkStreams:
     def metrics_url(self) -> str | None:
         """The Prometheus endpoint when ``metrics.prometheus.port`` is set (docs/deploy.md#metrics)."""
         return None if self._metrics is None else self._metrics.url
+
+    @property
+    def num_stream_threads(self) -> int:
+        """Real-time mode: the stream threads of the running batch (after a lost executor fewer, back
+        up to ``num.stream.threads`` or the task slots when executors come); 0 before ``start()``."""
+        execution = self._execution
+        return execution.threads if isinstance(execution, RealtimeExecution) else self._start_threads
 
     @property
     def realtime(self) -> bool:
@@ -350,9 +392,13 @@ class SparkStreams:
         owned = {f"{sub.id}_{p}": source.owned(sub.id, p) for sub in self.plan.subtopologies
                  for p in range(sub.tasks)}
         return RealtimeExecution(self._spark, self._topology, self._props, self._run_id,
-                                 self.config.application_id, owned, self.num_stream_threads,
+                                 self.config.application_id, owned, self._start_threads,
+                                 self.config[NUM_STREAM_THREADS],
                                  self.config[REALTIME_BATCH_DURATION_MS] / 1000, self._record_progress,
-                                 self._record_batch)
+                                 self._record_batch, self.config[NUM_STANDBY_REPLICAS],
+                                 self.config[ACCEPTABLE_RECOVERY_LAG], self._record_standbys,
+                                 {f"{sub.id}_{p}" for sub in self.plan.subtopologies if sub.changelog_topics
+                                  for p in range(sub.tasks)})
 
     def _record_batch(self, rows: list[Any]) -> None:
         """A batch ended: in micro-batch mode its rows carry the tasks' figures; in real-time mode the
@@ -371,6 +417,13 @@ class SparkStreams:
     def _record_progress(self, task: str, counters: dict[str, int]) -> None:
         with self._lock:
             self.progress.add(task, counters)
+
+    def _record_standbys(self, thread: str, standbys: dict[str, dict[str, int]]) -> None:
+        with self._lock:
+            for task, figures in standbys.items():
+                standby = self.progress.standbys.setdefault(f"{task}@{thread}", StandbyProgress(task, thread))
+                standby.lag = figures["lag"]
+                standby.restored += figures["restored"]
 
     def metadata_for_local_threads(self) -> list[ThreadMetadata]:
         """The stream threads of the running real-time batch (Kafka's ``metadataForLocalThreads``):

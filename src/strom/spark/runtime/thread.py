@@ -15,6 +15,7 @@ batch's thread starts here, the driver gives it the same tasks back (their store
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,13 +26,14 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError
+from strom.errors import BrokerUnavailableError, ProcessorStateError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.spark.runtime.control import ControlClient
+from strom.spark.runtime.control import FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
+from strom.spark.runtime.standby import STANDBYS, UPDATE_EVERY_S, StandbyTask
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
@@ -134,32 +136,104 @@ class StreamThread:
         self.interval_s = config[cfg.COMMIT_INTERVAL_MS] / 1000
         self.tasks: dict[str, RunningTask] = {}
         self.routes: dict[tuple[str, int], RunningTask] = {}
+        self.standbys: dict[str, StandbyTask] = {}
+        self._standby_restored: dict[str, int] = {}
         self._committer = ThreadPoolExecutor(thread_name_prefix="strom-commit")
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
         control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
         try:
-            assigned = control.hello(PARKED.held(self.config.application_id))
+            assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
+                                     f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}")
             if not assigned or control.stopping.is_set():
+                control.report({}, FINISHED)
                 return []
-            self._open_all(assigned)
-            consumer = self._consumer()
+            try:
+                self._close_standbys_except(control.standbys, assigned)
+                self._open_all(assigned)
+                self._open_standbys(control.standbys)
+                consumer = self._consumer()
+            except BaseException as exc:
+                control.failed(exc)
+                self._close_standbys()
+                raise
             try:
                 self._loop(consumer, control, started + self.plan.duration_s)
-            except BaseException:
+            except BaseException as exc:
+                control.failed(exc)
                 self._abort_all()
+                self._close_standbys()
                 raise
             finally:
                 consumer.close()
-            self._report(control, "PENDING_SHUTDOWN")
+            self._report(control, FINISHED)
         finally:
             control.close()
             self._committer.shutdown()
         for task in self.tasks.values():
             PARKED.park(self._key(task.summary.task), task.open)
             task.summary.millis = (time.monotonic() - started) * 1000
+        for task_id, standby in self.standbys.items():
+            STANDBYS.park(self._key(task_id), standby)
         return [task.summary for task in self.tasks.values()]
+
+    # ---- standby tasks ------------------------------------------------------------------------
+    def _standbys_held(self) -> dict[str, int]:
+        """The standbys this worker holds for this run, with their lag (the assignor's hint)."""
+        held = {}
+        for task_id in STANDBYS.held(self.config.application_id):
+            standby = STANDBYS.peek(self._key(task_id))
+            if isinstance(standby, StandbyTask) and standby.run_id == self.plan.run_id:
+                held[task_id] = standby.lag
+        return held
+
+    def _close_standbys_except(self, standbys: list[str], active: list[str]) -> None:
+        """Closes the standbys of this worker that are not to be kept: above all those of tasks that
+        become active here (their stores, checkpointed, open at once with only a short tail to replay)."""
+        keep = set(standbys) - set(active)
+        for task_id in STANDBYS.held(self.config.application_id):
+            if task_id not in keep:
+                standby = STANDBYS.take(self._key(task_id))
+                if standby is not None:
+                    standby.close()
+
+    def _open_standbys(self, standbys: list[str]) -> None:
+        for task_id in standbys:
+            standby = STANDBYS.take(self._key(task_id))
+            if isinstance(standby, StandbyTask) and standby.run_id != self.plan.run_id:
+                standby.close()
+                standby = None
+            if standby is None:
+                try:
+                    standby = StandbyTask(self.topology, self.config, TaskId.parse(task_id), self.plan.run_id)
+                except ProcessorStateError as exc:  # the active task runs on this machine after all
+                    log.warning("Standby of task %s not opened: %s", task_id, exc)
+                    continue
+            assert isinstance(standby, StandbyTask)
+            self.standbys[task_id] = standby
+            self._standby_restored[task_id] = standby.restored
+
+    def _update_standbys(self) -> None:
+        for task_id, standby in list(self.standbys.items()):
+            if standby.release_requested:  # the active task opens on this machine
+                del self.standbys[task_id]
+                standby.close()
+            else:
+                standby.update()
+
+    def _close_standbys(self) -> None:
+        for standby in self.standbys.values():
+            standby.close()
+        self.standbys.clear()
+
+    def _standby_report(self) -> dict[str, dict[str, int]]:
+        report = {}
+        for task_id, standby in self.standbys.items():
+            restored = standby.restored - self._standby_restored[task_id]
+            report[task_id] = {"lag": standby.lag, "restored": restored}
+            self._standby_restored[task_id] = standby.restored
+        return report
 
     def _key(self, task_id: str) -> tuple[str, str]:
         return (self.config.application_id, task_id)
@@ -213,6 +287,7 @@ class StreamThread:
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self, consumer: Consumer, control: ControlClient, deadline: float) -> None:
         next_commit = time.monotonic() + self.interval_s
+        next_standby = time.monotonic()
         while True:
             now = time.monotonic()
             ending = control.stopping.is_set() or now >= deadline
@@ -231,6 +306,9 @@ class StreamThread:
                 self._report(control)
                 self._hand_over_released(consumer)
                 next_commit = time.monotonic() + self.interval_s
+            if self.standbys and not ending and time.monotonic() >= next_standby:
+                self._update_standbys()
+                next_standby = time.monotonic() + UPDATE_EVERY_S
             if ending:
                 return
 
@@ -295,7 +373,8 @@ class StreamThread:
 
     def _report(self, control: ControlClient, state: str = "RUNNING") -> None:
         deltas = {task_id: running.progress_delta() for task_id, running in self.tasks.items()}
-        control.report({task_id: delta for task_id, delta in deltas.items() if any(delta.values())}, state)
+        control.report({task_id: delta for task_id, delta in deltas.items() if any(delta.values())}, state,
+                       self._standby_report())
 
     def _abort_all(self) -> None:
         for running in self.tasks.values():

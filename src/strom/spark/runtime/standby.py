@@ -1,0 +1,104 @@
+"""StandbyTask: a replica of a stream task's stores on another machine (``num.standby.replicas``).
+
+Kafka Streams' standby task: it never processes, it reads the active task's changelogs
+(read_committed under exactly-once) into stores of its own and keeps their checkpoint. Here it lives
+in the task's own directory on its machine (``<state.dir>/<application.id>/<task>``, under the task's
+lease), built and restored exactly as the task's own stores are (``restore_task``). So when the
+active task moves to this machine (its executor lost), opening it there replays only the changelog
+records written since the standby's last update instead of the whole changelog.
+
+A stream thread hosts its standbys beside its active tasks and updates them every
+``UPDATE_EVERY_S``; between batches they stay open in the Python worker (``STANDBYS``), as parked
+active tasks do, and close when another process asks for the task's lease (the active opening here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from confluent_kafka import Consumer
+
+from strom.kafka import clients
+from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.kafka.reading import committed_offsets, end_offset
+from strom.spark.runtime.lease import TaskLease
+from strom.spark.runtime.open_task import QUICK_EOF, TIMEOUT_S
+from strom.spark.runtime.parked import ParkedTasks
+from strom.spark.runtime.restore import restore_task
+from strom.streams import config as cfg
+from strom.streams.config import StreamsConfig
+from strom.streams.processor.internals.task import StreamTask
+from strom.streams.processor.records import TaskId
+from strom.streams.processor.topology import Topology
+from strom.streams.state.cache import ThreadCache
+
+__all__ = ["LEASE_WAIT_S", "STANDBYS", "UPDATE_EVERY_S", "StandbyTask"]
+
+UPDATE_EVERY_S = 0.5
+"""How often a stream thread brings its standbys up to the end of the changelogs."""
+LEASE_WAIT_S = 5.0
+"""How long a standby waits for the task's directory (a task parked here being closed)."""
+
+STANDBYS = ParkedTasks()
+"""This Python worker's standby tasks between batches."""
+
+
+class StandbyTask:
+    """One task's stores, kept up to date from its changelogs; never processes."""
+
+    def __init__(self, topology: Topology, config: StreamsConfig, task_id: TaskId, run_id: str) -> None:
+        self.task_id = str(task_id)
+        self.run_id = run_id
+        self._config = config
+        directory = Path(config[cfg.STATE_DIR]) / config.application_id / self.task_id
+        self.lease = TaskLease.acquire(directory, LEASE_WAIT_S)
+        self._closed = False
+        try:
+            self.task = StreamTask(task_id, topology.internal, config, None, ThreadCache(0))
+            self.task.initialize()
+            isolation = "read_committed" if config.exactly_once else "read_uncommitted"
+            self._consumer: Consumer = clients.consumer(
+                config[cfg.BOOTSTRAP_SERVERS], group_id=config.application_id,
+                **{**CONNECT_AT_ONCE, **config.client_props("restore.consumer."),
+                   "enable.partition.eof": True, **QUICK_EOF, "isolation.level": isolation})
+        except BaseException:
+            self.lease.release()
+            raise
+        self._log_ends: dict[str, int] = {}
+        self.restored = 0
+        """Changelog records applied since this standby opened."""
+        self.lag = -1
+        """Changelog records (and, under exactly-once, commit markers) it had not applied when it last
+        looked; -1 before its first update."""
+
+    @property
+    def release_requested(self) -> bool:
+        return self.lease.release_requested
+
+    def update(self) -> int:
+        """Applies what the changelogs gained since the last update; returns the records applied."""
+        self.lag = self._behind()
+        committed = None
+        sourced = self.task.source_changelog_partitions()
+        if sourced:
+            committed = committed_offsets(self._consumer, self._config.application_id,
+                                          [(tp.topic, tp.partition) for tp in sourced.values()], TIMEOUT_S)
+        applied = restore_task(self.task, self._consumer, log_ends=self._log_ends, committed=committed)
+        self.restored += applied
+        return applied
+
+    def _behind(self) -> int:
+        offsets = self.task.restore_offsets()
+        return sum(max(0, end_offset(self._consumer, tp.topic, tp.partition) - (offsets[store] or 0))
+                   for store, tp in self.task.changelog_partitions().items())
+
+    def close(self) -> None:
+        """Closes the stores (their checkpoint stays for the active task opening here) and the lease."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.task.close()
+        finally:
+            self._consumer.close()
+            self.lease.release()
