@@ -26,6 +26,7 @@ from rich.table import Table
 
 from strom.broker import EmbeddedBroker
 from strom.cli.connection import Connection, connection_options
+from strom.cli.spark_session import spark_session
 from strom.kafka import clients
 from strom.streams import (
     Consumed,
@@ -144,12 +145,11 @@ def run_demo(connection: Connection, records: int, partitions: int, guarantee: s
     result = DemoResult(records_in=records, execution_mode=execution_mode)
     console.print(f"Producing {records} page views to [bold]{views}[/] ({partitions} partitions)...")
     result.expected = produce_page_views(connection, views, records, seed=records)
-    import strom.spark
     from strom.spark.runtime import SparkStreams
 
     console.print("Starting Spark (local) and the topology...")
     started = time.monotonic()
-    spark = strom.spark.session(app_name="strom-demo", log_level="ERROR")
+    spark = spark_session("strom-demo")
     app = SparkStreams(page_view_counts(views, counts), {
         **connection.streams_config(), "application.id": f"strom-demo-{run}",
         "processing.guarantee": guarantee, "state.dir": tempfile.mkdtemp(prefix="strom-demo-"),

@@ -25,6 +25,7 @@ from rich.live import Live
 from rich.text import Text
 
 from strom.cli.broker import parse_config
+from strom.cli.spark_session import spark_session
 from strom.errors import ConfigError
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
@@ -151,13 +152,11 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
 
 def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], master: str,
            spark_conf: dict[str, str], console: Console) -> Any:
-    import strom.spark
     from strom.spark.runtime import SparkStreams
 
     app_id = StreamsConfig(props).application_id  # a bad config fails before Spark starts
     console.print(f"starting {app_id} on Spark ({master}), brokers {props['bootstrap.servers']}")
-    spark = strom.spark.session(app_name=f"strom-{app_id}", master=master, config=spark_conf,
-                                log_level="ERROR")
+    spark = spark_session(f"strom-{app_id}", master=master, config=spark_conf)
     stack.callback(spark.stop)
     streams = SparkStreams(topology, props, spark)
     streams.start()
