@@ -29,10 +29,16 @@ STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
 LINES = ["a b c", "b c", "c", "a a"]
 EXPECTED = Counter(" ".join(LINES).split())
 LONG = Serdes.Long().deserializer()
-STATUS = re.compile(r"RUNNING  rec/s [\d,]+  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  tasks \d+  last commit")
+STATUS = re.compile(r"RUNNING  rec/s [\d,]+ \(last [\d.]+ s\)  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  "
+                    r"tasks \d+  last commit")
 LIVE_STATUS = re.compile(STATUS.pattern + r" [^\n]*")
 PLAIN_STATUS = re.compile(r"\d\d:\d\d:\d\d " + STATUS.pattern)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SPARK_CHATTER = ("Using incubator modules", "Using Spark's default log4j profile",
+                 "Setting default log level", "To adjust logging level", "NativeCodeLoader",
+                 "resolves to a loopback address",
+                 "Set SPARK_LOCAL_IP")
+"""Spark's, Hadoop's and the JVM's start-up notices, which strom's sessions keep off the terminal."""
 
 
 def _env(tmp_path: Path, app_id: str, **topics: str) -> dict[str, str]:
@@ -91,6 +97,11 @@ def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
         output.append(rest)
         assert process.returncode == 0, "".join(output)[-3000:]
         assert "stopped" in rest
+        everything = "".join(output)
+        assert re.search(r"start-up: Spark session [\d.]+ s", everything)
+        assert re.search(r"start-up: first record committed [\d.]+ s after the application's start",
+                         everything)
+        assert not [line for line in output for chatter in SPARK_CHATTER if chatter in line]
     finally:
         if process.poll() is None:
             process.kill()

@@ -107,12 +107,13 @@ def _bootstrap(props: dict[str, Any], topology: Topology, console: Console) -> I
         yield broker.bootstrap_servers
 
 
-def status_line(status: Any, tasks: int) -> str:
-    """``RUNNING  rec/s 1,234  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``."""
+def status_line(status: Any, tasks: int, window_s: float) -> str:
+    """``RUNNING  rec/s 1,234 (last 5 s)  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``:
+    the rate counts records committed in the window (figures move at commits)."""
     lag = " ".join(f"{sub}:{n:,}" for sub, n in sorted(status.lag_by_subtopology.items())) or "-"
     commit = "-" if status.last_commit_age_s is None else f"{status.last_commit_age_s:.1f} s ago"
-    return (f"{status.state}  rec/s {status.rate:,.0f}  processed {status.records:,}  lag {lag}  "
-            f"tasks {tasks}  last commit {commit}")
+    return (f"{status.state}  rec/s {status.rate:,.0f} (last {window_s:g} s)  processed {status.records:,}  "
+            f"lag {lag}  tasks {tasks}  last commit {commit}")
 
 
 @click.command()
@@ -156,7 +157,9 @@ def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], master: 
 
     app_id = StreamsConfig(props).application_id  # a bad config fails before Spark starts
     console.print(f"starting {app_id} on Spark ({master}), brokers {props['bootstrap.servers']}")
+    started = time.monotonic()
     spark = spark_session(f"strom-{app_id}", master=master, config=spark_conf)
+    console.print(f"start-up: Spark session {time.monotonic() - started:.1f} s")
     stack.callback(spark.stop)
     streams = SparkStreams(topology, props, spark)
     streams.start()
@@ -180,6 +183,7 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
     tasks = len(streams.plan.task_ids)
     refresh = _TERMINAL_REFRESH_S if console.is_terminal else interval
     live = Live(Text(""), console=console, refresh_per_second=4) if console.is_terminal else None
+    started, first_record = time.monotonic(), False
     try:
         with live or ExitStack():
             while not stop.is_set():
@@ -188,7 +192,12 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
                     break
                 if not until_caught_up and streams.await_termination(refresh):
                     break
-                line = status_line(reader.read(), tasks)
+                status = reader.read()
+                if not first_record and status.records:
+                    first_record = True
+                    console.print(f"start-up: first record committed {time.monotonic() - started:.1f} s "
+                                  "after the application's start (at most one status interval late)")
+                line = status_line(status, tasks, refresh)
                 if live is not None:
                     live.update(Text(line))
                 else:
