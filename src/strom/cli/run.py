@@ -27,10 +27,12 @@ from rich.text import Text
 from strom.cli.broker import parse_config
 from strom.cli.spark_session import spark_session
 from strom.errors import ConfigError
+from strom.spark.failure_policy import UNCAUGHT_EXCEPTION_HANDLER
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
 
 _TERMINAL_REFRESH_S = 1.0
+ON_FAILURE = {"restart": "REPLACE_THREAD", "shutdown": "SHUTDOWN_CLIENT"}
 
 
 def load_application(spec: str) -> tuple[Topology, dict[str, Any]]:
@@ -128,15 +130,22 @@ def status_line(status: Any, tasks: int, window_s: float) -> str:
               help="A StreamsConfig key overriding props (repeatable), e.g. commit.interval.ms=1000.")
 @click.option("--spark-conf", "spark_conf", multiple=True, callback=parse_config, metavar="KEY=VALUE",
               help="A Spark config (repeatable), e.g. spark.executor.memory=2g.")
+@click.option("--on-failure", type=click.Choice(["restart", "shutdown"]), default=None,
+              help="When APP's code raises: restart its stream threads from the committed offsets (a few "
+                   "times, with a back-off; strom.uncaught.exception.handler=REPLACE_THREAD) or stop with "
+                   "the error (SHUTDOWN_CLIENT, the default). A handler set in code wins.")
 @click.option("--until-caught-up", is_flag=True, help="Stop once every input record is committed.")
 @click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Seconds between status lines when not on a terminal.")
 def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str, str],
-        spark_conf: dict[str, str], until_caught_up: bool, status_interval: float) -> None:
+        spark_conf: dict[str, str], on_failure: str | None, until_caught_up: bool,
+        status_interval: float) -> None:
     """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
     console = Console(stderr=True)
     topology, props = load_application(app)
     props.update(configs)
+    if on_failure is not None:
+        props[UNCAUGHT_EXCEPTION_HANDLER] = ON_FAILURE[on_failure]
     if bootstrap_servers:
         props["bootstrap.servers"] = bootstrap_servers
     stop = threading.Event()
