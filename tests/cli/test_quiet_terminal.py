@@ -44,9 +44,21 @@ def test_a_quiet_session_still_shows_an_actionable_spark_warning():
     assert _chatter(result.stderr) == []
 
 
-def test_a_verbose_session_keeps_spark_s_own_logging():
-    result = subprocess.run([sys.executable, "-c", SESSION.format(quiet=False, warning=MEMORY_WARNING)],
+LATER_QUIET = """
+spark = strom.spark.session(app_name="strom-quiet-test")  # as an app under spark-submit: the JVM runs
+utils = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.util.Utils")
+utils.warn("Your hostname, test, resolves to a loopback address: 127.0.0.1; using 10.0.0.1 instead")
+log.warn("still shown: {warning}")
+spark.stop()
+"""
+
+
+def test_a_verbose_session_keeps_spark_s_own_logging_and_a_later_quiet_one_applies_strom_s():
+    script = SESSION.format(quiet=False, warning=MEMORY_WARNING).replace("spark.stop()\n", "")
+    result = subprocess.run([sys.executable, "-c", script + LATER_QUIET.format(warning=MEMORY_WARNING)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "Using Spark's default log4j profile" in result.stderr
     assert MEMORY_WARNING in result.stderr
+    assert f"still shown: {MEMORY_WARNING}" in result.stderr  # reconfigured, warnings still pass
+    assert "test, resolves to a loopback address" not in result.stderr
