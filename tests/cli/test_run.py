@@ -288,8 +288,8 @@ def test_on_failure_restart_ends_a_crash_loop_with_the_error(broker, tmp_path):
                              "--master", "local[2]", "--on-failure", "restart", "--until-caught-up"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-3000:]
-    replaced = re.findall(r"replacing its stream threads in (\d+) s .*\(replacement (\d) of at most 3",
-                          result.stderr)
+    replaced = re.findall(r"boom: the word counter failed.*\); replacing its stream threads in (\d+) s, "
+                          r".*\(replacement (\d) of at most 3", result.stderr)
     assert replaced == [("1", "1"), ("2", "2"), ("4", "3")], result.stderr[-3000:]
     assert "failed again after 3 replacements within 600 s; it stops" in result.stderr
     error = result.stderr.strip().splitlines()[-1]

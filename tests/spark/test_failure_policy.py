@@ -57,3 +57,12 @@ def test_replace_thread_is_a_fresh_handler_per_application():
     config = _config("REPLACE_THREAD")
     assert isinstance(configured_handler(config), ReplacingHandler)
     assert configured_handler(config) is not configured_handler(config)
+
+
+def test_the_log_names_what_a_python_worker_raised(caplog):
+    handler = ReplacingHandler("policy", sleep=lambda s: None)
+    worker_failure = RuntimeError("An exception was thrown from the Python worker:\nTraceback (most recent "
+                                  "call last):\n  File \"x.py\", line 1\nValueError: boom\n\tat java.Thread")
+    with caplog.at_level("WARNING", "strom.spark.failure_policy"):
+        handler(worker_failure)
+    assert "failed (ValueError: boom); replacing its stream threads in 1 s" in caplog.text

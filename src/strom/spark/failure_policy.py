@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -120,6 +121,12 @@ def _normalised(function: Callable[[Exception], Any]) -> Callable[[Exception], A
     return handler
 
 
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+")
+
+
 def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """What was raised, in one line: a Python worker's failure carries its traceback, whose last
+    ``SomeError: message`` line says it."""
+    lines = str(error).strip().splitlines()
+    raised = [line for line in lines if _RAISED.match(line)]
+    return raised[-1] if raised else (lines[0] if lines else type(error).__name__)
