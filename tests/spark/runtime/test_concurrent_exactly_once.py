@@ -25,13 +25,14 @@ S = Serdes.String()
 KEYS = [f"k{i}" for i in range(16)]
 
 
-def slow_lookup(value: str) -> str:
-    """An I/O-bound step: a few milliseconds each, so records are in flight at every commit."""
-    time.sleep(random.uniform(0.001, 0.008))
-    return f"{value}:done"
-
-
 def enrich(lines: str, out: str, concurrency: int):
+    """The step is defined here so Spark ships it by value (a test module is not importable by workers)."""
+
+    def slow_lookup(value: str) -> str:
+        """An I/O-bound step: a few milliseconds each, so records are in flight at every commit."""
+        time.sleep(random.uniform(0.001, 0.008))
+        return f"{value}:done"
+
     builder = StreamsBuilder()
     (builder.stream(lines, Consumed.with_(S, S))
         .map_values_concurrently(slow_lookup, concurrency)
@@ -67,7 +68,8 @@ def test_concurrent_steps_keep_every_record_once_and_in_key_order_across_a_kille
         assert app.wait_until_caught_up(180), f"lag {app.lag()}"
         assert victim.pid not in {t.pid for t in app.metadata_for_local_threads()}
     finally:
-        writer.join()
+        if writer.is_alive():
+            writer.join()
         app.stop()
     outputs = read_updates(broker.bootstrap_servers, names["out"], value_serde=S)
     expected = {key: [f"{key}-{n}:done" for n in range(count)] for key, count in sequence.items()}
