@@ -20,11 +20,16 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/strom demo
 
-# kcat is a real third-party Kafka client the broker tests use as a judge.
+# kcat is a real third-party Kafka client the broker tests use as a judge; Graphviz's dot draws
+# `strom streams describe --format svg` (tests/cli/test_streams_describe.py).
 tools:
 	@command -v kcat >/dev/null || $(SUDO) apt-get install -y -qq kcat >/dev/null \
 	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; } \
 	  || { echo "The broker tests need kcat: install it (apt-get install kcat, brew install kcat)."; exit 1; }
+	@command -v dot >/dev/null || $(SUDO) apt-get install -y -qq graphviz >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; } \
+	  || { echo "The CLI tests need Graphviz: install it (apt-get install graphviz, brew install graphviz)."; \
+	       exit 1; }
 
 # Apache Kafka's own jars (broker, controller, tools) for the tests that run strom against a real Kafka
 # cluster: Maven copies them from Maven Central once into an ignored cache (tests/support/apache_kafka.py).

@@ -29,10 +29,16 @@ STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
 LINES = ["a b c", "b c", "c", "a a"]
 EXPECTED = Counter(" ".join(LINES).split())
 LONG = Serdes.Long().deserializer()
-STATUS = re.compile(r"RUNNING  rec/s [\d,]+  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  tasks \d+  last commit")
+STATUS = re.compile(r"RUNNING  rec/s [\d,]+ \(last [\d.]+ s\)  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  "
+                    r"tasks \d+  last commit")
 LIVE_STATUS = re.compile(STATUS.pattern + r" [^\n]*")
 PLAIN_STATUS = re.compile(r"\d\d:\d\d:\d\d " + STATUS.pattern)
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SPARK_CHATTER = ("Using incubator modules", "Using Spark's default log4j profile",
+                 "Setting default log level", "To adjust logging level", "NativeCodeLoader",
+                 "resolves to a loopback address",
+                 "Set SPARK_LOCAL_IP")
+"""Spark's, Hadoop's and the JVM's start-up notices, which strom's sessions keep off the terminal."""
 
 
 def _env(tmp_path: Path, app_id: str, **topics: str) -> dict[str, str]:
@@ -91,6 +97,11 @@ def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
         output.append(rest)
         assert process.returncode == 0, "".join(output)[-3000:]
         assert "stopped" in rest
+        everything = "".join(output)
+        assert re.search(r"start-up: Spark session [\d.]+ s", everything)
+        assert re.search(r"start-up: first record committed [\d.]+ s after the application's start",
+                         everything)
+        assert not [line for line in output for chatter in SPARK_CHATTER if chatter in line]
     finally:
         if process.poll() is None:
             process.kill()
@@ -212,3 +223,75 @@ def test_on_a_terminal_the_status_line_is_live_and_ctrl_c_stops_cleanly(broker, 
         assert "stopped" in terminal.screen
     finally:
         terminal.close()
+
+
+FLAKY_APP = """
+import os
+from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder
+S, L = Serdes.String(), Serdes.Long()
+MARKER = {marker!r}
+
+def fail_{when}(line):
+    if {condition}:
+        raise ValueError("boom: the word counter failed")
+    return line
+
+def build():
+    builder = StreamsBuilder()
+    (builder.stream({topic!r}, Consumed.with_(S, S))
+        .map_values(fail_{when})
+        .flat_map_values(str.split)
+        .group_by(lambda key, word: word, Grouped.as_("words").with_key_serde(S).with_value_serde(S))
+        .count(materialized=Materialized.as_("counts"))
+        .to_stream()
+        .to({topic!r} + "-counts", Produced.with_(S, L)))
+    return builder.build(), {{"application.id": {topic!r}, "state.dir": {state!r},
+                              "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200}}
+"""
+RAISE_ONCE = "not os.path.exists(MARKER) and os.open(MARKER, os.O_CREAT | os.O_EXCL) >= 0"
+
+
+def _flaky_app(tmp_path: Path, broker, when: str, condition: str) -> tuple[Path, str]:
+    topic = f"run-{when}-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(broker.bootstrap_servers, {topic: 2, f"{topic}-counts": 2})
+    _produce(broker.bootstrap_servers, topic)
+    app = tmp_path / f"{when}.py"
+    app.write_text(FLAKY_APP.format(marker=str(tmp_path / "raised"), when=when, condition=condition,
+                                    topic=topic, state=str(tmp_path / "state")))
+    return app, topic
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_on_failure_restart_recovers_from_one_error_and_counts_exactly(broker, tmp_path):
+    """The processor raises once mid-transaction (exactly_once_v2): the stream threads are replaced,
+    resume from the committed offsets, and every word is counted once."""
+    app, topic = _flaky_app(tmp_path, broker, "once", RAISE_ONCE)
+    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+                             "--master", "local[2]", "--on-failure", "restart", "--until-caught-up"],
+                            capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "raised").exists()  # it did raise
+    assert "replacing its stream threads in 1 s" in result.stderr and "boom" in result.stderr
+    assert "caught up" in result.stderr
+    assert read_counts(broker.bootstrap_servers, f"{topic}-counts") == EXPECTED
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_on_failure_restart_ends_a_crash_loop_with_the_error(broker, tmp_path):
+    app, _ = _flaky_app(tmp_path, broker, "always", "True")
+    started = time.monotonic()
+    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+                             "--master", "local[2]", "--on-failure", "restart", "--until-caught-up"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    replaced = re.findall(r"boom: the word counter failed.*\); replacing its stream threads in (\d+) s, "
+                          r".*\(replacement (\d) of at most 3", result.stderr)
+    assert replaced == [("1", "1"), ("2", "2"), ("4", "3")], result.stderr[-3000:]
+    assert "failed again after 3 replacements within 600 s; it stops" in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: Application") and "boom: the word counter failed" in error
+    assert time.monotonic() - started > 7  # the back-offs were waited

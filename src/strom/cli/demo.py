@@ -26,6 +26,7 @@ from rich.table import Table
 
 from strom.broker import EmbeddedBroker
 from strom.cli.connection import Connection, connection_options
+from strom.cli.spark_session import spark_session
 from strom.kafka import clients
 from strom.streams import (
     Consumed,
@@ -48,20 +49,37 @@ PAGES = ("/", "/search", "/cart", "/checkout", "/help", "/about", "/blog", "/pri
 class DemoResult:
     records_in: int = 0
     records_out: int = 0
-    processing_s: float = 0.0
-    startup_s: float = 0.0
     execution_mode: str = "realtime"
+    spark_s: float = 0.0
+    """Building the Spark session (the JVM's start)."""
+    first_record_s: float | None = None
+    """From ``SparkStreams.start()`` to the first record committed (Spark starting the stream tasks)."""
+    writing_s: float = 0.0
+    """Writing the measured page views (they are processed while being written)."""
+    processing_s: float | None = None
+    """From the first measured page view written to the last commit: the steady run."""
+    latencies_ms: list[float] = field(default_factory=list)
+    """Per output record of the measured run: read_committed arrival minus the record's timestamp."""
     stream_threads: int = 0
     commits: int = 0
-    first_commit_s: float | None = None
     task_batches: int = 0
     reused: int = 0
-    micro_batches: list[float] = field(default_factory=list)
-    """Seconds from the query's start to the end of each micro-batch."""
+    micro_batches: int = 0
     expected: Counter[str] = field(default_factory=Counter)
     updates: dict[str, list[int]] = field(default_factory=dict)
     queried: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float | None:
+        return self.records_in / self.processing_s if self.processing_s else None
+
+    def latency_ms(self, quantile: float) -> float | None:
+        """Nearest-rank percentile of the measured run's end-to-end latencies."""
+        if not self.latencies_ms:
+            return None
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, max(0, round(quantile * len(ordered) + 0.5) - 1))]
 
     @property
     def ok(self) -> bool:
@@ -81,22 +99,56 @@ def page_view_counts(views_topic: str, counts_topic: str) -> Topology:
 
 
 def produce_page_views(connection: Connection, topic: str, records: int, seed: int) -> Counter[str]:
-    """Writes ``records`` page views; returns the true count per page."""
+    """Writes ``records`` page views timestamped as written; returns the true count per page."""
     rng = random.Random(seed)
     weights = [1 / (rank + 1) for rank in range(len(PAGES))]
-    producer = connection.producer(**clients.JAVA_PARTITIONER, **{"linger.ms": 20})
+    producer = connection.producer(**clients.JAVA_PARTITIONER, **{"linger.ms": 5})
     expected: Counter[str] = Counter()
-    start_ms = int(time.time() * 1000) - records
-    for i in range(records):
+    for _ in range(records):
         page = rng.choices(PAGES, weights)[0]
         user = f"user-{rng.randrange(1000)}"
         expected[page] += 1
-        clients.produce(producer, topic, json.dumps({"user": user, "page": page}).encode(), user.encode(),
-                        timestamp=start_ms + i)
+        clients.produce(producer, topic, json.dumps({"user": user, "page": page}).encode(), user.encode())
     if producer.flush(60):
         raise click.ClickException(f"Could not write the page views to {topic} at "
                                    f"{connection.bootstrap_servers}.")
     return expected
+
+
+class LatencyReader(threading.Thread):
+    """Reads the output read_committed while the application runs: for each record stamped at or after
+    ``since_ms``, its arrival minus its timestamp (the input record's that produced it) is its
+    end-to-end latency: written, processed, committed, readable."""
+
+    def __init__(self, connection: Connection, topic: str, partitions: int) -> None:
+        super().__init__(name="strom-demo-latency", daemon=True)
+        self._consumer = connection.consumer(**{
+            "enable.partition.eof": True, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._partitions = partitions
+        self.since_ms = float("inf")
+        self.latencies_ms: list[float] = []
+        self.at_end = threading.Event()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        at_end: set[int] = set()
+        try:
+            while not self.stop.is_set():
+                for message in self._consumer.consume(1000, 0.1):
+                    now_ms = time.time() * 1000
+                    error = message.error()
+                    if error is None:
+                        at_end.discard(message.partition())
+                        stamped = message.timestamp()[1]
+                        if stamped >= self.since_ms:
+                            self.latencies_ms.append(now_ms - stamped)
+                    elif error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(message.partition())
+                        if len(at_end) == self._partitions:
+                            self.at_end.set()
+        finally:
+            self._consumer.close()
 
 
 def read_committed(connection: Connection, topic: str, partitions: int) -> dict[str, list[int]]:
@@ -136,39 +188,55 @@ def verify(result: DemoResult) -> None:
                                f"expected {dict(result.expected)}")
 
 
+WARM_UP = 200
+"""Page views written first, so the measured run starts on running stream tasks."""
+
+
 def run_demo(connection: Connection, records: int, partitions: int, guarantee: str, timeout: float,
              console: Console, execution_mode: str = "realtime") -> DemoResult:
+    """Starts the application, warms it up with a few page views, then measures ``records`` more
+    written while it runs; everything written is verified."""
     run = uuid.uuid4().hex[:8]
     views, counts = f"demo-{run}-page-views", f"demo-{run}-views-per-page"
     connection.create_topics({views: partitions, counts: partitions})
     result = DemoResult(records_in=records, execution_mode=execution_mode)
-    console.print(f"Producing {records} page views to [bold]{views}[/] ({partitions} partitions)...")
-    result.expected = produce_page_views(connection, views, records, seed=records)
-    import strom.spark
     from strom.spark.runtime import SparkStreams
 
     console.print("Starting Spark (local) and the topology...")
     started = time.monotonic()
-    spark = strom.spark.session(app_name="strom-demo", log_level="ERROR")
+    spark = spark_session("strom-demo")
+    result.spark_s = time.monotonic() - started
     app = SparkStreams(page_view_counts(views, counts), {
         **connection.streams_config(), "application.id": f"strom-demo-{run}",
         "processing.guarantee": guarantee, "state.dir": tempfile.mkdtemp(prefix="strom-demo-"),
-        "commit.interval.ms": 500, "max.offsets.per.trigger": max(1000, records // 3),
+        "commit.interval.ms": 100, "max.offsets.per.trigger": max(1000, records // 3),
         "execution.mode": execution_mode}, spark)
+    latency = LatencyReader(connection, counts, partitions)
+    started = time.monotonic()
     app.start()
-    result.startup_s = time.monotonic() - started
-    processing = time.monotonic()
-    first_commits = threading.Thread(target=_first_commit, args=(app, processing, result), daemon=True)
-    first_commits.start()
     try:
-        if not app.wait_until_caught_up(timeout):
-            result.problems.append(f"not caught up after {timeout:.0f}s (lag {app.lag()} records)")
-        result.processing_s = time.monotonic() - processing
+        result.expected = produce_page_views(connection, views, WARM_UP, seed=records + 1)
+        result.first_record_s = _first_record(app, started, timeout)
+        _wait_caught_up(app, timeout, result)
+        latency.start()
+        latency.at_end.wait(timeout)
+        console.print(f"Writing {records:,} page views to [bold]{views}[/] ({partitions} partitions) "
+                      "while the application runs...")
+        latency.since_ms = time.time() * 1000
+        written = time.monotonic()
+        result.expected += produce_page_views(connection, views, records, seed=records)
+        result.writing_s = time.monotonic() - written
+        if _wait_caught_up(app, timeout, result) and app.progress.last_commit is not None:
+            result.processing_s = app.progress.last_commit - written
+        latency.at_end.clear()
+        latency.at_end.wait(10)
         store = app.store(StoreQueryParameters.from_name(STORE, QueryableStoreTypes.key_value_store()))
         result.queried = dict(store.all())
     finally:
+        latency.stop.set()
         app.stop()
-    result.micro_batches = [finished - processing for finished in app.progress.batch_finished]
+    result.latencies_ms = latency.latencies_ms
+    result.micro_batches = len(app.progress.batch_finished)
     result.stream_threads = getattr(app, "num_stream_threads", 0) if app.realtime else 0
     result.commits = sum(task.commits for task in app.progress.tasks.values())
     result.task_batches = sum(task.batches for task in app.progress.tasks.values())
@@ -179,28 +247,44 @@ def run_demo(connection: Connection, records: int, partitions: int, guarantee: s
     return result
 
 
-def _first_commit(app: Any, since: float, result: DemoResult) -> None:
-    """Notes when the first task committed: Spark's start of the stream tasks, without the records."""
-    while app.state.value == "RUNNING" and app.progress.last_commit is None:
+def _first_record(app: Any, since: float, timeout: float) -> float | None:
+    """Seconds from ``since`` to the first record the driver hears committed."""
+    deadline = time.monotonic() + timeout
+    while app.progress.records == 0 and time.monotonic() < deadline and app.state.value == "RUNNING":
         time.sleep(0.01)
-    if app.progress.last_commit is not None:
-        result.first_commit_s = app.progress.last_commit - since
+    return time.monotonic() - since if app.progress.records else None
+
+
+def _wait_caught_up(app: Any, timeout: float, result: DemoResult) -> bool:
+    if app.wait_until_caught_up(timeout):
+        return True
+    result.problems.append(f"not caught up after {timeout:.0f}s (lag {app.lag()} records)")
+    return False
 
 
 def summary_table(result: DemoResult, guarantee: str) -> Table:
     table = Table(title=f"strom demo: page views per page on Spark ({guarantee}, {result.execution_mode})")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    table.add_row("records in", f"{result.records_in:,}")
+    table.add_row("page views measured (after a warm-up of " + f"{WARM_UP})", f"{result.records_in:,}")
     table.add_row("updates out (read_committed)", f"{result.records_out:,}")
-    table.add_row("Spark start-up", f"{result.startup_s:.1f} s")
-    table.add_row("processing (from query start)", f"{result.processing_s:.1f} s")
-    rate = result.records_in / result.processing_s if result.processing_s else 0.0
-    table.add_row("records/s", f"{rate:,.0f}")
+    table.add_row("start-up: Spark session", f"{result.spark_s:.1f} s")
+    first = "-" if result.first_record_s is None else f"{result.first_record_s:.1f} s"
+    table.add_row("start-up: application start to first record committed", first)
+    table.add_row("writing the measured page views", f"{result.writing_s:.2f} s")
+    if result.rate is not None and result.processing_s is not None:
+        table.add_row("steady rate (first page view written to last commit)",
+                      f"{result.rate:,.0f} records/s ({result.processing_s:.2f} s)")
+    p50, p99 = result.latency_ms(0.5), result.latency_ms(0.99)
+    if p50 is not None and p99 is not None:
+        table.add_row("end-to-end latency p50 / p99 (output timestamp to read_committed)",
+                      f"{p50:,.0f} / {p99:,.0f} ms ({len(result.latencies_ms):,} updates)")
     if result.execution_mode == "realtime":
-        _realtime_rows(table, result)
+        table.add_row("  stream threads (long-running Spark tasks)", f"{result.stream_threads}")
+        table.add_row("  task commits (commit.interval.ms 100)", f"{result.commits:,}")
     else:
-        _micro_batch_rows(table, result)
+        table.add_row("  micro-batches (one per commit)", f"{result.micro_batches}")
+        table.add_row("  task batches (on tasks kept open)", f"{result.task_batches} ({result.reused})")
     for page, count in result.expected.most_common(5):
         final = result.updates.get(page, [None])[-1]
         table.add_row(f"  {page}", f"{final} (expected {count}, {len(result.updates.get(page, []))} updates)")
@@ -210,26 +294,9 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
     return table
 
 
-def _realtime_rows(table: Table, result: DemoResult) -> None:
-    if result.first_commit_s is not None:
-        table.add_row("  first commit (with Spark's start of the threads)", f"{result.first_commit_s:.1f} s")
-    table.add_row("  stream threads (long-running Spark tasks)", f"{result.stream_threads}")
-    table.add_row("  task commits", f"{result.commits:,}")
-
-
-def _micro_batch_rows(table: Table, result: DemoResult) -> None:
-    if result.micro_batches:
-        table.add_row("  first micro-batch (with Spark's warm-up)", f"{result.micro_batches[0]:.1f} s")
-    if len(result.micro_batches) > 1:
-        later = result.micro_batches[1:]
-        every = (later[-1] - result.micro_batches[0]) / len(later)
-        table.add_row("  later micro-batches", f"{len(later)}, one per {every * 1000:,.0f} ms")
-    table.add_row("task batches (on tasks kept open)", f"{result.task_batches} ({result.reused})")
-
-
 @click.command()
-@click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True,
-              help="Page views to generate.")
+@click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Page views written while the application runs (the measured run).")
 @click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True,
               help="Partitions of the input topic.")
 @click.option("--guarantee", type=click.Choice(["exactly_once_v2", "at_least_once"]),

@@ -25,11 +25,14 @@ from rich.live import Live
 from rich.text import Text
 
 from strom.cli.broker import parse_config
+from strom.cli.spark_session import spark_session
 from strom.errors import ConfigError
+from strom.spark.failure_policy import UNCAUGHT_EXCEPTION_HANDLER
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
 
 _TERMINAL_REFRESH_S = 1.0
+ON_FAILURE = {"restart": "REPLACE_THREAD", "shutdown": "SHUTDOWN_CLIENT"}
 
 
 def load_application(spec: str) -> tuple[Topology, dict[str, Any]]:
@@ -106,12 +109,13 @@ def _bootstrap(props: dict[str, Any], topology: Topology, console: Console) -> I
         yield broker.bootstrap_servers
 
 
-def status_line(status: Any, tasks: int) -> str:
-    """``RUNNING  rec/s 1,234  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``."""
+def status_line(status: Any, tasks: int, window_s: float) -> str:
+    """``RUNNING  rec/s 1,234 (last 5 s)  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``:
+    the rate counts records committed in the window (figures move at commits)."""
     lag = " ".join(f"{sub}:{n:,}" for sub, n in sorted(status.lag_by_subtopology.items())) or "-"
     commit = "-" if status.last_commit_age_s is None else f"{status.last_commit_age_s:.1f} s ago"
-    return (f"{status.state}  rec/s {status.rate:,.0f}  processed {status.records:,}  lag {lag}  "
-            f"tasks {tasks}  last commit {commit}")
+    return (f"{status.state}  rec/s {status.rate:,.0f} (last {window_s:g} s)  processed {status.records:,}  "
+            f"lag {lag}  tasks {tasks}  last commit {commit}")
 
 
 @click.command()
@@ -126,15 +130,22 @@ def status_line(status: Any, tasks: int) -> str:
               help="A StreamsConfig key overriding props (repeatable), e.g. commit.interval.ms=1000.")
 @click.option("--spark-conf", "spark_conf", multiple=True, callback=parse_config, metavar="KEY=VALUE",
               help="A Spark config (repeatable), e.g. spark.executor.memory=2g.")
+@click.option("--on-failure", type=click.Choice(["restart", "shutdown"]), default=None,
+              help="When APP's code raises: restart its stream threads from the committed offsets (a few "
+                   "times, with a back-off; strom.uncaught.exception.handler=REPLACE_THREAD) or stop with "
+                   "the error (SHUTDOWN_CLIENT, the default). A handler set in code wins.")
 @click.option("--until-caught-up", is_flag=True, help="Stop once every input record is committed.")
 @click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Seconds between status lines when not on a terminal.")
 def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str, str],
-        spark_conf: dict[str, str], until_caught_up: bool, status_interval: float) -> None:
+        spark_conf: dict[str, str], on_failure: str | None, until_caught_up: bool,
+        status_interval: float) -> None:
     """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
     console = Console(stderr=True)
     topology, props = load_application(app)
     props.update(configs)
+    if on_failure is not None:
+        props[UNCAUGHT_EXCEPTION_HANDLER] = ON_FAILURE[on_failure]
     if bootstrap_servers:
         props["bootstrap.servers"] = bootstrap_servers
     stop = threading.Event()
@@ -151,13 +162,13 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
 
 def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], master: str,
            spark_conf: dict[str, str], console: Console) -> Any:
-    import strom.spark
     from strom.spark.runtime import SparkStreams
 
     app_id = StreamsConfig(props).application_id  # a bad config fails before Spark starts
     console.print(f"starting {app_id} on Spark ({master}), brokers {props['bootstrap.servers']}")
-    spark = strom.spark.session(app_name=f"strom-{app_id}", master=master, config=spark_conf,
-                                log_level="ERROR")
+    started = time.monotonic()
+    spark = spark_session(f"strom-{app_id}", master=master, config=spark_conf)
+    console.print(f"start-up: Spark session {time.monotonic() - started:.1f} s")
     stack.callback(spark.stop)
     streams = SparkStreams(topology, props, spark)
     streams.start()
@@ -181,6 +192,7 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
     tasks = len(streams.plan.task_ids)
     refresh = _TERMINAL_REFRESH_S if console.is_terminal else interval
     live = Live(Text(""), console=console, refresh_per_second=4) if console.is_terminal else None
+    started, first_record = time.monotonic(), False
     try:
         with live or ExitStack():
             while not stop.is_set():
@@ -189,7 +201,12 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
                     break
                 if not until_caught_up and streams.await_termination(refresh):
                     break
-                line = status_line(reader.read(), tasks)
+                status = reader.read()
+                if not first_record and status.records:
+                    first_record = True
+                    console.print(f"start-up: first record committed {time.monotonic() - started:.1f} s "
+                                  "after the application's start (at most one status interval late)")
+                line = status_line(status, tasks, refresh)
                 if live is not None:
                     live.update(Text(line))
                 else:

@@ -1,6 +1,10 @@
-"""`strom streams reset`: Kafka's application reset tool (kafka-streams-application-reset).
+"""`strom streams`: the application reset tool and the topology's description or picture.
 
-Run it while no instance of the application runs. It moves the committed offsets of group APP_ID on the
+`strom streams describe APP` prints the topology of a `strom run` APP: `describe()`'s text, or a Mermaid
+or Graphviz graph (strom.streams.processor.topology_graph), or SVG drawn by Graphviz's `dot`.
+
+`strom streams reset` is Kafka's application reset tool (kafka-streams-application-reset). Run it
+while no instance of the application runs. It moves the committed offsets of group APP_ID on the
 input topics (to the earliest offsets, or the first at a time), deletes the application's internal
 topics (``<APP_ID>-...-changelog`` and ``-repartition``; the group's offsets on them go back to 0), and the
 local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input from there.
@@ -9,16 +13,18 @@ local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input
 from __future__ import annotations
 
 import shutil
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from strom.cli.broker import parse_config
 from strom.cli.connection import Connection, connection_options
 from strom.errors import ConfigError
 from strom.kafka import offsets
-from strom.streams.config import DEFINITIONS, STATE_DIR
+from strom.streams.config import DEFINITIONS, STATE_DIR, StreamsConfig
 
 _TIMEOUT_S = 30.0
 
@@ -48,6 +54,44 @@ def _split(values: tuple[str, ...]) -> list[str]:
 @click.group()
 def streams() -> None:
     """Kafka Streams application tools."""
+
+
+@streams.command()
+@click.argument("app")
+@click.option("--format", "fmt", type=click.Choice(["text", "mermaid", "dot", "svg"]), default="text",
+              show_default=True,
+              help="describe()'s text, a Mermaid or Graphviz graph, or SVG (needs Graphviz).")
+@click.option("--config", "configs", multiple=True, callback=parse_config, metavar="KEY=VALUE",
+              help="A StreamsConfig key overriding APP's props (repeatable), checked as `strom run` does.")
+def describe(app: str, fmt: str, configs: dict[str, str]) -> None:
+    """Print the topology of APP (app.py with build(), or module:function), as `strom run` loads it."""
+    from strom.cli.run import load_application
+    from strom.spark.runtime import spark_streams  # noqa: F401  (registers the runtime's keys)
+
+    topology, props = load_application(app)
+    StreamsConfig({**props, **configs})  # a bad config fails here as it would in `strom run`
+    description = topology.describe()
+    if fmt == "text":
+        click.echo(str(description), nl=False)
+    elif fmt == "mermaid":
+        click.echo(description.to_mermaid(), nl=False)
+    elif fmt == "dot":
+        click.echo(description.to_dot(), nl=False)
+    else:
+        click.echo(render_svg(description.to_dot()), nl=False)
+
+
+def render_svg(dot: str) -> str:
+    """SVG of a DOT graph by Graphviz's ``dot``."""
+    executable = shutil.which("dot")
+    if executable is None:
+        raise click.ClickException(
+            "--format svg needs Graphviz's `dot` on PATH: install Graphviz (apt-get install graphviz, brew "
+            "install graphviz), or print --format dot and render it elsewhere.")
+    result = subprocess.run([executable, "-Tsvg"], input=dot, capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise click.ClickException(f"Graphviz's dot failed ({result.returncode}): {result.stderr.strip()}")
+    return result.stdout
 
 
 @streams.command()

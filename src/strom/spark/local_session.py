@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from contextlib import nullcontext
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from strom.spark import quiet_logging
 from strom.spark.connector.source import StromDataSource
 from strom.spark.preflight import check_java
 
@@ -35,18 +38,28 @@ def session(
     ui: bool = False,
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
+    quiet: bool = True,
 ) -> SparkSession:
     """Checks Java first (a clear error instead of a JVM trace), then builds and registers.
 
-    Python workers run this interpreter, so executors see the same strom and dependencies.
+    Python workers run this interpreter, so executors see the same strom and dependencies. ``quiet``
+    starts the JVM with strom's log4j2 configuration (``strom.spark.quiet_logging``: no start-up
+    chatter, warnings kept); ``quiet=False`` keeps Spark's own (``strom -v``).
     """
     check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**SMALL_MACHINE_DEFAULTS, "spark.ui.enabled": str(ui).lower(), **(config or {})}
+    jvm_running = SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+    if quiet and not jvm_running:
+        options = "spark.driver.extraJavaOptions"
+        settings[options] = quiet_logging.driver_java_options(settings.get(options))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with quiet_logging.jvm_stderr_filtered() if quiet and not jvm_running else nullcontext():
+        spark = builder.getOrCreate()
+    if quiet and jvm_running:
+        quiet_logging.reconfigure(spark.sparkContext)
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
     return spark

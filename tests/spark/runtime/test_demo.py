@@ -5,22 +5,28 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from strom.cli.demo import DemoResult
 from strom.cli.main import cli
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+FIGURES = ("start-up: Spark session", "start-up: application start to first record committed",
+           "steady rate (first page view written to last commit)",
+           "end-to-end latency p50 / p99 (output timestamp to read_committed)")
+
+
 @pytest.mark.parametrize(("mode", "rows"), [
-    ("realtime", ("first commit", "stream threads", "task commits")),
-    ("microbatch", ("first micro-batch", "later micro-batches")),
+    ("realtime", (*FIGURES, "stream threads", "task commits")),
+    ("microbatch", (*FIGURES, "micro-batches (one per commit)", "task batches")),
 ])
 def test_demo_counts_page_views_exactly_once_and_verifies(spark, mode, rows):
     arguments = ["demo", "--records", "3000", "--timeout", "150", "--execution-mode", mode]
-    result = CliRunner().invoke(cli, arguments)
+    result = CliRunner().invoke(cli, arguments, env={"COLUMNS": "200"})  # rows unwrapped
     assert result.exit_code == 0, result.output
     assert "verification" in result.output and "OK" in result.output
-    assert "3,000" in result.output  # records in
-    assert "10 pages, 3,000 views" in result.output  # the interactive query of the counts store
+    assert "3,000" in result.output  # page views measured
+    assert "10 pages, 3,200 views" in result.output  # the interactive query: the warm-up's and the measured
     for row in rows:
         assert row in result.output
 
@@ -35,4 +41,11 @@ def test_demo_on_a_named_cluster_with_client_properties(spark, broker, tmp_path)
     result = CliRunner().invoke(cli, arguments)
     assert result.exit_code == 0, result.output
     assert "Embedded broker" not in result.output
-    assert "10 pages, 2,000 views" in result.output and "OK" in result.output
+    assert "10 pages, 2,200 views" in result.output and "OK" in result.output
+
+
+def test_the_demo_figures_say_what_they_measure():
+    result = DemoResult(records_in=10_000, processing_s=0.5, latencies_ms=[float(ms) for ms in range(1, 101)])
+    assert result.rate == 20_000
+    assert (result.latency_ms(0.5), result.latency_ms(0.99)) == (50.0, 99.0)
+    assert DemoResult().latency_ms(0.5) is None and DemoResult().rate is None

@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
 from strom.prometheus import MetricsServer
-from strom.spark import metrics
+from strom.spark import failure_policy, metrics
 from strom.spark.connector.metadata import TopicMetadata
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.lease import TaskLease
@@ -256,6 +256,7 @@ class SparkStreams:
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
         self._exception_handler: UncaughtExceptionHandler | None = None
+        self._configured_handler = failure_policy.configured_handler(self.config)  # when none is set in code
         self._metrics: MetricsServer | None = None
 
     @property
@@ -503,10 +504,11 @@ class SparkStreams:
     def _handled_by_replacing(self, error: Exception) -> bool:
         """Asks the uncaught exception handler; on REPLACE_THREAD the query starts again (from the
         committed offsets)."""
-        if self._exception_handler is None:
+        handler = self._exception_handler or self._configured_handler
+        if handler is None:
             return False
         try:
-            response = self._exception_handler(error)
+            response = handler(error)
         except Exception:
             log.exception("The uncaught exception handler of %s raised; the application stops",
                           self.config.application_id)

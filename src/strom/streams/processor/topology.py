@@ -9,6 +9,7 @@ from typing import Any
 
 from strom.errors import TopologyError
 from strom.streams.config import DEFAULT_DSL_STORE, StreamsConfig
+from strom.streams.processor import topology_graph
 from strom.streams.processor.api import AutoOffsetReset, ProcessorSupplier
 from strom.streams.processor.internals.builder import (
     InternalTopologyBuilder,
@@ -37,6 +38,10 @@ class NodeDescription:
     successors: list[str] = field(default_factory=list)
     predecessors: list[str] = field(default_factory=list)
     size: int = 1
+    topics: list[str] = field(default_factory=list)
+    """A source's topics (or its pattern), a sink's topic (none for a topic extractor)."""
+    stores: list[str] = field(default_factory=list)
+    """A processor's state stores."""
 
     def __str__(self) -> str:
         text = f"{self.kind}: {self.name} ({self.detail})\n"
@@ -76,6 +81,14 @@ class TopologyDescription:
         """The global stores (Kafka's ``globalStores()``), in sub-topology order."""
         return [GlobalStoreDescription(sub.id, sub.nodes[0], sub.nodes[1])
                 for sub in self.subtopologies if sub.global_store]
+
+    def to_mermaid(self) -> str:
+        """A Mermaid flowchart: sub-topologies as subgraphs, topics and stores as their own nodes."""
+        return topology_graph.to_mermaid(self)
+
+    def to_dot(self) -> str:
+        """A Graphviz digraph: sub-topologies as clusters, topics and stores as their own nodes."""
+        return topology_graph.to_dot(self)
 
     def __str__(self) -> str:
         """Byte for byte as Kafka Streams prints it (including its odd indentation: the first
@@ -193,9 +206,11 @@ def describe(builder: InternalTopologyBuilder) -> TopologyDescription:
             ]
         subtopologies.append(SubtopologyDescription(plan.id, order))
     for spec in builder.global_stores.values():  # numbered after the task sub-topologies
-        source = NodeDescription(spec.source_name, "Source", f"topics: [{spec.topic}]", [spec.processor_name])
+        source = NodeDescription(spec.source_name, "Source", f"topics: [{spec.topic}]", [spec.processor_name],
+                                 topics=[spec.topic])
         table = NodeDescription(
-            spec.processor_name, "Processor", f"stores: [{spec.name}]", [], [spec.source_name]
+            spec.processor_name, "Processor", f"stores: [{spec.name}]", [], [spec.source_name],
+            stores=[spec.name],
         )
         subtopologies.append(SubtopologyDescription(len(subtopologies), [source, table], global_store=True))
     return TopologyDescription(subtopologies)
@@ -229,17 +244,21 @@ def _describe_node(builder: InternalTopologyBuilder, name: str) -> NodeDescripti
     factory = builder.nodes[name]
     children = builder.children(name)
     if isinstance(factory, SourceNodeFactory):
-        return NodeDescription(name, "Source", f"topics: {factory.subscription()}", children, [])
+        topics = [factory.pattern.pattern] if factory.pattern is not None else list(factory.topics)
+        return NodeDescription(name, "Source", f"topics: {factory.subscription()}", children, [],
+                               topics=topics)
     if isinstance(factory, SinkNodeFactory):
         target = (
             f"topic: {factory.topic}"
             if factory.topic is not None
             else f"extractor class: {_callable_name(factory.topic_extractor)}"
         )
-        return NodeDescription(name, "Sink", target, [], list(factory.predecessors))
+        return NodeDescription(name, "Sink", target, [], list(factory.predecessors),
+                               topics=[] if factory.topic is None else [factory.topic])
     assert isinstance(factory, ProcessorNodeFactory)
     return NodeDescription(
-        name, "Processor", f"stores: [{', '.join(factory.stores)}]", children, list(factory.predecessors)
+        name, "Processor", f"stores: [{', '.join(factory.stores)}]", children, list(factory.predecessors),
+        stores=list(factory.stores),
     )
 
 

@@ -1,0 +1,111 @@
+"""strom's log4j2 configuration for Spark's JVM: no start-up chatter, every actionable warning kept.
+
+Spark's start-up notices (its default-profile and shell log-level lines, Hadoop's native-library
+notice, the loopback-hostname notice) tell a strom user nothing they can act on, so the driver JVM
+starts with this configuration: root at WARN (a memory warning or a lost executor still reaches the
+terminal) with those notices denied. The JVM's own ``WARNING: Using incubator modules`` line comes
+before any logging (Spark's launcher always adds the vector module), so it is dropped from the JVM's
+stderr while the gateway starts; every other line passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["LOG4J2_PROPERTIES", "config_file", "driver_java_options", "jvm_stderr_filtered", "reconfigure"]
+
+LOG4J2_PROPERTIES = """\
+# strom's log4j2 configuration for Spark (strom.spark.quiet_logging): warnings and errors on stderr,
+# Spark's and Hadoop's start-up notices left out.
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+appender.console.filter.startup.type = RegexFilter
+appender.console.filter.startup.regex = (?s).*(resolves to a loopback address|Set SPARK_LOCAL_IP).*
+appender.console.filter.startup.onMatch = DENY
+appender.console.filter.startup.onMismatch = NEUTRAL
+
+# the shell's level equal to the root's: Spark then prints no "Setting default log level" notice
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = warn
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.jetty.name = org.sparkproject.jetty.util.component.AbstractLifeCycle
+logger.jetty.level = error
+"""
+
+_JVM_NOTICE = re.compile(rb"^WARNING: Using incubator modules: .*\n?$")
+
+
+def config_file() -> Path:
+    """The configuration as a file the JVM can read (written once per content, shared by processes)."""
+    digest = hashlib.sha256(LOG4J2_PROPERTIES.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"strom-log4j2-{digest}.properties"
+    if not path.exists():
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(LOG4J2_PROPERTIES)
+        partial.replace(path)
+    return path
+
+
+def driver_java_options(existing: str | None) -> str:
+    """``existing`` with strom's configuration added, unless it names a log4j2 configuration itself."""
+    existing = (existing or "").strip()
+    if "log4j2.configurationFile" in existing:
+        return existing
+    return f"-Dlog4j2.configurationFile={config_file().as_uri()} {existing}".strip()
+
+
+@contextmanager
+def jvm_stderr_filtered() -> Iterator[None]:
+    """While the JVM starts, file descriptor 2 is a pipe it inherits for life; a daemon thread copies
+    its lines to the real stderr, all but the incubator-module notice."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no usable stderr: nothing to keep quiet
+        yield
+        return
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(target=_copy_lines, args=(read_end, saved), name="strom-jvm-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+
+
+def _copy_lines(read_end: int, target: int) -> None:
+    with os.fdopen(read_end, "rb") as pipe:
+        for line in iter(pipe.readline, b""):
+            if not _JVM_NOTICE.match(line):
+                try:
+                    os.write(target, line)
+                except OSError:
+                    return
+
+
+def reconfigure(spark_context: object) -> None:
+    """Applies the configuration to a JVM started before strom (``spark-submit`` of an application):
+    its start-up notices are printed already, later ones follow strom's configuration."""
+    jvm = spark_context._jvm  # type: ignore[attr-defined]
+    properties = jvm.java.lang.System.getProperty("log4j2.configurationFile")
+    if properties:  # the user's own configuration (or strom's, given at spark-submit) stays
+        return
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    context.setConfigLocation(jvm.java.net.URI(config_file().as_uri()))

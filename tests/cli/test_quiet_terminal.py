@@ -1,0 +1,64 @@
+"""What a newcomer's terminal shows: strom's Spark sessions print none of Spark's, Hadoop's or the JVM's
+start-up notices (strom.spark.quiet_logging), while a warning a user can act on still reaches stderr,
+and ``quiet=False`` (``strom -v``) gives Spark's own logging back."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from .test_run import SPARK_CHATTER, STROM
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+MEMORY_WARNING = "Not enough space to cache rdd_1_0 in memory! (computed 512.0 MiB so far)"
+SESSION = """
+import strom.spark
+spark = strom.spark.session(app_name="strom-quiet-test", quiet={quiet})
+log = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger(
+    "org.apache.spark.storage.memory.MemoryStore")
+log.warn("{warning}")
+spark.stop()
+"""
+
+
+def _chatter(output: str) -> list[str]:
+    return [line for line in output.splitlines() for chatter in SPARK_CHATTER if chatter in line]
+
+
+def test_strom_demo_prints_no_spark_start_up_chatter():
+    result = subprocess.run([*STROM, "demo", "--records", "2000", "--timeout", "150"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "verification" in result.stdout and "OK" in result.stdout
+    assert _chatter(result.stdout + result.stderr) == []
+
+
+def test_a_quiet_session_still_shows_an_actionable_spark_warning():
+    result = subprocess.run([sys.executable, "-c", SESSION.format(quiet=True, warning=MEMORY_WARNING)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"WARN MemoryStore: {MEMORY_WARNING}" in result.stderr
+    assert _chatter(result.stderr) == []
+
+
+LATER_QUIET = """
+spark = strom.spark.session(app_name="strom-quiet-test")  # as an app under spark-submit: the JVM runs
+utils = spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.util.Utils")
+utils.warn("Your hostname, test, resolves to a loopback address: 127.0.0.1; using 10.0.0.1 instead")
+log.warn("still shown: {warning}")
+spark.stop()
+"""
+
+
+def test_a_verbose_session_keeps_spark_s_own_logging_and_a_later_quiet_one_applies_strom_s():
+    script = SESSION.format(quiet=False, warning=MEMORY_WARNING).replace("spark.stop()\n", "")
+    result = subprocess.run([sys.executable, "-c", script + LATER_QUIET.format(warning=MEMORY_WARNING)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "Using Spark's default log4j profile" in result.stderr
+    assert MEMORY_WARNING in result.stderr
+    assert f"still shown: {MEMORY_WARNING}" in result.stderr  # reconfigured, warnings still pass
+    assert "test, resolves to a loopback address" not in result.stderr
