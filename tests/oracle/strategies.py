@@ -24,7 +24,21 @@ PREDICATES = ["even", "gt5", "key_a", "not_null"]
 MAPPERS = ["inc", "dbl", "mod7", "keylen"]
 KEY_SELECTORS = ["vmod3", "same", "const", "next"]
 REDUCERS = ["sum", "max", "latest"]
-EXCLUDED: frozenset[str] = frozenset()
+# Variants strom deliberately differs in (docs/streams.md, "Differences from Kafka Streams"), by name:
+# the strategies never draw them.
+EXCLUDED = {
+    "optimized-left-or-outer-self-join": "a left or outer stream-stream self-join under "
+    "topology.optimization=all: Kafka Streams 4.1.1's single-store self-join gives it inner-join results",
+}
+
+
+def _excluded(spec: dict[str, Any]) -> bool:
+    """Whether ``spec`` uses a variant named in EXCLUDED."""
+    optimized = spec["props"]["topology.optimization"] == "all"
+    return optimized and any(
+        node["op"] == "join" and node["in"] == node.get("other") and node["kind"] != "inner"
+        for node in spec["nodes"]
+    )
 
 
 @dataclass
@@ -82,7 +96,8 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.add(choice, **{"in": _stream(draw, spec, depth - 1)},
                         fn=draw(st.sampled_from(KEY_SELECTORS)), value_fn=draw(st.sampled_from(MAPPERS)))
     if choice == "flat_map_values":
-        return spec.add(choice, **{"in": _stream(draw, spec, depth - 1)}, fn=draw(st.sampled_from(["dup", "none"])))
+        return spec.add(choice, **{"in": _stream(draw, spec, depth - 1)},
+                        fn=draw(st.sampled_from(["dup", "none"])))
     if choice == "merge":
         left = _stream(draw, spec, depth - 1)
         return spec.add(choice, **{"in": left}, other=_stream(draw, spec, depth - 1))
@@ -95,12 +110,13 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     if choice == "stream_table_join":
         left = _stream(draw, spec, depth - 1)
         return spec.add("join", **{"in": left}, other=_table(draw, spec, depth - 1),
-                        kind=draw(st.sampled_from(["inner", "left"])), fn=draw(st.sampled_from(["lr", "left"])))
+                        kind=draw(st.sampled_from(["inner", "left"])),
+                        fn=draw(st.sampled_from(["lr", "left"])))
     left = _stream(draw, spec, depth - 1)
     right = _stream(draw, spec, depth - 1)
     window = {"size": draw(st.sampled_from([0, 10, 50])), "grace": draw(st.sampled_from([0, 20, 100]))}
-    return spec.add("join", **{"in": left}, other=right, kind=draw(st.sampled_from(["inner", "left", "outer"])),
-                    fn="lr", window=window)
+    return spec.add("join", **{"in": left}, other=right,
+                    kind=draw(st.sampled_from(["inner", "left", "outer"])), fn="lr", window=window)
 
 
 def _grouped_stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
@@ -141,13 +157,14 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     if choice == "table_join":
         left = _table(draw, spec, depth - 1)
         right = _table(draw, spec, depth - 1)
-        return spec.add("join", **{"in": left}, other=right, kind=draw(st.sampled_from(["inner", "left", "outer"])),
-                        fn="lr", **spec.store(draw, "kv"))
+        return spec.add("join", **{"in": left}, other=right,
+                        kind=draw(st.sampled_from(["inner", "left", "outer"])), fn="lr",
+                        **spec.store(draw, "kv"))
     if choice == "fk_join":
         left = _table(draw, spec, depth - 1)
         right = _table(draw, spec, depth - 1)
-        return spec.add("fk_join", **{"in": left}, other=right, kind=draw(st.sampled_from(["inner", "left"])),
-                        fn="lr", **spec.store(draw, "kv"))
+        return spec.add("fk_join", **{"in": left}, other=right,
+                        kind=draw(st.sampled_from(["inner", "left"])), fn="lr", **spec.store(draw, "kv"))
     if choice == "table_group_by":
         grouped = spec.add("group_by", **{"in": _table(draw, spec, depth - 1)},
                            fn=draw(st.sampled_from(KEY_SELECTORS)))
@@ -217,8 +234,13 @@ def _props(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def topologies(root: str) -> st.SearchStrategy[dict[str, Any]]:
+    """Specs of ``root`` topologies without the EXCLUDED variants."""
+    return _topologies(root).filter(lambda spec: not _excluded(spec))
+
+
 @st.composite
-def topologies(draw: st.DrawFn, root: str) -> dict[str, Any]:
+def _topologies(draw: st.DrawFn, root: str) -> dict[str, Any]:
     """A spec whose sink reads a ``root`` expression (stream, table or windowed) of depth up to 3."""
     spec = _Spec()
     depth = draw(st.integers(1, 3))
