@@ -52,6 +52,34 @@ test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+# issue 28: the oracle's reference runner (tests/oracle): Kafka Streams' jars of the version the Apache
+# Kafka tests pin, copied by Maven into .cache/oracle/<version>/libs, and the runner compiled by javac into
+# .cache/oracle/<version>/classes; rebuilt only when the pom or the runner's source changes.
+ORACLE_POM := tests/oracle/java/pom.xml
+ORACLE_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' $(ORACLE_POM))
+ORACLE_DIR := .cache/oracle/$(ORACLE_VERSION)
+ORACLE_LIBS_STAMP := $(ORACLE_DIR)/libs/.complete
+ORACLE_SOURCES := $(shell find tests/oracle/java/src -name '*.java')
+ORACLE_STAMP := $(ORACLE_DIR)/classes/.complete
+
+.PHONY: oracle
+oracle: $(ORACLE_STAMP)
+
+$(ORACLE_LIBS_STAMP): $(ORACLE_POM)
+	@command -v javac >/dev/null || { echo "The oracle tests need a JDK 17+ (apt-get install openjdk-17-jdk-headless)."; exit 1; }
+	@command -v mvn >/dev/null || { echo "Fetching Kafka Streams' jars needs Maven: install it (apt-get install maven)."; exit 1; }
+	rm -rf $(ORACLE_DIR)/libs
+	mvn --batch-mode --quiet -f $(ORACLE_POM) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(ORACLE_DIR)/libs
+	@touch $@
+
+$(ORACLE_STAMP): $(ORACLE_LIBS_STAMP) $(ORACLE_SOURCES)
+	rm -rf $(ORACLE_DIR)/classes
+	javac -nowarn -encoding UTF-8 --release 17 -cp '$(ORACLE_DIR)/libs/*' -d $(ORACLE_DIR)/classes $(ORACLE_SOURCES)
+	@touch $@
+
+test: oracle
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
