@@ -9,7 +9,13 @@ import difflib
 from typing import Any
 
 import click
-from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, IsolationLevel, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    IsolationLevel,
+    TopicPartition,
+)
 from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
 
 from strom.cli.connection import TIMEOUT, Connection, connection_options
@@ -29,15 +35,21 @@ def _state(state: ConsumerGroupState) -> str:
     return state.name.lower() if state is not None else "unknown"
 
 
+def _type(kind: ConsumerGroupType | None) -> str:
+    """``classic`` (JoinGroup/SyncGroup) or ``consumer`` (KIP-848's protocol, group.protocol=consumer);
+    a broker before Kafka 3.7 does not say: unknown."""
+    return kind.name.lower() if kind is not None else "unknown"
+
+
 @groups.command("list")
 @connection_options
 @output_option
 def list_command(connection: Connection, output: str) -> None:
-    """Every consumer group and its state."""
+    """Every consumer group, its protocol type (classic or consumer) and its state."""
     listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
-    rows = [{"group": g.group_id, "state": _state(g.state)}
+    rows = [{"group": g.group_id, "type": _type(g.type), "state": _state(g.state)}
             for g in sorted(listed.valid, key=lambda g: g.group_id)]
-    print_rows(rows, ["group", "state"], output)
+    print_rows(rows, ["group", "type", "state"], output)
 
 
 def _describe(connection: Connection, group: str) -> ConsumerGroupDescription:
@@ -79,13 +91,40 @@ def _existing(connection: Connection, group: str) -> tuple[ConsumerGroupDescript
     return description, offsets
 
 
+def _partitions(assignment: Any) -> list[str]:
+    return sorted(f"{tp.topic}-{tp.partition}" for tp in (assignment.topic_partitions if assignment else []))
+
+
+def _members(description: ConsumerGroupDescription, output: str) -> None:
+    """One row per member with its assignment; a consumer-protocol group also shows the target
+    assignment the coordinator is moving the member to (kafka-consumer-groups --members --verbose)."""
+    rows = [{"member": m.member_id, "group instance id": m.group_instance_id, "host": m.host,
+             "client id": m.client_id, "partitions": len(m.assignment.topic_partitions),
+             "assignment": _partitions(m.assignment), "target assignment": _partitions(m.target_assignment)}
+            for m in sorted(description.members, key=lambda m: m.member_id)]
+    columns = ["member", "host", "client id", "partitions", "assignment"]
+    if description.type == ConsumerGroupType.CONSUMER:
+        columns.append("target assignment")
+    print_rows(rows, columns, output)
+
+
 @groups.command("describe")
 @connection_options
 @click.argument("group")
+@click.option("--members", is_flag=True, help="One row per member and its assigned partitions instead.")
 @output_option
-def describe_command(connection: Connection, group: str, output: str) -> None:
-    """Per partition: committed offset, end offset, lag and the member it is assigned to."""
+def describe_command(connection: Connection, group: str, members: bool, output: str) -> None:
+    """Per partition: committed offset, end offset, lag and the member it is assigned to. The first line
+    (on stderr) gives the group's type, state, assignor and member count."""
     description, offsets = _existing(connection, group)
+    if output != "json":
+        assignor = description.partition_assignor or "-"
+        click.echo(f"group {group}: {_type(description.type)} protocol, {_state(description.state)}, "
+                   f"assignor {assignor}, coordinator {description.coordinator.id}, "
+                   f"{len(description.members)} member(s)", err=True)
+    if members:
+        _members(description, output)
+        return
     owners: dict[tuple[str, int], Any] = {}
     for member in description.members:
         for tp in member.assignment.topic_partitions:
@@ -100,9 +139,6 @@ def describe_command(connection: Connection, group: str, output: str) -> None:
                      "lag": None if offset is None else max(0, end - offset),
                      "member": member.member_id if member else None, "host": member.host if member else None,
                      "client id": member.client_id if member else None})
-    if output != "json":
-        click.echo(f"group {group}: {_state(description.state)}, {len(description.members)} member(s)",
-                   err=True)
     print_rows(rows, ["topic", "partition", "committed offset", "end offset", "lag", "member", "host",
                       "client id"], output)
 

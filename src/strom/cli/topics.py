@@ -48,10 +48,16 @@ def list_command(connection: Connection, internal: bool, output: str) -> None:
 @connection_options
 @click.argument("name")
 @click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--replication-factor", type=click.IntRange(min=-1), default=-1, show_default=True,
+              help="Copies of each partition; -1 takes the broker's default.replication.factor.")
 @config_option
-def create_command(connection: Connection, name: str, partitions: int, config: dict[str, str]) -> None:
+def create_command(connection: Connection, name: str, partitions: int, replication_factor: int,
+                   config: dict[str, str]) -> None:
     """Create a topic."""
-    new = NewTopic(name, partitions, 1, config=config)
+    if replication_factor == 0:
+        raise click.BadParameter("must be -1 (the broker's default) or 1 or more",
+                                 param_hint="--replication-factor")
+    new = NewTopic(name, partitions, replication_factor, config=config)
     result(connection.admin().create_topics([new], request_timeout=TIMEOUT)[name], f"create topic {name!r}")
     click.echo(f"created {name} with {partitions} partition(s)")
 
@@ -82,14 +88,16 @@ def describe_command(connection: Connection, name: str, output: str) -> None:
     """Partitions with offsets, and the topic's configs."""
     topic = connection.topic(name)
     offsets = watermarks(connection, name, sorted(topic.partitions))
-    partitions = [{"partition": p, "leader": topic.partitions[p].leader, "log start offset": low,
-                   "end offset": high} for p, (low, high) in offsets.items()]
+    partitions = [{"partition": p, "leader": topic.partitions[p].leader,
+                   "replicas": topic.partitions[p].replicas, "isr": topic.partitions[p].isrs,
+                   "log start offset": low, "end offset": high} for p, (low, high) in offsets.items()]
     configs = _configs(connection, name)
     if output == "json":
         print_record({"topic": name, "partitions": partitions, "configs": configs}, output)
         return
     click.echo(f"{name}: {len(partitions)} partition(s)")
-    print_rows(partitions, ["partition", "leader", "log start offset", "end offset"], output)
+    print_rows(partitions, ["partition", "leader", "replicas", "isr", "log start offset", "end offset"],
+               output)
     print_rows(configs, ["config", "value", "source"], output)
 
 

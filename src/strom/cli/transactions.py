@@ -8,6 +8,7 @@ import datetime
 import time
 
 import click
+from confluent_kafka.admin import ClusterMetadata
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.errors import ErrorCode
@@ -30,41 +31,96 @@ def transactions() -> None:
     """Inspect and abort transactions (kafka-transactions)."""
 
 
-def _wire(connection: Connection) -> WireClient:
-    """A protocol client for the APIs librdkafka does not expose; it speaks PLAINTEXT only."""
+_ELSEWHERE = (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
+              ErrorCode.coordinator_not_available)
+"""A broker's answer for a transactional id it does not coordinate (or not yet: still loading)."""
+_RETRIES = 20
+_RETRY_S = 0.5
+
+
+def _wire(connection: Connection, broker: str | None = None) -> WireClient:
+    """A protocol client for the APIs librdkafka does not expose, to one broker (``host:port``; default
+    the first bootstrap server); it speaks PLAINTEXT only."""
     protocol = connection.properties.get("security.protocol", "plaintext").lower()
     if protocol != "plaintext":
         raise StromError(f"`strom transactions` speaks to the broker directly over PLAINTEXT; "
                          f"security.protocol={protocol} is not supported. Use Kafka's kafka-transactions "
                          "for a secured cluster.")
-    return WireClient(connection.bootstrap_servers)
+    return WireClient(broker or connection.bootstrap_servers)
+
+
+def _brokers(connection: Connection) -> dict[int, str]:
+    """Every broker of the cluster by id, as ``host:port``: each coordinates a share of the
+    transactional ids and leads a share of the partitions."""
+    return {b.id: f"{b.host}:{b.port}" for b in connection.metadata().brokers.values()}
+
+
+def _send_to_each(connection: Connection, request) -> list:
+    answers = []
+    for broker in _brokers(connection).values():
+        with _wire(connection, broker) as client:
+            answers.append(client.send(request))
+    return answers
 
 
 def _list(connection: Connection, **filters) -> list:
-    with _wire(connection) as client:
-        response = client.send(ListTransactionsRequest(
-            state_filters=filters.get("states", ()), producer_id_filters=filters.get("producer_ids", ()),
-            duration_filter=i64(filters.get("min_duration_ms", -1))))
-    _raise_for(response.error_code, "ListTransactions")
-    if response.unknown_state_filters:
-        raise StromError(f"Unknown transaction state(s): {', '.join(response.unknown_state_filters)}. "
-                         "Use Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or CompleteAbort.")
-    return sorted(response.transaction_states, key=lambda s: s.transactional_id)
+    """ListTransactions of every broker, merged (as kafka-transactions list does)."""
+    request = ListTransactionsRequest(
+        state_filters=filters.get("states", ()), producer_id_filters=filters.get("producer_ids", ()),
+        duration_filter=i64(filters.get("min_duration_ms", -1)))
+    states = []
+    for response in _send_to_each(connection, request):
+        _raise_for(response.error_code, "ListTransactions")
+        if response.unknown_state_filters:
+            raise StromError(f"Unknown transaction state(s): {', '.join(response.unknown_state_filters)}. "
+                             "Use Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit or "
+                             "CompleteAbort.")
+        states += response.transaction_states
+    return sorted(states, key=lambda s: s.transactional_id)
 
 
 def _describe(connection: Connection, transactional_ids: tuple[str, ...]) -> list:
-    """The coordinator's view of each id; unknown ids are an error naming them."""
-    with _wire(connection) as client:
-        response = client.send(DescribeTransactionsRequest(transactional_ids=transactional_ids))
-    missing = [s.transactional_id for s in response.transaction_states
-               if s.error_code == ErrorCode.transactional_id_not_found]
+    """The coordinator's view of each id; unknown ids are an error naming them. Each broker is asked
+    and the coordinator of an id answers for it (the others say NOT_COORDINATOR); a coordinator still
+    loading its share of __transaction_state is asked again."""
+    found: dict[str, object] = {}
+    for _ in range(_RETRIES):
+        wanted = tuple(t for t in transactional_ids if t not in found)
+        for response in _send_to_each(connection, DescribeTransactionsRequest(transactional_ids=wanted)):
+            for state in response.transaction_states:
+                if state.error_code not in _ELSEWHERE:
+                    found.setdefault(state.transactional_id, state)
+        if len(found) == len(set(transactional_ids)):
+            break
+        time.sleep(_RETRY_S)
+    unanswered = [t for t in transactional_ids if t not in found]
+    if unanswered:
+        raise StromError(f"No broker at {connection.bootstrap_servers} coordinates transactional id(s) "
+                         f"{', '.join(unanswered)} yet (NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS "
+                         "everywhere); try again once the cluster is up.")
+    states = [found[t] for t in dict.fromkeys(transactional_ids)]
+    missing = [s.transactional_id for s in states if s.error_code == ErrorCode.transactional_id_not_found]
     if missing:
         raise TransactionalIdNotFoundError(
             f"Transactional id(s) not known to the broker at {connection.bootstrap_servers}: "
             f"{', '.join(missing)}. `strom transactions list` shows the known ones.")
-    for state in response.transaction_states:
+    for state in states:
         _raise_for(state.error_code, f"DescribeTransactions({state.transactional_id})")
-    return list(response.transaction_states)
+    return states
+
+
+def _leader(metadata: ClusterMetadata, topic: str, partition: int) -> str:
+    """``host:port`` of the partition's leader (DescribeProducers and WriteTxnMarkers go there)."""
+    found = metadata.topics.get(topic)
+    if found is None or partition not in found.partitions:
+        raise StromError(f"Topic {topic!r} has no partition {partition}; see "
+                         f"`strom topics describe {topic}`.")
+    leader = found.partitions[partition].leader
+    if leader not in metadata.brokers:
+        raise StromError(f"{topic}-{partition} has no leader now (broker {leader} is not serving); try again "
+                         "once the cluster elected one.")
+    broker = metadata.brokers[leader]
+    return f"{broker.host}:{broker.port}"
 
 
 @transactions.command("list")
@@ -107,12 +163,18 @@ def describe_command(connection: Connection, transactional_ids: tuple[str, ...],
 
 def _producers(connection: Connection, topic: str, partitions: tuple[int, ...]) -> list[dict]:
     """Active producers of each partition (DescribeProducers), with their open transaction if any."""
-    chosen = partitions or tuple(sorted(connection.topic(topic).partitions))
-    with _wire(connection) as client:
-        response = client.send(DescribeProducersRequest(
-            topics=(TopicRequest(name=topic, partition_indexes=tuple(i32(p) for p in chosen)),)))
+    chosen = partitions or tuple(sorted(connection.topic(topic).partitions))  # a missing topic: its error
+    metadata = connection.metadata()
+    by_leader: dict[str, list[int]] = {}
+    for partition in chosen:
+        by_leader.setdefault(_leader(metadata, topic, partition), []).append(partition)
+    answers = []
+    for broker, led in by_leader.items():
+        with _wire(connection, broker) as client:
+            answers += client.send(DescribeProducersRequest(
+                topics=(TopicRequest(name=topic, partition_indexes=tuple(i32(p) for p in led)),))).topics
     rows = []
-    for answer in response.topics:
+    for answer in answers:
         for partition in answer.partitions:
             if partition.error_code == ErrorCode.unknown_topic_or_partition:
                 raise StromError(f"Topic {topic!r} has no partition {partition.partition_index}; see "
@@ -240,7 +302,7 @@ def _abort_hanging(connection: Connection, topic: str, partition: int, producer_
         topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=(i32(partition),)),),
         coordinator_epoch=i32(max(row["coordinator epoch"], 0) if coordinator_epoch is None
                               else coordinator_epoch))
-    with _wire(connection) as client:
+    with _wire(connection, _leader(connection.metadata(), topic, partition)) as client:
         response = client.send(WriteTxnMarkersRequest(markers=(marker,)))
     (result,) = response.markers[0].topics[0].partitions
     _raise_for(result.error_code, f"WriteTxnMarkers({topic}-{partition})")

@@ -15,12 +15,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from strom.errors import BrokerUnavailableError, ConfigError
+from strom.kafka.wire import WireClient
 
 __all__ = [
-    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "consumer",
-    "create_topics", "load_properties", "produce", "producer",
+    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin",
+    "check_group_protocol", "consumer", "create_topics", "load_properties", "produce", "producer",
 ]
 
 log = logging.getLogger(__name__)
@@ -81,11 +83,34 @@ def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | No
 
 
 def consumer(bootstrap_servers: str, group_id: str | None = None, **overrides: Any) -> Consumer:
-    """A manual-commit, read_committed consumer starting from the earliest offset unless overridden."""
+    """A manual-commit, read_committed consumer starting from the earliest offset unless overridden.
+    With ``group.protocol=consumer`` the broker must offer KIP-848's protocol (see
+    ``check_group_protocol``)."""
     if group_id is not None:
         overrides = {"group.id": group_id, **overrides}
     overrides.setdefault("group.id", "strom-unused-group")
+    check_group_protocol(bootstrap_servers, overrides)
     return _build(Consumer, _config(bootstrap_servers, CONSUMER_DEFAULTS, overrides))
+
+
+_CONSUMER_GROUP_HEARTBEAT = 68
+
+
+def check_group_protocol(bootstrap_servers: str, config: Mapping[str, Any]) -> None:
+    """Raises ConfigError if ``group.protocol=consumer`` (KIP-848) is asked of a broker without
+    ConsumerGroupHeartbeat (strom broker, Kafka before 4.0): librdkafka would wait for an assignment
+    for ever, saying nothing. Only a PLAINTEXT listener is asked; a secured cluster is trusted."""
+    if str(config.get("group.protocol", "classic")).lower() != "consumer":
+        return
+    if str(config.get("security.protocol", "plaintext")).lower() != "plaintext":
+        return
+    with WireClient(bootstrap_servers) as client:
+        answer = client.send(ApiVersionsRequest(client_software_name="strom", client_software_version="1"))
+    if not any(int(api.api_key) == _CONSUMER_GROUP_HEARTBEAT for api in answer.api_keys):
+        raise ConfigError(
+            f"group.protocol=consumer (KIP-848) needs a broker that offers ConsumerGroupHeartbeat (Apache "
+            f"Kafka 4.0 or later); the broker at {bootstrap_servers} does not (strom broker speaks the "
+            "classic group protocol only). Remove group.protocol or set it to classic.")
 
 
 def admin(bootstrap_servers: str, **overrides: Any) -> AdminClient:

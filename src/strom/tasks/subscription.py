@@ -42,6 +42,14 @@ _DRAIN_TICK_S = 0.005
 TP = tuple[str, int]
 
 
+def _incremental(config: Mapping[str, Any]) -> bool:
+    """Whether the group hands out partitions incrementally: the consumer protocol (KIP-848,
+    ``group.protocol=consumer``) always does, the classic one with the cooperative-sticky assignor. The
+    assign callback then gets only the added partitions, which must be added, not replace the rest."""
+    return (str(config.get("group.protocol", "classic")).lower() == "consumer"
+            or "cooperative-sticky" in str(config.get("partition.assignment.strategy", "")))
+
+
 class CommitManager:
     """Commits the commit-ready offsets asynchronously every ``decaton.commit.interval.ms``."""
 
@@ -133,6 +141,7 @@ class ProcessorSubscription:
         self._builder = builder
         self._props = props
         self._config = config
+        self._incremental = _incremental(config)
         self._topics = [builder.topic]
         self._contexts: dict[TP, PartitionContext] = {}
         self._retry_queue: RetryQueue | None = None
@@ -152,6 +161,17 @@ class ProcessorSubscription:
         self._error: BaseException | None = None
         self._state_listener = state_listener
         self.state = SubscriptionState.INITIALIZING
+
+        # librdkafka calls on_commit inside consume() on the subscription thread
+        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+            self._commit_manager.on_commit(err, partitions)
+
+        try:
+            self._consumer = clients.consumer(self._bootstrap, **self._config, on_commit=on_commit)
+        except BaseException:
+            self._close_helpers()
+            raise
+        self._commit_manager = CommitManager(self._consumer, self._contexts, props)
         self._thread = threading.Thread(target=self._run, name=f"subscription-{subscription_id}", daemon=True)
         props.get(PROPS.PARTITION_CONCURRENCY).listen(self._on_concurrency_change)
 
@@ -197,7 +217,10 @@ class ProcessorSubscription:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # librdkafka keeps a partition's pause flag across assignments: start every new one fetching
-        consumer.assign(partitions)
+        if self._incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         consumer.resume(partitions)
         for tp in partitions:
             key = (tp.topic, tp.partition)
@@ -224,12 +247,7 @@ class ProcessorSubscription:
 
     # ---- loop -----------------------------------------------------------------------------------
     def _run(self) -> None:
-        # librdkafka calls on_commit inside consume() on this thread, once the manager exists
-        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-            self._commit_manager.on_commit(err, partitions)
-
-        consumer = clients.consumer(self._bootstrap, **self._config, on_commit=on_commit)
-        self._commit_manager = CommitManager(consumer, self._contexts, self._props)
+        consumer = self._consumer
         try:
             consumer.subscribe(self._topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                on_lost=self._on_lost)
@@ -337,7 +355,8 @@ class ProcessorSubscription:
     def close(self) -> None:
         """Graceful shutdown: stop fetching, drain, commit, close. Raises what stopped the loop, if any."""
         self._terminated.set()
-        if self._thread.ident is None:  # built but never started: only the helpers to release
+        if self._thread.ident is None:  # built but never started: only the clients to release
+            self._consumer.close()
             self._close_helpers()
         elif self._thread.is_alive():
             self._thread.join()

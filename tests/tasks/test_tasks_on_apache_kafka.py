@@ -1,0 +1,228 @@
+"""strom.tasks subscriptions as a Kafka client: on strom broker and on the 3-node Apache Kafka cluster
+(replication factor 3, min.insync.replicas 2), under the classic group protocol and KIP-848's consumer
+protocol, and through a rolling restart of every Kafka node."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+from confluent_kafka import KafkaError
+
+from strom.errors import ConfigError
+from strom.kafka import clients
+from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder, SubscriptionState
+from strom.tasks.protocol import metadata_header
+from support.apache_kafka import KafkaCluster
+from support.kafka import committed_offsets, create_topic, end_offsets, produce, read_topic, unique, wait_for
+
+pytestmark = pytest.mark.slow
+
+# A first group on a fresh cluster waits for __consumer_offsets (50 partitions, RF 3) to be created and
+# loaded; group.initial.rebalance.delay.ms (3 s) delays every new classic group.
+JOIN_TIMEOUT_S = 120
+
+
+def _subscription(bootstrap: str, topic: str, process, group: str, consumer: dict | None = None,
+                  props: dict | None = None, retry: RetryConfig | None = None, states: list | None = None):
+    builder = (SubscriptionBuilder.new_builder(group)
+               .processors_builder(ProcessorsBuilder.consuming(topic, int).then_process(process))
+               .properties({"decaton.commit.interval.ms": 100, **(props or {})})
+               .consumer_config({"bootstrap.servers": bootstrap, **(consumer or {})}))
+    if retry is not None:
+        builder.enable_retry(retry)
+    if states is not None:
+        builder.state_listener(states.append)
+    return builder.build_and_start()
+
+
+def _records(n: int, keys: int) -> list[tuple[bytes, bytes]]:
+    return [(f"k{i % keys}".encode(), str(i).encode()) for i in range(n)]
+
+
+def _recorder():
+    seen: dict[bytes, list[int]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def process(context, task: int) -> None:
+        with lock:
+            seen[context.key()].append(task)
+    return seen, process
+
+
+def _replicas(cluster: KafkaCluster) -> int:
+    return 3 if isinstance(cluster, KafkaCluster) else 1
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_concurrent_processing_keeps_key_order_and_the_sliding_commit_reaches_the_end(
+        kafka_cluster: KafkaCluster, protocol: str) -> None:
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = create_topic(bootstrap, 3)
+    n = produce(bootstrap, topic, _records(900, 30))
+    seen, record = _recorder()
+
+    def process(context, task: int) -> None:
+        time.sleep((task % 7) / 2000)  # completions come out of order within a partition
+        record(context, task)
+
+    group = unique(f"order-{protocol}")
+    sub = _subscription(bootstrap, topic, process, group, {"group.protocol": protocol},
+                        {"decaton.partition.concurrency": 8})
+    try:
+        assert wait_for(lambda: sum(map(len, seen.values())) >= n, JOIN_TIMEOUT_S)
+        ends = end_offsets(bootstrap, topic, 3)
+        # the out-of-order completions are committed up to the first incomplete one, while running
+        assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 3) == ends, 30, 0.2)
+    finally:
+        sub.close()
+    assert sorted(v for values in seen.values() for v in values) == list(range(n))
+    assert all(values == sorted(values) for values in seen.values())
+    description = kafka_cluster.admin().describe_consumer_groups([group], request_timeout=30)[group].result()
+    assert description.type.name.lower() == protocol
+
+
+def test_a_second_member_takes_partitions_under_the_consumer_protocol(kafka_cluster: KafkaCluster) -> None:
+    """KIP-848 moves partitions one by one (incremental assignment): each member keeps what it holds and
+    the revoked partitions are drained and committed before the other member starts on them."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = create_topic(bootstrap, 4)
+    n = produce(bootstrap, topic, _records(1200, 60))
+    processed: dict[str, list[int]] = defaultdict(list)
+    lock = threading.Lock()
+
+    def processor(member: str):
+        def process(context, task: int) -> None:
+            time.sleep(0.02)
+            with lock:
+                processed[member].append(task)
+        return process
+
+    group = unique("kip848")
+    consumer = {"group.protocol": "consumer"}
+    props = {"decaton.partition.concurrency": 2, "decaton.max.pending.records": 40}
+    states: list[SubscriptionState] = []
+    first = _subscription(bootstrap, topic, processor("first"), group, consumer, props, states=states)
+    second = None
+    try:
+        assert wait_for(lambda: len(processed["first"]) >= 100, JOIN_TIMEOUT_S)
+        second = _subscription(bootstrap, topic, processor("second"), group, consumer, props)
+        assert wait_for(lambda: len(set(processed["first"]) | set(processed["second"])) >= n, 120)
+        ends = end_offsets(bootstrap, topic, 4)
+        assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 4) == ends, 30, 0.2)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    assert processed["second"], "the second member got partitions"
+    assert SubscriptionState.REBALANCING in states
+    assert sorted(processed["first"] + processed["second"]) == list(range(n))  # nothing ran twice
+
+
+def test_retry_topic_and_dead_letter_topic_are_replicated(any_broker) -> None:
+    bootstrap = any_broker.bootstrap_servers
+    topic = create_topic(bootstrap, 2)
+    produce(bootstrap, topic, [(b"order-1", b"42"), (b"order-2", b"7")])
+    attempts: dict[int, list[int]] = defaultdict(list)
+
+    def process(context, task: int) -> None:
+        attempts[task].append(context.metadata().retry_count)
+        if task == 42:
+            context.retry()
+
+    group = unique("retry")
+    sub = _subscription(bootstrap, topic, process, group, props={"strom.retry.max.attempts": 2},
+                        retry=RetryConfig.with_backoff(200))
+    try:
+        dead = read_topic(bootstrap, f"{topic}-dlq", expected=1, timeout=JOIN_TIMEOUT_S)
+        assert wait_for(lambda: sum(committed_offsets(bootstrap, group, topic, 2).values()) == 2, 30, 0.2)
+    finally:
+        sub.close()
+    assert attempts[42] == [0, 1, 2] and attempts[7] == [0]
+    assert [(r.key(), r.value()) for r in dead] == [(b"order-1", b"42")]
+    assert metadata_header(dead[0].headers()).retry_count == 2
+    metadata = clients.admin(bootstrap).list_topics(timeout=10).topics
+    for created in (f"{topic}-retry", f"{topic}-dlq"):  # replication.factor -1: the broker's default
+        assert {len(p.replicas) for p in metadata[created].partitions.values()} == {_replicas(any_broker)}
+    assert len(metadata[f"{topic}-retry"].partitions) == 2
+
+
+def test_the_consumer_protocol_on_a_broker_without_it_is_one_clear_error(broker) -> None:
+    """strom broker speaks the classic group protocol only (KIP-848 needs Apache Kafka 4.0+)."""
+    topic = create_topic(broker.bootstrap_servers, 1)
+    with pytest.raises(ConfigError, match=r"group.protocol=consumer \(KIP-848\) needs a broker .* Remove"):
+        _subscription(broker.bootstrap_servers, topic, lambda context, task: None, unique("no848"),
+                      {"group.protocol": "consumer"})
+
+
+def _fully_replicated(cluster: KafkaCluster, topics: list[str]) -> bool:
+    metadata = cluster.admin().list_topics(timeout=10)
+    return all(len(p.isrs) == 3 for t in topics for p in metadata.topics[t].partitions.values())
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
+        kafka_cluster: KafkaCluster, protocol: str) -> None:
+    """Each node in turn stops cleanly and starts again (waiting until every partition is fully
+    replicated, as an operator's rolling restart does) while input keeps arriving: partition leaders
+    and the group coordinator move. Every record is processed, in key order; a record is processed
+    again only after its partition moved or a commit was lost (at-least-once)."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = create_topic(bootstrap, 3)
+    keys = 12
+    seen, process = _recorder()
+    produced: dict[bytes, int] = defaultdict(int)
+    failed: list[KafkaError] = []
+    stop = threading.Event()
+
+    def feed() -> None:
+        producer = clients.producer(bootstrap)
+        sequence = 0
+        while not stop.is_set():
+            key = f"k{sequence % keys}".encode()
+            clients.produce(producer, topic, str(produced[key]).encode(), key,
+                            on_delivery=lambda err, _msg: err is not None and failed.append(err))
+            produced[key] += 1
+            sequence += 1
+            producer.poll(0.01)
+        assert producer.flush(120) == 0
+
+    group = unique(f"rolling-{protocol}")
+    states: list[SubscriptionState] = []
+    sub = _subscription(bootstrap, topic, process, group, {"group.protocol": protocol}, states=states)
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        assert wait_for(lambda: len(seen) == keys, JOIN_TIMEOUT_S), "the subscription never got going"
+        for node in range(3):
+            before = sum(map(len, seen.values()))
+            kafka_cluster.restart(node)
+            assert wait_for(lambda: _fully_replicated(kafka_cluster, [topic, "__consumer_offsets"]), 120, 0.5)
+            assert wait_for(lambda before=before: sum(map(len, seen.values())) > before + 50, 60), \
+                f"processing stalled after restarting node {node}"
+    finally:
+        stop.set()
+        feeder.join(180)
+        for node in range(3):
+            if node not in kafka_cluster.alive():
+                kafka_cluster.start_node(node)
+    try:
+        assert not failed, failed[:3]
+        total = sum(produced.values())
+        assert wait_for(lambda: all(set(seen[k]) >= set(range(produced[k])) for k in produced), 120)
+        ends = end_offsets(bootstrap, topic, 3)
+        assert sum(ends.values()) == total  # the idempotent producer wrote each record once
+        assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 3) == ends, 60, 0.2)
+    finally:
+        sub.close()
+    for key, values in seen.items():
+        assert values[0] == 0, key
+        for earlier, later in itertools.pairwise(values):
+            # the next record of the key, or a replay from an earlier (committed) position
+            assert later == earlier + 1 or later <= earlier, (key, earlier, later)
+        assert sorted(set(values)) == list(range(produced[key]))
+    duplicates = sum(map(len, seen.values())) - total
+    assert duplicates == 0 or SubscriptionState.REBALANCING in states, duplicates
