@@ -295,3 +295,23 @@ def test_on_failure_restart_ends_a_crash_loop_with_the_error(broker, tmp_path):
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("error: Application") and "boom: the word counter failed" in error
     assert time.monotonic() - started > 7  # the back-offs were waited
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_run_on_an_apache_kafka_cluster_until_caught_up(kafka_cluster, tmp_path):
+    """The same application against the 3-node Apache Kafka cluster (-b), exactly-once, local Spark."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    suffix = uuid.uuid4().hex[:8]
+    lines, counts = f"run-ak-lines-{suffix}", f"run-ak-counts-{suffix}"
+    clients.create_topics(bootstrap, {lines: 2, counts: 2})
+    _produce(bootstrap, lines)
+    result = subprocess.run(
+        [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]",
+         "--until-caught-up", "--status-interval", "2"],
+        env=_env(tmp_path, f"run-ak-{suffix}", lines=lines, counts=counts),
+        capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "embedded broker" not in result.stderr
+    assert STATUS.search(result.stderr) and "caught up" in result.stderr
+    assert read_counts(bootstrap, counts) == EXPECTED

@@ -22,8 +22,8 @@ from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
 
 __all__ = [
-    "BATCH", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets", "end_consumer",
-    "end_offset", "partitions_of", "read_batches", "read_to_end",
+    "BATCH", "COORDINATOR_MOVING", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets",
+    "coordinator_moving", "end_consumer", "end_offset", "partitions_of", "read_batches", "read_to_end",
 ]
 
 METADATA_TIMEOUT_S = 10.0
@@ -36,9 +36,20 @@ YOUNG_COLLECTION_OBJECTS = 100_000
 """While a read runs, Python's youngest generation is collected every this many new objects (700 by
 default): see ``_fewer_collections``."""
 
+COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._WAIT_COORD})
+COORDINATOR_BACKOFF_S = 0.2
+
 _gc_lock = threading.Lock()
 _gc_readers = 0
 _gc_thresholds: tuple[tuple[int, ...], tuple[int, ...]] | None = None  # (before, while reading)
+
+
+def coordinator_moving(error: KafkaError) -> bool:
+    """An error that clears once a Kafka cluster has elected or loaded the group or transaction
+    coordinator (a fresh cluster loading ``__consumer_offsets``, a coordinator's node failing over):
+    Kafka's Java clients retry these, so strom does too."""
+    return error.retriable() or error.code() in COORDINATOR_MOVING
 
 
 def end_consumer(bootstrap_servers: str, **overrides: Any) -> Consumer:
@@ -74,11 +85,19 @@ def committed_offsets(consumer: Consumer, group: str, partitions: Iterable[tuple
                       timeout_s: float = METADATA_TIMEOUT_S) -> dict[tuple[str, int], int]:
     """What ``group`` (the consumer's own) has committed for ``partitions``; those without a commit are
     left out."""
-    try:
-        committed = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout_s)
-    except Exception as exc:
-        raise BrokerUnavailableError(f"Could not read the committed offsets of group {group!r}: {exc}. "
-                                     "Check that the broker is running.") from exc
+    requested = [TopicPartition(t, p) for t, p in partitions]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            committed = consumer.committed(requested, max(0.1, deadline - time.monotonic()))
+            break
+        except Exception as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and coordinator_moving(error) and time.monotonic() < deadline:
+                time.sleep(COORDINATOR_BACKOFF_S)
+                continue
+            raise BrokerUnavailableError(f"Could not read the committed offsets of group {group!r}: {exc}. "
+                                         "Check that the broker is running.") from exc
     return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
 
 

@@ -1,4 +1,5 @@
-"""The exactly-once write path of one Spark write task, driven directly (no Spark scheduler).
+"""The exactly-once write path of one Spark write task, driven directly (no Spark scheduler), on strom
+broker and on the 3-node Apache Kafka cluster.
 
 A replayed batch must be recognised by its marker and written once; an attempt that crashed with
 an open transaction must be fenced and its records never become visible to read_committed.
@@ -13,6 +14,7 @@ from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
 from strom.spark.connector.options import sink_options
 from strom.spark.connector.sink import TaskIdentity, write_partition
+from support.kafka import create_topic
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -21,13 +23,14 @@ def _batches(values: list[str]) -> list[pa.RecordBatch]:
     return [pa.record_batch([pa.array(values, pa.string())], names=["value"])]
 
 
-def _options(broker, topic: str):
-    return sink_options({"kafka.bootstrap.servers": broker.bootstrap_servers, "topic": topic,
+def _options(cluster, topic: str):
+    return sink_options({"kafka.bootstrap.servers": cluster.bootstrap_servers, "topic": topic,
                          "delivery.guarantee": "exactly_once"}, streaming=False)
 
 
-def test_a_replayed_batch_is_written_once(broker, new_topic, consume_all):
-    topic = new_topic()
+def test_a_replayed_batch_is_written_once(any_broker, consume_all):
+    broker = any_broker
+    topic = create_topic(broker.bootstrap_servers)
     identity = TaskIdentity("query-replay", partition=0, batch_id=0)
     first = write_partition(_options(broker, topic), iter(_batches(["a", "b"])), identity)
     replay = write_partition(_options(broker, topic), iter(_batches(["a", "b"])), identity)
@@ -39,8 +42,9 @@ def test_a_replayed_batch_is_written_once(broker, new_topic, consume_all):
     assert [m.value() for m in consume_all(broker.bootstrap_servers, topic, expected=3)] == [b"a", b"b", b"c"]
 
 
-def test_a_crashed_attempt_is_fenced_and_its_records_stay_invisible(broker, new_topic, consume_all):
-    topic = new_topic()
+def test_a_crashed_attempt_is_fenced_and_its_records_stay_invisible(any_broker, consume_all):
+    broker = any_broker
+    topic = create_topic(broker.bootstrap_servers)
     identity = TaskIdentity("query-zombie", partition=3, batch_id=7)
     zombie = clients.producer(broker.bootstrap_servers, **{"transactional.id": identity.transactional_id})
     zombie.init_transactions(30)

@@ -31,11 +31,12 @@ def test_demo_counts_page_views_exactly_once_and_verifies(spark, mode, rows):
         assert row in result.output
 
 
-def test_demo_on_a_named_cluster_with_client_properties(spark, broker, tmp_path):
+def test_demo_on_a_named_cluster_with_client_properties(spark, any_broker, tmp_path):
     """-b, --command-config and -X reach the demo's clients and the application's: it runs on the
-    given broker (no embedded one) with the properties set."""
+    given cluster (strom broker, the 3-node Apache Kafka cluster; no embedded one) with the properties
+    set."""
     config = tmp_path / "client.properties"
-    config.write_text(f"bootstrap.servers={broker.bootstrap_servers}\nclient.id=strom-demo-test\n")
+    config.write_text(f"bootstrap.servers={any_broker.bootstrap_servers}\nclient.id=strom-demo-test\n")
     arguments = ["demo", "--records", "2000", "--timeout", "150", "--command-config", str(config),
                  "-X", "socket.keepalive.enable=true"]
     result = CliRunner().invoke(cli, arguments)
