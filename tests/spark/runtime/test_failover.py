@@ -30,7 +30,8 @@ from support.spark_cluster import SparkCluster
 
 from .conftest import produce_lines, produce_steadily, read_updates
 
-pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
+# a cluster, Spark's start-up, a kill and a recovery each: minutes on a loaded 2-core machine
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(600)]
 
 APP = Path(__file__).with_name("wordcount.py")
 ROOT = Path(__file__).resolve().parents[3]
