@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import tempfile
 import threading
@@ -79,7 +80,7 @@ class DemoResult:
         if not self.latencies_ms:
             return None
         ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, max(0, round(quantile * len(ordered) + 0.5) - 1))]
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(quantile * len(ordered)) - 1))]
 
     @property
     def ok(self) -> bool:
