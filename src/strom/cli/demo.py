@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import tempfile
 import threading
@@ -79,7 +80,7 @@ class DemoResult:
         if not self.latencies_ms:
             return None
         ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, max(0, round(quantile * len(ordered) + 0.5) - 1))]
+        return ordered[min(len(ordered) - 1, max(0, math.ceil(quantile * len(ordered)) - 1))]
 
     @property
     def ok(self) -> bool:
@@ -277,7 +278,7 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
                       f"{result.rate:,.0f} records/s ({result.processing_s:.2f} s)")
     p50, p99 = result.latency_ms(0.5), result.latency_ms(0.99)
     if p50 is not None and p99 is not None:
-        table.add_row("end-to-end latency p50 / p99 (output timestamp to read_committed)",
+        table.add_row("end-to-end latency p50 / p99 (timestamp to read_committed)",
                       f"{p50:,.0f} / {p99:,.0f} ms ({len(result.latencies_ms):,} updates)")
     if result.execution_mode == "realtime":
         table.add_row("  stream threads (long-running Spark tasks)", f"{result.stream_threads}")

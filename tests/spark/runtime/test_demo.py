@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 FIGURES = ("start-up: Spark session", "start-up: application start to first record committed",
            "steady rate (first page view written to last commit)",
-           "end-to-end latency p50 / p99 (output timestamp to read_committed)")
+           "end-to-end latency p50 / p99 (timestamp to read_committed)")
 
 
 @pytest.mark.parametrize(("mode", "rows"), [
