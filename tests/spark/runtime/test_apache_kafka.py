@@ -32,7 +32,7 @@ from strom.streams import (
 from .conftest import produce_lines, read_updates, wait_for
 from .wordcount import L, S
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]  # a Kafka cluster starts too
 
 WORDS = [f"w{i}" for i in range(15)]
 KV = QueryableStoreTypes.key_value_store()

@@ -30,7 +30,7 @@ from support.apache_kafka import KafkaCluster
 from .conftest import produce_steadily, read_updates, wait_for
 from .wordcount import word_count
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]  # a Kafka cluster starts too
 
 
 @pytest.fixture(scope="module")
