@@ -81,7 +81,8 @@ def test_concurrent_processing_keeps_key_order_and_the_sliding_commit_reaches_th
         sub.close()
     assert sorted(v for values in seen.values() for v in values) == list(range(n))
     assert all(values == sorted(values) for values in seen.values())
-    description = kafka_cluster.admin().describe_consumer_groups([group], request_timeout=30)[group].result()
+    admin = kafka_cluster.admin()  # referenced while its future is pending
+    description = admin.describe_consumer_groups([group], request_timeout=30)[group].result(60)
     assert description.type.name.lower() == protocol
 
 
@@ -125,7 +126,7 @@ def test_a_second_member_takes_partitions_under_the_consumer_protocol(kafka_clus
 def test_retry_topic_and_dead_letter_topic_are_replicated(any_broker) -> None:
     bootstrap = any_broker.bootstrap_servers
     topic = create_topic(bootstrap, 2)
-    produce(bootstrap, topic, [(b"order-1", b"42"), (b"order-2", b"7")])
+    produce(bootstrap, topic, [(b"order-1", b"42", 0), (b"order-2", b"7", 1)])
     attempts: dict[int, list[int]] = defaultdict(list)
 
     def process(context, task: int) -> None:
@@ -138,7 +139,7 @@ def test_retry_topic_and_dead_letter_topic_are_replicated(any_broker) -> None:
                         retry=RetryConfig.with_backoff(200))
     try:
         dead = read_topic(bootstrap, f"{topic}-dlq", expected=1, timeout=JOIN_TIMEOUT_S)
-        assert wait_for(lambda: sum(committed_offsets(bootstrap, group, topic, 2).values()) == 2, 30, 0.2)
+        assert wait_for(lambda: committed_offsets(bootstrap, group, topic, 2) == {0: 1, 1: 1}, 30, 0.2)
     finally:
         sub.close()
     assert attempts[42] == [0, 1, 2] and attempts[7] == [0]
