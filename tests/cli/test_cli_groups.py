@@ -136,3 +136,12 @@ def test_describe_a_group_whose_offsets_are_committed_in_transactions(strom, bro
     assert {"group": application_id, "type": "classic", "state": "empty"} in _rows(strom, "groups", "list")
     (row,) = _rows(strom, "groups", "describe", application_id)
     assert (row["committed offset"], row["end offset"], row["lag"], row["member"]) == (3, 4, 1, None)
+
+
+def test_the_consumer_group_protocol_on_strom_broker_is_one_clear_error(strom):
+    """KIP-848's protocol needs Apache Kafka 4.0+; librdkafka alone would wait for an assignment silently."""
+    topic = unique("gp")
+    strom.ok("topics", "create", topic)
+    line = strom.fails("consume", topic, "--group", unique("g"), "-X", "group.protocol=consumer", "-e")
+    assert "group.protocol=consumer (KIP-848) needs a broker that offers ConsumerGroupHeartbeat" in line, line
+    assert "Remove group.protocol or set it to classic." in line
