@@ -47,7 +47,7 @@ def test_list_and_describe_a_live_group_with_lag(strom, broker):
     try:
         _wait(lambda: consumer.poll(0.1) is None and assigned.is_set())
         listed = _rows(strom, "groups", "list")
-        assert {"group": group, "state": "stable"} in listed
+        assert {"group": group, "type": "classic", "state": "stable"} in listed
         rows = {r["partition"]: r for r in _rows(strom, "groups", "describe", group)}
         assert set(rows) == {0, 1}
         for row in rows.values():
@@ -133,6 +133,15 @@ def test_describe_a_group_whose_offsets_are_committed_in_transactions(strom, bro
                                          30)
     consumer.close()
     producer.commit_transaction(30)
-    assert {"group": application_id, "state": "empty"} in _rows(strom, "groups", "list")
+    assert {"group": application_id, "type": "classic", "state": "empty"} in _rows(strom, "groups", "list")
     (row,) = _rows(strom, "groups", "describe", application_id)
     assert (row["committed offset"], row["end offset"], row["lag"], row["member"]) == (3, 4, 1, None)
+
+
+def test_the_consumer_group_protocol_on_strom_broker_is_one_clear_error(strom):
+    """KIP-848's protocol needs Apache Kafka 4.0+; librdkafka alone would wait for an assignment silently."""
+    topic = unique("gp")
+    strom.ok("topics", "create", topic)
+    line = strom.fails("consume", topic, "--group", unique("g"), "-X", "group.protocol=consumer", "-e")
+    assert "group.protocol=consumer (KIP-848) needs a broker that offers ConsumerGroupHeartbeat" in line, line
+    assert "Remove group.protocol or set it to classic." in line

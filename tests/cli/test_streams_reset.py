@@ -112,3 +112,10 @@ def test_reset_takes_the_connection_options_of_every_broker_facing_command(strom
     assert "No broker reachable" in sasl and "SASL" in sasl
     tls = strom.fails("streams", "reset", "app", "-X", "security.protocol=SSL", *state)
     assert "No broker reachable" in tls and "SSL" in tls
+
+
+@pytest.mark.slow
+def test_reset_on_the_apache_kafka_cluster(kafka_cluster, tmp_path):
+    """The same reset against 3 Kafka nodes: the group's coordinator, the topics' leaders and the
+    controller that deletes topics are different brokers."""
+    test_reset_moves_input_offsets_deletes_internal_topics_and_state(kafka_cluster, tmp_path)

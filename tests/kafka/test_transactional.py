@@ -1,5 +1,7 @@
-"""strom.kafka.transactional against a real broker: the transaction's happy path, and its one error policy
-(fenced: ProducerFencedError; other Kafka errors: BrokerUnavailableError naming the owner and the call)."""
+"""strom.kafka.transactional against a real broker (strom broker and the 3-node Apache Kafka cluster, where
+the transaction coordinator and the partition leaders are different brokers): the transaction's happy path,
+and its one error policy (fenced: ProducerFencedError; other Kafka errors: BrokerUnavailableError naming
+the owner and the call)."""
 
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ def _producer(broker, transactional_id: str) -> TransactionalProducer:
     return producer
 
 
-def test_records_and_offsets_commit_together(broker):
-    bootstrap = broker.bootstrap_servers
+@pytest.mark.slow
+def test_records_and_offsets_commit_together(any_broker):
+    bootstrap = any_broker.bootstrap_servers
     topic, group = create_topic(bootstrap, 1, "txn"), unique("txn-group")
-    producer = _producer(broker, unique("txn"))
+    producer = _producer(any_broker, unique("txn"))
     consumer = clients.consumer(bootstrap, group_id=group)
     try:
         producer.begin_transaction()
@@ -40,10 +43,11 @@ def test_records_and_offsets_commit_together(broker):
         consumer.close()
 
 
-def test_an_aborted_transaction_is_never_read_and_abort_without_one_does_nothing(broker):
-    bootstrap = broker.bootstrap_servers
+@pytest.mark.slow
+def test_an_aborted_transaction_is_never_read_and_abort_without_one_does_nothing(any_broker):
+    bootstrap = any_broker.bootstrap_servers
     topic = create_topic(bootstrap, 1, "txn")
-    producer = _producer(broker, unique("txn"))
+    producer = _producer(any_broker, unique("txn"))
     producer.abort_transaction()  # no transaction open: nothing to do
     producer.begin_transaction()
     producer.producer.produce(topic, b"aborted")
@@ -54,20 +58,21 @@ def test_an_aborted_transaction_is_never_read_and_abort_without_one_does_nothing
     assert [m.value() for m in read_topic(bootstrap, topic)] == [b"committed"]
 
 
-def test_a_producer_fenced_by_a_newer_one_raises_producer_fenced_error(broker):
-    topic = create_topic(broker.bootstrap_servers, 1, "txn")
+@pytest.mark.slow
+def test_a_producer_fenced_by_a_newer_one_raises_producer_fenced_error(any_broker):
+    topic = create_topic(any_broker.bootstrap_servers, 1, "txn")
     transactional_id = unique("txn")
-    zombie = _producer(broker, transactional_id)
+    zombie = _producer(any_broker, transactional_id)
     zombie.begin_transaction()
     zombie.producer.produce(topic, b"zombie")
     assert zombie.producer.flush(10) == 0
-    _producer(broker, transactional_id)  # bumps the epoch
+    _producer(any_broker, transactional_id)  # bumps the epoch
     message = (rf"^Test writer {transactional_id} was fenced in commit_transaction: another producer with "
                rf"transactional.id '{transactional_id}' took over")
     with pytest.raises(ProducerFencedError, match=message):
         zombie.commit_transaction()
     assert not zombie.in_transaction
-    assert read_topic(broker.bootstrap_servers, topic) == []
+    assert read_topic(any_broker.bootstrap_servers, topic) == []
 
 
 def test_other_kafka_errors_name_the_owner_the_call_and_the_broker(broker):

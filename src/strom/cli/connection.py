@@ -111,8 +111,20 @@ class Connection:
         try:
             future.result(TIMEOUT)
         except KafkaException as exc:
-            raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
-        return self.topic(name)
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
+        return self.wait_listed(name)
+
+    def wait_listed(self, name: str) -> TopicMetadata:
+        """The metadata of a topic just created, once the cluster lists it: on a cluster of several
+        brokers the others learn of a new topic a moment after the controller created it."""
+        deadline = time.monotonic() + TIMEOUT
+        while (found := self.metadata().topics.get(name)) is None or found.error is not None:
+            if time.monotonic() > deadline:
+                raise StromError(f"Topic {name!r} was created but the broker at {self.bootstrap_servers} "
+                                 "does not list it yet; try again.")
+            time.sleep(0.1)
+        return found
 
 
 def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:

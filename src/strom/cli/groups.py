@@ -36,9 +36,10 @@ def _state(state: ConsumerGroupState) -> str:
 
 
 def _type(kind: ConsumerGroupType | None) -> str:
-    """``classic`` (JoinGroup/SyncGroup) or ``consumer`` (KIP-848's protocol, group.protocol=consumer);
-    a broker before Kafka 3.7 does not say: unknown."""
-    return kind.name.lower() if kind is not None else "unknown"
+    """``classic`` (JoinGroup/SyncGroup) or ``consumer`` (KIP-848's protocol, group.protocol=consumer). A
+    broker that does not say (ListGroups before v5: strom broker, Kafka before 3.7) has classic groups
+    only."""
+    return "consumer" if kind == ConsumerGroupType.CONSUMER else "classic"
 
 
 @groups.command("list")

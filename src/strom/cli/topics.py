@@ -59,6 +59,7 @@ def create_command(connection: Connection, name: str, partitions: int, replicati
                                  param_hint="--replication-factor")
     new = NewTopic(name, partitions, replication_factor, config=config)
     result(connection.admin().create_topics([new], request_timeout=TIMEOUT)[name], f"create topic {name!r}")
+    connection.wait_listed(name)  # so that the next command finds it
     click.echo(f"created {name} with {partitions} partition(s)")
 
 
