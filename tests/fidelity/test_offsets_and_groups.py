@@ -270,3 +270,17 @@ def test_alter_group_offsets(peers: Peers) -> None:
         listed_offsets = t.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
         return [(p.partition, p.offset) for p in listed_offsets.result(30).topic_partitions]
     assert peers.same(scenario) == [(0, 2)]
+
+
+def test_describe_a_group_with_its_authorized_operations(peers: Peers) -> None:
+    def scenario(t: Target):
+        topic = t.topic("group-operations")
+        group = t.name_of("operations")
+        consumer = t.consumer(group)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        consumer.close()
+        described = t.admin.describe_consumer_groups([group], include_authorized_operations=True)[group]
+        plain = t.admin.describe_consumer_groups([group])[group].result(30)
+        operations = sorted(op.name for op in described.result(30).authorized_operations)
+        return operations, plain.authorized_operations
+    assert peers.same(scenario) == (["ALTER_CONFIGS", "DELETE", "DESCRIBE", "DESCRIBE_CONFIGS", "READ"], None)
