@@ -66,7 +66,7 @@ def test_incremental_alter_configs_and_describe_cluster(broker):
     described = admin.describe_configs([ConfigResource("topic", topic)])
     configs = next(iter(described.values())).result(10)
     assert configs["retention.ms"].value == "1234"
-    assert configs["cleanup.policy"].value == "compact,delete"  # appended to the default "delete"
+    assert configs["cleanup.policy"].value == "delete,compact"  # appended to "delete" as Kafka does
 
     reset = ConfigResource("topic", topic, incremental_configs=[
         ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)])

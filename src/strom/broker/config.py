@@ -66,7 +66,8 @@ def _choice(*choices: str) -> Callable[[Any], str]:
 
 
 def _cleanup_policy(value: Any) -> str:
-    parts = sorted({p.strip() for p in str(value).split(",") if p.strip()})
+    # the order given is kept, as Kafka keeps it ("delete,compact" after appending compact)
+    parts = list(dict.fromkeys(p.strip() for p in str(value).split(",") if p.strip()))
     if not parts or any(p not in ("compact", "delete") for p in parts):
         raise ValueError("delete, compact or compact,delete")
     return ",".join(parts)
@@ -187,7 +188,7 @@ def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
     parsed = {}
     for key, value in configs.items():
         if key not in TOPIC_SPECS:
-            raise ValueError(f"Unknown topic config {key!r}")
+            raise ValueError(f"Unknown topic config name: {key}")
         try:
             parsed[key] = TOPIC_SPECS[key][0](value)
         except (TypeError, ValueError) as exc:

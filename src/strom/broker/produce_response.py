@@ -24,6 +24,7 @@ class PartitionResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (index of the record in its batch, message)
 
 
 def encode(version: int, correlation_id: int,
@@ -42,7 +43,11 @@ def encode(version: int, correlation_id: int,
             if version >= 5:
                 out += _I64.pack(p.log_start_offset)
             if version >= 8:
-                out += array_length(0, flexible)  # record_errors
+                out += array_length(len(p.record_errors), flexible)
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index) + nullable_string(message, flexible)
+                    if flexible:
+                        out += b"\0"
                 out += nullable_string(p.error_message, flexible)
             if flexible:
                 out += b"\0"

@@ -19,6 +19,17 @@ if TYPE_CHECKING:
 
 HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions")
 
+# Without an authorizer Kafka allows a client every operation a resource supports, and says so when
+# asked (bits are AclOperation codes); INT32_MIN means "not asked for".
+NOT_REQUESTED = -2147483648
+TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))  # read ... alter_configs
+CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))  # create ... idempotent_write
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))  # read, delete, describe, *_configs
+
+
+def authorized_operations(body: Any, field: str, operations: int) -> int:
+    return operations if getattr(body, field, False) else NOT_REQUESTED
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:

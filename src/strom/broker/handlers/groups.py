@@ -9,11 +9,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from strom.broker.groups.offsets import CommittedOffset
-from strom.broker.handlers import RequestContext, handles, ms
+from strom.broker.handlers import GROUP_OPERATIONS, RequestContext, authorized_operations, handles, ms
 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 8, 9, 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42
 OFFSET_DELETE = 47
+CLASSIC_GROUP = "classic"
 
 
 @handles(FIND_COORDINATOR, 0, 4)
@@ -142,14 +143,20 @@ def _committed(ctx: RequestContext, group_id: str, topics: Any, require_stable: 
 
 @handles(DESCRIBE_GROUPS, 0, 5)
 async def describe_groups(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    return {"groups": [ctx.broker.groups.describe(group_id) for group_id in body.groups]}
+    operations = authorized_operations(body, "include_authorized_operations", GROUP_OPERATIONS)
+    return {"groups": [{**ctx.broker.groups.describe(group_id), "authorized_operations": operations}
+                       for group_id in body.groups]}
 
 
-@handles(LIST_GROUPS, 0, 4)
+@handles(LIST_GROUPS, 0, 5)
 async def list_groups(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    states = set(getattr(body, "states_filter", ()) or ())
-    listed = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value}
-              for g in ctx.broker.groups.groups.values() if not states or g.state.value in states]
+    states = {s.lower() for s in getattr(body, "states_filter", ()) or ()}
+    types = {t.lower() for t in getattr(body, "types_filter", ()) or ()}
+    if types and CLASSIC_GROUP not in types:  # every group here is a classic (pre-KIP-848) group
+        return {"error_code": ErrorCode.none, "groups": []}
+    listed = [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state.value,
+               "group_type": CLASSIC_GROUP}
+              for g in ctx.broker.groups.groups.values() if not states or g.state.value.lower() in states]
     return {"error_code": ErrorCode.none, "groups": listed}
 
 

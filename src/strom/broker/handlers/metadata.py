@@ -7,7 +7,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.handlers import REGISTRY, RequestContext, handles
+from strom.broker.handlers import (
+    CLUSTER_OPERATIONS,
+    REGISTRY,
+    TOPIC_OPERATIONS,
+    RequestContext,
+    authorized_operations,
+    handles,
+)
 from strom.broker.log.manager import InvalidTopicError, validate_topic_name
 
 API_VERSIONS, METADATA, DESCRIBE_CLUSTER = 18, 3, 60
@@ -40,16 +47,18 @@ async def metadata(ctx: RequestContext, body: Any) -> dict[str, Any]:
     else:
         names = [t if isinstance(t, str) else t.name for t in requested]
     auto_create = getattr(body, "allow_auto_topic_creation", True)
+    topic_operations = authorized_operations(body, "include_topic_authorized_operations", TOPIC_OPERATIONS)
     topics = []
     for i, name in enumerate(n for n in names if n is not None):
-        topics.append(_topic_metadata(ctx, name, auto_create))
+        topics.append(_topic_metadata(ctx, name, auto_create, topic_operations))
         if i % TOPICS_PER_TURN == TOPICS_PER_TURN - 1:
             await asyncio.sleep(0)  # a request naming thousands of topics lets others be served
     return {"brokers": [_broker(ctx)], "cluster_id": broker.cluster_id, "controller_id": broker.node_id,
-            "topics": topics, "cluster_authorized_operations": -2147483648}
+            "topics": topics, "cluster_authorized_operations": authorized_operations(
+                body, "include_cluster_authorized_operations", CLUSTER_OPERATIONS)}
 
 
-def _topic_metadata(ctx: RequestContext, name: str, auto_create: bool) -> dict[str, Any]:
+def _topic_metadata(ctx: RequestContext, name: str, auto_create: bool, operations: int) -> dict[str, Any]:
     broker = ctx.broker
     topic = broker.logs.topics.get(name)
     if topic is None:
@@ -66,7 +75,7 @@ def _topic_metadata(ctx: RequestContext, name: str, auto_create: bool) -> dict[s
                   for p in topic.partitions]
     return {"error_code": ErrorCode.none, "name": name, "topic_id": topic.topic_id,
             "is_internal": topic.internal, "partitions": partitions,
-            "topic_authorized_operations": -2147483648}
+            "topic_authorized_operations": operations}
 
 
 @handles(DESCRIBE_CLUSTER, 0, 1)
@@ -74,4 +83,5 @@ async def describe_cluster(ctx: RequestContext, body: Any) -> dict[str, Any]:
     broker = ctx.broker
     return {"error_code": ErrorCode.none, "endpoint_type": 1, "cluster_id": broker.cluster_id,
             "controller_id": broker.node_id, "brokers": [_broker(ctx)],
-            "cluster_authorized_operations": -2147483648}
+            "cluster_authorized_operations": authorized_operations(
+                body, "include_cluster_authorized_operations", CLUSTER_OPERATIONS)}

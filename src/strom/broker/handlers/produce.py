@@ -14,6 +14,7 @@ from strom.broker.log.records import (
     BatchHeader,
     CorruptBatchError,
     InvalidBatchError,
+    iter_records,
     split_batches,
 )
 from strom.broker.produce_response import PartitionResult, encode
@@ -49,6 +50,25 @@ def _verify_transactional(ctx: RequestContext, transactional_id: str | None, top
                 raise AppendRejectedError(exc.error_code, str(exc)) from exc
 
 
+def _keyless_records(batches: list[tuple[BatchHeader, memoryview]],
+                     partition_name: str) -> tuple[tuple[int, str], ...]:
+    """Kafka's per-record errors for records without a key in the first batch holding any: a
+    compacted topic keeps the latest record per key, so a record without one has no place in it."""
+    message = f"Compacted topic cannot accept message without key in topic partition {partition_name}"
+    for _, batch in batches:
+        errors = tuple((i, message) for i, record in enumerate(iter_records(batch)) if record.key is None)
+        if errors:
+            return errors
+    return ()
+
+
+def _record_errors_message(errors: tuple[tuple[int, str], ...]) -> str:
+    """The top-level message Kafka gives a batch rejected for per-record errors."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return (f"One or more records have been rejected due to {len(errors)} record errors in total, "
+            f"and only showing the first three errors at most: [{shown}]")
+
+
 def _append(ctx: RequestContext, transactional_id: str | None, topic: str, index: int,
             records: memoryview | None) -> PartitionResult:
     partition = ctx.broker.logs.partition(topic, index)
@@ -65,6 +85,12 @@ def _append(ctx: RequestContext, transactional_id: str | None, topic: str, index
         if any(header.is_control for header, _ in batches):
             raise AppendRejectedError(ErrorCode.invalid_record.value,
                                       "clients cannot write control batches (transaction markers)")
+        if "compact" in partition.config["cleanup.policy"]:
+            keyless = _keyless_records(batches, f"{topic}-{index}")
+            if keyless:
+                return PartitionResult(index, ErrorCode.invalid_record.value,
+                                       error_message=_record_errors_message(keyless),
+                                       record_errors=keyless)
         _verify_transactional(ctx, transactional_id, topic, index, batches)
         appended = partition.append(batches)
     except CorruptBatchError as exc:

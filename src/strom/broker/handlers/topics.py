@@ -1,10 +1,11 @@
 """Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-IncrementalAlterConfigs and DeleteRecords."""
+AlterConfigs, IncrementalAlterConfigs and DeleteRecords."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -20,7 +21,7 @@ from strom.broker.log.manager import (
 from strom.broker.log.partition import OffsetOutOfRangeError
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
-DESCRIBE_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 37, 44
+DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -40,10 +41,20 @@ async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
             if request.replication_factor not in (-1, 1):
                 raise _Refused(ErrorCode.invalid_replication_factor,
                                f"replication factor must be 1 (one broker), got {request.replication_factor}")
+            partitions = request.num_partitions
             if request.assignments:
-                raise _Refused(ErrorCode.invalid_request, "manual replica assignment is not supported")
+                if request.num_partitions != -1 or request.replication_factor != -1:
+                    raise _Refused(ErrorCode.invalid_request,
+                                   "Both numPartitions or replicationFactor and replicasAssignments were "
+                                   "set. Both cannot be used at the same time.")
+                indexes = sorted(a.partition_index for a in request.assignments)
+                if indexes != list(range(len(request.assignments))):
+                    raise _Refused(ErrorCode.invalid_replica_assignment,
+                                   "partitions of a manual assignment must be numbered 0, 1, 2, ...")
+                _check_assignment(ctx, [a.broker_ids for a in request.assignments])
+                partitions = len(request.assignments)
             configs = {c.name: c.value for c in request.configs}
-            topic = await _paused(logs.creating_topic(request.name, request.num_partitions, configs,
+            topic = await _paused(logs.creating_topic(request.name, partitions, configs,
                                                       body.validate_only))
             if topic is not None:
                 result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
@@ -77,6 +88,23 @@ async def _paused(steps: Steps[T]) -> T:
             await asyncio.sleep(0)
     finally:
         steps.close()
+
+
+def _check_assignment(ctx: RequestContext, assignment: list[Any]) -> None:
+    """A manual replica assignment can only place every partition's one replica on this broker."""
+    node = ctx.broker.node_id
+    for replicas in assignment:
+        if not replicas:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           "The manual partition assignment includes an empty replica list.")
+        for broker_id in replicas:
+            if broker_id != node:
+                raise _Refused(ErrorCode.invalid_replica_assignment,
+                               f"The manual partition assignment includes broker {broker_id}, but no such "
+                               f"broker is registered (this one-node broker is {node}).")
+        if len(replicas) > 1:
+            raise _Refused(ErrorCode.invalid_replica_assignment,
+                           f"The manual partition assignment includes the broker {node} more than once.")
 
 
 def storage_error(exc: OSError) -> str:
@@ -114,6 +142,13 @@ async def create_partitions(ctx: RequestContext, body: Any) -> dict[str, Any]:
         try:
             if request.name not in ctx.broker.logs.topics:
                 raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {request.name!r} does not exist")
+            if request.assignments is not None:
+                added = request.count - len(ctx.broker.logs.topics[request.name].partitions)
+                if added > 0 and len(request.assignments) != added:
+                    raise _Refused(ErrorCode.invalid_replica_assignment,
+                                   f"Attempted to add {added} additional partition(s), but only "
+                                   f"{len(request.assignments)} assignment(s) were specified.")
+                _check_assignment(ctx, [a.broker_ids for a in request.assignments])
             ctx.broker.logs.add_partitions(request.name, request.count, body.validate_only)
             results.append({"name": request.name, "error_code": ErrorCode.none})
         except _Refused as refused:
@@ -161,28 +196,40 @@ def _entry(name: str, value: Any, source: int, read_only: bool) -> dict[str, Any
             "synonyms": []}
 
 
+@handles(ALTER_CONFIGS, 0, 2)
+async def alter_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    """The legacy AlterConfigs (librdkafka's alter_configs): a topic's explicit configs become
+    exactly the ones given; those left out fall back to the broker's defaults."""
+    return {"responses": [_alter(ctx, resource, body.validate_only,
+                                 lambda topic, configs: {c.name: c.value or "" for c in configs})
+                          for resource in body.resources]}
+
+
 @handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    responses = []
-    for resource in body.resources:
-        response = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
-                    "error_code": ErrorCode.none}
-        try:
-            if resource.resource_type != TOPIC_RESOURCE:
-                raise _Refused(ErrorCode.invalid_request,
-                               "broker configs are static: restart the broker with --config key=value")
-            topic = ctx.broker.logs.topics.get(resource.resource_name)
-            if topic is None:
-                raise _Refused(ErrorCode.unknown_topic_or_partition,
-                               f"topic {resource.resource_name!r} does not exist")
-            overrides = _apply_ops(dict(topic.overrides), topic.config, resource.configs)
-            ctx.broker.logs.alter_config(topic.name, overrides, body.validate_only)
-        except _Refused as refused:
-            response.update(error_code=refused.code, error_message=str(refused))
-        except ValueError as exc:
-            response.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
-        responses.append(response)
-    return {"responses": responses}
+    def apply(topic: Any, configs: Any) -> dict[str, str]:
+        return _apply_ops(dict(topic.overrides), topic.config, configs)
+    return {"responses": [_alter(ctx, resource, body.validate_only, apply) for resource in body.resources]}
+
+
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool,
+           new_overrides: Callable[[Any, Any], dict[str, str]]) -> dict[str, Any]:
+    response = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                "error_code": ErrorCode.none}
+    try:
+        if resource.resource_type != TOPIC_RESOURCE:
+            raise _Refused(ErrorCode.invalid_request,
+                           "broker configs are static: restart the broker with --config key=value")
+        topic = ctx.broker.logs.topics.get(resource.resource_name)
+        if topic is None:
+            raise _Refused(ErrorCode.unknown_topic_or_partition,
+                           f"topic {resource.resource_name!r} does not exist")
+        ctx.broker.logs.alter_config(topic.name, new_overrides(topic, resource.configs), validate_only)
+    except _Refused as refused:
+        response.update(error_code=refused.code, error_message=str(refused))
+    except ValueError as exc:
+        response.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
+    return response
 
 
 def _apply_ops(overrides: dict[str, str], effective: dict[str, Any], configs: Any) -> dict[str, str]:

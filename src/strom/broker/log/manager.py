@@ -128,7 +128,7 @@ class LogManager:
         handler lets other clients be served in between. The topic is visible once complete."""
         validate_topic_name(name)
         if name in self.topics or name in self._creating:
-            raise TopicExistsError(f"Topic {name!r} already exists")
+            raise TopicExistsError(f"Topic {name!r} already exists.")
         if partitions == -1:
             partitions = self.config["num.partitions"]
         if not 1 <= partitions <= 100_000:

@@ -303,10 +303,22 @@ class Partition:
         return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
     def max_timestamp_offset(self) -> tuple[int, int]:
-        for segment in reversed(self.segments):
-            if segment.batch_count:
-                return segment.last_offsets[-1], segment.largest_timestamp
-        return -1, -1
+        """Offset and timestamp of the first record holding the partition's largest timestamp, as
+        Kafka answers ListOffsets MAX_TIMESTAMP; (-1, -1) for an empty partition."""
+        segments = [s for s in self.segments if s.batch_count]
+        if not segments:
+            return -1, -1
+        segment = max(segments, key=lambda s: s.largest_timestamp)  # the first holding the maximum
+        largest = segment.largest_timestamp
+        for i in range(segment.first_batch_reaching(largest), segment.batch_count):
+            batch = segment.batch_at(i)
+            header = BatchHeader.parse(batch)
+            if header.max_timestamp != largest:
+                continue
+            found = self._first_record_reaching(header, batch, largest)
+            if found is not None:
+                return found
+        return segment.last_offsets[-1], largest
 
     def iter_batches(self, start_offset: int = 0) -> Iterator[tuple[int, bytes]]:
         """(base offset, batch bytes) of every stored batch from `start_offset` (broker-internal reads)."""

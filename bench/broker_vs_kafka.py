@@ -1,0 +1,222 @@
+"""strom broker against Apache Kafka on the same machine, with the same confluent-kafka clients.
+
+Usage: .venv/bin/python bench/broker_vs_kafka.py [--scale S] [--rounds R] [--partitions P]
+
+One Apache Kafka node (tests/support/apache_kafka.py, `make kafka` first) and one strom broker run
+side by side; every workload runs on both, alternating which goes first each round, so that the
+machine's load (shared, noisy) falls on both alike:
+
+- produce 1 KB and 100 B records, acks=all, idempotent (strom's client defaults): MB/s and the p99
+  of librdkafka's per-record produce latency (queueing included: the producer runs flat out);
+- a consumer reading the 1 KB topic from the start (1 GB at --scale 1);
+- the plain exactly-once read-process-write loop: a read_committed consumer in a group, a
+  transactional producer, one transaction per poll of up to 500 records with the offsets sent to
+  it; records/s once the group is assigned.
+
+Prints one table with strom / Kafka ratios (for p99, Kafka / strom: above 1 means strom is faster),
+the load average before and after, and each round's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from strom.broker import EmbeddedBroker
+from strom.kafka import clients
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.apache_kafka import KafkaCluster
+
+GB = 1 << 30
+PRODUCER_TUNING = {"linger.ms": 5, "queue.buffering.max.kbytes": 1_048_576,
+                   "queue.buffering.max.messages": 1_000_000}
+CONSUMER_TUNING = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
+                   "queued.max.messages.kbytes": 1_048_576, "queued.min.messages": 1_000_000}
+EOS_BATCH = 500
+
+
+class Target:
+    def __init__(self, name: str, bootstrap_servers: str) -> None:
+        self.name = name
+        self.bootstrap_servers = bootstrap_servers
+        self.admin = clients.admin(bootstrap_servers)
+        self.topics = 0
+
+    def topic(self, partitions: int) -> str:
+        self.topics += 1
+        name = f"bench-{self.topics}-{os.getpid()}"
+        self.admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            topic = self.admin.list_topics(name, timeout=10).topics.get(name)
+            if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+                return name
+            time.sleep(0.1)
+        raise RuntimeError(f"{name} did not appear on {self.name}")
+
+
+def produce(target: Target, topic: str, partitions: int, count: int, size: int) -> dict[str, float]:
+    """`count` records of `size` bytes, round robin over the partitions; MB/s and p99 latency (ms)."""
+    producer = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING)
+    latencies: list[float] = []
+
+    def delivered(error, message) -> None:
+        if error is not None:
+            raise RuntimeError(f"delivery failed on {target.name}: {error}")
+        latencies.append(message.latency())
+
+    value = b"x" * size
+    clients.produce(producer, topic, value, partition=0)  # connected, producer id assigned: then time
+    producer.flush(60)
+    latencies.clear()
+    start = time.perf_counter()
+    for i in range(count):
+        clients.produce(producer, topic, value, partition=i % partitions, on_delivery=delivered)
+        if i % 1000 == 999:
+            producer.poll(0)
+    producer.flush(600)
+    elapsed = time.perf_counter() - start
+    assert len(latencies) == count, f"{len(latencies)} of {count} delivered on {target.name}"
+    latencies.sort()
+    return {"MB/s": count * size / elapsed / 1e6, "p99 ms": latencies[int(0.99 * (count - 1))] * 1000}
+
+
+def consume(target: Target, topic: str, partitions: int, count: int, size: int) -> dict[str, float]:
+    consumer = clients.consumer(target.bootstrap_servers, **CONSUMER_TUNING)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    received = 0
+    start = None
+    deadline = time.monotonic() + 1200
+    while received < count and time.monotonic() < deadline:
+        for message in consumer.consume(500, 1.0):
+            if message.error() is None:
+                received += 1
+                if start is None:
+                    start = time.perf_counter()
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    assert received >= count, f"{received} of {count} read on {target.name}"
+    return {"MB/s": count * size / elapsed / 1e6}
+
+
+def eos_loop(target: Target, partitions: int, count: int) -> dict[str, float]:
+    """The read-process-write loop of an exactly-once application over `count` 100 B records."""
+    source, sink = target.topic(partitions), target.topic(partitions)
+    filler = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING)
+    for i in range(count):
+        clients.produce(filler, source, b"x" * 100, partition=i % partitions)
+    filler.flush(600)
+    group = f"{source}-app"
+    consumer = clients.consumer(target.bootstrap_servers, group)
+    consumer.subscribe([source])
+    producer = clients.producer(target.bootstrap_servers, **{"transactional.id": f"{source}-txn"})
+    producer.init_transactions(60)
+    processed = transactions = 0
+    start = None
+    deadline = time.monotonic() + 1200
+    while processed < count and time.monotonic() < deadline:
+        batch = [m for m in consumer.consume(EOS_BATCH, 0.2) if m.error() is None]
+        if not batch:
+            continue
+        if start is None:
+            start = time.perf_counter()  # the group is assigned: Kafka's initial rebalance delay is over
+        producer.begin_transaction()
+        for message in batch:
+            clients.produce(producer, sink, message.value(), partition=message.partition())
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), 60)
+        producer.commit_transaction(60)
+        processed += len(batch)
+        transactions += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    assert processed >= count, f"{processed} of {count} processed on {target.name}"
+    return {"records/s": processed / elapsed, "txn/s": transactions / elapsed}
+
+
+def warm_up(target: Target) -> None:
+    """A fresh Kafka node creates __consumer_offsets and __transaction_state on first use."""
+    eos_loop(target, 1, 1000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="fraction of the full sizes: 1 GB of 1 KB records (also read back), "
+                             "100 MB of 100 B records, 100k records through the EOS loop")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=4)
+    args = parser.parse_args()
+    n_1k = int(GB * args.scale / 1024)
+    n_100 = int(100_000_000 * args.scale / 100)
+    n_eos = int(100_000 * args.scale)
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    with tempfile.TemporaryDirectory() as base, KafkaCluster(Path(base) / "kafka", brokers=1) as kafka, \
+            EmbeddedBroker() as strom:
+        targets = [Target("apache-kafka", kafka.bootstrap_servers),
+                   Target("strom-broker", strom.bootstrap_servers)]
+        for target in targets:
+            warm_up(target)
+        results: dict[tuple[str, str, str], list[float]] = {}
+
+        def record(workload: str, target: Target, figures: dict[str, float]) -> None:
+            for metric, value in figures.items():
+                results.setdefault((workload, metric, target.name), []).append(value)
+            print(f"  {workload:<22} {target.name:<13} "
+                  + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
+
+        topics: dict[str, str] = {}  # the 1 KB topic of this round, per broker, read back by the consumer
+
+        def produce_1k(target: Target) -> dict[str, float]:
+            topics[target.name] = target.topic(args.partitions)
+            return produce(target, topics[target.name], args.partitions, n_1k, 1024)
+
+        def consume_1k(target: Target) -> dict[str, float]:
+            return consume(target, topics[target.name], args.partitions, n_1k, 1024)
+
+        def produce_100(target: Target) -> dict[str, float]:
+            return produce(target, target.topic(args.partitions), args.partitions, n_100, 100)
+
+        steps: list[tuple[str, Callable[[Target], dict[str, float]]]] = [
+            ("produce 1 KB", produce_1k), ("consume 1 KB", consume_1k), ("produce 100 B", produce_100),
+            ("EOS loop 100 B", lambda target: eos_loop(target, args.partitions, n_eos)),
+        ]
+        for round_ in range(args.rounds):
+            order = targets if round_ % 2 == 0 else targets[::-1]
+            print(f"round {round_ + 1}: {' then '.join(t.name for t in order)} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+            for workload, run in steps:
+                for target in order:
+                    record(workload, target, run(target))
+        print(f"load average after: {os.getloadavg()}")
+        print_table(results, args)
+
+
+def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse.Namespace) -> None:
+    print(f"\nmedian of {args.rounds} rounds, --scale {args.scale}, {args.partitions} partitions")
+    print(f"| {'workload':<16} | {'metric':<9} | {'Apache Kafka':>12} | {'strom broker':>12} "
+          f"| {'ratio':>5} |")
+    print(f"| {'-' * 16} | {'-' * 9} | {'-' * 12} | {'-' * 12} | {'-' * 5} |")
+    seen = []
+    for workload, metric, _ in results:
+        if (workload, metric) not in seen:
+            seen.append((workload, metric))
+    for workload, metric in seen:
+        kafka = statistics.median(results[(workload, metric, "apache-kafka")])
+        strom = statistics.median(results[(workload, metric, "strom-broker")])
+        ratio = kafka / strom if metric.endswith("ms") else strom / kafka  # above 1: strom is better
+        print(f"| {workload:<16} | {metric:<9} | {kafka:>12,.1f} | {strom:>12,.1f} | {ratio:>5.2f} |")
+
+
+if __name__ == "__main__":
+    main()
