@@ -299,6 +299,7 @@ def test_on_failure_restart_ends_a_crash_loop_with_the_error(broker, tmp_path):
 
 @pytest.mark.spark
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # its own Spark JVM starts on a host the session's Kafka cluster shares
 def test_run_on_an_apache_kafka_cluster_until_caught_up(kafka_cluster, tmp_path):
     """The same application against the 3-node Apache Kafka cluster (-b), exactly-once, local Spark."""
     bootstrap = kafka_cluster.bootstrap_servers
@@ -310,7 +311,7 @@ def test_run_on_an_apache_kafka_cluster_until_caught_up(kafka_cluster, tmp_path)
         [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]",
          "--until-caught-up", "--status-interval", "2"],
         env=_env(tmp_path, f"run-ak-{suffix}", lines=lines, counts=counts),
-        capture_output=True, text=True, timeout=280)
+        capture_output=True, text=True, timeout=500)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "embedded broker" not in result.stderr
     assert STATUS.search(result.stderr) and "caught up" in result.stderr

@@ -6,12 +6,13 @@ from __future__ import annotations
 import gc
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
 from strom.kafka.reading import (
     YOUNG_COLLECTION_OBJECTS,
+    committed_offsets,
     end_consumer,
     end_offset,
     partitions_of,
@@ -114,3 +115,28 @@ def test_a_read_collects_young_objects_less_often_and_gives_the_thresholds_back(
         assert gc.get_threshold() == before
     finally:
         consumer.close()
+
+
+class _CoordinatorMoving:
+    """librdkafka's answers while a Kafka cluster loads ``__consumer_offsets`` or fails a coordinator over,
+    then ``error`` (None: the committed offsets)."""
+
+    def __init__(self, error: int | None) -> None:
+        self.answers = [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, error]
+
+    def committed(self, partitions, timeout):
+        code = self.answers.pop(0)
+        if code is not None:
+            raise KafkaException(KafkaError(code))
+        return [TopicPartition(tp.topic, tp.partition, 42) for tp in partitions]
+
+
+def test_committed_offsets_are_asked_again_while_the_coordinator_moves():
+    consumer = _CoordinatorMoving(None)
+    assert committed_offsets(consumer, "app", [("t", 0)]) == {("t", 0): 42}
+    assert consumer.answers == []
+
+
+def test_committed_offsets_fail_on_an_error_that_does_not_clear():
+    with pytest.raises(BrokerUnavailableError, match=r"group 'app'.*GROUP_AUTHORIZATION"):
+        committed_offsets(_CoordinatorMoving(KafkaError.GROUP_AUTHORIZATION_FAILED), "app", [("t", 0)])

@@ -16,14 +16,15 @@ from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
 
 __all__ = [
     "BATCH", "COORDINATOR_MOVING", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets",
-    "coordinator_moving", "end_consumer", "end_offset", "partitions_of", "read_batches", "read_to_end",
+    "coordinator_moving", "end_consumer", "end_offset", "fetch_committed", "partitions_of", "read_batches",
+    "read_to_end",
 ]
 
 METADATA_TIMEOUT_S = 10.0
@@ -85,20 +86,27 @@ def committed_offsets(consumer: Consumer, group: str, partitions: Iterable[tuple
                       timeout_s: float = METADATA_TIMEOUT_S) -> dict[tuple[str, int], int]:
     """What ``group`` (the consumer's own) has committed for ``partitions``; those without a commit are
     left out."""
-    requested = [TopicPartition(t, p) for t, p in partitions]
+    try:
+        committed = fetch_committed(consumer, [TopicPartition(t, p) for t, p in partitions], timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(f"Could not read the committed offsets of group {group!r}: {exc}. "
+                                     "Check that the broker is running.") from exc
+    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+
+
+def fetch_committed(consumer: Consumer, partitions: list[TopicPartition],
+                    timeout_s: float = METADATA_TIMEOUT_S) -> list[TopicPartition]:
+    """``consumer.committed(partitions)`` (offsets with their metadata), asked again while the group
+    coordinator moves or loads (``coordinator_moving``) until ``timeout_s`` passed; other Kafka errors
+    raise ``KafkaException``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            committed = consumer.committed(requested, max(0.1, deadline - time.monotonic()))
-            break
-        except Exception as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if error is not None and coordinator_moving(error) and time.monotonic() < deadline:
-                time.sleep(COORDINATOR_BACKOFF_S)
-                continue
-            raise BrokerUnavailableError(f"Could not read the committed offsets of group {group!r}: {exc}. "
-                                         "Check that the broker is running.") from exc
-    return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
+            return consumer.committed(partitions, max(0.1, deadline - time.monotonic()))
+        except KafkaException as exc:
+            if not coordinator_moving(exc.args[0]) or time.monotonic() >= deadline:
+                raise
+            time.sleep(COORDINATOR_BACKOFF_S)
 
 
 def read_to_end(consumer: Consumer, partitions: Iterable[TopicPartition], what: str = "",

@@ -21,6 +21,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from strom.errors import BrokerUnavailableError, ProducerFencedError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.kafka.reading import fetch_committed
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
@@ -202,8 +203,8 @@ class OpenTask:
 
     def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
         """The committed offsets (with their metadata) of those of ``partitions`` that have one."""
-        result = self.call(self.consumer.committed, [KafkaTopicPartition(t, p) for t, p in partitions],
-                           TIMEOUT_S)
+        requested = [KafkaTopicPartition(t, p) for t, p in partitions]
+        result = self.call(fetch_committed, self.consumer, requested, TIMEOUT_S)
         return [tp for tp in result if tp.offset != _NO_OFFSET]
 
     def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
