@@ -164,6 +164,7 @@ def _fully_replicated(cluster: KafkaCluster, topics: list[str]) -> bool:
     return all(len(p.isrs) == 3 for t in topics for p in metadata.topics[t].partitions.values())
 
 
+@pytest.mark.timeout(600)  # three clean stops and starts of a JVM, each waited out until fully replicated
 @pytest.mark.parametrize("protocol", ["classic"])
 def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
         kafka_cluster: KafkaCluster, protocol: str) -> None:
