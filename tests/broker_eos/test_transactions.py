@@ -249,4 +249,4 @@ def test_strom_transactions_reports_bad_input(txn_broker: EmbeddedBroker) -> Non
                                         txn_broker.bootstrap_servers, "--state", "Pending"])
     assert unknown_state.exit_code != 0 and "Pending" in str(unknown_state.exception)
     unreachable = runner.invoke(cli, ["transactions", "list", "--bootstrap-servers", "127.0.0.1:1"])
-    assert unreachable.exit_code != 0 and "Could not connect" in str(unreachable.exception)
+    assert unreachable.exit_code != 0 and "No broker reachable at 127.0.0.1:1" in str(unreachable.exception)

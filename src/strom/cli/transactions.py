@@ -2,23 +2,26 @@
 coordinates, the producers writing to partitions, and the abort of hanging transactions
 (kafka-transactions)."""
 
-from __future__ import annotations
-
 import datetime
 import time
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import click
 from confluent_kafka.admin import ClusterMetadata
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.describe_transactions.v0.response import TopicData
 from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
-from kio.static.primitive import i16, i32, i64
+from kio.static.constants import EntityType
+from kio.static.primitive import i16, i32, i32Timedelta, i64
 
 from strom.cli.connection import Connection, connection_options
 from strom.cli.output import output_option, print_record, print_rows
@@ -29,6 +32,39 @@ from strom.kafka.wire import WireClient
 @click.group()
 def transactions() -> None:
     """Inspect and abort transactions (kafka-transactions)."""
+
+
+# kio reads these schemas from their annotations as objects: this module has no
+# ``from __future__ import annotations``.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _TransactionState:
+    """DescribeTransactions v0's TransactionState with the start time as the plain int64 Kafka sends:
+    -1 when no transaction runs (kio reads it as a datetime and refuses -1)."""
+
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(65)
+    __header_schema__: ClassVar[type] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    transactional_id: str = field(metadata={"kafka_type": "string"})
+    transaction_state: str = field(metadata={"kafka_type": "string"})
+    transaction_timeout: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    transaction_start_time: i64 = field(metadata={"kafka_type": "int64"})
+    producer_id: i64 = field(metadata={"kafka_type": "int64"})
+    producer_epoch: i16 = field(metadata={"kafka_type": "int16"})
+    topics: tuple[TopicData, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _DescribeTransactionsResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(0)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(65)
+    __header_schema__: ClassVar[type] = ResponseHeader
+    throttle_time: i32Timedelta = field(metadata={"kafka_type": "timedelta_i32"})
+    transaction_states: tuple[_TransactionState, ...]
 
 
 _ELSEWHERE = (ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress,
@@ -55,11 +91,11 @@ def _brokers(connection: Connection) -> dict[int, str]:
     return {b.id: f"{b.host}:{b.port}" for b in connection.metadata().brokers.values()}
 
 
-def _send_to_each(connection: Connection, request) -> list:
+def _send_to_each(connection: Connection, request, response_schema: type | None = None) -> list:
     answers = []
     for broker in _brokers(connection).values():
         with _wire(connection, broker) as client:
-            answers.append(client.send(request))
+            answers.append(client.send(request, response_schema))
     return answers
 
 
@@ -86,7 +122,8 @@ def _describe(connection: Connection, transactional_ids: tuple[str, ...]) -> lis
     found: dict[str, object] = {}
     for _ in range(_RETRIES):
         wanted = tuple(t for t in transactional_ids if t not in found)
-        for response in _send_to_each(connection, DescribeTransactionsRequest(transactional_ids=wanted)):
+        request = DescribeTransactionsRequest(transactional_ids=wanted)
+        for response in _send_to_each(connection, request, _DescribeTransactionsResponse):
             for state in response.transaction_states:
                 if state.error_code not in _ELSEWHERE:
                     found.setdefault(state.transactional_id, state)
@@ -310,10 +347,11 @@ def _abort_hanging(connection: Connection, topic: str, partition: int, producer_
                f"from offset {row['open transaction start offset']}")
 
 
-def _started(moment: datetime.datetime) -> str:
-    if moment.timestamp() <= 0:
+def _started(epoch_ms: int) -> str:
+    if epoch_ms <= 0:
         return "-"
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def _raise_for(code: ErrorCode, what: str) -> None:

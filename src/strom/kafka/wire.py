@@ -36,9 +36,10 @@ class WireClient:
         self._client_id = client_id
         self._correlation = itertools.count(1)
 
-    def send(self, request: Any) -> Any:
-        """Sends a kio request entity and returns the broker's kio response entity."""
-        return self.receive(request, self.send_only(request))
+    def send(self, request: Any, response_schema: type | None = None) -> Any:
+        """Sends a kio request entity and returns the broker's kio response entity (read as
+        ``response_schema`` if given: a kio-style dataclass for an answer kio's own schema cannot read)."""
+        return self.receive(request, self.send_only(request), response_schema)
 
     def send_only(self, request: Any) -> int:
         """Writes the request without reading the answer; returns its correlation id."""
@@ -53,11 +54,11 @@ class WireClient:
         self._socket.sendall(_SIZE.pack(len(payload)) + payload)
         return correlation_id
 
-    def receive(self, request: Any, correlation_id: int) -> Any:
+    def receive(self, request: Any, correlation_id: int, response_schema: type | None = None) -> Any:
         """Reads the answer to a request sent with ``send_only`` (answers come back in order)."""
         (size,) = _SIZE.unpack(self._read(4))
         frame = self._read(size)
-        schema = load_response_schema(request.__api_key__, request.__version__)
+        schema = response_schema or load_response_schema(request.__api_key__, request.__version__)
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
         if header.correlation_id != correlation_id:
             raise BrokerUnavailableError(
