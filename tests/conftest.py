@@ -40,8 +40,8 @@ def kafka_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluste
         yield cluster
 
 
-@pytest.fixture(params=["strom-broker", "apache-kafka"])
+@pytest.fixture(params=["strom-broker", pytest.param("apache-kafka", marks=pytest.mark.slow)])
 def any_broker(request: pytest.FixtureRequest) -> EmbeddedBroker | KafkaCluster:
     """Runs a test of strom's client side twice: on the embedded broker and on the 3-node Apache Kafka
-    cluster (both have ``bootstrap_servers``). A test using it on Kafka is slow: mark it ``slow``."""
+    cluster (both have ``bootstrap_servers``); the Kafka leg is marked ``slow``."""
     return request.getfixturevalue("broker" if request.param == "strom-broker" else "kafka_cluster")

@@ -23,7 +23,6 @@ def _producer(broker, transactional_id: str) -> TransactionalProducer:
     return producer
 
 
-@pytest.mark.slow
 def test_records_and_offsets_commit_together(any_broker):
     bootstrap = any_broker.bootstrap_servers
     topic, group = create_topic(bootstrap, 1, "txn"), unique("txn-group")
@@ -43,7 +42,6 @@ def test_records_and_offsets_commit_together(any_broker):
         consumer.close()
 
 
-@pytest.mark.slow
 def test_an_aborted_transaction_is_never_read_and_abort_without_one_does_nothing(any_broker):
     bootstrap = any_broker.bootstrap_servers
     topic = create_topic(bootstrap, 1, "txn")
@@ -58,7 +56,6 @@ def test_an_aborted_transaction_is_never_read_and_abort_without_one_does_nothing
     assert [m.value() for m in read_topic(bootstrap, topic)] == [b"committed"]
 
 
-@pytest.mark.slow
 def test_a_producer_fenced_by_a_newer_one_raises_producer_fenced_error(any_broker):
     topic = create_topic(any_broker.bootstrap_servers, 1, "txn")
     transactional_id = unique("txn")
