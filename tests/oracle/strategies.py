@@ -129,6 +129,9 @@ def _grouped_stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
 def _aggregation(draw: st.DrawFn, spec: _Spec, grouped: str, kind: str) -> str:
     op = draw(st.sampled_from(["count", "reduce", "aggregate"]))
     params: dict[str, Any] = {"in": grouped, **spec.store(draw, kind)}
+    if kind != "kv":
+        # Kafka Streams' suppress falls back to default.key.serde for the windowed key: name it
+        params["key_serde"] = "String"
     if op != "count":
         params["fn"] = draw(st.sampled_from(REDUCERS if op == "reduce" else ["sum", "max"]))
     return spec.add(op, **params)
@@ -280,7 +283,7 @@ def serde_cases(draw: st.DrawFn) -> dict[str, Any]:
     spec = _Spec()
     node = spec.add("stream", topic="s1", **serdes)
     if draw(st.booleans()):
-        node = spec.add("repartition", **{"in": node})
+        node = spec.add("repartition", **{"in": node}, **serdes)
     spec.stores.append({"name": "table", "kind": "kv"})
     node = spec.add("to_table", **{"in": node}, store="table", **serdes)
     records = []
