@@ -28,6 +28,7 @@ from strom.streams import (
     Materialized,
     Named,
     Produced,
+    Repartitioned,
     Serdes,
     SessionWindows,
     SlidingWindows,
@@ -109,6 +110,8 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
     if op == "merge":
         return src.merge(built[node["other"]])
     if op == "repartition":
+        if "key_serde" in node:
+            return src.repartition(Repartitioned.with_(serde(node["key_serde"]), serde(node["value_serde"])))
         return src.repartition()
     if op == "split":
         name = node["name"]

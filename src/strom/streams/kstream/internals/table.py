@@ -128,8 +128,6 @@ class KTableFilter(_StoreBacked):
         if self.store is not None:
             previous = self.store.get(record.key)
             old = None if previous is None else previous.value
-            if new is None and old is None:
-                return
         self.emit(record.key, new, old, record.timestamp)
 
 

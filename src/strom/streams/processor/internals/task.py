@@ -13,6 +13,7 @@ or ``task.abort()`` when the commit failed, which drops uncommitted store writes
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -212,9 +213,15 @@ class StreamTask:
 
     # ---- life cycle -----------------------------------------------------------------------------
     def initialize(self) -> None:
-        """Opens the task's stores (they register with the state manager); restore may follow."""
+        """Opens the task's stores (they register with the state manager); restore may follow. With a
+        cache of 0 bytes no store caches, as in Kafka Streams: a table then forwards every update (a
+        tombstone for an absent key too), where a cache would drop what nets to nothing."""
+        no_cache = self.config[cfg.STATESTORE_CACHE_MAX_BYTES] == 0
         for store_name in self.plan.stores:
-            store = self.builder.store_builders[store_name].build()
+            store_builder = self.builder.store_builders[store_name]
+            if no_cache and getattr(store_builder, "caching_enabled", False):
+                store_builder = copy.copy(store_builder).with_caching_disabled()
+            store = store_builder.build()
             store.init(self.context, store)
 
     def complete_restoration(self) -> None:

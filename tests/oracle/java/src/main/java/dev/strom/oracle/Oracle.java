@@ -252,6 +252,10 @@ public final class Oracle {
             case "merge":
                 return ((KStream) in).merge((KStream) built.get(node.get("other").asText()));
             case "repartition":
+                if (node.has("key_serde")) {
+                    return ((KStream) in).repartition(org.apache.kafka.streams.kstream.Repartitioned.with(
+                            serde(node.get("key_serde").asText()), serde(node.get("value_serde").asText())));
+                }
                 return ((KStream) in).repartition();
             case "split": {
                 Map<String, KStream> branches = ((KStream) in).split(Named.as(node.get("name").asText()))
