@@ -86,6 +86,11 @@ class MeteredTimestampedWindowStore(MeteredWindowStore):
             return new_tuple(ValueAndTimestamp, (self._plain_from(self._topic, plain), timestamp))
         return self._value_de(self._topic, data)  # None, or the serde's error
 
+    def _flushed_timestamp(self, data: bytes | None, timestamp: int) -> int:
+        """The aggregate's own timestamp (the latest of its records), as Kafka's
+        TimestampedCacheFlushListener forwards it; the last writer's for a delete."""
+        return timestamp if data is None or len(data) < TIMESTAMP_SIZE else split_timestamped(data)[0]
+
     def _plain(self, data: bytes | None) -> Any:
         if data is None:
             return None

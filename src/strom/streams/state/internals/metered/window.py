@@ -34,6 +34,10 @@ class MeteredWindowStore(WindowFetches, MeteredWindowed):
         """What the flush listener gets: the plain value."""
         return self._from_bytes(data)
 
+    def _flushed_timestamp(self, data: bytes | None, timestamp: int) -> int:
+        """The timestamp a flushed window goes downstream with: its last writer's."""
+        return timestamp
+
     def _windowed(self, key: bytes, start: int) -> Windowed[Any]:
         try:
             typed = self._key_decode(key)
@@ -95,8 +99,11 @@ class MeteredWindowStore(WindowFetches, MeteredWindowed):
 
         plain = self._plain
 
+        stamp = self._flushed_timestamp
+
         def on_flush(key: bytes, start: int, new: bytes | None, old: bytes | None, timestamp: int) -> None:
-            listener(self._windowed(key, start), plain(new), None if old is None else plain(old), timestamp)
+            listener(self._windowed(key, start), plain(new), None if old is None else plain(old),
+                     stamp(new, timestamp))
 
         return set_listener(on_flush, send_old_values)
 
