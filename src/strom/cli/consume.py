@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 import time
@@ -16,6 +17,7 @@ from strom.cli.connection import TIMEOUT, Connection, connection_options
 from strom.cli.formats import Format, convert, format_option
 from strom.cli.output import escaped
 from strom.errors import StromError
+from strom.kafka.reading import coordinator_moving
 
 Field = Callable[[Message, Format, Format], bytes]
 
@@ -93,6 +95,18 @@ class StartAt:
             raise click.BadParameter(f"{text!r} is not beginning, end, N, -N or @timestamp-ms",
                                      param_hint="-o/--offset") from None
         return cls("offset", number) if number >= 0 else cls("from-end", -number)
+
+
+logger = logging.getLogger(__name__)
+
+# Errors librdkafka recovers from by itself (a connection dropped, a leader moving, a topic created a
+# moment ago and not yet known to every broker): the consumer goes on, as kcat and kafka-console-consumer do.
+RECOVERING = frozenset({KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.UNKNOWN_TOPIC_OR_PART,
+                        KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
+
+
+def recovering(error: KafkaError) -> bool:
+    return not error.fatal() and (error.code() in RECOVERING or coordinator_moving(error))
 
 
 @dataclass
@@ -229,7 +243,10 @@ def _print(consumer: Consumer, progress: Progress, out: BinaryIO, layout: list[b
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
-                raise StromError(f"Could not consume {message.topic()!r}: {error.str()}")
+                if not recovering(error):
+                    raise StromError(f"Could not consume {message.topic()!r}: {error.str()}")
+                logger.warning("consuming %r: %s (the consumer retries)", message.topic(), error.str())
+                continue
             progress.at_end.add((message.topic(), message.partition()))
             if exit_at_end and progress.assigned and progress.at_end >= progress.assigned:
                 return
