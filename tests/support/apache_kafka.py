@@ -173,6 +173,7 @@ class KafkaCluster:
             for node in range(self.brokers):
                 self._spawn(node)
             self.wait_until_serving(self.brokers)
+            self._create_internal_topics()
         except BaseException:
             self.stop()
             raise
@@ -257,6 +258,25 @@ class KafkaCluster:
                 raise KafkaSetupError(f"Kafka did not serve {brokers} brokers within {timeout_s:.0f} s:\n"
                                       f"{self.log(0)}")
             time.sleep(0.3)
+
+    def _create_internal_topics(self, timeout_s: float = _START_TIMEOUT_S) -> None:
+        """Has the cluster create and load ``__consumer_offsets`` and ``__transaction_state`` (50
+        partitions each), as a cluster in service has them: otherwise the first group or transaction of
+        a test waits for that, often longer than a client's request timeout on a busy machine."""
+        deadline = time.monotonic() + timeout_s
+        warm = "strom-test-warm-up"
+        clients.create_topics(self.bootstrap_servers, {warm: 1})
+        consumer = clients.consumer(self.bootstrap_servers, warm)
+        try:
+            consumer.subscribe([warm])
+            while not consumer.assignment():
+                consumer.poll(0.2)
+                if time.monotonic() > deadline:
+                    raise KafkaSetupError(f"no group coordinator within {timeout_s:.0f} s:\n{self.log(0)}")
+        finally:
+            consumer.close()
+        producer = clients.producer(self.bootstrap_servers, **{"transactional.id": warm})
+        producer.init_transactions(max(1.0, deadline - time.monotonic()))
 
     def log(self, node: int, lines: int = 40) -> str:
         """The last lines of node ``node``'s server.log and stdout."""

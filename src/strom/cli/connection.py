@@ -116,15 +116,26 @@ class Connection:
         return self.wait_listed(name)
 
     def wait_listed(self, name: str) -> TopicMetadata:
-        """The metadata of a topic just created, once the cluster lists it: on a cluster of several
-        brokers the others learn of a new topic a moment after the controller created it."""
+        """The metadata of a topic just created, once every broker lists it: on a cluster of several
+        brokers the others learn of a new topic a moment after the controller created it, and the next
+        command may ask any of them."""
         deadline = time.monotonic() + TIMEOUT
         while (found := self.metadata().topics.get(name)) is None or found.error is not None:
-            if time.monotonic() > deadline:
-                raise StromError(f"Topic {name!r} was created but the broker at {self.bootstrap_servers} "
-                                 "does not list it yet; try again.")
-            time.sleep(0.1)
+            self._not_listed_yet(name, self.bootstrap_servers, deadline)
+        for broker in self.metadata().brokers.values():
+            address = f"{broker.host}:{broker.port}"
+            admin = clients.admin(address, **self._settings({}))
+            while (listed := admin.list_topics(timeout=TIMEOUT).topics.get(name)) is None \
+                    or listed.error is not None:
+                self._not_listed_yet(name, address, deadline)
         return found
+
+    @staticmethod
+    def _not_listed_yet(name: str, address: str, deadline: float) -> None:
+        if time.monotonic() > deadline:
+            raise StromError(f"Topic {name!r} was created but the broker at {address} does not list it "
+                             "yet; try again.")
+        time.sleep(0.1)
 
 
 def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:
