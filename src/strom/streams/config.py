@@ -235,9 +235,10 @@ _METRICS = "strom's metrics are its own (a Prometheus endpoint, docs/deploy.md),
 # are not checked). A layer that gives one a meaning registers it (``register``), which takes precedence.
 IGNORED: dict[str, str] = {
     "num.stream.threads": "Spark's executors and task slots run the stream tasks",
-    "num.standby.replicas": "there are no standby tasks; a moved task restores from its changelog",
+    "num.standby.replicas": "standby tasks run only in the Spark runtime's real-time mode (strom.spark); "
+                            "here a moved task restores from its changelog",
     "max.warmup.replicas": "there are no warm-up tasks; a moved task restores from its changelog",
-    "acceptable.recovery.lag": _SPARK_PLACES_TASKS,
+    "acceptable.recovery.lag": "read by the Spark runtime's real-time mode (strom.spark) only",
     "probing.rebalance.interval.ms": _SPARK_PLACES_TASKS,
     "task.assignor.class": _SPARK_PLACES_TASKS,
     "rack.aware.assignment.strategy": _SPARK_PLACES_TASKS,

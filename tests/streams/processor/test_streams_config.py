@@ -59,13 +59,13 @@ def test_every_kafka_streams_4_key_is_accepted():
 
 
 def test_keys_without_effect_are_logged_once_at_info_with_the_reason(caplog):
-    cfg._reported.discard("num.standby.replicas")
+    cfg._reported.discard("max.warmup.replicas")
     with caplog.at_level(logging.INFO, logger="strom.streams.config"):
-        StreamsConfig({"application.id": "a", "num.standby.replicas": 1})
-        StreamsConfig({"application.id": "b", "num.standby.replicas": 2})
-    records = [r for r in caplog.records if "num.standby.replicas" in r.getMessage()]
+        StreamsConfig({"application.id": "a", "max.warmup.replicas": 1})
+        StreamsConfig({"application.id": "b", "max.warmup.replicas": 2})
+    records = [r for r in caplog.records if "max.warmup.replicas" in r.getMessage()]
     assert len(records) == 1 and records[0].levelno == logging.INFO
-    assert "no standby tasks" in records[0].getMessage()
+    assert "no warm-up tasks" in records[0].getMessage()
 
 
 def test_global_consumer_keys_are_reported_without_effect(caplog):
@@ -127,3 +127,13 @@ def test_topic_configs_strip_the_prefix():
     config = StreamsConfig({"application.id": "a", "topic.min.insync.replicas": 2,
                             "topic.segment.ms": "60000"})
     assert config.topic_configs() == {"min.insync.replicas": "2", "segment.ms": "60000"}
+
+
+def test_a_key_a_layer_registers_is_not_reported_without_effect(caplog):
+    import strom.spark.runtime.spark_streams  # noqa: F401  (registers num.standby.replicas)
+
+    cfg._reported.discard("num.standby.replicas")
+    with caplog.at_level(logging.INFO, logger="strom.streams.config"):
+        config = StreamsConfig({"application.id": "a", "num.standby.replicas": 1})
+    assert config["num.standby.replicas"] == 1
+    assert "num.standby.replicas" not in caplog.text
