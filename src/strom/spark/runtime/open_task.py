@@ -147,7 +147,7 @@ class OpenTask:
             self.close()
             return False
         except TransactionStalledError as exc:
-            log.warning("Task %s: %s Opening the task again.", self.name, exc)
+            log.warning("%s Opening the task again.", exc)
             self.close()
             return False
         except BaseException:

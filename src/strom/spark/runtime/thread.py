@@ -390,7 +390,7 @@ class StreamThread:
         producer's init_transactions fences the stalled one and aborts its transaction; the stores are
         restored and the task reads on from its last commit."""
         task_id = running.summary.task
-        log.warning("Task %s: %s Opening the task again from its last commit.", running.open.name, error)
+        log.warning("%s Opening the task again from its last commit.", error)
         running.open.close()
         task, restored = self._open_task(task_id)
         running.reopened(task, restored)
