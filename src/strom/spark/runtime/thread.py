@@ -372,25 +372,29 @@ class StreamThread:
 
         Tasks commit at the same time, each in a thread of its own: most of a commit is waiting for the
         broker (outputs acknowledged, offsets and the transaction's end written), and each task has its
-        own producer, so the waits overlap instead of adding up. A task whose producer stalled is opened
-        again (``_reopen``); any other failure is raised (the first task's)."""
+        own producer, so the waits overlap instead of adding up. Any failure but a stalled producer is
+        raised (the first task's); when a producer stalled, every task of the thread is opened again
+        (``_reopen``): their producers all send offsets to the group ``<application.id>``, so they have the
+        same dead coordinator cached and would stall one after the other (seen: 65 s each)."""
         due = [running for running in self.tasks.values() if running.needs_commit()]
         errors = list(self._committer.map(_commit_failure, due)) if len(due) > 1 else [
             _commit_failure(running) for running in due]
         failed = [e for e in errors if e is not None and not isinstance(e, TransactionStalledError)]
         if failed:
             raise failed[0]
-        for running, error in zip(due, errors, strict=True):
-            if isinstance(error, TransactionStalledError):
-                self._reopen(running, consumer, error)
+        stalled = [e for e in errors if isinstance(e, TransactionStalledError)]
+        if stalled:
+            log.warning("%s Opening the %d tasks of this stream thread again from their last commit.",
+                        stalled[0], len(self.tasks))
+            for running in self.tasks.values():
+                self._reopen(running, consumer)
 
-    def _reopen(self, running: RunningTask, consumer: Consumer, error: TransactionStalledError) -> None:
-        """Opens a task again after its producer stalled in a commit (Kafka Streams revives a task whose
+    def _reopen(self, running: RunningTask, consumer: Consumer) -> None:
+        """Opens a task again after a producer stalled in a commit (Kafka Streams revives a task whose
         commit timed out the same way): the task is closed, its uncommitted store writes dropped; the new
-        producer's init_transactions fences the stalled one and aborts its transaction; the stores are
+        producer's init_transactions fences the old one and aborts its transaction; the stores are
         restored and the task reads on from its last commit."""
         task_id = running.summary.task
-        log.warning("%s Opening the task again from its last commit.", error)
         running.open.close()
         task, restored = self._open_task(task_id)
         running.reopened(task, restored)
