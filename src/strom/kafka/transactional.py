@@ -72,8 +72,7 @@ class TransactionalProducer:
     def send_offsets_to_transaction(self, offsets: Sequence[TopicPartition], group_metadata: Any) -> None:
         """Adds ``offsets`` to the transaction; ``TransactionStalledError`` if librdkafka does not return
         in time (see the module)."""
-        self._bounded(self.call, self.producer.send_offsets_to_transaction, offsets, group_metadata,
-                      self.timeout_s)
+        self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata, self.timeout_s)
 
     def commit_transaction(self) -> None:
         self.call(self.producer.commit_transaction, self.timeout_s)
@@ -94,15 +93,16 @@ class TransactionalProducer:
                         self.owner, exc, self.transactional_id)
 
     def _bounded(self, method: Callable[..., T], *args: Any) -> T:
-        """``method(*args)`` on a daemon thread, waited for ``timeout_s + STALL_GRACE_S`` at most."""
+        """``call(method, *args)`` on a daemon thread, waited for ``timeout_s + STALL_GRACE_S`` at most."""
+        name = getattr(method, "__name__", str(method))
         if self.stalled:
-            raise self._stalled_error(getattr(args[0], "__name__", "a call"))
+            raise self._stalled_error(name)
         outcome: list[Any] = []
         done = threading.Event()
 
         def run() -> None:
             try:
-                outcome.append((True, method(*args)))
+                outcome.append((True, self.call(method, *args)))
             except BaseException as exc:  # handed to the caller's thread
                 outcome.append((False, exc))
             finally:
@@ -111,7 +111,7 @@ class TransactionalProducer:
         threading.Thread(target=run, name=f"strom-txn-{self.transactional_id}", daemon=True).start()
         if not done.wait(self.timeout_s + STALL_GRACE_S):
             self.stalled = True
-            raise self._stalled_error(getattr(args[0], "__name__", "a call"))
+            raise self._stalled_error(name)
         returned, value = outcome[0]
         if not returned:
             raise value
