@@ -19,6 +19,7 @@ __all__ = [
     "StromError",
     "SuppressionBufferFullError",
     "TopologyError",
+    "TransactionStalledError",
     "TransactionalIdNotFoundError",
     "UnknownTopicError",
     "VersionedTimestampError",
@@ -53,6 +54,11 @@ class JavaNotFoundError(StromError):
 
 class BrokerUnavailableError(StromError):
     """No Kafka broker answered at the configured bootstrap servers."""
+
+
+class TransactionStalledError(BrokerUnavailableError):
+    """A transactional producer's call did not return in its timeout: the producer is stuck for good (a
+    new producer of the same transactional.id fences it and aborts its transaction)."""
 
 
 class BrokerStartError(StromError):

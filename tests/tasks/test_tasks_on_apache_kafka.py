@@ -1,6 +1,7 @@
 """strom.tasks subscriptions as a Kafka client: on strom broker and on the 3-node Apache Kafka cluster
-(replication factor 3, min.insync.replicas 2), under the classic group protocol and KIP-848's consumer
-protocol, and through a rolling restart of every Kafka node."""
+(replication factor 3, min.insync.replicas 2), under the classic group protocol (eager and
+cooperative-sticky) and KIP-848's consumer protocol, through a rolling restart of every Kafka node and
+the SIGKILL of the group coordinator's node."""
 
 from __future__ import annotations
 
@@ -85,9 +86,14 @@ def test_concurrent_processing_keeps_key_order_and_the_sliding_commit_reaches_th
     assert description.type.name.lower() == protocol
 
 
-def test_a_second_member_takes_partitions_under_the_consumer_protocol(kafka_cluster: KafkaCluster) -> None:
-    """KIP-848 moves partitions one by one (incremental assignment): each member keeps what it holds and
-    the revoked partitions are drained and committed before the other member starts on them."""
+@pytest.mark.parametrize("incremental", [{"group.protocol": "consumer"},
+                                         {"partition.assignment.strategy": "cooperative-sticky"}],
+                         ids=["consumer-protocol", "cooperative-sticky"])
+def test_a_second_member_takes_partitions_incrementally(kafka_cluster: KafkaCluster,
+                                                        incremental: dict) -> None:
+    """KIP-848's protocol and the classic one's cooperative-sticky assignor move partitions one by one
+    (incremental assignment): each member keeps what it holds and the revoked partitions are drained and
+    committed before the other member starts on them."""
     bootstrap = kafka_cluster.bootstrap_servers
     topic = create_topic(bootstrap, 4)
     n = produce(bootstrap, topic, _records(3200, 60))  # the first member alone needs 16 s
@@ -101,8 +107,8 @@ def test_a_second_member_takes_partitions_under_the_consumer_protocol(kafka_clus
                 processed[member].append(task)
         return process
 
-    group = unique("kip848")
-    consumer = {"group.protocol": "consumer"}
+    group = unique("incremental")
+    consumer = incremental
     # the broker's heartbeat interval (5 s) paces the hand-over; few pending records drain quickly
     props = {"decaton.partition.concurrency": 1, "decaton.max.pending.records": 40}
     states: list[SubscriptionState] = []
@@ -164,14 +170,14 @@ def _fully_replicated(cluster: KafkaCluster, topics: list[str]) -> bool:
     return all(len(p.isrs) == 3 for t in topics for p in metadata.topics[t].partitions.values())
 
 
-@pytest.mark.timeout(600)  # three clean stops and starts of a JVM, each waited out until fully replicated
-@pytest.mark.parametrize("protocol", ["classic"])
-def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
-        kafka_cluster: KafkaCluster, protocol: str) -> None:
-    """Each node in turn stops cleanly and starts again (waiting until every partition is fully
-    replicated, as an operator's rolling restart does) while input keeps arriving: partition leaders
-    and the group coordinator move. Every record is processed, in key order; a record is processed
-    again only after its partition moved or a commit was lost (at-least-once)."""
+def _processed(seen: dict[bytes, list[int]]) -> int:
+    return sum(map(len, seen.values()))
+
+
+def _at_least_once_through(kafka_cluster: KafkaCluster, protocol: str, fault) -> None:
+    """Runs a subscription (12 keys, 3 partitions) while input keeps arriving and ``fault(group, seen)``
+    disrupts the cluster, then checks at-least-once: every record processed, in the log's order per key,
+    going back only to replay from a committed position (after a rebalance)."""
     bootstrap = kafka_cluster.bootstrap_servers
     topic = create_topic(bootstrap, 3)
     keys = 12
@@ -192,19 +198,14 @@ def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
             producer.poll(0.01)
         assert producer.flush(120) == 0
 
-    group = unique(f"rolling-{protocol}")
+    group = unique(f"faults-{protocol}")
     states: list[SubscriptionState] = []
     sub = _subscription(bootstrap, topic, process, group, {"group.protocol": protocol}, states=states)
     feeder = threading.Thread(target=feed, daemon=True)
     feeder.start()
     try:
         assert wait_for(lambda: len(seen) == keys, JOIN_TIMEOUT_S), "the subscription never got going"
-        for node in range(3):
-            before = sum(map(len, seen.values()))
-            kafka_cluster.restart(node)
-            assert wait_for(lambda: _fully_replicated(kafka_cluster, [topic, "__consumer_offsets"]), 120, 0.5)
-            assert wait_for(lambda before=before: sum(map(len, seen.values())) > before + 50, 60), \
-                f"processing stalled after restarting node {node}"
+        fault(group, seen, topic)
     finally:
         stop.set()
         feeder.join(180)
@@ -227,8 +228,7 @@ def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
     # librdkafka's idempotent producer may write a batch twice when its partition's leader moves (seen:
     # 3 of 15,269 records); the subscription then processes both copies
     in_log = sum(map(len, logged.values()))
-    print(f"rolling restart: {total} records produced, {in_log} in the log, "
-          f"{sum(map(len, seen.values()))} processed")
+    print(f"{total} records produced, {in_log} in the log, {_processed(seen)} processed")
     for key, values in seen.items():
         # in the log's order of the key, going back only to replay from an earlier (committed) position
         log, position = logged[key], 0
@@ -240,5 +240,44 @@ def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
             assert earlier, (key, value, position)
             position = earlier[-1] + 1
         assert position == len(log), (key, position, len(log))
-    replays = sum(map(len, seen.values())) - in_log  # processed again from a committed position
+    replays = _processed(seen) - in_log  # processed again from a committed position
     assert replays == 0 or SubscriptionState.REBALANCING in states, replays
+
+
+@pytest.mark.timeout(600)  # three clean stops and starts of a JVM, each waited out until fully replicated
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+def test_rolling_restart_of_every_node_loses_nothing_and_keeps_key_order(
+        kafka_cluster: KafkaCluster, protocol: str) -> None:
+    """Each node in turn stops cleanly and starts again (waiting until every partition is fully
+    replicated, as an operator's rolling restart does) while input keeps arriving: partition leaders
+    and the group coordinator move. Every record is processed, in key order; a record is processed
+    again only after its partition moved or a commit was lost (at-least-once)."""
+
+    def restart_each_node(_group: str, seen: dict[bytes, list[int]], topic: str) -> None:
+        for node in range(3):
+            before = _processed(seen)
+            kafka_cluster.restart(node)
+            assert wait_for(lambda: _fully_replicated(kafka_cluster, [topic, "__consumer_offsets"]), 120, 0.5)
+            assert wait_for(lambda before=before: _processed(seen) > before + 50, 60), \
+                f"processing stalled after restarting node {node}"
+
+    _at_least_once_through(kafka_cluster, protocol, restart_each_node)
+
+
+@pytest.mark.timeout(600)
+def test_the_group_coordinators_node_killed_loses_nothing_and_keeps_key_order(
+        kafka_cluster: KafkaCluster) -> None:
+    """The node coordinating the subscription's group is SIGKILLed while input keeps arriving: the
+    group moves to the node that takes over its __consumer_offsets partition, processing goes on while
+    the node is down, and nothing is lost (at-least-once, key order kept); then the node comes back."""
+
+    def kill_the_group_coordinator(group: str, seen: dict[bytes, list[int]], topic: str) -> None:
+        coordinator = kafka_cluster.group_coordinator(group)
+        kafka_cluster.kill(coordinator)
+        before = _processed(seen)
+        assert wait_for(lambda: _processed(seen) > before + 200, 90), "processing stalled with the node down"
+        assert wait_for(lambda: kafka_cluster.group_coordinator(group) != coordinator, 60, 0.5)
+        kafka_cluster.start_node(coordinator)
+        assert wait_for(lambda: _fully_replicated(kafka_cluster, [topic, "__consumer_offsets"]), 120, 0.5)
+
+    _at_least_once_through(kafka_cluster, "classic", kill_the_group_coordinator)

@@ -9,25 +9,36 @@ Every transactional call, and any other client call the owner routes through ``c
 - an error after which the transaction can only be aborted (``txn_requires_abort``): the transaction
   is aborted, so none of its records ever becomes visible, then ``BrokerUnavailableError``.
 - any other Kafka error: ``BrokerUnavailableError`` naming the owner, the call and the broker.
+- ``send_offsets_to_transaction`` not returning within its timeout (plus ``STALL_GRACE_S``):
+  ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka (up to 2.16 at
+  least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group
+  coordinator's broker to change state, and when that broker died and left the cluster's metadata
+  it may wait for ever (librdkafka issues 5456 and 5511; on Kafka 4.1 a stream task stalled that way
+  for minutes after the node that was its group coordinator was SIGKILLed). The call cannot be
+  cancelled: it is left blocked on a daemon thread, and the owner replaces the producer (a new one
+  with the same ``transactional.id`` fences this one and aborts its transaction).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
 from strom.kafka import clients
 
-__all__ = ["FENCED", "TIMEOUT_S", "TransactionalProducer"]
+__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer"]
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
 """How long init, send-offsets, commit and abort may take before the broker counts as unavailable."""
+STALL_GRACE_S = 5.0
+"""How long past its own timeout a librdkafka call may take before the producer counts as stalled."""
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 
 T = TypeVar("T")
@@ -44,6 +55,8 @@ class TransactionalProducer:
         self.owner = owner
         self.timeout_s = timeout_s
         self.in_transaction = False
+        self.stalled = False
+        """A call never returned (see the module): the producer must be replaced."""
         self._bootstrap_servers = bootstrap_servers
         self.producer: Producer = clients.producer(
             bootstrap_servers, **{**overrides, "transactional.id": transactional_id})
@@ -57,7 +70,9 @@ class TransactionalProducer:
         self.in_transaction = True
 
     def send_offsets_to_transaction(self, offsets: Sequence[TopicPartition], group_metadata: Any) -> None:
-        self.call(self.producer.send_offsets_to_transaction, offsets, group_metadata, self.timeout_s)
+        """Adds ``offsets`` to the transaction; ``TransactionStalledError`` if librdkafka does not return
+        in time (see the module)."""
+        self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata, self.timeout_s)
 
     def commit_transaction(self) -> None:
         self.call(self.producer.commit_transaction, self.timeout_s)
@@ -69,11 +84,45 @@ class TransactionalProducer:
         if not self.in_transaction:
             return
         self.in_transaction = False
+        if self.stalled:  # librdkafka refuses any call while the stalled one is in progress
+            return
         try:
             self.producer.abort_transaction(self.timeout_s)
         except KafkaException as exc:
             log.warning("%s: abort_transaction failed (%s); the next init_transactions of %s aborts it",
                         self.owner, exc, self.transactional_id)
+
+    def _bounded(self, method: Callable[..., T], *args: Any) -> T:
+        """``call(method, *args)`` on a daemon thread, waited for ``timeout_s + STALL_GRACE_S`` at most."""
+        name = getattr(method, "__name__", str(method))
+        if self.stalled:
+            raise self._stalled_error(name)
+        outcome: list[Any] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome.append((True, self.call(method, *args)))
+            except BaseException as exc:  # handed to the caller's thread
+                outcome.append((False, exc))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"strom-txn-{self.transactional_id}", daemon=True).start()
+        if not done.wait(self.timeout_s + STALL_GRACE_S):
+            self.stalled = True
+            raise self._stalled_error(name)
+        returned, value = outcome[0]
+        if not returned:
+            raise value
+        return value
+
+    def _stalled_error(self, name: str) -> TransactionStalledError:
+        return TransactionStalledError(
+            f"{self.owner}: librdkafka's {name} did not return in {self.timeout_s + STALL_GRACE_S:.0f}s "
+            f"(a coordinator's broker died; librdkafka issues 5456, 5511). The producer of transactional.id "
+            f"{self.transactional_id!r} is stuck: a new one fences it and aborts its transaction. Check the "
+            f"brokers at {self._bootstrap_servers}.")
 
     def call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``method(*args, **kwargs)`` under this producer's error policy (see the module)."""

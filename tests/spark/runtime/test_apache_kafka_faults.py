@@ -7,6 +7,11 @@ mode and input keeps arriving; every count exact and no update written twice, re
 - one node is stopped (2 of 3 left: min.insync.replicas=2 still met) and a stream thread's Python
   worker is SIGKILLed mid-transaction.
 
+When a killed node was also the group coordinator of ``<application.id>``, librdkafka's
+``send_offsets_to_transaction`` could wait for ever (librdkafka issues 5456, 5511) and the application
+stalled: ``test_a_stalled_send_offsets_is_given_up_and_fenced`` reproduces that on one producer; strom's
+transactional producer gives up after its timeout and the stream thread opens the task again.
+
 The cluster is the module's own (the session one stays whole for the other tests).
 """
 
@@ -22,10 +27,14 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import TopicPartition
 
+from strom.errors import TransactionStalledError
 from strom.kafka import clients
+from strom.kafka.transactional import STALL_GRACE_S, TransactionalProducer
 from strom.spark.runtime import SparkStreams
 from support.apache_kafka import KafkaCluster
+from support.kafka import read_topic
 
 from .conftest import produce_steadily, read_updates, wait_for
 from .wordcount import word_count
@@ -74,9 +83,6 @@ def _writing(cluster: KafkaCluster, topic: str, lines: list[tuple[str, str]],
     return writer
 
 
-@pytest.mark.xfail(reason="known bug, issue 26: after the transaction coordinator's node is SIGKILLed the "
-                   "application stalls (lag stays ~3,000 for 240 s; seen twice on 2026-11-28, passed twice "
-                   "earlier); not fixed yet", strict=False)
 def test_the_input_leader_then_the_transaction_coordinator_killed(cluster, spark, tmp_path):
     app, names = _start(cluster, spark, tmp_path, "akf-leader")
     lines = _lines(1, 2400)
@@ -121,3 +127,47 @@ def test_a_python_worker_killed_while_the_cluster_is_one_node_short(cluster, spa
         app.stop()
         cluster.start_node(stopped)
     _assert_exact(cluster, names, lines)
+
+
+def test_a_stalled_send_offsets_is_given_up_and_fenced(cluster):
+    """The group coordinator's node is SIGKILLed and leaves the metadata (librdkafka decommissions it),
+    then comes back: librdkafka's next send_offsets_to_transaction waits for ever for the stale
+    coordinator. strom's producer gives up after its timeout; a new producer of the same
+    transactional.id fences it and aborts its transaction, and commits."""
+    suffix = uuid.uuid4().hex[:8]
+    topic, group, transactional_id = f"akf-stall-{suffix}", f"akf-stall-group-{suffix}", f"akf-stall-{suffix}"
+    clients.create_topics(cluster.bootstrap_servers, {topic: 1})
+    consumer = clients.consumer(cluster.bootstrap_servers, group)
+    group_metadata = consumer.consumer_group_metadata()
+    stalling = TransactionalProducer(cluster.bootstrap_servers, transactional_id, "The stalling producer")
+
+    def transaction(producer: TransactionalProducer, value: bytes, offset: int) -> None:
+        producer.begin_transaction()
+        clients.produce(producer.producer, topic, value, b"k")
+        producer.producer.flush(60)
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], group_metadata)
+
+    stalling.init_transactions()
+    transaction(stalling, b"committed", 1)  # librdkafka caches the group coordinator
+    stalling.commit_transaction()
+    coordinator = cluster.group_coordinator(group)
+    cluster.kill(coordinator)
+    try:
+        assert wait_for(lambda: coordinator not in stalling.producer.list_topics(timeout=10).brokers, 90)
+        cluster.start_node(coordinator)
+        stalling.timeout_s = 10.0
+        started = time.monotonic()
+        with pytest.raises(TransactionStalledError, match="did not return in 15s"):
+            transaction(stalling, b"aborted", 2)
+        assert time.monotonic() - started < stalling.timeout_s + STALL_GRACE_S + 10
+        assert stalling.stalled
+    finally:
+        if coordinator not in cluster.alive():
+            cluster.start_node(coordinator)
+    successor = TransactionalProducer(cluster.bootstrap_servers, transactional_id, "The successor")
+    successor.init_transactions()  # fences the stalled producer and aborts its transaction
+    transaction(successor, b"after", 3)
+    successor.commit_transaction()
+    committed = read_topic(cluster.bootstrap_servers, topic, expected=2)  # read_committed
+    assert [record.value() for record in committed] == [b"committed", b"after"]
+    consumer.close()

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.reading import fetch_committed
@@ -135,7 +135,8 @@ class OpenTask:
         """Takes a parked task up again: global stores refreshed, the transaction begun with
         ``fencing_probe``. With ``confirm`` the task also proves now that it still owns its offsets
         (the probe committed under exactly-once, the group's offsets compared otherwise), for a run
-        that does not commit soon. False, with the task closed, if another attempt took it over."""
+        that does not commit soon. False, with the task closed, if another attempt took it over or its
+        producer stalled (``strom.kafka.transactional``)."""
         try:
             self.refresh_global_stores()
             self.begin(fencing_probe)
@@ -143,6 +144,10 @@ class OpenTask:
                 self._confirm_owner()
         except ProducerFencedError:
             log.info("Task %s: taken over since it parked; opening it again", self.name)
+            self.close()
+            return False
+        except TransactionStalledError as exc:
+            log.warning("%s Opening the task again.", exc)
             self.close()
             return False
         except BaseException:

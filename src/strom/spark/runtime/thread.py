@@ -26,7 +26,7 @@ import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError, ProcessorStateError
+from strom.errors import BrokerUnavailableError, ProcessorStateError, TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.spark.runtime.control import FINISHED, ControlClient
@@ -99,6 +99,15 @@ class RunningTask:
         self._records_committed = self.summary.records
         self.commits += 1
 
+    def reopened(self, task: OpenTask, restored: int) -> None:
+        """Carries on with ``task``, this task opened again in place of ``open``: read positions back at
+        its last commit; the output counted so far is kept (``task`` has a new sink)."""
+        output = self._output_sent() - self._sent_before
+        self.open = task
+        self._sent_before = self._output_sent() - output
+        self.read = dict(task.positions)
+        self.summary.restored += restored
+
     def progress_delta(self) -> dict[str, int]:
         """Counters to add to the driver's figures since the last report (the first report of a
         batch also counts the batch, and whether the task was reused and what it restored)."""
@@ -123,6 +132,14 @@ def _commit(running: RunningTask) -> None:
     running.open.begin()
     running.committed()
     running.commit_s += time.monotonic() - started
+
+
+def _commit_failure(running: RunningTask) -> Exception | None:
+    try:
+        _commit(running)
+    except Exception as exc:
+        return exc
+    return None
 
 
 class StreamThread:
@@ -265,6 +282,10 @@ class StreamThread:
         return RunningTask(task, self.plan.owned[task_id], reused=True, restored=0)
 
     def _open(self, task_id: str) -> RunningTask:
+        task, restored = self._open_task(task_id)
+        return RunningTask(task, self.plan.owned[task_id], reused=False, restored=restored)
+
+    def _open_task(self, task_id: str) -> tuple[OpenTask, int]:
         owned = self.plan.owned[task_id]
         task = OpenTask(self.topology, self.config, TaskId.parse(task_id), owned, self.plan.run_id)
         try:
@@ -272,7 +293,7 @@ class StreamThread:
         except BaseException:
             task.close()
             raise
-        return RunningTask(task, owned, reused=False, restored=restored)
+        return task, restored
 
     def _consumer(self) -> Consumer:
         consumer = clients.consumer(
@@ -302,7 +323,7 @@ class StreamThread:
                 running.open.task.maybe_punctuate_system_time()
                 running.process_s += time.monotonic() - started
             if ending or time.monotonic() >= next_commit or self._commit_requested():
-                self._commit_all()
+                self._commit_all(consumer)
                 self._report(control)
                 self._hand_over_released(consumer)
                 next_commit = time.monotonic() + self.interval_s
@@ -345,18 +366,42 @@ class StreamThread:
     def _commit_requested(self) -> bool:
         return any(running.open.task.commit_requested for running in self.tasks.values())
 
-    def _commit_all(self) -> None:
+    def _commit_all(self, consumer: Consumer) -> None:
         """Commits every task that processed, punctuated or moved its read position since its last
         commit: its transaction (or, at least once, its offsets after its outputs are acknowledged).
 
         Tasks commit at the same time, each in a thread of its own: most of a commit is waiting for the
         broker (outputs acknowledged, offsets and the transaction's end written), and each task has its
-        own producer, so the waits overlap instead of adding up."""
+        own producer, so the waits overlap instead of adding up. Any failure but a stalled producer is
+        raised (the first task's); when a producer stalled, every task of the thread is opened again
+        (``_reopen``): their producers all send offsets to the group ``<application.id>``, so they have the
+        same dead coordinator cached and would stall one after the other (seen: 65 s each)."""
         due = [running for running in self.tasks.values() if running.needs_commit()]
-        if len(due) > 1:
-            list(self._committer.map(_commit, due))  # list(): raise the first task's failure
-        elif due:
-            _commit(due[0])
+        errors = list(self._committer.map(_commit_failure, due)) if len(due) > 1 else [
+            _commit_failure(running) for running in due]
+        failed = [e for e in errors if e is not None and not isinstance(e, TransactionStalledError)]
+        if failed:
+            raise failed[0]
+        stalled = [e for e in errors if isinstance(e, TransactionStalledError)]
+        if stalled:
+            log.warning("%s Opening the %d tasks of this stream thread again from their last commit.",
+                        stalled[0], len(self.tasks))
+            for running in self.tasks.values():
+                self._reopen(running, consumer)
+
+    def _reopen(self, running: RunningTask, consumer: Consumer) -> None:
+        """Opens a task again after a producer stalled in a commit (Kafka Streams revives a task whose
+        commit timed out the same way): the task is closed, its uncommitted store writes dropped; the new
+        producer's init_transactions fences the old one and aborts its transaction; the stores are
+        restored and the task reads on from its last commit."""
+        task_id = running.summary.task
+        running.open.close()
+        task, restored = self._open_task(task_id)
+        running.reopened(task, restored)
+        task.begin()
+        for (topic, partition) in running.partitions:
+            consumer.seek(KafkaTopicPartition(topic, partition, running.read.get((topic, partition),
+                                                                                   OFFSET_BEGINNING)))
 
     def _hand_over_released(self, consumer: Consumer) -> None:
         """Closes the tasks another process asked for (their lease's release request), right after
