@@ -80,7 +80,7 @@ class WordCountDriver:
 
     def __init__(self, cluster: SparkCluster, bootstrap: str, names: dict[str, str], tmp_path: Path,
                  app_id: str, mode: str, overrides: str = DEFAULTS, cores_max: int = 2) -> None:
-        self.cluster, self.bootstrap, self.app_id = cluster, bootstrap, app_id
+        self.cluster, self.bootstrap, self.names, self.app_id = cluster, bootstrap, names, app_id
         self.log_path = tmp_path / f"driver-{app_id}.log"
         self.input_done = tmp_path / f"input-done-{app_id}"
         self.partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition")

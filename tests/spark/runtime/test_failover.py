@@ -56,20 +56,33 @@ def assert_resumed(driver: WordCountDriver, since: float, what: str) -> dict[tup
     return moved
 
 
+@pytest.fixture
+def submit(cluster, broker, topics, tmp_path):
+    """``submit(kind, workers, first)``: the word count submitted as ``failover-<kind>-<random>`` with
+    exactly ``workers`` running, on fresh topics into which ``first`` was produced."""
+
+    def submitted(kind: str, workers: list[int], first: list[tuple[str, str]], mode: str = "realtime",
+                  overrides: str = DEFAULTS, cores_max: int = 2) -> WordCountDriver:
+        cluster.use_workers(workers)
+        names = topics(lines=2, counts=2)
+        produce_lines(broker.bootstrap_servers, names["lines"], first)
+        return WordCountDriver(cluster, broker.bootstrap_servers, names, tmp_path,
+                               f"failover-{kind}-{uuid.uuid4().hex[:8]}", mode, overrides, cores_max)
+
+    return submitted
+
+
 def both_used(driver: WordCountDriver, workers: range = range(2)) -> None:
     driver.wait_until(lambda: all(driver.tasks_on(i) for i in workers), 240,
                       f"stream tasks on workers {list(workers)}")
 
 
 @pytest.mark.parametrize("mode", ["realtime", "microbatch"])
-def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(cluster, broker, topics, tmp_path, mode):
-    cluster.use_workers([0, 1])
-    names = topics(lines=2, counts=2)
-    bootstrap = broker.bootstrap_servers
+def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(cluster, submit, broker, mode):
     lines = lines_of(27, 4000, 40)
-    produce_lines(bootstrap, names["lines"], lines[:200])
-    app_id = f"failover-{mode}-{uuid.uuid4().hex[:8]}"
-    with WordCountDriver(cluster, bootstrap, names, tmp_path, app_id, mode) as driver:
+    bootstrap = broker.bootstrap_servers
+    with submit(mode, [0, 1], lines[:200], mode) as driver:
+        names = driver.names
         both_used(driver)
         with SteadyWriter(bootstrap, names["lines"], lines[200:]):
             driver.all_committing(120)  # the batch (5 minutes by default) is under way on both workers
@@ -85,21 +98,18 @@ def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(cluster, broker, topi
     assert_counted_once(bootstrap, names["counts"], lines)
 
 
-def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(cluster, broker, topics, tmp_path):
+def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(cluster, submit, broker):
     """``num.standby.replicas=1``: each task's standby lives on the other worker, so when a worker dies
     its tasks reopen on the survivor replaying only what their standbys had not applied yet."""
-    cluster.use_workers([0, 1])
-    names = topics(lines=2, counts=2)
-    bootstrap = broker.bootstrap_servers
     keys = 20_000
     state = [(f"s{i}", " ".join(f"u{5 * i + j}" for j in range(5))) for i in range(keys // 5)]
     steady = lines_of(28, 1500, 40)
-    produce_lines(bootstrap, names["lines"], steady[:100])
-    app_id = f"failover-standby-{uuid.uuid4().hex[:8]}"
-    with WordCountDriver(cluster, bootstrap, names, tmp_path, app_id, "realtime", STANDBY) as driver:
+    bootstrap = broker.bootstrap_servers
+    with submit("standby", [0, 1], steady[:100], overrides=STANDBY) as driver:
+        names = driver.names
         both_used(driver)
         produce_lines(bootstrap, names["lines"], state)
-        driver.wait_until(lambda: caught_up(bootstrap, app_id, driver.partitions), 240, "caught up")
+        driver.wait_until(lambda: caught_up(bootstrap, driver.app_id, driver.partitions), 240, "caught up")
         time.sleep(3.0)  # the standbys read the changelogs every half second
         with SteadyWriter(bootstrap, names["lines"], steady[100:]):
             driver.all_committing(60)
@@ -116,17 +126,14 @@ def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(cluster, b
     assert_counted_once(bootstrap, names["counts"], steady + state)
 
 
-def test_two_workers_killed_one_after_the_other(cluster, broker, topics, tmp_path):
+def test_two_workers_killed_one_after_the_other(cluster, submit, broker):
     """Three workers of one core; two of them SIGKILLed one after the other, each once every task
     commits again: the last one ends up running every task, each loss costing seconds, and every word
     is counted once."""
-    cluster.use_workers([0, 1, 2])
-    names = topics(lines=2, counts=2)
-    bootstrap = broker.bootstrap_servers
     lines = lines_of(29, 2000, 30)
-    produce_lines(bootstrap, names["lines"], lines[:100])
-    app_id = f"failover-twice-{uuid.uuid4().hex[:8]}"
-    with WordCountDriver(cluster, bootstrap, names, tmp_path, app_id, "realtime", cores_max=3) as driver:
+    bootstrap = broker.bootstrap_servers
+    with submit("twice", [0, 1, 2], lines[:100], cores_max=3) as driver:
+        names = driver.names
         both_used(driver, range(3))
         with SteadyWriter(bootstrap, names["lines"], lines[100:]):
             driver.all_committing(120)
@@ -141,18 +148,15 @@ def test_two_workers_killed_one_after_the_other(cluster, broker, topics, tmp_pat
     assert_counted_once(bootstrap, names["counts"], lines)
 
 
-def test_a_worker_killed_while_a_batch_ends(cluster, broker, topics, tmp_path):
+def test_a_worker_killed_while_a_batch_ends(cluster, submit, broker):
     """The batch boundary: a third worker joins (``spark.cores.max=3``), so the driver ends the running
     batch to grow, and worker 0 is SIGKILLed the moment the driver says so, while the threads commit
     and park their tasks or the next batch starts: every task commits again within 30 s and every word is
     counted once."""
-    cluster.use_workers([0, 1])
-    names = topics(lines=2, counts=2)
-    bootstrap = broker.bootstrap_servers
     lines = lines_of(30, 2000, 30)
-    produce_lines(bootstrap, names["lines"], lines[:100])
-    app_id = f"failover-boundary-{uuid.uuid4().hex[:8]}"
-    with WordCountDriver(cluster, bootstrap, names, tmp_path, app_id, "realtime", cores_max=3) as driver:
+    bootstrap = broker.bootstrap_servers
+    with submit("boundary", [0, 1], lines[:100], cores_max=3) as driver:
+        names = driver.names
         both_used(driver)
         with SteadyWriter(bootstrap, names["lines"], lines[100:]):
             driver.all_committing(120)
@@ -168,18 +172,15 @@ def test_a_worker_killed_while_a_batch_ends(cluster, broker, topics, tmp_path):
     assert_counted_once(bootstrap, names["counts"], lines)
 
 
-def test_the_driver_restarted_while_a_worker_is_missing(cluster, broker, topics, tmp_path):
+def test_the_driver_restarted_while_a_worker_is_missing(cluster, submit, broker):
     """Worker 0 SIGKILLed, then the driver (spark-submit and its Python) before it recovered; the
     driver started again while worker 0 stays gone resumes on the remaining executor: every task
     commits again, all on worker 1, and read_committed every word is counted exactly once
     (exactly_once_v2: the dead attempts' open transactions are fenced and aborted)."""
-    cluster.use_workers([0, 1])
-    names = topics(lines=2, counts=2)
-    bootstrap = broker.bootstrap_servers
     lines = lines_of(31, 2000, 30)
-    produce_lines(bootstrap, names["lines"], lines[:100])
-    app_id = f"failover-restart-{uuid.uuid4().hex[:8]}"
-    with WordCountDriver(cluster, bootstrap, names, tmp_path, app_id, "realtime") as driver:
+    bootstrap = broker.bootstrap_servers
+    with submit("restart", [0, 1], lines[:100]) as driver:
+        names = driver.names
         both_used(driver)
         with SteadyWriter(bootstrap, names["lines"], lines[100:]):
             driver.all_committing(120)
