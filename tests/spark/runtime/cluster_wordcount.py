@@ -37,8 +37,9 @@ from .wordcount import PROGRESS
 APP = Path(__file__).with_name("wordcount.py")
 ROOT = Path(__file__).resolve().parents[3]
 DEFAULTS = json.dumps({"commit.interval.ms": None, "realtime.batch.duration.ms": None,
-                       "num.stream.threads": None})
-"""wordcount.py's overrides that leave the runtime's defaults for the batch, commits and threads."""
+                       "num.stream.threads": None, "max.offsets.per.trigger": None})
+"""wordcount.py's overrides that leave the runtime's defaults: batch duration, commit interval, threads,
+micro-batch size."""
 
 
 def committed(bootstrap: str, app_id: str, partitions: Sequence[tuple[str, int]]
