@@ -25,7 +25,7 @@ from .cluster_wordcount import DEFAULTS, SteadyWriter, WordCountDriver, assert_c
 from .conftest import produce_lines
 
 # a cluster, Spark's start-up, a kill and a recovery each: minutes on a loaded 2-core machine
-pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(900)]
 
 RESUME_WITHIN_S = 30.0
 STANDBY = json.dumps({**json.loads(DEFAULTS), "num.standby.replicas": 1, "metrics.prometheus.port": 0})
@@ -73,7 +73,7 @@ def submit(cluster, broker, topics, tmp_path):
 
 
 def both_used(driver: WordCountDriver, workers: range = range(2)) -> None:
-    driver.wait_until(lambda: all(driver.tasks_on(i) for i in workers), 240,
+    driver.wait_until(lambda: all(driver.tasks_on(i) for i in workers), 360,
                       f"stream tasks on workers {list(workers)}")
 
 
