@@ -107,7 +107,8 @@ class WordCountDriver:
     def logs(self) -> str:
         """The end of the driver's output and of every executor's stderr, for a failure's message."""
         driver = self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
-        workers = sorted(int(p.name.split("-")[1]) for p in self.cluster.base_dir.glob("worker-*"))
+        workers = sorted(int(p.name.split("-")[1]) for p in self.cluster.base_dir.glob("worker-*")
+                         if p.is_dir())
         return driver + "\n--- executors ---\n" + "\n".join(
             self.cluster.executor_logs(i)[-1500:] for i in workers)
 
