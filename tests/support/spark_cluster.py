@@ -10,6 +10,7 @@
         process = cluster.submit_background("app.py")   # a Popen, for a test that acts meanwhile
         cluster.start_worker(2)                # another worker (or a killed one again)
         cluster.kill_worker(0)                 # SIGKILL: worker 0, its executors and their Python workers
+        cluster.use_workers([0, 1])            # exactly these workers running (a cluster shared by tests)
         cluster.worker_of(pid)                 # which worker runs process pid (a stream thread's)
         cluster.alive_workers()                # as the master sees them
         cluster.applications()                 # names of applications it ran
@@ -124,6 +125,16 @@ class SparkCluster:
         self._workers[index] = self._spawn(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", [
             "--host", "127.0.0.1", "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
             "--work-dir", str(directory / "work"), "--webui-port", "0", self.master_url], env)
+
+    def use_workers(self, indices: Sequence[int]) -> None:
+        """Exactly workers ``indices`` running and registered: the others killed, the missing ones
+        (killed by an earlier test of a cluster shared by several) started again."""
+        for index in [i for i in self._workers if i not in indices]:
+            self.kill_worker(index)
+        for index in [i for i in indices if i not in self._workers]:
+            self.start_worker(index)
+        self._wait(lambda: self.alive_workers() == len(indices), f"workers {list(indices)} to register",
+                   f"worker-{indices[-1]}")
 
     def _spawn(self, name: str, main_class: str, args: Sequence[str], env: Mapping[str, str]
                ) -> subprocess.Popen:

@@ -13,199 +13,109 @@ exactly once.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import threading
 import time
 import uuid
-from collections import Counter
-from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
 
-from strom.kafka import clients
 from support.spark_cluster import SparkCluster
 
-from .conftest import produce_lines, produce_steadily, read_updates
+from .cluster_wordcount import DEFAULTS, SteadyWriter, WordCountDriver, assert_counted_once, caught_up
+from .conftest import produce_lines
 
 # a cluster, Spark's start-up, a kill and a recovery each: minutes on a loaded 2-core machine
-pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(900)]
 
-APP = Path(__file__).with_name("wordcount.py")
-ROOT = Path(__file__).resolve().parents[3]
 RESUME_WITHIN_S = 30.0
-DEFAULTS = json.dumps({"commit.interval.ms": None, "realtime.batch.duration.ms": None,
-                       "num.stream.threads": None})
 STANDBY = json.dumps({**json.loads(DEFAULTS), "num.standby.replicas": 1, "metrics.prometheus.port": 0})
+TASKS = {"0_0", "0_1", "1_0", "1_1"}
+ENDING = b"ending the batch early"
+"""What the driver logs when it ends a real-time batch before its duration (realtime.py)."""
 
 
-def committed(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    consumer = clients.consumer(bootstrap, group_id=app_id)
-    try:
-        offsets = consumer.committed([TopicPartition(t, p) for t, p in partitions], 10)
-        return {(tp.topic, tp.partition): tp.offset for tp in offsets}
-    finally:
-        consumer.close()
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One standalone cluster of one-core workers for the whole module: a test kills workers, not the
+    master, and starts with the workers it needs (``use_workers``: the killed ones started again)."""
+    with SparkCluster(tmp_path_factory.mktemp("cluster"), workers=2, cores_per_worker=1) as running:
+        yield running
 
 
-def tasks_in(worker_dir: Path, app_id: str) -> set[str]:
-    """The stream tasks a worker opened (each has a directory in the worker's own state dir)."""
-    return {path.name for path in (worker_dir / "state" / app_id).glob("*_*")}
+def lines_of(seed: int, count: int, words: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    vocabulary = [f"w{i}" for i in range(words)]
+    return [(f"k{i}", " ".join(rng.choices(vocabulary, k=rng.randint(1, 4)))) for i in range(count)]
 
 
-def resumed_after(bootstrap: str, app_id: str, partitions: list[tuple[str, int]], since: float,
-                  timeout: float) -> dict[tuple[str, int], float]:
-    """Seconds from ``since`` until each partition's committed offset moved past where it stood when
-    this was called: the partitions of the lost tasks stand still until their new owner commits."""
-    before = committed(bootstrap, app_id, partitions)
-    moved: dict[tuple[str, int], float] = {}
-    deadline = time.monotonic() + timeout
-    while len(moved) < len(partitions) and time.monotonic() < deadline:
-        now = committed(bootstrap, app_id, partitions)
-        for tp, offset in now.items():
-            if tp not in moved and offset > before[tp]:
-                moved[tp] = time.monotonic() - since
-        time.sleep(0.25)
+def assert_resumed(driver: WordCountDriver, since: float, what: str) -> dict[tuple[str, int], float]:
+    """Every partition committed again within ``RESUME_WITHIN_S`` of ``since``."""
+    moved = driver.resumed_after(since, RESUME_WITHIN_S + 30)
+    assert len(moved) == len(driver.partitions) and max(moved.values()) <= RESUME_WITHIN_S, (
+        f"{what}: committed again after (s): {moved}\n{driver.logs()}")
     return moved
 
 
+@pytest.fixture
+def submit(cluster, broker, topics, tmp_path):
+    """``submit(kind, workers, first)``: the word count submitted as ``failover-<kind>-<random>`` with
+    exactly ``workers`` running, on fresh topics into which ``first`` was produced."""
+
+    def submitted(kind: str, workers: list[int], first: list[tuple[str, str]], mode: str = "realtime",
+                  overrides: str = DEFAULTS, cores_max: int = 2) -> WordCountDriver:
+        cluster.use_workers(workers)
+        names = topics(lines=2, counts=2)
+        produce_lines(broker.bootstrap_servers, names["lines"], first)
+        return WordCountDriver(cluster, broker.bootstrap_servers, names, tmp_path,
+                               f"failover-{kind}-{uuid.uuid4().hex[:8]}", mode, overrides, cores_max)
+
+    return submitted
+
+
+def both_used(driver: WordCountDriver, workers: range = range(2)) -> None:
+    driver.wait_until(lambda: all(driver.tasks_on(i) for i in workers), 360,
+                      f"stream tasks on workers {list(workers)}")
+
+
 @pytest.mark.parametrize("mode", ["realtime", "microbatch"])
-def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(broker, topics, tmp_path, mode):
-    names = topics(lines=2, counts=2)
-    app_id = f"failover-{mode}-{uuid.uuid4().hex[:8]}"
-    rng = random.Random(27)
-    words = [f"w{i}" for i in range(40)]
-    lines = [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 4)))) for i in range(4000)]
-    produce_lines(broker.bootstrap_servers, names["lines"], lines[:200])
-    input_done = tmp_path / "input-done"
-    partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition") for p in range(2)]
-    driver_log = tmp_path / "driver.log"
-    with SparkCluster(tmp_path / "cluster", workers=2, cores_per_worker=1) as cluster:
-        driver = cluster.submit_background(
-            APP, broker.bootstrap_servers, names["lines"], names["counts"], str(tmp_path / "driver-state"),
-            app_id, mode, str(input_done), DEFAULTS, output=driver_log,
-            conf={"spark.app.name": app_id, "spark.task.maxFailures": "8", "spark.cores.max": "2",
-                  "spark.executor.cores": "1", "spark.python.daemon.module": "strom.spark.runtime.daemon"},
-            env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
-
-        def logs() -> str:
-            return (driver_log.read_text(errors="replace")[-4000:] + "\n--- executors ---\n"
-                    + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(3)))
-
-        writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
-                                                                    lines[200:], 60.0), daemon=True)
-        try:
-            deadline = time.monotonic() + 240
-            while not all(offset > 0 for offset in committed(broker.bootstrap_servers, app_id,
-                                                             partitions[:2]).values()):
-                assert driver.poll() is None, logs()
-                assert time.monotonic() < deadline, f"nothing committed:\n{logs()}"
-                time.sleep(0.5)
-            writer.start()
-            while not all(tasks_in(cluster.worker_dir(i), app_id) for i in (0, 1)):  # both executors used
-                assert time.monotonic() < deadline, f"a worker got no stream task:\n{logs()}"
-                time.sleep(0.5)
-            time.sleep(10.0)  # the batch (5 minutes by default) is well under way
-            victim = 0
-            cluster.kill_worker(victim)
-            killed = time.monotonic()
-            moved = resumed_after(broker.bootstrap_servers, app_id, partitions, killed, RESUME_WITHIN_S + 30)
-            assert len(moved) == len(partitions) and max(moved.values()) <= RESUME_WITHIN_S, (
-                f"committed again after the kill (s): {moved}\n{logs()}")
-            lost, survivor = tasks_in(cluster.worker_dir(victim), app_id), 1 - victim
-            assert lost <= tasks_in(cluster.worker_dir(survivor), app_id), "the lost worker's tasks stayed"
-
+def test_a_lost_worker_costs_seconds_and_a_new_one_is_used(cluster, submit, broker, mode):
+    lines = lines_of(27, 4000, 40)
+    bootstrap = broker.bootstrap_servers
+    with submit(mode, [0, 1], lines[:200], mode) as driver:
+        names = driver.names
+        both_used(driver)
+        with SteadyWriter(bootstrap, names["lines"], lines[200:]):
+            driver.all_committing(120)  # the batch (5 minutes by default) is under way on both workers
+            cluster.kill_worker(0)
+            moved = assert_resumed(driver, time.monotonic(), "after the kill")
+            assert driver.tasks_on(0) <= driver.tasks_on(1), "the lost worker's tasks stayed"
             cluster.start_worker(2)
-            started = time.monotonic()
-            while not tasks_in(cluster.worker_dir(2), app_id):
-                assert driver.poll() is None, logs()
-                assert time.monotonic() - started < 180, f"the third worker got no stream task:\n{logs()}"
-                time.sleep(0.5)
-            print(f"{mode}: committed again after the kill (s): "
-                  f"{ {f'{t}-{p}': round(s, 1) for (t, p), s in moved.items()} }; third worker used after "
-                  f"{time.monotonic() - started:.1f} s")
-            writer.join()
-            input_done.touch()
-            driver.wait(timeout=300)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)  # spark-submit's JVM and the Python driver it runs
-                driver.wait()
-        assert driver.returncode == 0, logs()
-    expected = Counter(w for _, line in lines for w in line.split())
-    updates = read_updates(broker.bootstrap_servers, names["counts"])
-    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
-    for key, seen in updates.items():
-        assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
+            used = driver.wait_until(lambda: bool(driver.tasks_on(2)), 300, "the third worker used")
+        print(f"{mode}: committed again after the kill (s): "
+              f"{ {f'{t}-{p}': round(s, 1) for (t, p), s in moved.items()} }; third worker used after "
+              f"{used:.1f} s")
+        driver.finish()
+    assert_counted_once(bootstrap, names["counts"], lines)
 
 
-def caught_up(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> bool:
-    consumer = clients.consumer(bootstrap, group_id=app_id)
-    try:
-        ends = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), 10)[1] for tp in partitions}
-    finally:
-        consumer.close()
-    return committed(bootstrap, app_id, partitions) == ends
-
-
-def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(broker, topics, tmp_path):
+def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(cluster, submit, broker):
     """``num.standby.replicas=1``: each task's standby lives on the other worker, so when a worker dies
     its tasks reopen on the survivor replaying only what their standbys had not applied yet."""
-    names = topics(lines=2, counts=2)
-    app_id = f"failover-standby-{uuid.uuid4().hex[:8]}"
     keys = 20_000
     state = [(f"s{i}", " ".join(f"u{5 * i + j}" for j in range(5))) for i in range(keys // 5)]
-    rng = random.Random(28)
-    steady = [(f"k{i}", " ".join(rng.choices([f"w{i}" for i in range(40)], k=3))) for i in range(1500)]
-    produce_lines(broker.bootstrap_servers, names["lines"], steady[:100])
-    input_done = tmp_path / "input-done"
-    partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition") for p in range(2)]
-    driver_log = tmp_path / "driver.log"
-    with SparkCluster(tmp_path / "cluster", workers=2, cores_per_worker=1) as cluster:
-        driver = cluster.submit_background(
-            APP, broker.bootstrap_servers, names["lines"], names["counts"], str(tmp_path / "driver-state"),
-            app_id, "realtime", str(input_done), STANDBY, output=driver_log,
-            conf={"spark.app.name": app_id, "spark.task.maxFailures": "8", "spark.cores.max": "2",
-                  "spark.executor.cores": "1", "spark.python.daemon.module": "strom.spark.runtime.daemon"},
-            env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
-
-        def logs() -> str:
-            return (driver_log.read_text(errors="replace")[-4000:] + "\n--- executors ---\n"
-                    + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(2)))
-
-        try:
-            deadline = time.monotonic() + 240
-            while not all(tasks_in(cluster.worker_dir(i), app_id) for i in (0, 1)):  # both executors used
-                assert driver.poll() is None, logs()
-                assert time.monotonic() < deadline, f"a worker got no stream task:\n{logs()}"
-                time.sleep(0.5)
-            produce_lines(broker.bootstrap_servers, names["lines"], state)
-            while not caught_up(broker.bootstrap_servers, app_id, partitions):
-                assert driver.poll() is None, logs()
-                assert time.monotonic() < deadline + 120, f"never caught up:\n{logs()}"
-                time.sleep(0.5)
-            time.sleep(3.0)  # the standbys read the changelogs every half second
-            writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
-                                                                        steady[100:], 40.0), daemon=True)
-            writer.start()
-            time.sleep(3.0)
+    steady = lines_of(28, 1500, 40)
+    bootstrap = broker.bootstrap_servers
+    with submit("standby", [0, 1], steady[:100], overrides=STANDBY) as driver:
+        names = driver.names
+        both_used(driver)
+        produce_lines(bootstrap, names["lines"], state)
+        driver.wait_until(lambda: caught_up(bootstrap, driver.app_id, driver.partitions), 240, "caught up")
+        time.sleep(3.0)  # the standbys read the changelogs every half second
+        with SteadyWriter(bootstrap, names["lines"], steady[100:]):
+            driver.all_committing(60)
             cluster.kill_worker(0)
-            moved = resumed_after(broker.bootstrap_servers, app_id, partitions, time.monotonic(),
-                                  RESUME_WITHIN_S + 30)
-            assert len(moved) == len(partitions) and max(moved.values()) <= RESUME_WITHIN_S, (
-                f"committed again after the kill (s): {moved}\n{logs()}")
-            writer.join()
-            input_done.touch()
-            driver.wait(timeout=300)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait()
-        assert driver.returncode == 0, logs()
-    progress = json.loads(next(line for line in driver_log.read_text().splitlines()
-                               if line.startswith("wordcount progress:")).split(":", 1)[1])
+            moved = assert_resumed(driver, time.monotonic(), "after the kill")
+        progress = driver.finish()
     restored = sum(progress["restored"].values())
     print(f"standby: committed again after the kill (s): {sorted(round(s, 1) for s in moved.values())}; "
           f"restored {restored} of {keys} keys; standbys {progress['standbys']}")
@@ -213,66 +123,78 @@ def test_a_standby_replica_takes_over_a_lost_task_with_its_state_warm(broker, to
     metrics = progress["metrics"]
     assert any(line.startswith("strom_standby_task_lag{") for line in metrics), metrics
     assert restored < keys // 10, f"restored {restored} changelog records: the standbys were not used"
-    expected = Counter(w for _, line in steady + state for w in line.split())
-    updates = read_updates(broker.bootstrap_servers, names["counts"])
-    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
-    for key, seen in updates.items():
-        assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
+    assert_counted_once(bootstrap, names["counts"], steady + state)
 
 
-def test_two_workers_killed_one_after_the_other(broker, topics, tmp_path):
-    """Three workers of one core; two of them SIGKILLed 20 s apart: the last one ends up running every
-    task, each loss costing seconds, and every word is counted once."""
-    names = topics(lines=2, counts=2)
-    app_id = f"failover-twice-{uuid.uuid4().hex[:8]}"
-    rng = random.Random(29)
-    lines = [(f"k{i}", " ".join(rng.choices([f"w{i}" for i in range(30)], k=3))) for i in range(2000)]
-    produce_lines(broker.bootstrap_servers, names["lines"], lines[:100])
-    input_done = tmp_path / "input-done"
-    partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition") for p in range(2)]
-    driver_log = tmp_path / "driver.log"
-    with SparkCluster(tmp_path / "cluster", workers=3, cores_per_worker=1) as cluster:
-        driver = cluster.submit_background(
-            APP, broker.bootstrap_servers, names["lines"], names["counts"], str(tmp_path / "driver-state"),
-            app_id, "realtime", str(input_done), DEFAULTS, output=driver_log,
-            conf={"spark.app.name": app_id, "spark.task.maxFailures": "8", "spark.cores.max": "3",
-                  "spark.executor.cores": "1", "spark.python.daemon.module": "strom.spark.runtime.daemon"},
-            env={"PYTHONPATH": str(ROOT / "tests" / "spark" / "runtime")})
-
-        def logs() -> str:
-            return (driver_log.read_text(errors="replace")[-4000:] + "\n--- executors ---\n"
-                    + "\n".join(cluster.executor_logs(i)[-1500:] for i in range(3)))
-
-        writer = threading.Thread(target=produce_steadily, args=(broker.bootstrap_servers, names["lines"],
-                                                                    lines[100:], 60.0), daemon=True)
-        try:
-            deadline = time.monotonic() + 240
-            while sum(bool(tasks_in(cluster.worker_dir(i), app_id)) for i in range(3)) < 3:
-                assert driver.poll() is None, logs()
-                assert time.monotonic() < deadline, f"a worker got no stream task:\n{logs()}"
-                time.sleep(0.5)
-            writer.start()
+def test_two_workers_killed_one_after_the_other(cluster, submit, broker):
+    """Three workers of one core; two of them SIGKILLed one after the other, each once every task
+    commits again: the last one ends up running every task, each loss costing seconds, and every word
+    is counted once."""
+    lines = lines_of(29, 2000, 30)
+    bootstrap = broker.bootstrap_servers
+    with submit("twice", [0, 1, 2], lines[:100], cores_max=3) as driver:
+        names = driver.names
+        both_used(driver, range(3))
+        with SteadyWriter(bootstrap, names["lines"], lines[100:]):
+            driver.all_committing(120)
             resumed = []
             for victim in (0, 1):
-                time.sleep(10.0)
                 cluster.kill_worker(victim)
-                moved = resumed_after(broker.bootstrap_servers, app_id, partitions, time.monotonic(),
-                                      RESUME_WITHIN_S + 30)
-                assert len(moved) == len(partitions) and max(moved.values()) <= RESUME_WITHIN_S, (
-                    f"after killing worker {victim}, committed again after (s): {moved}\n{logs()}")
+                moved = assert_resumed(driver, time.monotonic(), f"after killing worker {victim}")
                 resumed.append(round(max(moved.values()), 1))
-            print(f"two losses: every partition committed again after {resumed} s")
-            writer.join()
-            input_done.touch()
-            driver.wait(timeout=300)
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait()
-        assert driver.returncode == 0, logs()
-        assert tasks_in(cluster.worker_dir(2), app_id) == {"0_0", "0_1", "1_0", "1_1"}
-    expected = Counter(w for _, line in lines for w in line.split())
-    updates = read_updates(broker.bootstrap_servers, names["counts"])
-    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
-    for key, seen in updates.items():
-        assert seen == sorted(set(seen)), f"{key}: an update was written twice: {seen}"
+        print(f"two losses: every partition committed again after {resumed} s")
+        driver.finish()
+        assert driver.tasks_on(2) == TASKS
+    assert_counted_once(bootstrap, names["counts"], lines)
+
+
+@pytest.mark.xfail(reason="issue 27: seen 2026-11-28 at load average 25-30, no partition committed in 60 s "
+                   "of a kill that coincided with the batch ending to grow onto a cold executor (the next "
+                   "batch waited HELLO_TIMEOUT_S for that executor's thread, then ended again for it); "
+                   "not yet investigated", strict=False)
+def test_a_worker_killed_while_a_batch_ends(cluster, submit, broker):
+    """The batch boundary: a third worker joins (``spark.cores.max=3``), so the driver ends the running
+    batch to grow, and worker 0 is SIGKILLed the moment the driver says so, while the threads commit
+    and park their tasks or the next batch starts: every task commits again within 30 s and every word is
+    counted once."""
+    lines = lines_of(30, 2000, 30)
+    bootstrap = broker.bootstrap_servers
+    with submit("boundary", [0, 1], lines[:100], cores_max=3) as driver:
+        names = driver.names
+        both_used(driver)
+        with SteadyWriter(bootstrap, names["lines"], lines[100:]):
+            driver.all_committing(120)
+            seen = driver.log_path.stat().st_size
+            cluster.start_worker(2)
+            driver.wait_until(lambda: ENDING in driver.log_path.read_bytes()[seen:], 120,
+                              "the batch ended for the third worker")
+            cluster.kill_worker(0)
+            moved = assert_resumed(driver, time.monotonic(), "after the kill at the batch's end")
+        print(f"batch boundary: committed again after {max(moved.values()):.1f} s")
+        driver.finish()
+        assert driver.tasks_on(0) <= driver.tasks_on(1) | driver.tasks_on(2), "the lost worker's tasks stayed"
+    assert_counted_once(bootstrap, names["counts"], lines)
+
+
+def test_the_driver_restarted_while_a_worker_is_missing(cluster, submit, broker):
+    """Worker 0 SIGKILLed, then the driver (spark-submit and its Python) before it recovered; the
+    driver started again while worker 0 stays gone resumes on the remaining executor: every task
+    commits again, all on worker 1, and read_committed every word is counted exactly once
+    (exactly_once_v2: the dead attempts' open transactions are fenced and aborted)."""
+    lines = lines_of(31, 2000, 30)
+    bootstrap = broker.bootstrap_servers
+    with submit("restart", [0, 1], lines[:100]) as driver:
+        names = driver.names
+        both_used(driver)
+        with SteadyWriter(bootstrap, names["lines"], lines[100:]):
+            driver.all_committing(120)
+            cluster.kill_worker(0)
+            driver.kill()
+            driver.restart()
+            restarted = time.monotonic()
+            moved = driver.resumed_after(restarted, 240)
+            assert len(moved) == len(driver.partitions), f"committed again after: {moved}\n{driver.logs()}"
+        print(f"driver restarted: every partition committed again {max(moved.values()):.1f} s after")
+        driver.finish()
+        assert driver.tasks_on(1) == TASKS
+    assert_counted_once(bootstrap, names["counts"], lines)

@@ -12,11 +12,16 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from strom.errors import ProcessorStateError
 
-__all__ = ["ACQUIRE_TIMEOUT_S", "OWNER", "RELEASE", "TaskLease"]
+if TYPE_CHECKING:
+    from strom.streams.processor.internals.task import StreamTask
+
+__all__ = ["ACQUIRE_TIMEOUT_S", "OWNER", "RELEASE", "LeasedTask", "TaskLease"]
 
 OWNER = "owner"
 RELEASE = "release"
@@ -65,3 +70,33 @@ class TaskLease:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
 
+
+
+class LeasedTask:
+    """A stream task a process holds open under its directory's lease (an active ``OpenTask`` or a
+    ``StandbyTask``): both close the same way, once, the lease last so that the next holder finds the
+    stores closed and checkpointed."""
+
+    lease: TaskLease
+    task: StreamTask
+    _closed = False
+
+    @property
+    def release_requested(self) -> bool:
+        return self.lease.release_requested
+
+    def _clients(self) -> tuple[Any, ...]:
+        """The Kafka clients to close after the task, in order."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Closes the task (uncommitted store writes are dropped), its clients, then the lease; each
+        step runs even when one before it raised."""
+        if self._closed:
+            return
+        self._closed = True
+        with ExitStack() as steps:  # callbacks run last-in first-out: the lease is released last
+            steps.callback(self.lease.release)
+            for client in reversed(self._clients()):
+                steps.callback(client.close)
+            self.task.close()

@@ -22,7 +22,7 @@ from strom.errors import BrokerUnavailableError, ProducerFencedError, Transactio
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.reading import fetch_committed
-from strom.spark.runtime.lease import TaskLease
+from strom.spark.runtime.lease import LeasedTask, TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
 from strom.streams import config as cfg
@@ -50,7 +50,7 @@ _NO_OFFSET = -1001
 Offsets = dict[tuple[str, int], int]
 
 
-class OpenTask:
+class OpenTask(LeasedTask):
     """A StreamTask, its producer and consumer, and the lease on its state directory."""
 
     def __init__(self, topology: Topology, config: StreamsConfig, task_id: TaskId,
@@ -67,7 +67,6 @@ class OpenTask:
         except BaseException:
             self.lease.release()
             raise
-        self._closed = False
 
     def _connect(self, owned: tuple[str, ...], task_id: TaskId) -> None:
         bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
@@ -85,9 +84,8 @@ class OpenTask:
                                ThreadCache(self.config[cfg.STATESTORE_CACHE_MAX_BYTES]),
                                partitions=[TopicPartition(t, task_id.partition) for t in owned])
 
-    @property
-    def release_requested(self) -> bool:
-        return self.lease.release_requested
+    def _clients(self) -> tuple[Any, ...]:
+        return self.consumer, self.sink
 
     def open(self, partitions: list[tuple[str, int]]) -> int:
         """Fences earlier attempts, reads the committed offsets of ``partitions`` (their metadata
@@ -188,18 +186,6 @@ class OpenTask:
         if self.transactions is not None:
             self.transactions.abort_transaction()  # a failure is logged: the next opener aborts it
         self.task.abort()
-
-    def close(self) -> None:
-        """Closes the task (uncommitted store writes are dropped), the clients, then the lease."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.task.close()
-        finally:
-            self.consumer.close()
-            self.sink.close()
-            self.lease.release()
 
     def committed_positions(self) -> Offsets:
         """What group ``<application.id>`` has committed for the partitions this task reads."""

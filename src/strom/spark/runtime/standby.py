@@ -15,13 +15,14 @@ active tasks do, and close when another process asks for the task's lease (the a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer
 
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.reading import committed_offsets, end_offset
-from strom.spark.runtime.lease import TaskLease
+from strom.spark.runtime.lease import LeasedTask, TaskLease
 from strom.spark.runtime.open_task import QUICK_EOF, TIMEOUT_S
 from strom.spark.runtime.parked import ParkedTasks
 from strom.spark.runtime.restore import restore_task
@@ -43,7 +44,7 @@ STANDBYS = ParkedTasks()
 """This Python worker's standby tasks between batches."""
 
 
-class StandbyTask:
+class StandbyTask(LeasedTask):
     """One task's stores, kept up to date from its changelogs; never processes."""
 
     def __init__(self, topology: Topology, config: StreamsConfig, task_id: TaskId, run_id: str) -> None:
@@ -52,7 +53,6 @@ class StandbyTask:
         self._config = config
         directory = Path(config[cfg.STATE_DIR]) / config.application_id / self.task_id
         self.lease = TaskLease.acquire(directory, LEASE_WAIT_S)
-        self._closed = False
         try:
             self.task = StreamTask(task_id, topology.internal, config, None, ThreadCache(0))
             self.task.initialize()
@@ -71,9 +71,8 @@ class StandbyTask:
         """Changelog records (and, under exactly-once, commit markers) it had not applied when it last
         looked; -1 before its first update."""
 
-    @property
-    def release_requested(self) -> bool:
-        return self.lease.release_requested
+    def _clients(self) -> tuple[Any, ...]:
+        return (self._consumer,)
 
     def update(self) -> int:
         """Applies what the changelogs gained since the last update; returns the records applied."""
@@ -91,14 +90,3 @@ class StandbyTask:
         offsets = self.task.restore_offsets()
         return sum(max(0, end_offset(self._consumer, tp.topic, tp.partition) - (offsets[store] or 0))
                    for store, tp in self.task.changelog_partitions().items())
-
-    def close(self) -> None:
-        """Closes the stores (their checkpoint stays for the active task opening here) and the lease."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.task.close()
-        finally:
-            self._consumer.close()
-            self.lease.release()
