@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from strom.spark import quiet_logging
 from strom.spark.connector.source import StromDataSource
 from strom.spark.preflight import check_java
+from strom.spark.startup import mark
 
 __all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
 
@@ -58,8 +59,10 @@ def session(
         builder = builder.config(key, value)
     with quiet_logging.jvm_stderr_filtered() if quiet and not jvm_running else nullcontext():
         spark = builder.getOrCreate()
+    mark("spark-session", "created" if not jvm_running else "existing JVM")
     if quiet and jvm_running:
         quiet_logging.reconfigure(spark.sparkContext)
     spark.sparkContext.setLogLevel(log_level)
     register(spark)
+    mark("spark-registered")
     return spark

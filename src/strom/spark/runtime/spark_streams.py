@@ -39,6 +39,7 @@ from strom.spark.runtime.plan import (
 )
 from strom.spark.runtime.realtime import RealtimeExecution, stream_threads
 from strom.spark.runtime.store_copies import StoreCopies
+from strom.spark.startup import mark
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
@@ -308,10 +309,13 @@ class SparkStreams:
         the committed offsets of group ``application.id``."""
         if self._execution is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
+        mark("start")
         admin = clients.admin(self.bootstrap_servers, **self.config.client_props("admin."))
         self.plan = plan_application(self._topology, self.config, admin)
         check_tasks_build(self._topology, self.config)
+        mark("planned")
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
+        mark("internal-topics")
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)
         self._start_latest_sources()
@@ -331,6 +335,7 @@ class SparkStreams:
             log.info("num.standby.replicas has no effect with execution.mode=microbatch: a task's "
                      "micro-batch runs wherever Spark places it, and opens its stores there")
         self._execution = self._start_execution()
+        mark("started")
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
 

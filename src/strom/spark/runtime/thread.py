@@ -34,6 +34,7 @@ from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_c
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
 from strom.spark.runtime.standby import STANDBYS, UPDATE_EVERY_S, StandbyTask
+from strom.spark.startup import mark, process_age_s
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
@@ -142,18 +143,24 @@ class StreamThread:
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
+        age = process_age_s()
+        mark("thread-started", f"thread {self.index} batch {self.plan.batch} worker age "
+             f"{'?' if age is None else f'{age:.3f}'} s")
         control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
         try:
             assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
                                      f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}")
+            mark("assigned", f"thread {self.index} tasks {assigned}")
             if not assigned or control.stopping.is_set():
                 control.report({}, FINISHED)
                 return []
             try:
                 self._close_standbys_except(control.standbys, assigned)
                 self._open_all(assigned)
+                mark("tasks-open", f"thread {self.index}")
                 self._open_standbys(control.standbys)
                 consumer = self._consumer()
+                mark("consumer", f"thread {self.index}")
             except BaseException as exc:
                 control.failed(exc)
                 self._close_standbys()
@@ -243,6 +250,7 @@ class StreamThread:
         try:
             for task_id in assigned:
                 running = self._reuse(task_id) or self._open(task_id)
+                mark("task-open", f"thread {self.index} task {task_id} reused {running.summary.reused}")
                 self.tasks[task_id] = running
                 self.routes.update({tp: running for tp in running.partitions})
                 running.open.begin()
@@ -288,12 +296,16 @@ class StreamThread:
     def _loop(self, consumer: Consumer, control: ControlClient, deadline: float) -> None:
         next_commit = time.monotonic() + self.interval_s
         next_standby = time.monotonic()
+        first_messages = True
         while True:
             now = time.monotonic()
             ending = control.stopping.is_set() or now >= deadline
             wait = max(0.0, min(POLL_S, next_commit - now))
             messages = [] if ending else consumer.consume(MAX_POLL_RECORDS, wait)
             if messages:
+                if first_messages:
+                    mark("first-poll", f"thread {self.index}")
+                    first_messages = False
                 self._route(messages)
             for running in self.tasks.values():
                 started = time.monotonic()
