@@ -79,7 +79,8 @@ def parse_marks(lines: list[str]) -> list[Mark]:
     for line in lines:
         found = MARK.search(line)
         if found:
-            marks.append(Mark(float(found.group(2)), found.group(1), int(found.group(3)), found.group(4).strip()))
+            at, phase, pid, detail = found.groups()
+            marks.append(Mark(float(at), phase, int(pid), detail.strip()))
     return sorted(marks)
 
 
@@ -123,8 +124,9 @@ class ParseJson:
 
 
 def build():
-    logging.getLogger("strom.startup").setLevel(logging.DEBUG)
-    logging.getLogger("strom.startup").debug("phase application-loaded at %.3f pid %d", time.time(), os.getpid())
+    marks = logging.getLogger("strom.startup")
+    marks.setLevel(logging.DEBUG)
+    marks.debug("phase application-loaded at %.3f pid %d", time.time(), os.getpid())
     builder = StreamsBuilder()
     (builder.stream({source!r}, Consumed.with_(Serdes.String(), Serdes.String()))
         .map_values(ParseJson({mark!r}))
@@ -265,8 +267,8 @@ def run_cold(args: argparse.Namespace) -> dict[str, float]:
     suffix = uuid.uuid4().hex[:8]
     source, sink = f"startup-in-{suffix}", f"startup-out-{suffix}"
     app = Path(workdir) / "app.py"
-    app.write_text(APP_TEMPLATE.format(source=source, sink=sink, mark=f"{workdir}/first", commit=COMMIT_INTERVAL_MS,
-                                       app_id=f"startup-cold-{suffix}", state_dir=workdir))
+    app.write_text(APP_TEMPLATE.format(source=source, sink=sink, mark=f"{workdir}/first", state_dir=workdir,
+                                       app_id=f"startup-cold-{suffix}", commit=COMMIT_INTERVAL_MS))
     strom = Path(sys.executable).parent / "strom"
     env = {**os.environ, **WORKER_LOG_LEVEL}
     lines: list[str] = []
@@ -294,7 +296,8 @@ def run_cold(args: argparse.Namespace) -> dict[str, float]:
         clients.create_topics(bootstrap[0], {sink: args.partitions})
         produce(bootstrap[0], source, args.records)
         consumer = clients.consumer(bootstrap[0], group_id=f"startup-reader-{suffix}", **{
-            "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
+            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+            "enable.auto.commit": False})
         consumer.subscribe([sink])
         first_output = None
         deadline = time.monotonic() + 180
@@ -351,7 +354,8 @@ def main() -> int:
     targets = {"warm-app": 1.0, "cold-first-output": 8.0}
     for name, values in runs.items():
         target = f"  (target <= {targets[name]:.1f} s)" if name in targets else ""
-        print(f"  {name:26} {statistics.median(values):6.2f} s  runs {', '.join(f'{v:.2f}' for v in values)}{target}")
+        each = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {name:26} {statistics.median(values):6.2f} s  runs {each}{target}")
     return 0
 
 

@@ -18,7 +18,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,16 +154,20 @@ class StreamThread:
             if not assigned or control.stopping.is_set():
                 control.report({}, FINISHED)
                 return []
+            consumer = None
             try:
                 self._close_standbys_except(control.standbys, assigned)
+                consumer = self._consumer()  # it connects while the tasks open
                 self._open_all(assigned)
                 mark("tasks-open", f"thread {self.index}")
                 self._open_standbys(control.standbys)
-                consumer = self._consumer()
+                self._assign(consumer)
                 mark("consumer", f"thread {self.index}")
             except BaseException as exc:
                 control.failed(exc)
                 self._close_standbys()
+                if consumer is not None:
+                    consumer.close()
                 raise
             try:
                 self._loop(consumer, control, started + self.plan.duration_s)
@@ -247,17 +251,41 @@ class StreamThread:
 
     # ---- opening ------------------------------------------------------------------------------
     def _open_all(self, assigned: list[str]) -> None:
-        try:
+        """Opens the assigned tasks (or takes them back parked), several at the same time: most of an
+        opening is waiting for the broker (init_transactions, committed offsets, the changelogs' ends)
+        and each task has its own clients and stores. A topology with global tables opens them one
+        after the other: the process's global stores, shared by its tasks, catch up one task at a time."""
+        opened: dict[str, RunningTask] = {}
+        failure: BaseException | None = None
+        if len(assigned) > 1 and not self.topology.internal.global_stores:
+            futures = {task_id: self._committer.submit(self._take_up, task_id) for task_id in assigned}
+            wait(futures.values())
+            opened = {task_id: f.result() for task_id, f in futures.items() if f.exception() is None}
+            failure = next((f.exception() for f in futures.values() if f.exception() is not None), None)
+        else:
             for task_id in assigned:
-                running = self._reuse(task_id) or self._open(task_id)
-                mark("task-open", f"thread {self.index} task {task_id} reused {running.summary.reused}")
-                self.tasks[task_id] = running
-                self.routes.update({tp: running for tp in running.partitions})
-                running.open.begin()
-        except BaseException:
-            for running in self.tasks.values():
+                try:
+                    opened[task_id] = self._take_up(task_id)
+                except BaseException as exc:
+                    failure = exc
+                    break
+        if failure is not None:
+            for running in opened.values():
                 running.open.close()
+            raise failure
+        for task_id in assigned:
+            self.tasks[task_id] = opened[task_id]
+            self.routes.update({tp: opened[task_id] for tp in opened[task_id].partitions})
+
+    def _take_up(self, task_id: str) -> RunningTask:
+        running = self._reuse(task_id) or self._open(task_id)
+        try:
+            running.open.begin()
+        except BaseException:
+            running.open.close()
             raise
+        mark("task-open", f"thread {self.index} task {task_id} reused {running.summary.reused}")
+        return running
 
     def _reuse(self, task_id: str) -> RunningTask | None:
         """The task parked in this worker, if it is of this run and still the current owner."""
@@ -283,14 +311,15 @@ class StreamThread:
         return RunningTask(task, owned, reused=False, restored=restored)
 
     def _consumer(self) -> Consumer:
-        consumer = clients.consumer(
+        return clients.consumer(
             self.config[cfg.BOOTSTRAP_SERVERS], group_id=self.config.application_id,
             **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("main.consumer."),
                **LOW_LATENCY_FETCH,
                "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted"})
+
+    def _assign(self, consumer: Consumer) -> None:
         consumer.assign([KafkaTopicPartition(t, p, task.read.get((t, p), OFFSET_BEGINNING))
                          for (t, p), task in self.routes.items()])
-        return consumer
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self, consumer: Consumer, control: ControlClient, deadline: float) -> None:
