@@ -1,6 +1,11 @@
 """Start-up, phase by phase: from a new process to the first record processed (issue 29).
 
     python bench/startup.py [--mode warm,cold] [--records 1000] [--partitions 4] [--repeat 1]
+                            [--before SRC_DIR]
+
+``--before DIR`` runs every mode also with strom's sources from DIR (e.g. ``git archive REV src | tar
+-x -C /tmp/before``: DIR/src put first on PYTHONPATH, which Spark's Python workers inherit), the two
+interleaved in one run: before/after figures taken under the same load.
 
 The workload is bench/pipeline.py's count-by-key (JSON records, exactly_once_v2,
 commit.interval.ms=100, 4 partitions, local[2]) on an embedded broker; the input is there before the
@@ -18,7 +23,9 @@ Each phase is a mark the runtime logs at DEBUG on logger ``strom.startup`` (``st
 in the driver, and in the Python workers through ``STROM_WORKER_LOG_LEVEL=DEBUG``. Each line has the
 wall-clock time, so the bench orders the marks of every process; the first record processed is marked
 by the application's JSON parse (in the Python worker), the first output record by this bench's consumer.
-Figures are seconds since the process started (``at``) and since the previous mark (``step``).
+Figures are seconds since the process started (``at``) and since the previous mark (``step``); ``cpu``
+is the CPU seconds of the whole process tree (driver, JVM, Python workers), from its start to its end.
+The host is shared: the first line gives the load average, and CPU seconds vary less than wall time.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -101,6 +109,7 @@ APP_TEMPLATE = '''"""bench/startup.py's application for ``strom run``: count-by-
 import json
 import logging
 import os
+import resource
 import time
 
 from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder
@@ -233,8 +242,21 @@ def child(args: argparse.Namespace) -> None:
         spark.stop()
 
 
-def run_warm(args: argparse.Namespace) -> dict[str, float]:
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def environment(src: str | None) -> dict[str, str]:
     env = {**os.environ, **WORKER_LOG_LEVEL}
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (f"{src}/src", env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_warm(args: argparse.Namespace, src: str | None) -> dict[str, float]:
+    env = environment(src)
+    cpu = children_cpu_s()
     spawned = time.time()
     done = subprocess.run([sys.executable, __file__, "--child", "--records", str(args.records),
                            "--partitions", str(args.partitions)],
@@ -255,12 +277,13 @@ def run_warm(args: argparse.Namespace) -> dict[str, float]:
                        app["start"], own)
         figures[app["app"]] = app["first_record"] - app["start"]
     figures["process-to-warm-session"] = apps[0]["start"] - spawned
+    figures["warm-process-cpu"] = children_cpu_s() - cpu
     return figures
 
 
 # --- cold: strom run app.py, embedded broker ------------------------------------------------------
 
-def run_cold(args: argparse.Namespace) -> dict[str, float]:
+def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     from strom.kafka import clients
 
     workdir = tempfile.mkdtemp(prefix="strom-bench-startup-cold-")
@@ -269,13 +292,14 @@ def run_cold(args: argparse.Namespace) -> dict[str, float]:
     app = Path(workdir) / "app.py"
     app.write_text(APP_TEMPLATE.format(source=source, sink=sink, mark=f"{workdir}/first", state_dir=workdir,
                                        app_id=f"startup-cold-{suffix}", commit=COMMIT_INTERVAL_MS))
-    strom = Path(sys.executable).parent / "strom"
-    env = {**os.environ, **WORKER_LOG_LEVEL}
+    env = environment(src)
+    cpu = children_cpu_s()
     lines: list[str] = []
     broker_seen = threading.Event()
     bootstrap: list[str] = []
     spawned = time.time()
-    process = subprocess.Popen([str(strom), "run", str(app), "--master", "local[2]"], env=env,
+    strom = [sys.executable, "-c", "from strom.cli.main import main; main()"]
+    process = subprocess.Popen([*strom, "run", str(app), "--master", "local[2]"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=workdir)
 
     def read_stderr() -> None:
@@ -325,7 +349,8 @@ def run_cold(args: argparse.Namespace) -> dict[str, float]:
               Mark(first_record, "first-record", 0), Mark(first_output, "first-output", 0)]
     print_timeline("cold: strom run app.py, embedded broker (seconds since the process was spawned):",
                    spawned, sorted(marks))
-    return {"cold-first-record": first_record - spawned, "cold-first-output": first_output - spawned}
+    return {"cold-first-record": first_record - spawned, "cold-first-output": first_output - spawned,
+            "cold-process-cpu": children_cpu_s() - cpu}
 
 
 def parse_args() -> argparse.Namespace:
@@ -334,6 +359,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--records", type=int, default=1000, help="input records")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mode; the summary gives medians")
+    parser.add_argument("--before", metavar="SRC_DIR", help="also run strom's sources from SRC_DIR/src")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -344,18 +370,22 @@ def main() -> int:
         child(args)
         return 0
     print(describe(), flush=True)
-    runs: dict[str, list[float]] = {}
+    versions = {"before": args.before, "after": None} if args.before else {"this": None}
+    runs: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.repeat):
         for mode in args.mode.split(","):
-            figures = run_warm(args) if mode == "warm" else run_cold(args)
-            for name, value in figures.items():
-                runs.setdefault(name, []).append(value)
-    print(f"\nsummary ({args.repeat} run(s), median; load average now {os.getloadavg()[0]:.2f}):")
+            for version, src in versions.items():
+                print(f"\n===== {mode}, {version} ({src or 'this checkout'}), load average "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
+                figures = run_warm(args, src) if mode == "warm" else run_cold(args, src)
+                for name, value in figures.items():
+                    runs.setdefault((name, version), []).append(value)
+    print(f"\nsummary ({args.repeat} run(s) each, median; load average now {os.getloadavg()[0]:.2f}):")
     targets = {"warm-app": 1.0, "cold-first-output": 8.0}
-    for name, values in runs.items():
+    for (name, version), values in runs.items():
         target = f"  (target <= {targets[name]:.1f} s)" if name in targets else ""
         each = ", ".join(f"{v:.2f}" for v in values)
-        print(f"  {name:26} {statistics.median(values):6.2f} s  runs {each}{target}")
+        print(f"  {name:26} {version:6} {statistics.median(values):6.2f} s  runs {each}{target}")
     return 0
 
 
