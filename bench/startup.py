@@ -87,7 +87,7 @@ def parse_marks(lines: list[str]) -> list[Mark]:
     for line in lines:
         found = MARK.search(line)
         if found:
-            at, phase, pid, detail = found.groups()
+            phase, at, pid, detail = found.groups()
             marks.append(Mark(float(at), phase, int(pid), detail.strip()))
     return sorted(marks)
 
