@@ -181,7 +181,7 @@ class _SessionStarting:
 
         def build() -> Any:
             with context.scope(cleanup=False):
-                return spark_session(app_name, master=master, config=spark_conf)
+                return spark_session(app_name, master=master, config=spark_conf, strom_format=False)
 
         executor = ThreadPoolExecutor(1, thread_name_prefix="strom-spark-session")
         self._future = executor.submit(build)

@@ -40,8 +40,13 @@ def session(
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
     quiet: bool = True,
+    strom_format: bool = True,
 ) -> SparkSession:
     """Checks Java first (a clear error instead of a JVM trace), then builds and registers.
+
+    ``strom_format=False`` leaves ``format("strom")`` unregistered: registering a Python data source
+    makes Spark start a Python process that looks for others among the installed packages (seconds
+    on a busy machine), which a session only running ``SparkStreams`` does not need (``strom run``).
 
     Python workers run this interpreter, so executors see the same strom and dependencies. ``quiet``
     starts the JVM with strom's log4j2 configuration (``strom.spark.quiet_logging``: no start-up
@@ -63,6 +68,7 @@ def session(
     if quiet and jvm_running:
         quiet_logging.reconfigure(spark.sparkContext)
     spark.sparkContext.setLogLevel(log_level)
-    register(spark)
-    mark("spark-registered")
+    if strom_format:
+        register(spark)
+        mark("spark-registered")
     return spark

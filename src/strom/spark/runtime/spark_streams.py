@@ -322,7 +322,8 @@ class SparkStreams:
         if self._spark is None:
             import strom.spark
 
-            self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}")
+            self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}",
+                                              strom_format=False)
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._run_id = uuid.uuid4().hex
         if self.realtime:
