@@ -266,6 +266,9 @@ def run_warm(args: argparse.Namespace, src: str | None) -> dict[str, float]:
         raise RuntimeError(f"the warm run's process failed ({done.returncode})")
     apps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     marks = parse_marks(done.stderr.splitlines())
+    for line in done.stderr.splitlines():
+        if "cancelling" in line:  # its Python workers are killed: the next application starts new ones
+            print(f"  note: {line.strip()}")
     figures: dict[str, float] = {}
     session = [m for m in marks if m.at < apps[0]["start"]]
     print_timeline("warm run, process and session (seconds since the process was spawned):", spawned, session)
