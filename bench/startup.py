@@ -198,6 +198,23 @@ def wait_for_file(path: str, timeout: float) -> float:
 
 # --- warm: SparkStreams.start() on a session, twice, in a new process -----------------------------
 
+def python_workers() -> int:
+    """Spark Python workers alive (processes forked by strom's worker daemon), on Linux."""
+    parents: dict[int, int] = {}
+    daemons = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if b"strom.spark.runtime.daemon" in command:
+            daemons.add(int(entry.name))
+    return sum(1 for pid in daemons if parents.get(pid) in daemons)
+
+
 def child(args: argparse.Namespace) -> None:
     """The warm run's process: its marks go to stderr, its first-record times to stdout."""
     import logging
@@ -239,6 +256,7 @@ def child(args: argparse.Namespace) -> None:
             if not app.wait_until_caught_up(120):
                 raise RuntimeError(f"{name} did not catch up in 120 s")
             app.stop()
+            print(json.dumps({"app": name, "workers_after_stop": python_workers()}), flush=True)
         spark.stop()
 
 
@@ -264,7 +282,11 @@ def run_warm(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     if done.returncode != 0:
         sys.stderr.write(done.stderr[-4000:])
         raise RuntimeError(f"the warm run's process failed ({done.returncode})")
-    apps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    apps = [line for line in lines if "start" in line]
+    for line in lines:
+        if "workers_after_stop" in line:
+            print(f"  note: {line['workers_after_stop']} Python workers alive after {line['app']} stopped")
     marks = parse_marks(done.stderr.splitlines())
     for line in done.stderr.splitlines():
         if "cancelling" in line:  # its Python workers are killed: the next application starts new ones
