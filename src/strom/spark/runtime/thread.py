@@ -145,7 +145,7 @@ class StreamThread:
         started = time.monotonic()
         age = process_age_s()
         mark("thread-started", f"thread {self.index} batch {self.plan.batch} worker age "
-             f"{'?' if age is None else f'{age:.3f}'} s")
+             f"{'?' if age is None else f'{age:.3f}'} s, its CPU {time.process_time():.3f} s")
         control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
         try:
             assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
