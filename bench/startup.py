@@ -349,7 +349,7 @@ def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
             "enable.auto.commit": False})
         consumer.subscribe([sink])
         first_output = None
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 600
         while first_output is None and time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError("strom run ended:\n" + "".join(lines[-40:]))
@@ -358,7 +358,7 @@ def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
                 first_output = time.time()
         consumer.close()
         if first_output is None:
-            raise RuntimeError("no output record in 180 s:\n" + "".join(lines[-40:]))
+            raise RuntimeError("no output record in 600 s:\n" + "".join(lines[-40:]))
     finally:
         process.send_signal(signal.SIGTERM)
         try:
