@@ -18,7 +18,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,7 +259,6 @@ class StreamThread:
         failure: BaseException | None = None
         if len(assigned) > 1 and not self.topology.internal.global_stores:
             futures = {task_id: self._committer.submit(self._take_up, task_id) for task_id in assigned}
-            wait(futures.values())
             opened = {task_id: f.result() for task_id, f in futures.items() if f.exception() is None}
             failure = next((f.exception() for f in futures.values() if f.exception() is not None), None)
         else:
