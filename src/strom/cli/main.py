@@ -28,7 +28,27 @@ COMMANDS = (
 """``module:command`` of every subcommand, one per line in name order (add yours on its own line)."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Imports a subcommand's module when that command runs (or help lists it): ``strom run`` does not
+    pay for the schema registry client, the transactions tools' protocol classes and the rest."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *(entry.partition(":")[2] for entry in COMMANDS)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        for entry in COMMANDS:
+            module, _, name = entry.partition(":")
+            if name == cmd_name:
+                command = getattr(importlib.import_module(module), name)
+                self.add_command(command, name)
+                return command
+        return None
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="strom")
 @click.option("-v", "--verbose", count=True, help="More logging (-v info and librdkafka's log, -vv debug).")
 def cli(verbose: int) -> None:
@@ -38,10 +58,6 @@ def cli(verbose: int) -> None:
     # librdkafka logs every failed connection attempt; commands report what failed in one error line
     logging.getLogger("strom.kafka.librdkafka").setLevel(level if verbose else logging.CRITICAL)
 
-
-for _entry in COMMANDS:
-    _module, _, _name = _entry.partition(":")
-    cli.add_command(getattr(importlib.import_module(_module), _name))
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -152,23 +153,60 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         with ExitStack() as stack:
+            app_id = _application_id(props)  # a bad config fails before Spark starts
+            console.print(f"starting {app_id} on Spark ({master})")
+            session = _SessionStarting(f"strom-{app_id}", master, spark_conf)
+            stack.callback(session.stop_unless_taken)
             props["bootstrap.servers"] = stack.enter_context(_bootstrap(props, topology, console))
-            streams = _start(stack, topology, props, master, spark_conf, console)
+            streams = _start(stack, topology, props, session, console)
             _watch(streams, stop, until_caught_up, status_interval, console)
     finally:
         signal.signal(signal.SIGTERM, previous)
     console.print("stopped")
 
 
-def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], master: str,
-           spark_conf: dict[str, str], console: Console) -> Any:
+def _application_id(props: dict[str, Any]) -> str:
+    """``application.id`` of a valid config; the embedded broker's address is not known yet."""
+    return StreamsConfig({"bootstrap.servers": "localhost:9092", **props}).application_id
+
+
+class _SessionStarting:
+    """The Spark session, built in a thread while the embedded broker starts: the JVM's start-up
+    (seconds) and the broker's then overlap on a machine with two cores or more."""
+
+    def __init__(self, app_name: str, master: str, spark_conf: dict[str, str]) -> None:
+        context = click.get_current_context()  # strom -v, which the thread must see
+        self._started = time.monotonic()
+        self._taken = False
+
+        def build() -> Any:
+            with context.scope(cleanup=False):
+                return spark_session(app_name, master=master, config=spark_conf, strom_format=False)
+
+        executor = ThreadPoolExecutor(1, thread_name_prefix="strom-spark-session")
+        self._future = executor.submit(build)
+        executor.shutdown(wait=False)
+
+    def take(self, console: Console) -> Any:
+        """The session once started (a failure to start it is raised here), printed with its time."""
+        self._taken = True
+        spark = self._future.result()
+        console.print(f"start-up: Spark session {time.monotonic() - self._started:.1f} s (started with "
+                      "the broker)")
+        return spark
+
+    def stop_unless_taken(self) -> None:
+        """Stops a session that started while something else failed (the broker, the application)."""
+        if not self._taken and self._future.exception() is None:
+            self._future.result().stop()
+
+
+def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], session: _SessionStarting,
+           console: Console) -> Any:
     from strom.spark.runtime import SparkStreams
 
-    app_id = StreamsConfig(props).application_id  # a bad config fails before Spark starts
-    console.print(f"starting {app_id} on Spark ({master}), brokers {props['bootstrap.servers']}")
-    started = time.monotonic()
-    spark = spark_session(f"strom-{app_id}", master=master, config=spark_conf)
-    console.print(f"start-up: Spark session {time.monotonic() - started:.1f} s")
+    console.print(f"brokers {props['bootstrap.servers']}")
+    spark = session.take(console)
     stack.callback(spark.stop)
     streams = SparkStreams(topology, props, spark)
     streams.start()

@@ -15,10 +15,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from strom.errors import BrokerUnavailableError, ConfigError
-from strom.kafka.wire import WireClient
 
 __all__ = [
     "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin",
@@ -104,6 +102,12 @@ def check_group_protocol(bootstrap_servers: str, config: Mapping[str, Any]) -> N
         return
     if str(config.get("security.protocol", "plaintext")).lower() != "plaintext":
         return
+    # imported here: kio's protocol classes take ~0.5 s to import, and every Spark Python worker
+    # daemon and driver imports this module (docs/runtime.md#start-up)
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    from strom.kafka.wire import WireClient
+
     with WireClient(bootstrap_servers) as client:
         answer = client.send(ApiVersionsRequest(client_software_name="strom", client_software_version="1"))
     if not any(int(api.api_key) == _CONSUMER_GROUP_HEARTBEAT for api in answer.api_keys):

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from strom.spark import quiet_logging
 from strom.spark.connector.source import StromDataSource
 from strom.spark.preflight import check_java
+from strom.spark.startup import mark
 
 __all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
 
@@ -39,8 +40,13 @@ def session(
     config: Mapping[str, str] | None = None,
     log_level: str = "WARN",
     quiet: bool = True,
+    strom_format: bool = True,
 ) -> SparkSession:
     """Checks Java first (a clear error instead of a JVM trace), then builds and registers.
+
+    ``strom_format=False`` leaves ``format("strom")`` unregistered: registering a Python data source
+    makes Spark start a Python process that looks for others among the installed packages (seconds
+    on a busy machine), which a session only running ``SparkStreams`` does not need (``strom run``).
 
     Python workers run this interpreter, so executors see the same strom and dependencies. ``quiet``
     starts the JVM with strom's log4j2 configuration (``strom.spark.quiet_logging``: no start-up
@@ -58,8 +64,11 @@ def session(
         builder = builder.config(key, value)
     with quiet_logging.jvm_stderr_filtered() if quiet and not jvm_running else nullcontext():
         spark = builder.getOrCreate()
+    mark("spark-session", "created" if not jvm_running else "existing JVM")
     if quiet and jvm_running:
         quiet_logging.reconfigure(spark.sparkContext)
     spark.sparkContext.setLogLevel(log_level)
-    register(spark)
+    if strom_format:
+        register(spark)
+        mark("spark-registered")
     return spark

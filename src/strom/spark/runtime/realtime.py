@@ -23,6 +23,7 @@ from strom.spark.runtime.control import ThreadControl, ThreadMetadata, driver_ho
 from strom.spark.runtime.executor import SUMMARY_DDL, BatchSink
 from strom.spark.runtime.thread import StreamThreadRunner, ThreadPlan
 from strom.spark.runtime.worker_pool import own_worker_pool
+from strom.spark.startup import mark
 from strom.streams.processor.topology import Topology
 
 __all__ = [
@@ -201,6 +202,7 @@ class RealtimeExecution:
                     self._spark, f"{self._job_group}-{batch}",
                     f"strom {self._application_id}: batch {batch}, {self.threads} stream threads",
                     self._batch(batch))
+                mark("job-submitted", f"batch {batch}")
                 self._watch(job)
                 self._on_batch(job.rows)
         except Exception as exc:

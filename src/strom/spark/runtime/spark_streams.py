@@ -39,6 +39,7 @@ from strom.spark.runtime.plan import (
 )
 from strom.spark.runtime.realtime import RealtimeExecution, stream_threads
 from strom.spark.runtime.store_copies import StoreCopies
+from strom.spark.startup import mark
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
@@ -308,17 +309,21 @@ class SparkStreams:
         the committed offsets of group ``application.id``."""
         if self._execution is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
+        mark("start")
         admin = clients.admin(self.bootstrap_servers, **self.config.client_props("admin."))
         self.plan = plan_application(self._topology, self.config, admin)
         check_tasks_build(self._topology, self.config)
+        mark("planned")
         created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
+        mark("internal-topics")
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)
         self._start_latest_sources()
         if self._spark is None:
             import strom.spark
 
-            self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}")
+            self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}",
+                                              strom_format=False)
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._run_id = uuid.uuid4().hex
         if self.realtime:
@@ -331,6 +336,7 @@ class SparkStreams:
             log.info("num.standby.replicas has no effect with execution.mode=microbatch: a task's "
                      "micro-batch runs wherever Spark places it, and opens its stores there")
         self._execution = self._start_execution()
+        mark("started")
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
 

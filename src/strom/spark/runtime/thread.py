@@ -34,6 +34,7 @@ from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_c
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
 from strom.spark.runtime.parked import PARKED
 from strom.spark.runtime.standby import STANDBYS, UPDATE_EVERY_S, StandbyTask
+from strom.spark.startup import mark, process_age_s
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
@@ -159,21 +160,31 @@ class StreamThread:
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
+        age = process_age_s()
+        mark("thread-started", f"thread {self.index} batch {self.plan.batch} worker age "
+             f"{'?' if age is None else f'{age:.3f}'} s, its CPU {time.process_time():.3f} s")
         control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
         try:
             assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
                                      f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}")
+            mark("assigned", f"thread {self.index} tasks {assigned}")
             if not assigned or control.stopping.is_set():
                 control.report({}, FINISHED)
                 return []
+            consumer = None
             try:
                 self._close_standbys_except(control.standbys, assigned)
+                consumer = self._consumer()  # it connects while the tasks open
                 self._open_all(assigned)
+                mark("tasks-open", f"thread {self.index}")
                 self._open_standbys(control.standbys)
-                consumer = self._consumer()
+                self._assign(consumer)
+                mark("consumer", f"thread {self.index}")
             except BaseException as exc:
                 control.failed(exc)
                 self._close_standbys()
+                if consumer is not None:
+                    consumer.close()
                 raise
             try:
                 self._loop(consumer, control, started + self.plan.duration_s)
@@ -257,16 +268,40 @@ class StreamThread:
 
     # ---- opening ------------------------------------------------------------------------------
     def _open_all(self, assigned: list[str]) -> None:
-        try:
+        """Opens the assigned tasks (or takes them back parked), several at the same time: most of an
+        opening is waiting for the broker (init_transactions, committed offsets, the changelogs' ends)
+        and each task has its own clients and stores. A topology with global tables opens them one
+        after the other: the process's global stores, shared by its tasks, catch up one task at a time."""
+        opened: dict[str, RunningTask] = {}
+        failure: BaseException | None = None
+        if len(assigned) > 1 and not self.topology.internal.global_stores:
+            futures = {task_id: self._committer.submit(self._take_up, task_id) for task_id in assigned}
+            opened = {task_id: f.result() for task_id, f in futures.items() if f.exception() is None}
+            failure = next((f.exception() for f in futures.values() if f.exception() is not None), None)
+        else:
             for task_id in assigned:
-                running = self._reuse(task_id) or self._open(task_id)
-                self.tasks[task_id] = running
-                self.routes.update({tp: running for tp in running.partitions})
-                running.open.begin()
-        except BaseException:
-            for running in self.tasks.values():
+                try:
+                    opened[task_id] = self._take_up(task_id)
+                except BaseException as exc:
+                    failure = exc
+                    break
+        if failure is not None:
+            for running in opened.values():
                 running.open.close()
+            raise failure
+        for task_id in assigned:
+            self.tasks[task_id] = opened[task_id]
+            self.routes.update({tp: opened[task_id] for tp in opened[task_id].partitions})
+
+    def _take_up(self, task_id: str) -> RunningTask:
+        running = self._reuse(task_id) or self._open(task_id)
+        try:
+            running.open.begin()
+        except BaseException:
+            running.open.close()
             raise
+        mark("task-open", f"thread {self.index} task {task_id} reused {running.summary.reused}")
+        return running
 
     def _reuse(self, task_id: str) -> RunningTask | None:
         """The task parked in this worker, if it is of this run and still the current owner."""
@@ -296,25 +331,30 @@ class StreamThread:
         return task, restored
 
     def _consumer(self) -> Consumer:
-        consumer = clients.consumer(
+        return clients.consumer(
             self.config[cfg.BOOTSTRAP_SERVERS], group_id=self.config.application_id,
             **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("main.consumer."),
                **LOW_LATENCY_FETCH,
                "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted"})
+
+    def _assign(self, consumer: Consumer) -> None:
         consumer.assign([KafkaTopicPartition(t, p, task.read.get((t, p), OFFSET_BEGINNING))
                          for (t, p), task in self.routes.items()])
-        return consumer
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self, consumer: Consumer, control: ControlClient, deadline: float) -> None:
         next_commit = time.monotonic() + self.interval_s
         next_standby = time.monotonic()
+        first_messages = True
         while True:
             now = time.monotonic()
             ending = control.stopping.is_set() or now >= deadline
             wait = max(0.0, min(POLL_S, next_commit - now))
             messages = [] if ending else consumer.consume(MAX_POLL_RECORDS, wait)
             if messages:
+                if first_messages:
+                    mark("first-poll", f"thread {self.index}")
+                    first_messages = False
                 self._route(messages)
             for running in self.tasks.values():
                 started = time.monotonic()

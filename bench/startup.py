@@ -1,0 +1,418 @@
+"""Start-up, phase by phase: from a new process to the first record processed (issue 29).
+
+    python bench/startup.py [--mode warm,cold] [--records 1000] [--partitions 4] [--repeat 1]
+                            [--before SRC_DIR]
+
+``--before DIR`` runs every mode also with strom's sources from DIR (e.g. ``git archive REV src | tar
+-x -C /tmp/before``: DIR/src put first on PYTHONPATH, which Spark's Python workers inherit), the two
+interleaved in one run: before/after figures taken under the same load.
+
+The workload is bench/pipeline.py's count-by-key (JSON records, exactly_once_v2,
+commit.interval.ms=100, 4 partitions, local[2]) on an embedded broker; the input is there before the
+application starts (warm) or is produced as soon as the broker listens (cold).
+
+  warm  A new Python process (``--child``): imports, an embedded broker, ``strom.spark.session()``, then
+        two applications one after the other on that session. The first ``SparkStreams.start()`` pays
+        for the first Spark job and the Python worker daemon and workers; the second is the warm case
+        (target: ``start()`` to the first record processed <= 1.0 s).
+  cold  ``strom run app.py`` as a new process without bootstrap servers (it starts its embedded broker):
+        from the process's start to the first output record read (read_committed) by this bench
+        (target <= 8 s).
+
+Each phase is a mark the runtime logs at DEBUG on logger ``strom.startup`` (``strom.spark.startup``):
+in the driver, and in the Python workers through ``STROM_WORKER_LOG_LEVEL=DEBUG``. Each line has the
+wall-clock time, so the bench orders the marks of every process; the first record processed is marked
+by the application's JSON parse (in the Python worker), the first output record by this bench's consumer.
+Figures are seconds since the process started (``at``) and since the previous mark (``step``); ``cpu``
+is the CPU seconds of the whole process tree (driver, JVM, Python workers), from its start to its end.
+The host is shared: the first line gives the load average, and CPU seconds vary less than wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from machine import describe
+
+MARK = re.compile(r"phase (\S+) at ([\d.]+) pid (\d+) ?(.*)$")
+COMMIT_INTERVAL_MS = "100"
+WORKER_LOG_LEVEL = {"STROM_WORKER_LOG_LEVEL": "DEBUG"}
+
+LABELS = {
+    "imports": "Python imports (strom, pyspark)",
+    "application-loaded": "strom CLI + app.py imported and built",
+    "broker": "embedded broker up (bench, not strom's start-up)",
+    "spark-session": "Spark session: JVM started, SparkContext up",
+    "spark-registered": "log level set, strom data source registered",
+    "start": "SparkStreams.start() called",
+    "planned": "planned (admin metadata), tasks built on the driver",
+    "internal-topics": "internal topics created",
+    "job-submitted": "batch job submitted (threads' Spark job)",
+    "started": "start() returned",
+    "thread-started": "stream thread running in a Python worker",
+    "assigned": "hello answered: tasks assigned",
+    "task-open": "task open: producer, init_transactions, offsets, restore",
+    "tasks-open": "all of the thread's tasks open",
+    "consumer": "thread's consumer created and assigned",
+    "first-poll": "first records polled",
+    "first-record": "FIRST RECORD PROCESSED (JSON parse in the worker)",
+    "first-output": "FIRST OUTPUT RECORD read by the bench (committed)",
+}
+
+
+@dataclass(order=True)
+class Mark:
+    at: float
+    phase: str = field(compare=False)
+    pid: int = field(compare=False)
+    detail: str = field(compare=False, default="")
+
+
+def parse_marks(lines: list[str]) -> list[Mark]:
+    marks = []
+    for line in lines:
+        found = MARK.search(line)
+        if found:
+            phase, at, pid, detail = found.groups()
+            marks.append(Mark(float(at), phase, int(pid), detail.strip()))
+    return sorted(marks)
+
+
+def print_timeline(title: str, origin: float, marks: list[Mark]) -> None:
+    print(f"\n{title}")
+    print(f"  {'at s':>7} {'step s':>7}  phase")
+    previous = origin
+    for mark in marks:
+        label = LABELS.get(mark.phase, mark.phase)
+        detail = f"  [{mark.detail}]" if mark.detail and mark.phase not in ("start", "started") else ""
+        print(f"  {mark.at - origin:7.2f} {mark.at - previous:7.2f}  {label}{detail}")
+        previous = mark.at
+
+
+# --- the workload (also imported by the cold run's app.py) ---------------------------------------
+
+APP_TEMPLATE = '''"""bench/startup.py's application for ``strom run``: count-by-key of JSON records."""
+import json
+import logging
+import os
+import resource
+import time
+
+from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder
+
+
+class ParseJson:
+    def __init__(self, mark):
+        self.mark, self.marked = mark, False
+
+    def __call__(self, value):
+        if not self.marked:
+            self.marked = True
+            try:
+                descriptor = os.open(self.mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(descriptor, "w") as file:
+                    file.write(repr(time.time()))
+        return json.loads(value)
+
+
+def build():
+    marks = logging.getLogger("strom.startup")
+    marks.setLevel(logging.DEBUG)
+    marks.debug("phase application-loaded at %.3f pid %d", time.time(), os.getpid())
+    builder = StreamsBuilder()
+    (builder.stream({source!r}, Consumed.with_(Serdes.String(), Serdes.String()))
+        .map_values(ParseJson({mark!r}))
+        .group_by_key()
+        .count(materialized=Materialized.as_("counts"))
+        .to_stream()
+        .to({sink!r}, Produced.with_(Serdes.String(), Serdes.Long())))
+    return builder.build(), {{
+        "application.id": {app_id!r}, "processing.guarantee": "exactly_once_v2",
+        "commit.interval.ms": {commit!r}, "state.dir": {state_dir!r}}}
+'''
+
+
+class ParseJson:
+    """The per-record work (json.loads); the first record it sees in any process writes the time."""
+
+    def __init__(self, mark: str) -> None:
+        self.mark, self.marked = mark, False
+
+    def __call__(self, value: str) -> object:
+        if not self.marked:
+            self.marked = True
+            try:
+                descriptor = os.open(self.mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(descriptor, "w") as file:
+                    file.write(repr(time.time()))
+        return json.loads(value)
+
+
+def record(i: int, keys: int = 100) -> tuple[bytes, bytes]:
+    return f"key-{i % keys}".encode(), json.dumps({"key": f"key-{i % keys}", "seq": i}).encode()
+
+
+def produce(bootstrap: str, topic: str, count: int) -> None:
+    from strom.kafka import clients
+    from strom.kafka.clients import JAVA_PARTITIONER
+
+    producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
+    for i in range(count):
+        key, value = record(i)
+        clients.produce(producer, topic, value, key)
+    assert producer.flush(60) == 0, "the input was not all written in 60 s"
+
+
+def wait_for_file(path: str, timeout: float) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            text = Path(path).read_text()
+            if text:
+                return float(text)
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
+    raise TimeoutError(f"no record processed in {timeout:.0f} s ({path})")
+
+
+# --- warm: SparkStreams.start() on a session, twice, in a new process -----------------------------
+
+def python_workers() -> int:
+    """Spark Python workers alive (processes forked by strom's worker daemon), on Linux."""
+    parents: dict[int, int] = {}
+    daemons = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if b"strom.spark.runtime.daemon" in command:
+            daemons.add(int(entry.name))
+    return sum(1 for pid in daemons if parents.get(pid) in daemons)
+
+
+def child(args: argparse.Namespace) -> None:
+    """The warm run's process: its marks go to stderr, its first-record times to stdout."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("strom.startup").setLevel(logging.DEBUG)
+    from strom.broker import EmbeddedBroker
+    from strom.kafka import clients
+    from strom.spark.runtime import SparkStreams
+    from strom.spark.startup import mark
+    from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder
+    mark("imports")
+    workdir = tempfile.mkdtemp(prefix="strom-bench-startup-")
+    with EmbeddedBroker() as broker:
+        mark("broker")
+        import strom.spark
+
+        spark = strom.spark.session(app_name="strom-bench-startup", master="local[2]")
+        for name in ("first-app", "warm-app"):
+            suffix = uuid.uuid4().hex[:8]
+            source, sink = f"startup-in-{suffix}", f"startup-out-{suffix}"
+            clients.create_topics(broker.bootstrap_servers, {source: args.partitions, sink: args.partitions})
+            produce(broker.bootstrap_servers, source, args.records)
+            builder = StreamsBuilder()
+            (builder.stream(source, Consumed.with_(Serdes.String(), Serdes.String()))
+                .map_values(ParseJson(f"{workdir}/{name}.first"))
+                .group_by_key()
+                .count(materialized=Materialized.as_("counts"))
+                .to_stream()
+                .to(sink, Produced.with_(Serdes.String(), Serdes.Long())))
+            app = SparkStreams(builder.build(), {
+                "application.id": f"startup-{name}-{suffix}", "bootstrap.servers": broker.bootstrap_servers,
+                "processing.guarantee": "exactly_once_v2", "commit.interval.ms": COMMIT_INTERVAL_MS,
+                "state.dir": workdir}, spark)
+            started = time.time()
+            app.start()
+            first = wait_for_file(f"{workdir}/{name}.first", 120)
+            print(json.dumps({"app": name, "start": started, "first_record": first}), flush=True)
+            if not app.wait_until_caught_up(120):
+                raise RuntimeError(f"{name} did not catch up in 120 s")
+            app.stop()
+            print(json.dumps({"app": name, "workers_after_stop": python_workers()}), flush=True)
+        spark.stop()
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def environment(src: str | None) -> dict[str, str]:
+    env = {**os.environ, **WORKER_LOG_LEVEL}
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (f"{src}/src", env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_warm(args: argparse.Namespace, src: str | None) -> dict[str, float]:
+    env = environment(src)
+    cpu = children_cpu_s()
+    spawned = time.time()
+    done = subprocess.run([sys.executable, __file__, "--child", "--records", str(args.records),
+                           "--partitions", str(args.partitions)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise RuntimeError(f"the warm run's process failed ({done.returncode})")
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    apps = [line for line in lines if "start" in line]
+    for line in lines:
+        if "workers_after_stop" in line:
+            print(f"  note: {line['workers_after_stop']} Python workers alive after {line['app']} stopped")
+    marks = parse_marks(done.stderr.splitlines())
+    for line in done.stderr.splitlines():
+        if "cancelling" in line:  # its Python workers are killed: the next application starts new ones
+            print(f"  note: {line.strip()}")
+    figures: dict[str, float] = {}
+    session = [m for m in marks if m.at < apps[0]["start"]]
+    print_timeline("warm run, process and session (seconds since the process was spawned):", spawned, session)
+    for number, app in enumerate(apps):
+        end = apps[number + 1]["start"] if number + 1 < len(apps) else float("inf")
+        own = [m for m in marks if app["start"] <= m.at < end and m.at <= app["first_record"]]
+        own.append(Mark(app["first_record"], "first-record", 0))
+        print_timeline(f"{app['app']}: SparkStreams.start() to the first record (seconds since start()):",
+                       app["start"], own)
+        figures[app["app"]] = app["first_record"] - app["start"]
+    figures["process-to-warm-session"] = apps[0]["start"] - spawned
+    figures["warm-process-cpu"] = children_cpu_s() - cpu
+    return figures
+
+
+# --- cold: strom run app.py, embedded broker ------------------------------------------------------
+
+def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
+    from strom.kafka import clients
+
+    workdir = tempfile.mkdtemp(prefix="strom-bench-startup-cold-")
+    suffix = uuid.uuid4().hex[:8]
+    source, sink = f"startup-in-{suffix}", f"startup-out-{suffix}"
+    app = Path(workdir) / "app.py"
+    app.write_text(APP_TEMPLATE.format(source=source, sink=sink, mark=f"{workdir}/first", state_dir=workdir,
+                                       app_id=f"startup-cold-{suffix}", commit=COMMIT_INTERVAL_MS))
+    env = environment(src)
+    cpu = children_cpu_s()
+    lines: list[str] = []
+    broker_seen = threading.Event()
+    bootstrap: list[str] = []
+    spawned = time.time()
+    strom = [sys.executable, "-c", "from strom.cli.main import main; main()"]
+    process = subprocess.Popen([*strom, "run", str(app), "--master", "local[2]"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=workdir)
+
+    def read_stderr() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            lines.append(line)
+            found = re.search(r"embedded broker at (\S+) ", line)
+            if found and not broker_seen.is_set():
+                bootstrap.append(found.group(1))
+                broker_seen.set()
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    try:
+        if not broker_seen.wait(120):
+            raise RuntimeError("strom run printed no embedded broker in 120 s:\n" + "".join(lines[-40:]))
+        broker_at = time.time()
+        clients.create_topics(bootstrap[0], {sink: args.partitions})
+        produce(bootstrap[0], source, args.records)
+        consumer = clients.consumer(bootstrap[0], group_id=f"startup-reader-{suffix}", **{
+            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+            "enable.auto.commit": False})
+        consumer.subscribe([sink])
+        first_output = None
+        deadline = time.monotonic() + 600
+        while first_output is None and time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError("strom run ended:\n" + "".join(lines[-40:]))
+            message = consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                first_output = time.time()
+        consumer.close()
+        if first_output is None:
+            raise RuntimeError("no output record in 600 s:\n" + "".join(lines[-40:]))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        reader.join(5)
+    first_record = wait_for_file(f"{workdir}/first", 1)
+    marks = parse_marks(lines)
+    marks = [m for m in marks if m.at <= first_record]
+    marks += [Mark(broker_at, "broker", process.pid, "seen by the bench; input produced from here"),
+              Mark(first_record, "first-record", 0), Mark(first_output, "first-output", 0)]
+    print_timeline("cold: strom run app.py, embedded broker (seconds since the process was spawned):",
+                   spawned, sorted(marks))
+    return {"cold-first-record": first_record - spawned, "cold-first-output": first_output - spawned,
+            "cold-process-cpu": children_cpu_s() - cpu}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", default="warm,cold", help="warm, cold or both (comma-separated)")
+    parser.add_argument("--records", type=int, default=1000, help="input records")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each mode; the summary gives medians")
+    parser.add_argument("--before", metavar="SRC_DIR", help="also run strom's sources from SRC_DIR/src")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
+    if args.child:
+        child(args)
+        return 0
+    print(describe(), flush=True)
+    versions = {"before": args.before, "after": None} if args.before else {"this": None}
+    runs: dict[tuple[str, str], list[float]] = {}
+    for _ in range(args.repeat):
+        for mode in args.mode.split(","):
+            for version, src in versions.items():
+                print(f"\n===== {mode}, {version} ({src or 'this checkout'}), load average "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
+                figures = run_warm(args, src) if mode == "warm" else run_cold(args, src)
+                for name, value in figures.items():
+                    runs.setdefault((name, version), []).append(value)
+    print(f"\nsummary ({args.repeat} run(s) each, median; load average now {os.getloadavg()[0]:.2f}):")
+    targets = {"warm-app": 1.0, "cold-first-output": 8.0}
+    for (name, version), values in runs.items():
+        target = f"  (target <= {targets[name]:.1f} s)" if name in targets else ""
+        each = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {name:26} {version:6} {statistics.median(values):6.2f} s  runs {each}{target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
