@@ -88,6 +88,7 @@ def suppress(table: KTable, suppressed: Suppressed) -> KTable:
     if not isinstance(suppressed, Suppressed):
         raise TopologyError(f"KTable.suppress needs a Suppressed, got {suppressed!r}.")
     duration = _window_grace(table) if suppressed.final_results else suppressed.time_to_wait_ms
+    table.enable_send_old_values()  # the buffer keeps each key's prior value, as Kafka's does
     builder = table.builder
     name = builder.node_name(Named(suppressed.name), "KTABLE-SUPPRESS-")
     store_name = f"{suppressed.name}-store" if suppressed.name else \

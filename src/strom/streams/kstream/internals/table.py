@@ -122,12 +122,15 @@ class KTableFilter(_StoreBacked):
     def process(self, record: Record) -> None:
         change: Change = record.value
         new = self._compute(record.key, change.new_value)
-        old = self._compute(record.key, change.old_value) if self.supplier.send_old_values else None
-        if self.supplier.send_old_values and new is None and old is None:
-            return
-        if self.store is not None:
-            previous = self.store.get(record.key)
-            old = None if previous is None else previous.value
+        old = None
+        if self.supplier.send_old_values:
+            if self.store is not None:
+                previous = self.store.get(record.key)
+                old = None if previous is None else previous.value
+            else:
+                old = self._compute(record.key, change.old_value)
+            if new is None and old is None:
+                return
         self.emit(record.key, new, old, record.timestamp)
 
 

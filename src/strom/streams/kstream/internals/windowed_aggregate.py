@@ -293,7 +293,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         if self.cached:
             return  # the cache forwards what is left of these updates when it flushes
         change = Change(new, old if self.send_old_values else None)
-        self.context.forward(Record(session, change, session.window.end, record.raw_headers))
+        # a new record, without the input's headers, as Kafka Streams forwards an uncached session update
+        self.context.forward(Record(session, change, session.window.end))
 
 
 class KStreamSlidingWindowAggregate(_WindowedProcessor):
