@@ -1,10 +1,12 @@
 """Processors of windowed aggregations: Kafka's KStreamWindowAggregate and KStreamSessionWindowAggregate.
 
 Both forward ``Change(new, old)`` records keyed by ``Windowed(key, window)``, as a windowed KTable.
-Records with a null key or value are skipped. A record whose windows are already closed (window
-end + grace <= the stream time this processor has observed) is dropped and counted in the task's
-``dropped_records`` metric, as Kafka Streams does. With a cached window store, results go downstream
-when the cache flushes (once per commit); otherwise every update is forwarded at once.
+Records with a null key are skipped; a null value is aggregated like any other (a count counts it), as
+Kafka Streams 4.1.1 does for time and session windows (its sliding windows skip null values). A record
+whose windows are already closed (window end + grace <= the stream time this processor has observed) is
+dropped and counted in the task's ``dropped_records`` metric, as Kafka Streams does. With a cached
+window store, results go downstream when the cache flushes (once per commit); otherwise every update
+is forwarded at once.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ Aggregator = Callable[[Any, Any, Any], Any]
 Merger = Callable[[Any, Any, Any], Any]
 
 
+EMIT_INTERVAL_MS = 1000
+"""Emitting on window close, an aggregation looks for closed windows at most once per this much wall-clock
+time (Kafka Streams' internal emit interval of windowed aggregations, 1 s)."""
+
+
 class _WindowedProcessor(Processor):
     emit_on_close = False
     """EmitStrategy.on_window_close: no update goes downstream, only each window's final result."""
@@ -59,6 +66,16 @@ class _WindowedProcessor(Processor):
         if self.emit_on_close:
             last = context.processor_metadata_for_key(self.store_name)
             self.emitted_close_time = -1 if last is None else last
+            self.next_time_to_emit = 0
+
+    def _may_emit_final(self) -> bool:
+        """Whether this record may emit closed windows: at most once per EMIT_INTERVAL_MS of wall-clock
+        time, as in Kafka Streams (a record in between leaves them for a later one)."""
+        now = self.context.current_system_time_ms()
+        if now < self.next_time_to_emit:
+            return False
+        self.next_time_to_emit = now + EMIT_INTERVAL_MS
+        return True
 
     def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
         """The window starts that closed between the two close times, as an inclusive range (None: none)."""
@@ -118,14 +135,14 @@ class KStreamWindowAggregate(_WindowedProcessor):
 
     def process(self, record: Record) -> None:
         key = record.key
-        if key is None or record.value is None:
-            self._drop(record, "null key or value")
+        if key is None:
+            self._drop(record, "null key")
             return
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.grace_ms
-        if self.emit_on_close and close_time > self.emitted_close_time:
+        if self.emit_on_close and self._may_emit_final() and close_time > self.emitted_close_time:
             self._emit_closed(close_time, record)
         size = self.size_ms
         # tumbling: the one window, without asking the spec (the per-record path of a windowed count)
@@ -155,7 +172,8 @@ class KStreamWindowAggregate(_WindowedProcessor):
             if timestamp > new_timestamp:
                 new_timestamp = timestamp
         new = self.aggregator(key, value, aggregate)
-        self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+        # a None aggregate (a reduce's first value was None) deletes the window, as in Kafka Streams
+        self.put(key, None if new is None else new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
         return old, new, new_timestamp
 
     def fused_step(self) -> FusedStep | None:
@@ -233,8 +251,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
 
     def process(self, record: Record) -> None:
         key = record.key
-        if key is None or record.value is None:
-            self._drop(record, "null key or value")
+        if key is None:
+            self._drop(record, "null key")
             return
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
@@ -244,7 +262,7 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         # time for sessions counts the gap too
         close_time = self.observed_stream_time - self.windows.grace_ms - gap
         # read the closed sessions before this record's write moves the store's time (and may expire them)
-        closing = self._closed_sessions(close_time) if self.emit_on_close else None
+        closing = self._closed_sessions(close_time) if self.emit_on_close and self._may_emit_final() else None
         merged = list(self.store.find_sessions(key, timestamp - gap, timestamp + gap))
         aggregate = self.initializer()
         start, end = timestamp, timestamp
@@ -259,7 +277,10 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
                 self._forward(session, None, value, record)
             aggregate = self.aggregator(key, record.value, aggregate)
             window = Windowed(key, SessionWindow(start, end))
-            self.store.put(window, aggregate)
+            if aggregate is None:  # a reduce's first value was None: no session, as in Kafka Streams
+                self.store.remove(window)
+            else:
+                self.store.put(window, aggregate)
             self._forward(window, aggregate, None, record)
             if self.emit_on_close:
                 self._remember(window)
@@ -319,12 +340,15 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.windows.grace_ms
-        if self.emit_on_close and close_time > self.emitted_close_time:
+        late, early = timestamp + 1 + self.difference <= close_time, timestamp < self.difference
+        # as in Kafka Streams, neither a late record nor one in the first time difference emits
+        if self.emit_on_close and not late and not early and self._may_emit_final() \
+                and close_time > self.emitted_close_time:
             self._emit_closed(close_time, record)
-        if timestamp + 1 + self.difference <= close_time:
+        if late:
             self._drop(record, f"all its windows closed at stream time {self.observed_stream_time}")
             return
-        if timestamp < self.difference:
+        if early:
             self._process_early(record, close_time)
         else:
             self._process_in_order(record, close_time)
