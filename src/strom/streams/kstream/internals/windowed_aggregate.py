@@ -272,9 +272,10 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         if end < close_time:
             self._drop(record, f"session [{start}, {end}] closed at stream time {self.observed_stream_time}")
         else:
-            for session, value in merged:
-                self.store.remove(session)
-                self._forward(session, None, value, record)
+            if (start, end) != (timestamp, timestamp):  # else the one session is written over, as in Kafka
+                for session, value in merged:
+                    self.store.remove(session)
+                    self._forward(session, None, value, record)
             aggregate = self.aggregator(key, record.value, aggregate)
             window = Windowed(key, SessionWindow(start, end))
             if aggregate is None:  # a reduce's first value was None: no session, as in Kafka Streams
@@ -360,27 +361,32 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         return (first, last) if first <= last else None
 
     def _process_in_order(self, record: Record, close_time: int) -> None:
+        """Updates the record's windows latest first, as Kafka Streams does with its stores' backward
+        fetch (so the updates go downstream in that order), then creates the windows it lacks."""
         timestamp, difference = record.timestamp, self.difference
         starts: set[int] = set()
         left_aggregate = right_aggregate = None
         left_exists = right_exists = False
         previous_time: int | None = None
-        for start, value in list(self.store.fetch_range(record.key, max(0, timestamp - 2 * difference),
-                                                        timestamp + 1)):
+        for start, value in reversed(list(self.store.fetch_range(
+                record.key, max(0, timestamp - 2 * difference), timestamp + 1))):
             starts.add(start)
             end = start + difference
-            if end < timestamp:
-                left_aggregate, previous_time = value, value.timestamp
+            if start == timestamp + 1:  # this record's right window exists already
+                right_exists = True
+            elif end > timestamp:
+                if right_aggregate is None:
+                    right_aggregate = value
+                self._update(start, value, record, close_time)
             elif end == timestamp:
                 left_exists = True
-                if value.timestamp < timestamp:
-                    previous_time = value.timestamp
                 self._update(start, value, record, close_time)
-            elif start <= timestamp:
-                right_aggregate = value
-                self._update(start, value, record, close_time)
-            else:  # start == timestamp + 1: this record's right window exists already
-                right_exists = True
+                if value.timestamp >= timestamp:
+                    return  # a record at this time came before: its windows exist
+                previous_time = value.timestamp
+            else:
+                left_aggregate, previous_time = value, value.timestamp
+                break
         if previous_time is not None:
             previous_right = previous_time + 1
             if previous_right not in starts and previous_right + difference >= timestamp:
