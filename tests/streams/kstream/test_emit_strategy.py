@@ -1,8 +1,6 @@
 """EmitStrategy.on_window_close (Kafka's KIP-825): a time or sliding windowed aggregation sends one final
 result per window once stream time passes its end + grace; the last close time it emitted for travels in the
-commit metadata, so a task opened again does not emit those windows twice. As in Kafka Streams, it looks
-for closed windows at most once per second of wall-clock time: these tests let a second pass between
-records unless they test that throttle."""
+commit metadata, so a task opened again does not emit those windows twice."""
 
 from __future__ import annotations
 
@@ -24,7 +22,6 @@ from strom.streams import (
     TopologyTestDriver,
     WindowedSerdes,
 )
-from strom.streams.kstream.internals.windowed_aggregate import EMIT_INTERVAL_MS
 from strom.streams.processor import TaskId, TopicPartition
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.records import ConsumerRecord
@@ -62,11 +59,10 @@ def counts(windows: TimeWindows, caching: bool = True, emit: EmitStrategy = ON_C
     return builder.build()
 
 
-def run(topology, props, events, wall_clock_step=EMIT_INTERVAL_MS):
+def run(topology, props, events):
     with TopologyTestDriver(topology, props) as driver:
         source = driver.create_input_topic("in", S, S)
         for key, timestamp in events:
-            driver.advance_wall_clock_time(wall_clock_step)
             source.pipe_input(key, "v", timestamp=timestamp)
         out = driver.create_output_topic("out", WINDOWED, L).read_records_to_list()
         return [(r.key.key, r.key.window.start, r.value, r.timestamp) for r in out], driver.metrics
@@ -90,16 +86,6 @@ def test_hopping_windows_each_emit_their_final_count_once(props):
     assert out == [("a", 0, 2, 7), ("a", 5, 2, 12), ("a", 10, 1, 12)]
 
 
-def test_closed_windows_are_looked_for_at_most_once_per_wall_clock_second(props):
-    events = [("a", 1), ("a", 12), ("a", 25), ("a", 26)]
-    topology = counts(TimeWindows.of_size_with_no_grace(10), caching=False)
-    # all at one wall-clock time: the first record looks (nothing closed yet), the others may not
-    assert run(topology, props, events, wall_clock_step=0)[0] == []
-    # 999 ms apart: the first and the third look; the third emits both closed windows
-    assert run(topology, props, events, wall_clock_step=EMIT_INTERVAL_MS - 1)[0] == [
-        ("a", 0, 1, 1), ("a", 10, 1, 12)]
-
-
 def test_on_window_update_is_the_default_behaviour(props):
     out, _ = run(counts(TimeWindows.of_size_with_no_grace(10), caching=False,
                         emit=EmitStrategy.on_window_update()), props, [("a", 1), ("a", 2), ("a", 15)])
@@ -115,9 +101,8 @@ def test_a_reopened_task_does_not_emit_what_it_emitted_before(tmp_path):
         """Opens the task as the runtime does (committed metadata first, then the processors start),
         processes ``events`` (offset, timestamp), commits; returns the windows emitted and the metadata."""
         sink = Sink()
-        clock = iter(range(0, 1_000_000, EMIT_INTERVAL_MS))  # a wall-clock second per record
         task = StreamTask(TaskId(0, 1), counts(TimeWindows.of_size_with_no_grace(10)).internal, config,
-                          sink, ThreadCache(1 << 20), partitions=[partition], system_time=lambda: next(clock))
+                          sink, ThreadCache(1 << 20), partitions=[partition])
         task.initialize_task_time(committed)
         task.initialize()
         task.complete_restoration()
@@ -173,7 +158,6 @@ def run_sessions(topology, events):
     with TopologyTestDriver(topology, props) as driver:
         source = driver.create_input_topic("in", S, S)
         for key, timestamp in events:
-            driver.advance_wall_clock_time(EMIT_INTERVAL_MS)
             source.pipe_input(key, "v", timestamp=timestamp)
         out = driver.create_output_topic("out", SESSIONED, L).read_records_to_list()
         return [((r.key.key, r.key.window.start, r.key.window.end), r.value, r.timestamp) for r in out]

@@ -40,11 +40,6 @@ Aggregator = Callable[[Any, Any, Any], Any]
 Merger = Callable[[Any, Any, Any], Any]
 
 
-EMIT_INTERVAL_MS = 1000
-"""Emitting on window close, an aggregation looks for closed windows at most once per this much wall-clock
-time (Kafka Streams' internal emit interval of windowed aggregations, 1 s)."""
-
-
 class _WindowedProcessor(Processor):
     emit_on_close = False
     """EmitStrategy.on_window_close: no update goes downstream, only each window's final result."""
@@ -66,16 +61,6 @@ class _WindowedProcessor(Processor):
         if self.emit_on_close:
             last = context.processor_metadata_for_key(self.store_name)
             self.emitted_close_time = -1 if last is None else last
-            self.next_time_to_emit = 0
-
-    def _may_emit_final(self) -> bool:
-        """Whether this record may emit closed windows: at most once per EMIT_INTERVAL_MS of wall-clock
-        time, as in Kafka Streams (a record in between leaves them for a later one)."""
-        now = self.context.current_system_time_ms()
-        if now < self.next_time_to_emit:
-            return False
-        self.next_time_to_emit = now + EMIT_INTERVAL_MS
-        return True
 
     def _closed_starts(self, emitted_close_time: int, close_time: int) -> tuple[int, int] | None:
         """The window starts that closed between the two close times, as an inclusive range (None: none)."""
@@ -142,7 +127,7 @@ class KStreamWindowAggregate(_WindowedProcessor):
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.grace_ms
-        if self.emit_on_close and self._may_emit_final() and close_time > self.emitted_close_time:
+        if self.emit_on_close and close_time > self.emitted_close_time:
             self._emit_closed(close_time, record)
         size = self.size_ms
         # tumbling: the one window, without asking the spec (the per-record path of a windowed count)
@@ -262,7 +247,7 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         # time for sessions counts the gap too
         close_time = self.observed_stream_time - self.windows.grace_ms - gap
         # read the closed sessions before this record's write moves the store's time (and may expire them)
-        closing = self._closed_sessions(close_time) if self.emit_on_close and self._may_emit_final() else None
+        closing = self._closed_sessions(close_time) if self.emit_on_close else None
         merged = list(self.store.find_sessions(key, timestamp - gap, timestamp + gap))
         aggregate = self.initializer()
         start, end = timestamp, timestamp
@@ -343,8 +328,7 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         close_time = self.observed_stream_time - self.windows.grace_ms
         late, early = timestamp + 1 + self.difference <= close_time, timestamp < self.difference
         # as in Kafka Streams, neither a late record nor one in the first time difference emits
-        if self.emit_on_close and not late and not early and self._may_emit_final() \
-                and close_time > self.emitted_close_time:
+        if self.emit_on_close and not late and not early and close_time > self.emitted_close_time:
             self._emit_closed(close_time, record)
         if late:
             self._drop(record, f"all its windows closed at stream time {self.observed_stream_time}")
