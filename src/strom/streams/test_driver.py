@@ -2,7 +2,7 @@
 
 As Kafka Streams' driver does, it creates one task per sub-topology (partition 0), pipes each input
 record through depth-first, feeds records written to repartition topics back into the tasks that read
-them, and commits after every input record (so caches flush after each record). With
+them, and commits after every record it processes (so caches flush after each record). With
 ``commit_per_record=False`` it commits only every ``commit.interval.ms`` of driver wall-clock time
 (``advance_wall_clock_time``), when a processor asks, or on ``commit()``/``close()``: that is how a test
 observes the record cache at work.
@@ -263,7 +263,9 @@ class TopologyTestDriver:
             self.commit()
 
     def _run(self) -> None:
-        """Processes until no task has buffered records (repartition topics included)."""
+        """Processes until no task has buffered records (repartition topics included). Committing per
+        record, it commits after each one processed, one read back from a repartition topic too, as
+        Kafka's driver does (so a cache flushes between the records of one input)."""
         busy = True
         while busy:
             busy = False
@@ -271,6 +273,9 @@ class TopologyTestDriver:
                 while task.process():
                     busy = True
                     task.maybe_punctuate_stream_time()
+                    if self.commit_per_record:
+                        for each in self.tasks:
+                            each.commit()
 
     # ---- stores ---------------------------------------------------------------------------------
     def get_state_store(self, name: str) -> Any:

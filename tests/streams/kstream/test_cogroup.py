@@ -102,9 +102,10 @@ def test_an_input_whose_key_changed_is_repartitioned_and_the_table_feeds_later_o
         impressions_topic.pipe_input("/home", "8")
         impressions_topic.pipe_input("/cart", "20")
         driver.create_input_topic("clicks", S, S).pipe_input("bob", "/home")
-        # a table filter forwards a tombstone for a key that does not pass (no old values here)
+        # the aggregate sends old values anyway, so the filter drops the deletions of rows it never
+        # let through (as Kafka Streams' KTableFilter does: KAFKA-10077)
         assert driver.create_output_topic("popular", S, L).read_key_values_to_list() == [
-            ("/home", None), ("/home", None), ("/cart", 20), ("/home", 10)]
+            ("/cart", 20), ("/home", 10)]
 
 
 def test_inputs_must_be_copartitioned():

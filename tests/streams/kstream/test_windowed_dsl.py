@@ -126,7 +126,7 @@ def test_sliding_windows_exist_where_records_are():
     window = lambda start: Windowed("k", Window(start, start + 10))  # noqa: E731
     assert out == [(window(0), 1),                       # 10: its left window
                    (window(11), 1), (window(5), 2),      # 15: right window of 10, its own left window
-                   (window(5), 3), (window(11), 2),      # 12 (late, within grace) updates both ...
+                   (window(11), 2), (window(5), 3),      # 12 (late, in grace) updates both, latest first ...
                    (window(2), 2), (window(13), 1)]      # ... gets its left window and its right one
     store = driver.get_window_store("sliding")
     assert {w.window.start: count for w, count in store.all()} == {0: 1, 2: 2, 5: 3, 11: 2, 13: 1}

@@ -10,7 +10,7 @@ from strom.streams.config import DEFAULT_DSL_STORE, TOPOLOGY_OPTIMIZATION, Strea
 from strom.streams.kstream.global_table import GlobalKTable
 from strom.streams.kstream.internals.dsl_stores import apply_default_dsl_store
 from strom.streams.kstream.internals.global_store import add_global_store, global_table
-from strom.streams.kstream.internals.optimizer import optimize
+from strom.streams.kstream.internals.optimizer import keep_null_keys_for_joins, optimize
 from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
 from strom.streams.kstream.kstream import KStream
 from strom.streams.kstream.ktable import KTable, source_table
@@ -83,6 +83,7 @@ class StreamsBuilder:
         config = None if props is None else StreamsConfig(props)
         if config is not None:
             optimize(self.builder, optimization_rules(config[TOPOLOGY_OPTIMIZATION]))
+        keep_null_keys_for_joins(self.builder)
         store_type = StoreType(config[DEFAULT_DSL_STORE]) if config is not None else StoreType.ROCKS_DB
         apply_default_dsl_store(self.builder.internal.store_builders.values(), store_type)
         return Topology(self.builder.internal, store_type.value)

@@ -81,16 +81,29 @@ class KTable:
         self.parent = parent
         self.source_topics = source_topics
         self._store_when_needed: Callable[[], None] | None = None
+        self.joined: tuple[KTable, ...] = ()
+        """The tables a primary-key join's result is computed from."""
 
-    def enable_send_old_values(self) -> None:
-        """Downstream needs (new, old) pairs: a table without a store gets them from its parent, a table
-        stored when needed (``store_when_needed``) gets its store now."""
-        if self.supplier.store_name is None:
-            if self.parent is not None:
-                self.parent.enable_send_old_values()
-            elif self._store_when_needed is not None:
-                self._store_when_needed()
-        self.supplier.send_old_values = True
+    def enable_send_old_values(self, force: bool = True) -> bool:
+        """Downstream needs (new, old) pairs: whether this table can give them (Kafka's
+        enableSendingOldValues). A table without a store gets them from its parent, a join's result from
+        both joined tables (stored for it); a table stored when needed (``store_when_needed``) gets its
+        store now when ``force``, else it answers False (a KTable.filter only asks, to drop deletions of
+        rows it never had when old values come for free)."""
+        supplier = self.supplier
+        if not supplier.send_old_values:
+            if self.joined:
+                for table in self.joined:
+                    table.enable_send_old_values()
+            elif supplier.store_name is None:
+                if self._store_when_needed is not None:
+                    if not force:
+                        return False
+                    self._store_when_needed()
+                elif self.parent is not None and not self.parent.enable_send_old_values(force):
+                    return False
+            supplier.send_old_values = True
+        return True
 
     def store_when_needed(self, materialize: Callable[[], None]) -> None:
         """Defers this table's store until an operator reads its values (a join) or needs old values:
@@ -173,13 +186,18 @@ class KTable:
         named: Named | Materialized | None,
         materialized: Materialized | Named | None,
     ) -> KTable:
-        return self._derive(
+        table = self._derive(
             "KTABLE-FILTER-",
             named,
             materialized,
             lambda s: KTableFilter(s, predicate, keep_when),
             self.value_serde,
         )
+        # as in Kafka Streams: old values from a parent that has them anyway let the filter drop the
+        # deletion of a row it never let through (KAFKA-10077)
+        if self.enable_send_old_values(force=False):
+            table.supplier.send_old_values = True
+        return table
 
     def map_values(
         self,

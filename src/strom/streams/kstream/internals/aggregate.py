@@ -122,8 +122,8 @@ class KStreamAggregate(_StreamAggregating):
     def update(self, key: Any, value: Any, timestamp: int) -> None:
         previous = self.get(key)
         if previous is None:
-            old = None
-            aggregate = self.initializer()
+            # a new key's old value is the initial aggregate, as Kafka Streams forwards it uncached
+            old = aggregate = self.initializer()
         else:
             old = aggregate = previous[0]
             if previous[1] > timestamp:

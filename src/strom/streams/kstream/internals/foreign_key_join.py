@@ -249,6 +249,8 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     partitioners, which place the internal topics' records as the tables' own."""
     if kind is JoinKind.OUTER:
         raise TopologyError("Foreign-key joins are inner or left; outer_join joins on the primary key.")
+    if isinstance(named, Materialized) and materialized is None:  # join(other, fk, joiner, Materialized)
+        named, materialized = None, named
     check_same_builder(left, right)
     extract = value_function(foreign_key_extractor, "a foreign-key join's foreign_key_extractor")
     fn = value_joiner(joiner, "KTable foreign-key join")

@@ -15,10 +15,15 @@ import logging
 from collections.abc import Collection
 
 from strom.streams import config as cfg
+from strom.streams.kstream.internals.stateless import PassThrough
 from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder, RepartitionNodes
-from strom.streams.processor.internals.builder import InternalTopologyBuilder, SourceNodeFactory
+from strom.streams.processor.internals.builder import (
+    InternalTopologyBuilder,
+    SinkNodeFactory,
+    SourceNodeFactory,
+)
 
-__all__ = ["optimize"]
+__all__ = ["keep_null_keys_for_joins", "optimize"]
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +118,36 @@ def _child_of(internal: InternalTopologyBuilder, start: str, changer: str) -> st
 
 def _replace_parent(predecessors: list[str], old: str, new: str) -> None:
     predecessors[predecessors.index(old)] = new
+
+
+def keep_null_keys_for_joins(builder: InternalStreamsBuilder) -> None:
+    """A repartition topic keeps records with a null key when a left or outer join that joins them with
+    None (KIP-962) reads it, directly or after further operators and repartitions, as Kafka Streams'
+    rewriteRepartitionNodes decides (for every topology, whatever topology.optimization says); other
+    repartition topics drop them."""
+    internal = builder.internal
+    children: dict[str, list[str]] = {}
+    readers: dict[str, list[str]] = {}
+    for node in internal.nodes.values():
+        for parent in node.predecessors:
+            children.setdefault(parent, []).append(node.name)
+        if isinstance(node, SourceNodeFactory):
+            for topic in set(node.topics) & internal.internal_topics.keys():
+                readers.setdefault(topic, []).append(node.name)
+
+    def downstream(name: str) -> list[str]:
+        node = internal.nodes[name]
+        topic = getattr(node, "topic", None) if isinstance(node, SinkNodeFactory) else None
+        return children.get(name, []) + (readers.get(topic, []) if topic is not None else [])
+
+    for name in builder.repartition_filters:
+        if name not in internal.nodes:
+            continue  # merged away by merge.repartition.topics
+        seen, pending = {name}, [name]
+        while pending:
+            for child in downstream(pending.pop()):
+                if child not in seen:
+                    seen.add(child)
+                    pending.append(child)
+        if seen & builder.null_key_joins:
+            internal.nodes[name].supplier = PassThrough

@@ -262,6 +262,8 @@ def stream_stream_join(left: KStream, right: KStream, kind: JoinKind, joiner: Ca
     for join_node, store_names in ((this_join, [other_store]), (other_join, [this_store])):
         b.connect_processor_and_state_stores(join_node, *store_names, *([outer_store] if outer_store else []))
     b.add_processor(merge, PassThrough, this_join, other_join)
+    if left_outer:
+        builder.null_key_joins.add(merge)
     b.copartition(left.source_topics | right.source_topics)
     return builder.new_stream(merge, key_serde, None, source_topics=left.source_topics | right.source_topics)
 

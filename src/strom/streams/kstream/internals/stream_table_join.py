@@ -127,6 +127,8 @@ def stream_table_join(stream: KStream, table: KTable, kind: JoinKind, joiner: Ca
         builder.internal.add_state_store(record_buffer_builder(buffer_name), name)
     else:
         builder.internal.add_processor(name, lambda: KStreamKTableJoin(store_name, fn, left), stream.name)
+    if left:
+        builder.null_key_joins.add(name)
     builder.internal.connect_processor_and_state_stores(name, store_name)
     builder.internal.copartition(stream.source_topics | table.source_topics)
     return builder.new_stream(name, joined.key_serde or stream.key_serde, None,

@@ -43,6 +43,10 @@ class InternalStreamsBuilder:
         self.key_changing: set[str] = set()
         self.value_changing: set[str] = set()
         self.optimizable_repartitions: list[RepartitionNodes] = []
+        self.repartition_filters: list[str] = []
+        """The null-key filter before every repartition topic."""
+        self.null_key_joins: set[str] = set()
+        """Left and outer joins, which join a record with a null key with None (KIP-962)."""
         """Repartition topics of grouping and joins (not of an explicit ``repartition()``), in order."""
 
     def next_index(self) -> str:
@@ -107,6 +111,7 @@ class InternalStreamsBuilder:
         sink_name = f"{base}-repartition-sink"
         source_name = f"{base}-repartition-source"
         self.internal.add_processor(filter_name, DropNullKeys, parent)
+        self.repartition_filters.append(filter_name)
         self.internal.add_sink(
             sink_name,
             topic,

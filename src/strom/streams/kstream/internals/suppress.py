@@ -17,6 +17,7 @@ from strom.streams.kstream.options import Named
 from strom.streams.kstream.suppressed import BufferFullStrategy, Suppressed
 from strom.streams.kstream.windows import SessionWindows
 from strom.streams.processor.api import Processor, Record
+from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.window.suppression_buffer import BufferedRecord, SuppressionBufferBuilder
 
 if TYPE_CHECKING:
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
 
 
 class KTableSuppressProcessor(Processor):
-    def __init__(self, store_name: str, suppressed: Suppressed, suppress_duration_ms: int) -> None:
+    """Buffers updates and emits them when due. When an operator reads the suppressed table (a join),
+    the table gets a store (``supplier.store_name``) holding what was emitted: the view Kafka Streams'
+    suppress gives its readers (a buffered key's prior value, else the parent's, which is the same)."""
+
+    def __init__(self, supplier: KTableProcessorSupplier, store_name: str, suppressed: Suppressed,
+                 suppress_duration_ms: int) -> None:
+        self.supplier = supplier
         self.store_name = store_name
         self.suppressed = suppressed
         self.suppress_duration_ms = suppress_duration_ms
@@ -33,6 +40,8 @@ class KTableSuppressProcessor(Processor):
     def init(self, context: Any) -> None:
         self.context = context
         self.buffer = context.get_state_store(self.store_name)
+        view = self.supplier.store_name
+        self.view = None if view is None else context.get_state_store(view)
         config = self.suppressed.buffer_config
         self.record_limit = config.record_limit
         self.byte_limit = config.byte_limit
@@ -65,6 +74,10 @@ class KTableSuppressProcessor(Processor):
     def _emit(self, buffered: BufferedRecord) -> None:
         if buffered.new_value is None and self.suppressed.final_results:
             return  # a final result that is a deletion: nothing was ever emitted for it
+        if self.view is not None:
+            value = buffered.new_value
+            self.view.put(buffered.key,
+                          None if value is None else ValueAndTimestamp.make(value, buffered.timestamp))
         self.context.forward(Record(buffered.key, Change(buffered.new_value, buffered.prior_value),
                                     buffered.timestamp))
 
@@ -88,12 +101,13 @@ def suppress(table: KTable, suppressed: Suppressed) -> KTable:
     if not isinstance(suppressed, Suppressed):
         raise TopologyError(f"KTable.suppress needs a Suppressed, got {suppressed!r}.")
     duration = _window_grace(table) if suppressed.final_results else suppressed.time_to_wait_ms
+    table.enable_send_old_values()  # the buffer keeps each key's prior value, as Kafka's does
     builder = table.builder
     name = builder.node_name(Named(suppressed.name), "KTABLE-SUPPRESS-")
     store_name = f"{suppressed.name}-store" if suppressed.name else \
         builder.store_name(None, "KTABLE-SUPPRESS-")
     supplier = KTableProcessorSupplier(
-        lambda _supplier: KTableSuppressProcessor(store_name, suppressed, duration), None)
+        lambda supplier: KTableSuppressProcessor(supplier, store_name, suppressed, duration), None)
     builder.internal.add_processor(name, supplier, table.name)
     config = suppressed.buffer_config
     buffer = SuppressionBufferBuilder(store_name, table.key_serde, table.value_serde, config.logging_enabled,

@@ -122,12 +122,15 @@ class KTableFilter(_StoreBacked):
     def process(self, record: Record) -> None:
         change: Change = record.value
         new = self._compute(record.key, change.new_value)
-        old = self._compute(record.key, change.old_value) if self.supplier.send_old_values else None
-        if self.supplier.send_old_values and new is None and old is None:
-            return
-        if self.store is not None:
-            previous = self.store.get(record.key)
-            old = None if previous is None else previous.value
+        old = None
+        if self.supplier.send_old_values:
+            if self.store is not None:
+                previous = self.store.get(record.key)
+                old = None if previous is None else previous.value
+            else:
+                old = self._compute(record.key, change.old_value)
+            if new is None and old is None:
+                return
         self.emit(record.key, new, old, record.timestamp)
 
 
@@ -187,21 +190,25 @@ class KTableToStream(Processor):
 
 
 class KTableRepartitionMap(Processor):
-    """KTable.group_by: re-keys an update as (old key, Change(None, old)) then (new key, Change(new, None)),
-    so the aggregation subtracts the old value under its old key and adds the new one under its new key."""
+    """KTable.group_by: re-keys an update. When the old and the new value select the same key, one record
+    (key, Change(new, old)) lets the aggregation subtract and add in one step, as Kafka Streams does
+    (KIP-904); else (old key, Change(None, old)) then (new key, Change(new, None)). A pair whose key or
+    value is None is not forwarded."""
 
     def __init__(self, selector: KV) -> None:
         self.selector = selector
 
     def process(self, record: Record) -> None:
         change: Change = record.value
-        if change.old_value is not None:
-            key, value = self.selector(record.key, change.old_value)
-            self.context.forward(
-                new_tuple(Record, (key, Change(None, value), record.timestamp, record.raw_headers))
-            )
-        if change.new_value is not None:
-            key, value = self.selector(record.key, change.new_value)
-            self.context.forward(
-                new_tuple(Record, (key, Change(value, None), record.timestamp, record.raw_headers))
-            )
+        old = None if change.old_value is None else self.selector(record.key, change.old_value)
+        new = None if change.new_value is None else self.selector(record.key, change.new_value)
+        old_ok = old is not None and old[0] is not None and old[1] is not None
+        new_ok = new is not None and new[0] is not None and new[1] is not None
+        forward, timestamp, headers = self.context.forward, record.timestamp, record.raw_headers
+        if old_ok and new_ok and old[0] == new[0]:
+            forward(new_tuple(Record, (new[0], Change(new[1], old[1]), timestamp, headers)))
+            return
+        if old_ok:
+            forward(new_tuple(Record, (old[0], Change(None, old[1]), timestamp, headers)))
+        if new_ok:
+            forward(new_tuple(Record, (new[0], Change(new[1], None), timestamp, headers)))

@@ -1,9 +1,10 @@
 """KTable-KTable joins on the primary key (Kafka's KTableKTableInnerJoin / LeftJoin / RightJoin /
 OuterJoin and KTableKTableJoinMerger).
 
-Each side's update ``Change(new, old)`` is joined with the other table's current value; both parent
-tables send old values, so a deletion retracts the earlier result with a tombstone. The merger
-forwards both sides' results and, when the join is materialized, stores them.
+Each side's update ``Change(new, old)`` is joined with the other table's current value. As in Kafka
+Streams, a left (outer) join's left (both) tables send old values, and all of them do once an operator
+after the join needs old values. The merger forwards both sides' results and, when the join is
+materialized, stores them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.materialize import table_store_builder
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
 from strom.streams.kstream.join_options import ValueJoiner, value_joiner
-from strom.streams.kstream.options import Materialized, Named
+from strom.streams.kstream.options import Materialized, Named, named_and_materialized
 from strom.streams.processor.api import Processor, Record
 from strom.streams.state.timestamped import ValueAndTimestamp
 
@@ -95,10 +96,8 @@ class KTableKTableJoinMerger(Processor):
             self.context.forward(Record(record.key, Change(change.new_value, old), record.timestamp,
                                         record.raw_headers))
             return
-        previous = self.store.get(record.key)
         self.store.put(record.key, ValueAndTimestamp.make(change.new_value, record.timestamp))
-        self.forwarder.maybe_forward(record.key, change.new_value,
-                                     None if previous is None else previous.value, record.timestamp)
+        self.forwarder.maybe_forward(record.key, change.new_value, change.old_value, record.timestamp)
 
 
 _SIDE_MODES = {JoinKind.INNER: (SideMode.INNER, SideMode.INNER),
@@ -111,12 +110,15 @@ def table_table_join(left: KTable, right: KTable, kind: JoinKind, joiner: Callab
     """A table of ``joiner(left value, right value)`` per key, updated from both sides: a join processor
     per side reads the other side's store, a merger (stored when ``materialized``) is the result."""
     check_same_builder(left, right)
+    named, materialized = named_and_materialized(named, materialized)
     fn = value_joiner(joiner, f"KTable.{kind.value}")
     left_mode, right_mode = _SIDE_MODES[kind]
     prefix = f"KTABLE-{kind.node_infix}"
     builder = left.builder
-    left.enable_send_old_values()
-    right.enable_send_old_values()
+    if kind is not JoinKind.INNER:
+        left.enable_send_old_values()
+    if kind is JoinKind.OUTER:
+        right.enable_send_old_values()
     left_store, right_store = left.ensure_store(), right.ensure_store()
     base = named.name if named is not None and named.name else None
     this_name = f"{base}-join-this" if base else builder.node_name(None, f"{prefix}THIS-")
@@ -128,8 +130,10 @@ def table_table_join(left: KTable, right: KTable, kind: JoinKind, joiner: Callab
     b.add_processor(other_name, lambda: KTableKTableJoinSide(left_store, fn, False, right_mode), right.name)
     b.connect_processor_and_state_stores(other_name, left_store)
     b.copartition(left.source_topics | right.source_topics)
-    return joined_table(builder, merge_name, (this_name, other_name), left.key_serde, materialized,
-                        f"{merge_name}-", left.source_topics | right.source_topics)
+    table = joined_table(builder, merge_name, (this_name, other_name), left.key_serde, materialized,
+                         f"{merge_name}-", left.source_topics | right.source_topics)
+    table.joined = (left, right)
+    return table
 
 
 def check_same_builder(left: KTable, right: KTable) -> None:

@@ -1,10 +1,12 @@
 """Processors of windowed aggregations: Kafka's KStreamWindowAggregate and KStreamSessionWindowAggregate.
 
 Both forward ``Change(new, old)`` records keyed by ``Windowed(key, window)``, as a windowed KTable.
-Records with a null key or value are skipped. A record whose windows are already closed (window
-end + grace <= the stream time this processor has observed) is dropped and counted in the task's
-``dropped_records`` metric, as Kafka Streams does. With a cached window store, results go downstream
-when the cache flushes (once per commit); otherwise every update is forwarded at once.
+Records with a null key are skipped; a null value is aggregated like any other (a count counts it), as
+Kafka Streams 4.1.1 does for time and session windows (its sliding windows skip null values). A record
+whose windows are already closed (window end + grace <= the stream time this processor has observed) is
+dropped and counted in the task's ``dropped_records`` metric, as Kafka Streams does. With a cached
+window store, results go downstream when the cache flushes (once per commit); otherwise every update
+is forwarded at once.
 """
 
 from __future__ import annotations
@@ -118,8 +120,8 @@ class KStreamWindowAggregate(_WindowedProcessor):
 
     def process(self, record: Record) -> None:
         key = record.key
-        if key is None or record.value is None:
-            self._drop(record, "null key or value")
+        if key is None:
+            self._drop(record, "null key")
             return
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
@@ -155,7 +157,8 @@ class KStreamWindowAggregate(_WindowedProcessor):
             if timestamp > new_timestamp:
                 new_timestamp = timestamp
         new = self.aggregator(key, value, aggregate)
-        self.put(key, new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
+        # a None aggregate (a reduce's first value was None) deletes the window, as in Kafka Streams
+        self.put(key, None if new is None else new_tuple(ValueAndTimestamp, (new, new_timestamp)), start)
         return old, new, new_timestamp
 
     def fused_step(self) -> FusedStep | None:
@@ -233,8 +236,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
 
     def process(self, record: Record) -> None:
         key = record.key
-        if key is None or record.value is None:
-            self._drop(record, "null key or value")
+        if key is None:
+            self._drop(record, "null key")
             return
         timestamp = record.timestamp
         if timestamp > self.observed_stream_time:
@@ -254,12 +257,16 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         if end < close_time:
             self._drop(record, f"session [{start}, {end}] closed at stream time {self.observed_stream_time}")
         else:
-            for session, value in merged:
-                self.store.remove(session)
-                self._forward(session, None, value, record)
+            if (start, end) != (timestamp, timestamp):  # else the one session is written over, as in Kafka
+                for session, value in merged:
+                    self.store.remove(session)
+                    self._forward(session, None, value, record)
             aggregate = self.aggregator(key, record.value, aggregate)
             window = Windowed(key, SessionWindow(start, end))
-            self.store.put(window, aggregate)
+            if aggregate is None:  # a reduce's first value was None: no session, as in Kafka Streams
+                self.store.remove(window)
+            else:
+                self.store.put(window, aggregate)
             self._forward(window, aggregate, None, record)
             if self.emit_on_close:
                 self._remember(window)
@@ -293,7 +300,8 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
         if self.cached:
             return  # the cache forwards what is left of these updates when it flushes
         change = Change(new, old if self.send_old_values else None)
-        self.context.forward(Record(session, change, session.window.end, record.raw_headers))
+        # a new record, without the input's headers, as Kafka Streams forwards an uncached session update
+        self.context.forward(Record(session, change, session.window.end))
 
 
 class KStreamSlidingWindowAggregate(_WindowedProcessor):
@@ -318,12 +326,14 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         if timestamp > self.observed_stream_time:
             self.observed_stream_time = timestamp
         close_time = self.observed_stream_time - self.windows.grace_ms
-        if self.emit_on_close and close_time > self.emitted_close_time:
+        late, early = timestamp + 1 + self.difference <= close_time, timestamp < self.difference
+        # as in Kafka Streams, neither a late record nor one in the first time difference emits
+        if self.emit_on_close and not late and not early and close_time > self.emitted_close_time:
             self._emit_closed(close_time, record)
-        if timestamp + 1 + self.difference <= close_time:
+        if late:
             self._drop(record, f"all its windows closed at stream time {self.observed_stream_time}")
             return
-        if timestamp < self.difference:
+        if early:
             self._process_early(record, close_time)
         else:
             self._process_in_order(record, close_time)
@@ -335,27 +345,32 @@ class KStreamSlidingWindowAggregate(_WindowedProcessor):
         return (first, last) if first <= last else None
 
     def _process_in_order(self, record: Record, close_time: int) -> None:
+        """Updates the record's windows latest first, as Kafka Streams does with its stores' backward
+        fetch (so the updates go downstream in that order), then creates the windows it lacks."""
         timestamp, difference = record.timestamp, self.difference
         starts: set[int] = set()
         left_aggregate = right_aggregate = None
         left_exists = right_exists = False
         previous_time: int | None = None
-        for start, value in list(self.store.fetch_range(record.key, max(0, timestamp - 2 * difference),
-                                                        timestamp + 1)):
+        for start, value in reversed(list(self.store.fetch_range(
+                record.key, max(0, timestamp - 2 * difference), timestamp + 1))):
             starts.add(start)
             end = start + difference
-            if end < timestamp:
-                left_aggregate, previous_time = value, value.timestamp
+            if start == timestamp + 1:  # this record's right window exists already
+                right_exists = True
+            elif end > timestamp:
+                if right_aggregate is None:
+                    right_aggregate = value
+                self._update(start, value, record, close_time)
             elif end == timestamp:
                 left_exists = True
-                if value.timestamp < timestamp:
-                    previous_time = value.timestamp
                 self._update(start, value, record, close_time)
-            elif start <= timestamp:
-                right_aggregate = value
-                self._update(start, value, record, close_time)
-            else:  # start == timestamp + 1: this record's right window exists already
-                right_exists = True
+                if value.timestamp >= timestamp:
+                    return  # a record at this time came before: its windows exist
+                previous_time = value.timestamp
+            else:
+                left_aggregate, previous_time = value, value.timestamp
+                break
         if previous_time is not None:
             previous_right = previous_time + 1
             if previous_right not in starts and previous_right + difference >= timestamp:
