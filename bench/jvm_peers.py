@@ -300,6 +300,62 @@ CLASSES: dict[str, type[Contestant]] = {
     "spark-rt": SparkRealTimeContestant, "strom": StromContestant, "plain": PlainContestant}
 
 
+# --- where strom's stream threads spend their time (--profile) -----------------------------------
+
+PROFILE_RATE = 100
+"""py-spy samples a second."""
+CATEGORIES = (
+    ("commit", ("commit_transaction", "send_offsets_to_transaction", "_commit_all", "_commit (")),
+    ("produce", ("produce", "producer_sink")),
+    ("cache/store", ("state/", "rocksdb")),
+    ("deserialize", ("serdes", "deserialize")),
+    ("process", ("json", "processor/", "kstream/", "pipeline.py")),
+    ("consume", ("consume (", "poll (", "_route", "reading.py")),
+)
+"""A sample's category: the first of its frames, from the innermost out, that names one of these."""
+
+
+class StreamThreadProfile:
+    """py-spy over a contestant's process tree (``--subprocesses``): the samples of strom's stream
+    threads (stacks through ``spark/runtime/thread.py``), split into the per-record steps."""
+
+    def __init__(self, pid: int, workdir: str) -> None:
+        py_spy = Path(sys.executable).with_name("py-spy")
+        self.output = os.path.join(workdir, f"py-spy-{pid}.txt")
+        self.process = subprocess.Popen(
+            [str(py_spy), "record", "--pid", str(pid), "--subprocesses", "--rate", str(PROFILE_RATE),
+             "--format", "raw", "--nonblocking", "--output", self.output],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def split(self) -> dict[str, float]:
+        """Stops sampling; seconds of stream-thread samples per category."""
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(60)
+        seconds: Counter[str] = Counter()
+        with contextlib.suppress(FileNotFoundError), open(self.output) as file:
+            for line in file:
+                stack, _, count = line.rstrip().rpartition(" ")
+                if "spark/runtime/thread.py" not in stack:
+                    continue
+                frames = stack.split(";")[::-1]
+                category = next((name for frame in frames for name, marks in CATEGORIES
+                                 if any(mark in frame for mark in marks)), "other (thread loop)")
+                seconds[category] += int(count) / PROFILE_RATE
+        return dict(seconds)
+
+
+def print_profile(split: dict[str, float], records: int) -> None:
+    total = sum(split.values())
+    if not total:
+        print("  strom profile: no stream-thread samples (is py-spy installed in the venv?)")
+        return
+    print(f"  strom stream threads, phase A, py-spy at {PROFILE_RATE}/s: {total:.1f} s of samples, "
+          f"{total / records * 1e6:.1f} us a record")
+    for name, seconds in sorted(split.items(), key=lambda item: -item[1]):
+        print(f"    {name:<22}{seconds:>7.2f} s {seconds / total:>6.1%} "
+              f"{seconds / records * 1e6:>8.1f} us/record")
+
+
 # --- the children ---------------------------------------------------------------------------------
 
 def stop_on_sigterm() -> threading.Event:
@@ -495,6 +551,7 @@ class Figures:
     cpu_s_per_million: float = 0.0
     peak_rss_mb: float = 0.0
     latencies: list[Latency] = field(default_factory=list)
+    profile: dict[str, float] = field(default_factory=dict)
     problem: str = ""
 
 
@@ -514,7 +571,12 @@ def run_contestant(bootstrap: str, contestant: Contestant, args: argparse.Namesp
     reader = None
     try:
         contestant.start(bootstrap, topics, mark)
+        assert contestant.process is not None
+        profile = (StreamThreadProfile(contestant.process.pid, contestant.workdir)
+                   if args.profile and contestant.name == "strom" else None)
         last_commit = contestant.wait_processed(bootstrap, topics, ends)
+        if profile is not None:
+            figures.profile = profile.split()
         assert contestant.sampler is not None
         cpu_end = contestant.sampler.sample()
         first_record = float(Path(mark).read_text())
@@ -634,6 +696,8 @@ def print_table(rows: list[Figures], args: argparse.Namespace) -> None:
                   f"p99 {lat.p99_ms:.0f} ms, max {lat.max_ms:.0f} ms over {lat.timed:,} output records")
         if f.problem:
             print(f"  {f.name}: {f.problem}")
+        if f.profile:
+            print_profile(f.profile, args.records)
 
 
 def ratios(rows: list[Figures], args: argparse.Namespace) -> str:
@@ -664,6 +728,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=int, default=30, help="phase B (and C): how long")
     parser.add_argument("--half-rate", action="store_true",
                         help="phase C: latency at 50%% of each contestant's own phase-A rate")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy (pip install py-spy) over strom's process tree in phase A: where its "
+                             "stream threads spend their time")
     parser.add_argument("--quick", action="store_true", help="50,000 records, 10 s of latency")
     args = parser.parse_args(argv)
     if args.quick:
