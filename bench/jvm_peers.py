@@ -436,8 +436,9 @@ def child_spark(options: argparse.Namespace, topics: Topics, real_time: bool) ->
                 count += len(frame)
                 latest = max(latest, int(frame["ts"].max()))
             self.count.update((count,))
-            yield pd.DataFrame({"key": [bytes(key[0])], "value": [LONG.pack(count)],
-                                "ts": [LONG.pack(latest)]})
+            # int.to_bytes, not the LONG Struct: Spark pickles this class, and a Struct does not pickle
+            yield pd.DataFrame({"key": [bytes(key[0])], "value": [count.to_bytes(8, "big", signed=True)],
+                                "ts": [latest.to_bytes(8, "big", signed=True)]})
 
         def close(self) -> None:
             pass
