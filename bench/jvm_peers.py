@@ -722,20 +722,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--broker", choices=("kafka", "strom"), default="kafka")
     parser.add_argument("--contestants", default=",".join(CONTESTANTS),
                         help="comma-separated, run in this order: " + ",".join(CONTESTANTS))
-    parser.add_argument("--records", type=int, default=200_000, help="phase A: records in the input")
+    parser.add_argument("--records", type=int, help="phase A: records in the input (200,000; --quick 50,000)")
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--rate", type=int, default=2_000, help="phase B: records/s sent")
-    parser.add_argument("--seconds", type=int, default=30, help="phase B (and C): how long")
+    parser.add_argument("--seconds", type=int, help="phase B (and C): how long (30 s; --quick 10 s)")
     parser.add_argument("--half-rate", action="store_true",
                         help="phase C: latency at 50%% of each contestant's own phase-A rate")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy (pip install py-spy) over strom's process tree in phase A: where its "
                              "stream threads spend their time")
-    parser.add_argument("--quick", action="store_true", help="50,000 records, 10 s of latency")
+    parser.add_argument("--quick", action="store_true",
+                        help="50,000 records and 10 s of latency unless --records or --seconds say otherwise")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.records, args.seconds = 50_000, 10
+    args.records = args.records or (50_000 if args.quick else 200_000)
+    args.seconds = args.seconds or (10 if args.quick else 30)
     args.names = [n.strip() for n in args.contestants.split(",") if n.strip()]
     unknown = set(args.names) - set(CONTESTANTS)
     if unknown:
