@@ -215,12 +215,13 @@ class Contestant:
         return pipeline.wait_committed(bootstrap, self, topics, ends)
 
     def stop(self) -> None:
+        """SIGTERM to the contestant's own process (which stops its JVM or Spark), then its group killed."""
         if self.process is None:
             return
         if self.sampler is not None:
             self.sampler.stop()
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
+            os.kill(self.process.pid, signal.SIGTERM)
         try:
             self.process.wait(60)
         except subprocess.TimeoutExpired:
@@ -331,17 +332,26 @@ class StreamThreadProfile:
         """Stops sampling; seconds of stream-thread samples per category."""
         self.process.send_signal(signal.SIGINT)
         self.process.wait(60)
-        seconds: Counter[str] = Counter()
-        with contextlib.suppress(FileNotFoundError), open(self.output) as file:
-            for line in file:
-                stack, _, count = line.rstrip().rpartition(" ")
-                if "spark/runtime/thread.py" not in stack:
-                    continue
-                frames = stack.split(";")[::-1]
-                category = next((name for frame in frames for name, marks in CATEGORIES
-                                 if any(mark in frame for mark in marks)), "other (thread loop)")
-                seconds[category] += int(count) / PROFILE_RATE
-        return dict(seconds)
+        return stream_thread_split(self.output)
+
+
+def stream_thread_split(path: str) -> dict[str, float]:
+    """Seconds of stream-thread samples per category in a py-spy raw file."""
+    seconds: Counter[str] = Counter()
+    with contextlib.suppress(FileNotFoundError), open(path) as file:
+        for line in file:
+            stack, _, count = line.rstrip().rpartition(" ")
+            if "spark/runtime/thread.py" in stack:
+                seconds[category(stack)] += int(count) / PROFILE_RATE
+    return dict(seconds)
+
+
+def category(stack: str) -> str:
+    frames = [frame for frame in stack.split(";")[::-1] if not frame.startswith("process ")]
+    if any("_open_all" in frame for frame in frames):
+        return "opening tasks"
+    named = (name for frame in frames for name, marks in CATEGORIES if any(mark in frame for mark in marks))
+    return next(named, "other (thread loop)")
 
 
 def print_profile(split: dict[str, float], records: int) -> None:
