@@ -306,14 +306,17 @@ CLASSES: dict[str, type[Contestant]] = {
 PROFILE_RATE = 100
 """py-spy samples a second."""
 CATEGORIES = (
-    ("commit", ("commit_transaction", "send_offsets_to_transaction", "_commit_all", "_commit (")),
+    ("commit", ("commit_transaction", "send_offsets_to_transaction", "_commit_all", "_commit (",
+                "ProducerSink.flush")),
     ("produce", ("produce", "producer_sink")),
     ("cache/store", ("state/", "rocksdb")),
-    ("deserialize", ("serdes", "deserialize")),
+    ("deserialize", ("serdes", "deserialize", "StreamTask._process_run")),
     ("process", ("json", "processor/", "kstream/", "pipeline.py")),
-    ("consume", ("consume (", "poll (", "_route", "reading.py")),
+    ("consume", ("consume (", "poll (", "_route", "reading.py", "StreamThread._loop")),
 )
-"""A sample's category: the first of its frames, from the innermost out, that names one of these."""
+"""A sample's category: the first of its frames, from the innermost out, that names one of these.
+The stream thread's loop calls the consumer (C code, no frame of its own) and its task's record loop
+deserializes inline: samples whose innermost frame is one of those count as consume and deserialize."""
 
 
 class StreamThreadProfile:
