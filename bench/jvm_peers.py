@@ -86,7 +86,6 @@ COMMIT_INTERVAL_MS = pipeline.COMMIT_INTERVAL_MS
 SAMPLE_S = 0.2
 REALTIME_BATCH = "5 seconds"
 """Spark Real-time Mode's batch duration (its checkpoint interval)."""
-CATCH_UP_TIMEOUT_S = 600.0
 INPUT_TS_HEADER = "input-ts"
 
 
@@ -264,14 +263,14 @@ class SparkContestant(PythonChild):
     def wait_processed(self, bootstrap: str, topics: Topics, ends: dict[int, int]) -> float:
         """``time.time()`` when the query's checkpoint has a committed batch reaching ``ends``."""
         checkpoint = Path(self.workdir) / self.group / "checkpoint"
-        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        deadline = time.monotonic() + pipeline.CATCH_UP_TIMEOUT_S
         while time.monotonic() < deadline:
             offsets = committed_spark_offsets(checkpoint, topics.source)
             if offsets and all(offsets.get(p, -1) >= end for p, end in ends.items()):
                 return time.time()
             self.check()
             time.sleep(0.02)
-        raise RuntimeError(f"{self.label} did not commit its input in {CATCH_UP_TIMEOUT_S:.0f} s")
+        raise RuntimeError(f"{self.label} did not commit its input in {pipeline.CATCH_UP_TIMEOUT_S:.0f} s")
 
 
 class SparkRealTimeContestant(SparkContestant):
@@ -742,6 +741,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seconds", type=int, help="phase B (and C): how long (30 s; --quick 10 s)")
     parser.add_argument("--half-rate", action="store_true",
                         help="phase C: latency at 50%% of each contestant's own phase-A rate")
+    parser.add_argument("--timeout", type=float, default=pipeline.CATCH_UP_TIMEOUT_S,
+                        help="seconds a contestant has to commit its input (600)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy (pip install py-spy) over strom's process tree in phase A: where its "
                              "stream threads spend their time")
@@ -761,6 +762,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["child"]:
         return child_main(argv[1:])
     args = parse_args(argv)
+    pipeline.CATCH_UP_TIMEOUT_S = args.timeout
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import pyspark
 
