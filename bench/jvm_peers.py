@@ -58,6 +58,7 @@ import glob
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -204,9 +205,13 @@ class Contestant:
             raise RuntimeError(f"{self.label} exited with code {self.process.returncode}: {self.failure()}")
 
     def failure(self) -> str:
-        """The telling line of the process's output: the last exception or error it printed."""
+        """The telling line of the process's output: Spark's first error condition (``[NAME] ...``),
+        else the last exception or error it printed."""
         lines = [line.strip() for line in Path(self.stderr_path).read_text(errors="replace").splitlines()
                  if line.strip()]
+        conditions = [line for line in lines if re.search(r"\[[A-Z][A-Z_]+[A-Z]\]", line)]
+        if conditions:
+            return conditions[0][:1000]
         telling = [line for line in lines if "Exception" in line or "Error" in line or "error" in line]
         return (telling or lines or ["no output"])[-1][:600]
 
