@@ -719,15 +719,17 @@ def print_table(rows: list[Figures], args: argparse.Namespace) -> None:
 
 
 def ratios(rows: list[Figures], args: argparse.Namespace) -> str:
-    by_name = {f.name: f for f in rows if not f.problem}
+    """A contestant's rate counts unless its counts were wrong (one that failed in phase B still has
+    its phase-A rate); its p99 only when it was measured."""
+    by_name = {f.name: f for f in rows if f.records_per_s and not f.problem.startswith("WRONG")}
 
     def ratio(peer: str) -> str:
         strom, other = by_name.get("strom"), by_name.get(peer)
         if strom is None or other is None:
             return "rate -x p99 -x"
-        p99 = {name: next((lat.p99_ms for lat in f.latencies if lat.rate == args.rate), 0.0)
+        p99 = {name: next((lat.p99_ms for lat in f.latencies if lat.rate == args.rate and lat.timed), 0.0)
                for name, f in (("strom", strom), (peer, other))}
-        p99_ratio = f"{p99['strom'] / p99[peer]:.2f}x" if p99[peer] else "-x"
+        p99_ratio = f"{p99['strom'] / p99[peer]:.2f}x" if p99[peer] and p99["strom"] else "-x"
         return f"rate {strom.records_per_s / other.records_per_s:.2f}x p99 {p99_ratio}"
 
     return (f"strom/plain: {ratio('plain')}\n"
