@@ -85,3 +85,39 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .cache
+
+# issue 29: the JVM peers of bench/jvm_peers.py (not needed by `make test`). Kafka Streams' jars (the
+# version the Apache Kafka tests pin) and the contestant compiled into .cache/bench-jvm/kafka-streams-<v>;
+# Spark's own Kafka connector (spark-sql-kafka-0-10) with the runtime jars pyspark does not ship into
+# .cache/bench-jvm/spark-kafka-<v>/libs.
+BENCH_KS_POM := bench/jvm/kafka-streams/pom.xml
+BENCH_KS_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' $(BENCH_KS_POM))
+BENCH_KS_DIR := .cache/bench-jvm/kafka-streams-$(BENCH_KS_VERSION)
+BENCH_KS_SOURCES := $(shell find bench/jvm/kafka-streams/src -name '*.java')
+BENCH_SK_POM := bench/jvm/spark-kafka/pom.xml
+BENCH_SK_VERSION := $(shell sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' $(BENCH_SK_POM))
+BENCH_SK_DIR := .cache/bench-jvm/spark-kafka-$(BENCH_SK_VERSION)
+
+.PHONY: bench-jvm
+bench-jvm: $(BENCH_KS_DIR)/classes/.complete $(BENCH_SK_DIR)/libs/.complete
+
+$(BENCH_KS_DIR)/libs/.complete: $(BENCH_KS_POM)
+	@command -v javac >/dev/null || { echo "The JVM benchmarks need a JDK 17+ (apt-get install openjdk-17-jdk-headless)."; exit 1; }
+	@command -v mvn >/dev/null || { echo "Fetching Kafka Streams' jars needs Maven: install it (apt-get install maven)."; exit 1; }
+	rm -rf $(BENCH_KS_DIR)/libs
+	mvn --batch-mode --quiet -f $(BENCH_KS_POM) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DoutputDirectory=$(CURDIR)/$(BENCH_KS_DIR)/libs
+	@touch $@
+
+$(BENCH_KS_DIR)/classes/.complete: $(BENCH_KS_DIR)/libs/.complete $(BENCH_KS_SOURCES)
+	rm -rf $(BENCH_KS_DIR)/classes
+	javac -nowarn -encoding UTF-8 --release 17 -cp '$(BENCH_KS_DIR)/libs/*' -d $(BENCH_KS_DIR)/classes $(BENCH_KS_SOURCES)
+	@touch $@
+
+$(BENCH_SK_DIR)/libs/.complete: $(BENCH_SK_POM)
+	@command -v mvn >/dev/null || { echo "Fetching Spark's Kafka connector needs Maven: install it (apt-get install maven)."; exit 1; }
+	rm -rf $(BENCH_SK_DIR)/libs
+	mvn --batch-mode --quiet -f $(BENCH_SK_POM) dependency:copy-dependencies -DincludeScope=runtime \
+	  -DincludeArtifactIds=spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2 \
+	  -DoutputDirectory=$(CURDIR)/$(BENCH_SK_DIR)/libs
+	@touch $@
