@@ -86,4 +86,4 @@ def test_readme_first_topology_runs_as_shown(capsys):
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     code = readme.split("```python", 1)[1].split("```", 1)[0]
     exec(compile(code, "README.md", "exec"), {})
-    assert capsys.readouterr().out.splitlines() == ["[('world', 1), ('hello', 2)]", "2"]
+    assert capsys.readouterr().out.splitlines() == ["[('hello', 1), ('world', 1), ('hello', 2)]", "2"]
