@@ -31,6 +31,7 @@ The host is shared: the first line gives the load average, and CPU seconds vary 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
@@ -115,22 +116,7 @@ import time
 from strom.streams import Consumed, Materialized, Produced, Serdes, StreamsBuilder
 
 
-class ParseJson:
-    def __init__(self, mark):
-        self.mark, self.marked = mark, False
-
-    def __call__(self, value):
-        if not self.marked:
-            self.marked = True
-            try:
-                descriptor = os.open(self.mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pass
-            else:
-                with os.fdopen(descriptor, "w") as file:
-                    file.write(repr(time.time()))
-        return json.loads(value)
-
+{parse_json}
 
 def build():
     marks = logging.getLogger("strom.startup")
@@ -315,8 +301,9 @@ def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     suffix = uuid.uuid4().hex[:8]
     source, sink = f"startup-in-{suffix}", f"startup-out-{suffix}"
     app = Path(workdir) / "app.py"
-    app.write_text(APP_TEMPLATE.format(source=source, sink=sink, mark=f"{workdir}/first", state_dir=workdir,
-                                       app_id=f"startup-cold-{suffix}", commit=COMMIT_INTERVAL_MS))
+    app.write_text(APP_TEMPLATE.format(
+        parse_json=inspect.getsource(ParseJson), source=source, sink=sink, mark=f"{workdir}/first",
+        state_dir=workdir, app_id=f"startup-cold-{suffix}", commit=COMMIT_INTERVAL_MS))
     env = environment(src)
     cpu = children_cpu_s()
     lines: list[str] = []
