@@ -71,12 +71,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-
 import pipeline
 from machine import describe
 from pipeline import LONG, Topics
-from strom.kafka import clients
 
 log = logging.getLogger("jvm_peers")
 
@@ -510,42 +507,14 @@ def child_main(argv: list[str]) -> int:
 
 # --- the output -----------------------------------------------------------------------------------
 
-class OutputReader:
-    """The output topic read read_committed from its start: the last count per key and, for records
-    stamped at or after ``timed_since_ms``, now - input timestamp in ms (the ``input-ts`` header when
-    there is one: Spark's sink stamps its own)."""
+class InputStampedReader(pipeline.OutputReader):
+    """Latency from the ``input-ts`` header when there is one: Spark's sink stamps its own timestamp."""
 
-    def __init__(self, bootstrap: str, topics: Topics) -> None:
-        self.consumer = clients.consumer(bootstrap)
-        self.consumer.assign([TopicPartition(topics.sink, p, OFFSET_BEGINNING)
-                              for p in range(topics.partitions)])
-        self.counts: dict[bytes, int] = {}
-        self.latencies_ms: list[float] = []
-        self.timed_since_ms: int | None = None
-
-    def read_until(self, expected: Counter[bytes], timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.counts != expected:
-            if time.monotonic() > deadline:
-                return False
-            records = pipeline.available(self.consumer, 0.1)
-            now_ms = time.time() * 1000
-            for record in records:
-                self.counts[record.key()] = LONG.unpack(record.value())[0]
-                stamped = input_timestamp(record)
-                if self.timed_since_ms is not None and stamped >= self.timed_since_ms:
-                    self.latencies_ms.append(now_ms - stamped)
-        return True
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
-def input_timestamp(record: Any) -> int:
-    for key, value in record.headers() or ():
-        if key == INPUT_TS_HEADER:
-            return LONG.unpack(value)[0]
-    return record.timestamp()[1]
+    def stamp(self, record: Any) -> int:
+        for key, value in record.headers() or ():
+            if key == INPUT_TS_HEADER:
+                return LONG.unpack(value)[0]
+        return record.timestamp()[1]
 
 
 # --- one contestant's run -------------------------------------------------------------------------
@@ -573,12 +542,6 @@ class Figures:
     problem: str = ""
 
 
-def wrong_counts(phase: str, reader: OutputReader, expected: Counter[bytes]) -> str:
-    keys = expected.keys() | reader.counts.keys()
-    wrong = sum(1 for key in keys if reader.counts.get(key) != expected[key])
-    return f"WRONG after phase {phase}: {wrong} of {len(expected)} keys without their expected count"
-
-
 def run_contestant(bootstrap: str, contestant: Contestant, args: argparse.Namespace) -> Figures:
     figures = Figures(contestant.name, contestant.label)
     topics = pipeline.fresh_topics(bootstrap, contestant.name, args.partitions)
@@ -604,10 +567,10 @@ def run_contestant(bootstrap: str, contestant: Contestant, args: argparse.Namesp
                                      / args.records * 1e6)
         print(f"  {contestant.name}: phase A {figures.records_per_s:,.0f} records/s, "
               f"start-up {figures.startup_s:.1f} s", flush=True)
-        reader = OutputReader(bootstrap, topics)
+        reader = InputStampedReader(bootstrap, topics)
         expected = pipeline.expected_counts(0, args.records, args.keys)
         if not reader.read_until(expected, pipeline.READ_TIMEOUT_S):
-            figures.problem = wrong_counts("A", reader, expected)
+            figures.problem = pipeline.wrong_counts("A", reader, expected)
             return figures
         sent = args.records
         rates = [args.rate] + ([max(100, int(figures.records_per_s / 2))] if args.half_rate else [])
@@ -616,7 +579,7 @@ def run_contestant(bootstrap: str, contestant: Contestant, args: argparse.Namesp
             figures.latencies.append(latency)
             sent += rate * args.seconds
             if not reader.read_until(pipeline.expected_counts(0, sent, args.keys), 0):
-                figures.problem = wrong_counts(f"B at {rate:,}/s", reader,
+                figures.problem = pipeline.wrong_counts(f"B at {rate:,}/s", reader,
                                                pipeline.expected_counts(0, sent, args.keys))
                 return figures
             print(f"  {contestant.name}: {rate:,}/s p50 {latency.p50_ms:.0f} ms p99 {latency.p99_ms:.0f} ms",
@@ -629,12 +592,12 @@ def run_contestant(bootstrap: str, contestant: Contestant, args: argparse.Namesp
         if contestant.sampler is not None:
             figures.peak_rss_mb = contestant.sampler.peak_rss / 2**20
         if reader is not None:
-            reader.close()
+            reader.consumer.close()
     return figures
 
 
 def measure_latency(bootstrap: str, contestant: Contestant, topics: Topics, producer: Any,
-                    reader: OutputReader, first: int, rate: int, args: argparse.Namespace) -> Latency:
+                    reader: InputStampedReader, first: int, rate: int, args: argparse.Namespace) -> Latency:
     """``rate`` records/s for ``--seconds`` from record ``first`` on, the reader timing every output
     record stamped since the phase began."""
     latency = Latency(rate)

@@ -368,11 +368,15 @@ class OutputReader:
             now_ms = time.time() * 1000
             for record in records:
                 self.counts[record.key()] = LONG.unpack(record.value())[0]
-                stamped = record.timestamp()[1]
+                stamped = self.stamp(record)
                 if self.timed_since_ms is not None and stamped >= self.timed_since_ms:
                     self.latencies_ms.append(now_ms - stamped)
         self.complete = True
         return True
+
+    def stamp(self, record: Any) -> int:
+        """When the record's input was produced, in ms: its own timestamp (the pipeline keeps it)."""
+        return record.timestamp()[1]
 
     def __enter__(self) -> OutputReader:
         return self
