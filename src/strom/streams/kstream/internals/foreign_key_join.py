@@ -298,10 +298,15 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     b.connect_processor_and_state_stores(f"{base}-response-join", left_store)
     b.copartition(right.source_topics | {subscription_topic})
     b.copartition(left.source_topics | {response_topic})
-    table = joined_table(builder, result, (f"{base}-response-join", send), left.key_serde, materialized,
-                         f"{base}-", left.source_topics)
-    if table.supplier.store_name is None:  # results carry no old value: an operator needing one gets a store
-        table.store_when_needed(lambda: table.materialize(None, builder.store_name(None, f"{base}-")))
+    # As Kafka's, the result is stored only under a name the user gave (its KTableSource is queryable then);
+    # else when an operator reads its values or needs old ones, in a store built as ``materialized`` says
+    named_store = materialized is not None and materialized.store_name is not None
+    table = joined_table(builder, result, (f"{base}-response-join", send), left.key_serde,
+                         materialized if named_store else None, f"{base}-", left.source_topics)
+    if not named_store:
+        if materialized is not None:
+            table.value_serde = materialized.value_serde
+        table.store_when_needed(lambda: table.materialize(materialized, builder.store_name(None, f"{base}-")))
     return table
 
 
