@@ -48,9 +48,20 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
+# The slow tests (clusters, fault injection, Spark: mostly waiting on JVMs and timeouts, about 40 % of
+# the 2 cores used) run in one pytest, the others beside them in a second, whose report (in
+# .cache/fast-tests.log) is printed after the slow run's: the suite takes about the slow part's time.
 test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest
+	@mkdir -p .cache
+	@trap 'kill $$fast 2>/dev/null' INT TERM; \
+	$(BIN)/python -m pytest -m "not slow" > .cache/fast-tests.log 2>&1 & fast=$$!; \
+	echo "the tests not marked slow run beside these; their report follows"; \
+	$(BIN)/python -m pytest -m slow; slow_rc=$$?; \
+	wait $$fast; fast_rc=$$?; \
+	echo; echo "===== the tests not marked slow (.cache/fast-tests.log) ====="; cat .cache/fast-tests.log; \
+	echo "pytest -m slow: exit $$slow_rc; pytest -m 'not slow': exit $$fast_rc"; \
+	exit $$(( slow_rc || fast_rc ))
 
 # issue 28: the oracle's reference runner (tests/oracle): Kafka Streams' jars of the version the Apache
 # Kafka tests pin, copied by Maven into .cache/oracle/<version>/libs, and the runner compiled by javac into

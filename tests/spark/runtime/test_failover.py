@@ -148,10 +148,6 @@ def test_two_workers_killed_one_after_the_other(cluster, submit, broker):
     assert_counted_once(bootstrap, names["counts"], lines)
 
 
-@pytest.mark.xfail(reason="issue 27: seen 2026-11-28 at load average 25-30, no partition committed in 60 s "
-                   "of a kill that coincided with the batch ending to grow onto a cold executor (the next "
-                   "batch waited HELLO_TIMEOUT_S for that executor's thread, then ended again for it); "
-                   "not yet investigated", strict=False)
 def test_a_worker_killed_while_a_batch_ends(cluster, submit, broker):
     """The batch boundary: a third worker joins (``spark.cores.max=3``), so the driver ends the running
     batch to grow, and worker 0 is SIGKILLed the moment the driver says so, while the threads commit
