@@ -1,7 +1,7 @@
 """Differential tests: the same topology spec and input through Kafka Streams (the Java library, 4.1.1)
 and through strom must give the same output records, byte for byte, and the same store contents.
 
-STROM_ORACLE_CASES sets how many generated cases run (default 100, shared over the families below), always
+STROM_ORACLE_CASES sets how many generated cases run (default 500, shared over the families below), always
 the same ones (derandomized: `make test` is repeatable and its time bounded); STROM_ORACLE_EXPLORE=1 draws
 new ones each run, ``--hypothesis-seed`` replaying a run. A failing case, shrunk by hypothesis, is written
 to .cache/oracle/failed/<test>.json: keep it as a regression case in tests/oracle/cases/.
@@ -22,7 +22,7 @@ from oracle.java_oracle import KAFKA_POM, ORACLE_POM, ROOT, JavaOracle, kafka_ve
 
 CASES = Path(__file__).parent / "cases"
 FAILED = ROOT / ".cache" / "oracle" / "failed"
-TOTAL = int(os.environ.get("STROM_ORACLE_CASES", "100"))
+TOTAL = int(os.environ.get("STROM_ORACLE_CASES", "500"))
 EXPLORE = bool(os.environ.get("STROM_ORACLE_EXPLORE"))
 # The share of the cases each family gets.
 SHARES = {"stream": 0.25, "table": 0.25, "windowed": 0.25, "serdes": 0.25}
