@@ -46,6 +46,14 @@ def test_until_window_closes_emits_one_final_result_per_window_and_key():
                         (Windowed("c", Window(10, 20)), 1)]
 
 
+def test_a_windowed_table_s_own_key_serde_serves_the_buffer_without_default_serdes():
+    """Found by the Kafka Streams pair: the buffer took the task's default key serde even when the
+    windowed table's keys had the grouping's serde, and failed where no default was set."""
+    with TopologyTestDriver(_windowed_counts(Suppressed.until_window_closes(BufferConfig.unbounded())),
+                            {"application.id": "suppress"}) as driver:
+        assert _pipe(driver, [("a", 1), ("a", 20)]) == [(Windowed("a", Window(0, 10)), 1)]
+
+
 def test_until_time_limit_rate_limits_per_key():
     builder = StreamsBuilder()
     (builder.table("input", Consumed.with_(Serdes.String(), Serdes.String()))

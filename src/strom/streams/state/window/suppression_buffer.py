@@ -32,11 +32,13 @@ class BufferedRecord:
     size: int
 
 
-def _resolve(serde: Any, default: Any) -> Any:
+def _resolve(serde: Any, default: Callable[[], Any]) -> Any:
+    """The buffer's serde, asking for the task's default (which raises when there is none) only when
+    ``serde`` lacks it: a windowed table's keys have the grouping's serde without any default set."""
     if serde is None:
-        return default
+        return default()
     if getattr(serde, "inner", True) is None:
-        return serde.with_default(default)
+        return serde.with_default(default())
     return serde
 
 
@@ -71,8 +73,8 @@ class TimeOrderedKeyValueBuffer:
 
     def init(self, context: StateStoreContext, root: StateStore) -> None:
         self._context = context
-        self._key_serde = _resolve(self._key_serde, context.key_serde)
-        self._value_serde = _resolve(self._value_serde, context.value_serde)
+        self._key_serde = _resolve(self._key_serde, lambda: context.key_serde)
+        self._value_serde = _resolve(self._value_serde, lambda: context.value_serde)
         self._topic = context.changelog_topic(self._name)
         context.register_store(root, self, self.logged)
 
