@@ -47,9 +47,6 @@ EXCLUDED = {
     "per wall-clock second (an internal emit interval), so a window closed by the last records of a burst "
     "waits for a record a second later, and with it windows past their retention; strom emits a window "
     "as soon as it closes (deliberately: final results at the end of input, as the Spark runtime needs)",
-    "suppress-headers": "records leaving suppress carry no headers in strom; Kafka Streams keeps the "
-    "buffered record's headers (strom's buffer and its changelog do not keep them yet). Specs with "
-    "suppress are drawn with inputs without headers",
 }
 
 
@@ -107,14 +104,6 @@ def _cached_window_store_past_retention(spec: dict[str, Any], nodes: dict[str, d
 # ops whose result is a table, and ops whose result is a table when their input is one
 TABLE_OPS = {"table", "to_table", "count", "reduce", "aggregate", "fk_join", "suppress"}
 DERIVED_OPS = {"join", "filter", "map_values"}
-
-
-def _without_suppressed_headers(spec: dict[str, Any]) -> dict[str, Any]:
-    """The EXCLUDED "suppress-headers": a spec with suppress reads records without headers."""
-    if any(node["op"] == "suppress" for node in spec["nodes"]):
-        spec["input"] = [{**record, "headers": []} if "headers" in record else record
-                         for record in spec["input"]]
-    return spec
 
 
 @dataclass
@@ -315,7 +304,7 @@ def _props(draw: st.DrawFn) -> dict[str, Any]:
 
 def topologies(root: str) -> st.SearchStrategy[dict[str, Any]]:
     """Specs of ``root`` topologies without the EXCLUDED variants."""
-    return _topologies(root).filter(lambda spec: not _excluded(spec)).map(_without_suppressed_headers)
+    return _topologies(root).filter(lambda spec: not _excluded(spec))
 
 
 @st.composite

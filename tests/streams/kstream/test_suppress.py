@@ -105,6 +105,22 @@ def test_suppression_buffer_is_logged_and_restored():
         assert out == [(Windowed("a", Window(0, 10)), 2), (Windowed("b", Window(0, 10)), 1)]
 
 
+def test_a_restored_buffer_emits_the_latest_record_s_headers():
+    topology = _windowed_counts(Suppressed.until_window_closes(BufferConfig.unbounded()))
+    with TopologyTestDriver(topology, PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        topic.pipe_input("a", "v", 1, headers=[("h", b"first")])
+        topic.pipe_input("a", "v", 2, headers=[("h", b"second"), ("empty", None)])
+        changelog = driver.producer_records("suppress-final-store-changelog")
+    with TopologyTestDriver(topology, PROPS) as restored:
+        restored.get_state_store("final-store").restore(
+            [ChangelogRecord(k, v, offset, ts) for offset, (k, v, ts) in enumerate(changelog)])
+        restored.create_input_topic("input", Serdes.String(), Serdes.String()).pipe_input("c", "v", 30)
+        [record] = restored.create_output_topic("output", WINDOWED, Serdes.Long()).read_records_to_list()
+    assert (record.key, record.value) == (Windowed("a", Window(0, 10)), 2)
+    assert list(record.headers) == [("h", b"second"), ("empty", None)]
+
+
 def test_final_session_results_once_the_session_closes():
     from strom.streams.kstream.windows import SessionWindow, SessionWindows
 

@@ -52,7 +52,8 @@ class KTableSuppressProcessor(Processor):
             self.observed_stream_time = record.timestamp
         change: Change = record.value
         buffer_time = record.key.window.end if self.suppressed.final_results else record.timestamp
-        self.buffer.put(buffer_time, record.key, change.new_value, change.old_value, record.timestamp)
+        self.buffer.put(buffer_time, record.key, change.new_value, change.old_value, record.timestamp,
+                        record.raw_headers)
         expiry = self.observed_stream_time - self.suppress_duration_ms
         buffer = self.buffer
         buffer.evict_while(lambda: buffer.min_timestamp() <= expiry, self._emit)
@@ -79,7 +80,7 @@ class KTableSuppressProcessor(Processor):
             self.view.put(buffered.key,
                           None if value is None else ValueAndTimestamp.make(value, buffered.timestamp))
         self.context.forward(Record(buffered.key, Change(buffered.new_value, buffered.prior_value),
-                                    buffered.timestamp))
+                                    buffered.timestamp, buffered.headers))
 
 
 def _window_grace(table: KTable) -> int:

@@ -2,8 +2,9 @@
 
 It holds, per key, the latest update of a KTable waiting to be emitted, ordered by buffer time (the
 window end for final results, the record time for rate limiting). A key keeps the buffer time and
-prior value of its first buffered update. Changelog records are written at flush: the key bytes,
-and the buffer time, record timestamp, new and prior value, or a tombstone once the key is emitted.
+prior value of its first buffered update, and the timestamp and headers of its latest (Kafka emits the
+latest record's context). Changelog records are written at flush: the key bytes, and the buffer time,
+record timestamp, headers, new and prior value, or a tombstone once the key is emitted.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ from __future__ import annotations
 import copy
 import heapq
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreContext
 
 _HEADER = struct.Struct(">qqbi")  # buffer time, record timestamp, flags, length of the new value
-_NEW, _PRIOR = 1, 2
+_NEW, _PRIOR, _HEADERS = 1, 2, 4  # _HEADERS: the record's headers follow _HEADER (none in older entries)
+_LENGTH = struct.Struct(">i")
 ENTRY_OVERHEAD = 8 + 8 + 8 + 16
 
 
@@ -30,6 +32,7 @@ class BufferedRecord:
     timestamp: int
     buffer_time: int
     size: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
 def _resolve(serde: Any, default: Callable[[], Any]) -> Any:
@@ -100,13 +103,15 @@ class TimeOrderedKeyValueBuffer:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def put(self, buffer_time: int, key: Any, new_value: Any, old_value: Any, timestamp: int) -> None:
+    def put(self, buffer_time: int, key: Any, new_value: Any, old_value: Any, timestamp: int,
+            headers: Iterable[tuple[str, bytes | None]] = ()) -> None:
         key_bytes = self._key_serde.serializer().serialize(self._topic, key)
         previous = self._entries.get(key_bytes)
         if previous is not None:
             buffer_time, old_value = previous.buffer_time, previous.prior_value
             self.size_bytes -= previous.size
-        record = BufferedRecord(key, new_value, old_value, timestamp, buffer_time, 0)
+        record = BufferedRecord(key, new_value, old_value, timestamp, buffer_time, 0,
+                                tuple((name, value) for name, value in headers))
         record.size = len(key_bytes) + len(self._encode(record)) + ENTRY_OVERHEAD
         self._add(key_bytes, record)
         self._dirty.add(key_bytes)
@@ -139,19 +144,20 @@ class TimeOrderedKeyValueBuffer:
         serialize = self._value_serde.serializer().serialize
         new = serialize(self._topic, record.new_value)
         prior = serialize(self._topic, record.prior_value)
-        flags = (_NEW if new is not None else 0) | (_PRIOR if prior is not None else 0)
-        return _HEADER.pack(record.buffer_time, record.timestamp, flags, len(new or b"")) + (new or b"") + \
-            (prior or b"")
+        flags = (_NEW if new is not None else 0) | (_PRIOR if prior is not None else 0) | \
+            (_HEADERS if record.headers else 0)
+        return _HEADER.pack(record.buffer_time, record.timestamp, flags, len(new or b"")) + \
+            _encode_headers(record.headers) + (new or b"") + (prior or b"")
 
     def _decode(self, key_bytes: bytes, data: bytes) -> BufferedRecord:
         buffer_time, timestamp, flags, length = _HEADER.unpack_from(data)
-        start = _HEADER.size
+        headers, start = _decode_headers(data, _HEADER.size) if flags & _HEADERS else ((), _HEADER.size)
         deserialize = self._value_serde.deserializer().deserialize
         new = deserialize(self._topic, data[start:start + length]) if flags & _NEW else None
         prior = deserialize(self._topic, data[start + length:]) if flags & _PRIOR else None
         key = self._key_serde.deserializer().deserialize(self._topic, key_bytes)
         return BufferedRecord(key, new, prior, timestamp, buffer_time,
-                              len(key_bytes) + len(data) + ENTRY_OVERHEAD)
+                              len(key_bytes) + len(data) + ENTRY_OVERHEAD, headers)
 
     # ---- StoreTransaction -----------------------------------------------------------------------
     @property
@@ -190,6 +196,32 @@ class TimeOrderedKeyValueBuffer:
         self._dirty.clear()
         for key_bytes, record in entries.items():
             self._add(key_bytes, record)
+
+
+def _encode_headers(headers: tuple[tuple[str, bytes | None], ...]) -> bytes:
+    """Their count, then each key (length, UTF-8) and value (length, -1 for None, bytes)."""
+    if not headers:
+        return b""
+    parts = [_LENGTH.pack(len(headers))]
+    for name, value in headers:
+        encoded = name.encode()
+        parts += [_LENGTH.pack(len(encoded)), encoded, _LENGTH.pack(-1 if value is None else len(value)),
+                  value or b""]
+    return b"".join(parts)
+
+
+def _decode_headers(data: bytes, offset: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    """The headers ``_encode_headers`` wrote at ``offset``, and the offset after them."""
+    (count,), offset = _LENGTH.unpack_from(data, offset), offset + _LENGTH.size
+    headers = []
+    for _ in range(count):
+        (length,), offset = _LENGTH.unpack_from(data, offset), offset + _LENGTH.size
+        name, offset = data[offset:offset + length].decode(), offset + length
+        (length,), offset = _LENGTH.unpack_from(data, offset), offset + _LENGTH.size
+        value = None if length < 0 else bytes(data[offset:offset + length])
+        headers.append((name, value))
+        offset += max(length, 0)
+    return tuple(headers), offset
 
 
 @dataclass
