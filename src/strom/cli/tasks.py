@@ -108,7 +108,15 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
         builder.enable_retry()
     subscription = builder.build_and_start()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def request_stop(*_: Any) -> None:
+        # no KeyboardInterrupt in the middle of the status line's update (it could leave rich's lock held
+        # and the close waiting on it); a second Ctrl-C interrupts the drain
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
     console = Console(stderr=True)
     if metrics_port is not None:
         console.print(f"metrics at {MetricsServer([SubscriptionCollector(subscription)], metrics_port).url}")
@@ -119,8 +127,6 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
                 now, count = time.monotonic(), _completed(subscription)
                 live.update(_status(subscription, max(0, count - last_count) / (now - last_time)))
                 last_count, last_time = count, now
-    except KeyboardInterrupt:
-        pass
     finally:
         console.print("stopping: draining in-flight tasks and committing...")
         subscription.close()

@@ -21,7 +21,8 @@ WORKER_LOG_LEVEL_VARIABLE = "STROM_WORKER_LOG_LEVEL"
 def mark(phase: str, detail: str = "") -> None:
     """``phase`` just ended; the line carries the wall-clock time, comparable across processes."""
     if log.isEnabledFor(logging.DEBUG):
-        log.debug("phase %s at %.3f pid %d %s", phase, time.time(), os.getpid(), detail)
+        ms = time.time_ns() // 1_000_000  # truncated, never rounded up past the moment
+        log.debug("phase %s at %d.%03d pid %d %s", phase, ms // 1000, ms % 1000, os.getpid(), detail)
 
 
 def process_age_s() -> float | None:
