@@ -48,20 +48,23 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
-# The slow tests (clusters, fault injection, Spark: mostly waiting on JVMs and timeouts, about 40 % of
-# the 2 cores used) run in one pytest, the others beside them in a second, whose report (in
-# .cache/fast-tests.log) is printed after the slow run's: the suite takes about the slow part's time.
+# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's (Spark and Kafka
+# clusters, fault injection: mostly waiting on JVMs and timeouts) in the foreground; the CLI's slow tests
+# (subprocesses waiting on their own start-up) then the tests not marked slow beside them, their report
+# (.cache/side-tests.log) printed after the foreground's. Either failing fails `make test`.
 test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	@mkdir -p .cache
-	@trap 'kill $$fast 2>/dev/null' INT TERM; \
-	$(BIN)/python -m pytest -m "not slow" > .cache/fast-tests.log 2>&1 & fast=$$!; \
-	echo "the tests not marked slow run beside these; their report follows"; \
-	$(BIN)/python -m pytest -m slow; slow_rc=$$?; \
-	wait $$fast; fast_rc=$$?; \
-	echo; echo "===== the tests not marked slow (.cache/fast-tests.log) ====="; cat .cache/fast-tests.log; \
-	echo "pytest -m slow: exit $$slow_rc; pytest -m 'not slow': exit $$fast_rc"; \
-	exit $$(( slow_rc || fast_rc ))
+	@trap 'kill $$side 2>/dev/null' INT TERM; \
+	{ $(BIN)/python -m pytest -m slow tests/cli; cli_rc=$$?; $(BIN)/python -m pytest -m "not slow"; \
+	  exit $$(( cli_rc || $$? )); } > .cache/side-tests.log 2>&1 & side=$$!; \
+	echo "pytest -m slow tests/cli, then pytest -m 'not slow', run beside this; their report follows"; \
+	$(BIN)/python -m pytest -m slow --ignore=tests/cli; main_rc=$$?; \
+	wait $$side; side_rc=$$?; \
+	echo; echo "===== pytest -m slow tests/cli; pytest -m 'not slow' (.cache/side-tests.log) ====="; \
+	cat .cache/side-tests.log; \
+	echo "pytest -m slow --ignore=tests/cli: exit $$main_rc; the CLI's slow tests, then the others: exit $$side_rc"; \
+	exit $$(( main_rc || side_rc ))
 
 # issue 28: the oracle's reference runner (tests/oracle): Kafka Streams' jars of the version the Apache
 # Kafka tests pin, copied by Maven into .cache/oracle/<version>/libs, and the runner compiled by javac into
