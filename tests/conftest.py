@@ -4,6 +4,7 @@ asks for it."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,15 @@ from support.apache_kafka import KafkaCluster
 # arithmetic is easier to read), which a pass would delete between produce and read. Retention itself
 # is tested on brokers of its own (tests/broker/test_admin_ops.py).
 NO_RETENTION_PASS = {"log.retention.check.interval.ms": 24 * 60 * 60 * 1000}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """`make test` starts a pytest in the background of a non-interactive shell, which (as POSIX says) gives
+    it SIGINT ignored; the processes the tests start would inherit that, and the Ctrl-C tests of
+    `strom run` and `strom tasks run` could not stop them. Ctrl-C is restored for this process and its
+    children."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

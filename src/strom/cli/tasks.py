@@ -110,12 +110,13 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
     stop = threading.Event()
 
     def request_stop(*_: Any) -> None:
-        # no KeyboardInterrupt in the middle of the status line's update (it could leave rich's lock held
-        # and the close waiting on it); a second Ctrl-C interrupts the drain
+        # the loop ends at its next tick rather than on a KeyboardInterrupt inside the status line's
+        # update; a second Ctrl-C interrupts the drain
         stop.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    signal.signal(signal.SIGINT, request_stop)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored: started in a script's background
+        signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
     console = Console(stderr=True)
     if metrics_port is not None:
