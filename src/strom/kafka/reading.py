@@ -135,7 +135,7 @@ def read_batches(consumer: Consumer, partitions: Iterable[TopicPartition], what:
         return
     what = what or ", ".join(f"{tp.topic}-{tp.partition}" for tp in assigned)
     pending = {(tp.topic, tp.partition) for tp in assigned}
-    consumer.assign(assigned)
+    clients.assign(consumer, assigned)
     last_progress = time.monotonic()
     try:
         with _fewer_collections():

@@ -338,8 +338,8 @@ class StreamThread:
                "isolation.level": "read_committed" if self.config.exactly_once else "read_uncommitted"})
 
     def _assign(self, consumer: Consumer) -> None:
-        consumer.assign([KafkaTopicPartition(t, p, task.read.get((t, p), OFFSET_BEGINNING))
-                         for (t, p), task in self.routes.items()])
+        clients.assign(consumer, [KafkaTopicPartition(t, p, task.read.get((t, p), OFFSET_BEGINNING))
+                                  for (t, p), task in self.routes.items()])
 
     # ---- the loop -----------------------------------------------------------------------------
     def _loop(self, consumer: Consumer, control: ControlClient, deadline: float) -> None:
