@@ -81,13 +81,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pipeline")
 
-if __name__ != "__main__":
-    # imported by another bench (scaling.py): Spark's Python workers cannot import this folder's
-    # modules, so the topology's functions (ParseJson) travel by value, as they do from __main__
-    from pyspark import cloudpickle
-
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
 MODES = ("realtime", "microbatch", "plain")
 COMMIT_INTERVAL_MS = 100
 WARM_UP_RECORDS = 1_000

@@ -117,6 +117,10 @@ def main() -> int:
     print(describe(), flush=True)
     import strom.spark
 
+    # Spark's Python workers inherit the driver's environment: let them import bench/pipeline.py,
+    # whose functions the topology refers to
+    bench = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (bench, os.environ.get("PYTHONPATH")) if p)
     workdir = tempfile.mkdtemp(prefix="strom-bench-scaling-")
     spark = strom.spark.session(app_name="strom-bench-scaling", master="local[2]", log_level="ERROR")
     results: dict[int, list[dict]] = {n: [] for n in counts}
