@@ -4,6 +4,7 @@ under read_committed is the last stable offset, and a read that cannot progress 
 from __future__ import annotations
 
 import gc
+import time
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
@@ -140,3 +141,24 @@ def test_committed_offsets_are_asked_again_while_the_coordinator_moves():
 def test_committed_offsets_fail_on_an_error_that_does_not_clear():
     with pytest.raises(BrokerUnavailableError, match=r"group 'app'.*GROUP_AUTHORIZATION"):
         committed_offsets(_CoordinatorMoving(KafkaError.GROUP_AUTHORIZATION_FAILED), "app", [("t", 0)])
+
+
+def test_a_new_consumer_reads_from_the_beginning_without_librdkafkas_offset_query_timer(broker):
+    """A logical offset assigned before the client knows the partition's leader is resolved only when
+    librdkafka's 500 ms offset-query timer fires (each restore and each new stream thread paid it);
+    ``clients.assign`` asks for the leaders first."""
+    bootstrap = broker.bootstrap_servers
+    topic = create_topic(bootstrap, 2, "assign-at-once")
+    produce(bootstrap, topic, [Record(None, f"{p}", p) for p in (0, 1)])
+    waits = []
+    for _ in range(3):  # the fastest of three: a loaded machine may delay one, the timer delays all
+        consumer = clients.consumer(bootstrap, **{**clients.CONNECT_AT_ONCE, "fetch.wait.max.ms": 10})
+        try:
+            started = time.monotonic()
+            clients.assign(consumer, [TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
+            while not consumer.consume(10, 0.01):
+                assert time.monotonic() - started < 10, "no record within 10 s"
+            waits.append(time.monotonic() - started)
+        finally:
+            consumer.close()
+    assert min(waits) < 0.4, f"first records {min(waits):.2f} s after the assign (the timer is 0.5 s)"
