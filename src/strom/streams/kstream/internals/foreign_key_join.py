@@ -29,6 +29,7 @@ from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_va
 from strom.streams.kstream.internals.functions import value_function
 from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.table_table_join import check_same_builder, joined_table
+from strom.streams.kstream.internals.value_getter import ValueGetter
 from strom.streams.kstream.join_options import TableJoined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, Named
 from strom.streams.processor.api import Processor, Record
@@ -150,16 +151,20 @@ class SubscriptionSend(Processor):
 class SubscriptionReceive(Processor):
     """Right side, step 2: stores subscriptions and answers them with the right value (key: pk bytes)."""
 
-    def __init__(self, subscription_store: str, right_store: str, serdes: tuple[Any, Any, Any, Any]) -> None:
+    def __init__(self, subscription_store: str, right: ValueGetter,
+                 serdes: tuple[Any, Any, Any, Any]) -> None:
         self.subscription_store_name = subscription_store
-        self.right_store_name = right_store
+        self.right = right
         self.serde_config = serdes
 
     def init(self, context: Any) -> None:
         self.context = context
         self.serdes = _Serdes(context, *self.serde_config)
         self.subscriptions = context.get_state_store(self.subscription_store_name)
-        self.right = context.get_state_store(self.right_store_name)
+        self.right.init(context)
+
+    def close(self) -> None:
+        self.right.close()
 
     def process(self, record: Record) -> None:
         fk_bytes: bytes = record.key
@@ -211,9 +216,9 @@ class ForeignTableChange(Processor):
 class ResponseJoin(Processor):
     """Left side, step 4: joins a fresh answer with the current left value, drops stale ones."""
 
-    def __init__(self, left_store: str, joiner: ValueJoiner, left_join: bool,
+    def __init__(self, left: ValueGetter, joiner: ValueJoiner, left_join: bool,
                  serdes: tuple[Any, Any, Any, Any]) -> None:
-        self.left_store_name = left_store
+        self.left = left
         self.joiner = joiner
         self.left_join = left_join
         self.serde_config = serdes
@@ -221,7 +226,10 @@ class ResponseJoin(Processor):
     def init(self, context: Any) -> None:
         self.context = context
         self.serdes = _Serdes(context, *self.serde_config)
-        self.left = context.get_state_store(self.left_store_name)
+        self.left.init(context)
+
+    def close(self) -> None:
+        self.left.close()
 
     def process(self, record: Record) -> None:
         hashed, foreign_bytes = decode_response(record.value)
@@ -265,7 +273,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
     left.enable_send_old_values()
     right.enable_send_old_values()
-    left_store, right_store = left.ensure_store(), right.ensure_store()
+    left_values, right_values = left.value_getter(), right.value_getter()
     serdes = (left.key_serde, right.key_serde, left.value_serde, right.value_serde)
     subscription_topic, response_topic, subscription_store = _names(builder, named)
     send, result = f"{base}-subscription-send", f"{base}-result"
@@ -283,9 +291,10 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
         lambda chosen: Stores.key_value_store_builder(chosen, bytes_serde, bytes_serde))
     b.add_state_store(subscriptions.with_caching_disabled())
     b.add_processor(f"{base}-subscription-receive",
-                    lambda: SubscriptionReceive(subscription_store, right_store, serdes),
+                    lambda: SubscriptionReceive(subscription_store, right_values.get(), serdes),
                     f"{base}-subscription-source")
-    b.connect_processor_and_state_stores(f"{base}-subscription-receive", subscription_store, right_store)
+    b.connect_processor_and_state_stores(f"{base}-subscription-receive", subscription_store,
+                                         *right_values.store_names)
     b.add_processor(f"{base}-foreign-table-change", lambda: ForeignTableChange(subscription_store, serdes),
                     right.name)
     b.connect_processor_and_state_stores(f"{base}-foreign-table-change", subscription_store)
@@ -293,9 +302,9 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
                f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde,
                partitioner=response_partitioner)
     b.add_source(f"{base}-response-source", [response_topic], bytes_serde, bytes_serde)
-    b.add_processor(f"{base}-response-join", lambda: ResponseJoin(left_store, fn, left_join, serdes),
+    b.add_processor(f"{base}-response-join", lambda: ResponseJoin(left_values.get(), fn, left_join, serdes),
                     f"{base}-response-source")
-    b.connect_processor_and_state_stores(f"{base}-response-join", left_store)
+    b.connect_processor_and_state_stores(f"{base}-response-join", *left_values.store_names)
     b.copartition(right.source_topics | {subscription_topic})
     b.copartition(left.source_topics | {response_topic})
     # As Kafka's, the result is stored only under a name the user gave (its KTableSource is queryable then);
