@@ -38,11 +38,6 @@ EXCLUDED = {
     "caching layer does not apply the retention the inner store enforces since KAFKA-12960); strom does not",
     "table-self-join": "a table joined with itself (table-table or foreign-key): results differ for "
     "tombstones and absent keys (not sorted out yet; tests/oracle/known_differences/)",
-    "join-reads-unstored-derived-table": "a join (stream-table or table-table) reading a table strom gives "
-    "a store for it to read (a suppress, or a filter, map_values or join result without a store of its "
-    "own): Kafka Streams 4.1.1 reads such a table through value getters computed from its parents' stores "
-    "on the fly, which within one input record can be ahead of the table's own updates (both join inputs "
-    "derived from one source table); strom's store is updated when the table's processor runs (open)",
     "emit-on-close": "emit_strategy(on_window_close): Kafka Streams looks for closed windows at most once "
     "per wall-clock second (an internal emit interval), so a window closed by the last records of a burst "
     "waits for a record a second later, and with it windows past their retention; strom emits a window "
@@ -70,18 +65,9 @@ def _excluded(spec: dict[str, Any]) -> bool:
             return False
         return node["op"] in TABLE_OPS or (node["op"] in DERIVED_OPS and table(node["in"]))
 
-    def unstored_derived(node_id: str) -> bool:
-        """A table strom stores for a join to read it, where Kafka Streams computes a view."""
-        node = nodes[node_id]
-        return not node.get("store") and table(node_id) and node["op"] in ("suppress", *DERIVED_OPS)
-
-    unstored_derived_join = any(node["op"] == "join" and "window" not in node
-                                and (unstored_derived(node["in"]) or unstored_derived(node["other"]))
-                                for node in spec["nodes"])
     table_self_join = any(node["op"] in ("join", "fk_join") and node["in"] == node.get("other")
                           and table(node["in"]) for node in spec["nodes"])
-    return (self_join or (windowed_reduce and null_values) or table_self_join or unstored_derived_join
-            or emit_on_close
+    return (self_join or (windowed_reduce and null_values) or table_self_join or emit_on_close
             or _cached_window_store_past_retention(spec, nodes))
 
 
