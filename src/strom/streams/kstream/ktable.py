@@ -124,8 +124,7 @@ class KTable:
             self._store_when_needed()
         if supplier.store_name is not None:
             return stored_values(supplier.store_name)
-        if supplier.view is None:
-            raise TopologyError(f"Table {self.name!r} has neither a store nor a view to read it by.")
+        assert supplier.view is not None, f"table {self.name} has neither a store nor a view"
         return supplier.view()
 
     def materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
