@@ -189,7 +189,8 @@ class SubscriptionReceive(Processor):
 
 
 class ForeignTableChange(Processor):
-    """Right side, step 3: a right-table update answers every subscriber of its key again."""
+    """Right side, step 3: a right-table update answers every subscriber of its key again, a deletion of
+    a key the table did not have too (as Kafka's ForeignTableJoinProcessor)."""
 
     def __init__(self, subscription_store: str, serdes: tuple[Any, Any, Any, Any]) -> None:
         self.subscription_store_name = subscription_store
@@ -202,8 +203,6 @@ class ForeignTableChange(Processor):
 
     def process(self, record: Record) -> None:
         change: Change = record.value
-        if change.new_value is None and change.old_value is None:
-            return
         fk = self.serdes.fk.serializer().serialize(None, record.key)
         foreign = self.serdes.right_value.serializer().serialize(None, change.new_value)
         prefix = subscription_prefix(fk)
