@@ -87,6 +87,9 @@ class KTable:
         self._store_when_needed: Callable[[], None] | None = None
         self.joined: tuple[KTable, ...] = ()
         """The tables a primary-key join's result is computed from."""
+        self.view: Callable[[], ValueGetterSupplier] | None = None
+        """How to read the table while it has no store (Kafka's ``view()``): a getter computed from its
+        parents' (kept here, not on the supplier, which travels with the topology to Spark's workers)."""
 
     def enable_send_old_values(self, force: bool = True) -> bool:
         """Downstream needs (new, old) pairs: whether this table can give them (Kafka's
@@ -124,8 +127,8 @@ class KTable:
             self._store_when_needed()
         if supplier.store_name is not None:
             return stored_values(supplier.store_name)
-        assert supplier.view is not None, f"table {self.name} has neither a store nor a view"
-        return supplier.view()
+        assert self.view is not None, f"table {self.name} has neither a store nor a view"
+        return self.view()
 
     def materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
                     versioned_ok: bool = False) -> None:
@@ -167,7 +170,7 @@ class KTable:
             source_topics=self.source_topics,
             versioned_ok=True,
         )
-        table.supplier.view = lambda: self.value_getter().derived(getter, *getter_stores)
+        table.view = lambda: self.value_getter().derived(getter, *getter_stores)
         return table
 
     def filter(

@@ -119,12 +119,13 @@ def suppress(table: KTable, suppressed: Suppressed) -> KTable:
         builder.store_name(None, "KTABLE-SUPPRESS-")
     supplier = KTableProcessorSupplier(lambda _: KTableSuppressProcessor(store_name, suppressed, duration),
                                        None)
-    supplier.view = lambda: table.value_getter().derived(
-        lambda parent: KTableSuppressValueGetter(parent, store_name), store_name)
     builder.internal.add_processor(name, supplier, table.name)
     config = suppressed.buffer_config
     buffer = SuppressionBufferBuilder(store_name, table.key_serde, table.value_serde, config.logging_enabled,
                                       dict(config.log_config))
     builder.internal.add_state_store(buffer, name)
-    return builder.new_table(name, supplier, table.key_serde, table.value_serde, None, table,
-                             table.source_topics)
+    suppressed_table = builder.new_table(name, supplier, table.key_serde, table.value_serde, None, table,
+                                         table.source_topics)
+    suppressed_table.view = lambda: table.value_getter().derived(
+        lambda parent: KTableSuppressValueGetter(parent, store_name), store_name)
+    return suppressed_table

@@ -12,12 +12,7 @@ from typing import Any
 from strom.streams.internals.compiled import prefixed
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
-from strom.streams.kstream.internals.value_getter import (
-    UNKNOWN_TIMESTAMP,
-    DerivedValueGetter,
-    ValueGetter,
-    ValueGetterSupplier,
-)
+from strom.streams.kstream.internals.value_getter import UNKNOWN_TIMESTAMP, DerivedValueGetter, ValueGetter
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
@@ -57,8 +52,7 @@ class TimestampedTupleForwarder:
 
 class KTableProcessorSupplier:
     """Makes a table processor per task. ``send_old_values`` may be switched on by downstream operators
-    (e.g. KTable.group_by needs old values to subtract) until the topology is built. ``view`` reads the
-    table while it has no store (Kafka's ``view()``): a getter computed from the parent's."""
+    (e.g. KTable.group_by needs old values to subtract) until the topology is built."""
 
     def __init__(
         self, factory: Callable[[KTableProcessorSupplier], Processor], store_name: str | None
@@ -66,7 +60,6 @@ class KTableProcessorSupplier:
         self.factory = factory
         self.store_name = store_name
         self.send_old_values = False
-        self.view: Callable[[], ValueGetterSupplier] | None = None
 
     def __call__(self) -> Processor:
         return self.factory(self)

@@ -175,7 +175,7 @@ def table_table_join(left: KTable, right: KTable, kind: JoinKind, joiner: Callab
     table = joined_table(builder, merge_name, (this_name, other_name), left.key_serde, materialized,
                          f"{merge_name}-", left.source_topics | right.source_topics)
     table.joined = (left, right)
-    table.supplier.view = lambda: ValueGetterSupplier(
+    table.view = lambda: ValueGetterSupplier(
         tuple(dict.fromkeys((*left_values.store_names, *right_values.store_names))),
         lambda: KTableKTableJoinValueGetter(left_values.get(), right_values.get(), fn, kind))
     return table

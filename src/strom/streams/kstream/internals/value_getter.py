@@ -2,7 +2,7 @@
 
 A table with a store is read from it. A table without one (a filter, map_values or transform_values
 result or a primary-key join's result not materialized, a suppress) is read as Kafka Streams reads it:
-through its parent's getter, applying the table's own function on the fly (``KTableProcessorSupplier.view``).
+through its parent's getter, applying the table's own function on the fly (``KTable.view``).
 So no store is added for a reader, and the reader sees what Kafka's sees: the parents' stores at the
 moment of reading, which within one input record can be ahead of what the table itself has processed.
 """
