@@ -101,14 +101,12 @@ class _Serdes:
 class SubscriptionSend(Processor):
     """Left side, step 1: turns each left update into subscription messages (key: fk bytes)."""
 
-    def __init__(self, extractor: Callable[[Any, Any], Any], joiner: ValueJoiner, left_join: bool,
-                 serdes: tuple[Any, Any, Any, Any], sink: str, result: str) -> None:
+    def __init__(self, extractor: Callable[[Any, Any], Any], left_join: bool,
+                 serdes: tuple[Any, Any, Any, Any], sink: str) -> None:
         self.extractor = extractor  # (key, value) -> foreign key (KIP-1104)
-        self.joiner = joiner
         self.left_join = left_join
         self.serde_config = serdes
         self.sink = sink
-        self.result = result
 
     def init(self, context: Any) -> None:
         self.context = context
@@ -126,23 +124,25 @@ class SubscriptionSend(Processor):
         pk = self.serdes.pk.serializer().serialize(None, record.key)
         hashed = value_hash(self.serdes.left_value.serializer().serialize(None, new))
         new_fk, old_fk = self._fk_bytes(record.key, new), self._fk_bytes(record.key, old)
+        if self.left_join:
+            # as Kafka's: leave the old fk silently; the new one (None too: no foreign key, or a deletion)
+            # answers, with None when it has no right value (a None fk answers at the record's time)
+            if old_fk is not None and old_fk != new_fk:
+                self._send(record, old_fk, Instruction.DELETE_KEY_NO_PROPAGATE, hashed, pk)
+            self._send(record, new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, hashed, pk)
+            return
         if old_fk is not None and old_fk != new_fk:
             # the old fk answers (with no right value) only when no new subscription will answer
-            answered_elsewhere = new_fk is not None or (self.left_join and new is not None)
-            instruction = Instruction.DELETE_KEY_NO_PROPAGATE if answered_elsewhere \
+            instruction = Instruction.DELETE_KEY_NO_PROPAGATE if new_fk is not None \
                 else Instruction.DELETE_KEY_AND_PROPAGATE
             self._send(record, old_fk, instruction, hashed, pk)
         if new_fk is not None:
-            propagate = Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE \
-                if self.left_join or (old_fk is not None and old_fk != new_fk) \
+            moved = old_fk is not None and old_fk != new_fk
+            propagate = Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE if moved \
                 else Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE
             self._send(record, new_fk, propagate, hashed, pk)
-        elif new is not None and self.left_join:
-            # no foreign key: a left join has its result at once (KIP-962)
-            self.context.forward(Record(record.key, Change(self.joiner(record.key, new, None), None),
-                                        record.timestamp, record.raw_headers), self.result)
 
-    def _send(self, record: Record, fk: bytes, instruction: Instruction, hashed: bytes | None,
+    def _send(self, record: Record, fk: bytes | None, instruction: Instruction, hashed: bytes | None,
               pk: bytes) -> None:
         self.context.forward(Record(fk, encode_subscription(instruction, hashed, pk), record.timestamp,
                                     record.raw_headers), self.sink)
@@ -167,8 +167,12 @@ class SubscriptionReceive(Processor):
         self.right.close()
 
     def process(self, record: Record) -> None:
-        fk_bytes: bytes = record.key
+        fk_bytes: bytes | None = record.key
         instruction, hashed, pk = decode_subscription(record.value)
+        if fk_bytes is None:  # a left join's row without a foreign key: answered with None, not stored
+            self.context.forward(Record(pk, encode_response(hashed, None), record.timestamp,
+                                        record.raw_headers))
+            return
         key = subscription_key(fk_bytes, pk)
         if instruction in (Instruction.DELETE_KEY_NO_PROPAGATE, Instruction.DELETE_KEY_AND_PROPAGATE):
             self.subscriptions.delete(key)
@@ -280,8 +284,8 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     for topic in (subscription_topic, response_topic):
         b.add_internal_topic(topic)
     bytes_serde = Serdes.ByteArray()
-    b.add_processor(send, lambda: SubscriptionSend(extract, fn, left_join, serdes,
-                                                   f"{base}-subscription-sink", result), left.name)
+    b.add_processor(send, lambda: SubscriptionSend(extract, left_join, serdes, f"{base}-subscription-sink"),
+                    left.name)
     b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
                value_serde=bytes_serde, partitioner=subscription_partitioner)
     b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
@@ -309,7 +313,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     # As Kafka's, the result is stored only under a name the user gave (its KTableSource is queryable then);
     # else when an operator reads its values or needs old ones, in a store built as ``materialized`` says
     named_store = materialized is not None and materialized.store_name is not None
-    table = joined_table(builder, result, (f"{base}-response-join", send), left.key_serde,
+    table = joined_table(builder, result, (f"{base}-response-join",), left.key_serde,
                          materialized if named_store else None, f"{base}-", left.source_topics)
     if not named_store:
         if materialized is not None:
