@@ -28,7 +28,8 @@ from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
 from strom.streams.kstream.internals.functions import value_function
 from strom.streams.kstream.internals.join_kind import JoinKind
-from strom.streams.kstream.internals.table_table_join import check_same_builder, joined_table
+from strom.streams.kstream.internals.table import KTableProcessorSupplier, KTableSource
+from strom.streams.kstream.internals.table_table_join import check_same_builder
 from strom.streams.kstream.internals.value_getter import ValueGetter
 from strom.streams.kstream.join_options import TableJoined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, Named
@@ -248,7 +249,7 @@ class ResponseJoin(Processor):
             result = None
         else:
             result = self.joiner(pk, current_value, foreign)
-        self.context.forward(Record(pk, Change(result, None), record.timestamp, record.raw_headers))
+        self.context.forward(Record(pk, result, record.timestamp, record.raw_headers))
 
 
 def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_extractor: Callable[..., Any],
@@ -312,12 +313,15 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     b.copartition(left.source_topics | {response_topic})
     # As Kafka's, the result is stored only under a name the user gave (its KTableSource is queryable then);
     # else when an operator reads its values or needs old ones, in a store built as ``materialized`` says
-    named_store = materialized is not None and materialized.store_name is not None
-    table = joined_table(builder, result, (f"{base}-response-join",), left.key_serde,
-                         materialized if named_store else None, f"{base}-", left.source_topics)
-    if not named_store:
-        if materialized is not None:
-            table.value_serde = materialized.value_serde
+    # (a KTableSource, as Kafka's: a stored result forwards the value it replaces as the old one)
+    supplier = KTableProcessorSupplier(KTableSource, None)
+    b.add_processor(result, supplier, f"{base}-response-join")
+    value_serde = None if materialized is None else materialized.value_serde
+    table = builder.new_table(result, supplier, left.key_serde, value_serde, None,
+                              source_topics=left.source_topics)
+    if materialized is not None and materialized.store_name is not None:
+        table.materialize(materialized, materialized.store_name)
+    else:
         table.store_when_needed(lambda: table.materialize(materialized, builder.store_name(None, f"{base}-")))
     return table
 

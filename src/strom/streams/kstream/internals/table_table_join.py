@@ -191,7 +191,7 @@ def joined_table(builder: InternalStreamsBuilder, name: str, parents: tuple[str,
                  source_topics: frozenset[str]) -> KTable:
     """The merger node ``name`` after ``parents`` (the join's result nodes) and the table it is, keyed as
     the left table; stored under the user's name, else ``<store_prefix>STATE-STORE-<n>``, when
-    ``materialized`` (primary-key and foreign-key joins end alike)."""
+    ``materialized``."""
     store_name = builder.store_name(materialized, store_prefix) if materialized is not None else None
     supplier = KTableProcessorSupplier(KTableKTableJoinMerger, store_name)
     builder.internal.add_processor(name, supplier, *parents)
