@@ -135,14 +135,17 @@ class TimeOrderedKeyValueBuffer:
         return heap[0][0] if heap else None
 
     def evict_while(self, condition: Callable[[], bool], emit: Callable[[BufferedRecord], None]) -> None:
-        """Remove and emit the oldest records (by buffer time) while ``condition()`` holds."""
+        """Emit and remove the oldest records (by buffer time) while ``condition()`` holds. A record is
+        still buffered while ``emit`` runs, as in Kafka's buffer: what runs downstream and reads the
+        suppressed table sees the key's prior value."""
         while self._entries and condition():
             self.min_timestamp()
             _, key_bytes = heapq.heappop(self._heap)
-            record = self._entries.pop(key_bytes)
+            record = self._entries[key_bytes]
+            emit(record)
+            del self._entries[key_bytes]
             self.size_bytes -= record.size
             self._dirty.add(key_bytes)
-            emit(record)
 
     def _add(self, key_bytes: bytes, record: BufferedRecord) -> None:
         self._entries[key_bytes] = record
