@@ -71,6 +71,25 @@ def test_changing_the_foreign_key_moves_the_row_to_the_new_right_value():
         (6, [("A", T)])]
 
 
+@pytest.mark.parametrize(("kind", "answer"), [("join", T), ("left_join", "[A,a,1,NULL,NULL]")])
+def test_deleting_an_absent_right_key_answers_its_subscribers_again(kind, answer):
+    """As Kafka's ForeignTableJoinProcessor: an uncached right table forwards the deletion of a key it
+    never had, and every left row subscribed to that key gets an answer (found by the oracle)."""
+    builder = StreamsBuilder()
+    left = builder.table("left", Consumed.with_(Serdes.String(), Serdes.Json()))
+    right = builder.table("right", Consumed.with_(Serdes.String(), Serdes.String()))
+    getattr(left, kind)(right, lambda value: value["fk"], joiner).to_stream().to(
+        "output", Produced.with_(Serdes.String(), Serdes.String()))
+    props = {**PROPS, "statestore.cache.max.bytes": 0}
+    with TopologyTestDriver(builder.build(props), props) as driver:
+        left_rows = driver.create_input_topic("left", Serdes.String(), Serdes.Json())
+        output = driver.create_output_topic("output", Serdes.String(), Serdes.String())
+        left_rows.pipe_input("A", {"fk": "a", "v": 1}, 1)
+        output.read_key_values_to_list()
+        driver.create_input_topic("right", Serdes.String(), Serdes.String()).pipe_input("a", None, 2)
+        assert output.read_key_values_to_list() == [("A", answer)]
+
+
 def test_left_join_with_null_foreign_key_joins_with_none():
     rows = [(1, "left", "A", {"fk": None, "v": 1})]
     assert _run(_topology("left_join"), rows) == [(1, [("A", "[A,None,1,NULL,NULL]")])]

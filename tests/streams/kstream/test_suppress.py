@@ -1,6 +1,8 @@
 """KTable.suppress: one final result per window and key; time-limited rate limiting; full buffers;
 the buffer is logged and restored."""
 
+import struct
+
 import pytest
 
 from strom.errors import SuppressionBufferFullError
@@ -158,3 +160,68 @@ def test_buffer_config_logging_can_be_disabled_or_configured():
     with TopologyTestDriver(topology, PROPS) as driver:
         _pipe(driver, [("a", 1)])
         assert "suppress-final-store-changelog" in driver.produced_topic_names()
+
+
+def _suppressed_outer_join():
+    """A suppressed table outer-joined with an empty one: its deletions show the old value suppress sends."""
+    builder = StreamsBuilder()
+    consumed = Consumed.with_(Serdes.String(), Serdes.String())
+    suppressed = builder.table("input", consumed).suppress(
+        Suppressed.until_time_limit(100, BufferConfig.unbounded()).with_name("limit"))
+    suppressed.outer_join(builder.table("empty", consumed), lambda a, b: f"{a}/{b}").to_stream().to("output")
+    return builder.build()
+
+
+def test_an_emitted_update_carries_the_old_value_of_the_latest_buffered_one():
+    """As Kafka's buffer: the prior value stays that of the first buffered update (for readers of the
+    table), the old value sent with the emitted one is its latest update's."""
+    with TopologyTestDriver(_suppressed_outer_join(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        output = driver.create_output_topic("output", Serdes.String(), Serdes.String())
+        topic.pipe_input("k", "1", 0)
+        topic.pipe_input("k", None, 200)  # buffered: prior None, old "1", new None; emitted at once
+        assert output.read_key_values_to_list() == [("k", None)]  # the join's deletion of "1/None"
+
+
+
+def test_a_restored_buffer_keeps_prior_old_and_new_value():
+    with TopologyTestDriver(_suppressed_outer_join(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        topic.pipe_input("k", "1", 0)
+        topic.pipe_input("k", "2", 10)
+        changelog = driver.producer_records("suppress-limit-store-changelog")
+    key, value, _ = changelog[-1]
+    # an entry logged before old values were kept apart: buffer time 0, time 10, new "2", prior None
+    older = struct.pack(">qqbi", 0, 10, 1, 1) + b"2"
+    with TopologyTestDriver(_suppressed_outer_join(), PROPS) as restored:
+        buffer = restored.get_state_store("limit-store")
+        buffer.restore([ChangelogRecord(key, value, 0, 10)])
+        entry = buffer.buffered("k")
+        assert (entry.prior_value, entry.old_value, entry.new_value) == (None, "1", "2")
+        buffer.restore([ChangelogRecord(key, older, 1, 10)])
+        entry = buffer.buffered("k")
+        assert (entry.prior_value, entry.old_value, entry.new_value) == (None, None, "2")
+
+
+def test_a_join_reads_a_buffered_key_s_prior_value():
+    """A suppressed table read by a join shows, for a key waiting in the buffer, its value before the
+    first buffered update (Kafka's suppress view); other keys read through to the parent table."""
+    builder = StreamsBuilder()
+    consumed = Consumed.with_(Serdes.String(), Serdes.String())
+    table = builder.table("input", consumed).suppress(
+        Suppressed.until_time_limit(100, BufferConfig.unbounded()))
+    builder.stream("lookups", consumed).left_join(table, lambda a, b: f"{a}/{b}").to("output")
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        rows = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        lookups = driver.create_input_topic("lookups", Serdes.String(), Serdes.String())
+        output = driver.create_output_topic("output", Serdes.String(), Serdes.String())
+        rows.pipe_input("k", "1", 0)
+        rows.pipe_input("j", "2", 150)  # emits k ("1"), buffers j
+        rows.pipe_input("k", "3", 160)  # buffers k with prior "1"
+        for key in ("k", "j"):
+            lookups.pipe_input(key, "x", 170)
+        assert output.read_key_values_to_list() == [("k", "x/1"), ("j", "x/None")]
+        rows.pipe_input("i", "4", 300)  # emits j and k
+        for key in ("k", "j"):
+            lookups.pipe_input(key, "y", 300)
+        assert output.read_key_values_to_list() == [("k", "y/3"), ("j", "y/2")]

@@ -13,14 +13,18 @@ from strom.streams.kstream.internals.materialize import table_store_builder
 from strom.streams.kstream.internals.suppress import suppress
 from strom.streams.kstream.internals.table import (
     KTableFilter,
+    KTableFilterValueGetter,
     KTableMapValues,
+    KTableMapValuesValueGetter,
     KTableProcessorSupplier,
     KTableRepartitionMap,
     KTableSource,
     KTableToStream,
     KTableTransformValues,
+    KTableTransformValuesGetter,
 )
 from strom.streams.kstream.internals.table_table_join import table_table_join
+from strom.streams.kstream.internals.value_getter import ValueGetter, ValueGetterSupplier, stored_values
 from strom.streams.kstream.join_options import Joiner, TableJoined
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
 
@@ -83,6 +87,9 @@ class KTable:
         self._store_when_needed: Callable[[], None] | None = None
         self.joined: tuple[KTable, ...] = ()
         """The tables a primary-key join's result is computed from."""
+        self.view: Callable[[], ValueGetterSupplier] | None = None
+        """How to read the table while it has no store (Kafka's ``view()``): a getter computed from its
+        parents' (kept here, not on the supplier, which travels with the topology to Spark's workers)."""
 
     def enable_send_old_values(self, force: bool = True) -> bool:
         """Downstream needs (new, old) pairs: whether this table can give them (Kafka's
@@ -111,17 +118,17 @@ class KTable:
         join's result)."""
         self._store_when_needed = materialize
 
-    def ensure_store(self) -> str:
-        """The name of the timestamped store holding this table's current values, created now if the
-        table has none (Kafka's value getters are backed by a materialized store the same way)."""
+    def value_getter(self) -> ValueGetterSupplier:
+        """How a join reads this table's values (Kafka's valueGetterSupplier): from its store; a table
+        stored when needed (a source, a foreign-key join's result) gets it now, as Kafka's KTableSource is
+        materialized for a getter; any other table without a store is computed from its parent's getter."""
         supplier = self.supplier
-        if supplier.store_name is None:
-            if self._store_when_needed is not None:
-                self._store_when_needed()
-            else:
-                self.materialize(None, self.builder.store_name(None, f"{self.name}-"))
-        assert supplier.store_name is not None
-        return supplier.store_name
+        if supplier.store_name is None and self._store_when_needed is not None:
+            self._store_when_needed()
+        if supplier.store_name is not None:
+            return stored_values(supplier.store_name)
+        assert self.view is not None, f"table {self.name} has neither a store nor a view"
+        return self.view()
 
     def materialize(self, materialized: Materialized | None, store_name: str, *writers: str,
                     versioned_ok: bool = False) -> None:
@@ -142,12 +149,15 @@ class KTable:
         materialized: Materialized | Named | None,
         factory: Callable[[KTableProcessorSupplier], Any],
         value_serde: Any,
+        getter: Callable[[ValueGetter], ValueGetter],
+        *getter_stores: str,
     ) -> KTable:
-        """A table computed from this one; stored only when a Materialized is given."""
+        """A table computed from this one; stored only when a Materialized is given, else read through
+        ``getter(parent's getter)`` (which also reads ``getter_stores``)."""
         named, materialized = named_and_materialized(named, materialized)
         name = self.builder.node_name(named, prefix)
         store_name = None if materialized is None else self.builder.store_name(materialized, prefix)
-        return materialized_table(
+        table = materialized_table(
             self.builder,
             name,
             self.name,
@@ -160,6 +170,8 @@ class KTable:
             source_topics=self.source_topics,
             versioned_ok=True,
         )
+        table.view = lambda: self.value_getter().derived(getter, *getter_stores)
+        return table
 
     def filter(
         self,
@@ -192,6 +204,7 @@ class KTable:
             materialized,
             lambda s: KTableFilter(s, predicate, keep_when),
             self.value_serde,
+            lambda parent: KTableFilterValueGetter(parent, predicate, keep_when),
         )
         # as in Kafka Streams: old values from a parent that has them anyway let the filter drop the
         # deletion of a row it never let through (KAFKA-10077)
@@ -208,9 +221,8 @@ class KTable:
         """``mapper(value)`` or ``mapper(key, value)`` for every row; deletions stay deletions. The
         result's value serde is the Materialized's (else default.value.serde)."""
         fn = value_function(mapper, "KTable.map_values")
-        return self._derive(
-            "KTABLE-MAPVALUES-", named, materialized, lambda s: KTableMapValues(s, fn), None
-        )
+        return self._derive("KTABLE-MAPVALUES-", named, materialized, lambda s: KTableMapValues(s, fn), None,
+                            lambda parent: KTableMapValuesValueGetter(parent, fn))
 
     def transform_values(
         self,
@@ -232,6 +244,8 @@ class KTable:
             materialized,
             lambda s: KTableTransformValues(s, supplier()),
             None,
+            lambda parent: KTableTransformValuesGetter(parent, supplier()),
+            *store_names,
         )
         self.builder.connect_stores(table.name, store_names, self.source_topics)
         return table

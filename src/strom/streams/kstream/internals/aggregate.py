@@ -204,11 +204,12 @@ class KTableAggregate(_TableAggregating):
             return
         change: Change = record.value
         old, timestamp = self._previous(key, record.timestamp)
-        aggregate = self.initializer() if old is None else old
-        if change.old_value is not None:
-            aggregate = self.subtractor(key, change.old_value, aggregate)
+        aggregate = old
+        if change.old_value is not None and old is not None:  # nothing to subtract from: as Kafka's
+            aggregate = self.subtractor(key, change.old_value, old)
         if change.new_value is not None:
-            aggregate = self.adder(key, change.new_value, aggregate)
+            start = self.initializer() if aggregate is None else aggregate
+            aggregate = self.adder(key, change.new_value, start)
         self._update(key, aggregate, old, timestamp)
 
 

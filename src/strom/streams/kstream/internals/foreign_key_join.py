@@ -28,7 +28,9 @@ from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.dsl_stores import dsl_store_builder, key_value_supplier
 from strom.streams.kstream.internals.functions import value_function
 from strom.streams.kstream.internals.join_kind import JoinKind
-from strom.streams.kstream.internals.table_table_join import check_same_builder, joined_table
+from strom.streams.kstream.internals.table import KTableProcessorSupplier, KTableSource
+from strom.streams.kstream.internals.table_table_join import check_same_builder
+from strom.streams.kstream.internals.value_getter import ValueGetter
 from strom.streams.kstream.join_options import TableJoined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, Named
 from strom.streams.processor.api import Processor, Record
@@ -100,14 +102,12 @@ class _Serdes:
 class SubscriptionSend(Processor):
     """Left side, step 1: turns each left update into subscription messages (key: fk bytes)."""
 
-    def __init__(self, extractor: Callable[[Any, Any], Any], joiner: ValueJoiner, left_join: bool,
-                 serdes: tuple[Any, Any, Any, Any], sink: str, result: str) -> None:
+    def __init__(self, extractor: Callable[[Any, Any], Any], left_join: bool,
+                 serdes: tuple[Any, Any, Any, Any], sink: str) -> None:
         self.extractor = extractor  # (key, value) -> foreign key (KIP-1104)
-        self.joiner = joiner
         self.left_join = left_join
         self.serde_config = serdes
         self.sink = sink
-        self.result = result
 
     def init(self, context: Any) -> None:
         self.context = context
@@ -125,23 +125,25 @@ class SubscriptionSend(Processor):
         pk = self.serdes.pk.serializer().serialize(None, record.key)
         hashed = value_hash(self.serdes.left_value.serializer().serialize(None, new))
         new_fk, old_fk = self._fk_bytes(record.key, new), self._fk_bytes(record.key, old)
+        if self.left_join:
+            # as Kafka's: leave the old fk silently; the new one (None too: no foreign key, or a deletion)
+            # answers, with None when it has no right value (a None fk answers at the record's time)
+            if old_fk is not None and old_fk != new_fk:
+                self._send(record, old_fk, Instruction.DELETE_KEY_NO_PROPAGATE, hashed, pk)
+            self._send(record, new_fk, Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE, hashed, pk)
+            return
         if old_fk is not None and old_fk != new_fk:
             # the old fk answers (with no right value) only when no new subscription will answer
-            answered_elsewhere = new_fk is not None or (self.left_join and new is not None)
-            instruction = Instruction.DELETE_KEY_NO_PROPAGATE if answered_elsewhere \
+            instruction = Instruction.DELETE_KEY_NO_PROPAGATE if new_fk is not None \
                 else Instruction.DELETE_KEY_AND_PROPAGATE
             self._send(record, old_fk, instruction, hashed, pk)
         if new_fk is not None:
-            propagate = Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE \
-                if self.left_join or (old_fk is not None and old_fk != new_fk) \
+            moved = old_fk is not None and old_fk != new_fk
+            propagate = Instruction.PROPAGATE_NULL_IF_NO_FK_VAL_AVAILABLE if moved \
                 else Instruction.PROPAGATE_ONLY_IF_FK_VAL_AVAILABLE
             self._send(record, new_fk, propagate, hashed, pk)
-        elif new is not None and self.left_join:
-            # no foreign key: a left join has its result at once (KIP-962)
-            self.context.forward(Record(record.key, Change(self.joiner(record.key, new, None), None),
-                                        record.timestamp, record.raw_headers), self.result)
 
-    def _send(self, record: Record, fk: bytes, instruction: Instruction, hashed: bytes | None,
+    def _send(self, record: Record, fk: bytes | None, instruction: Instruction, hashed: bytes | None,
               pk: bytes) -> None:
         self.context.forward(Record(fk, encode_subscription(instruction, hashed, pk), record.timestamp,
                                     record.raw_headers), self.sink)
@@ -150,20 +152,28 @@ class SubscriptionSend(Processor):
 class SubscriptionReceive(Processor):
     """Right side, step 2: stores subscriptions and answers them with the right value (key: pk bytes)."""
 
-    def __init__(self, subscription_store: str, right_store: str, serdes: tuple[Any, Any, Any, Any]) -> None:
+    def __init__(self, subscription_store: str, right: ValueGetter,
+                 serdes: tuple[Any, Any, Any, Any]) -> None:
         self.subscription_store_name = subscription_store
-        self.right_store_name = right_store
+        self.right = right
         self.serde_config = serdes
 
     def init(self, context: Any) -> None:
         self.context = context
         self.serdes = _Serdes(context, *self.serde_config)
         self.subscriptions = context.get_state_store(self.subscription_store_name)
-        self.right = context.get_state_store(self.right_store_name)
+        self.right.init(context)
+
+    def close(self) -> None:
+        self.right.close()
 
     def process(self, record: Record) -> None:
-        fk_bytes: bytes = record.key
+        fk_bytes: bytes | None = record.key
         instruction, hashed, pk = decode_subscription(record.value)
+        if fk_bytes is None:  # a left join's row without a foreign key: answered with None, not stored
+            self.context.forward(Record(pk, encode_response(hashed, None), record.timestamp,
+                                        record.raw_headers))
+            return
         key = subscription_key(fk_bytes, pk)
         if instruction in (Instruction.DELETE_KEY_NO_PROPAGATE, Instruction.DELETE_KEY_AND_PROPAGATE):
             self.subscriptions.delete(key)
@@ -184,7 +194,8 @@ class SubscriptionReceive(Processor):
 
 
 class ForeignTableChange(Processor):
-    """Right side, step 3: a right-table update answers every subscriber of its key again."""
+    """Right side, step 3: a right-table update answers every subscriber of its key again, a deletion of
+    a key the table did not have too (as Kafka's ForeignTableJoinProcessor)."""
 
     def __init__(self, subscription_store: str, serdes: tuple[Any, Any, Any, Any]) -> None:
         self.subscription_store_name = subscription_store
@@ -197,8 +208,6 @@ class ForeignTableChange(Processor):
 
     def process(self, record: Record) -> None:
         change: Change = record.value
-        if change.new_value is None and change.old_value is None:
-            return
         fk = self.serdes.fk.serializer().serialize(None, record.key)
         foreign = self.serdes.right_value.serializer().serialize(None, change.new_value)
         prefix = subscription_prefix(fk)
@@ -211,9 +220,9 @@ class ForeignTableChange(Processor):
 class ResponseJoin(Processor):
     """Left side, step 4: joins a fresh answer with the current left value, drops stale ones."""
 
-    def __init__(self, left_store: str, joiner: ValueJoiner, left_join: bool,
+    def __init__(self, left: ValueGetter, joiner: ValueJoiner, left_join: bool,
                  serdes: tuple[Any, Any, Any, Any]) -> None:
-        self.left_store_name = left_store
+        self.left = left
         self.joiner = joiner
         self.left_join = left_join
         self.serde_config = serdes
@@ -221,7 +230,10 @@ class ResponseJoin(Processor):
     def init(self, context: Any) -> None:
         self.context = context
         self.serdes = _Serdes(context, *self.serde_config)
-        self.left = context.get_state_store(self.left_store_name)
+        self.left.init(context)
+
+    def close(self) -> None:
+        self.left.close()
 
     def process(self, record: Record) -> None:
         hashed, foreign_bytes = decode_response(record.value)
@@ -237,7 +249,7 @@ class ResponseJoin(Processor):
             result = None
         else:
             result = self.joiner(pk, current_value, foreign)
-        self.context.forward(Record(pk, Change(result, None), record.timestamp, record.raw_headers))
+        self.context.forward(Record(pk, result, record.timestamp, record.raw_headers))
 
 
 def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_extractor: Callable[..., Any],
@@ -265,7 +277,7 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     base = named.name if named is not None and named.name else f"KTABLE-FK-JOIN-{builder.next_index()}"
     left.enable_send_old_values()
     right.enable_send_old_values()
-    left_store, right_store = left.ensure_store(), right.ensure_store()
+    left_values, right_values = left.value_getter(), right.value_getter()
     serdes = (left.key_serde, right.key_serde, left.value_serde, right.value_serde)
     subscription_topic, response_topic, subscription_store = _names(builder, named)
     send, result = f"{base}-subscription-send", f"{base}-result"
@@ -273,8 +285,8 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
     for topic in (subscription_topic, response_topic):
         b.add_internal_topic(topic)
     bytes_serde = Serdes.ByteArray()
-    b.add_processor(send, lambda: SubscriptionSend(extract, fn, left_join, serdes,
-                                                   f"{base}-subscription-sink", result), left.name)
+    b.add_processor(send, lambda: SubscriptionSend(extract, left_join, serdes, f"{base}-subscription-sink"),
+                    left.name)
     b.add_sink(f"{base}-subscription-sink", subscription_topic, send, key_serde=bytes_serde,
                value_serde=bytes_serde, partitioner=subscription_partitioner)
     b.add_source(f"{base}-subscription-source", [subscription_topic], bytes_serde, bytes_serde)
@@ -283,9 +295,10 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
         lambda chosen: Stores.key_value_store_builder(chosen, bytes_serde, bytes_serde))
     b.add_state_store(subscriptions.with_caching_disabled())
     b.add_processor(f"{base}-subscription-receive",
-                    lambda: SubscriptionReceive(subscription_store, right_store, serdes),
+                    lambda: SubscriptionReceive(subscription_store, right_values.get(), serdes),
                     f"{base}-subscription-source")
-    b.connect_processor_and_state_stores(f"{base}-subscription-receive", subscription_store, right_store)
+    b.connect_processor_and_state_stores(f"{base}-subscription-receive", subscription_store,
+                                         *right_values.store_names)
     b.add_processor(f"{base}-foreign-table-change", lambda: ForeignTableChange(subscription_store, serdes),
                     right.name)
     b.connect_processor_and_state_stores(f"{base}-foreign-table-change", subscription_store)
@@ -293,19 +306,22 @@ def foreign_key_join(left: KTable, right: KTable, kind: JoinKind, foreign_key_ex
                f"{base}-foreign-table-change", key_serde=bytes_serde, value_serde=bytes_serde,
                partitioner=response_partitioner)
     b.add_source(f"{base}-response-source", [response_topic], bytes_serde, bytes_serde)
-    b.add_processor(f"{base}-response-join", lambda: ResponseJoin(left_store, fn, left_join, serdes),
+    b.add_processor(f"{base}-response-join", lambda: ResponseJoin(left_values.get(), fn, left_join, serdes),
                     f"{base}-response-source")
-    b.connect_processor_and_state_stores(f"{base}-response-join", left_store)
+    b.connect_processor_and_state_stores(f"{base}-response-join", *left_values.store_names)
     b.copartition(right.source_topics | {subscription_topic})
     b.copartition(left.source_topics | {response_topic})
     # As Kafka's, the result is stored only under a name the user gave (its KTableSource is queryable then);
     # else when an operator reads its values or needs old ones, in a store built as ``materialized`` says
-    named_store = materialized is not None and materialized.store_name is not None
-    table = joined_table(builder, result, (f"{base}-response-join", send), left.key_serde,
-                         materialized if named_store else None, f"{base}-", left.source_topics)
-    if not named_store:
-        if materialized is not None:
-            table.value_serde = materialized.value_serde
+    # (a KTableSource, as Kafka's: a stored result forwards the value it replaces as the old one)
+    supplier = KTableProcessorSupplier(KTableSource, None)
+    b.add_processor(result, supplier, f"{base}-response-join")
+    value_serde = None if materialized is None else materialized.value_serde
+    table = builder.new_table(result, supplier, left.key_serde, value_serde, None,
+                              source_topics=left.source_topics)
+    if materialized is not None and materialized.store_name is not None:
+        table.materialize(materialized, materialized.store_name)
+    else:
         table.store_when_needed(lambda: table.materialize(materialized, builder.store_name(None, f"{base}-")))
     return table
 

@@ -1,6 +1,6 @@
 """KStream-KTable joins (Kafka's KStreamKTableJoin): each stream record looks up the table's current
-value for its key (a versioned table: its value as of the stream record's timestamp); table updates
-only change the table and never emit.
+value for its key through the table's value getter (a versioned table: its value as of the stream
+record's timestamp); table updates only change the table and never emit.
 
 Stream records with a null value are dropped (counted in dropped_records). A null key is dropped by
 the inner join; the left join joins it with None (KIP-962).
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.errors import TopologyError
 from strom.streams.kstream.internals.join_kind import JoinKind
-from strom.streams.kstream.internals.table_lookup import value_at
+from strom.streams.kstream.internals.value_getter import ValueGetter
 from strom.streams.kstream.join_options import Joined, ValueJoiner, value_joiner
 from strom.streams.kstream.options import Named
 from strom.streams.processor.api import Processor, Record
@@ -31,15 +31,19 @@ log = logging.getLogger(__name__)
 
 
 class _StreamTableJoin(Processor):
-    def __init__(self, store_name: str, joiner: ValueJoiner, left: bool) -> None:
-        self.store_name = store_name
+    def __init__(self, table: ValueGetter, joiner: ValueJoiner, left: bool) -> None:
+        self.table = table
         self.joiner = joiner
         self.left = left
 
     def init(self, context: Any) -> None:
         self.context = context
         self.forward = context.forward
-        self.lookup = value_at(context.get_state_store(self.store_name))
+        self.table.init(context)
+        self.lookup = self.table.get
+
+    def close(self) -> None:
+        self.table.close()
 
     def process(self, record: Record) -> None:
         key = record.key
@@ -75,9 +79,9 @@ class BufferedKStreamKTableJoin(_StreamTableJoin):
     buffer until the observed stream time passes its timestamp + grace, then joins the versioned table
     as of its timestamp; records leave the buffer in timestamp order."""
 
-    def __init__(self, store_name: str, joiner: ValueJoiner, left: bool, buffer_name: str, grace_ms: int,
+    def __init__(self, table: ValueGetter, joiner: ValueJoiner, left: bool, buffer_name: str, grace_ms: int,
                  key_serde: Any, value_serde: Any) -> None:
-        super().__init__(store_name, joiner, left)
+        super().__init__(table, joiner, left)
         self.buffer_name = buffer_name
         self.grace_ms = grace_ms
         self.key_serde = key_serde
@@ -117,19 +121,20 @@ def stream_table_join(stream: KStream, table: KTable, kind: JoinKind, joiner: Ca
     if stream.repartition_required:
         stream = builder.repartition(stream.name, f"{name}-left", joined.key_serde or stream.key_serde,
                                      joined.value_serde or stream.value_serde, optimizable=True)
-    store_name = table.ensure_store()
+    values = table.value_getter()
     if joined.grace_period_ms:
-        _check_grace_period(builder.internal.store_builders[store_name], joined.grace_period_ms)
+        for store_name in values.store_names:
+            _check_grace_period(builder.internal.store_builders[store_name], joined.grace_period_ms)
         buffer_name = f"{name}-Buffer"
         serdes = joined.key_serde or stream.key_serde, joined.value_serde or stream.value_serde
         builder.internal.add_processor(name, lambda: BufferedKStreamKTableJoin(
-            store_name, fn, left, buffer_name, joined.grace_period_ms, *serdes), stream.name)
+            values.get(), fn, left, buffer_name, joined.grace_period_ms, *serdes), stream.name)
         builder.internal.add_state_store(record_buffer_builder(buffer_name), name)
     else:
-        builder.internal.add_processor(name, lambda: KStreamKTableJoin(store_name, fn, left), stream.name)
+        builder.internal.add_processor(name, lambda: KStreamKTableJoin(values.get(), fn, left), stream.name)
     if left:
         builder.null_key_joins.add(name)
-    builder.internal.connect_processor_and_state_stores(name, store_name)
+    builder.internal.connect_processor_and_state_stores(name, *values.store_names)
     builder.internal.copartition(stream.source_topics | table.source_topics)
     return builder.new_stream(name, joined.key_serde or stream.key_serde, None,
                               source_topics=stream.source_topics | table.source_topics)

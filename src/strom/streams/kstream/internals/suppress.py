@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from strom.errors import SuppressionBufferFullError, TopologyError
 from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.table import KTableProcessorSupplier
+from strom.streams.kstream.internals.value_getter import UNKNOWN_TIMESTAMP, DerivedValueGetter, ValueGetter
 from strom.streams.kstream.options import Named
 from strom.streams.kstream.suppressed import BufferFullStrategy, Suppressed
 from strom.streams.kstream.windows import SessionWindows
@@ -25,13 +26,9 @@ if TYPE_CHECKING:
 
 
 class KTableSuppressProcessor(Processor):
-    """Buffers updates and emits them when due. When an operator reads the suppressed table (a join),
-    the table gets a store (``supplier.store_name``) holding what was emitted: the view Kafka Streams'
-    suppress gives its readers (a buffered key's prior value, else the parent's, which is the same)."""
+    """Buffers updates and emits them when due."""
 
-    def __init__(self, supplier: KTableProcessorSupplier, store_name: str, suppressed: Suppressed,
-                 suppress_duration_ms: int) -> None:
-        self.supplier = supplier
+    def __init__(self, store_name: str, suppressed: Suppressed, suppress_duration_ms: int) -> None:
         self.store_name = store_name
         self.suppressed = suppressed
         self.suppress_duration_ms = suppress_duration_ms
@@ -40,8 +37,6 @@ class KTableSuppressProcessor(Processor):
     def init(self, context: Any) -> None:
         self.context = context
         self.buffer = context.get_state_store(self.store_name)
-        view = self.supplier.store_name
-        self.view = None if view is None else context.get_state_store(view)
         config = self.suppressed.buffer_config
         self.record_limit = config.record_limit
         self.byte_limit = config.byte_limit
@@ -75,12 +70,27 @@ class KTableSuppressProcessor(Processor):
     def _emit(self, buffered: BufferedRecord) -> None:
         if buffered.new_value is None and self.suppressed.final_results:
             return  # a final result that is a deletion: nothing was ever emitted for it
-        if self.view is not None:
-            value = buffered.new_value
-            self.view.put(buffered.key,
-                          None if value is None else ValueAndTimestamp.make(value, buffered.timestamp))
-        self.context.forward(Record(buffered.key, Change(buffered.new_value, buffered.prior_value),
+        self.context.forward(Record(buffered.key, Change(buffered.new_value, buffered.old_value),
                                     buffered.timestamp, buffered.headers))
+
+
+class KTableSuppressValueGetter(DerivedValueGetter):
+    """What readers of the suppressed table see (Kafka's suppress ``view()``): for a key waiting in the
+    buffer, the value before its first buffered update (its record time unknown); else the parent's."""
+
+    def __init__(self, parent: ValueGetter, store_name: str) -> None:
+        super().__init__(parent)
+        self.store_name = store_name
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.buffer = context.get_state_store(self.store_name)
+
+    def get(self, key: Any, as_of: int | None = None) -> Any:
+        buffered = self.buffer.buffered(key)
+        if buffered is None:
+            return self.parent.get(key)
+        return ValueAndTimestamp.make(buffered.prior_value, UNKNOWN_TIMESTAMP)
 
 
 def _window_grace(table: KTable) -> int:
@@ -107,12 +117,15 @@ def suppress(table: KTable, suppressed: Suppressed) -> KTable:
     name = builder.node_name(Named(suppressed.name), "KTABLE-SUPPRESS-")
     store_name = f"{suppressed.name}-store" if suppressed.name else \
         builder.store_name(None, "KTABLE-SUPPRESS-")
-    supplier = KTableProcessorSupplier(
-        lambda supplier: KTableSuppressProcessor(supplier, store_name, suppressed, duration), None)
+    supplier = KTableProcessorSupplier(lambda _: KTableSuppressProcessor(store_name, suppressed, duration),
+                                       None)
     builder.internal.add_processor(name, supplier, table.name)
     config = suppressed.buffer_config
     buffer = SuppressionBufferBuilder(store_name, table.key_serde, table.value_serde, config.logging_enabled,
                                       dict(config.log_config))
     builder.internal.add_state_store(buffer, name)
-    return builder.new_table(name, supplier, table.key_serde, table.value_serde, None, table,
-                             table.source_topics)
+    suppressed_table = builder.new_table(name, supplier, table.key_serde, table.value_serde, None, table,
+                                         table.source_topics)
+    suppressed_table.view = lambda: table.value_getter().derived(
+        lambda parent: KTableSuppressValueGetter(parent, store_name), store_name)
+    return suppressed_table

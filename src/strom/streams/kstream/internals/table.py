@@ -12,6 +12,7 @@ from typing import Any
 from strom.streams.internals.compiled import prefixed
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.kstream.change import Change
+from strom.streams.kstream.internals.value_getter import UNKNOWN_TIMESTAMP, DerivedValueGetter, ValueGetter
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
@@ -134,6 +135,21 @@ class KTableFilter(_StoreBacked):
         self.emit(record.key, new, old, record.timestamp)
 
 
+class KTableFilterValueGetter(DerivedValueGetter):
+    """The parent's value if the filter keeps it, else None."""
+
+    def __init__(self, parent: ValueGetter, predicate: KV, keep_when: bool) -> None:
+        super().__init__(parent)
+        self.predicate = predicate
+        self.keep_when = keep_when
+
+    def get(self, key: Any, as_of: int | None = None) -> Any:
+        found = self.parent.get(key, as_of)
+        if found is None or bool(self.predicate(key, found.value)) is not self.keep_when:
+            return None
+        return found
+
+
 class KTableMapValues(_StoreBacked):
     def __init__(self, supplier: KTableProcessorSupplier, mapper: KV) -> None:
         super().__init__(supplier)
@@ -154,6 +170,20 @@ class KTableMapValues(_StoreBacked):
         self.emit(record.key, new, old, record.timestamp)
 
 
+class KTableMapValuesValueGetter(DerivedValueGetter):
+    """The parent's value mapped, with the parent's timestamp."""
+
+    def __init__(self, parent: ValueGetter, mapper: KV) -> None:
+        super().__init__(parent)
+        self.mapper = mapper
+
+    def get(self, key: Any, as_of: int | None = None) -> Any:
+        found = self.parent.get(key, as_of)
+        if found is None:
+            return None
+        return ValueAndTimestamp.make(self.mapper(key, found.value), found.timestamp)
+
+
 class KTableTransformValues(KTableMapValues):
     """KTable.transform_values: one ValueTransformerWithKey per task. As in Kafka Streams it also sees
     deletions (value None), and a None result deletes the row."""
@@ -170,6 +200,28 @@ class KTableTransformValues(KTableMapValues):
         self.transformer.init(context)
 
     def close(self) -> None:
+        self.transformer.close()
+
+
+class KTableTransformValuesGetter(DerivedValueGetter):
+    """The parent's value (or None) through a transformer of its own, as Kafka's getter has."""
+
+    def __init__(self, parent: ValueGetter, transformer: Any) -> None:
+        super().__init__(parent)
+        self.transformer = transformer
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.transformer.init(context)
+
+    def get(self, key: Any, as_of: int | None = None) -> Any:
+        found = self.parent.get(key, as_of)
+        if found is None:
+            return ValueAndTimestamp.make(self.transformer.transform(key, None), UNKNOWN_TIMESTAMP)
+        return ValueAndTimestamp.make(self.transformer.transform(key, found.value), found.timestamp)
+
+    def close(self) -> None:
+        super().close()
         self.transformer.close()
 
 

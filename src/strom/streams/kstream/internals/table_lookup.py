@@ -8,11 +8,11 @@ from typing import Any
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 
 
-def value_at(store: Any) -> Callable[[Any, int], Any]:
+def value_at(store: Any) -> Callable[[Any, int | None], Any]:
     """``lookup(key, record timestamp)``: a versioned table answers as of the record's time (KIP-914), so
-    a late record joins the value that was valid when it happened; any other table answers with its
-    current value."""
+    a late record joins the value that was valid when it happened (its latest without a time); any other
+    table answers with its current value."""
     if isinstance(store, MeteredVersionedKeyValueStore):
         return store.get
     get = store.get
-    return lambda key, _timestamp: get(key)
+    return lambda key, _timestamp=None: get(key)

@@ -1,7 +1,8 @@
 """KTable-KTable joins on the primary key (Kafka's KTableKTableInnerJoin / LeftJoin / RightJoin /
 OuterJoin and KTableKTableJoinMerger).
 
-Each side's update ``Change(new, old)`` is joined with the other table's current value. As in Kafka
+Each side's update ``Change(new, old)`` is joined with the other table's current value, read through its
+value getter (kstream.internals.value_getter). As in Kafka
 Streams, a left (outer) join's left (both) tables send old values, and all of them do once an operator
 after the join needs old values. The merger forwards both sides' results and, when the join is
 materialized, stores them.
@@ -18,6 +19,7 @@ from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.join_kind import JoinKind
 from strom.streams.kstream.internals.materialize import table_store_builder
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
+from strom.streams.kstream.internals.value_getter import DerivedValueGetter, ValueGetter, ValueGetterSupplier
 from strom.streams.kstream.join_options import ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
 from strom.streams.processor.api import Processor, Record
@@ -38,15 +40,18 @@ class SideMode(enum.Enum):
 
 
 class KTableKTableJoinSide(Processor):
-    def __init__(self, other_store: str, joiner: ValueJoiner, this_is_left: bool, mode: SideMode) -> None:
-        self.other_store = other_store
+    def __init__(self, other: ValueGetter, joiner: ValueJoiner, this_is_left: bool, mode: SideMode) -> None:
+        self.other = other
         self.joiner = joiner
         self.this_is_left = this_is_left
         self.mode = mode
 
     def init(self, context: Any) -> None:
         self.context = context
-        self.store = context.get_state_store(self.other_store)
+        self.other.init(context)
+
+    def close(self) -> None:
+        self.other.close()
 
     def _join(self, key: Any, this: Any, other: Any) -> Any:
         return self.joiner(key, this, other) if self.this_is_left else self.joiner(key, other, this)
@@ -58,7 +63,7 @@ class KTableKTableJoinSide(Processor):
             return
         change: Change = record.value
         new, old = change.new_value, change.old_value
-        current = self.store.get(key)
+        current = self.other.get(key)
         other = None if current is None else current.value
         mode = self.mode
         needs_other = mode in (SideMode.INNER, SideMode.PRESERVE_OTHER)
@@ -74,6 +79,41 @@ class KTableKTableJoinSide(Processor):
             old_result = None if old is None else self._join(key, old, other)
         timestamp = record.timestamp if current is None else max(record.timestamp, current.timestamp)
         self.context.forward(Record(key, Change(new_result, old_result), timestamp, record.raw_headers))
+
+
+class KTableKTableJoinValueGetter(DerivedValueGetter):
+    """A join result without a store, computed from both tables' getters as the left side's processor
+    would join them (Kafka's KTableKTableInnerJoin / LeftJoin / OuterJoin value getters)."""
+
+    def __init__(self, left: ValueGetter, right: ValueGetter, joiner: ValueJoiner, kind: JoinKind) -> None:
+        super().__init__(left)
+        self.right = right
+        self.joiner = joiner
+        self.kind = kind
+
+    def init(self, context: Any) -> None:
+        super().init(context)
+        self.right.init(context)
+
+    def close(self) -> None:
+        super().close()
+        self.right.close()
+
+    def get(self, key: Any, as_of: int | None = None) -> Any:
+        left = self.parent.get(key)
+        if left is None and self.kind is not JoinKind.OUTER:
+            return None
+        right = self.right.get(key)
+        if right is None:
+            if self.kind is JoinKind.INNER:
+                return None
+            if left is None:
+                return None
+            return ValueAndTimestamp.make(self.joiner(key, left.value, None), left.timestamp)
+        if left is None:
+            return ValueAndTimestamp.make(self.joiner(key, None, right.value), right.timestamp)
+        return ValueAndTimestamp.make(self.joiner(key, left.value, right.value),
+                                      max(left.timestamp, right.timestamp))
 
 
 class KTableKTableJoinMerger(Processor):
@@ -119,20 +159,25 @@ def table_table_join(left: KTable, right: KTable, kind: JoinKind, joiner: Callab
         left.enable_send_old_values()
     if kind is JoinKind.OUTER:
         right.enable_send_old_values()
-    left_store, right_store = left.ensure_store(), right.ensure_store()
+    left_values, right_values = left.value_getter(), right.value_getter()
     base = named.name if named is not None and named.name else None
     this_name = f"{base}-join-this" if base else builder.node_name(None, f"{prefix}THIS-")
     other_name = f"{base}-join-other" if base else builder.node_name(None, f"{prefix}OTHER-")
     merge_name = base or builder.node_name(None, "KTABLE-MERGE-")
     b = builder.internal
-    b.add_processor(this_name, lambda: KTableKTableJoinSide(right_store, fn, True, left_mode), left.name)
-    b.connect_processor_and_state_stores(this_name, right_store)
-    b.add_processor(other_name, lambda: KTableKTableJoinSide(left_store, fn, False, right_mode), right.name)
-    b.connect_processor_and_state_stores(other_name, left_store)
+    b.add_processor(this_name, lambda: KTableKTableJoinSide(right_values.get(), fn, True, left_mode),
+                    left.name)
+    b.connect_processor_and_state_stores(this_name, *right_values.store_names)
+    b.add_processor(other_name, lambda: KTableKTableJoinSide(left_values.get(), fn, False, right_mode),
+                    right.name)
+    b.connect_processor_and_state_stores(other_name, *left_values.store_names)
     b.copartition(left.source_topics | right.source_topics)
     table = joined_table(builder, merge_name, (this_name, other_name), left.key_serde, materialized,
                          f"{merge_name}-", left.source_topics | right.source_topics)
     table.joined = (left, right)
+    table.view = lambda: ValueGetterSupplier(
+        tuple(dict.fromkeys((*left_values.store_names, *right_values.store_names))),
+        lambda: KTableKTableJoinValueGetter(left_values.get(), right_values.get(), fn, kind))
     return table
 
 
@@ -146,7 +191,7 @@ def joined_table(builder: InternalStreamsBuilder, name: str, parents: tuple[str,
                  source_topics: frozenset[str]) -> KTable:
     """The merger node ``name`` after ``parents`` (the join's result nodes) and the table it is, keyed as
     the left table; stored under the user's name, else ``<store_prefix>STATE-STORE-<n>``, when
-    ``materialized`` (primary-key and foreign-key joins end alike)."""
+    ``materialized``."""
     store_name = builder.store_name(materialized, store_prefix) if materialized is not None else None
     supplier = KTableProcessorSupplier(KTableKTableJoinMerger, store_name)
     builder.internal.add_processor(name, supplier, *parents)

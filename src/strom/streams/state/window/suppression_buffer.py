@@ -2,9 +2,10 @@
 
 It holds, per key, the latest update of a KTable waiting to be emitted, ordered by buffer time (the
 window end for final results, the record time for rate limiting). A key keeps the buffer time and
-prior value of its first buffered update, and the timestamp and headers of its latest (Kafka emits the
-latest record's context). Changelog records are written at flush: the key bytes, and the buffer time,
-record timestamp, headers, new and prior value, or a tombstone once the key is emitted.
+prior value of its first buffered update (what readers of the suppressed table see meanwhile), and the
+new and old value, timestamp and headers of its latest (emitted as they are, as Kafka's buffer does).
+Changelog records are written at flush: the key bytes, and the buffer time, record timestamp, headers,
+new, prior and old value, or a tombstone once the key is emitted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from strom.streams.state.context import ChangelogRecord, StateStore, StateStoreC
 
 _HEADER = struct.Struct(">qqbi")  # buffer time, record timestamp, flags, length of the new value
 _NEW, _PRIOR, _HEADERS = 1, 2, 4  # _HEADERS: the record's headers follow _HEADER (none in older entries)
+# _WITH_OLD: the prior value has a length and the old value follows it (older entries: old is the prior)
+_WITH_OLD, _OLD = 8, 16
 _LENGTH = struct.Struct(">i")
 ENTRY_OVERHEAD = 8 + 8 + 8 + 16
 
@@ -29,6 +32,7 @@ class BufferedRecord:
     key: Any
     new_value: Any
     prior_value: Any
+    old_value: Any
     timestamp: int
     buffer_time: int
     size: int
@@ -107,14 +111,20 @@ class TimeOrderedKeyValueBuffer:
             headers: Iterable[tuple[str, bytes | None]] = ()) -> None:
         key_bytes = self._key_serde.serializer().serialize(self._topic, key)
         previous = self._entries.get(key_bytes)
+        prior_value = old_value
         if previous is not None:
-            buffer_time, old_value = previous.buffer_time, previous.prior_value
+            buffer_time, prior_value = previous.buffer_time, previous.prior_value
             self.size_bytes -= previous.size
-        record = BufferedRecord(key, new_value, old_value, timestamp, buffer_time, 0,
+        record = BufferedRecord(key, new_value, prior_value, old_value, timestamp, buffer_time, 0,
                                 tuple((name, value) for name, value in headers))
         record.size = len(key_bytes) + len(self._encode(record)) + ENTRY_OVERHEAD
         self._add(key_bytes, record)
         self._dirty.add(key_bytes)
+
+    def buffered(self, key: Any) -> BufferedRecord | None:
+        """The update waiting for ``key``, if any (its ``prior_value`` is what readers of the suppressed
+        table still see, as Kafka's ``priorValueForBuffered``)."""
+        return self._entries.get(self._key_serde.serializer().serialize(self._topic, key))
 
     def min_timestamp(self) -> int | None:
         """Smallest buffer time, or None when empty."""
@@ -125,14 +135,17 @@ class TimeOrderedKeyValueBuffer:
         return heap[0][0] if heap else None
 
     def evict_while(self, condition: Callable[[], bool], emit: Callable[[BufferedRecord], None]) -> None:
-        """Remove and emit the oldest records (by buffer time) while ``condition()`` holds."""
+        """Emit and remove the oldest records (by buffer time) while ``condition()`` holds. A record is
+        still buffered while ``emit`` runs, as in Kafka's buffer: what runs downstream and reads the
+        suppressed table sees the key's prior value."""
         while self._entries and condition():
             self.min_timestamp()
             _, key_bytes = heapq.heappop(self._heap)
-            record = self._entries.pop(key_bytes)
+            record = self._entries[key_bytes]
+            emit(record)
+            del self._entries[key_bytes]
             self.size_bytes -= record.size
             self._dirty.add(key_bytes)
-            emit(record)
 
     def _add(self, key_bytes: bytes, record: BufferedRecord) -> None:
         self._entries[key_bytes] = record
@@ -144,19 +157,29 @@ class TimeOrderedKeyValueBuffer:
         serialize = self._value_serde.serializer().serialize
         new = serialize(self._topic, record.new_value)
         prior = serialize(self._topic, record.prior_value)
+        old = serialize(self._topic, record.old_value)
         flags = (_NEW if new is not None else 0) | (_PRIOR if prior is not None else 0) | \
-            (_HEADERS if record.headers else 0)
+            (_HEADERS if record.headers else 0) | _WITH_OLD | (_OLD if old is not None else 0)
         return _HEADER.pack(record.buffer_time, record.timestamp, flags, len(new or b"")) + \
-            _encode_headers(record.headers) + (new or b"") + (prior or b"")
+            _encode_headers(record.headers) + (new or b"") + _LENGTH.pack(len(prior or b"")) + \
+            (prior or b"") + (old or b"")
 
     def _decode(self, key_bytes: bytes, data: bytes) -> BufferedRecord:
         buffer_time, timestamp, flags, length = _HEADER.unpack_from(data)
         headers, start = _decode_headers(data, _HEADER.size) if flags & _HEADERS else ((), _HEADER.size)
         deserialize = self._value_serde.deserializer().deserialize
         new = deserialize(self._topic, data[start:start + length]) if flags & _NEW else None
-        prior = deserialize(self._topic, data[start + length:]) if flags & _PRIOR else None
+        start += length
+        if flags & _WITH_OLD:
+            (length,), start = _LENGTH.unpack_from(data, start), start + _LENGTH.size
+            old = deserialize(self._topic, data[start + length:]) if flags & _OLD else None
+        else:
+            length = len(data) - start
+        prior = deserialize(self._topic, data[start:start + length]) if flags & _PRIOR else None
+        if not flags & _WITH_OLD:
+            old = prior
         key = self._key_serde.deserializer().deserialize(self._topic, key_bytes)
-        return BufferedRecord(key, new, prior, timestamp, buffer_time,
+        return BufferedRecord(key, new, prior, old, timestamp, buffer_time,
                               len(key_bytes) + len(data) + ENTRY_OVERHEAD, headers)
 
     # ---- StoreTransaction -----------------------------------------------------------------------
