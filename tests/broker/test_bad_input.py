@@ -164,6 +164,9 @@ def test_invalid_topic_names_and_out_of_range_fetch(broker):
 def test_connection_limit_and_idle_connections(tmp_path):
     with EmbeddedBroker(config={"max.connections": 3, "connections.max.idle.ms": 1500}) as limited:
         held = [_connect(limited.bootstrap_servers) for _ in range(3)]
+        for sock in held:  # in the middle of a request: not closed to make room for a newcomer
+            sock.sendall(struct.pack(">i", 100) + b"\0" * 10)
+        time.sleep(0.5)
         extra = _connect(limited.bootstrap_servers)
         assert closed_by_broker(extra)
         extra.close()
