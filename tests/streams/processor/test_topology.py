@@ -105,6 +105,18 @@ def test_explicit_repartition_partitions_are_used():
     assert internal.topic_partitions({"in": 2}) == {"in": 2, "r-repartition": 5}
 
 
+def test_a_foreign_key_joins_topics_take_their_tables_partition_counts():
+    """Each of the join's two sub-topologies reads the internal topic the other writes: counted as Kafka
+    Streams counts them (the known source topics of the writer suffice), then co-partitioned with the
+    table each one meets."""
+    builder = StreamsBuilder()
+    orders, customers = builder.table("orders"), builder.table("customers")
+    orders.join(customers, lambda order: order, lambda order, customer: customer).to_stream().to("out")
+    counts = builder.build().internal.topic_partitions({"orders": 4, "customers": 2})
+    subscription, response = sorted(t for t in counts if t.startswith("KTABLE-FK-JOIN"))
+    assert counts[subscription] == 2 and counts[response] == 4
+
+
 def test_copartitioned_topics_with_different_counts_fail_clearly():
     builder = StreamsBuilder()
     builder.stream("left").merge(builder.stream("right")).to("out")

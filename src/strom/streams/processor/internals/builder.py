@@ -469,17 +469,7 @@ class InternalTopologyBuilder:
         for topic in self.internal_topics.values():
             if topic.partitions is not None:
                 counts[topic.name] = topic.partitions
-        changed = True
-        while changed:
-            changed = False
-            for plan in self.subtopologies():
-                known = [counts[t] for t in plan.source_topics if t in counts]
-                if len(known) != len(plan.source_topics):
-                    continue
-                for sink in plan.sink_topics:
-                    if sink in self.internal_topics and sink not in counts:
-                        counts[sink] = max(known)
-                        changed = True
+        self._count_internal_sources(counts)
         missing = [t for p in self.subtopologies() for t in p.source_topics if t not in counts]
         if missing:
             raise TopologyError(
@@ -488,6 +478,25 @@ class InternalTopologyBuilder:
             )
         self._enforce_copartitioning(counts)
         return counts
+
+    def _count_internal_sources(self, counts: dict[str, int]) -> None:
+        """Gives each internal source topic the largest known partition count among the source topics
+        of the sub-topologies writing to it, round after round, as Kafka Streams' RepartitionTopics does:
+        a writer may also read an internal topic not counted yet (a foreign-key join's two
+        sub-topologies each read the topic the other writes), so the known counts suffice."""
+        plans = self.subtopologies()
+        unknown = {t for p in plans for t in p.source_topics if t in self.internal_topics and t not in counts}
+        while unknown:
+            found = {}
+            for topic in unknown:
+                candidates = [counts[t] for p in plans if topic in p.sink_topics
+                              for t in p.source_topics if t in counts]
+                if candidates:
+                    found[topic] = max(candidates)
+            if not found:
+                return
+            counts.update(found)
+            unknown -= found.keys()
 
     def _enforce_copartitioning(self, counts: dict[str, int]) -> None:
         for members in self.copartition_groups:
