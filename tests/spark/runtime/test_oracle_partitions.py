@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from hypothesis import Phase, given, settings
 
-from oracle import translate
+from oracle import functions, translate
 from oracle.java_oracle import ROOT, JavaOracle
 from oracle.partitioned import partition_free_topologies
 from strom.kafka import clients
@@ -40,6 +40,7 @@ from support.kafka import Record, produce, read_topic
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
 PARTITIONS = 3
+SHIFT = 3_000_000  # a multiple of every window size and advance drawn
 CASES = int(os.environ.get("STROM_ORACLE_PARTITIONED_CASES", "20"))
 EXPLORE = bool(os.environ.get("STROM_ORACLE_EXPLORE"))
 KEPT = Path(__file__).parents[2] / "oracle" / "partitioned_cases"
@@ -48,6 +49,16 @@ BATCHES = {
     "cached": {"topology.optimization": "none", "statestore.cache.max.bytes": 10 * 1024 * 1024},
     "uncached-optimized": {"topology.optimization": "all", "statestore.cache.max.bytes": 0},
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _oracle_shipped_by_value() -> None:
+    """The specs' functions live in tests/oracle, which Spark's Python workers cannot import: shipped
+    inside the pickled topology instead."""
+    from pyspark import cloudpickle
+
+    for module in (translate, functions):
+        cloudpickle.register_pickle_by_value(module)
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +84,12 @@ def drawn_specs(count: int, cached: bool) -> list[dict[str, Any]]:
 
     collect()
     return specs
+
+
+def shifted(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with its records SHIFT ms later: a producer takes timestamp 0 for "now"."""
+    inputs = [{**r, "ts": r["ts"] + SHIFT} if "ts" in r else r for r in spec["input"]]
+    return {**spec, "input": inputs}
 
 
 def renamed(spec: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -127,8 +144,7 @@ def b64(data: bytes | None) -> str | None:
 
 
 def produce_input(bootstrap: str, specs: list[dict[str, Any]]) -> None:
-    records = [(r["topic"], Record(translate.unb64(r["key"]), translate.unb64(r["value"]),
-                                   timestamp=r["ts"] + 1))
+    records = [(r["topic"], Record(translate.unb64(r["key"]), translate.unb64(r["value"]), timestamp=r["ts"]))
                for spec in specs for r in spec["input"] if "topic" in r]
     for topic in {topic for topic, _ in records}:
         produce(bootstrap, topic, [record for t, record in records if t == topic], **JAVA_PARTITIONER)
@@ -137,12 +153,25 @@ def produce_input(bootstrap: str, specs: list[dict[str, Any]]) -> None:
 def actual_of(app: SparkStreams, bootstrap: str, spec: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
     """The result of ``spec`` from its ``run`` (the spec renamed) in the application."""
     records = [(b64(m.key()), b64(m.value())) for m in read_topic(bootstrap, run["sinks"][0]["topic"])]
-    stores = {}
-    for store, renamed_store in zip(spec["stores"], run["stores"], strict=True):
-        query = StoreQueryParameters.from_name(renamed_store["name"], QueryableStoreTypes.key_value_store())
-        stores[store["name"]] = sorted(([translate.render(k), translate.render(v)]
-                                        for k, v in app.store(query).all()), key=json.dumps)
+    stores = {store["name"]: sorted(store_rows(app, renamed_store), key=json.dumps)
+              for store, renamed_store in zip(spec["stores"], run["stores"], strict=True)}
     return {"out": view(spec["root"], records), "stores": stores}
+
+
+def store_rows(app: SparkStreams, store: dict[str, str]) -> list[list[Any]]:
+    """A store's entries as the oracle writes them."""
+    render, kind = translate.render, store["kind"]
+    if kind == "kv":
+        query = StoreQueryParameters.from_name(store["name"], QueryableStoreTypes.key_value_store())
+        return [[render(k), render(v)] for k, v in app.store(query).all()]
+    if kind == "window":
+        query = StoreQueryParameters.from_name(store["name"], QueryableStoreTypes.window_store())
+        windows = app.store(query)
+        return [[render(wk.key), wk.window.start, wk.window.end, render(v)] for wk, v in windows.all()]
+    query = StoreQueryParameters.from_name(store["name"], QueryableStoreTypes.session_store())
+    sessions = app.store(query)
+    return [[render(wk.key), wk.window.start, wk.window.end, render(v)]
+            for key in functions.KEYS for wk, v in sessions.fetch(key)]
 
 
 def kept_specs() -> list[dict[str, Any]]:
@@ -153,7 +182,7 @@ def kept_specs() -> list[dict[str, Any]]:
 def test_specs_over_three_partitions_agree_with_kafka_streams(batch, java_oracle, broker, spark, tmp_path):
     props = BATCHES[batch]
     drawn = drawn_specs(CASES, cached=props["statestore.cache.max.bytes"] > 0)
-    specs = [{**spec, "props": props} for spec in [*kept_specs(), *drawn]]
+    specs = [{**shifted(spec), "props": props} for spec in [*kept_specs(), *drawn]]
     expected = [expected_of(java_oracle, spec) for spec in specs]
 
     app_id = f"oracle-partitioned-{uuid.uuid4().hex[:8]}"
