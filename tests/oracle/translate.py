@@ -183,8 +183,10 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
     if op == "cogroup":
         return _cogroup(node, built)
     if op == "global_table":
-        return builder.global_table(node["topic"], Consumed.with_(Serdes.String(), Serdes.Long()),
-                                    materialized(node))
+        consumed = Consumed.with_(Serdes.String(), Serdes.Long())
+        if node.get("store"):
+            return builder.global_table(node["topic"], consumed, materialized(node))
+        return builder.global_table(node["topic"], consumed)
     if op == "global_join":
         method = src.left_join if node["kind"] == "left" else src.join
         return method(built[node["other"]], f.select_key(node["key_fn"]), f.join(fn))

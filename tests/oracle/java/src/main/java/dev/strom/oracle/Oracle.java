@@ -424,8 +424,12 @@ public final class Oracle {
             case "cogroup":
                 return cogroup(node, built);
             case "global_table":
-                return builder.globalTable(node.get("topic").asText(), Consumed.with(Serdes.String(), Serdes.Long()),
-                        materialized(node));
+                // Kafka Streams 4.1.1 makes no store for an unnamed Materialized here: name it or give none
+                if (node.hasNonNull("store")) {
+                    return builder.globalTable(node.get("topic").asText(), Consumed.with(Serdes.String(), Serdes.Long()),
+                            materialized(node));
+                }
+                return builder.globalTable(node.get("topic").asText(), Consumed.with(Serdes.String(), Serdes.Long()));
             case "global_join": {
                 KStream l = (KStream) in;
                 GlobalKTable g = (GlobalKTable) built.get(node.get("other").asText());
