@@ -277,13 +277,23 @@ def _global_join(draw: st.DrawFn, spec: _Spec, stream: str) -> str:
 def _cogroup(draw: st.DrawFn, spec: _Spec, depth: int, window: dict[str, Any] | None) -> str:
     """Two or three grouped streams cogrouped, each with its own aggregator, then aggregated (per
     ``window`` when given)."""
-    inputs = [_grouped_stream(draw, spec, max(depth - 1, 0)) for _ in range(draw(st.integers(2, 3)))]
+    inputs = [_named_grouped_stream(draw, spec, max(depth - 1, 0)) for _ in range(draw(st.integers(2, 3)))]
     fns = draw(st.permutations(COGROUP_AGGREGATORS))[:len(inputs)]
     params: dict[str, Any] = {"inputs": inputs, "fns": fns}
     if window is None:
         return spec.add("cogroup", **params, **spec.store(draw, "kv"))
     kind = "session" if window["type"] == "session" else "window"
     return spec.add("cogroup", **params, window=window, key_serde="String", **spec.store(draw, kind))
+
+
+def _named_grouped_stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    """A cogroup's input, its Grouped named (Kafka Streams 4.1.1 gives two unnamed inputs that repartition
+    the same repartition topic name and rejects the topology)."""
+    src = _stream(draw, spec, depth)
+    name = f"grouped{len(spec.nodes)}"
+    if draw(st.booleans()):
+        return spec.add("named_group_by", **{"in": src}, name=name)
+    return spec.add("named_group_by", **{"in": src}, name=name, fn=draw(st.sampled_from(KEY_SELECTORS)))
 
 
 def _windowed_cogroup(draw: st.DrawFn, spec: _Spec, depth: int) -> str:

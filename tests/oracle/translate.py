@@ -20,6 +20,7 @@ from strom.streams import (
     Branched,
     Consumed,
     EmitStrategy,
+    Grouped,
     JoinWindows,
     KGroupedStream,
     KGroupedTable,
@@ -180,6 +181,11 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
         method = src.left_join if node["kind"] == "left" else src.join
         fk = f.select_key(node.get("fk", "vmod3"))
         return method(built[node["other"]], lambda v: fk(None, v), f.join(fn), materialized(node))
+    if op == "named_group_by":
+        grouped = Grouped.as_(node["name"])
+        if fn is None:
+            return src.group_by_key(grouped)
+        return src.group_by(f.select_key(fn), grouped)
     if op == "cogroup":
         return _cogroup(node, built)
     if op == "global_table":

@@ -38,6 +38,7 @@ import org.apache.kafka.streams.kstream.Aggregator;
 import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.CogroupedKStream;
 import org.apache.kafka.streams.kstream.GlobalKTable;
+import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.JoinWindows;
@@ -420,6 +421,15 @@ public final class Oracle {
                     return l.leftJoin(r, fk, (a, b) -> join(fn, a, b), materialized(node));
                 }
                 return l.join(r, fk, (a, b) -> join(fn, a, b), materialized(node));
+            }
+            case "named_group_by": {
+                // a cogroup's input: Kafka Streams 4.1.1 names every unnamed input's repartition topic
+                // after the cogroup's store, so two inputs that repartition clash unless named
+                Grouped grouped = Grouped.as(node.get("name").asText());
+                if (fn == null) {
+                    return ((KStream) in).groupByKey(grouped);
+                }
+                return ((KStream) in).groupBy((k, v) -> selectKey(fn, k, v), grouped);
             }
             case "cogroup":
                 return cogroup(node, built);
