@@ -35,7 +35,9 @@ def select_key(fn: str) -> Callable[[Any, Any], Any]:
         "vmod3": lambda k, v: None if v is None else KEYS[v % 3],
         "same": lambda k, v: k,
         "const": lambda k, v: "a",
-        "next": lambda k, v: "b" if k is None else KEYS[(KEYS.index(k) + 1) % 3],
+        # a key not in KEYS (a windowed key "a@0/10") is Java's indexOf -1: next is "a"
+        "next": lambda k, v: "b" if k is None else KEYS[((KEYS.index(k) if k in KEYS else -1) + 1) % 3],
+        "vmod4none": lambda k, v: None if v is None or v % 4 == 0 else KEYS[v % 3],
     }[fn]
 
 
@@ -60,3 +62,10 @@ def join(fn: str) -> Callable[[Any, Any], Any]:
         "lr": lambda left, right: (1000 if left is None else left) + 2 * (100000 if right is None else right),
         "left": lambda left, right: left,
     }[fn]
+
+
+def cogroup_aggregator(fn: str) -> Callable[[Any, Any, Any], Any]:
+    """A cogroup input's aggregator: each input weighs its values differently (a null value as 1000),
+    so an update read from the wrong input shows."""
+    weight = {"add": 1, "add10": 10, "add100": 100}[fn]
+    return lambda k, v, a: a + weight * (1000 if v is None else v)

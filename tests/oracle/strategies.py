@@ -24,6 +24,10 @@ PREDICATES = ["even", "gt5", "key_a", "not_null"]
 MAPPERS = ["inc", "dbl", "mod7", "keylen"]
 KEY_SELECTORS = ["vmod3", "same", "const", "next"]
 REDUCERS = ["sum", "max", "latest"]
+# Foreign-key extractors and global-table key selectors: vmod4none gives None for some non-null values.
+FK_EXTRACTORS = ["vmod3", "vmod4none"]
+GLOBAL_KEY_SELECTORS = [*KEY_SELECTORS, "vmod4none"]
+COGROUP_AGGREGATORS = ["add", "add10", "add100"]
 # Variants strom deliberately differs in (docs/streams.md, "Differences from Kafka Streams"), by name:
 # the strategies never draw them.
 EXCLUDED = {
@@ -57,7 +61,25 @@ def _excluded(spec: dict[str, Any]) -> bool:
     emit_on_close = any(node.get("emit") == "close" for node in spec["nodes"])
     nodes = {node["id"]: node for node in spec["nodes"]}
     return (self_join or (windowed_reduce and null_values) or emit_on_close
-            or _cached_window_store_past_retention(spec, nodes))
+            or _cached_window_store_past_retention(spec, nodes)
+            or _cached_cogroup_window_store_past_retention(spec))
+
+
+def _cached_cogroup_window_store_past_retention(spec: dict[str, Any]) -> bool:
+    """The EXCLUDED "cached-window-store-past-retention" for a windowed cogroup's store, named or not:
+    each input's processor keeps its own stream time, so one input's records update windows that
+    another input's records moved past the shared store's retention (Kafka's cache still has them)."""
+    times = [record["ts"] for record in spec["input"] if "ts" in record]
+    if spec["props"]["statestore.cache.max.bytes"] == 0 or not times:
+        return False
+    for node in spec["nodes"]:
+        if node["op"] != "cogroup" or "window" not in node:
+            continue
+        window = node["window"]
+        retention = window["size"] * (2 if window["type"] == "sliding" else 1) + window["grace"]
+        if node.get("caching", True) and max(times) - min(times) >= retention:
+            return True
+    return False
 
 
 def _cached_window_store_past_retention(spec: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> bool:
@@ -113,6 +135,7 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     choice = draw(st.sampled_from([
         "source", "filter", "filter_not", "map_values", "select_key", "map", "flat_map_values", "merge",
         "repartition", "split", "to_stream", "windowed_to_stream", "stream_table_join", "stream_stream_join",
+        "global_join",
     ]))
     if choice == "source":
         return _stream(draw, spec, 0)
@@ -142,6 +165,8 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.add(choice, **{"in": _table(draw, spec, depth - 1)})
     if choice == "windowed_to_stream":
         return spec.add(choice, **{"in": _windowed(draw, spec, depth - 1)})
+    if choice == "global_join":
+        return _global_join(draw, spec, _stream(draw, spec, depth - 1))
     if choice == "stream_table_join":
         left = _stream(draw, spec, depth - 1)
         return spec.add("join", **{"in": left}, other=_table(draw, spec, depth - 1),
@@ -177,7 +202,7 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.source("table", draw(st.sampled_from(["t1", "t2"])))
     choice = draw(st.sampled_from([
         "source", "to_table", "aggregate", "filter", "map_values", "table_join", "fk_join", "table_group_by",
-        "suppress",
+        "suppress", "cogroup",
     ]))
     if choice == "source":
         topic = draw(st.sampled_from(["t1", "t2"]))
@@ -202,7 +227,10 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         left = _table(draw, spec, depth - 1)
         right = left if draw(st.integers(0, 4)) == 0 else _table(draw, spec, depth - 1)  # a self-join
         return spec.add("fk_join", **{"in": left}, other=right,
-                        kind=draw(st.sampled_from(["inner", "left"])), fn="lr", **spec.store(draw, "kv"))
+                        kind=draw(st.sampled_from(["inner", "left"])), fn="lr",
+                        fk=draw(st.sampled_from(FK_EXTRACTORS)), **spec.store(draw, "kv"))
+    if choice == "cogroup":
+        return _cogroup(draw, spec, depth, None)
     if choice == "table_group_by":
         grouped = spec.add("group_by", **{"in": _table(draw, spec, depth - 1)},
                            fn=draw(st.sampled_from(KEY_SELECTORS)))
@@ -219,6 +247,8 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
 
 
 def _windowed(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    if draw(st.integers(0, 3)) == 0:
+        return _windowed_cogroup(draw, spec, depth)
     grouped = _grouped_stream(draw, spec, max(depth - 1, 0))
     kind = draw(st.sampled_from(["tumbling", "hopping", "sliding", "session"]))
     size = draw(st.sampled_from([10, 30, 100]))
@@ -229,6 +259,53 @@ def _windowed(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     windowed = spec.add("windowed_by", **{"in": grouped}, window=window, emit=emit)
     table = _aggregation(draw, spec, windowed, "session" if kind == "session" else "window")
     if emit == "update" and draw(st.booleans()):
+        table = spec.add("suppress", **{"in": table}, kind="until_window_closes")
+    return table
+
+
+def _global_join(draw: st.DrawFn, spec: _Spec, stream: str) -> str:
+    """A join of ``stream`` with the global table of topic g1 (made once), on a key the stream record
+    selects."""
+    if "g1" not in spec.sources:
+        # Kafka Streams 4.1.1 fails on a global table's Materialized without a store name: none or named
+        options = spec.store(draw, "kv")
+        spec.sources["g1"] = spec.add("global_table", topic="g1", **(options if "store" in options else {}))
+    return spec.add("global_join", **{"in": stream}, other=spec.sources["g1"],
+                    kind=draw(st.sampled_from(["inner", "left"])),
+                    key_fn=draw(st.sampled_from(GLOBAL_KEY_SELECTORS)),
+                    fn=draw(st.sampled_from(["lr", "left"])))
+
+
+def _cogroup(draw: st.DrawFn, spec: _Spec, depth: int, window: dict[str, Any] | None) -> str:
+    """Two or three grouped streams cogrouped, each with its own aggregator, then aggregated (per
+    ``window`` when given)."""
+    inputs = [_named_grouped_stream(draw, spec, max(depth - 1, 0)) for _ in range(draw(st.integers(2, 3)))]
+    fns = draw(st.permutations(COGROUP_AGGREGATORS))[:len(inputs)]
+    params: dict[str, Any] = {"inputs": inputs, "fns": fns}
+    if window is None:
+        return spec.add("cogroup", **params, **spec.store(draw, "kv"))
+    kind = "session" if window["type"] == "session" else "window"
+    return spec.add("cogroup", **params, window=window, key_serde="String", **spec.store(draw, kind))
+
+
+def _named_grouped_stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    """A cogroup's input, its Grouped named (Kafka Streams 4.1.1 gives two unnamed inputs that repartition
+    the same repartition topic name and rejects the topology)."""
+    src = _stream(draw, spec, depth)
+    name = f"grouped{len(spec.nodes)}"
+    if draw(st.booleans()):
+        return spec.add("named_group_by", **{"in": src}, name=name)
+    return spec.add("named_group_by", **{"in": src}, name=name, fn=draw(st.sampled_from(KEY_SELECTORS)))
+
+
+def _windowed_cogroup(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    kind = draw(st.sampled_from(["tumbling", "hopping", "sliding", "session"]))
+    size = draw(st.sampled_from([10, 30, 100]))
+    window: dict[str, Any] = {"type": kind, "size": size, "grace": draw(st.sampled_from([0, 5, 50]))}
+    if kind == "hopping":
+        window["advance"] = draw(st.sampled_from([d for d in (5, 10, 15) if d <= size]))
+    table = _cogroup(draw, spec, depth, window)
+    if draw(st.booleans()):
         table = spec.add("suppress", **{"in": table}, kind="until_window_closes")
     return table
 

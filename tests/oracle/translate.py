@@ -20,6 +20,7 @@ from strom.streams import (
     Branched,
     Consumed,
     EmitStrategy,
+    Grouped,
     JoinWindows,
     KGroupedStream,
     KGroupedTable,
@@ -178,9 +179,44 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
         return method(other, joiner)
     if op == "fk_join":
         method = src.left_join if node["kind"] == "left" else src.join
-        fk = f.select_key("vmod3")
+        fk = f.select_key(node.get("fk", "vmod3"))
         return method(built[node["other"]], lambda v: fk(None, v), f.join(fn), materialized(node))
+    if op == "named_group_by":
+        grouped = Grouped.as_(node["name"])
+        if fn is None:
+            return src.group_by_key(grouped)
+        return src.group_by(f.select_key(fn), grouped)
+    if op == "cogroup":
+        return _cogroup(node, built)
+    if op == "global_table":
+        consumed = Consumed.with_(Serdes.String(), Serdes.Long())
+        if node.get("store"):
+            return builder.global_table(node["topic"], consumed, materialized(node))
+        return builder.global_table(node["topic"], consumed)
+    if op == "global_join":
+        method = src.left_join if node["kind"] == "left" else src.join
+        return method(built[node["other"]], f.select_key(node["key_fn"]), f.join(fn))
     raise ValueError(f"unknown op {op!r}")
+
+
+def _cogroup(node: dict[str, Any], built: dict[str, Any]) -> KTable:
+    """KGroupedStream.cogroup of the node's grouped ``inputs``, each with its aggregator of ``fns``, then
+    aggregate, per window when the node has a ``window``."""
+    cogrouped = None
+    for grouped_id, fn in zip(node["inputs"], node["fns"], strict=True):
+        aggregator = f.cogroup_aggregator(fn)
+        grouped = built[grouped_id]
+        if cogrouped is None:
+            cogrouped = grouped.cogroup(aggregator)
+        else:
+            cogrouped = cogrouped.cogroup(grouped, aggregator)
+    assert cogrouped is not None
+    if "window" not in node:
+        return cogrouped.aggregate(lambda: 0, materialized(node))
+    windowed = cogrouped.windowed_by(_windows(node["window"]))
+    if node["window"]["type"] == "session":
+        return windowed.aggregate(lambda: 0, lambda k, a1, a2: a1 + a2, materialized=materialized(node))
+    return windowed.aggregate(lambda: 0, materialized=materialized(node))
 
 
 def build(spec: dict[str, Any]) -> Any:

@@ -24,6 +24,8 @@ from strom.streams import config as cfg
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
 from strom.streams.processor.internals.global_state import GlobalStateStores
+from strom.streams.processor.internals.partition_group import RecordQueue
+from strom.streams.processor.internals.ready_queues import ReadyQueues
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
@@ -126,6 +128,8 @@ class TopologyTestDriver:
         self.cache = ThreadCache(self.config[cfg.STATESTORE_CACHE_MAX_BYTES])
         self.tasks: list[StreamTask] = []
         self._task_by_topic: dict[str, StreamTask] = {}
+        self._ready = ReadyQueues()  # the queues with records, over all tasks, in Kafka's driver's order
+        self._processing: RecordQueue | None = None
         self._closed = False
         sink = _DriverSink(self)
         self.global_state = GlobalStateStores(
@@ -195,14 +199,9 @@ class TopologyTestDriver:
     def route(self, topic: str, record: _Produced) -> None:
         task = self._task_by_topic.get(topic) or self._subscribe_pattern_topic(topic)
         if task is not None:
-            task.add_records(
-                TopicPartition(topic, 0),
-                [
-                    ConsumerRecord(
-                        topic, 0, record.offset, record.timestamp, record.key, record.value, record.headers
-                    )
-                ],
-            )
+            self._enqueue(task, ConsumerRecord(
+                topic, 0, record.offset, record.timestamp, record.key, record.value, record.headers
+            ))
         else:
             self._outputs.setdefault(topic, deque()).append(record)
 
@@ -216,10 +215,7 @@ class TopologyTestDriver:
             self.global_state.apply(topic, [(0, offset, timestamp, key, value)])
             return
         task = self._task_by_topic[topic]
-        task.add_records(
-            TopicPartition(topic, 0),
-            [ConsumerRecord(topic, 0, offset, timestamp, key, value, tuple(headers))],
-        )
+        self._enqueue(task, ConsumerRecord(topic, 0, offset, timestamp, key, value, tuple(headers)))
         self._run()
         if self.commit_per_record:
             self.commit()
@@ -262,20 +258,37 @@ class TopologyTestDriver:
         if due or any(task.commit_requested for task in self.tasks):
             self.commit()
 
+    def _enqueue(self, task: StreamTask, record: ConsumerRecord) -> None:
+        """Buffers ``record`` in its task; a queue that had no record to offer is offered now, by its
+        head's timestamp (the queue being processed offers the record after the one in hand)."""
+        partition = TopicPartition(record.topic, record.partition)
+        task.add_records(partition, [record])
+        queue = task.partition_group.queues[partition]
+        if queue not in self._ready:
+            in_hand = 1 if queue is self._processing else 0
+            if len(queue) > in_hand:
+                self._ready.offer(queue.records[queue.head + in_hand].timestamp, queue)
+
     def _run(self) -> None:
-        """Processes until no task has buffered records (repartition topics included). Committing per
-        record, it commits after each one processed, one read back from a repartition topic too, as
-        Kafka's driver does (so a cache flushes between the records of one input)."""
-        busy = True
-        while busy:
-            busy = False
-            for task in self.tasks:
-                while task.process():
-                    busy = True
-                    task.maybe_punctuate_stream_time()
-                    if self.commit_per_record:
-                        for each in self.tasks:
-                            each.commit()
+        """Processes until no task has buffered records (repartition topics included), one record at a
+        time from the queue Kafka's driver would take (``ReadyQueues``: it runs the topology as one
+        task). Committing per record, it commits after each one processed, one read back from a
+        repartition topic too, as Kafka's driver does (so a cache flushes between the records of one
+        input)."""
+        while self._ready:
+            queue = self._ready.poll()
+            task = self._task_by_topic[queue.partition.topic]
+            if len(queue) > 1:  # offered again before the record is processed, as Kafka's PartitionGroup
+                self._ready.offer(queue.records[queue.head + 1].timestamp, queue)
+            self._processing = queue
+            try:
+                task.process_next_of(queue)
+            finally:
+                self._processing = None
+            task.maybe_punctuate_stream_time()
+            if self.commit_per_record:
+                for each in self.tasks:
+                    each.commit()
 
     # ---- stores ---------------------------------------------------------------------------------
     def get_state_store(self, name: str) -> Any:

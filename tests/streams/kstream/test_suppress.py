@@ -225,3 +225,24 @@ def test_a_join_reads_a_buffered_key_s_prior_value():
         for key in ("k", "j"):
             lookups.pipe_input(key, "y", 300)
         assert output.read_key_values_to_list() == [("k", "y/3"), ("j", "y/2")]
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 10 * 1024 * 1024])
+@pytest.mark.parametrize("materialized", [False, True])
+def test_a_table_operator_after_suppress_forwards_the_buffered_record_s_headers(cache_bytes, materialized):
+    """As Kafka's suppress, an emitted record's context is the buffered record's: a filter after it
+    forwards (or caches) the buffered headers, not those of the record whose time evicted it."""
+    builder = StreamsBuilder()
+    suppressed = builder.table("input", Consumed.with_(Serdes.String(), Serdes.Long())).suppress(
+        Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    filtered = (suppressed.filter(lambda k, v: v % 2 == 0, Materialized.as_("kept")) if materialized
+                else suppressed.filter(lambda k, v: v % 2 == 0))
+    filtered.to_stream().to("output", Produced.with_(Serdes.String(), Serdes.Long()))
+    props = {**PROPS, "statestore.cache.max.bytes": cache_bytes}
+    with TopologyTestDriver(builder.build(props), props) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.Long())
+        topic.pipe_input("a", 0, 0, headers=[("h", b"x")])
+        topic.pipe_input("b", 0, 10)
+        [record] = driver.create_output_topic("output", Serdes.String(), Serdes.Long()).read_records_to_list()
+    assert (record.key, record.value, record.timestamp) == ("a", 0, 0)
+    assert list(record.headers) == [("h", b"x")]

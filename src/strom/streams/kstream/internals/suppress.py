@@ -70,8 +70,16 @@ class KTableSuppressProcessor(Processor):
     def _emit(self, buffered: BufferedRecord) -> None:
         if buffered.new_value is None and self.suppressed.final_results:
             return  # a final result that is a deletion: nothing was ever emitted for it
-        self.context.forward(Record(buffered.key, Change(buffered.new_value, buffered.old_value),
-                                    buffered.timestamp, buffered.headers))
+        # as Kafka's, the emitted record's context is the buffered record's: a table operator after
+        # suppress forwards (or caches) its headers, not the headers of the record that evicted it
+        task = self.context.task
+        previous = task.record_context
+        task.record_context = previous._replace(timestamp=buffered.timestamp, headers=buffered.headers)
+        try:
+            self.context.forward(Record(buffered.key, Change(buffered.new_value, buffered.old_value),
+                                        buffered.timestamp, buffered.headers))
+        finally:
+            task.record_context = previous
 
 
 class KTableSuppressValueGetter(DerivedValueGetter):

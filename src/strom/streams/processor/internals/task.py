@@ -42,6 +42,7 @@ from strom.streams.processor.internals.nodes import (
     SourceNode,
 )
 from strom.streams.processor.internals.partition_group import (
+    NEVER,
     PartitionGroup,
     RecordQueue,
     decode_commit_metadata,
@@ -325,11 +326,24 @@ class StreamTask:
         except StromError:
             raise
         except Exception as exc:
-            raise ProcessingError(
-                self._caught_in_process(exc) + ". Fix the processor, or set processing.exception.handler "
-                "to 'LogAndContinueProcessingExceptionHandler' to skip records it fails on."
-            ) from exc
+            raise self._processing_error(exc) from exc
         return count
+
+    def process_next_of(self, queue: RecordQueue) -> None:
+        """Processes the next record of ``queue``, a queue of this task with buffered records (for the
+        TopologyTestDriver, which chooses the queue over all tasks as Kafka's driver does)."""
+        try:
+            self._process_run(queue, NEVER, 1)
+        except StromError:
+            raise
+        except Exception as exc:
+            raise self._processing_error(exc) from exc
+
+    def _processing_error(self, exc: Exception) -> ProcessingError:
+        return ProcessingError(
+            self._caught_in_process(exc) + ". Fix the processor, or set processing.exception.handler "
+            "to 'LogAndContinueProcessingExceptionHandler' to skip records it fails on."
+        )
 
     def _process_run(self, queue: RecordQueue, until: int, limit: int) -> int:
         """The hot loop of the engine: up to ``limit`` records of one queue while their timestamps stay

@@ -34,7 +34,11 @@ import org.apache.kafka.streams.TestInputTopic;
 import org.apache.kafka.streams.TestOutputTopic;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.TopologyTestDriver;
+import org.apache.kafka.streams.kstream.Aggregator;
 import org.apache.kafka.streams.kstream.Branched;
+import org.apache.kafka.streams.kstream.CogroupedKStream;
+import org.apache.kafka.streams.kstream.GlobalKTable;
+import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.JoinWindows;
@@ -132,6 +136,7 @@ public final class Oracle {
             case "same": return (String) key;
             case "const": return "a";
             case "next": return key == null ? "b" : KEYS[(java.util.Arrays.asList(KEYS).indexOf(key) + 1) % 3];
+            case "vmod4none": return v == null || Math.floorMod(v, 4L) == 0 ? null : KEYS[(int) Math.floorMod(v, 3L)];
             default: throw new IllegalArgumentException("key selector " + fn);
         }
     }
@@ -172,6 +177,18 @@ public final class Oracle {
             case "left": return l;
             default: throw new IllegalArgumentException("joiner " + fn);
         }
+    }
+
+    static Object cogroupAggregator(String fn, Object value, Object aggregate) {
+        Long v = num(value);
+        long weight;
+        switch (fn) {
+            case "add": weight = 1L; break;
+            case "add10": weight = 10L; break;
+            case "add100": weight = 100L; break;
+            default: throw new IllegalArgumentException("cogroup aggregator " + fn);
+        }
+        return num(aggregate) + weight * (v == null ? 1000L : v);
     }
 
     static Serde<?> serde(String name) {
@@ -398,14 +415,74 @@ public final class Oracle {
             case "fk_join": {
                 KTable l = (KTable) in;
                 KTable r = (KTable) built.get(node.get("other").asText());
-                java.util.function.Function<Object, Object> fk = v -> selectKey("vmod3", null, v);
+                String fkFn = node.path("fk").asText("vmod3");
+                java.util.function.Function<Object, Object> fk = v -> selectKey(fkFn, null, v);
                 if (node.get("kind").asText().equals("left")) {
                     return l.leftJoin(r, fk, (a, b) -> join(fn, a, b), materialized(node));
                 }
                 return l.join(r, fk, (a, b) -> join(fn, a, b), materialized(node));
             }
+            case "named_group_by": {
+                // a cogroup's input: Kafka Streams 4.1.1 names every unnamed input's repartition topic
+                // after the cogroup's store, so two inputs that repartition clash unless named
+                Grouped grouped = Grouped.as(node.get("name").asText());
+                if (fn == null) {
+                    return ((KStream) in).groupByKey(grouped);
+                }
+                return ((KStream) in).groupBy((k, v) -> selectKey(fn, k, v), grouped);
+            }
+            case "cogroup":
+                return cogroup(node, built);
+            case "global_table":
+                // Kafka Streams 4.1.1 makes no store for an unnamed Materialized here: name it or give none
+                if (node.hasNonNull("store")) {
+                    return builder.globalTable(node.get("topic").asText(), Consumed.with(Serdes.String(), Serdes.Long()),
+                            materialized(node));
+                }
+                return builder.globalTable(node.get("topic").asText(), Consumed.with(Serdes.String(), Serdes.Long()));
+            case "global_join": {
+                KStream l = (KStream) in;
+                GlobalKTable g = (GlobalKTable) built.get(node.get("other").asText());
+                String keyFn = node.get("key_fn").asText();
+                if (node.get("kind").asText().equals("left")) {
+                    return l.leftJoin(g, (k, v) -> selectKey(keyFn, k, v), (a, b) -> join(fn, a, b));
+                }
+                return l.join(g, (k, v) -> selectKey(keyFn, k, v), (a, b) -> join(fn, a, b));
+            }
             default:
                 throw new IllegalArgumentException("unknown op " + op);
+        }
+    }
+
+    /** KGroupedStream.cogroup of the node's grouped "inputs", each with its aggregator of "fns", then
+     * aggregate, per window when the node has a "window". */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    static KTable cogroup(JsonNode node, Map<String, Object> built) {
+        CogroupedKStream c = null;
+        for (int i = 0; i < node.get("inputs").size(); i++) {
+            KGroupedStream g = (KGroupedStream) built.get(node.get("inputs").get(i).asText());
+            String agg = node.get("fns").get(i).asText();
+            Aggregator a = (k, v, acc) -> cogroupAggregator(agg, v, acc);
+            c = c == null ? g.cogroup(a) : c.cogroup(g, a);
+        }
+        if (!node.has("window")) {
+            return c.aggregate(() -> 0L, materialized(node));
+        }
+        JsonNode w = node.get("window");
+        switch (w.get("type").asText()) {
+            case "tumbling":
+                return c.windowedBy(TimeWindows.ofSizeAndGrace(ms(w, "size"), ms(w, "grace")))
+                        .aggregate(() -> 0L, materialized(node));
+            case "hopping":
+                return c.windowedBy(TimeWindows.ofSizeAndGrace(ms(w, "size"), ms(w, "grace")).advanceBy(ms(w, "advance")))
+                        .aggregate(() -> 0L, materialized(node));
+            case "sliding":
+                return c.windowedBy(SlidingWindows.ofTimeDifferenceAndGrace(ms(w, "size"), ms(w, "grace")))
+                        .aggregate(() -> 0L, materialized(node));
+            case "session":
+                return c.windowedBy(SessionWindows.ofInactivityGapAndGrace(ms(w, "size"), ms(w, "grace")))
+                        .aggregate(() -> 0L, (k, a1, a2) -> reduce("sum", a1, a2), materialized(node));
+            default: throw new IllegalArgumentException("window " + w);
         }
     }
 
