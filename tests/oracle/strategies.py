@@ -113,6 +113,7 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     choice = draw(st.sampled_from([
         "source", "filter", "filter_not", "map_values", "select_key", "map", "flat_map_values", "merge",
         "repartition", "split", "to_stream", "windowed_to_stream", "stream_table_join", "stream_stream_join",
+        "process",
     ]))
     if choice == "source":
         return _stream(draw, spec, 0)
@@ -142,6 +143,8 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.add(choice, **{"in": _table(draw, spec, depth - 1)})
     if choice == "windowed_to_stream":
         return spec.add(choice, **{"in": _windowed(draw, spec, depth - 1)})
+    if choice == "process":
+        return _process(draw, spec, _stream(draw, spec, depth - 1))
     if choice == "stream_table_join":
         left = _stream(draw, spec, depth - 1)
         return spec.add("join", **{"in": left}, other=_table(draw, spec, depth - 1),
@@ -152,6 +155,30 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     window = {"size": draw(st.sampled_from([0, 10, 50])), "grace": draw(st.sampled_from([0, 20, 100]))}
     return spec.add("join", **{"in": left}, other=right,
                     kind=draw(st.sampled_from(["inner", "left", "outer"])), fn="lr", window=window)
+
+
+PROCESSORS = ["running_sum", "dedupe", "buffer_then_punctuate", "fanout"]
+TRANSFORMERS = ["triple", "context", "count_seen"]
+
+
+def _state_store(draw: st.DrawFn, spec: _Spec) -> str:
+    """A key-value store added to the builder (persistent or in-memory, cached or not), always queryable."""
+    name = f"pstore{len(spec.nodes)}"
+    spec.add("state_store", name=name, persistent=draw(st.booleans()), caching=draw(st.booleans()))
+    spec.stores.append({"name": name, "kind": "kv"})
+    return name
+
+
+def _process(draw: st.DrawFn, spec: _Spec, src: str) -> str:
+    """KStream.process or process_values with a named processor, its store and its punctuation."""
+    fn = draw(st.sampled_from(PROCESSORS))
+    params: dict[str, Any] = {"in": src, "fn": fn, "fixed_key": draw(st.booleans())}
+    if fn != "fanout":
+        params["store"] = _state_store(draw, spec)
+        if fn == "buffer_then_punctuate" or draw(st.booleans()):
+            params["punctuate"] = {"type": draw(st.sampled_from(["stream", "wall"])),
+                                   "interval": draw(st.sampled_from([1, 10, 50, 1000]))}
+    return spec.add("process", **params)
 
 
 def _grouped_stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
@@ -177,7 +204,7 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.source("table", draw(st.sampled_from(["t1", "t2"])))
     choice = draw(st.sampled_from([
         "source", "to_table", "aggregate", "filter", "map_values", "table_join", "fk_join", "table_group_by",
-        "suppress",
+        "suppress", "transform_values",
     ]))
     if choice == "source":
         topic = draw(st.sampled_from(["t1", "t2"]))
@@ -212,6 +239,13 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
             params["fn"] = "sum"
             params["subtractor"] = "sub"
         return spec.add(op, **params)
+    if choice == "transform_values":
+        src = _table(draw, spec, depth - 1)
+        fn = draw(st.sampled_from(TRANSFORMERS))
+        params = {"in": src, "fn": fn, **spec.store(draw, "kv")}
+        if fn == "count_seen":
+            params["transformer_store"] = _state_store(draw, spec)
+        return spec.add("transform_values", **params)
     src = _table(draw, spec, depth - 1)
     return spec.add("suppress", **{"in": src}, kind="until_time_limit",
                     time_limit=draw(st.sampled_from([0, 10, 100])),
@@ -289,7 +323,10 @@ def _topologies(draw: st.DrawFn, root: str) -> dict[str, Any]:
     else:
         node = spec.add("windowed_to_stream", **{"in": _windowed(draw, spec, depth)})
     sinks = [{"in": node, "topic": "out"}]
+    # punctuation timestamps are wall-clock times: both drivers start their clocks at 0
+    wall_clock = {"wall_clock": 0} if any(n["op"] == "process" for n in spec.nodes) else {}
     return {
+        **wall_clock,
         "props": _props(draw),
         "nodes": spec.nodes,
         "sinks": sinks,
