@@ -244,6 +244,11 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         fn = draw(st.sampled_from(TRANSFORMERS))
         params = {"in": src, "fn": fn, **spec.store(draw, "kv")}
         if fn == "count_seen":
+            # unmaterialized, its value getter's transformer (a join's or group_by's) would open the store
+            # from the reading processor, which Kafka Streams refuses (the store is not connected to it)
+            if "store" not in params:
+                params["store"] = f"store{len(spec.stores)}"
+                spec.stores.append({"name": params["store"], "kind": "kv"})
             params["transformer_store"] = _state_store(draw, spec)
         return spec.add("transform_values", **params)
     src = _table(draw, spec, depth - 1)

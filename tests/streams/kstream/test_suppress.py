@@ -225,3 +225,19 @@ def test_a_join_reads_a_buffered_key_s_prior_value():
         for key in ("k", "j"):
             lookups.pipe_input(key, "y", 300)
         assert output.read_key_values_to_list() == [("k", "y/3"), ("j", "y/2")]
+
+
+def test_an_unmaterialized_table_operator_after_suppress_keeps_the_emitted_record_s_headers():
+    """The record suppress emits is an earlier one than the record being processed: a filter after it
+    forwards the emitted record's headers, not those of the record that moved stream time (as Kafka)."""
+    builder = StreamsBuilder()
+    (builder.table("input", Consumed.with_(Serdes.String(), Serdes.String()))
+     .suppress(Suppressed.until_time_limit(100, BufferConfig.unbounded()))
+     .filter(lambda k, v: True)
+     .to_stream().to("output"))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        topic.pipe_input("a", "v", 0, headers=[("h", b"a's")])
+        topic.pipe_input("b", "w", 500)
+        out = driver.create_output_topic("output", Serdes.String(), Serdes.String()).read_records_to_list()
+    assert [(r.key, list(r.headers)) for r in out] == [("a", [("h", b"a's")])]

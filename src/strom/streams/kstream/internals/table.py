@@ -80,9 +80,11 @@ class _StoreBacked(Processor):
             self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
             self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
 
-    def emit(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        """Stores (when materialized) and forwards Change(new, old). A versioned table forwards only a
-        new latest version: an out-of-order update goes into the history, not downstream (KIP-914)."""
+    def emit(self, key: Any, new: Any, old: Any, record: Record) -> None:
+        """Stores (when materialized) and forwards Change(new, old) with ``record``'s timestamp and
+        headers. A versioned table forwards only a new latest version: an out-of-order update goes into
+        the history, not downstream (KIP-914)."""
+        timestamp = record.timestamp
         if self.forwarder is not None:
             if not self.versioned:
                 self.store.put(key, ValueAndTimestamp.make(new, timestamp))
@@ -91,7 +93,9 @@ class _StoreBacked(Processor):
             self.forwarder.maybe_forward(key, new, old, timestamp)
         else:
             change = Change(new, old if self.supplier.send_old_values else None)
-            self.context.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
+            # the record's headers, not the record context's: a suppress or a punctuation upstream may
+            # forward a record other than the one being processed (Kafka forwards record.withValue)
+            self.context.forward(new_tuple(Record, (key, change, timestamp, record.raw_headers)))
 
 
 class KTableSource(_StoreBacked):
@@ -106,7 +110,7 @@ class KTableSource(_StoreBacked):
         if self.store is not None:
             previous = self.store.get(record.key)
             old = None if previous is None else previous.value
-        self.emit(record.key, record.value, old, record.timestamp)
+        self.emit(record.key, record.value, old, record)
 
 
 class KTableFilter(_StoreBacked):
@@ -132,7 +136,7 @@ class KTableFilter(_StoreBacked):
                 old = self._compute(record.key, change.old_value)
             if new is None and old is None:
                 return
-        self.emit(record.key, new, old, record.timestamp)
+        self.emit(record.key, new, old, record)
 
 
 class KTableFilterValueGetter(DerivedValueGetter):
@@ -167,7 +171,7 @@ class KTableMapValues(_StoreBacked):
             old = None if previous is None else previous.value
         elif self.supplier.send_old_values:
             old = self._compute(record.key, change.old_value)
-        self.emit(record.key, new, old, record.timestamp)
+        self.emit(record.key, new, old, record)
 
 
 class KTableMapValuesValueGetter(DerivedValueGetter):
