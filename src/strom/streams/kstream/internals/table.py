@@ -15,6 +15,7 @@ from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.value_getter import UNKNOWN_TIMESTAMP, DerivedValueGetter, ValueGetter
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
+from strom.streams.state.context import RecordContext
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED
@@ -216,13 +217,22 @@ class KTableTransformValuesGetter(DerivedValueGetter):
 
     def init(self, context: Any) -> None:
         super().init(context)
+        self.task = context.task
         self.transformer.init(context)
 
     def get(self, key: Any, as_of: int | None = None) -> Any:
+        """The transformer runs in a substitute record context, as in Kafka: the parent value's
+        timestamp, no topic, partition or offset, no headers (not the reading record's)."""
         found = self.parent.get(key, as_of)
-        if found is None:
-            return ValueAndTimestamp.make(self.transformer.transform(key, None), UNKNOWN_TIMESTAMP)
-        return ValueAndTimestamp.make(self.transformer.transform(key, found.value), found.timestamp)
+        timestamp = UNKNOWN_TIMESTAMP if found is None else found.timestamp
+        task = self.task
+        reading = task.record_context
+        task.record_context = RecordContext(timestamp)
+        try:
+            value = self.transformer.transform(key, None if found is None else found.value)
+        finally:
+            task.record_context = reading
+        return ValueAndTimestamp.make(value, timestamp)
 
     def close(self) -> None:
         super().close()
