@@ -71,9 +71,19 @@ def _cached_window_store_past_retention(spec: dict[str, Any], nodes: dict[str, d
             continue
         window = windowed["window"]
         retention = window["size"] * (2 if window["type"] == "sliding" else 1) + window["grace"]
-        if node.get("caching", True) and max(times) - min(times) >= retention:
+        if node.get("caching", True) and max(times) - _earliest_window_start(window, min(times)) >= retention:
             return True
     return False
+
+
+def _earliest_window_start(window: dict[str, Any], time: int) -> int:
+    """The start of the earliest window a record at ``time`` falls in (it may start before the record)."""
+    if window["type"] in ("tumbling", "hopping"):
+        advance = window.get("advance", window["size"])
+        return max(0, ((time - window["size"]) // advance + 1) * advance)
+    if window["type"] == "sliding":
+        return max(0, time - window["size"])
+    return time
 
 
 @dataclass
