@@ -35,7 +35,8 @@ def select_key(fn: str) -> Callable[[Any, Any], Any]:
         "vmod3": lambda k, v: None if v is None else KEYS[v % 3],
         "same": lambda k, v: k,
         "const": lambda k, v: "a",
-        "next": lambda k, v: "b" if k is None else KEYS[(KEYS.index(k) + 1) % 3],
+        # a key not in KEYS (a windowed_to_stream key) is index -1, as Java's indexOf
+        "next": lambda k, v: "b" if k is None else KEYS[((KEYS.index(k) if k in KEYS else -1) + 1) % 3],
     }[fn]
 
 
