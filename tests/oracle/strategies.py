@@ -321,9 +321,16 @@ def _props(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def _punctuation_into_suppress(spec: dict[str, Any]) -> bool:
+    """A punctuating processor and a suppress: Kafka Streams 4.1.1 fails logging a record a punctuation
+    forwarded into the suppress buffer (its record context has no topic to serialize)."""
+    ops = {(node["op"], bool(node.get("punctuate"))) for node in spec["nodes"]}
+    return ("process", True) in ops and any(op == "suppress" for op, _ in ops)
+
+
 def topologies(root: str) -> st.SearchStrategy[dict[str, Any]]:
-    """Specs of ``root`` topologies without the EXCLUDED variants."""
-    return _topologies(root).filter(lambda spec: not _excluded(spec))
+    """Specs of ``root`` topologies without the EXCLUDED variants (nor ones Kafka Streams fails on)."""
+    return _topologies(root).filter(lambda spec: not _excluded(spec) and not _punctuation_into_suppress(spec))
 
 
 @st.composite
