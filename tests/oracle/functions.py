@@ -69,3 +69,57 @@ def cogroup_aggregator(fn: str) -> Callable[[Any, Any, Any], Any]:
     so an update read from the wrong input shows."""
     weight = {"add": 1, "add10": 10, "add100": 100}[fn]
     return lambda k, v, a: a + weight * (1000 if v is None else v)
+
+
+def process_record(fn: str, store: Any, key: Any, value: Any,
+                   fixed_key: bool) -> list[tuple[Any, Any, int, bool]]:
+    """What the named processor does with a record: its store update, then the records it forwards as
+    (key, value, timestamp offset, whether header ``p`` is added)."""
+    if fn == "running_sum":
+        if key is None or value is None:
+            return [(key, value, 0, False)]
+        total = (store.get(key) or 0) + value
+        store.put(key, total)
+        return [(key, total, 0, False)]
+    if fn == "dedupe":
+        if key is None:
+            return [(key, value, 0, False)]
+        if value != store.get(key):
+            store.put(key, value)
+            return [(key, value, 0, False)]
+        return []
+    if fn == "buffer_then_punctuate":
+        if key is not None:
+            store.put(key, value)
+        return []
+    if fn == "fanout":
+        if fixed_key:
+            return [(key, None if value is None else value * 2, 0, False), (key, None, 1, True)]
+        return [(select_key("next")(key, value), value, 0, False),
+                (None, None if value is None else value + 1, 1, True)]
+    raise ValueError(f"processor {fn}")
+
+
+def punctuate_store(fn: str, store: Any) -> list[tuple[Any, Any]]:
+    """The stored entries a punctuation forwards, in key order (deleted if the processor buffers)."""
+    entries = list(store.all())
+    if fn == "buffer_then_punctuate":
+        for key, _ in entries:
+            store.delete(key)
+    return entries
+
+
+def transform(fn: str, context: Any, store: Any, key: Any, value: Any) -> Any:
+    """The named ValueTransformerWithKey's ``transform``."""
+    if fn == "triple":
+        return None if value is None else value * 3
+    if fn == "context":
+        # the record context: a value getter's transformer sees a substitute (no topic, no headers)
+        headers = len(context.headers())
+        no_topic = context.record_metadata() is None
+        return None if value is None else value + (1000 if no_topic else 0) + 10 * headers
+    if fn == "count_seen":
+        n = (store.get(key) or 0) + 1
+        store.put(key, n)
+        return None if value is None else value * 10 + n
+    raise ValueError(f"transformer {fn}")

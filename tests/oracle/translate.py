@@ -20,6 +20,7 @@ from strom.streams import (
     Branched,
     Consumed,
     EmitStrategy,
+    FixedKeyProcessor,
     Grouped,
     JoinWindows,
     KGroupedStream,
@@ -28,15 +29,20 @@ from strom.streams import (
     KTable,
     Materialized,
     Named,
+    Processor,
     Produced,
+    PunctuationType,
+    Record,
     Repartitioned,
     Serdes,
     SessionWindows,
     SlidingWindows,
+    Stores,
     StreamsBuilder,
     Suppressed,
     TimeWindows,
     TopologyTestDriver,
+    ValueTransformerWithKey,
 )
 from strom.streams.kstream.suppressed import BufferConfig
 from strom.streams.kstream.windowed_kstream import TimeWindowedKStream
@@ -196,6 +202,26 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
     if op == "global_join":
         method = src.left_join if node["kind"] == "left" else src.join
         return method(built[node["other"]], f.select_key(node["key_fn"]), f.join(fn))
+    if op == "state_store":
+        name = node["name"]
+        supplier = (Stores.persistent_key_value_store(name) if node["persistent"]
+                    else Stores.in_memory_key_value_store(name))
+        store_builder = Stores.key_value_store_builder(supplier, Serdes.String(), Serdes.Long())
+        builder.add_state_store(store_builder.with_caching_enabled() if node["caching"]
+                                else store_builder.with_caching_disabled())
+        return None
+    if op == "process":
+        stores = [node["store"]] if node.get("store") else []
+        if node.get("fixed_key"):
+            return src.process_values(lambda: _NamedFixedKeyProcessor(node), *stores)
+        return src.process(lambda: _NamedProcessor(node), *stores)
+    if op == "transform_values":
+        store = node.get("transformer_store")
+        stores = [store] if store else []
+        if node.get("store"):
+            return src.transform_values(lambda: _NamedTransformer(fn, store), *stores,
+                                        materialized=materialized(node))
+        return src.transform_values(lambda: _NamedTransformer(fn, store), *stores)
     raise ValueError(f"unknown op {op!r}")
 
 
@@ -217,6 +243,83 @@ def _cogroup(node: dict[str, Any], built: dict[str, Any]) -> KTable:
     if node["window"]["type"] == "session":
         return windowed.aggregate(lambda: 0, lambda k, a1, a2: a1 + a2, materialized=materialized(node))
     return windowed.aggregate(lambda: 0, materialized=materialized(node))
+
+
+def _schedule(node: dict[str, Any], context: Any, punctuator: Any) -> None:
+    punctuate = node.get("punctuate")
+    if punctuate:
+        kind = PunctuationType.WALL_CLOCK_TIME if punctuate["type"] == "wall" else PunctuationType.STREAM_TIME
+        context.schedule(punctuate["interval"], kind, punctuator)
+
+
+class _NamedProcessor(Processor):
+    """Oracle.java's NamedProcessor: functions.process_record on each record, punctuate_store's entries
+    forwarded at the punctuation's timestamp."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self.node, self.fn = node, node["fn"]
+        self.store: Any = None
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        if self.node.get("store"):
+            self.store = context.get_state_store(self.node["store"])
+        _schedule(self.node, context, self.punctuate)
+
+    def punctuate(self, timestamp: int) -> None:
+        for key, value in f.punctuate_store(self.fn, self.store):
+            self.context.forward(Record(key, value, timestamp))
+
+    def process(self, record: Record) -> None:
+        outputs = f.process_record(self.fn, self.store, record.key, record.value, False)
+        for key, value, offset, header in outputs:
+            out = record.with_key(key).with_value(value).with_timestamp(record.timestamp + offset)
+            if header:
+                out.headers.add("p", b"\x01")
+            self.context.forward(out)
+
+
+class _NamedFixedKeyProcessor(FixedKeyProcessor):
+    """Oracle.java's NamedFixedKeyProcessor: a punctuation forwards the latest record received, carrying
+    the sum of the stored values (a fixed-key processor forwards only records derived from its input)."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self.node, self.fn = node, node["fn"]
+        self.store: Any = None
+        self.last: Any = None
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        if self.node.get("store"):
+            self.store = context.get_state_store(self.node["store"])
+        _schedule(self.node, context, self.punctuate)
+
+    def punctuate(self, timestamp: int) -> None:
+        entries = f.punctuate_store(self.fn, self.store)
+        if entries and self.last is not None:
+            self.context.forward(self.last.with_value(sum(v for _, v in entries)).with_timestamp(timestamp))
+
+    def process(self, record: Any) -> None:
+        self.last = record
+        for _, value, offset, header in f.process_record(self.fn, self.store, record.key, record.value, True):
+            out = record.with_value(value).with_timestamp(record.timestamp + offset)
+            if header:
+                out.headers.add("p", b"\x01")
+            self.context.forward(out)
+
+
+class _NamedTransformer(ValueTransformerWithKey):
+    def __init__(self, fn: str, store_name: str | None) -> None:
+        self.fn, self.store_name = fn, store_name
+        self.store: Any = None
+
+    def init(self, context: Any) -> None:
+        self.context = context
+        if self.store_name:
+            self.store = context.get_state_store(self.store_name)
+
+    def transform(self, key: Any, value: Any) -> Any:
+        return f.transform(self.fn, self.context, self.store, key, value)
 
 
 def build(spec: dict[str, Any]) -> Any:
@@ -276,7 +379,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _run(spec: dict[str, Any]) -> dict[str, Any]:
     topology = build(spec)
-    with TopologyTestDriver(topology, props(spec)) as driver:
+    wall_clock = spec.get("wall_clock", 0)
+    with TopologyTestDriver(topology, props(spec), initial_wall_clock_time=wall_clock) as driver:
         for record in spec["input"]:
             if "advance" in record:
                 driver.advance_wall_clock_time(record["advance"])

@@ -121,6 +121,8 @@ class TopologyTestDriver:
         self.builder.application_id = self.config.application_id
         self.commit_per_record = commit_per_record
         self.wall_clock_ms = to_millis(initial_wall_clock_time)
+        self.stream_time = -1
+        """The highest record timestamp any task read: STREAM_TIME punctuations of every task follow it."""
         self._last_commit_ms = self.wall_clock_ms
         self.produced: dict[str, list[_Produced]] = {}
         self._outputs: dict[str, deque[_Produced]] = {}
@@ -285,7 +287,11 @@ class TopologyTestDriver:
                 task.process_next_of(queue)
             finally:
                 self._processing = None
-            task.maybe_punctuate_stream_time()
+            # Kafka's driver runs every subtopology in one task: one stream time, the highest timestamp
+            # read from any topic (repartition topics too), punctuates them all
+            self.stream_time = max(self.stream_time, task.stream_time)
+            for each in self.tasks:
+                each.maybe_punctuate_stream_time(self.stream_time)
             if self.commit_per_record:
                 for each in self.tasks:
                     each.commit()

@@ -93,3 +93,22 @@ def test_a_transformer_instance_instead_of_a_supplier_is_refused():
     table = StreamsBuilder().table("t")
     with pytest.raises(TopologyError, match="new transformer per task"):
         table.transform_values(Upper())
+
+
+def test_a_join_reading_the_unmaterialized_result_runs_the_transformer_in_a_substitute_context(props):
+    """As Kafka's getter: the table row's timestamp, no topic, no headers; not the stream record's."""
+
+    class Context(ValueTransformerWithKey):
+        def transform(self, key, value):
+            metadata = self.context.record_metadata()
+            return f"{value}|{metadata and metadata.topic}|{list(self.context.headers())}"
+
+    builder = StreamsBuilder()
+    table = builder.table("t", Consumed.with_(S, S)).transform_values(Context)
+    builder.stream("s", Consumed.with_(S, S)).join(table, lambda left, right: f"{left}+{right}").to(
+        "out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("t", S, S).pipe_input("k", "v", 1, headers=[("h", b"table")])
+        driver.create_input_topic("s", S, S).pipe_input("k", "x", 2, headers=[("h", b"stream")])
+        out = driver.create_output_topic("out", S, S).read_records_to_list()
+    assert [(r.value, r.timestamp) for r in out] == [("x+v|None|[]", 2)]

@@ -272,3 +272,25 @@ def test_schedule_takes_a_timedelta_and_rejects_bad_arguments(props):
         for ts in (0, 19, 20, 45):
             source.pipe_input("k", "v", timestamp=ts)
     assert fired == [0, 20, 45]
+
+
+def test_the_driver_s_stream_time_spans_every_subtopology_as_kafka_s_single_task_driver(props):
+    """Kafka's TopologyTestDriver runs all subtopologies as one task: a record of any topic, a repartition
+    topic's too, moves the stream time every STREAM_TIME punctuation follows. Here "b" records, read by
+    another subtopology, fire the punctuation of the processor reading "a"."""
+    fired: list[int] = []
+
+    class Ticker(Processor):
+        def init(self, context):
+            context.schedule(10, PunctuationType.STREAM_TIME, fired.append)
+
+        def process(self, record):
+            pass
+
+    topology = (Topology().add_source("sa", "a").add_processor("t", Ticker, "sa")
+                .add_source("sb", "b").add_sink("out", "out", "sb"))
+    with TopologyTestDriver(topology, props) as driver:
+        driver.create_input_topic("a", S, S).pipe_input("k", "x", timestamp=1)
+        assert fired == [1]
+        driver.create_input_topic("b", S, S).pipe_input("k", "x", timestamp=25)
+        assert fired == [1, 25]

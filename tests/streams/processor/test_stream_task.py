@@ -85,6 +85,21 @@ def test_next_record_is_the_smallest_timestamp_across_partitions(tmp_path):
     task.close()
 
 
+def test_of_equal_timestamps_the_partition_waiting_longest_goes_first(tmp_path):
+    """As Kafka's PartitionGroup queue: "b" filled first goes before "a"; a partition taken from rejoins
+    behind the others waiting with the same timestamp."""
+    builder = StreamsBuilder()
+    builder.stream(["a", "b"]).to("out")
+    sink = ListSink()
+    task = make_task(builder.build(), tmp_path, sink)
+    task.add_records(TopicPartition("b", 1), [raw("b", 0, 10, b"k", b"b0"), raw("b", 1, 10, b"k", b"b1")])
+    task.add_records(TopicPartition("a", 1), [raw("a", 0, 10, b"k", b"a0"), raw("a", 1, 10, b"k", b"a1")])
+    while task.process():
+        pass
+    assert [value for _, _, value, _ in sink.sent] == [b"b0", b"a0", b"b1", b"a1"]
+    task.close()
+
+
 def test_records_of_a_partition_not_owned_are_rejected(tmp_path):
     builder = StreamsBuilder()
     builder.stream("a").to("out")

@@ -15,6 +15,7 @@ from strom.streams.kstream.change import Change
 from strom.streams.kstream.internals.value_getter import UNKNOWN_TIMESTAMP, DerivedValueGetter, ValueGetter
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
+from strom.streams.state.context import RecordContext
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
 from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED
@@ -80,9 +81,11 @@ class _StoreBacked(Processor):
             self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
             self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
 
-    def emit(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
-        """Stores (when materialized) and forwards Change(new, old). A versioned table forwards only a
-        new latest version: an out-of-order update goes into the history, not downstream (KIP-914)."""
+    def emit(self, key: Any, new: Any, old: Any, record: Record) -> None:
+        """Stores (when materialized) and forwards Change(new, old) with ``record``'s timestamp and
+        headers. A versioned table forwards only a new latest version: an out-of-order update goes into
+        the history, not downstream (KIP-914)."""
+        timestamp = record.timestamp
         if self.forwarder is not None:
             if not self.versioned:
                 self.store.put(key, ValueAndTimestamp.make(new, timestamp))
@@ -91,7 +94,9 @@ class _StoreBacked(Processor):
             self.forwarder.maybe_forward(key, new, old, timestamp)
         else:
             change = Change(new, old if self.supplier.send_old_values else None)
-            self.context.forward(new_tuple(Record, (key, change, timestamp, self.context.record_headers)))
+            # the record's headers, not the record context's: a suppress or a punctuation upstream may
+            # forward a record other than the one being processed (Kafka forwards record.withValue)
+            self.context.forward(new_tuple(Record, (key, change, timestamp, record.raw_headers)))
 
 
 class KTableSource(_StoreBacked):
@@ -106,7 +111,7 @@ class KTableSource(_StoreBacked):
         if self.store is not None:
             previous = self.store.get(record.key)
             old = None if previous is None else previous.value
-        self.emit(record.key, record.value, old, record.timestamp)
+        self.emit(record.key, record.value, old, record)
 
 
 class KTableFilter(_StoreBacked):
@@ -132,7 +137,7 @@ class KTableFilter(_StoreBacked):
                 old = self._compute(record.key, change.old_value)
             if new is None and old is None:
                 return
-        self.emit(record.key, new, old, record.timestamp)
+        self.emit(record.key, new, old, record)
 
 
 class KTableFilterValueGetter(DerivedValueGetter):
@@ -167,7 +172,7 @@ class KTableMapValues(_StoreBacked):
             old = None if previous is None else previous.value
         elif self.supplier.send_old_values:
             old = self._compute(record.key, change.old_value)
-        self.emit(record.key, new, old, record.timestamp)
+        self.emit(record.key, new, old, record)
 
 
 class KTableMapValuesValueGetter(DerivedValueGetter):
@@ -212,13 +217,22 @@ class KTableTransformValuesGetter(DerivedValueGetter):
 
     def init(self, context: Any) -> None:
         super().init(context)
+        self.task = context.task
         self.transformer.init(context)
 
     def get(self, key: Any, as_of: int | None = None) -> Any:
+        """The transformer runs in a substitute record context, as in Kafka: the parent value's
+        timestamp, no topic, partition or offset, no headers (not the reading record's)."""
         found = self.parent.get(key, as_of)
-        if found is None:
-            return ValueAndTimestamp.make(self.transformer.transform(key, None), UNKNOWN_TIMESTAMP)
-        return ValueAndTimestamp.make(self.transformer.transform(key, found.value), found.timestamp)
+        timestamp = UNKNOWN_TIMESTAMP if found is None else found.timestamp
+        task = self.task
+        reading = task.record_context
+        task.record_context = RecordContext(timestamp)
+        try:
+            value = self.transformer.transform(key, None if found is None else found.value)
+        finally:
+            task.record_context = reading
+        return ValueAndTimestamp.make(value, timestamp)
 
     def close(self) -> None:
         super().close()

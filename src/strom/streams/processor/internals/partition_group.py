@@ -80,8 +80,8 @@ class RecordQueue:
     """
 
     __slots__ = (
-        "consumed_offset", "head", "key_decode", "partition", "partition_time", "records", "source",
-        "value_decode",
+        "consumed_offset", "head", "key_decode", "partition", "partition_time", "queued_at", "records",
+        "source", "value_decode",
     )
 
     def __init__(self, partition: TopicPartition) -> None:
@@ -93,6 +93,9 @@ class RecordQueue:
         self.source: Any = None
         self.key_decode: Callable[[bytes], Any] | None = None
         self.value_decode: Callable[[bytes], Any] | None = None
+        self.queued_at = 0
+        """When the queue last joined the ones waiting (became non-empty, or was taken from and kept
+        records): of heads with equal timestamps the earliest joined goes first, as in Kafka's queue."""
 
     def read_by(self, source: Any) -> None:
         """``source`` (a SourceNode) reads this partition: its decoders are bound to the topic once."""
@@ -132,6 +135,7 @@ class PartitionGroup:
         self.queues: dict[TopicPartition, RecordQueue] = {}
         self.single: RecordQueue | None = None
         self.buffered = 0
+        self.joins = 0
         for partition in partitions:
             self.add_partition(partition)
 
@@ -146,16 +150,23 @@ class PartitionGroup:
         before = len(queue.records)
         queue.records.extend(records)
         added = len(queue.records) - before
+        if added and not len(queue) - added:
+            self.joins += 1
+            queue.queued_at = self.joins
         self.buffered += added
         return added
 
     def consume(self, queue: RecordQueue, count: int) -> None:
         queue.consume(count)
         self.buffered -= count
+        if len(queue):
+            self.joins += 1
+            queue.queued_at = self.joins
 
     def next_run(self) -> tuple[RecordQueue, int]:
-        """The non-empty queue whose head has the smallest timestamp (ties: the first), and the
-        smallest head timestamp of the others: records stay the right choice up to that time."""
+        """The non-empty queue whose head has the smallest timestamp (ties: the one waiting longest,
+        ``queued_at``), and the smallest head timestamp of the others: records stay the right choice up
+        to that time."""
         if self.single is not None:
             return self.single, NEVER
         best: RecordQueue | None = None
@@ -164,7 +175,7 @@ class PartitionGroup:
         for queue in self.queues.values():
             if len(queue):
                 ts = queue.records[queue.head].timestamp
-                if best is None or ts < best_ts:
+                if best is None or ts < best_ts or (ts == best_ts and queue.queued_at < best.queued_at):
                     others = min(others, best_ts)
                     best, best_ts = queue, ts
                 else:

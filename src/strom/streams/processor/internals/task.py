@@ -459,10 +459,13 @@ class StreamTask:
         ) from exc
 
     # ---- punctuation ----------------------------------------------------------------------------
-    def maybe_punctuate_stream_time(self) -> bool:
-        if self.context.stream_time < 0:
+    def maybe_punctuate_stream_time(self, stream_time: int | None = None) -> bool:
+        """Fires the due STREAM_TIME punctuations at the task's stream time (or ``stream_time``: the
+        test driver's, which spans every subtopology as Kafka's single-task driver does)."""
+        now = self.context.stream_time if stream_time is None else stream_time
+        if now < 0:
             return False
-        return self.context.stream_time_punctuations.may_punctuate(self.context.stream_time, self._punctuate)
+        return self.context.stream_time_punctuations.may_punctuate(now, self._punctuate)
 
     def maybe_punctuate_system_time(self, now: int | None = None) -> bool:
         now = self.context.system_time() if now is None else now

@@ -56,7 +56,16 @@ import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
+import org.apache.kafka.streams.processor.PunctuationType;
 import org.apache.kafka.streams.processor.StateStore;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
+import org.apache.kafka.streams.processor.api.Processor;
+import org.apache.kafka.streams.processor.api.ProcessorContext;
+import org.apache.kafka.streams.processor.api.Record;
+import org.apache.kafka.streams.kstream.ValueTransformerWithKey;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.SessionStore;
@@ -199,6 +208,206 @@ public final class Oracle {
             case "Double": return Serdes.Double();
             case "ByteArray": return Serdes.ByteArray();
             default: throw new IllegalArgumentException("serde " + name);
+        }
+    }
+
+    // ---- processors and transformers (tests/oracle/functions.py is the same in Python) -----------------
+
+    /** What a named processor does with a record: the store update and the records it forwards. */
+    static List<Object[]> processRecord(String fn, KeyValueStore<String, Long> store, String key, Long value,
+                                        boolean fixedKey) {
+        List<Object[]> out = new ArrayList<>(); // {key, value, timestamp offset, added header}
+        switch (fn) {
+            case "running_sum": {
+                if (key == null || value == null) {
+                    out.add(new Object[] {key, value, 0L, false});
+                    return out;
+                }
+                Long old = store.get(key);
+                long total = (old == null ? 0L : old) + value;
+                store.put(key, total);
+                out.add(new Object[] {key, total, 0L, false});
+                return out;
+            }
+            case "dedupe": {
+                if (key == null) {
+                    out.add(new Object[] {key, value, 0L, false});
+                    return out;
+                }
+                Long old = store.get(key);
+                if (value == null ? old != null : !value.equals(old)) {
+                    store.put(key, value);
+                    out.add(new Object[] {key, value, 0L, false});
+                }
+                return out;
+            }
+            case "buffer_then_punctuate":
+                if (key != null) {
+                    store.put(key, value);
+                }
+                return out;
+            case "fanout":
+                if (fixedKey) {
+                    out.add(new Object[] {key, value == null ? null : value * 2, 0L, false});
+                    out.add(new Object[] {key, null, 1L, true});
+                } else {
+                    out.add(new Object[] {selectKey("next", key, value), value, 0L, false});
+                    out.add(new Object[] {null, value == null ? null : value + 1, 1L, true});
+                }
+                return out;
+            default: throw new IllegalArgumentException("processor " + fn);
+        }
+    }
+
+    /** The stored entries a punctuation forwards, in key order (deleted if the processor buffers). */
+    static List<KeyValue<String, Long>> punctuateStore(String fn, KeyValueStore<String, Long> store) {
+        List<KeyValue<String, Long>> entries = new ArrayList<>();
+        try (KeyValueIterator<String, Long> it = store.all()) {
+            it.forEachRemaining(entries::add);
+        }
+        if (fn.equals("buffer_then_punctuate")) {
+            for (KeyValue<String, Long> e : entries) {
+                store.delete(e.key);
+            }
+        }
+        return entries;
+    }
+
+    static void schedule(JsonNode node, org.apache.kafka.streams.processor.api.ProcessingContext context,
+                         org.apache.kafka.streams.processor.Punctuator punctuator) {
+        JsonNode p = node.get("punctuate");
+        if (p != null && !p.isNull()) {
+            PunctuationType type = p.get("type").asText().equals("wall")
+                    ? PunctuationType.WALL_CLOCK_TIME : PunctuationType.STREAM_TIME;
+            context.schedule(ms(p, "interval"), type, punctuator);
+        }
+    }
+
+    static final class NamedProcessor implements Processor<Object, Object, Object, Object> {
+        private final JsonNode node;
+        private final String fn;
+        private ProcessorContext<Object, Object> context;
+        private KeyValueStore<String, Long> store;
+
+        NamedProcessor(JsonNode node) {
+            this.node = node;
+            this.fn = node.get("fn").asText();
+        }
+
+        @Override
+        public void init(ProcessorContext<Object, Object> context) {
+            this.context = context;
+            if (node.hasNonNull("store")) {
+                store = context.getStateStore(node.get("store").asText());
+            }
+            schedule(node, context, ts -> {
+                for (KeyValue<String, Long> e : punctuateStore(fn, store)) {
+                    context.forward(new Record<>(e.key, e.value, ts));
+                }
+            });
+        }
+
+        @Override
+        public void process(Record<Object, Object> record) {
+            for (Object[] o : processRecord(fn, store, (String) record.key(), (Long) record.value(), false)) {
+                Record<Object, Object> r = record.withKey(o[0]).withValue(o[1])
+                        .withTimestamp(record.timestamp() + (Long) o[2]);
+                if ((Boolean) o[3]) {
+                    r.headers().add("p", new byte[] {1});
+                }
+                context.forward(r);
+            }
+        }
+    }
+
+    static final class NamedFixedKeyProcessor implements FixedKeyProcessor<Object, Object, Object> {
+        private final JsonNode node;
+        private final String fn;
+        private FixedKeyProcessorContext<Object, Object> context;
+        private KeyValueStore<String, Long> store;
+        private FixedKeyRecord<Object, Object> last;
+
+        NamedFixedKeyProcessor(JsonNode node) {
+            this.node = node;
+            this.fn = node.get("fn").asText();
+        }
+
+        @Override
+        public void init(FixedKeyProcessorContext<Object, Object> context) {
+            this.context = context;
+            if (node.hasNonNull("store")) {
+                store = context.getStateStore(node.get("store").asText());
+            }
+            // a fixed-key processor forwards only records derived from one it received: the latest one,
+            // carrying the sum of the stored values
+            schedule(node, context, ts -> {
+                long sum = 0;
+                boolean any = false;
+                for (KeyValue<String, Long> e : punctuateStore(fn, store)) {
+                    sum += e.value;
+                    any = true;
+                }
+                if (any && last != null) {
+                    context.forward(last.withValue(sum).withTimestamp(ts));
+                }
+            });
+        }
+
+        @Override
+        public void process(FixedKeyRecord<Object, Object> record) {
+            last = record;
+            for (Object[] o : processRecord(fn, store, (String) record.key(), (Long) record.value(), true)) {
+                FixedKeyRecord<Object, Object> r = record.withValue(o[1])
+                        .withTimestamp(record.timestamp() + (Long) o[2]);
+                if ((Boolean) o[3]) {
+                    r.headers().add("p", new byte[] {1});
+                }
+                context.forward(r);
+            }
+        }
+    }
+
+    static final class NamedTransformer implements ValueTransformerWithKey<Object, Object, Object> {
+        private final String fn;
+        private final String storeName;
+        private org.apache.kafka.streams.processor.ProcessorContext context;
+        private KeyValueStore<String, Long> store;
+
+        NamedTransformer(String fn, String storeName) {
+            this.fn = fn;
+            this.storeName = storeName;
+        }
+
+        @Override
+        public void init(org.apache.kafka.streams.processor.ProcessorContext context) {
+            this.context = context;
+            if (storeName != null) {
+                store = context.getStateStore(storeName);
+            }
+        }
+
+        @Override
+        public Object transform(Object key, Object value) {
+            Long v = (Long) value;
+            switch (fn) {
+                case "triple": return v == null ? null : v * 3;
+                case "context": {
+                    // the record context: a value getter's transformer sees a substitute (no topic, no headers)
+                    int headers = context.headers().toArray().length;
+                    return v == null ? null : v + (context.topic() == null ? 1000 : 0) + 10L * headers;
+                }
+                case "count_seen": {
+                    Long seen = store.get((String) key);
+                    long n = (seen == null ? 0L : seen) + 1;
+                    store.put((String) key, n);
+                    return v == null ? null : v * 10 + n;
+                }
+                default: throw new IllegalArgumentException("transformer " + fn);
+            }
+        }
+
+        @Override
+        public void close() {
         }
     }
 
@@ -449,6 +658,31 @@ public final class Oracle {
                 }
                 return l.join(g, (k, v) -> selectKey(keyFn, k, v), (a, b) -> join(fn, a, b));
             }
+            case "state_store": {
+                String name = node.get("name").asText();
+                var supplier = node.get("persistent").asBoolean()
+                        ? Stores.persistentKeyValueStore(name) : Stores.inMemoryKeyValueStore(name);
+                var storeBuilder = Stores.keyValueStoreBuilder(supplier, Serdes.String(), Serdes.Long());
+                builder.addStateStore(node.get("caching").asBoolean()
+                        ? storeBuilder.withCachingEnabled() : storeBuilder.withCachingDisabled());
+                return null;
+            }
+            case "process": {
+                String[] stores = node.hasNonNull("store") ? new String[] {node.get("store").asText()} : new String[0];
+                if (node.path("fixed_key").asBoolean()) {
+                    return ((KStream) in).processValues(() -> new NamedFixedKeyProcessor(node), stores);
+                }
+                return ((KStream) in).process(() -> new NamedProcessor(node), stores);
+            }
+            case "transform_values": {
+                String store = node.path("transformer_store").asText(null);
+                String[] stores = store == null ? new String[0] : new String[] {store};
+                KTable t = (KTable) in;
+                if (node.hasNonNull("store")) {
+                    return t.transformValues(() -> new NamedTransformer(fn, store), materialized(node), stores);
+                }
+                return t.transformValues(() -> new NamedTransformer(fn, store), stores);
+            }
             default:
                 throw new IllegalArgumentException("unknown op " + op);
         }
@@ -547,7 +781,9 @@ public final class Oracle {
         Topology topology = builder.build(props);
 
         ObjectNode result = F.objectNode();
-        try (TopologyTestDriver driver = new TopologyTestDriver(topology, props)) {
+        try (TopologyTestDriver driver = spec.has("wall_clock")
+                ? new TopologyTestDriver(topology, props, java.time.Instant.ofEpochMilli(spec.get("wall_clock").asLong()))
+                : new TopologyTestDriver(topology, props)) {
             Map<String, TestInputTopic<byte[], byte[]>> inputs = new HashMap<>();
             for (JsonNode record : spec.get("input")) {
                 if (record.has("advance")) {
