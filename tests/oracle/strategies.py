@@ -177,8 +177,10 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.source("table", draw(st.sampled_from(["t1", "t2"])))
     choice = draw(st.sampled_from([
         "source", "to_table", "aggregate", "filter", "map_values", "table_join", "fk_join", "table_group_by",
-        "suppress",
+        "suppress", "versioned",
     ]))
+    if choice == "versioned":
+        return _versioned_table(draw, spec, depth)
     if choice == "source":
         topic = draw(st.sampled_from(["t1", "t2"]))
         if topic not in spec.sources:
@@ -216,6 +218,38 @@ def _table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     return spec.add("suppress", **{"in": src}, kind="until_time_limit",
                     time_limit=draw(st.sampled_from([0, 10, 100])),
                     max_records=draw(st.sampled_from([None, 1, 3])))
+
+
+def _versioned(draw: st.DrawFn, spec: _Spec) -> dict[str, Any]:
+    """Options of a table stored in a versioned store, its history short or long next to the input's
+    time steps (read at the end as the latest value and as of a few times: ``_as_of``)."""
+    name = f"store{len(spec.stores)}"
+    spec.stores.append({"name": name, "kind": "versioned"})
+    return {"store": name, "versioned": {"history": draw(st.sampled_from([0, 15, 60, 1000, 100_000]))}}
+
+
+def _versioned_table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    """A versioned table: a source or to_table, or a filter or map_values of one stored versioned."""
+    choice = draw(st.sampled_from(["source", "to_table", "filter", "map_values"]))
+    if choice == "source":
+        topic = draw(st.sampled_from(["t1", "t2"]))
+        if topic not in spec.sources:
+            spec.sources[topic] = spec.add("table", topic=topic, **_versioned(draw, spec))
+        return spec.sources[topic]
+    if choice == "to_table":
+        return spec.add("to_table", **{"in": _stream(draw, spec, depth - 1)}, **_versioned(draw, spec))
+    src = _versioned_table(draw, spec, depth - 1) if depth > 1 else _table(draw, spec, depth - 1)
+    fn = draw(st.sampled_from(PREDICATES if choice == "filter" else MAPPERS))
+    return spec.add(choice, **{"in": src}, fn=fn, **_versioned(draw, spec))
+
+
+def _as_of(draw: st.DrawFn, spec: dict[str, Any]) -> None:
+    """Gives each versioned store of ``spec`` a few times to be read as of, near its input's timestamps."""
+    times = sorted({record["ts"] for record in spec["input"] if "ts" in record})
+    for store in spec["stores"]:
+        if store["kind"] == "versioned" and times:
+            store["as_of"] = sorted({max(0, draw(st.sampled_from(times)) + draw(st.sampled_from([-1, 0, 1])))
+                                     for _ in range(draw(st.integers(0, 3)))})
 
 
 def _windowed(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
@@ -289,13 +323,15 @@ def _topologies(draw: st.DrawFn, root: str) -> dict[str, Any]:
     else:
         node = spec.add("windowed_to_stream", **{"in": _windowed(draw, spec, depth)})
     sinks = [{"in": node, "topic": "out"}]
-    return {
+    drawn = {
         "props": _props(draw),
         "nodes": spec.nodes,
         "sinks": sinks,
         "stores": spec.stores,
         "input": draw(_input(sorted(spec.sources))),
     }
+    _as_of(draw, drawn)
+    return drawn
 
 
 SERDE_VALUES: dict[str, Any] = {

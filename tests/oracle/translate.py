@@ -32,6 +32,7 @@ from strom.streams import (
     Serdes,
     SessionWindows,
     SlidingWindows,
+    Stores,
     StreamsBuilder,
     Suppressed,
     TimeWindows,
@@ -56,6 +57,8 @@ def serde(name: str) -> Any:
 
 def materialized(node: dict[str, Any]) -> Materialized:
     m = Materialized.as_(node["store"]) if node.get("store") else Materialized()
+    if "versioned" in node:
+        m = Materialized.as_(versioned_store(node))
     if "caching" in node:
         m = m.with_caching_enabled() if node["caching"] else m.with_caching_disabled()
     if "key_serde" in node:
@@ -63,6 +66,24 @@ def materialized(node: dict[str, Any]) -> Materialized:
     if "value_serde" in node:
         m = m.with_value_serde(serde(node["value_serde"]))
     return m
+
+
+def versioned_store(node: dict[str, Any]) -> Any:
+    """A node's versioned store: ``{"store": name, "versioned": {"history": ms}}``."""
+    return Stores.persistent_versioned_key_value_store(node["store"], node["versioned"]["history"])
+
+
+def _versioned_rows(driver: TopologyTestDriver, store: dict[str, Any]) -> list[list[Any]]:
+    """[key, as_of or None, value, timestamp, valid_to] for each of KEYS at the latest and as of each of
+    the store's ``as_of`` times, as Oracle.java's versionedRows."""
+    versioned = driver.get_versioned_key_value_store(store["name"])
+    rows: list[list[Any]] = []
+    for key in f.KEYS:
+        for as_of in (None, *store.get("as_of", ())):
+            record = versioned.get(key) if as_of is None else versioned.get(key, as_of)
+            if record is not None:
+                rows.append([key, as_of, render(record.value), record.timestamp, record.valid_to])
+    return rows
 
 
 def _windows(w: dict[str, Any]) -> Any:
@@ -267,6 +288,8 @@ def _store_rows(driver: TopologyTestDriver, store: dict[str, Any]) -> list[list[
     name, kind = store["name"], store["kind"]
     if kind == "kv":
         return [[render(k), render(v)] for k, v in driver.get_key_value_store(name).all()]
+    if kind == "versioned":
+        return _versioned_rows(driver, store)
     if kind == "window":
         return [[render(wk.key), wk.window.start, wk.window.end, render(v)]
                 for wk, v in driver.get_window_store(name).all()]

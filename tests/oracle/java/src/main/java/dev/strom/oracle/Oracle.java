@@ -56,7 +56,10 @@ import org.apache.kafka.streams.processor.StateStore;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.KeyValueStore;
 import org.apache.kafka.streams.state.SessionStore;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.ValueAndTimestamp;
+import org.apache.kafka.streams.state.VersionedKeyValueStore;
+import org.apache.kafka.streams.state.VersionedRecord;
 import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.streams.test.TestRecord;
 
@@ -192,6 +195,9 @@ public final class Oracle {
         Materialized m = node.hasNonNull("store")
                 ? Materialized.as(node.get("store").asText())
                 : Materialized.with(null, null);
+        if (node.has("versioned")) {
+            m = Materialized.as(versionedStore(node));
+        }
         if (node.has("caching")) {
             m = node.get("caching").asBoolean() ? m.withCachingEnabled() : m.withCachingDisabled();
         }
@@ -202,6 +208,41 @@ public final class Oracle {
             m = m.withValueSerde(serde(node.get("value_serde").asText()));
         }
         return m;
+    }
+
+    /** A node's versioned store: {"store": name, "versioned": {"history": ms}}. */
+    static org.apache.kafka.streams.state.VersionedBytesStoreSupplier versionedStore(JsonNode node) {
+        return Stores.persistentVersionedKeyValueStore(node.get("store").asText(),
+                ms(node.get("versioned"), "history"));
+    }
+
+    /** A versioned store's rows: [key, as_of or null, value, timestamp, valid_to or null] for each of KEYS
+     * at the latest and as of each of the store's "as_of" times; a key without a value there has no row. */
+    static void versionedRows(VersionedKeyValueStore<Object, Object> store, JsonNode spec, ArrayNode rows) {
+        for (String key : KEYS) {
+            versionedRow(rows, key, null, store.get(key));
+            for (JsonNode asOf : spec.path("as_of")) {
+                versionedRow(rows, key, asOf.asLong(), store.get(key, asOf.asLong()));
+            }
+        }
+    }
+
+    static void versionedRow(ArrayNode rows, String key, Long asOf, VersionedRecord<Object> record) {
+        if (record == null) {
+            return;
+        }
+        ArrayNode row = rows.addArray().add(key);
+        if (asOf == null) {
+            row.addNull();
+        } else {
+            row.add(asOf);
+        }
+        row.add(render(record.value())).add(record.timestamp());
+        if (record.validTo().isPresent()) {
+            row.add(record.validTo().get());
+        } else {
+            row.addNull();
+        }
     }
 
     static Duration ms(JsonNode node, String field) {
@@ -534,6 +575,9 @@ public final class Oracle {
                         }
                         break;
                     }
+                    case "versioned":
+                        versionedRows(driver.getVersionedKeyValueStore(name), store, rows);
+                        break;
                     default: throw new IllegalArgumentException("store kind " + store);
                 }
             }
