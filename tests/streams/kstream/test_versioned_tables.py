@@ -1,5 +1,6 @@
-"""Versioned tables (KIP-914): a table materialized in a versioned store keeps its history, forwards only
-new latest versions, and a stream-table join reads it as of each stream record's time."""
+"""Versioned tables (KIP-914): a table materialized in a versioned store keeps its history, marks the
+updates it stores behind a later version as out of order (joins and group_by drop them), and a
+stream-table join reads it as of each stream record's time."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
+    Grouped,
     Joined,
     Materialized,
     Produced,
     StreamsBuilder,
+    Suppressed,
     TopologyTestDriver,
     VersionedRecord,
 )
+from strom.streams.kstream.suppressed import BufferConfig
 from strom.streams.processor.api import Processor
 from strom.streams.state.stores import Stores
 
@@ -26,23 +30,62 @@ def versioned(name: str, retention_ms: int = 60_000) -> Materialized:
     return Materialized.as_(Stores.persistent_versioned_key_value_store(name, retention_ms))
 
 
-def test_a_source_table_keeps_its_history_and_forwards_only_new_latest_versions(props):
+def test_a_source_table_keeps_its_history_and_forwards_updates_its_history_keeps(props):
     builder = StreamsBuilder()
-    table = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    table = builder.table("prices", Consumed.with_(S, S), versioned("prices", 1500))
     table.to_stream().to("out", Produced.with_(S, S))
     with TopologyTestDriver(builder.build(), props) as driver:
         prices = driver.create_input_topic("prices", S, S)
         prices.pipe_input("apple", "1.00", timestamp=1000)
         prices.pipe_input("apple", "1.20", timestamp=3000)
-        prices.pipe_input("apple", "1.10", timestamp=2000)  # late: history only
+        prices.pipe_input("apple", "1.10", timestamp=2000)  # late: into the history, and forwarded as Kafka's
+        prices.pipe_input("apple", "0.90", timestamp=1400)  # older than the history keeps: dropped
         prices.pipe_input("apple", None, timestamp=4000)
         out = driver.create_output_topic("out", S, S).read_records_to_list()
         store = driver.get_versioned_key_value_store("prices")
-        assert [(r.value, r.timestamp) for r in out] == [("1.00", 1000), ("1.20", 3000), (None, 4000)]
+        assert [(r.value, r.timestamp) for r in out] == [
+            ("1.00", 1000), ("1.20", 3000), ("1.10", 2000), (None, 4000)]
         assert store.get("apple") is None
         assert store.get("apple", 2500) == VersionedRecord("1.10", 2000, 3000)
-        assert store.get("apple", 1500) == VersionedRecord("1.00", 1000, 2000)
         assert store.get("apple", 3999) == VersionedRecord("1.20", 3000, 4000)
+
+
+def test_joins_and_group_by_drop_a_versioned_table_s_out_of_order_updates(props):
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    stock = builder.table("stock", Consumed.with_(S, S))
+    prices.join(stock, lambda price, n: f"{n}@{price}").to_stream().to("joined", Produced.with_(S, S))
+    (prices.group_by(lambda key, price: (price, key), Grouped.with_(S, S)).count()
+     .to_stream().to("counts", Produced.with_(S, Serdes.Long())))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("stock", S, S).pipe_input("apple", "7", timestamp=0)
+        prices_in = driver.create_input_topic("prices", S, S)
+        prices_in.pipe_input("apple", "1.00", timestamp=1000)
+        prices_in.pipe_input("apple", "1.20", timestamp=3000)
+        prices_in.pipe_input("apple", "1.10", timestamp=2000)
+        assert driver.create_output_topic("joined", S, S).read_values_to_list() == ["7@1.00", "7@1.20"]
+        assert driver.create_output_topic("counts", S, Serdes.Long()).read_key_values_to_list() == [
+            ("1.00", 1), ("1.00", 0), ("1.20", 1)]
+
+
+def test_a_filter_of_a_versioned_table_forwards_deletions_of_rows_it_never_let_through(props):
+    builder = StreamsBuilder()
+    (builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+     .filter(lambda key, price: float(price) < 2)
+     .to_stream().to("out", Produced.with_(S, S)))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("prices", S, S).pipe_input("apple", "5.00", timestamp=1000)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [("apple", None)]
+
+
+def test_suppress_refuses_a_versioned_table_and_its_unmaterialized_derivations():
+    builder = StreamsBuilder()
+    table = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    for versioned_table in (table, table.map_values(lambda price: price + "!")):
+        with pytest.raises(TopologyError, match="not versioned"):
+            versioned_table.suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    table.map_values(lambda price: price, Materialized.as_("plain")).suppress(
+        Suppressed.until_time_limit(10, BufferConfig.unbounded()))
 
 
 def _join_topology(store: Materialized | None) -> StreamsBuilder:
@@ -74,7 +117,7 @@ def test_without_a_versioned_table_a_late_record_joins_the_latest_value(props):
         ("apple", "5@1.20"), ("apple", "2@1.20"), ("apple", "7@1.20")]
 
 
-def test_a_versioned_filter_result_drops_late_updates_downstream(props):
+def test_a_versioned_filter_result_forwards_late_updates_its_history_keeps(props):
     builder = StreamsBuilder()
     (builder.table("prices", Consumed.with_(S, S))
      .filter(lambda key, price: float(price) < 2, versioned("cheap"))
@@ -85,7 +128,7 @@ def test_a_versioned_filter_result_drops_late_updates_downstream(props):
         prices.pipe_input("apple", "1.50", timestamp=3000)
         prices.pipe_input("apple", "1.20", timestamp=2000)
         assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
-            ("apple", "1.00"), ("apple", "1.50")]
+            ("apple", "1.00"), ("apple", "1.50"), ("apple", "1.20")]
         assert driver.get_versioned_key_value_store("cheap").get("apple", 2500) == VersionedRecord(
             "1.20", 2000, 3000)
 

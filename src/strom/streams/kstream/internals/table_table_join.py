@@ -62,6 +62,8 @@ class KTableKTableJoinSide(Processor):
             self.context.metrics.dropped_records += 1
             return
         change: Change = record.value
+        if not change.is_latest:
+            return  # a versioned table's out-of-order update (KIP-914)
         new, old = change.new_value, change.old_value
         current = self.other.get(key)
         other = None if current is None else current.value
