@@ -113,7 +113,10 @@ def _stream(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     choice = draw(st.sampled_from([
         "source", "filter", "filter_not", "map_values", "select_key", "map", "flat_map_values", "merge",
         "repartition", "split", "to_stream", "windowed_to_stream", "stream_table_join", "stream_stream_join",
+        "versioned_table_join",
     ]))
+    if choice == "versioned_table_join":
+        return _versioned_table_join(draw, spec, depth)
     if choice == "source":
         return _stream(draw, spec, 0)
     if choice in ("filter", "filter_not", "split"):
@@ -241,6 +244,21 @@ def _versioned_table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     src = _versioned_table(draw, spec, depth - 1) if depth > 1 else _table(draw, spec, depth - 1)
     fn = draw(st.sampled_from(PREDICATES if choice == "filter" else MAPPERS))
     return spec.add(choice, **{"in": src}, fn=fn, **_versioned(draw, spec))
+
+
+def _versioned_table_join(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    """A stream-table join with a versioned table (it reads the table as of each record's time), its
+    records waiting for late table updates (a grace period, KIP-923) when the table is a versioned
+    store that keeps the grace's history."""
+    left = _stream(draw, spec, depth - 1)
+    right = _versioned_table(draw, spec, depth)
+    params: dict[str, Any] = {"in": left, "other": right, "kind": draw(st.sampled_from(["inner", "left"])),
+                              "fn": draw(st.sampled_from(["lr", "left"]))}
+    history = next(node for node in spec.nodes if node["id"] == right).get("versioned", {}).get("history", 0)
+    graces = [grace for grace in (5, 30, 100) if grace <= history]
+    if graces and draw(st.booleans()):
+        return spec.add("join_grace", **params, grace=draw(st.sampled_from(graces)))
+    return spec.add("join", **params)
 
 
 def _suppresses_versioned(spec: dict[str, Any]) -> bool:

@@ -20,6 +20,7 @@ from strom.streams import (
     Branched,
     Consumed,
     EmitStrategy,
+    Joined,
     JoinWindows,
     KGroupedStream,
     KGroupedTable,
@@ -197,6 +198,9 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
         if isinstance(src, KTable) and node.get("store"):
             return method(other, joiner, materialized(node))
         return method(other, joiner)
+    if op == "join_grace":
+        method = src.left_join if node["kind"] == "left" else src.join
+        return method(built[node["other"]], f.join(fn), Joined.with_().with_grace_period(node["grace"]))
     if op == "fk_join":
         method = src.left_join if node["kind"] == "left" else src.join
         fk = f.select_key("vmod3")

@@ -432,6 +432,15 @@ public final class Oracle {
                     default: throw new IllegalArgumentException(kind);
                 }
             }
+            case "join_grace": {
+                // a stream-table join whose records wait for late table updates (KIP-923; versioned tables)
+                KStream l = (KStream) in;
+                KTable r = (KTable) built.get(node.get("other").asText());
+                org.apache.kafka.streams.kstream.Joined joined = org.apache.kafka.streams.kstream.Joined
+                        .with(null, null, null).withGracePeriod(ms(node, "grace"));
+                return node.get("kind").asText().equals("left") ? l.leftJoin(r, (a, b) -> join(fn, a, b), joined)
+                        : l.join(r, (a, b) -> join(fn, a, b), joined);
+            }
             case "fk_join": {
                 KTable l = (KTable) in;
                 KTable r = (KTable) built.get(node.get("other").asText());
