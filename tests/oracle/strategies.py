@@ -232,8 +232,9 @@ def _versioned(draw: st.DrawFn, spec: _Spec) -> dict[str, Any]:
 
 
 def _versioned_table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
-    """A versioned table: a source or to_table, or a filter or map_values of one stored versioned."""
-    choice = draw(st.sampled_from(["source", "to_table", "filter", "map_values"]))
+    """A versioned table: a source, to_table, a table-table join's result, or a filter or map_values of
+    a table, stored versioned."""
+    choice = draw(st.sampled_from(["source", "to_table", "filter", "map_values", "table_join"]))
     if choice == "source":
         topic = draw(st.sampled_from(["t1", "t2"]))
         if topic not in spec.sources:
@@ -241,6 +242,11 @@ def _versioned_table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.sources[topic]
     if choice == "to_table":
         return spec.add("to_table", **{"in": _stream(draw, spec, depth - 1)}, **_versioned(draw, spec))
+    if choice == "table_join":
+        left = _versioned_table(draw, spec, depth - 1) if depth > 1 else _table(draw, spec, 0)
+        right = _table(draw, spec, depth - 1)
+        kind = draw(st.sampled_from(["inner", "left", "outer"]))
+        return spec.add("join", **{"in": left}, other=right, kind=kind, fn="lr", **_versioned(draw, spec))
     src = _versioned_table(draw, spec, depth - 1) if depth > 1 else _table(draw, spec, depth - 1)
     fn = draw(st.sampled_from(PREDICATES if choice == "filter" else MAPPERS))
     return spec.add(choice, **{"in": src}, fn=fn, **_versioned(draw, spec))

@@ -240,3 +240,22 @@ def test_a_stream_record_joins_a_versioned_global_table_as_of_its_time(props):
             ("p1", "EUR:10*1.2"), ("p2", "EUR:20*1.1")]
         rates_store = driver.get_versioned_key_value_store("rates")
         assert rates_store.get("EUR", 2000) == VersionedRecord("1.1", 1000, 3000)
+
+
+def test_a_table_table_join_result_in_a_versioned_store_keeps_results_older_than_the_latest_as_history(props):
+    builder = StreamsBuilder()
+    left = builder.table("left", Consumed.with_(S, S))
+    right = builder.table("right", Consumed.with_(S, S))
+    joined = left.join(right, lambda a, b: f"{a}+{b}", versioned("joined"))
+    joined.to_stream().to("out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        left_in, right_in = driver.create_input_topic("left", S, S), driver.create_input_topic("right", S, S)
+        left_in.pipe_input("a", "x", timestamp=5000)
+        right_in.pipe_input("a", "1", timestamp=5000)
+        right_in.pipe_input("a", "2", timestamp=100)  # a plain table takes it as the latest
+        left_in.pipe_input("a", "y", timestamp=200)  # a result at 200, behind the one at 5000
+        out = driver.create_output_topic("out", S, S).read_records_to_list()
+        assert [(r.value, r.timestamp) for r in out] == [("x+1", 5000), ("x+2", 5000), ("y+2", 200)]
+        store = driver.get_versioned_key_value_store("joined")
+        assert store.get("a") == VersionedRecord("x+2", 5000)
+        assert store.get("a", 300) == VersionedRecord("y+2", 200, 5000)
