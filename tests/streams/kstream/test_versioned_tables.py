@@ -200,6 +200,19 @@ def test_with_a_grace_period_records_wait_for_late_table_updates_and_leave_in_ti
         assert out.read_key_values_to_list() == [("apple", "d@1.00")]
 
 
+def test_a_grace_period_buffer_of_a_stream_without_serdes_uses_the_default_serdes(props):
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    orders = builder.stream("orders", Consumed.with_(S, S)).map_values(lambda qty: qty + "!")  # no serde
+    orders.join(prices, lambda qty, price: f"{qty}@{price}", Joined.with_().with_grace_period(100)).to("out")
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("prices", S, S).pipe_input("apple", "1.00", timestamp=0)
+        orders_in = driver.create_input_topic("orders", S, S)
+        orders_in.pipe_input("apple", "2", timestamp=10)
+        orders_in.pipe_input("apple", "3", timestamp=200)
+        assert driver.create_output_topic("out", S, S).read_values_to_list() == ["2!@1.00"]
+
+
 def test_buffered_records_survive_a_restart(props, tmp_path):
     props = {**props, "state.dir": str(tmp_path)}
     with TopologyTestDriver(_graced(1000).build(), props) as driver:
