@@ -234,7 +234,7 @@ def _versioned(draw: st.DrawFn, spec: _Spec) -> dict[str, Any]:
 def _versioned_table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     """A versioned table: a source, to_table, a table-table join's result, or a filter or map_values of
     a table, stored versioned."""
-    choice = draw(st.sampled_from(["source", "to_table", "filter", "map_values", "table_join"]))
+    choice = draw(st.sampled_from(["source", "to_table", "filter", "map_values", "table_join", "aggregate"]))
     if choice == "source":
         topic = draw(st.sampled_from(["t1", "t2"]))
         if topic not in spec.sources:
@@ -242,6 +242,8 @@ def _versioned_table(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
         return spec.sources[topic]
     if choice == "to_table":
         return spec.add("to_table", **{"in": _stream(draw, spec, depth - 1)}, **_versioned(draw, spec))
+    if choice == "aggregate":
+        return _versioned_aggregation(draw, spec, depth)
     if choice == "table_join":
         left = _versioned_table(draw, spec, depth - 1) if depth > 1 else _table(draw, spec, 0)
         right = _table(draw, spec, depth - 1)
@@ -278,6 +280,23 @@ def _suppresses_versioned(spec: dict[str, Any]) -> bool:
         else:
             versioned[node["id"]] = "versioned" in node
     return any(node["op"] == "suppress" and versioned[node["in"]] for node in spec["nodes"])
+
+
+def _versioned_aggregation(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
+    """A stream or table aggregation stored versioned (an aggregate older than the history retention is
+    neither stored nor forwarded)."""
+    op = draw(st.sampled_from(["count", "reduce", "aggregate"]))
+    params: dict[str, Any] = {}
+    if draw(st.booleans()):
+        params["in"] = _grouped_stream(draw, spec, depth - 1)
+        if op != "count":
+            params["fn"] = draw(st.sampled_from(REDUCERS if op == "reduce" else ["sum", "max"]))
+    else:
+        params["in"] = spec.add("group_by", **{"in": _table(draw, spec, depth - 1)},
+                                fn=draw(st.sampled_from(KEY_SELECTORS)))
+        if op != "count":
+            params.update(fn="sum", subtractor="sub")
+    return spec.add(op, **params, **_versioned(draw, spec))
 
 
 def _as_of(draw: st.DrawFn, spec: dict[str, Any]) -> None:

@@ -133,10 +133,42 @@ def test_a_versioned_filter_result_forwards_late_updates_its_history_keeps(props
             "1.20", 2000, 3000)
 
 
-def test_aggregations_refuse_a_versioned_store_with_a_way_out():
+def test_a_versioned_aggregate_neither_stores_nor_forwards_one_older_than_its_history(props):
     builder = StreamsBuilder()
+    counts = builder.stream("in", Consumed.with_(S, S)).group_by_key().count(versioned("counts", 100))
+    counts.to_stream().to("out", Produced.with_(S, Serdes.Long()))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_input("a", "x", timestamp=1000)
+        source.pipe_input("b", "x", timestamp=10)  # a new key, older than 1000 - 100: its count is lost
+        source.pipe_input("a", "x", timestamp=20)  # a's count is at 1000: kept
+        assert driver.create_output_topic("out", S, Serdes.Long()).read_key_values_to_list() == [
+            ("a", 1), ("a", 2)]
+        store = driver.get_versioned_key_value_store("counts")
+        assert store.get("b") is None
+        assert store.get("a") == VersionedRecord(2, 1000)
+
+
+def test_a_versioned_table_aggregate_keeps_its_history(props):
+    builder = StreamsBuilder()
+    table = builder.table("in", Consumed.with_(S, S))
+    sums = table.group_by(lambda key, value: ("all", value), Grouped.with_(S, S)).reduce(
+        lambda a, b: str(int(a) + int(b)), lambda a, b: str(int(a) - int(b)), versioned("sums", 100))
+    sums.to_stream().to("out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_input("a", "1", timestamp=1000)
+        source.pipe_input("b", "2", timestamp=1010)
+        assert driver.create_output_topic("out", S, S).read_values_to_list() == ["1", "3"]
+        sums_store = driver.get_versioned_key_value_store("sums")
+        assert sums_store.get("all", 1005) == VersionedRecord("1", 1000, 1010)
+
+
+def test_a_cogroup_refuses_a_versioned_store_with_a_way_out():
+    builder = StreamsBuilder()
+    grouped = builder.stream("in", Consumed.with_(S, S)).group_by_key()
     with pytest.raises(TopologyError, match="persistent_timestamped_key_value_store"):
-        builder.stream("in", Consumed.with_(S, S)).group_by_key().count(versioned("counts"))
+        grouped.cogroup(lambda key, value, agg: agg + value).aggregate(lambda: "", versioned("cogrouped"))
 
 
 class LatestBefore(Processor):
