@@ -2,11 +2,13 @@
 runner (java/.../Oracle.java) gives for it, so the two compare with ``==``.
 
 A spec is JSON: ``nodes`` (each an ``id``, an ``op``, its input ``in`` and the op's parameters, built in
-order), ``sinks`` (a node id and an output ``topic``), ``stores`` (``name`` and ``kind``: kv, window or
-session) to read at the end, ``props`` (Streams config) and ``input``: records (``topic``, base64 ``key``
-and ``value`` or null, ``ts``, ``headers``) or ``{"advance": ms}`` (wall-clock time). The result has
-``outputs`` (per sink topic, every record with base64 key and value, ``ts`` and ``headers``) and
-``stores`` (rows: [key, value] or [key, start, end, value], values rendered by ``render``), or ``error``.
+order), ``sinks`` (a node id and an output ``topic``), ``stores`` (``name`` and ``kind``: kv, window,
+session or versioned, the latter with ``as_of`` times) to read at the end, ``props`` (Streams config)
+and ``input``: records (``topic``, base64 ``key`` and ``value`` or null, ``ts``, ``headers``) or
+``{"advance": ms}`` (wall-clock time). The result has ``outputs`` (per sink topic, every record with
+base64 key and value, ``ts`` and ``headers``) and ``stores`` (rows: [key, value], [key, start, end,
+value] or, versioned, [key, as_of or None, value, timestamp], values rendered by ``render``), or
+``error``. A node stored versioned has ``"versioned": {"history": ms}`` next to its ``store``.
 """
 
 from __future__ import annotations
