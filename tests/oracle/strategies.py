@@ -36,6 +36,10 @@ EXCLUDED = {
     "cached-window-store-past-retention": "a queryable window or session store, cached, read after stream "
     "time passed a window's retention: Kafka Streams 4.1.1 still returns the window from its cache (its "
     "caching layer does not apply the retention the inner store enforces since KAFKA-12960); strom does not",
+    "grace-left-join-of-null-key": "a stream-table left join with a grace period given a record with a "
+    "null key: Kafka Streams 4.1.1 fails (a NullPointerException putting it into its buffer); strom joins "
+    "it with None at once, as a left join without grace does. Drawn only for inputs without null keys "
+    "or values (a null value may become a null key through a key selector)",
     "emit-on-close": "emit_strategy(on_window_close): Kafka Streams looks for closed windows at most once "
     "per wall-clock second (an internal emit interval), so a window closed by the last records of a burst "
     "waits for a record a second later, and with it windows past their retention; strom emits a window "
@@ -269,6 +273,12 @@ def _versioned_table_join(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     return spec.add("join", **params)
 
 
+def _grace_left_join_of_null_key(spec: dict[str, Any]) -> bool:
+    """The EXCLUDED "grace-left-join-of-null-key"."""
+    nulls = any(record.get("key", "") is None or record.get("value", "") is None for record in spec["input"])
+    return nulls and any(node["op"] == "join_grace" and node["kind"] == "left" for node in spec["nodes"])
+
+
 def _suppresses_versioned(spec: dict[str, Any]) -> bool:
     """Whether ``spec`` suppresses a versioned table, which Kafka Streams (and strom) refuse: a table is
     versioned when stored in a versioned store, or unstored and derived from a versioned one."""
@@ -364,7 +374,8 @@ def _props(draw: st.DrawFn) -> dict[str, Any]:
 
 def topologies(root: str) -> st.SearchStrategy[dict[str, Any]]:
     """Specs of ``root`` topologies without the EXCLUDED variants."""
-    return _topologies(root).filter(lambda spec: not _excluded(spec) and not _suppresses_versioned(spec))
+    return _topologies(root).filter(lambda spec: not _excluded(spec) and not _suppresses_versioned(spec)
+                                    and not _grace_left_join_of_null_key(spec))
 
 
 @st.composite
