@@ -40,6 +40,11 @@ EXCLUDED = {
     "null key: Kafka Streams 4.1.1 fails (a NullPointerException putting it into its buffer); strom joins "
     "it with None at once, as a left join without grace does. Drawn only for inputs without null keys "
     "or values (a null value may become a null key through a key selector)",
+    "versioned-same-time-tombstone": "a tombstone with the timestamp of its key's latest version in a "
+    "versioned store, the key having no older version: Kafka Streams 4.1.1's RocksDBVersionedStore "
+    "deletes the version and keeps no tombstone, so a later out-of-order write becomes the latest; strom "
+    "keeps the tombstone (not fixed yet). Not drawn: inputs of versioned tables without a tombstone at "
+    "the time of its key's previous record",
     "emit-on-close": "emit_strategy(on_window_close): Kafka Streams looks for closed windows at most once "
     "per wall-clock second (an internal emit interval), so a window closed by the last records of a burst "
     "waits for a record a second later, and with it windows past their retention; strom emits a window "
@@ -273,6 +278,22 @@ def _versioned_table_join(draw: st.DrawFn, spec: _Spec, depth: int) -> str:
     return spec.add("join", **params)
 
 
+def _versioned_same_time_tombstone(spec: dict[str, Any]) -> bool:
+    """The EXCLUDED "versioned-same-time-tombstone" (over-approximated: any tombstone of any topic at the
+    time of its key's previous record, in a spec with a versioned store)."""
+    if not any("versioned" in node for node in spec["nodes"]):
+        return False
+    last: dict[tuple[str, Any], int] = {}
+    for record in spec["input"]:
+        if "ts" not in record:
+            continue
+        key = (record["topic"], record["key"])
+        if record["value"] is None and last.get(key) == record["ts"]:
+            return True
+        last[key] = record["ts"]
+    return False
+
+
 def _grace_left_join_of_null_key(spec: dict[str, Any]) -> bool:
     """The EXCLUDED "grace-left-join-of-null-key"."""
     nulls = any(record.get("key", "") is None or record.get("value", "") is None for record in spec["input"])
@@ -375,7 +396,8 @@ def _props(draw: st.DrawFn) -> dict[str, Any]:
 def topologies(root: str) -> st.SearchStrategy[dict[str, Any]]:
     """Specs of ``root`` topologies without the EXCLUDED variants."""
     return _topologies(root).filter(lambda spec: not _excluded(spec) and not _suppresses_versioned(spec)
-                                    and not _grace_left_join_of_null_key(spec))
+                                    and not _grace_left_join_of_null_key(spec)
+                                    and not _versioned_same_time_tombstone(spec))
 
 
 @st.composite
