@@ -30,13 +30,18 @@ def map_value(fn: str) -> Callable[[Any, Any], Any]:
     return lambda k, v: None if v is None else op(k, v)
 
 
+def _index(key: Any) -> int:
+    """``key``'s index in KEYS, -1 if it is not one (a windowed key rendered as text), as Java's indexOf."""
+    return KEYS.index(key) if key in KEYS else -1
+
+
 def select_key(fn: str) -> Callable[[Any, Any], Any]:
     return {
         "vmod3": lambda k, v: None if v is None else KEYS[v % 3],
         "same": lambda k, v: k,
         "const": lambda k, v: "a",
         # a key not in KEYS (a windowed key "a@0/10") is Java's indexOf -1: next is "a"
-        "next": lambda k, v: "b" if k is None else KEYS[((KEYS.index(k) if k in KEYS else -1) + 1) % 3],
+        "next": lambda k, v: "b" if k is None else KEYS[(_index(k) + 1) % 3],
         "vmod4none": lambda k, v: None if v is None or v % 4 == 0 else KEYS[v % 3],
     }[fn]
 

@@ -2,11 +2,13 @@
 runner (java/.../Oracle.java) gives for it, so the two compare with ``==``.
 
 A spec is JSON: ``nodes`` (each an ``id``, an ``op``, its input ``in`` and the op's parameters, built in
-order), ``sinks`` (a node id and an output ``topic``), ``stores`` (``name`` and ``kind``: kv, window or
-session) to read at the end, ``props`` (Streams config) and ``input``: records (``topic``, base64 ``key``
-and ``value`` or null, ``ts``, ``headers``) or ``{"advance": ms}`` (wall-clock time). The result has
-``outputs`` (per sink topic, every record with base64 key and value, ``ts`` and ``headers``) and
-``stores`` (rows: [key, value] or [key, start, end, value], values rendered by ``render``), or ``error``.
+order), ``sinks`` (a node id and an output ``topic``), ``stores`` (``name`` and ``kind``: kv, window,
+session or versioned, the latter with ``as_of`` times) to read at the end, ``props`` (Streams config)
+and ``input``: records (``topic``, base64 ``key`` and ``value`` or null, ``ts``, ``headers``) or
+``{"advance": ms}`` (wall-clock time). The result has ``outputs`` (per sink topic, every record with
+base64 key and value, ``ts`` and ``headers``) and ``stores`` (rows: [key, value], [key, start, end,
+value] or, versioned, [key, as_of or None, value, timestamp], values rendered by ``render``), or
+``error``. A node stored versioned has ``"versioned": {"history": ms}`` next to its ``store``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from strom.streams import (
     EmitStrategy,
     FixedKeyProcessor,
     Grouped,
+    Joined,
     JoinWindows,
     KGroupedStream,
     KGroupedTable,
@@ -63,6 +66,8 @@ def serde(name: str) -> Any:
 
 def materialized(node: dict[str, Any]) -> Materialized:
     m = Materialized.as_(node["store"]) if node.get("store") else Materialized()
+    if "versioned" in node:
+        m = Materialized.as_(versioned_store(node))
     if "caching" in node:
         m = m.with_caching_enabled() if node["caching"] else m.with_caching_disabled()
     if "key_serde" in node:
@@ -70,6 +75,24 @@ def materialized(node: dict[str, Any]) -> Materialized:
     if "value_serde" in node:
         m = m.with_value_serde(serde(node["value_serde"]))
     return m
+
+
+def versioned_store(node: dict[str, Any]) -> Any:
+    """A node's versioned store: ``{"store": name, "versioned": {"history": ms}}``."""
+    return Stores.persistent_versioned_key_value_store(node["store"], node["versioned"]["history"])
+
+
+def _versioned_rows(driver: TopologyTestDriver, store: dict[str, Any]) -> list[list[Any]]:
+    """[key, as_of or None, value, timestamp] for each of KEYS at the latest and as of each of the
+    store's ``as_of`` times, as Oracle.java's versionedRows (not valid_to, which Kafka's store leaves out)."""
+    versioned = driver.get_versioned_key_value_store(store["name"])
+    rows: list[list[Any]] = []
+    for key in f.KEYS:
+        for as_of in (None, *store.get("as_of", ())):
+            record = versioned.get(key) if as_of is None else versioned.get(key, as_of)
+            if record is not None:
+                rows.append([key, as_of, render(record.value), record.timestamp])
+    return rows
 
 
 def _windows(w: dict[str, Any]) -> Any:
@@ -183,6 +206,9 @@ def build_node(builder: StreamsBuilder, node: dict[str, Any], built: dict[str, A
         if isinstance(src, KTable) and node.get("store"):
             return method(other, joiner, materialized(node))
         return method(other, joiner)
+    if op == "join_grace":
+        method = src.left_join if node["kind"] == "left" else src.join
+        return method(built[node["other"]], f.join(fn), Joined.with_().with_grace_period(node["grace"]))
     if op == "fk_join":
         method = src.left_join if node["kind"] == "left" else src.join
         fk = f.select_key(node.get("fk", "vmod3"))
@@ -407,6 +433,8 @@ def _store_rows(driver: TopologyTestDriver, store: dict[str, Any]) -> list[list[
     name, kind = store["name"], store["kind"]
     if kind == "kv":
         return [[render(k), render(v)] for k, v in driver.get_key_value_store(name).all()]
+    if kind == "versioned":
+        return _versioned_rows(driver, store)
     if kind == "window":
         return [[render(wk.key), wk.window.start, wk.window.end, render(v)]
                 for wk, v in driver.get_window_store(name).all()]

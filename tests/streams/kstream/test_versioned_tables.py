@@ -1,5 +1,6 @@
-"""Versioned tables (KIP-914): a table materialized in a versioned store keeps its history, forwards only
-new latest versions, and a stream-table join reads it as of each stream record's time."""
+"""Versioned tables (KIP-914): a table materialized in a versioned store keeps its history, marks the
+updates it stores behind a later version as out of order (joins and group_by drop them), and a
+stream-table join reads it as of each stream record's time."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from strom.errors import TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams import (
     Consumed,
+    Grouped,
     Joined,
     Materialized,
     Produced,
     StreamsBuilder,
+    Suppressed,
     TopologyTestDriver,
     VersionedRecord,
 )
+from strom.streams.kstream.suppressed import BufferConfig
 from strom.streams.processor.api import Processor
 from strom.streams.state.stores import Stores
 
@@ -26,23 +30,62 @@ def versioned(name: str, retention_ms: int = 60_000) -> Materialized:
     return Materialized.as_(Stores.persistent_versioned_key_value_store(name, retention_ms))
 
 
-def test_a_source_table_keeps_its_history_and_forwards_only_new_latest_versions(props):
+def test_a_source_table_keeps_its_history_and_forwards_updates_its_history_keeps(props):
     builder = StreamsBuilder()
-    table = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    table = builder.table("prices", Consumed.with_(S, S), versioned("prices", 1500))
     table.to_stream().to("out", Produced.with_(S, S))
     with TopologyTestDriver(builder.build(), props) as driver:
         prices = driver.create_input_topic("prices", S, S)
         prices.pipe_input("apple", "1.00", timestamp=1000)
         prices.pipe_input("apple", "1.20", timestamp=3000)
-        prices.pipe_input("apple", "1.10", timestamp=2000)  # late: history only
+        prices.pipe_input("apple", "1.10", timestamp=2000)  # late: into the history, and forwarded as Kafka's
+        prices.pipe_input("apple", "0.90", timestamp=1400)  # older than the history keeps: dropped
         prices.pipe_input("apple", None, timestamp=4000)
         out = driver.create_output_topic("out", S, S).read_records_to_list()
         store = driver.get_versioned_key_value_store("prices")
-        assert [(r.value, r.timestamp) for r in out] == [("1.00", 1000), ("1.20", 3000), (None, 4000)]
+        assert [(r.value, r.timestamp) for r in out] == [
+            ("1.00", 1000), ("1.20", 3000), ("1.10", 2000), (None, 4000)]
         assert store.get("apple") is None
         assert store.get("apple", 2500) == VersionedRecord("1.10", 2000, 3000)
-        assert store.get("apple", 1500) == VersionedRecord("1.00", 1000, 2000)
         assert store.get("apple", 3999) == VersionedRecord("1.20", 3000, 4000)
+
+
+def test_joins_and_group_by_drop_a_versioned_table_s_out_of_order_updates(props):
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    stock = builder.table("stock", Consumed.with_(S, S))
+    prices.join(stock, lambda price, n: f"{n}@{price}").to_stream().to("joined", Produced.with_(S, S))
+    (prices.group_by(lambda key, price: (price, key), Grouped.with_(S, S)).count()
+     .to_stream().to("counts", Produced.with_(S, Serdes.Long())))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("stock", S, S).pipe_input("apple", "7", timestamp=0)
+        prices_in = driver.create_input_topic("prices", S, S)
+        prices_in.pipe_input("apple", "1.00", timestamp=1000)
+        prices_in.pipe_input("apple", "1.20", timestamp=3000)
+        prices_in.pipe_input("apple", "1.10", timestamp=2000)
+        assert driver.create_output_topic("joined", S, S).read_values_to_list() == ["7@1.00", "7@1.20"]
+        assert driver.create_output_topic("counts", S, Serdes.Long()).read_key_values_to_list() == [
+            ("1.00", 1), ("1.00", 0), ("1.20", 1)]
+
+
+def test_a_filter_of_a_versioned_table_forwards_deletions_of_rows_it_never_let_through(props):
+    builder = StreamsBuilder()
+    (builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+     .filter(lambda key, price: float(price) < 2)
+     .to_stream().to("out", Produced.with_(S, S)))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("prices", S, S).pipe_input("apple", "5.00", timestamp=1000)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [("apple", None)]
+
+
+def test_suppress_refuses_a_versioned_table_and_its_unmaterialized_derivations():
+    builder = StreamsBuilder()
+    table = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    for versioned_table in (table, table.map_values(lambda price: price + "!")):
+        with pytest.raises(TopologyError, match="not versioned"):
+            versioned_table.suppress(Suppressed.until_time_limit(10, BufferConfig.unbounded()))
+    table.map_values(lambda price: price, Materialized.as_("plain")).suppress(
+        Suppressed.until_time_limit(10, BufferConfig.unbounded()))
 
 
 def _join_topology(store: Materialized | None) -> StreamsBuilder:
@@ -74,7 +117,7 @@ def test_without_a_versioned_table_a_late_record_joins_the_latest_value(props):
         ("apple", "5@1.20"), ("apple", "2@1.20"), ("apple", "7@1.20")]
 
 
-def test_a_versioned_filter_result_drops_late_updates_downstream(props):
+def test_a_versioned_filter_result_forwards_late_updates_its_history_keeps(props):
     builder = StreamsBuilder()
     (builder.table("prices", Consumed.with_(S, S))
      .filter(lambda key, price: float(price) < 2, versioned("cheap"))
@@ -85,15 +128,47 @@ def test_a_versioned_filter_result_drops_late_updates_downstream(props):
         prices.pipe_input("apple", "1.50", timestamp=3000)
         prices.pipe_input("apple", "1.20", timestamp=2000)
         assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
-            ("apple", "1.00"), ("apple", "1.50")]
+            ("apple", "1.00"), ("apple", "1.50"), ("apple", "1.20")]
         assert driver.get_versioned_key_value_store("cheap").get("apple", 2500) == VersionedRecord(
             "1.20", 2000, 3000)
 
 
-def test_aggregations_refuse_a_versioned_store_with_a_way_out():
+def test_a_versioned_aggregate_neither_stores_nor_forwards_one_older_than_its_history(props):
     builder = StreamsBuilder()
+    counts = builder.stream("in", Consumed.with_(S, S)).group_by_key().count(versioned("counts", 100))
+    counts.to_stream().to("out", Produced.with_(S, Serdes.Long()))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_input("a", "x", timestamp=1000)
+        source.pipe_input("b", "x", timestamp=10)  # a new key, older than 1000 - 100: its count is lost
+        source.pipe_input("a", "x", timestamp=20)  # a's count is at 1000: kept
+        assert driver.create_output_topic("out", S, Serdes.Long()).read_key_values_to_list() == [
+            ("a", 1), ("a", 2)]
+        store = driver.get_versioned_key_value_store("counts")
+        assert store.get("b") is None
+        assert store.get("a") == VersionedRecord(2, 1000)
+
+
+def test_a_versioned_table_aggregate_keeps_its_history(props):
+    builder = StreamsBuilder()
+    table = builder.table("in", Consumed.with_(S, S))
+    sums = table.group_by(lambda key, value: ("all", value), Grouped.with_(S, S)).reduce(
+        lambda a, b: str(int(a) + int(b)), lambda a, b: str(int(a) - int(b)), versioned("sums", 100))
+    sums.to_stream().to("out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        source = driver.create_input_topic("in", S, S)
+        source.pipe_input("a", "1", timestamp=1000)
+        source.pipe_input("b", "2", timestamp=1010)
+        assert driver.create_output_topic("out", S, S).read_values_to_list() == ["1", "3"]
+        sums_store = driver.get_versioned_key_value_store("sums")
+        assert sums_store.get("all", 1005) == VersionedRecord("1", 1000, 1010)
+
+
+def test_a_cogroup_refuses_a_versioned_store_with_a_way_out():
+    builder = StreamsBuilder()
+    grouped = builder.stream("in", Consumed.with_(S, S)).group_by_key()
     with pytest.raises(TopologyError, match="persistent_timestamped_key_value_store"):
-        builder.stream("in", Consumed.with_(S, S)).group_by_key().count(versioned("counts"))
+        grouped.cogroup(lambda key, value, agg: agg + value).aggregate(lambda: "", versioned("cogrouped"))
 
 
 class LatestBefore(Processor):
@@ -157,6 +232,19 @@ def test_with_a_grace_period_records_wait_for_late_table_updates_and_leave_in_ti
         assert out.read_key_values_to_list() == [("apple", "d@1.00")]
 
 
+def test_a_grace_period_buffer_of_a_stream_without_serdes_uses_the_default_serdes(props):
+    builder = StreamsBuilder()
+    prices = builder.table("prices", Consumed.with_(S, S), versioned("prices"))
+    orders = builder.stream("orders", Consumed.with_(S, S)).map_values(lambda qty: qty + "!")  # no serde
+    orders.join(prices, lambda qty, price: f"{qty}@{price}", Joined.with_().with_grace_period(100)).to("out")
+    with TopologyTestDriver(builder.build(), props) as driver:
+        driver.create_input_topic("prices", S, S).pipe_input("apple", "1.00", timestamp=0)
+        orders_in = driver.create_input_topic("orders", S, S)
+        orders_in.pipe_input("apple", "2", timestamp=10)
+        orders_in.pipe_input("apple", "3", timestamp=200)
+        assert driver.create_output_topic("out", S, S).read_values_to_list() == ["2!@1.00"]
+
+
 def test_buffered_records_survive_a_restart(props, tmp_path):
     props = {**props, "state.dir": str(tmp_path)}
     with TopologyTestDriver(_graced(1000).build(), props) as driver:
@@ -197,3 +285,22 @@ def test_a_stream_record_joins_a_versioned_global_table_as_of_its_time(props):
             ("p1", "EUR:10*1.2"), ("p2", "EUR:20*1.1")]
         rates_store = driver.get_versioned_key_value_store("rates")
         assert rates_store.get("EUR", 2000) == VersionedRecord("1.1", 1000, 3000)
+
+
+def test_a_table_table_join_result_in_a_versioned_store_keeps_results_older_than_the_latest_as_history(props):
+    builder = StreamsBuilder()
+    left = builder.table("left", Consumed.with_(S, S))
+    right = builder.table("right", Consumed.with_(S, S))
+    joined = left.join(right, lambda a, b: f"{a}+{b}", versioned("joined"))
+    joined.to_stream().to("out", Produced.with_(S, S))
+    with TopologyTestDriver(builder.build(), props) as driver:
+        left_in, right_in = driver.create_input_topic("left", S, S), driver.create_input_topic("right", S, S)
+        left_in.pipe_input("a", "x", timestamp=5000)
+        right_in.pipe_input("a", "1", timestamp=5000)
+        right_in.pipe_input("a", "2", timestamp=100)  # a plain table takes it as the latest
+        left_in.pipe_input("a", "y", timestamp=200)  # a result at 200, behind the one at 5000
+        out = driver.create_output_topic("out", S, S).read_records_to_list()
+        assert [(r.value, r.timestamp) for r in out] == [("x+1", 5000), ("x+2", 5000), ("y+2", 200)]
+        store = driver.get_versioned_key_value_store("joined")
+        assert store.get("a") == VersionedRecord("x+2", 5000)
+        assert store.get("a", 300) == VersionedRecord("y+2", 200, 5000)

@@ -91,6 +91,16 @@ def test_writes_and_reads_older_than_the_retention_are_refused(store, host):
     assert [r.timestamp for r in host.changelogs["versions"]] == [100, 100 - RETENTION]
 
 
+def test_the_latest_version_answers_as_of_times_older_than_the_history(store):
+    store.put("a", 1, 10)
+    store.put("a", 2, 20)
+    store.put("b", 5, 100)
+    assert store.get("a", 25) == VersionedRecord(2, 20, None)  # 25 < 100 - RETENTION: as Kafka's store
+    assert store.get("a", 15) is None  # the older version is out of the history
+    store.delete("a", 80)
+    assert store.get("a", 25) is None
+
+
 def test_versions_past_the_retention_are_dropped_from_disk(host):
     store = host.init(builder(logging=False))
     for ts in range(0, 100):
@@ -165,13 +175,13 @@ class Model:
         return min(later) if later else PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
     def get(self, key: str, as_of: int) -> VersionedRecord | None:
-        if self.too_old(as_of):
-            return None
         times = sorted(self.versions.get(key, {}))
         i = bisect.bisect_right(times, as_of)
         if i == 0 or self.versions[key][times[i - 1]] is None:
             return None
         valid_to = times[i] if i < len(times) else None
+        if self.too_old(as_of) and valid_to is not None:  # only the latest version outlives the history
+            return None
         return VersionedRecord(self.versions[key][times[i - 1]], times[i - 1], valid_to)
 
 

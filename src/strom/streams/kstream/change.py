@@ -10,12 +10,29 @@ from strom.errors import SerializationError
 __all__ = [
     "Change",
     "ChangeSerde",
+    "OutOfOrderChange",
 ]
 
 
 class Change(NamedTuple):
     new_value: Any
     old_value: Any = None
+
+    @property
+    def is_latest(self) -> bool:
+        """Whether the update is its key's latest version (see OutOfOrderChange)."""
+        return True
+
+
+class OutOfOrderChange(Change):
+    """An update a versioned table stored behind a later version of its key (Kafka's Change with
+    ``isLatest`` false, KIP-914): ``to_stream`` still forwards it; joins and ``group_by`` drop it."""
+
+    __slots__ = ()
+
+    @property
+    def is_latest(self) -> bool:
+        return False
 
 
 _LENGTH = struct.Struct(">i")

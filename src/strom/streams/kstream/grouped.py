@@ -89,6 +89,7 @@ class _Grouped(ABC):
             self.key_serde,
             value_serde,
             source_topics=self.source_topics,
+            versioned_ok=True,
         )
 
 

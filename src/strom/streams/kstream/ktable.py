@@ -27,6 +27,7 @@ from strom.streams.kstream.internals.table_table_join import table_table_join
 from strom.streams.kstream.internals.value_getter import ValueGetter, ValueGetterSupplier, stored_values
 from strom.streams.kstream.join_options import Joiner, TableJoined
 from strom.streams.kstream.options import Consumed, Grouped, Materialized, Named, named_and_materialized
+from strom.streams.state.stores import RocksDBVersionedStoreSupplier
 
 if TYPE_CHECKING:
     from strom.streams.kstream.grouped import KGroupedTable
@@ -90,6 +91,16 @@ class KTable:
         self.view: Callable[[], ValueGetterSupplier] | None = None
         """How to read the table while it has no store (Kafka's ``view()``): a getter computed from its
         parents' (kept here, not on the supplier, which travels with the topology to Spark's workers)."""
+        self.output_versioned: bool | None = None
+        """Whether the store this table was materialized in is versioned (None: not materialized)."""
+
+    def is_versioned(self) -> bool:
+        """Whether the table has versioned semantics (KIP-914, Kafka's isVersionedOrVersionedUpstream):
+        a materialized table's store decides, an unmaterialized one inherits its parent's; a join's or
+        an aggregation's result without a versioned store is not versioned."""
+        if self.output_versioned is not None:
+            return self.output_versioned
+        return self.parent is not None and self.parent.is_versioned()
 
     def enable_send_old_values(self, force: bool = True) -> bool:
         """Downstream needs (new, old) pairs: whether this table can give them (Kafka's
@@ -136,6 +147,8 @@ class KTable:
         logged unless it says otherwise), connected to the processors that write it (default: the
         table's own); queryable only under a name the user gave."""
         self.supplier.store_name = store_name
+        self.output_versioned = materialized is not None and isinstance(materialized.store_supplier,
+                                                                        RocksDBVersionedStoreSupplier)
         store = table_store_builder(materialized, store_name, self.key_serde, self.value_serde,
                                     versioned_ok=versioned_ok)
         self.builder.internal.add_state_store(store, *(writers or (self.name,)))
@@ -198,11 +211,12 @@ class KTable:
         named: Named | Materialized | None,
         materialized: Materialized | Named | None,
     ) -> KTable:
+        versioned = self.is_versioned()
         table = self._derive(
             "KTABLE-FILTER-",
             named,
             materialized,
-            lambda s: KTableFilter(s, predicate, keep_when),
+            lambda s: KTableFilter(s, predicate, keep_when, versioned),
             self.value_serde,
             lambda parent: KTableFilterValueGetter(parent, predicate, keep_when),
         )
@@ -282,7 +296,13 @@ class KTable:
         )
 
     def suppress(self, suppressed: Suppressed) -> KTable:
-        """Hold back updates: final results per window, or at most one per key per time limit."""
+        """Hold back updates: final results per window, or at most one per key per time limit. Not of a
+        versioned table (as in Kafka Streams: it would forward out-of-order updates as the latest)."""
+        if self.is_versioned():
+            raise TopologyError(
+                f"suppress() needs a table that is not versioned, and {self.name} is or derives from one "
+                "materialized in a versioned store (Stores.persistent_versioned_key_value_store); "
+                "materialize it (or the table it derives from) with a key-value store instead.")
         return suppress(self, suppressed)
 
     # ---- joins (wired in kstream.internals: table_table_join, foreign_key_join) -------------------

@@ -131,10 +131,11 @@ class VersionedKeyValueBytesStore(StoreLayer):
 
     def get(self, key: bytes, as_of: int = MAX_TIMESTAMP) -> tuple[bytes, int, int | None] | None:
         """(value, valid from, valid to) of the version valid at ``as_of``; None for no value (never written,
-        deleted, or ``as_of`` older than the history keeps)."""
-        if as_of < self._oldest_valid_query(self.observed_stream_time()):
-            return None
+        deleted, or ``as_of`` older than the history keeps, unless the latest version is valid then: as in
+        Kafka Streams, the latest version never expires)."""
         found = self._version_at(_prefix(key), as_of)
+        if found is not None and as_of < self._oldest_valid_query(self.observed_stream_time()):
+            found = found if _valid_to(found[1]) is None else None
         if found is None or found[1][8:9] != _VALUE:
             return None
         timestamp, raw = found

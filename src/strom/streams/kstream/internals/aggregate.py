@@ -1,5 +1,6 @@
 """Aggregation processors: KStream aggregate/reduce (count is an aggregate) and KTable aggregate/reduce
-with subtractors. Results live in a timestamped store and are forwarded through the tuple forwarder."""
+with subtractors. Results live in a timestamped store, or a versioned one (which refuses, and so does not
+forward, an aggregate older than its history retention), and are forwarded through the tuple forwarder."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from strom.streams.kstream.internals.functions import count_aggregator, count_in
 from strom.streams.kstream.internals.table import KTableProcessorSupplier, TimestampedTupleForwarder
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import PUT_RETURN_CODE_NOT_PUT
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,13 @@ class _Aggregating(Processor):
         # a read then a write of the same key per record: one fused path through the cache when cached
         fused = getattr(self.store, "read_modify_write", None)
         self.get, self.put = fused() if fused is not None else (self.store.get, self.store.put)
+        if isinstance(self.store, MeteredVersionedKeyValueStore):
+            self.put = self._put_version
         self.forward_each = not self.forwarder.caching
+
+    def _put_version(self, key: Any, aggregate: ValueAndTimestamp) -> int:
+        """``put`` into a versioned store: its return code (PUT_RETURN_CODE_NOT_PUT: not stored)."""
+        return self.store.put(key, aggregate.value, aggregate.timestamp)
 
     def _skip(self, record: Record, what: str) -> None:
         log.debug("Skipping record with null %s in %s", what, self.supplier.store_name)
@@ -129,8 +138,8 @@ class KStreamAggregate(_StreamAggregating):
             if previous[1] > timestamp:
                 timestamp = previous[1]
         new = self.aggregator(key, value, aggregate)
-        self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
-        if self.forward_each:
+        stored = self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
+        if self.forward_each and stored != PUT_RETURN_CODE_NOT_PUT:
             self.forwarder.maybe_forward(key, new, old, timestamp)
 
 
@@ -162,8 +171,8 @@ class KStreamReduce(_StreamAggregating):
             new = self.reducer(old, value)
             if previous[1] > timestamp:
                 timestamp = previous[1]
-        self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
-        if self.forward_each:
+        stored = self.put(key, new_tuple(ValueAndTimestamp, (new, timestamp)))
+        if self.forward_each and stored != PUT_RETURN_CODE_NOT_PUT:
             self.forwarder.maybe_forward(key, new, old, timestamp)
 
 
@@ -178,7 +187,11 @@ class _TableAggregating(_Aggregating):
         return previous.value, max(timestamp, previous.timestamp)
 
     def _update(self, key: Any, aggregate: Any, old: Any, timestamp: int) -> None:
-        self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
+        if isinstance(self.store, MeteredVersionedKeyValueStore):
+            if self.store.put(key, aggregate, timestamp) == PUT_RETURN_CODE_NOT_PUT:
+                return
+        else:
+            self.store.put(key, ValueAndTimestamp.make(aggregate, timestamp))
         self.forwarder.maybe_forward(key, aggregate, old, timestamp)
 
 

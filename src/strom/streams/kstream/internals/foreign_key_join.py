@@ -120,7 +120,7 @@ class SubscriptionSend(Processor):
     def process(self, record: Record) -> None:
         change: Change = record.value
         new, old = change.new_value, change.old_value
-        if new is None and old is None:
+        if (new is None and old is None) or not change.is_latest:  # (a versioned table's out-of-order update)
             return
         pk = self.serdes.pk.serializer().serialize(None, record.key)
         hashed = value_hash(self.serdes.left_value.serializer().serialize(None, new))
@@ -208,6 +208,8 @@ class ForeignTableChange(Processor):
 
     def process(self, record: Record) -> None:
         change: Change = record.value
+        if not change.is_latest:
+            return  # a versioned table's out-of-order update (KIP-914)
         fk = self.serdes.fk.serializer().serialize(None, record.key)
         foreign = self.serdes.right_value.serializer().serialize(None, change.new_value)
         prefix = subscription_prefix(fk)

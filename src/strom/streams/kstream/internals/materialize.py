@@ -1,5 +1,6 @@
 """Turns a Materialized into the store builder a table operator uses: timestamped key-value, or versioned
-where the operator keeps a table's history (source tables, filter, map_values, transform_values)."""
+where the operator keeps a table's history (source tables, filter, map_values, transform_values,
+table-table joins)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ def table_store_builder(
         if not versioned_ok:
             raise TopologyError(
                 f"Store {supplier.name!r} is versioned, and only tables read from a topic "
-                "(StreamsBuilder.table, KStream.to_table) or made by KTable filter, filter_not, map_values "
-                "and transform_values keep a history; materialize this one with "
+                "(StreamsBuilder.table, KStream.to_table) or made by KTable filter, filter_not, map_values, "
+                "transform_values and table-table joins keep a history; materialize this one with "
                 "Stores.persistent_timestamped_key_value_store.")
         builder = Stores.versioned_key_value_store_builder(supplier, key_serde, value_serde)
     else:

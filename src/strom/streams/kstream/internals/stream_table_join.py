@@ -90,8 +90,8 @@ class BufferedKStreamKTableJoin(_StreamTableJoin):
     def init(self, context: Any) -> None:
         super().init(context)
         self.buffer = TimeOrderedRecordBuffer(context.get_state_store(self.buffer_name))
-        key_serde = self.key_serde or context.key_serde
-        value_serde = self.value_serde or context.value_serde
+        key_serde = self.key_serde or context.key_serde()
+        value_serde = self.value_serde or context.value_serde()
         self.serialize_key = key_serde.serializer().serialize
         self.serialize_value = value_serde.serializer().serialize
         self.deserialize_key = key_serde.deserializer().deserialize

@@ -11,14 +11,14 @@ from typing import Any
 
 from strom.streams.internals.compiled import prefixed
 from strom.streams.internals.tuples import new_tuple
-from strom.streams.kstream.change import Change
+from strom.streams.kstream.change import Change, OutOfOrderChange
 from strom.streams.kstream.internals.value_getter import UNKNOWN_TIMESTAMP, DerivedValueGetter, ValueGetter
 from strom.streams.processor.api import Processor, Record
 from strom.streams.processor.internals.fusion import FusedStep
 from strom.streams.state.context import RecordContext
 from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
 from strom.streams.state.timestamped import ValueAndTimestamp
-from strom.streams.state.versioned import PUT_RETURN_CODE_VALID_TO_UNDEFINED
+from strom.streams.state.versioned import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,10 @@ class TimestampedTupleForwarder:
     def _flushed(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
         self.context.forward_flushed(key, new_tuple(Change, (new, old)), timestamp)
 
-    def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int) -> None:
+    def maybe_forward(self, key: Any, new: Any, old: Any, timestamp: int, latest: bool = True) -> None:
         if not self.caching:
-            change = new_tuple(Change, (new, old if self.send_old_values else None))
+            kind = Change if latest else OutOfOrderChange
+            change = new_tuple(kind, (new, old if self.send_old_values else None))
             self.forward(new_tuple(Record, (key, change, timestamp, self.task.record_context.headers)))
 
 
@@ -81,19 +82,25 @@ class _StoreBacked(Processor):
             self.versioned = isinstance(self.store, MeteredVersionedKeyValueStore)
             self.forwarder = TimestampedTupleForwarder(self.store, context, self.supplier.send_old_values)
 
-    def emit(self, key: Any, new: Any, old: Any, record: Record) -> None:
+    def emit(self, key: Any, new: Any, old: Any, record: Record, latest: bool = True) -> None:
         """Stores (when materialized) and forwards Change(new, old) with ``record``'s timestamp and
-        headers. A versioned table forwards only a new latest version: an out-of-order update goes into
-        the history, not downstream (KIP-914)."""
+        headers. A versioned store decides whether the update is its key's latest version: if not, it
+        goes into the history and downstream as an OutOfOrderChange (KIP-914); one older than the history
+        retention is neither stored nor forwarded. An unstored table passes on its input's ``latest``."""
         timestamp = record.timestamp
         if self.forwarder is not None:
             if not self.versioned:
                 self.store.put(key, ValueAndTimestamp.make(new, timestamp))
-            elif self.store.put(key, new, timestamp) != PUT_RETURN_CODE_VALID_TO_UNDEFINED:
-                return
-            self.forwarder.maybe_forward(key, new, old, timestamp)
+                latest = True
+            else:
+                code = self.store.put(key, new, timestamp)
+                if code == PUT_RETURN_CODE_NOT_PUT:
+                    return
+                latest = code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+            self.forwarder.maybe_forward(key, new, old, timestamp, latest)
         else:
-            change = Change(new, old if self.supplier.send_old_values else None)
+            kind = Change if latest else OutOfOrderChange
+            change = kind(new, old if self.supplier.send_old_values else None)
             # the record's headers, not the record context's: a suppress or a punctuation upstream may
             # forward a record other than the one being processed (Kafka forwards record.withValue)
             self.context.forward(new_tuple(Record, (key, change, timestamp, record.raw_headers)))
@@ -115,10 +122,15 @@ class KTableSource(_StoreBacked):
 
 
 class KTableFilter(_StoreBacked):
-    def __init__(self, supplier: KTableProcessorSupplier, predicate: KV, keep_when: bool) -> None:
+    """``versioned_semantics`` (its input is a versioned table, KIP-914): a deletion of a row the filter
+    never let through still goes downstream (Kafka drops it only for unversioned tables)."""
+
+    def __init__(self, supplier: KTableProcessorSupplier, predicate: KV, keep_when: bool,
+                 versioned_semantics: bool = False) -> None:
         super().__init__(supplier)
         self.predicate = predicate
         self.keep_when = keep_when
+        self.versioned_semantics = versioned_semantics
 
     def _compute(self, key: Any, value: Any) -> Any:
         if value is None or bool(self.predicate(key, value)) is not self.keep_when:
@@ -135,9 +147,9 @@ class KTableFilter(_StoreBacked):
                 old = None if previous is None else previous.value
             else:
                 old = self._compute(record.key, change.old_value)
-            if new is None and old is None:
+            if new is None and old is None and not self.versioned_semantics:
                 return
-        self.emit(record.key, new, old, record)
+        self.emit(record.key, new, old, record, change.is_latest)
 
 
 class KTableFilterValueGetter(DerivedValueGetter):
@@ -172,7 +184,7 @@ class KTableMapValues(_StoreBacked):
             old = None if previous is None else previous.value
         elif self.supplier.send_old_values:
             old = self._compute(record.key, change.old_value)
-        self.emit(record.key, new, old, record)
+        self.emit(record.key, new, old, record, change.is_latest)
 
 
 class KTableMapValuesValueGetter(DerivedValueGetter):
@@ -266,6 +278,8 @@ class KTableRepartitionMap(Processor):
 
     def process(self, record: Record) -> None:
         change: Change = record.value
+        if not change.is_latest:
+            return  # a versioned table's out-of-order update (KIP-914)
         old = None if change.old_value is None else self.selector(record.key, change.old_value)
         new = None if change.new_value is None else self.selector(record.key, change.new_value)
         old_ok = old is not None and old[0] is not None and old[1] is not None

@@ -23,7 +23,10 @@ from strom.streams.kstream.internals.value_getter import DerivedValueGetter, Val
 from strom.streams.kstream.join_options import ValueJoiner, value_joiner
 from strom.streams.kstream.options import Materialized, Named, named_and_materialized
 from strom.streams.processor.api import Processor, Record
+from strom.streams.state.internals.metered import MeteredVersionedKeyValueStore
+from strom.streams.state.stores import RocksDBVersionedStoreSupplier
 from strom.streams.state.timestamped import ValueAndTimestamp
+from strom.streams.state.versioned import PUT_RETURN_CODE_NOT_PUT, PUT_RETURN_CODE_VALID_TO_UNDEFINED
 
 if TYPE_CHECKING:
     from strom.streams.kstream.internals.streams_builder import InternalStreamsBuilder
@@ -62,6 +65,8 @@ class KTableKTableJoinSide(Processor):
             self.context.metrics.dropped_records += 1
             return
         change: Change = record.value
+        if not change.is_latest:
+            return  # a versioned table's out-of-order update (KIP-914)
         new, old = change.new_value, change.old_value
         current = self.other.get(key)
         other = None if current is None else current.value
@@ -117,7 +122,9 @@ class KTableKTableJoinValueGetter(DerivedValueGetter):
 
 
 class KTableKTableJoinMerger(Processor):
-    """Both sides' results in one table; stored (and cache-forwarded) when the join is materialized."""
+    """Both sides' results in one table; stored (and cache-forwarded) when the join is materialized. A
+    versioned store takes a result older than its key's latest into the history and forwards it as an
+    OutOfOrderChange, and one older than the history retention not at all (as Kafka's merger)."""
 
     def __init__(self, supplier: KTableProcessorSupplier) -> None:
         self.supplier = supplier
@@ -136,8 +143,15 @@ class KTableKTableJoinMerger(Processor):
             self.context.forward(Record(record.key, Change(change.new_value, old), record.timestamp,
                                         record.raw_headers))
             return
-        self.store.put(record.key, ValueAndTimestamp.make(change.new_value, record.timestamp))
-        self.forwarder.maybe_forward(record.key, change.new_value, change.old_value, record.timestamp)
+        latest = True
+        if isinstance(self.store, MeteredVersionedKeyValueStore):
+            code = self.store.put(record.key, change.new_value, record.timestamp)
+            if code == PUT_RETURN_CODE_NOT_PUT:
+                return
+            latest = code == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+        else:
+            self.store.put(record.key, ValueAndTimestamp.make(change.new_value, record.timestamp))
+        self.forwarder.maybe_forward(record.key, change.new_value, change.old_value, record.timestamp, latest)
 
 
 _SIDE_MODES = {JoinKind.INNER: (SideMode.INNER, SideMode.INNER),
@@ -197,7 +211,10 @@ def joined_table(builder: InternalStreamsBuilder, name: str, parents: tuple[str,
     builder.internal.add_processor(name, supplier, *parents)
     value_serde = materialized.value_serde if materialized is not None else None
     if store_name is not None:
-        store = table_store_builder(materialized, store_name, key_serde, value_serde)
+        store = table_store_builder(materialized, store_name, key_serde, value_serde, versioned_ok=True)
         builder.internal.add_state_store(store, name)
     queryable = store_name if materialized is not None and materialized.store_name else None
-    return builder.new_table(name, supplier, key_serde, value_serde, queryable, source_topics=source_topics)
+    table = builder.new_table(name, supplier, key_serde, value_serde, queryable, source_topics=source_topics)
+    table.output_versioned = materialized is not None and isinstance(materialized.store_supplier,
+                                                                     RocksDBVersionedStoreSupplier)
+    return table
