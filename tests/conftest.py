@@ -1,6 +1,7 @@
-"""Shared fixtures: one embedded strom broker (`broker`), a 3-node Apache Kafka cluster (`kafka_cluster`)
-and a single Apache Kafka node (`kafka_node`), each started once for the whole test session when a test
-asks for it."""
+"""Shared fixtures: one embedded strom broker (`broker`), a 3-node Apache Kafka cluster (`kafka_cluster`),
+a single Apache Kafka node (`kafka_node`) and the Java oracle (`java_oracle`, Kafka Streams answering
+topology specs: `make oracle` builds it), each started once for the whole test session when a test asks
+for it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from oracle.java_oracle import JavaOracle
 from strom.broker import EmbeddedBroker
 from support.apache_kafka import KafkaCluster
 
@@ -25,6 +27,15 @@ def pytest_configure(config: pytest.Config) -> None:
     children."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session")
+def java_oracle() -> Iterator[JavaOracle]:
+    oracle = JavaOracle()
+    try:
+        yield oracle
+    finally:
+        oracle.close()
 
 
 @pytest.fixture(scope="session")

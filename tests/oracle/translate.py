@@ -278,9 +278,8 @@ def _schedule(node: dict[str, Any], context: Any, punctuator: Any) -> None:
         context.schedule(punctuate["interval"], kind, punctuator)
 
 
-class _NamedProcessor(Processor):
-    """Oracle.java's NamedProcessor: functions.process_record on each record, punctuate_store's entries
-    forwarded at the punctuation's timestamp."""
+class _Named:
+    """A named processor's set-up: its store and its punctuation."""
 
     def __init__(self, node: dict[str, Any]) -> None:
         self.node, self.fn = node, node["fn"]
@@ -291,6 +290,14 @@ class _NamedProcessor(Processor):
         if self.node.get("store"):
             self.store = context.get_state_store(self.node["store"])
         _schedule(self.node, context, self.punctuate)
+
+    def punctuate(self, timestamp: int) -> None:
+        raise NotImplementedError
+
+
+class _NamedProcessor(_Named, Processor):
+    """Oracle.java's NamedProcessor: functions.process_record on each record, punctuate_store's entries
+    forwarded at the punctuation's timestamp."""
 
     def punctuate(self, timestamp: int) -> None:
         for key, value in f.punctuate_store(self.fn, self.store):
@@ -305,20 +312,13 @@ class _NamedProcessor(Processor):
             self.context.forward(out)
 
 
-class _NamedFixedKeyProcessor(FixedKeyProcessor):
+class _NamedFixedKeyProcessor(_Named, FixedKeyProcessor):
     """Oracle.java's NamedFixedKeyProcessor: a punctuation forwards the latest record received, carrying
     the sum of the stored values (a fixed-key processor forwards only records derived from its input)."""
 
     def __init__(self, node: dict[str, Any]) -> None:
-        self.node, self.fn = node, node["fn"]
-        self.store: Any = None
+        super().__init__(node)
         self.last: Any = None
-
-    def init(self, context: Any) -> None:
-        self.context = context
-        if self.node.get("store"):
-            self.store = context.get_state_store(self.node["store"])
-        _schedule(self.node, context, self.punctuate)
 
     def punctuate(self, timestamp: int) -> None:
         entries = f.punctuate_store(self.fn, self.store)

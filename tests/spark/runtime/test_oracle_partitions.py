@@ -20,7 +20,6 @@ import json
 import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +58,6 @@ def _oracle_shipped_by_value() -> None:
 
     for module in (translate, functions):
         cloudpickle.register_pickle_by_value(module)
-
-
-@pytest.fixture(scope="module")
-def java_oracle() -> Iterator[JavaOracle]:
-    oracle = JavaOracle()
-    try:
-        yield oracle
-    finally:
-        oracle.close()
 
 
 def drawn_specs(count: int, cached: bool) -> list[dict[str, Any]]:
