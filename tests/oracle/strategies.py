@@ -44,11 +44,13 @@ EXCLUDED = {
     "null key: Kafka Streams 4.1.1 fails (a NullPointerException putting it into its buffer); strom joins "
     "it with None at once, as a left join without grace does. Drawn only for inputs without null keys "
     "or values (a null value may become a null key through a key selector)",
-    "versioned-same-time-tombstone": "a tombstone with the timestamp of its key's latest version in a "
-    "versioned store, the key having no older version: Kafka Streams 4.1.1's RocksDBVersionedStore "
-    "deletes the version and keeps no tombstone, so a later out-of-order write becomes the latest; strom "
-    "keeps the tombstone (not fixed yet). Not drawn: inputs of versioned tables without a tombstone at "
-    "the time of its key's previous record",
+    "versioned-same-time-tombstone": "a tombstone written to a versioned store with the timestamp of its "
+    "key's latest value: Kafka Streams 4.1.1's RocksDBVersionedStore deletes the value from its latest-value "
+    "store and, unless a segment still ends at that timestamp, keeps no trace of the delete, so a later "
+    "write older than it becomes the key's latest value and answers queries as of times after the delete. "
+    "strom keeps the tombstone, as VersionedKeyValueStore.put's contract says (null is a delete at the "
+    "timestamp). Not drawn: inputs of versioned tables with a tombstone at the time of its key's previous "
+    "record",
     "emit-on-close": "emit_strategy(on_window_close): Kafka Streams looks for closed windows at most once "
     "per wall-clock second (an internal emit interval), so a window closed by the last records of a burst "
     "waits for a record a second later, and with it windows past their retention; strom emits a window "

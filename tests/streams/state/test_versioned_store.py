@@ -81,6 +81,19 @@ def test_tombstones_end_a_value_and_delete_returns_what_was_valid(store):
     assert store.get("a") == VersionedRecord(7, 40, None)
 
 
+@pytest.mark.parametrize("history", [[], [(1, 0), (None, 5)]], ids=["alone", "after-a-gap"])
+def test_a_tombstone_replacing_the_latest_value_keeps_the_key_deleted(store, history):
+    """A delete at the latest value's own timestamp stays a delete: an older write coming later goes into
+    the history and does not become the latest (Kafka Streams 4.1.1 loses this delete; docs/streams.md)."""
+    for value, ts in [*history, (7, 7)]:
+        store.put("a", value, ts)
+    assert store.put("a", None, 7) == PUT_RETURN_CODE_VALID_TO_UNDEFINED
+    assert store.put("a", 6, 6) == 7
+    assert store.get("a") is None
+    assert store.get("a", 7) is None
+    assert store.get("a", 6) == VersionedRecord(6, 6, 7)
+
+
 def test_writes_and_reads_older_than_the_retention_are_refused(store, host):
     store.put("a", 1, 100)
     assert store.put("a", 0, 100 - RETENTION - 1) == PUT_RETURN_CODE_NOT_PUT
