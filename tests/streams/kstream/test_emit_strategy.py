@@ -86,6 +86,13 @@ def test_hopping_windows_each_emit_their_final_count_once(props):
     assert out == [("a", 0, 2, 7), ("a", 5, 2, 12), ("a", 10, 1, 12)]
 
 
+def test_windows_closing_together_go_out_by_start_then_key(props):
+    """Kafka Streams' order: its store for emit on close is time-ordered (window start, then key bytes)."""
+    windows = TimeWindows.of_size_with_no_grace(10).advance_by(5)
+    out, _ = run(counts(windows), props, [("b", 1), ("a", 7), ("a", 30)])
+    assert out == [("a", 0, 1, 7), ("b", 0, 1, 1), ("a", 5, 1, 7)]
+
+
 def test_on_window_update_is_the_default_behaviour(props):
     out, _ = run(counts(TimeWindows.of_size_with_no_grace(10), caching=False,
                         emit=EmitStrategy.on_window_update()), props, [("a", 1), ("a", 2), ("a", 15)])
@@ -169,6 +176,12 @@ def test_each_closed_session_is_emitted_once_at_its_end():
               ("a", 22), ("b", 40)]           # close time 33: a's [20, 22] closed
     out = run_sessions(session_counts(ON_CLOSE, caching=False), events)
     assert out == [(("b", 3, 3), 1, 3), (("a", 1, 4), 2, 4), (("a", 20, 22), 2, 22)]  # by session end
+
+
+def test_sessions_closing_together_go_out_by_end_start_then_key():
+    events = [("b", 3), ("c", 1), ("c", 3), ("a", 3), ("a", 40)]  # close time 33: c [1, 3], a and b [3, 3]
+    out = run_sessions(session_counts(ON_CLOSE, caching=False), events)
+    assert out == [(("c", 1, 3), 2, 3), (("a", 3, 3), 1, 3), (("b", 3, 3), 1, 3)]
 
 
 @settings(max_examples=40, deadline=None)

@@ -47,6 +47,25 @@ def test_left_join_keeps_unmatched_stream_records():
     assert output == [("o1", "p1:None"), ("o2", "p1:apple"), ("o3", "p2:None"), ("o4", "p1:None")]
 
 
+def test_a_left_join_after_a_repartition_still_gets_null_keys():
+    """The repartition topic keeps null keys for a left join downstream (KIP-962), as for a KTable's: the
+    key selector reads the value. An inner join's repartition drops them."""
+    def run(kind):
+        builder = StreamsBuilder()
+        products = builder.global_table("products", materialized=Materialized.as_("products-store"))
+        getattr(builder.stream("orders").repartition(), kind)(
+            products, lambda order_id, product: product, lambda order, product: f"{order}:{product}",
+        ).to("output")
+        strings = Serdes.String()
+        with TopologyTestDriver(builder.build(), PROPS) as driver:
+            driver.create_input_topic("products", strings, strings).pipe_input("p1", "apple", 0)
+            driver.create_input_topic("orders", strings, strings).pipe_input(None, "p1", 0)
+            return driver.create_output_topic("output", strings, strings).read_key_values_to_list()
+
+    assert run("left_join") == [(None, "p1:apple")]
+    assert run("join") == []
+
+
 def test_global_store_is_filled_from_every_partition(tmp_path):
     builder = StreamsBuilder()
     builder.global_table("products", materialized=Materialized.as_("products-store"))

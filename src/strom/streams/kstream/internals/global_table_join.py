@@ -58,4 +58,6 @@ def stream_global_table_join(stream: KStream, table: GlobalKTable, kind: JoinKin
     store_name = table.spec.name
     builder.internal.add_processor(
         name, lambda: KStreamGlobalKTableJoin(store_name, selector, fn, kind is JoinKind.LEFT), stream.name)
+    if kind is JoinKind.LEFT:  # its key selector may find a table key for a record with a null key
+        builder.null_key_joins.add(name)
     return builder.new_stream(name, stream.key_serde, None, stream.repartition_required, stream.source_topics)

@@ -73,7 +73,10 @@ class _WindowedProcessor(Processor):
         starts = self._closed_starts(self.emitted_close_time, close_time)
         if starts is not None:
             forward, headers = self.context.forward, record.raw_headers
-            for windowed, (value, timestamp) in list(self.store.fetch_all(*starts)):
+            key_bytes = self.store.serialized_key
+            closed = sorted(self.store.fetch_all(*starts),
+                            key=lambda window: (window[0].window.start, key_bytes(window[0].key)))
+            for windowed, (value, timestamp) in closed:
                 forward(Record(windowed, Change(value, None), timestamp, headers))
         self._emitted_up_to(close_time)
 
@@ -284,7 +287,9 @@ class KStreamSessionWindowAggregate(_WindowedProcessor):
             value = self.store.fetch_session(session.key, session.window.start, session.window.end)
             if value is not None:
                 closing[session] = value
-        return list(closing.items())
+        key_bytes = self.store.serialized_key
+        return sorted(closing.items(), key=lambda session: (
+            session[0].window.end, session[0].window.start, key_bytes(session[0].key)))
 
     def _emit_final(self, closing: list[tuple[Windowed[Any], Any]], merged_now: set[Windowed[Any]],
                     close_time: int, record: Record) -> None:

@@ -28,6 +28,11 @@ class MeteredWindowed(MeteredStore):
         restarts and restores: processors recreated for a new run resume their stream time from it."""
         return self.wrapped.observed_stream_time
 
+    def serialized_key(self, key: Any) -> bytes:
+        """The key's bytes: windows emitted on close go out in the order of Kafka Streams' time-ordered
+        stores, by time and then by these bytes."""
+        return self._key_bytes(key)
+
     def _key_bytes(self, key: Any) -> bytes:
         # an aggregation fetches then puts the same key: serialize it once
         if key is self._last_key:

@@ -811,6 +811,8 @@ public final class Oracle {
         props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
         props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class.getName());
         props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.LongSerde.class.getName());
+        // Look for closed windows at every record, as strom does, not at most once a wall-clock second.
+        props.put(StreamsConfig.InternalConfig.EMIT_INTERVAL_MS_KSTREAMS_WINDOWED_AGGREGATION, 0L);
         spec.path("props").fields().forEachRemaining(e -> props.put(e.getKey(), e.getValue().asText()));
 
         StreamsBuilder builder = new StreamsBuilder();
