@@ -51,11 +51,12 @@ EXCLUDED = {
     "strom keeps the tombstone, as VersionedKeyValueStore.put's contract says (null is a delete at the "
     "timestamp). Not drawn: inputs of versioned tables with a tombstone at the time of its key's previous "
     "record",
-    "emit-on-close": "emit_strategy(on_window_close) of an uncached store, or of sliding windows: Kafka "
-    "Streams 4.1.1 reads the closed windows from its time-ordered store, which hides windows that start "
-    "more than the retention before the newest window written, so a window whose close comes with a jump "
-    "in stream time is never emitted (with a cache, windows of time and session windows are still read "
-    "from it; sliding windows are lost either way). strom emits every window when it closes, whatever "
+    "emit-on-close": "emit_strategy(on_window_close) of an uncached store, or of sliding or session "
+    "windows: Kafka Streams 4.1.1 reads the closed windows from its time-ordered store, which hides "
+    "windows that start more than the retention before the newest window written, so a window whose close "
+    "comes with a jump in stream time is never emitted (with a cache, time windows are still read from "
+    "it; sliding and session windows, in indexed stores, can be lost either way). strom emits every "
+    "window when it closes, whatever "
     "the jump (deliberately: final results at the end of input, as the Spark runtime needs). The oracle "
     "sets Kafka's internal emit interval to 0, so it looks for closed windows at every record as strom "
     "does, not at most once a wall-clock second",
@@ -80,14 +81,14 @@ def _excluded(spec: dict[str, Any]) -> bool:
 
 
 def _uncached_emit_on_close(spec: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> bool:
-    """The EXCLUDED "emit-on-close": an aggregation that emits on close without a cache, or of sliding
-    windows."""
+    """The EXCLUDED "emit-on-close": an aggregation that emits on close without a cache, or of sliding or
+    session windows."""
     cache = spec["props"]["statestore.cache.max.bytes"] > 0
     for node in nodes.values():
         windowed = nodes.get(node.get("in", ""))
         if windowed is None or windowed["op"] != "windowed_by" or windowed.get("emit") != "close":
             continue
-        if not (cache and node.get("caching", True)) or windowed["window"]["type"] == "sliding":
+        if not (cache and node.get("caching", True)) or windowed["window"]["type"] in ("sliding", "session"):
             return True
     return False
 

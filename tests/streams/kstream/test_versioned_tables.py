@@ -232,6 +232,20 @@ def test_with_a_grace_period_records_wait_for_late_table_updates_and_leave_in_ti
         assert out.read_key_values_to_list() == [("apple", "d@1.00")]
 
 
+def test_buffered_records_of_one_timestamp_leave_by_key_then_arrival(props):
+    """Kafka Streams' buffer is keyed by time, key bytes, then a sequence number: its order."""
+    with TopologyTestDriver(_graced(100).build(), props) as driver:
+        prices = driver.create_input_topic("prices", S, S)
+        for fruit in ("apple", "pear"):
+            prices.pipe_input(fruit, "1.00", timestamp=0)
+        orders = driver.create_input_topic("orders", S, S)
+        for fruit, qty in [("pear", "a"), ("apple", "b"), ("pear", "c")]:
+            orders.pipe_input(fruit, qty, timestamp=10)
+        orders.pipe_input("apple", "d", timestamp=500)
+        assert driver.create_output_topic("out", S, S).read_key_values_to_list() == [
+            ("apple", "b@1.00"), ("pear", "a@1.00"), ("pear", "c@1.00")]
+
+
 def test_a_grace_period_buffer_of_a_stream_without_serdes_uses_the_default_serdes(props):
     builder = StreamsBuilder()
     prices = builder.table("prices", Consumed.with_(S, S), versioned("prices"))

@@ -1,14 +1,15 @@
 """The stream side's buffer of a stream-table join with a grace period (KIP-923).
 
-Every stream record waits here, in (timestamp, arrival) order, until the observed stream time (the
+Every stream record waits here, in (timestamp, key bytes, arrival) order, Kafka Streams' order (its
+buffer's time-first key schema), until the observed stream time (the
 largest timestamp the join has seen) passes its timestamp plus the grace period: a table update that
 arrives late, but within the grace period, is then in the versioned table before the record joins.
 
 Underneath is a logged RocksDB key-value store of bytes, so buffered records are committed, restored
 and aborted with the task's other state:
 
-- ``r | ts | seq`` -> the record (key, value, headers), ``seq`` keeping records of one timestamp in
-  arrival order;
+- ``r | ts | key | seq`` -> the record (key, value, headers), ``seq`` keeping records of one timestamp
+  and key in arrival order;
 - ``s`` -> the next ``seq``; ``t`` -> the observed stream time.
 """
 
@@ -64,13 +65,12 @@ class TimeOrderedRecordBuffer:
         raw_seq = self.store.get(_SEQ_KEY)
         seq = 0 if raw_seq is None else _SEQUENCE.unpack(raw_seq)[0]
         self.store.put(_SEQ_KEY, _SEQUENCE.pack(seq + 1))
-        self.store.put(b"r" + sortable(timestamp) + _SEQUENCE.pack(seq),
+        self.store.put(b"r" + sortable(timestamp) + (key or b"") + _SEQUENCE.pack(seq),
                        _encode(key, value, headers))
 
     def evict_until(self, horizon: int) -> list[BufferedRecord]:
         """Removes and returns the records with a timestamp at or before ``horizon``, oldest first."""
-        upper = b"r" + sortable(horizon) + b"\xff" * 8
-        due = list(self.store.range(b"r", upper))
+        due = list(self.store.range(b"r", b"r" + sortable(horizon + 1)))  # below every record at horizon + 1
         for entry_key, _ in due:
             self.store.delete(entry_key)
         return [(from_sortable(entry_key, 1), *_decode(raw)) for entry_key, raw in due]
