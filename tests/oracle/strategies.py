@@ -395,15 +395,21 @@ def _grace_left_join_of_null_key(spec: dict[str, Any]) -> bool:
 
 
 def _suppresses_versioned(spec: dict[str, Any]) -> bool:
-    """Whether ``spec`` suppresses a versioned table, which Kafka Streams (and strom) refuse: a table is
-    versioned when stored in a versioned store, or unstored and derived from a versioned one."""
+    """Whether ``spec`` suppresses a table Kafka Streams deems versioned, which it (and strom) refuse.
+
+    Kafka's rule (InternalStreamsBuilder.isVersionedUpstream): a node that materializes a table says
+    whether its output is versioned (its store is); any other node is versioned when all its parents are.
+    Kafka's windowed cogroup says nothing, so a windowed cogroup of streams of versioned tables counts as
+    versioned there (strom builds it; docs/streams.md)."""
     versioned: dict[str, bool] = {}
     for node in spec["nodes"]:
-        derived = node["op"] in ("filter", "filter_not", "map_values") and not node.get("store")
-        if derived and node["in"] in versioned:
-            versioned[node["id"]] = versioned[node["in"]]
-        else:
-            versioned[node["id"]] = "versioned" in node
+        op = node["op"]
+        stored_view = op in ("filter", "filter_not", "map_values", "transform_values") and node.get("store")
+        materializes = (op in ("table", "count", "reduce", "aggregate", "to_table", "suppress")
+                        or (op == "cogroup" and "window" not in node) or stored_view)
+        parents = [node[key] for key in ("in", "other") if key in node] + node.get("inputs", [])
+        versioned[node["id"]] = ("versioned" in node if materializes or not parents
+                                 else all(versioned.get(parent, False) for parent in parents))
     return any(node["op"] == "suppress" and versioned[node["in"]] for node in spec["nodes"])
 
 
