@@ -1,9 +1,9 @@
 """The stream side's buffer of a stream-table join with a grace period (KIP-923).
 
-Every stream record waits here, in (timestamp, key bytes, arrival) order, Kafka Streams' order (its
-buffer's time-first key schema), until the observed stream time (the
-largest timestamp the join has seen) passes its timestamp plus the grace period: a table update that
-arrives late, but within the grace period, is then in the versioned table before the record joins.
+Every stream record waits here until the observed stream time (the largest timestamp the join has
+seen) passes its timestamp plus the grace period: a table update that arrives late, but within the
+grace period, is then in the versioned table before the record joins. Records leave in (timestamp, key
+bytes, arrival) order, the order of Kafka Streams' buffer (its time-first key schema).
 
 Underneath is a logged RocksDB key-value store of bytes, so buffered records are committed, restored
 and aborted with the task's other state:
