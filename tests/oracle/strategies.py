@@ -56,10 +56,9 @@ EXCLUDED = {
     "windows that start more than the retention before the newest window written, so a window whose close "
     "comes with a jump in stream time is never emitted (with a cache, time windows are still read from "
     "it; sliding and session windows, in indexed stores, can be lost either way). strom emits every "
-    "window when it closes, whatever "
-    "the jump (deliberately: final results at the end of input, as the Spark runtime needs). The oracle "
-    "sets Kafka's internal emit interval to 0, so it looks for closed windows at every record as strom "
-    "does, not at most once a wall-clock second",
+    "window when it closes, whatever the jump (deliberately: final results at the end of input, as the "
+    "Spark runtime needs). The oracle sets Kafka's internal emit interval to 0, so it looks for closed "
+    "windows at every record as strom does, not at most once a wall-clock second",
 }
 
 
@@ -75,12 +74,12 @@ def _excluded(spec: dict[str, Any]) -> bool:
                           for node in spec["nodes"])
     null_values = any(record.get("value", 0) is None for record in spec["input"])
     nodes = {node["id"]: node for node in spec["nodes"]}
-    return (self_join or (windowed_reduce and null_values) or _uncached_emit_on_close(spec, nodes)
+    return (self_join or (windowed_reduce and null_values) or _emit_on_close_kafka_may_lose(spec, nodes)
             or _cached_window_store_past_retention(spec, nodes)
             or _cached_cogroup_window_store_past_retention(spec))
 
 
-def _uncached_emit_on_close(spec: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> bool:
+def _emit_on_close_kafka_may_lose(spec: dict[str, Any], nodes: dict[str, dict[str, Any]]) -> bool:
     """The EXCLUDED "emit-on-close": an aggregation that emits on close without a cache, or of sliding or
     session windows."""
     cache = spec["props"]["statestore.cache.max.bytes"] > 0
