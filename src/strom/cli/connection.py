@@ -119,23 +119,32 @@ class Connection:
         """The metadata of a topic just created, once every broker lists it: on a cluster of several
         brokers the others learn of a new topic a moment after the controller created it, and the next
         command may ask any of them."""
+        self._wait_every_broker([name], listed=True)
+        return self.metadata().topics[name]
+
+    def wait_unlisted(self, names: list[str]) -> None:
+        """Returns once no broker lists the topics just deleted: a command (or an application's start)
+        that follows must not find a topic the controller already removed."""
+        self._wait_every_broker(names, listed=False)
+
+    def _wait_every_broker(self, names: list[str], listed: bool) -> None:
         deadline = time.monotonic() + TIMEOUT
-        while (found := self.metadata().topics.get(name)) is None or found.error is not None:
-            self._not_listed_yet(name, self.bootstrap_servers, deadline)
         for broker in self.metadata().brokers.values():
             address = f"{broker.host}:{broker.port}"
             admin = clients.admin(address, **self._settings({}))
-            while (listed := admin.list_topics(timeout=TIMEOUT).topics.get(name)) is None \
-                    or listed.error is not None:
-                self._not_listed_yet(name, address, deadline)
-        return found
+            while pending := [n for n in names
+                              if _is_listed(admin.list_topics(timeout=TIMEOUT), n) != listed]:
+                if time.monotonic() > deadline:
+                    done = "created" if listed else "deleted"
+                    shown = "does not list" if listed else "still lists"
+                    raise StromError(f"Topic {pending[0]!r} was {done} but the broker at {address} {shown} "
+                                     "it yet; try again.")
+                time.sleep(0.1)
 
-    @staticmethod
-    def _not_listed_yet(name: str, address: str, deadline: float) -> None:
-        if time.monotonic() > deadline:
-            raise StromError(f"Topic {name!r} was created but the broker at {address} does not list it "
-                             "yet; try again.")
-        time.sleep(0.1)
+
+def _is_listed(cluster: ClusterMetadata, name: str) -> bool:
+    found = cluster.topics.get(name)
+    return found is not None and found.error is None
 
 
 def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:

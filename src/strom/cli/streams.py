@@ -133,6 +133,7 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
         return
     offsets.reset(admin, app_id, targets)
     _delete_internal(admin, app_id, internal, topics)
+    connection.wait_unlisted(internal)  # the next start must create them anew, not find them
     shutil.rmtree(local, ignore_errors=True)
     click.echo(f"Application {app_id} reset: it reprocesses its input on the next start.")
 

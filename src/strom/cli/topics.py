@@ -111,6 +111,8 @@ def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
         connection.topic(name)
     for name, future in connection.admin().delete_topics(list(names), request_timeout=TIMEOUT).items():
         result(future, f"delete topic {name!r}")
+    connection.wait_unlisted(list(names))  # so that the next command does not find them
+    for name in names:
         click.echo(f"deleted {name}")
 
 
