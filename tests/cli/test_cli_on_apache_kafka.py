@@ -63,6 +63,7 @@ def test_topics_are_replicated_by_the_broker_default_or_as_asked(kafka_strom: St
     assert _json(strom, "topics", "delete-records", topic, "-p", "0", "--before", "2") == [
         {"partition": 0, "log start offset": 2}]
     assert strom.ok("topics", "delete", topic, pair).lines == [f"deleted {topic}", f"deleted {pair}"]
+    assert not {topic, pair} & {t["topic"] for t in _json(strom, "topics", "list")}  # on every broker
 
 
 def test_produce_and_consume_keys_with_acks_all_on_three_replicas(kafka_strom: Strom) -> None:
