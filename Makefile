@@ -48,22 +48,24 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
-# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's (Spark and Kafka
-# clusters, fault injection: mostly waiting on JVMs and timeouts) in the foreground; the CLI's slow tests
-# (subprocesses waiting on their own start-up) then the tests not marked slow beside them, their report
-# (.cache/side-tests.log) printed after the foreground's. Either failing fails `make test`.
+# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's and the tasks'
+# (Spark and Kafka clusters, fault injection: mostly waiting on JVMs and timeouts) in the foreground; the
+# CLI's and the tasks' slow tests (subprocesses waiting on their own start-up, a Kafka cluster's rolling
+# restart) then the tests not marked slow beside them, their report (.cache/side-tests.log) printed after
+# the foreground's. Either failing fails `make test`.
+SIDE_SLOW := tests/cli tests/tasks
 test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	@mkdir -p .cache
 	@trap 'kill $$side 2>/dev/null' INT TERM; \
-	{ $(BIN)/python -m pytest -m slow tests/cli; cli_rc=$$?; $(BIN)/python -m pytest -m "not slow"; \
-	  exit $$(( cli_rc || $$? )); } > .cache/side-tests.log 2>&1 & side=$$!; \
-	echo "pytest -m slow tests/cli, then pytest -m 'not slow', run beside this; their report follows"; \
-	$(BIN)/python -m pytest -m slow --ignore=tests/cli; main_rc=$$?; \
+	{ $(BIN)/python -m pytest -m slow $(SIDE_SLOW); slow_rc=$$?; $(BIN)/python -m pytest -m "not slow"; \
+	  exit $$(( slow_rc || $$? )); } > .cache/side-tests.log 2>&1 & side=$$!; \
+	echo "pytest -m slow $(SIDE_SLOW), then pytest -m 'not slow', run beside this; their report follows"; \
+	$(BIN)/python -m pytest -m slow $(addprefix --ignore=,$(SIDE_SLOW)); main_rc=$$?; \
 	wait $$side; side_rc=$$?; \
-	echo; echo "===== pytest -m slow tests/cli; pytest -m 'not slow' (.cache/side-tests.log) ====="; \
+	echo; echo "===== pytest -m slow $(SIDE_SLOW); pytest -m 'not slow' (.cache/side-tests.log) ====="; \
 	cat .cache/side-tests.log; \
-	echo "pytest -m slow --ignore=tests/cli: exit $$main_rc; the CLI's slow tests, then the others: exit $$side_rc"; \
+	echo "the other slow tests: exit $$main_rc; pytest -m slow $(SIDE_SLOW), then the rest: exit $$side_rc"; \
 	exit $$(( main_rc || side_rc ))
 
 # issue 28: the oracle's reference runner (tests/oracle): Kafka Streams' jars of the version the Apache
