@@ -57,6 +57,13 @@ class Target:
             time.sleep(0.1)
         raise AssertionError(f"topic {name} did not appear on {self.name}")
 
+    def metadata_settled(self) -> None:
+        """Returns once this broker serves every metadata change made before the call. A Kafka broker
+        applies the controller's records a moment after the admin call that wrote them returned (a
+        describe right after an alter may still see the old config), and in log order: a topic created
+        now and listed means all earlier changes are applied."""
+        self.topic("barrier")
+
     def producer(self, **overrides: Any) -> Producer:
         return clients.producer(self.bootstrap_servers, **overrides)
 

@@ -43,6 +43,7 @@ def outcome(future) -> str | tuple[str, str]:
 
 
 def configs_of(t: Target, topic: str, keys=COMPARED_KEYS) -> dict:
+    t.metadata_settled()
     resource = ConfigResource(ResourceType.TOPIC, topic)
     entries = t.admin.describe_configs([resource])[resource].result(30)
     return {k: (e.value, e.source, e.is_default, e.is_read_only) for k, e in entries.items() if k in keys}
