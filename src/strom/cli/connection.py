@@ -128,12 +128,13 @@ class Connection:
         self._wait_every_broker(names, listed=False)
 
     def _wait_every_broker(self, names: list[str], listed: bool) -> None:
+        if not names:
+            return
         deadline = time.monotonic() + TIMEOUT
         for broker in self.metadata().brokers.values():
             address = f"{broker.host}:{broker.port}"
             admin = clients.admin(address, **self._settings({}))
-            while pending := [n for n in names
-                              if _is_listed(admin.list_topics(timeout=TIMEOUT), n) != listed]:
+            while pending := _differing(admin.list_topics(timeout=TIMEOUT), names, listed):
                 if time.monotonic() > deadline:
                     done = "created" if listed else "deleted"
                     shown = "does not list" if listed else "still lists"
@@ -142,9 +143,10 @@ class Connection:
                 time.sleep(0.1)
 
 
-def _is_listed(cluster: ClusterMetadata, name: str) -> bool:
-    found = cluster.topics.get(name)
-    return found is not None and found.error is None
+def _differing(cluster: ClusterMetadata, names: list[str], listed: bool) -> list[str]:
+    """The topics of ``names`` that ``cluster`` does not yet list (``listed``) or still lists."""
+    return [n for n in names
+            if (cluster.topics.get(n) is not None and cluster.topics[n].error is None) != listed]
 
 
 def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:
