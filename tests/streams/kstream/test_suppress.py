@@ -140,10 +140,32 @@ def test_final_session_results_once_the_session_closes():
         topic.pipe_input("w", "v", 8)  # stream time 8 = end 6 + grace 2, but a record within the gap
         assert output.read_key_values_to_list() == []
         topic.pipe_input("u", "v", 9)  # still joins it (as in Kafka): [0, 9]
-        topic.pipe_input("w", "v", 15)  # [8, 8] closes at 8 + gap 5 + grace 2
+        topic.pipe_input("w", "v", 15)  # stream time 8 + gap 5 + grace 2: [8, 8] still takes a late w@10
+        assert output.read_key_values_to_list() == []
+        topic.pipe_input("w", "v", 16)  # [8, 8] is closed once its end is before 16 - 5 - 2
         assert output.read_key_values_to_list() == [(Windowed("w", SessionWindow(8, 8)), 1)]
-        topic.pipe_input("w", "v", 16)  # and [0, 9] at 16
+        topic.pipe_input("w", "v", 17)  # and [0, 9] at 17
         assert output.read_key_values_to_list() == [(Windowed("u", SessionWindow(0, 9)), 4)]
+
+
+def test_a_final_session_result_is_never_followed_by_a_merged_one():
+    """Issue 43: a session suppressed at stream time end + gap + grace was emitted as final, then the
+    aggregator (which merges into it until then) emitted a bigger "final" session: 3 views counted for 2."""
+    from strom.streams.kstream.windows import SessionWindow, SessionWindows
+
+    sessions = WindowedSerdes.session_windowed_serde_from(Serdes.String())
+    builder = StreamsBuilder()
+    (builder.stream("input", Consumed.with_(Serdes.String(), Serdes.String())).group_by_key()
+     .windowed_by(SessionWindows.of_inactivity_gap_and_grace(5000, 2000)).count()
+     .suppress(Suppressed.until_window_closes(BufferConfig.unbounded()))
+     .to_stream().to("output", Produced.with_(sessions, Serdes.Long())))
+    with TopologyTestDriver(builder.build(), PROPS) as driver:
+        topic = driver.create_input_topic("input", Serdes.String(), Serdes.String())
+        for key, timestamp in (("alice", 1000), ("bob", 8000), ("alice", 2000), ("bob", 20000)):
+            topic.pipe_input(key, "view", timestamp)
+        out = driver.create_output_topic("output", sessions, Serdes.Long()).read_key_values_to_list()
+    assert out == [(Windowed("alice", SessionWindow(1000, 2000)), 2),
+                   (Windowed("bob", SessionWindow(8000, 8000)), 1)]
 
 
 def test_buffer_config_logging_can_be_disabled_or_configured():

@@ -106,9 +106,10 @@ def _window_grace(table: KTable) -> int:
     while node is not None:
         windows = node.windows
         if windows is not None:
-            # a session can still grow until stream time passes its end + gap + grace (as in Kafka)
+            # strom's aggregator still merges into a session whose end is stream time - gap - grace
+            # (docs/streams.md, session-ending-at-its-close): final only one millisecond later
             if isinstance(windows, SessionWindows):
-                return windows.grace_ms + windows.gap_ms
+                return windows.grace_ms + windows.gap_ms + 1
             return windows.grace_ms
         node = node.parent
     raise TopologyError("Suppressed.until_window_closes needs a windowed KTable (from "
