@@ -13,11 +13,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
+
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
     from strom.broker.protocol import EncodedResponse
+    from strom.broker.security.listeners import Session
 
-HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions")
+HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions", "security")
 
 # Without an authorizer Kafka allows a client every operation a resource supports, and says so when
 # asked (bits are AclOperation codes); INT32_MIN means "not asked for".
@@ -38,6 +41,26 @@ class RequestContext:
     client_id: str
     client_host: str
     correlation_id: int
+    session: Session
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """Whether this client may do `operation` on the resource (always, without an authorizer)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        principal = self.session.principal
+        allowed = authorizer.authorize(principal, self.client_host, operation, resource_type, name)
+        if not allowed:
+            self.broker.report_denial(principal, self.client_host, operation, resource_type, name)
+        return allowed
+
+    def authorize_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_any(self.session.principal, self.client_host,
+                                                              operation, resource_type)
+
+    def authorize_cluster(self, operation: Operation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 Handler = Callable[[RequestContext, Any], Awaitable["dict[str, Any] | EncodedResponse | None"]]

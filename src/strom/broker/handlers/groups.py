@@ -20,7 +20,8 @@ CLASSIC_GROUP = "classic"
 @handles(FIND_COORDINATOR, 0, 4)
 async def find_coordinator(ctx: RequestContext, body: Any) -> dict[str, Any]:
     broker = ctx.broker
-    node = {"node_id": broker.node_id, "host": broker.advertised_host, "port": broker.advertised_port,
+    listener = ctx.session.listener
+    node = {"node_id": broker.node_id, "host": listener.advertised_host, "port": listener.advertised_port,
             "error_code": ErrorCode.none, "error_message": None}
     keys = getattr(body, "coordinator_keys", None)
     if ctx.api_version >= 4:

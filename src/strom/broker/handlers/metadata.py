@@ -33,9 +33,9 @@ async def api_versions(ctx: RequestContext, body: Any) -> dict[str, Any]:
 
 
 def _broker(ctx: RequestContext) -> dict[str, Any]:
-    b = ctx.broker
-    return {"node_id": b.node_id, "broker_id": b.node_id, "host": b.advertised_host,
-            "port": b.advertised_port, "rack": None}
+    listener = ctx.session.listener  # clients are told the address of the listener they came through
+    return {"node_id": ctx.broker.node_id, "broker_id": ctx.broker.node_id, "host": listener.advertised_host,
+            "port": listener.advertised_port, "rack": None}
 
 
 @handles(METADATA, 0, 12)

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.config import BROKER_SPECS, render
+from strom.broker.config import BROKER_SPECS, SENSITIVE_KEYS, render
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.manager import (
     InvalidPartitionsError,
@@ -179,6 +179,9 @@ async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
         elif resource.resource_type == BROKER_RESOURCE:
             result["configs"] = [_entry(k, ctx.broker.config[k], SOURCE_STATIC_BROKER, True)
                                  for k in BROKER_SPECS if keys is None or k in keys]
+            for entry in result["configs"]:
+                if entry["name"] in SENSITIVE_KEYS:  # as Kafka: said to be set, never shown
+                    entry.update(value=None, is_sensitive=True)
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message="unsupported resource type")
         results.append(result)
