@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -19,12 +18,18 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from security.conftest import mtls, sasl, start_secured
+from security.conftest import PASSWORDS, mtls, sasl, start_secured
 from strom.broker import EmbeddedBroker
 from support.kafka import unique
-
-ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
-LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+from support.secured_clients import (
+    DENY,
+    PREFIXED,
+    acl,
+    consume_error,
+    describe_acls_error,
+    grant,
+    produce_error,
+)
 
 
 @pytest.fixture(scope="module")
@@ -34,40 +39,6 @@ def guarded(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[EmbeddedB
         "super.users": "User:admin"})
     yield broker
     broker.stop()
-
-
-def grant(admin: AdminClient, *bindings: AclBinding) -> None:
-    for future in admin.create_acls(list(bindings)).values():
-        future.result()
-
-
-def acl(resource: ResourceType, name: str, principal: str, operation: AclOperation,
-        permission: AclPermissionType = ALLOW, pattern: ResourcePatternType = LITERAL,
-        host: str = "*") -> AclBinding:
-    return AclBinding(resource, name, pattern, principal, host, operation, permission)
-
-
-def produce_error(conf: dict[str, str], topic: str) -> KafkaError | None:
-    """The delivery error of one record (None if it was written)."""
-    errors: list[KafkaError | None] = []
-    producer = Producer({**conf, "message.timeout.ms": 10_000})
-    producer.produce(topic, b"v", on_delivery=lambda err, _msg: errors.append(err))
-    producer.flush(15)
-    return errors[0]
-
-
-def consume_error(conf: dict[str, str], topic: str, group: str) -> KafkaError | None:
-    """The first error a subscribed consumer reports, None once it read a record."""
-    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    try:
-        for _ in range(40):
-            message = consumer.poll(0.5)
-            if message is not None:
-                return message.error()
-        raise AssertionError("the consumer neither read nor failed")
-    finally:
-        consumer.close()
 
 
 def test_each_operation_is_refused_with_kafkas_error_until_an_acl_allows_it(guarded, pki):
@@ -86,7 +57,8 @@ def test_each_operation_is_refused_with_kafkas_error_until_an_acl_allows_it(guar
     with pytest.raises(KafkaException) as transactional:
         Producer({**bob, "transactional.id": txn}).init_transactions(10)
     assert transactional.value.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert describe_acls_error(guarded, pki, "bob") == "ClusterAuthorizationFailedError"
+    assert describe_acls_error(guarded.listeners["SASL_SSL"], pki, "bob", PASSWORDS["bob"]) == (
+        "ClusterAuthorizationFailedError")
 
     grant(admin, acl(ResourceType.TOPIC, "orders-", "User:bob", AclOperation.WRITE, pattern=PREFIXED))
     assert produce_error(bob, topic) is None  # WRITE implies DESCRIBE: metadata is answered too
@@ -140,44 +112,19 @@ def test_acls_are_described_deleted_and_kept_across_a_restart(guarded, pki):
     assert admin.describe_acls(wanted).result() == []
 
 
-def describe_acls_error(broker: EmbeddedBroker, pki, user: str) -> str:
-    """The error class kafka-python raises for DescribeAcls (confluent-kafka 2.16 returns an empty list
-    when DescribeAcls answers a top-level error, so it cannot show this)."""
-    from kafka.admin import (
-        ACLFilter,
-        ACLOperation,
-        ACLPermissionType,
-        ACLResourcePatternType,
-        KafkaAdminClient,
-        ResourcePatternFilter,
-    )
-    from kafka.admin import ResourceType as KafkaPythonResourceType
-
-    from security.conftest import PASSWORDS
-    admin = KafkaAdminClient(bootstrap_servers=broker.listeners["SASL_SSL"], security_protocol="SASL_SSL",
-                             sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=user,
-                             sasl_plain_password=PASSWORDS[user], ssl_cafile=str(pki.ca))
-    try:
-        admin.describe_acls(ACLFilter(None, None, ACLOperation.ANY, ACLPermissionType.ANY,
-                                      ResourcePatternFilter(KafkaPythonResourceType.ANY, None,
-                                                            ACLResourcePatternType.ANY)))
-    except Exception as exc:
-        return type(exc).__name__
-    finally:
-        admin.close()
-    raise AssertionError("DescribeAcls was answered without an error")
-
-
 def test_acl_apis_without_an_authorizer_say_security_is_disabled(secured, pki):
-    assert describe_acls_error(secured, pki, "alice") == "SecurityDisabledError"
+    assert describe_acls_error(secured.listeners["SASL_SSL"], pki, "alice", PASSWORDS["alice"]) == (
+        "SecurityDisabledError")
 
 
 def test_partitions_of_a_topic_a_consumer_may_not_read_are_refused_in_fetch(guarded, pki):
     admin = AdminClient(sasl(guarded, pki, user="admin"))
     topic = unique("assigned")
     admin.create_topics([NewTopic(topic, 1)])[topic].result()
-    grant(admin, acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.DESCRIBE))
-    consumer = Consumer({**sasl(guarded, pki), "group.id": unique("g"), "enable.auto.commit": False})
+    group = unique("g")  # librdkafka looks its coordinator up even for assigned partitions
+    grant(admin, acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.DESCRIBE),
+          acl(ResourceType.GROUP, group, "User:alice", AclOperation.READ))
+    consumer = Consumer({**sasl(guarded, pki), "group.id": group, "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
     try:
         error = None

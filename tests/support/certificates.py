@@ -55,8 +55,10 @@ def _certificate(subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x5
         builder = builder.add_extension(x509.SubjectAlternativeName(
             [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
     if not ca:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        # a node's certificate also authenticates it to the other nodes (Kafka's inter-broker TLS)
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH] if server else [
+            ExtendedKeyUsageOID.CLIENT_AUTH]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
     else:
         builder = builder.add_extension(x509.KeyUsage(
             digital_signature=True, content_commitment=False, key_encipherment=False, data_encipherment=False,
