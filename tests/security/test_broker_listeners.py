@@ -139,3 +139,12 @@ def test_scram_credentials_are_described_added_and_deleted_over_the_wire(secured
     with pytest.raises(KafkaException) as missing:
         admin.describe_user_scram_credentials([user])[user].result()
     assert missing.value.args[0].code() == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_no_password_reaches_the_broker_log(secured):
+    """Last in this module: every login above (right and wrong passwords, SCRAM and PLAIN) is logged
+    without its password."""
+    log = secured.log_path.read_text()
+    assert "authentication failed" in log
+    for secret in (*PASSWORDS.values(), "not-the-password", "carol-password"):
+        assert secret not in log

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -105,9 +106,11 @@ class ScramServer:
 
     `lookup(user)` gives the user's credential for this mechanism, or None."""
 
-    def __init__(self, mechanism: Mechanism, lookup: callable) -> None:  # type: ignore[valid-type]
+    def __init__(self, mechanism: Mechanism, lookup: Callable[[str], Credential | None],
+                 server_nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24)) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
+        self._server_nonce = server_nonce
         self.username: str | None = None
         self._credential: Credential | None = None
         self._gs2_header = ""
@@ -133,7 +136,7 @@ class ScramServer:
         self.username, self._credential = username, credential
         self._gs2_header = f"{flag},{authzid},"
         self._client_first_bare = bare
-        self._nonce = attributes["r"] + secrets.token_urlsafe(24)
+        self._nonce = attributes["r"] + self._server_nonce()
         self._server_first = (f"r={self._nonce},s={base64.b64encode(credential.salt).decode()},"
                               f"i={credential.iterations}")
         return self._server_first.encode()
