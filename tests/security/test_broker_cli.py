@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 from support.certificates import KEY_PASSWORD
 
 STROM = str(Path(sys.executable).with_name("strom"))
+pytestmark = pytest.mark.slow  # each test starts `strom` processes
 
 
 def strom(*args: str, stdin: str = "") -> subprocess.CompletedProcess:

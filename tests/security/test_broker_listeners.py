@@ -64,6 +64,7 @@ def test_a_wrong_password_is_refused_and_says_so(secured, pki):
         secured.log_path.read_text())
 
 
+@pytest.mark.slow
 def test_untrusted_or_missing_client_certificates_and_plaintext_are_refused(secured, pki):
     stranger = mtls(secured, pki, pki.stranger_cert, pki.stranger_key)
     no_certificate = {k: v for k, v in mtls(secured, pki).items()
@@ -86,6 +87,7 @@ def kcat(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
     return subprocess.run(["kcat", *args], input=stdin, capture_output=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_kcat_over_sasl_ssl_and_mutual_tls(secured, pki):
     """kcat's bundled librdkafka 2.0.2 sends a wrong SCRAM nonce (fixed in librdkafka 2.1; Kafka refuses
     it too), so kcat logs in with PLAIN; SCRAM is librdkafka's and kafka-python's tests above."""
@@ -104,6 +106,7 @@ def test_kcat_over_sasl_ssl_and_mutual_tls(secured, pki):
     assert refused.returncode != 0 and b"Authentication failed" in refused.stderr
 
 
+@pytest.mark.slow
 def test_kafka_python_over_sasl_ssl(secured, pki):
     from kafka import KafkaConsumer, KafkaProducer
     topic = unique("kp")

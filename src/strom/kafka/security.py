@@ -68,7 +68,3 @@ def redact(text: str, settings: Mapping[str, Any]) -> str:
             text = text.replace(str(value), "***")
     return text
 
-
-def redacted(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Settings safe to show: the secret ones as ***."""
-    return {k: "***" if k in SECRET_KEYS and v else v for k, v in settings.items()}
