@@ -45,14 +45,16 @@ class RequestContext:
     correlation_id: int
     session: Session
 
-    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
-        """Whether this client may do `operation` on the resource (always, without an authorizer)."""
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str,
+                  report: bool = True) -> bool:
+        """Whether this client may do `operation` on the resource (always, without an authorizer); a
+        refusal is logged unless `report` is False (a listing that leaves the resource out, as Kafka)."""
         authorizer = self.broker.authorizer
         if authorizer is None:
             return True
         principal = self.session.principal
         allowed = authorizer.authorize(principal, self.client_host, operation, resource_type, name)
-        if not allowed:
+        if not allowed and report:
             self.broker.report_denial(principal, self.client_host, operation, resource_type, name)
         return allowed
 

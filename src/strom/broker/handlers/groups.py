@@ -168,7 +168,7 @@ def _committed(ctx: RequestContext, group_id: str, topics: Any, require_stable: 
     if topics is None:  # every topic: those the client may not describe are left out, as Kafka does
         wanted: dict[str, list[int]] = {}
         for topic, partition in sorted(committed):
-            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic):
+            if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic, report=False):
                 wanted.setdefault(topic, []).append(partition)
     else:
         wanted = {t.name: list(t.partition_indexes) for t in topics}
@@ -217,7 +217,8 @@ async def list_groups(ctx: RequestContext, body: Any) -> dict[str, Any]:
                "group_type": CLASSIC_GROUP}
               for g in ctx.broker.groups.groups.values() if not states or g.state.value.lower() in states]
     if not ctx.authorize_cluster(Operation.DESCRIBE):  # then only the groups the client may describe
-        listed = [g for g in listed if _may_describe(ctx, g["group_id"])]
+        listed = [g for g in listed if ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g["group_id"],
+                                                     report=False)]
     return {"error_code": ErrorCode.none, "groups": listed}
 
 
