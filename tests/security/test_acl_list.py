@@ -111,3 +111,33 @@ def test_the_documented_acls_run_an_exactly_once_application(guarded, pki, spark
     finally:
         app.stop()
     assert latest_counts(admin_conf, counts) == dict(Counter(word for line in text for word in line.split()))
+
+
+@pytest.mark.parametrize("missing", ["transactional-id", "internal-topics"])
+def test_without_one_line_the_application_fails_with_a_clear_error(guarded, pki, spark, tmp_path, missing):
+    from strom.spark.runtime import SparkStreams
+    suffix = uuid.uuid4().hex[:8]
+    lines, counts, app_id = f"lines-{suffix}", f"counts-{suffix}", f"wc-{suffix}"
+    admin_conf = sasl(guarded, pki, user="admin")
+    admin = AdminClient(admin_conf)
+    for future in admin.create_topics([NewTopic(lines, 2), NewTopic(counts, 2)]).values():
+        future.result()
+    kind = ResourceType.TRANSACTIONAL_ID if missing == "transactional-id" else ResourceType.TOPIC
+    kept = [b for b in application_acls("User:alice", app_id, [lines], [counts])
+            if not (b.restype == kind and b.name == f"{app_id}-")]
+    grant(admin, *kept)
+    producer = Producer(admin_conf)
+    producer.produce(lines, b"a b c", key=b"k")
+    assert producer.flush(30) == 0
+    app = SparkStreams(word_count(lines, counts), {
+        "application.id": app_id, "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
+        "commit.interval.ms": 200, "execution.mode": "microbatch", **sasl(guarded, pki, user="alice")}, spark)
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:
+        app.start()
+        app.wait_until_caught_up(120)
+    app.stop()
+    assert time.monotonic() - started < 120  # refused at once, not retried until a timeout
+    wanted = (f"User:alice may not Write TransactionalId '{app_id}-0_" if missing == "transactional-id"
+              else f"User:alice may not Create Topic '{app_id}-")
+    assert wanted in str(failed.value)
