@@ -197,7 +197,8 @@ class ConnectionHandler:
         try:
             await asyncio.wait_for(channel.handshake(), TLS_HANDSHAKE_SECONDS)
         except (ssl.SSLError, TimeoutError, ConnectionError) as exc:
-            reason = getattr(exc, "reason", None) or exc.strerror if isinstance(exc, OSError) else "timed out"
+            reason = ("timed out" if isinstance(exc, TimeoutError)  # an OSError too: checked first
+                      else getattr(exc, "reason", None) or exc.strerror or type(exc).__name__)
             held = self._handshake_failures.ready()
             if held is not None:
                 log.info("TLS handshake with %s on listener %s failed (%s): the client does not trust this "
