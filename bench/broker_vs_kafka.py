@@ -1,6 +1,6 @@
 """strom broker against Apache Kafka on the same machine, with the same confluent-kafka clients.
 
-Usage: .venv/bin/python bench/broker_vs_kafka.py [--scale S] [--rounds R] [--partitions P]
+Usage: .venv/bin/python bench/broker_vs_kafka.py [--scale S] [--rounds R] [--partitions P] [--sasl-ssl]
 
 One Apache Kafka node (tests/support/apache_kafka.py, `make kafka` first) and one strom broker run
 side by side; every workload runs on both, alternating which goes first each round, so that the
@@ -13,6 +13,10 @@ machine's load (shared, noisy) falls on both alike:
   transactional producer, one transaction per poll of up to 500 records with the offsets sent to
   it; records/s once the group is assigned.
 
+With --sasl-ssl a second pair joins: a secured Apache Kafka node and a secured strom broker (SASL_SSL,
+SCRAM-SHA-512, ACLs on; the client is a super user), so each is also measured against its own
+PLAINTEXT figure (TLS's cost to each, and their ratio).
+
 Prints one table with strom / Kafka ratios (for p99, Kafka / strom: above 1 means strom is faster),
 the load average before and after, and each round's figures.
 """
@@ -20,6 +24,7 @@ the load average before and after, and each round's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -46,10 +51,11 @@ EOS_BATCH = 500
 
 
 class Target:
-    def __init__(self, name: str, bootstrap_servers: str) -> None:
+    def __init__(self, name: str, bootstrap_servers: str, settings: dict[str, str] | None = None) -> None:
         self.name = name
         self.bootstrap_servers = bootstrap_servers
-        self.admin = clients.admin(bootstrap_servers)
+        self.settings = settings or {}  # security settings, given to every client
+        self.admin = clients.admin(bootstrap_servers, **self.settings)
         self.topics = 0
 
     def topic(self, partitions: int) -> str:
@@ -67,7 +73,7 @@ class Target:
 
 def produce(target: Target, topic: str, partitions: int, count: int, size: int) -> dict[str, float]:
     """`count` records of `size` bytes, round robin over the partitions; MB/s and p99 latency (ms)."""
-    producer = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING)
+    producer = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING, **target.settings)
     latencies: list[float] = []
 
     def delivered(error, message) -> None:
@@ -92,7 +98,7 @@ def produce(target: Target, topic: str, partitions: int, count: int, size: int) 
 
 
 def consume(target: Target, topic: str, partitions: int, count: int, size: int) -> dict[str, float]:
-    consumer = clients.consumer(target.bootstrap_servers, **CONSUMER_TUNING)
+    consumer = clients.consumer(target.bootstrap_servers, **CONSUMER_TUNING, **target.settings)
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     received = 0
     start = None
@@ -112,14 +118,15 @@ def consume(target: Target, topic: str, partitions: int, count: int, size: int) 
 def eos_loop(target: Target, partitions: int, count: int) -> dict[str, float]:
     """The read-process-write loop of an exactly-once application over `count` 100 B records."""
     source, sink = target.topic(partitions), target.topic(partitions)
-    filler = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING)
+    filler = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING, **target.settings)
     for i in range(count):
         clients.produce(filler, source, b"x" * 100, partition=i % partitions)
     filler.flush(600)
     group = f"{source}-app"
-    consumer = clients.consumer(target.bootstrap_servers, group)
+    consumer = clients.consumer(target.bootstrap_servers, group, **target.settings)
     consumer.subscribe([source])
-    producer = clients.producer(target.bootstrap_servers, **{"transactional.id": f"{source}-txn"})
+    producer = clients.producer(target.bootstrap_servers, **{"transactional.id": f"{source}-txn"},
+                                **target.settings)
     producer.init_transactions(60)
     processed = transactions = 0
     start = None
@@ -156,15 +163,19 @@ def main() -> None:
                              "100 MB of 100 B records, 100k records through the EOS loop")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--sasl-ssl", action="store_true",
+                        help="also measure a secured Kafka node and strom broker (SASL_SSL, SCRAM-SHA-512)")
     args = parser.parse_args()
     n_1k = int(GB * args.scale / 1024)
     n_100 = int(100_000_000 * args.scale / 100)
     n_eos = int(100_000 * args.scale)
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as base, KafkaCluster(Path(base) / "kafka", brokers=1) as kafka, \
-            EmbeddedBroker() as strom:
+            EmbeddedBroker() as strom, contextlib.ExitStack() as secured:
         targets = [Target("apache-kafka", kafka.bootstrap_servers),
                    Target("strom-broker", strom.bootstrap_servers)]
+        if args.sasl_ssl:
+            targets += secured_targets(Path(base), secured)
         for target in targets:
             warm_up(target)
         results: dict[tuple[str, str, str], list[float]] = {}
@@ -202,20 +213,52 @@ def main() -> None:
         print_table(results, args)
 
 
+def secured_targets(base: Path, stack: contextlib.ExitStack) -> list[Target]:
+    """A secured Kafka node and strom broker (SASL_SSL with SCRAM-SHA-512, ACLs on), the client their
+    super user."""
+    from strom.broker.security.credentials import add_scram_user
+    from strom.broker.security.scram import Mechanism
+    from support.apache_kafka import KafkaSecurity
+    from support.certificates import make_pki
+    pki = make_pki(base / "pki")
+    security = KafkaSecurity(pki, {"admin": "bench-admin-pw"})
+    kafka = stack.enter_context(KafkaCluster(base / "kafka-secured", brokers=1, security=security))
+    add_scram_user(base / "strom-secured", "admin", "bench-admin-pw", [Mechanism.SCRAM_SHA_512], 4096)
+    strom = stack.enter_context(EmbeddedBroker(base / "strom-secured", config={
+        "listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.location": str(pki.broker),
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512", "super.users": "User:admin",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}))
+    settings = security.sasl_settings("admin")
+    return [Target("apache-kafka SASL_SSL", kafka.bootstrap_servers, settings),
+            Target("strom-broker SASL_SSL", strom.listeners["SASL_SSL"], settings)]
+
+
 def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse.Namespace) -> None:
     print(f"\nmedian of {args.rounds} rounds, --scale {args.scale}, {args.partitions} partitions")
-    print(f"| {'workload':<16} | {'metric':<9} | {'Apache Kafka':>12} | {'strom broker':>12} "
-          f"| {'ratio':>5} |")
-    print(f"| {'-' * 16} | {'-' * 9} | {'-' * 12} | {'-' * 12} | {'-' * 5} |")
+    protocols = ["", " SASL_SSL"] if args.sasl_ssl else [""]
+    head = "".join(f" | Kafka{p:>9} | strom{p:>9} | ratio" for p in protocols)
+    tls_head = " TLS: Kafka | TLS: strom | ratio |" if args.sasl_ssl else ""
+    print(f"| {'workload':<16} | {'metric':<9}{head} |{tls_head}")
+    print("|" + " --- |" * (2 + 3 * len(protocols) + (3 if args.sasl_ssl else 0)))
     seen = []
     for workload, metric, _ in results:
         if (workload, metric) not in seen:
             seen.append((workload, metric))
     for workload, metric in seen:
-        kafka = statistics.median(results[(workload, metric, "apache-kafka")])
-        strom = statistics.median(results[(workload, metric, "strom-broker")])
-        ratio = kafka / strom if metric.endswith("ms") else strom / kafka  # above 1: strom is better
-        print(f"| {workload:<16} | {metric:<9} | {kafka:>12,.1f} | {strom:>12,.1f} | {ratio:>5.2f} |")
+        row, figures = [], {}
+        for protocol in protocols:
+            kafka = statistics.median(results[(workload, metric, "apache-kafka" + protocol)])
+            strom = statistics.median(results[(workload, metric, "strom-broker" + protocol)])
+            figures[protocol] = (kafka, strom)
+            ratio = kafka / strom if metric.endswith("ms") else strom / kafka  # above 1: strom is better
+            row.append(f" | {kafka:>14,.1f} | {strom:>14,.1f} | {ratio:>5.2f}")
+        if args.sasl_ssl:  # what TLS keeps of each broker's PLAINTEXT figure, and strom's against Kafka's
+            kafka_kept = figures[" SASL_SSL"][0] / figures[""][0]
+            strom_kept = figures[" SASL_SSL"][1] / figures[""][1]
+            if metric.endswith("ms"):
+                kafka_kept, strom_kept = 1 / kafka_kept, 1 / strom_kept
+            row.append(f" | {kafka_kept:>10.2f} | {strom_kept:>10.2f} | {strom_kept / kafka_kept:>5.2f}")
+        print(f"| {workload:<16} | {metric:<9}{''.join(row)} |")
 
 
 if __name__ == "__main__":

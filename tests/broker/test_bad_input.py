@@ -98,12 +98,12 @@ def test_garbage_truncated_and_huge_frames_close_only_that_connection(broker):
 
 
 def test_apis_the_broker_does_not_serve_get_unsupported_version(broker):
-    sasl_handshake_v1 = struct.pack(">hhih", 17, 1, 5, -1) + struct.pack(">h", 5) + b"PLAIN"
+    create_delegation_token_v1 = struct.pack(">hhih", 38, 1, 5, -1)
     with _connect(broker.bootstrap_servers) as sock:
-        sock.sendall(struct.pack(">i", len(sasl_handshake_v1)) + sasl_handshake_v1)
+        sock.sendall(struct.pack(">i", len(create_delegation_token_v1)) + create_delegation_token_v1)
         size, correlation_id, error_code = struct.unpack(">iih", _recv(sock, 10))
     assert (correlation_id, error_code) == (5, ErrorCode.unsupported_version.value) and size >= 6
-    assert logged(broker, "answered UNSUPPORTED_VERSION to api_key=17 v1")
+    assert logged(broker, "answered UNSUPPORTED_VERSION to api_key=38 v1")
     metadata_v13 = struct.pack(">hhih", 3, 13, 6, -1)  # served APIs in versions past the served ones
     list_offsets_v9 = struct.pack(">hhih", 2, 9, 7, -1)
     api_versions_v9 = struct.pack(">hhih", 18, 9, 8, -1)

@@ -136,7 +136,8 @@ def _advertised(bootstrap: str) -> tuple[str, int]:
 
 @pytest.mark.slow
 def test_the_advertised_address_is_never_the_wildcard(tmp_path):
-    wildcard = BrokerProcess(tmp_path, tmp_path / "a", "--host", "0.0.0.0", "--port", "0")
+    wildcard = BrokerProcess(tmp_path, tmp_path / "a", "--host", "0.0.0.0", "--port", "0",
+                             "--allow-unauthenticated-network-access")
     named = BrokerProcess(tmp_path, tmp_path / "b", "--port", "0", "--advertised-host", "broker.example")
     listeners = BrokerProcess(tmp_path, tmp_path / "c", "--port", "0",
                               "--config", "advertised.listeners=PLAINTEXT://kafka.example:19092")

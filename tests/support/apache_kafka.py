@@ -15,6 +15,13 @@ log4j2 configuration that writes Kafka's log there, not to the terminal.
         cluster.transaction_coordinator("app-0_1")  # node id coordinating a transactional.id
         cluster.group_coordinator("app")        # node id coordinating a consumer group
 
+Secured on request (``security=KafkaSecurity(pki, users)``): clients connect to a SASL_SSL listener with
+SCRAM-SHA-512 (``bootstrap_servers``; the users' credentials are created when the storage is formatted)
+or to a mutual-TLS listener (``ssl_bootstrap_servers``), and StandardAuthorizer enforces ACLs with
+``allow.everyone.if.no.acl.found=false``. The super users are the set-up's ``admin`` (whose settings
+are ``admin_settings``) and the nodes themselves (their certificate, on the inter-broker and controller
+listeners).
+
 As a script it serves until SIGTERM or SIGINT, printing ``bootstrap.servers=...`` as its first line:
 
     .venv/bin/python tests/support/apache_kafka.py --brokers 3 --dir /tmp/kafka
@@ -35,6 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -80,6 +88,37 @@ Configuration:
       - name: state.change.logger
         level: WARN
 """
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """A secured cluster's PKI (``support.certificates.Pki``) and SCRAM users (name -> password; ``admin``
+    is the set-up's super user)."""
+
+    pki: object
+    users: Mapping[str, str] = field(default_factory=dict)
+    admin: str = "admin"
+    node_principal: str = "User:CN=localhost,O=strom"  # the subject of the PKI's broker certificate
+
+    def sasl_settings(self, user: str) -> dict[str, str]:
+        """librdkafka settings of ``user`` on the SASL_SSL listener."""
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": self.users[user], "ssl.ca.location": str(self.pki.ca)}
+
+    def node_properties(self) -> dict[str, str]:
+        jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:SSL",
+            "inter.broker.listener.name": "SSL",
+            "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.pki.broker),
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.pki.ca),
+            "ssl.client.auth": "required",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            "super.users": f"User:{self.admin};{self.node_principal}",
+        }
 
 
 class KafkaSetupError(RuntimeError):
@@ -128,7 +167,10 @@ class KafkaCluster:
     """N combined broker+controller KRaft nodes on 127.0.0.1; use as a context manager."""
 
     def __init__(self, base_dir: Path, brokers: int = 3, config: Mapping[str, object] | None = None,
-                 heap: str = "512m", stop_timeout_s: float = 20.0) -> None:
+                 heap: str = "512m", stop_timeout_s: float = 20.0,
+                 security: KafkaSecurity | None = None) -> None:
+        self.security = security
+        self.tls_ports = [free_port() for _ in range(brokers)] if security else []
         self.base_dir = Path(base_dir)
         self.brokers = brokers
         self.heap = heap
@@ -152,6 +194,16 @@ class KafkaCluster:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    @property
+    def ssl_bootstrap_servers(self) -> str:
+        """The mutual-TLS listeners of a secured cluster."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.tls_ports)
+
+    @property
+    def admin_settings(self) -> dict[str, str]:
+        """Client settings of the set-up's super user (none on an open cluster)."""
+        return self.security.sasl_settings(self.security.admin) if self.security else {}
 
     def node_dir(self, node: int) -> Path:
         return self.base_dir / f"node-{node}"
@@ -192,6 +244,7 @@ class KafkaCluster:
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.quorum.voters": voters,
             "log.dirs": str(self.node_dir(node) / "data"),
+            **self._secured_listeners(node),
             **self.config,
         }
         path = self.node_dir(node) / "server.properties"
@@ -199,6 +252,14 @@ class KafkaCluster:
         path.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.node_dir(node) / "log4j2.yaml").write_text(_LOG4J2)
         return path
+
+    def _secured_listeners(self, node: int) -> dict[str, str]:
+        """The listeners and security settings of a secured node (none for an open cluster)."""
+        if self.security is None:
+            return {}
+        clients_at = f"SASL_SSL://127.0.0.1:{self.ports[node]},SSL://127.0.0.1:{self.tls_ports[node]}"
+        return {"listeners": f"{clients_at},CONTROLLER://127.0.0.1:{self.controller_ports[node]}",
+                "advertised.listeners": clients_at, **self.security.node_properties()}
 
     def _jvm(self, node: int, main_class: str, *args: str) -> list[str]:
         logs = self.node_dir(node) / "logs"
@@ -212,10 +273,16 @@ class KafkaCluster:
         properties = self._properties(node)
         result = subprocess.run(
             self._jvm(node, "kafka.tools.StorageTool", "format", "--cluster-id", self.cluster_id,
-                      "--config", str(properties), "--ignore-formatted"),
+                      "--config", str(properties), "--ignore-formatted", *self._scram_users()),
             capture_output=True, text=True, timeout=120)
         if result.returncode != 0:
             raise KafkaSetupError(f"formatting node {node}'s storage failed:\n{result.stdout}{result.stderr}")
+
+    def _scram_users(self) -> list[str]:
+        """``--add-scram`` arguments creating the secured cluster's users with its storage."""
+        users = self.security.users if self.security else {}
+        return [arg for name, password in users.items()
+                for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={password}]")]
 
     def _spawn(self, node: int) -> None:
         properties = self._properties(node)
@@ -225,7 +292,7 @@ class KafkaCluster:
                                                  start_new_session=True)
 
     def admin(self) -> AdminClient:
-        return clients.admin(self.bootstrap_servers, **{"socket.timeout.ms": 5000})
+        return clients.admin(self.bootstrap_servers, **{"socket.timeout.ms": 5000, **self.admin_settings})
 
     def _listening(self) -> bool:
         for port in (self.ports[node] for node in self._nodes):
@@ -265,8 +332,8 @@ class KafkaCluster:
         a test waits for that, often longer than a client's request timeout on a busy machine."""
         deadline = time.monotonic() + timeout_s
         warm = "strom-test-warm-up"
-        clients.create_topics(self.bootstrap_servers, {warm: 1})
-        consumer = clients.consumer(self.bootstrap_servers, warm)
+        clients.create_topics(self.bootstrap_servers, {warm: 1}, settings=self.admin_settings)
+        consumer = clients.consumer(self.bootstrap_servers, warm, **self.admin_settings)
         try:
             consumer.subscribe([warm])
             while not consumer.assignment():
@@ -275,7 +342,8 @@ class KafkaCluster:
                     raise KafkaSetupError(f"no group coordinator within {timeout_s:.0f} s:\n{self.log(0)}")
         finally:
             consumer.close()
-        producer = clients.producer(self.bootstrap_servers, **{"transactional.id": warm})
+        producer = clients.producer(self.bootstrap_servers,
+                                    **{"transactional.id": warm, **self.admin_settings})
         producer.init_transactions(max(1.0, deadline - time.monotonic()))
 
     def log(self, node: int, lines: int = 40) -> str:

@@ -23,17 +23,21 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9092)
     parser.add_argument("--config", action="append", default=[], help="key=value broker config")
     parser.add_argument("--ready-file", type=Path, help="written with the bound port once listening")
+    parser.add_argument("--allow-unauthenticated-network-access", action="store_true")
     parser.add_argument("--temporary", action="store_true",
                         help="the data dir is the parent's temporary dir: remove it if the parent dies")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = dict(item.split("=", 1) for item in args.config)
-    broker = Broker(args.data_dir, args.host, args.port, config)
+    broker = Broker(args.data_dir, args.host, args.port, config,
+                    allow_unauthenticated_network=args.allow_unauthenticated_network_access)
 
     def ready(b: Broker) -> None:
         if args.ready_file is not None:
             tmp = args.ready_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"host": b.host, "port": b.port}))
+            tmp.write_text(json.dumps({"host": b.host, "port": b.port, "listeners": {
+                listener.name: f"{listener.host or '127.0.0.1'}:{listener.port}"
+                for listener in b.listeners}}))
             tmp.replace(args.ready_file)
 
     orphaned = _stop_with_parent()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
+import ipaddress
 import logging
 import os
 import resource
@@ -15,13 +15,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from strom.broker.config import BrokerConfig, parse_listener
+from strom.broker.config import BrokerConfig
 from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
+from strom.broker.lock import lock_data_dir
 from strom.broker.log.manager import InvalidPartitionsError, LogManager, Topic
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
+from strom.broker.security.acls import Authorizer, Operation, ResourceType
+from strom.broker.security.credentials import CredentialStore
+from strom.broker.security.listeners import Listener, listener_specs, parse_endpoints
+from strom.broker.security.tls import server_context
 from strom.broker.server import ConnectionHandler, bind
 from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.broker.transactions.service import TransactionService
@@ -39,19 +44,25 @@ class Broker:
     """A single-node broker serving the Kafka protocol from `data_dir`."""
 
     def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 9092,
-                 config: Mapping[str, Any] | None = None, advertised_host: str | None = None) -> None:
-        """Binds the port first and then takes the data directory, so a start that cannot listen
-        creates nothing; raises BrokerStartError saying what to do."""
+                 config: Mapping[str, Any] | None = None, advertised_host: str | None = None,
+                 allow_unauthenticated_network: bool = False) -> None:
+        """Binds the ports first and then takes the data directory, so a start that cannot listen
+        creates nothing; raises BrokerStartError saying what to do. `host` and `port` are the
+        listener unless the `listeners` config names them."""
         self.config = BrokerConfig(config)
-        self.host = host
-        self._listener = bind(host, port)
-        self.port: int = self._listener.getsockname()[1]
-        self.advertised_host, self.advertised_port = advertised_address(
-            self.config["advertised.listeners"], advertised_host, host, self.port)
+        self.listeners = bind_listeners(self.config, host, port, advertised_host)
+        try:
+            refuse_unauthenticated_network(self.listeners, allow_unauthenticated_network)
+        except BaseException:
+            _close(self.listeners)
+            raise
+        first = self.listeners[0]
+        self.host, self.port = first.host, first.port
+        self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
         self.data_dir = Path(data_dir).resolve()
         self._lock: int | None = None
         try:
-            self._lock = _lock_data_dir(self.data_dir)
+            self._lock = lock_data_dir(self.data_dir)
             self.cluster_id = self._cluster_id()
             self._open_storage()
         except BaseException:
@@ -71,12 +82,17 @@ class Broker:
         self.transactions = TransactionService(self.data_dir, self.config, self.logs, self.groups,
                                                self.producer_ids)
         self.metrics = BrokerMetrics()
+        self.credentials = CredentialStore(self.data_dir)
+        self.authorizer = (Authorizer(self.data_dir, self.config["super.users"],
+                                      self.config["allow.everyone.if.no.acl.found"])
+                           if self.config["authorizer.class.name"] else None)
+        self._denials = Throttle(LOG_INTERVAL_SECONDS)
         self._connections = ConnectionHandler(self)
         self._tasks: list[asyncio.Task] = []
 
     def _release(self) -> None:
         """Closes the listener and gives up the data directory (at stop and after a failed start)."""
-        self._listener.close()
+        _close(self.listeners)
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
@@ -108,15 +124,28 @@ class Broker:
     # ---- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
         await self.transactions.start()
-        self._connections.start(self._listener)
+        self._connections.start(self.listeners)
         self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(self.config["offsets.retention.check.interval.ms"] / 1000, self.groups.expire_offsets)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(IDLE_CHECK_SECONDS, self._connections.close_idle)
         self._every(self.config["log.retention.check.interval.ms"] / 1000, self.logs.apply_retention)
         self._every(self.config["log.cleaner.backoff.ms"] / 1000, self.logs.clean_compacted)
-        log.info("strom broker listening on %s:%d (clients are told %s:%d), data in %s", self.host,
-                 self.port, self.advertised_host, self.advertised_port, self.data_dir)
+        for listener in self.listeners:
+            log.info("strom broker listening on %s:%d (%s, %s; clients are told %s:%d), data in %s",
+                     listener.host or "0.0.0.0", listener.port, listener.name, listener.spec.protocol,
+                     listener.advertised_host, listener.advertised_port, self.data_dir)
+        if any(listener.spec.uses_sasl for listener in self.listeners) and not self.credentials.users():
+            log.warning("no SASL user exists yet: nobody can log in on a SASL listener until one is added "
+                        "(`strom broker add-user NAME --data-dir %s` with the broker stopped)", self.data_dir)
+
+    def report_denial(self, principal: str, host: str, operation: Operation, resource_type: ResourceType,
+                      name: str) -> None:
+        """Logs a refused operation (at most one line per interval, as a client may retry)."""
+        held = self._denials.ready()
+        if held is not None:
+            log.info("denied: principal %s from %s may not %s %s %r (no ACL allows it; %d more denials "
+                     "since the last line)", principal, host, operation.name, resource_type.name, name, held)
 
     def _every(self, seconds: float, duty: Callable[[], None]) -> None:
         async def loop() -> None:
@@ -142,37 +171,59 @@ class Broker:
         log.info("strom broker stopped; data flushed to %s", self.data_dir)
 
 
-def _lock_data_dir(data_dir: Path) -> int:
-    """Creates the data directory and locks it for this process (`<data dir>/.lock`, as Kafka's), so
-    two brokers never write one log; returns the lock's descriptor."""
+def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: str | None) -> list[Listener]:
+    """Binds every listener (`listeners`, or PLAINTEXT on host:port); BrokerStartError if a listener
+    cannot be bound or configured (the ones already bound are closed)."""
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise BrokerStartError(f"Cannot use {data_dir} as the data directory: "
-                               f"{os.strerror(exc.errno or 0)}. Pass a writable --data-dir.") from exc
+        specs = listener_specs(config["listeners"], config["listener.security.protocol.map"], host, port)
+    except ValueError as exc:
+        raise BrokerStartError(f"Cannot configure the listeners: {exc}.") from None
+    advertised = {e.name: e for e in parse_endpoints(config["advertised.listeners"])}
+    unknown = sorted(set(advertised) - {s.name for s in specs})
+    if unknown:
+        raise BrokerStartError(f"advertised.listeners names {', '.join(unknown)}, which is not in listeners: "
+                               "advertise only listeners the broker has.")
+    # ssl.client.auth applies to SSL listeners; SASL_SSL clients authenticate with SASL (as Kafka, KIP-684)
+    contexts = {protocol: server_context(config, config["ssl.client.auth"] if protocol == "SSL" else "none")
+                for protocol in {s.protocol for s in specs if s.uses_tls}}
+    bound: list[Listener] = []
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        owner = os.pread(descriptor, 20, 0).decode(errors="replace").strip() or "unknown"
-        os.close(descriptor)
-        raise BrokerStartError(f"{data_dir} is used by another strom broker (pid {owner}): stop it, or "
-                               "pass another --data-dir.") from None
-    os.ftruncate(descriptor, 0)
-    os.pwrite(descriptor, str(os.getpid()).encode(), 0)
-    return descriptor
+        for spec in specs:
+            sock = bind(spec.host or "0.0.0.0", spec.port)
+            bound_port = sock.getsockname()[1]
+            endpoint = advertised.get(spec.name)
+            if endpoint is not None:
+                where = endpoint.host, endpoint.port or bound_port
+            elif advertised_host:
+                where = advertised_host, bound_port
+            else:
+                where = (socket.getfqdn() if spec.host in WILDCARD_HOSTS else spec.host), bound_port
+            authenticates = spec.uses_sasl or (spec.protocol == "SSL"
+                                               and config["ssl.client.auth"] == "required")
+            bound.append(Listener(spec, sock, bound_port, *where, contexts.get(spec.protocol), authenticates))
+    except BaseException:
+        _close(bound)
+        raise
+    return bound
 
 
-def advertised_address(listeners: str, advertised_host: str | None, host: str, port: int) -> tuple[str, int]:
-    """Where clients are told to connect: `advertised.listeners`, else `--advertised-host` and the
-    bound port, else the bound address, except that a wildcard (0.0.0.0, ::) is replaced by this
-    machine's name: clients cannot connect to a wildcard."""
-    parsed = parse_listener(listeners)
-    if parsed is not None:
-        return parsed[0], parsed[1] or port
-    if advertised_host:
-        return advertised_host, port
-    return (socket.getfqdn() if host in WILDCARD_HOSTS else host), port
+def refuse_unauthenticated_network(listeners: list[Listener], allowed: bool) -> None:
+    """A listener reachable from other machines must make clients authenticate (SASL or mutual TLS)
+    unless the operator allowed otherwise: an open broker on a network lets anyone read and write."""
+    for listener in listeners:
+        address = listener.sock.getsockname()[0]
+        if not (listener.authenticates or allowed or ipaddress.ip_address(address.split("%")[0]).is_loopback):
+            raise BrokerStartError(
+                f"Listener {listener.name} ({listener.spec.protocol} on {address}:{listener.port}) is "
+                "reachable from other machines but does not authenticate clients: anyone could read, write "
+                "and delete data. Use a SASL_SSL or SASL_PLAINTEXT listener (or SSL with "
+                "ssl.client.auth=required), bind to 127.0.0.1, or pass "
+                "--allow-unauthenticated-network-access if that is what you want.")
+
+
+def _close(listeners: list[Listener]) -> None:
+    for listener in listeners:
+        listener.sock.close()
 
 
 def _raise_open_files_limit() -> None:

@@ -7,17 +7,22 @@ the wire they are answered with INVALID_CONFIG.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.broker.security.listeners import DEFAULT_PROTOCOL_MAP, parse_endpoints, parse_protocol_map
 from strom.errors import ConfigError
 
 LONG_MAX = 2**63 - 1
 # One application on one machine: a new group need not wait for more members (EmbeddedBroker and
 # `strom broker` run by hand; Kafka's 3000 ms suits clusters where many consumers start together).
 LOCAL_DEFAULTS = {"group.initial.rebalance.delay.ms": "0"}
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# Kafka's authorizer names, so one server.properties serves both; both mean strom's ACL authorizer.
+AUTHORIZERS = ("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+               "kafka.security.authorizer.AclAuthorizer")
+SENSITIVE_KEYS = frozenset({"ssl.key.password"})  # never logged nor described (DescribeConfigs says null)
 
 
 def _bool(value: Any) -> bool:
@@ -73,24 +78,35 @@ def _cleanup_policy(value: Any) -> str:
     return ",".join(parts)
 
 
-_LISTENER = re.compile(r"(?:PLAINTEXT://)?(\[[0-9a-fA-F:.]+\]|[^:/\s\[\]]+):(\d{1,5})")
-
-
-def parse_listener(value: str) -> tuple[str, int] | None:
-    """(host, port) of an `advertised.listeners` value (`PLAINTEXT://host:port`; one listener, port 0
-    meaning the bound port), None if it is empty; ValueError if it is malformed."""
-    text = str(value).strip()
-    if not text:
-        return None
-    found = _LISTENER.fullmatch(text)
-    if found is None or int(found.group(2)) > 65535:
-        raise ValueError("PLAINTEXT://host:port (one listener; port 0 means the bound port)")
-    return found.group(1).strip("[]"), int(found.group(2))
-
-
-def _listener(value: Any) -> str:
-    parse_listener(value)
+def _endpoints(value: Any) -> str:
+    parse_endpoints(value)
     return str(value).strip()
+
+
+def _protocol_map(value: Any) -> str:
+    parse_protocol_map(value)
+    return str(value).strip()
+
+
+def _pem_only(value: Any) -> str:
+    text = str(value).strip().upper()
+    if text != "PEM":
+        raise ValueError("PEM (strom reads PEM files; convert a JKS or PKCS12 store with openssl or keytool)")
+    return text
+
+
+def _mechanisms(value: Any) -> str:
+    names = [m.strip().upper() for m in str(value).split(",") if m.strip()]
+    if any(m not in SASL_MECHANISMS for m in names):
+        raise ValueError(f"a comma-separated list of {', '.join(SASL_MECHANISMS)}")
+    return ",".join(names)
+
+
+def _authorizer(value: Any) -> str:
+    text = str(value).strip()
+    if text not in AUTHORIZERS:
+        raise ValueError("empty (no authorizer) or org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +118,25 @@ class Spec:
 
 BROKER_SPECS: dict[str, Spec] = {
     "node.id": Spec(_int(), 0, "id of this broker in metadata responses"),
-    "advertised.listeners": Spec(_listener, "", "PLAINTEXT://host:port clients are told to connect to"),
+    "listeners": Spec(_endpoints, "",
+                      "NAME://host:port,... to listen on (empty: PLAINTEXT on --host/--port)"),
+    "listener.security.protocol.map": Spec(_protocol_map, DEFAULT_PROTOCOL_MAP,
+                                           "NAME:PROTOCOL,... the security protocol of each listener"),
+    "advertised.listeners": Spec(_endpoints, "", "NAME://host:port,... clients are told to connect to"),
+    "ssl.keystore.type": Spec(_pem_only, "PEM", "format of ssl.keystore.location (PEM only)"),
+    "ssl.keystore.location": Spec(str, "",
+                                  "PEM file with the private key and certificate chain of TLS listeners"),
+    "ssl.key.password": Spec(str, "", "password of the private key in ssl.keystore.location, if encrypted"),
+    "ssl.truststore.type": Spec(_pem_only, "PEM", "format of ssl.truststore.location (PEM only)"),
+    "ssl.truststore.location": Spec(str, "", "PEM file of the CAs whose client certificates are trusted"),
+    "ssl.client.auth": Spec(_choice("none", "requested", "required"), "none",
+                            "ask TLS clients for a certificate (required: mutual TLS)"),
+    "sasl.enabled.mechanisms": Spec(_mechanisms, "SCRAM-SHA-256,SCRAM-SHA-512",
+                                    "SASL mechanisms offered on SASL listeners"),
+    "authorizer.class.name": Spec(_authorizer, "",
+                                  "enable the ACL authorizer (Kafka's StandardAuthorizer name)"),
+    "super.users": Spec(str, "", "principals allowed everything, ';'-separated (User:admin;User:CN=ops)"),
+    "allow.everyone.if.no.acl.found": Spec(_bool, False, "allow access to resources no ACL names"),
     "num.partitions": Spec(_int(1, 100_000), 1, "partitions of auto-created topics"),
     "auto.create.topics.enable": Spec(_bool, True, "create unknown topics on metadata/produce"),
     "log.segment.bytes": Spec(_int(1024), 1 << 30, "roll a segment at this size"),

@@ -38,6 +38,7 @@ class EmbeddedBroker:
         self.host = host
         self.port = port
         self.config = {**LOCAL_DEFAULTS, **{k: str(v) for k, v in (config or {}).items()}}
+        self.listeners: dict[str, str] = {}  # listener name -> host:port, once started
         self._process: subprocess.Popen | None = None
 
     @property
@@ -71,7 +72,8 @@ class EmbeddedBroker:
                 raise BrokerUnavailableError(
                     f"The embedded broker did not start in time; see {self.log_path}.")
             time.sleep(0.02)
-        self.port = json.loads(ready.read_text())["port"]
+        started = json.loads(ready.read_text())
+        self.port, self.listeners = started["port"], started["listeners"]
         return self
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -14,14 +14,16 @@ import mmap
 import os
 import resource
 import socket
+import ssl
 import struct
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import REGISTRY, ApiHandler, RequestContext
 from strom.broker.handlers.metadata import API_VERSIONS, api_versions_response
+from strom.broker.handlers.security import sasl_step
 from strom.broker.log.segment import FileRange
 from strom.broker.produce_request import parse_produce
 from strom.broker.protocol import (
@@ -32,6 +34,8 @@ from strom.broker.protocol import (
     peek_api,
     unsupported_version_response,
 )
+from strom.broker.security.listeners import Listener, Session
+from strom.broker.security.tls import TlsChannel, certificate_principal
 from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.errors import BrokerStartError
 
@@ -47,6 +51,9 @@ LARGE_REQUEST_MAX_BYTES = 8 << 20  # the largest request other than Produce
 DECODED_SIZE_FACTOR = 24  # memory of a decoded request (kio entities) per byte of its frame
 ACCEPT_RETRY_SECONDS = 0.1
 PRODUCE = 0
+BEFORE_AUTHENTICATION = frozenset({18, 17, 36})  # ApiVersions, SaslHandshake, SaslAuthenticate
+TLS_HANDSHAKE_SECONDS = 10.0
+SASL_MAX_RECEIVE_BYTES = 512 << 10
 
 
 class ConnectionHandler:
@@ -58,8 +65,8 @@ class ConnectionHandler:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._listener: socket.socket | None = None
-        self._accepting: asyncio.Task | None = None
+        self._listeners: list[Listener] = []
+        self._accepting: list[asyncio.Task] = []
         self._tasks: set[asyncio.Task] = set()  # one per open connection
         self._last_active: dict[asyncio.Task, float] = {}
         self._memory = MemoryBudget(broker.config["queued.max.request.bytes"])
@@ -69,22 +76,24 @@ class ConnectionHandler:
         self._between_requests: set[asyncio.Task] = set()  # connections waiting for their next request
         self._evicted: set[asyncio.Task] = set()  # cancelled for a new client, not yet finished
         self._evictions = Throttle(LOG_INTERVAL_SECONDS)
+        self._handshake_failures = Throttle(LOG_INTERVAL_SECONDS)
 
     @property
     def open_connections(self) -> int:
         return len(self._tasks)
 
-    def start(self, listener: socket.socket) -> None:
-        """Starts accepting on a listener made by `bind`."""
-        listener.setblocking(False)
-        self._listener = listener
-        self._accepting = asyncio.get_running_loop().create_task(self._accept(listener))
+    def start(self, listeners: list[Listener]) -> None:
+        """Starts accepting on listeners bound by the broker."""
+        for listener in listeners:
+            listener.sock.setblocking(False)
+            self._listeners.append(listener)
+            self._accepting.append(asyncio.get_running_loop().create_task(self._accept(listener)))
 
-    async def _accept(self, listener: socket.socket) -> None:
+    async def _accept(self, listener: Listener) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                connection, peer = await loop.sock_accept(listener)
+                connection, peer = await loop.sock_accept(listener.sock)
             except OSError as exc:  # EMFILE and the like: the connection waits in the backlog
                 self._accept_failed(exc)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
@@ -102,7 +111,7 @@ class ConnectionHandler:
                 continue
             connection.setblocking(False)
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = loop.create_task(self._connection(connection, peer))
+            task = loop.create_task(self._connection(connection, peer, listener))
             self._tasks.add(task)
             self._last_active[task] = time.monotonic()
             self._per_address[peer[0]] = self._per_address.get(peer[0], 0) + 1
@@ -162,9 +171,11 @@ class ConnectionHandler:
                 log.info("closing a connection idle for more than connections.max.idle.ms")
                 task.cancel()
 
-    async def _connection(self, sock: socket.socket, peer: tuple) -> None:
+    async def _connection(self, sock: socket.socket, peer: tuple, listener: Listener) -> None:
         try:
-            await self._serve(sock, str(peer[0]))
+            channel = await self._open_channel(sock, peer, listener)
+            if channel is not None:
+                await self._serve(channel, channel_session(channel, listener, str(peer[0])))
         except (ConnectionError, EOFError):
             pass
         except MalformedRequest as exc:
@@ -176,14 +187,33 @@ class ConnectionHandler:
         finally:
             sock.close()
 
-    async def _serve(self, sock: socket.socket, host: str) -> None:
-        loop = asyncio.get_running_loop()
+    async def _open_channel(self, sock: socket.socket, peer: tuple,
+                            listener: Listener) -> PlainChannel | TlsChannel | None:
+        """The connection's channel once its TLS handshake (if any) is done; None if it failed
+        (logged: a client that does not trust us, an untrusted client certificate, plaintext)."""
+        if listener.tls is None:
+            return PlainChannel(sock)
+        channel = TlsChannel(sock, listener.tls)
+        try:
+            await asyncio.wait_for(channel.handshake(), TLS_HANDSHAKE_SECONDS)
+        except (ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            reason = ("timed out" if isinstance(exc, TimeoutError)  # an OSError too: checked first
+                      else getattr(exc, "reason", None) or exc.strerror or type(exc).__name__)
+            held = self._handshake_failures.ready()
+            if held is not None:
+                log.info("TLS handshake with %s on listener %s failed (%s): the client does not trust this "
+                         "broker's certificate, sent none or an untrusted one, or does not speak TLS "
+                         "(%d more since the last line)", peer[0], listener.name, reason, held)
+            return None
+        return channel
+
+    async def _serve(self, channel: PlainChannel | TlsChannel, session: Session) -> None:
         max_size = self.broker.config["socket.request.max.bytes"]
         size_buffer = bytearray(4)
         me = asyncio.current_task()
         while not self.broker.closing:
             self._between_requests.add(me)
-            await _receive(loop, sock, memoryview(size_buffer))
+            await _receive(channel, memoryview(size_buffer))
             self._between_requests.discard(me)
             self._last_active[me] = time.monotonic()
             (size,) = _SIZE.unpack(size_buffer)
@@ -191,29 +221,47 @@ class ConnectionHandler:
                 raise MalformedRequest(
                     f"a frame of {size} bytes exceeds socket.request.max.bytes={max_size}; raise that "
                     "config if the client really sends requests this large (a TLS or HTTP client on "
-                    "this plaintext Kafka port looks like this too)")
-            if size < 8:
+                    f"a plaintext Kafka port looks like this too; this is listener {session.listener.name}, "
+                    f"{session.listener.spec.protocol})")
+            if not session.authenticated and size > SASL_MAX_RECEIVE_BYTES:
+                raise MalformedRequest(f"a frame of {size} bytes before SASL authentication (at most "
+                                       f"{SASL_MAX_RECEIVE_BYTES}, as Kafka's sasl.server.max.receive.size)")
+            if session.raw_sasl:
+                await self._raw_sasl_step(channel, session, size)
+            elif size < 8:
                 raise MalformedRequest(f"a frame of {size} bytes cannot hold a request header: the "
                                        "client does not speak the Kafka protocol")
-            response = await self._answer(loop, sock, size, host)
+                continue
+            response = await self._answer(channel, size, session)
             self.broker.metrics.response(response)
             if isinstance(response, EncodedResponse):
-                await _send_parts(loop, sock, response)
+                await _send_parts(channel, response)
             elif response is not None:
-                await loop.sock_sendall(sock, response)
+                await channel.sendall(response)
             del response  # an idle connection holds no buffer
+            if session.close_after_response:
+                return
 
-    async def _answer(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
-                      host: str) -> bytes | EncodedResponse | None:
+    async def _raw_sasl_step(self, channel: PlainChannel | TlsChannel, session: Session, size: int) -> None:
+        """A bare SASL token after SaslHandshake v0 (old clients), answered bare; a failure closes."""
+        token = bytearray(size)
+        await _receive(channel, memoryview(token))
+        answer, failure = sasl_step(self.broker, session, bytes(token))
+        if failure is not None:
+            raise EOFError(failure)
+        await channel.sendall(_SIZE.pack(len(answer)) + answer)
+
+    async def _answer(self, channel: PlainChannel | TlsChannel, size: int,
+                      session: Session) -> bytes | EncodedResponse | None:
         """Reads one request frame and handles it; its memory is given back once it is answered."""
         held = [0]
         try:
-            frame = await self._read_frame(loop, sock, size, held)
-            return await self.dispatch(memoryview(frame).toreadonly(), host, held)
+            frame = await self._read_frame(channel, size, held)
+            return await self.dispatch(memoryview(frame).toreadonly(), session, held)
         finally:
             self._memory.give_back(held[0])
 
-    async def _read_frame(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int,
+    async def _read_frame(self, channel: PlainChannel | TlsChannel, size: int,
                           held: list[int]) -> bytearray | mmap.mmap:
         """The frame's bytes. Memory is taken from the budget as they arrive, for at most twice
         what the client has sent (and 64 KiB), so a size prefix alone holds next to nothing;
@@ -226,7 +274,7 @@ class ConnectionHandler:
             step = min(size, max(FIRST_READ_BYTES, 2 * received)) - received
             await self._memory.take(step, holding=held[0])
             held[0] += step
-            await _receive(loop, sock, memoryview(frame)[received:received + step])
+            await _receive(channel, memoryview(frame)[received:received + step])
             received += step
             self._last_active[me] = time.monotonic()
             if received == step and size > LARGE_REQUEST_MAX_BYTES and peek_api(frame)[0] != PRODUCE:
@@ -236,8 +284,15 @@ class ConnectionHandler:
                     f"{DECODED_SIZE_FACTOR} times their size); split the request")
         return frame
 
-    async def dispatch(self, frame: memoryview, host: str, held: list[int]) -> bytes | EncodedResponse | None:
+    async def dispatch(self, frame: memoryview, session: Session,
+                       held: list[int]) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
+        host = session.client_host
+        if not session.authenticated and api_key not in BEFORE_AUTHENTICATION:
+            raise MalformedRequest(
+                f"api_key={api_key} before SASL authentication on listener {session.listener.name}: the "
+                "client must authenticate first (set security.protocol=" + session.listener.spec.protocol +
+                " and sasl.mechanism, sasl.username, sasl.password)")
         self.broker.metrics.request(api_key, len(frame))
         handler = REGISTRY.get(api_key)
         if handler is None or not handler.min_version <= version <= handler.max_version:
@@ -257,16 +312,16 @@ class ConnectionHandler:
         if api_key == PRODUCE:
             request = parse_produce(frame)
         elif len(frame) > OFF_LOOP_BYTES:
-            return await self._dispatch_large(frame, host, handler, held)
+            return await self._dispatch_large(frame, session, handler, held)
         else:
             request = parse_request(frame)
-        ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id)
+        ctx = RequestContext(self.broker, version, request.client_id or "", host, correlation_id, session)
         data = await handler.handle(ctx, request.body)
         if data is None or isinstance(data, EncodedResponse):
             return data
         return encode_response(api_key, version, correlation_id, data)
 
-    async def _dispatch_large(self, frame: memoryview, host: str, handler: ApiHandler,
+    async def _dispatch_large(self, frame: memoryview, session: Session, handler: ApiHandler,
                               held: list[int]) -> bytes | EncodedResponse | None:
         """A large request other than Produce: its decoded form is taken from the memory budget and
         it is decoded and its answer encoded in a worker thread, so other clients keep being served."""
@@ -274,8 +329,8 @@ class ConnectionHandler:
         await self._memory.take(decoded, holding=held[0])
         held[0] += decoded
         request = await asyncio.to_thread(parse_request, frame)
-        ctx = RequestContext(self.broker, request.api_version, request.client_id or "", host,
-                             request.correlation_id)
+        ctx = RequestContext(self.broker, request.api_version, request.client_id or "", session.client_host,
+                             request.correlation_id, session)
         data = await handler.handle(ctx, request.body)
         if data is None or isinstance(data, EncodedResponse):
             return data
@@ -284,12 +339,12 @@ class ConnectionHandler:
 
     def close(self) -> None:
         """Stops accepting and ends every connection."""
-        if self._accepting is not None:
-            self._accepting.cancel()
+        for accepting in self._accepting:
+            accepting.cancel()
         for task in list(self._tasks):
             task.cancel()
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners:
+            listener.sock.close()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -319,23 +374,48 @@ def _open_files_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-async def _receive(loop: asyncio.AbstractEventLoop, sock: socket.socket, view: memoryview) -> None:
-    """Fills `view` from the socket; EOFError if the peer closes first."""
+async def _receive(channel: PlainChannel | TlsChannel, view: memoryview) -> None:
+    """Fills `view` from the channel; EOFError if the peer closes first."""
     while view:
-        received = await loop.sock_recv_into(sock, view)
+        received = await channel.recv_into(view)
         if not received:
             raise EOFError
         view = view[received:]
 
 
-async def _send_parts(loop: asyncio.AbstractEventLoop, sock: socket.socket,
-                      response: EncodedResponse) -> None:
-    """Sends encoded fields, and file ranges with sendfile(2) (no copy through Python)."""
+async def _send_parts(channel: PlainChannel | TlsChannel, response: EncodedResponse) -> None:
+    """Sends encoded fields, and file ranges (with sendfile(2) on plaintext: no copy through Python)."""
     for part in response.parts:
         if isinstance(part, FileRange):
-            await loop.sock_sendfile(sock, part.file, part.position, part.length)
+            await channel.sendfile(part.file, part.position, part.length)
         else:
-            await loop.sock_sendall(sock, part)
+            await channel.sendall(part)
+
+
+class PlainChannel:
+    """A plaintext connection: the event loop's socket operations."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+
+    async def recv_into(self, view: memoryview) -> int:
+        return await self._loop.sock_recv_into(self._sock, view)
+
+    async def sendall(self, data: bytes | memoryview) -> None:
+        await self._loop.sock_sendall(self._sock, data)
+
+    async def sendfile(self, file: BinaryIO, position: int, length: int) -> None:
+        await self._loop.sock_sendfile(self._sock, file, position, length)
+
+
+def channel_session(channel: PlainChannel | TlsChannel, listener: Listener, client_host: str) -> Session:
+    """A new connection's session: on a SASL listener it must authenticate first; on TLS a client
+    certificate names the principal (`User:CN=...`), otherwise it is User:ANONYMOUS."""
+    session = Session(listener, client_host, authenticated=not listener.spec.uses_sasl)
+    if isinstance(channel, TlsChannel) and not listener.spec.uses_sasl:
+        session.principal = certificate_principal(channel.tls) or session.principal
+    return session
 
 
 class MemoryBudget:

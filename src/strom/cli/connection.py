@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicMetadata
 
 from strom.cli.broker import parse_config
 from strom.errors import BrokerUnavailableError, StromError, UnknownTopicError
 from strom.kafka import clients
 from strom.kafka.schema_registry import is_serde_setting
+from strom.kafka.security import AUTHENTICATION_CODES, authentication_error, authorization_error
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT = 15.0
@@ -94,6 +95,8 @@ class Connection:
             return
         reasons = [e for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN] or fatal
         reason = reasons[0].str() if reasons else str(cause)
+        if any(e.code() in AUTHENTICATION_CODES or "certificate verify failed" in e.str() for e in reasons):
+            raise authentication_error(self.properties, self.bootstrap_servers, reason)
         raise BrokerUnavailableError(
             f"No broker reachable at {self.bootstrap_servers} ({reason}). Start one with `strom broker`, or "
             "pass -b/--bootstrap-servers (and -X or --command-config for a secured cluster).")
@@ -106,6 +109,7 @@ class Connection:
         if found is not None and found.error is None:
             return found
         if not create:
+            self._raise_if_denied(name)
             raise unknown_topic(name, topics)
         future = self.admin().create_topics([NewTopic(name, -1)], request_timeout=TIMEOUT)[name]
         try:
@@ -114,6 +118,17 @@ class Connection:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
         return self.wait_listed(name)
+
+    def _raise_if_denied(self, name: str) -> None:
+        """A topic missing from the listing may exist but be hidden from this principal (a listing
+        leaves out what the client may not describe): that is said, not "does not exist"."""
+        described = self.admin().describe_topics(TopicCollection([name]), request_timeout=TIMEOUT)[name]
+        try:
+            described.result(TIMEOUT)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise authorization_error(self.properties, "Topic", name, "Describe",
+                                          exc.args[0].name()) from None
 
     def wait_listed(self, name: str) -> TopicMetadata:
         """The metadata of a topic just created, once every broker lists it: on a cluster of several

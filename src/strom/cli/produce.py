@@ -14,6 +14,7 @@ from strom.cli.formats import Format, convert, format_option
 from strom.cli.output import escaped
 from strom.errors import StromError
 from strom.kafka import clients
+from strom.kafka.security import authorization_error
 
 Headers = list[tuple[str, bytes]]
 
@@ -113,7 +114,7 @@ def produce(connection: Connection, topic: str, key_separator: bytes | None, hea
     null = None if null_marker is None else raw_argument(null_marker)
     lines = LineFormat(key_separator, headers_delimiter, null, key_serializer, value_serializer, headers)
     producer = connection.producer(**clients.JAVA_PARTITIONER)
-    writer = _Writer(producer, topic, partition)
+    writer = _Writer(producer, topic, partition, connection.properties)
     try:
         for number, line in enumerate(sys.stdin.buffer, 1):
             writer.write(number, *lines.record(line.rstrip(b"\r\n"), number))
@@ -147,8 +148,9 @@ def _writer(fmt: Format, schema: Path | None, connection: Connection, topic: str
 class _Writer:
     """Produces records in order and tells which line a refused record came from."""
 
-    def __init__(self, producer: Producer, topic: str, partition: int | None) -> None:
-        self._producer, self._topic = producer, topic
+    def __init__(self, producer: Producer, topic: str, partition: int | None,
+                 settings: dict[str, str]) -> None:
+        self._producer, self._topic, self._settings = producer, topic, settings
         self._extra = {} if partition is None else {"partition": partition}
         self._failures: list[tuple[int, KafkaError]] = []
         self._sent = 0
@@ -168,7 +170,15 @@ class _Writer:
 
     def finish(self) -> int:
         """Waits for the records sent; returns how many were written, or raises for the first refused."""
-        remaining = self._producer.flush(TIMEOUT)
+        try:
+            remaining = self._producer.flush(TIMEOUT)
+        except (KafkaException, SystemError) as exc:  # a fatal error; confluent-kafka may wrap it
+            error = (exc if isinstance(exc, KafkaException) else exc.__cause__ or exc).args[0]
+            if isinstance(error, KafkaError) and error.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                # an idempotent producer needs WRITE on some topic (or IDEMPOTENT_WRITE on the cluster)
+                raise authorization_error(self._settings, "Topic", self._topic, "Write",
+                                          error.name()) from None
+            raise
         if self._failures:
             number, error = min(self._failures, key=lambda f: f[0])
             written = self._sent - len(self._failures) - remaining

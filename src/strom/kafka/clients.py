@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.errors import BrokerUnavailableError, ConfigError
+from strom.kafka.security import authorization_error
 
 __all__ = [
     "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "assign",
@@ -214,6 +215,8 @@ def create_topics(
                     f"Could not create topic {name!r}: no broker answered at {bootstrap_servers} "
                     f"({error.str()}). Start one with `strom broker` or check bootstrap.servers."
                 ) from exc
+            if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise authorization_error(settings or {}, "Topic", name, "Create", error.name()) from None
             if error.code() == KafkaError.INVALID_REPLICATION_FACTOR:
                 raise ConfigError(
                     f"Could not create topic {name!r} with replication factor {replication_factor}: "

@@ -30,6 +30,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
 from strom.kafka import clients
+from strom.kafka.security import authorization_error
 
 __all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer"]
 
@@ -58,6 +59,7 @@ class TransactionalProducer:
         self.stalled = False
         """A call never returned (see the module): the producer must be replaced."""
         self._bootstrap_servers = bootstrap_servers
+        self._settings = overrides  # whose principal a refusal names (secrets are never shown)
         self.producer: Producer = clients.producer(
             bootstrap_servers, **{**overrides, "transactional.id": transactional_id})
 
@@ -136,6 +138,9 @@ class TransactionalProducer:
                 raise ProducerFencedError(
                     f"{self.owner} was fenced in {name}: another producer with transactional.id "
                     f"{self.transactional_id!r} took over (a newer attempt of the same work).") from exc
+            if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise authorization_error(self._settings, "TransactionalId", self.transactional_id, "Write",
+                                          error.name()) from None
             if error.txn_requires_abort():
                 self.abort_transaction()
             raise BrokerUnavailableError(f"{self.owner} failed in {name}: {error.str()}. Check the broker at "

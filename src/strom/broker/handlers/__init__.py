@@ -13,22 +13,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.security.acls import CLUSTER_NAME, SUPPORTED, Operation, ResourceType
+
 if TYPE_CHECKING:
     from strom.broker.broker import Broker
     from strom.broker.protocol import EncodedResponse
+    from strom.broker.security.listeners import Session
 
-HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions")
+HANDLER_MODULES = ("metadata", "topics", "produce", "fetch", "groups", "transactions", "security")
 
-# Without an authorizer Kafka allows a client every operation a resource supports, and says so when
-# asked (bits are AclOperation codes); INT32_MIN means "not asked for".
-NOT_REQUESTED = -2147483648
-TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))  # read ... alter_configs
-CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))  # create ... idempotent_write
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))  # read, delete, describe, *_configs
+NOT_REQUESTED = -2147483648  # INT32_MIN: the client did not ask for authorized operations
 
 
-def authorized_operations(body: Any, field: str, operations: int) -> int:
-    return operations if getattr(body, field, False) else NOT_REQUESTED
+def authorized_operations(ctx: RequestContext, body: Any, field: str, resource_type: ResourceType,
+                          name: str) -> int:
+    """The bit set (AclOperation codes) of what the client may do on the resource, if `field` asks
+    for it: without an authorizer everything the resource type supports, as Kafka says."""
+    if not getattr(body, field, False):
+        return NOT_REQUESTED
+    authorizer = ctx.broker.authorizer
+    return sum(1 << op for op in SUPPORTED[resource_type] if authorizer is None or authorizer.authorize(
+        ctx.session.principal, ctx.client_host, op, resource_type, name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,28 @@ class RequestContext:
     client_id: str
     client_host: str
     correlation_id: int
+    session: Session
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str,
+                  report: bool = True) -> bool:
+        """Whether this client may do `operation` on the resource (always, without an authorizer); a
+        refusal is logged unless `report` is False (a listing that leaves the resource out, as Kafka)."""
+        authorizer = self.broker.authorizer
+        if authorizer is None:
+            return True
+        principal = self.session.principal
+        allowed = authorizer.authorize(principal, self.client_host, operation, resource_type, name)
+        if not allowed and report:
+            self.broker.report_denial(principal, self.client_host, operation, resource_type, name)
+        return allowed
+
+    def authorize_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        authorizer = self.broker.authorizer
+        return authorizer is None or authorizer.authorize_any(self.session.principal, self.client_host,
+                                                              operation, resource_type)
+
+    def authorize_cluster(self, operation: Operation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 Handler = Callable[[RequestContext, Any], Awaitable["dict[str, Any] | EncodedResponse | None"]]

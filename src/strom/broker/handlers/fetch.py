@@ -19,6 +19,7 @@ from strom.broker.handlers import RequestContext, handles, ms
 from strom.broker.log.partition import OffsetOutOfRangeError
 from strom.broker.log.segment import FileRange
 from strom.broker.protocol import EncodedResponse
+from strom.broker.security.acls import Operation, ResourceType
 
 FETCH, LIST_OFFSETS = 1, 2
 READ_COMMITTED = 1
@@ -30,9 +31,10 @@ async def fetch(ctx: RequestContext, body: Any) -> EncodedResponse:
     deadline = time.monotonic() + ms(body.max_wait) / 1000
     committed_only = body.isolation_level == READ_COMMITTED
     wanted = _distinct_partitions(body)
+    denied = {topic for topic, _ in wanted if not ctx.authorize(Operation.READ, ResourceType.TOPIC, topic)}
     max_bytes = min(body.max_bytes, ctx.broker.config["fetch.max.bytes"])
     while True:
-        total, topics = _read_all(ctx, wanted, max_bytes, committed_only)
+        total, topics = _read_all(ctx, wanted, max_bytes, committed_only, denied)
         remaining = deadline - time.monotonic()
         if total >= body.min_bytes or remaining <= 0 or ctx.broker.closing:
             break
@@ -53,15 +55,20 @@ def _distinct_partitions(body: Any) -> list[tuple[str, list[Any]]]:
 
 
 def _read_all(ctx: RequestContext, wanted: list[tuple[str, list[Any]]], max_bytes: int,
-              committed_only: bool) -> tuple[int, list[tuple[str, list[PartitionData]]]]:
+              committed_only: bool, denied: set[str]) -> tuple[int, list[tuple[str, list[PartitionData]]]]:
     """Reads every requested partition within the response's max_bytes (the first read gets at
-    least one batch even if it is larger, as fetch.max.bytes in Kafka)."""
+    least one batch even if it is larger, as fetch.max.bytes in Kafka); partitions of `denied`
+    topics are answered TOPIC_AUTHORIZATION_FAILED."""
     budget = max_bytes
     total = 0
     topics = []
     for topic, requests in wanted:
         partitions = []
         for request in requests:
+            if topic in denied:
+                partitions.append(PartitionData(request.partition, ErrorCode.topic_authorization_failed.value,
+                                                -1, -1, -1, None, b""))
+                continue
             data = _read_one(ctx, topic, request, committed_only, budget, at_least_one=not total)
             size = data.records.length if isinstance(data.records, FileRange) else 0
             total += size
@@ -114,9 +121,12 @@ async def list_offsets(ctx: RequestContext, body: Any) -> dict[str, Any]:
     topics = []
     for topic in body.topics:
         partitions = []
+        allowed = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for request in topic.partitions:
             partitions.append(_list_one(ctx, topic.name, request.partition_index, request.timestamp,
-                                        committed_only))
+                                        committed_only) if allowed else
+                              {"partition_index": request.partition_index, "timestamp": -1, "offset": -1,
+                               "error_code": ErrorCode.topic_authorization_failed})
         topics.append({"name": topic.name, "partitions": partitions})
     return {"topics": topics}
 

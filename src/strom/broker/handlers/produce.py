@@ -20,6 +20,7 @@ from strom.broker.log.records import (
 from strom.broker.produce_response import PartitionResult, encode
 from strom.broker.producer_state import AppendRejectedError
 from strom.broker.protocol import EncodedResponse
+from strom.broker.security.acls import Operation, ResourceType
 from strom.broker.transactions.coordinator import CoordinatorError
 
 log = logging.getLogger(__name__)
@@ -30,9 +31,17 @@ PRODUCE = 0
 @handles(PRODUCE, 3, 9)
 async def produce(ctx: RequestContext, body: Any) -> EncodedResponse | None:
     txn_id = body.transactional_id
-    topics = [(topic_data.name, [_append(ctx, txn_id, topic_data.name, data.index, data.records)
-                                 for data in topic_data.partition_data])
-              for topic_data in body.topic_data]
+    txn_denied = txn_id is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                          txn_id)
+    topics = []
+    for topic_data in body.topic_data:
+        refusal = (ErrorCode.transactional_id_authorization_failed if txn_denied else
+                   None if ctx.authorize(Operation.WRITE, ResourceType.TOPIC, topic_data.name) else
+                   ErrorCode.topic_authorization_failed)
+        topics.append((topic_data.name, [
+            PartitionResult(data.index, refusal.value) if refusal is not None else
+            _append(ctx, txn_id, topic_data.name, data.index, data.records)
+            for data in topic_data.partition_data]))
     if body.acks == 0:
         return None
     return EncodedResponse([encode(ctx.api_version, ctx.correlation_id, topics)])

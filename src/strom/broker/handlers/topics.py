@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.config import BROKER_SPECS, render
+from strom.broker.config import BROKER_SPECS, SENSITIVE_KEYS, render
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.manager import (
     InvalidPartitionsError,
@@ -19,6 +19,7 @@ from strom.broker.log.manager import (
     TopicExistsError,
 )
 from strom.broker.log.partition import OffsetOutOfRangeError
+from strom.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
@@ -38,6 +39,8 @@ async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
         await asyncio.sleep(0)  # one topic per turn of the event loop: others are served in between
         result: dict[str, Any] = {"name": request.name, "num_partitions": -1, "replication_factor": -1}
         try:
+            if not may_create(ctx, request.name):
+                raise _Refused(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if request.replication_factor not in (-1, 1):
                 raise _Refused(ErrorCode.invalid_replication_factor,
                                f"replication factor must be 1 (one broker), got {request.replication_factor}")
@@ -124,7 +127,9 @@ async def delete_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
     results = []
     for name in body.topic_names:
         topic = ctx.broker.logs.topics.get(name)
-        if topic is None:
+        if not ctx.authorize(Operation.DELETE, ResourceType.TOPIC, name):
+            results.append({"name": name, "error_code": ErrorCode.topic_authorization_failed})
+        elif topic is None:
             results.append({"name": name, "error_code": ErrorCode.unknown_topic_or_partition})
         elif topic.internal:
             results.append({"name": name, "error_code": ErrorCode.invalid_topic_exception,
@@ -140,6 +145,8 @@ async def create_partitions(ctx: RequestContext, body: Any) -> dict[str, Any]:
     results = []
     for request in body.topics:
         try:
+            if not ctx.authorize(Operation.ALTER, ResourceType.TOPIC, request.name):
+                raise _Refused(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if request.name not in ctx.broker.logs.topics:
                 raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {request.name!r} does not exist")
             if request.assignments is not None:
@@ -169,7 +176,10 @@ async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
         result = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                   "error_code": ErrorCode.none}
         keys = resource.configuration_keys
-        if resource.resource_type == TOPIC_RESOURCE:
+        refusal = _config_refusal(ctx, resource, Operation.DESCRIBE_CONFIGS)
+        if refusal is not None:
+            result.update(error_code=refusal, error_message="Authorization failed.")
+        elif resource.resource_type == TOPIC_RESOURCE:
             topic = ctx.broker.logs.topics.get(resource.resource_name)
             if topic is None:
                 result.update(error_code=ErrorCode.unknown_topic_or_partition,
@@ -179,6 +189,9 @@ async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
         elif resource.resource_type == BROKER_RESOURCE:
             result["configs"] = [_entry(k, ctx.broker.config[k], SOURCE_STATIC_BROKER, True)
                                  for k in BROKER_SPECS if keys is None or k in keys]
+            for entry in result["configs"]:
+                if entry["name"] in SENSITIVE_KEYS:  # as Kafka: said to be set, never shown
+                    entry.update(value=None, is_sensitive=True)
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message="unsupported resource type")
         results.append(result)
@@ -217,6 +230,9 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool,
     response = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                 "error_code": ErrorCode.none}
     try:
+        refusal = _config_refusal(ctx, resource, Operation.ALTER_CONFIGS)
+        if refusal is not None:
+            raise _Refused(refusal, "Authorization failed.")
         if resource.resource_type != TOPIC_RESOURCE:
             raise _Refused(ErrorCode.invalid_request,
                            "broker configs are static: restart the broker with --config key=value")
@@ -230,6 +246,27 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool,
     except ValueError as exc:
         response.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
     return response
+
+
+def _config_refusal(ctx: RequestContext, resource: Any, operation: Operation) -> ErrorCode | None:
+    """TOPIC_ or CLUSTER_AUTHORIZATION_FAILED if the client may not do `operation` on the configs of
+    this topic or of the broker (a cluster operation in Kafka)."""
+    if resource.resource_type == TOPIC_RESOURCE:
+        if not ctx.authorize(operation, ResourceType.TOPIC, resource.resource_name):
+            return ErrorCode.topic_authorization_failed
+    elif resource.resource_type == BROKER_RESOURCE and not ctx.authorize_cluster(operation):
+        return ErrorCode.cluster_authorization_failed
+    return None
+
+
+def may_create(ctx: RequestContext, topic: str) -> bool:
+    """CREATE on the cluster or on the topic (Kafka accepts either)."""
+    authorizer = ctx.broker.authorizer
+    if authorizer is None:
+        return True
+    principal, host = ctx.session.principal, ctx.client_host
+    return (authorizer.authorize(principal, host, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+            or ctx.authorize(Operation.CREATE, ResourceType.TOPIC, topic))
 
 
 def _apply_ops(overrides: dict[str, str], effective: dict[str, Any], configs: Any) -> dict[str, str]:
@@ -259,10 +296,13 @@ async def delete_records(ctx: RequestContext, body: Any) -> dict[str, Any]:
     topics = []
     for request in body.topics:
         partitions = []
+        allowed = ctx.authorize(Operation.DELETE, ResourceType.TOPIC, request.name)
         for p in request.partitions:
             result = {"partition_index": p.partition_index, "low_watermark": -1}
             partition = ctx.broker.logs.partition(request.name, p.partition_index)
-            if partition is None:
+            if not allowed:
+                result["error_code"] = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 result["error_code"] = ErrorCode.unknown_topic_or_partition
             else:
                 try:

@@ -8,6 +8,7 @@ sub-topology writing it; a store's changelog has one partition per task of its s
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,9 +148,10 @@ def existing_topics(admin: AdminClient, bootstrap_servers: str) -> dict[str, int
     return {name: len(meta.partitions) for name, meta in cluster.topics.items() if meta.error is None}
 
 
-def create_internal_topics(plan: ApplicationPlan, admin: AdminClient, bootstrap_servers: str) -> list[str]:
+def create_internal_topics(plan: ApplicationPlan, admin: AdminClient, bootstrap_servers: str,
+                           settings: Mapping[str, Any] | None = None) -> list[str]:
     """Creates missing repartition and changelog topics; an existing one must have the planned
-    partition count. Returns the names created."""
+    partition count. Returns the names created. `settings` are the admin client's (security)."""
     existing = existing_topics(admin, bootstrap_servers)
     wrong = {t.name: (existing[t.name], t.partitions) for t in plan.internal_topics
              if t.name in existing and existing[t.name] != t.partitions}
@@ -162,7 +164,7 @@ def create_internal_topics(plan: ApplicationPlan, admin: AdminClient, bootstrap_
     missing = [t for t in plan.internal_topics if t.name not in existing]
     for spec in missing:
         clients.create_topics(bootstrap_servers, {spec.name: spec.partitions}, spec.config,
-                              replication_factor=plan.replication_factor)
+                              replication_factor=plan.replication_factor, settings=settings)
         log.info("Created internal topic %s (%d partitions, replication factor %d, %s)", spec.name,
                  spec.partitions, plan.replication_factor, spec.config)
     return [t.name for t in missing]

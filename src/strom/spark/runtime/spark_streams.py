@@ -310,11 +310,12 @@ class SparkStreams:
         if self._execution is not None:
             raise ConfigError("This SparkStreams is already started; stop() it before starting again.")
         mark("start")
-        admin = clients.admin(self.bootstrap_servers, **self.config.client_props("admin."))
+        admin_settings = self.config.client_props("admin.")
+        admin = clients.admin(self.bootstrap_servers, **admin_settings)
         self.plan = plan_application(self._topology, self.config, admin)
         check_tasks_build(self._topology, self.config)
         mark("planned")
-        created = create_internal_topics(self.plan, admin, self.bootstrap_servers)
+        created = create_internal_topics(self.plan, admin, self.bootstrap_servers, admin_settings)
         mark("internal-topics")
         log.info("Application %s: tasks %s, created internal topics %s", self.config.application_id,
                  self.plan.task_ids, created)

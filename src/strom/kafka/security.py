@@ -1,0 +1,70 @@
+"""What a refused client is told: who it connected as, what it may not do and how to grant it, or why
+it could not log in; and which client settings are secrets (never shown)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from strom.errors import StromError
+
+SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
+                         "ssl.truststore.password", "sasl.oauthbearer.client.secret",
+                         "sasl.oauthbearer.config", "sasl.jaas.config"})
+AUTHENTICATION_CODES = frozenset({KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED})
+
+
+class AuthorizationError(StromError):
+    """The cluster refused an operation for want of an ACL."""
+
+
+class AuthenticationError(StromError):
+    """The cluster did not accept the client's credentials or certificate, or the client not its."""
+
+
+def principal(settings: Mapping[str, Any]) -> str:
+    """The principal the cluster sees for these client settings, as far as the client can tell."""
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol.startswith("SASL") and settings.get("sasl.username"):
+        return f"User:{settings['sasl.username']}"
+    if protocol == "SSL" and settings.get("ssl.certificate.location"):
+        return f"the principal of the certificate {settings['ssl.certificate.location']} (User:<its subject>)"
+    return "User:ANONYMOUS"
+
+
+def authorization_error(settings: Mapping[str, Any], resource_type: str, name: str, operation: str,
+                        code: str) -> AuthorizationError:
+    """One line naming the principal, the resource and the operation refused, and the ACL to add."""
+    option = {"Topic": "--topic", "Group": "--group", "TransactionalId": "--transactional-id"}.get(
+        resource_type, "--cluster")
+    who = principal(settings)
+    return AuthorizationError(
+        f"{who} may not {operation} {resource_type} {name!r} ({code}): an administrator grants it with "
+        f"kafka-acls --add --allow-principal {who if who.startswith('User:') else 'User:...'} "
+        f"--operation {operation} {option} {name} (docs/deploy.md lists the ACLs strom needs).")
+
+
+def authentication_error(settings: Mapping[str, Any], servers: str, reason: str) -> AuthenticationError:
+    """Why the client could not log in, said at start-up instead of retrying for ever."""
+    mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI"
+    if "certificate verify failed" in reason:
+        advice = ("the broker's certificate is not signed by a CA the client trusts: set ssl.ca.location to "
+                  "the CA that signed it")
+    elif str(settings.get("security.protocol", "")).upper().startswith("SASL"):
+        advice = (f"the cluster did not accept {principal(settings)} with {mechanism}: check sasl.username "
+                  "and sasl.password (and sasl.mechanism)")
+    else:
+        advice = "the cluster did not accept the client's certificate: check ssl.certificate.location"
+    return AuthenticationError(f"Cannot log in to {servers}: {advice} ({redact(reason, settings)}).")
+
+
+def redact(text: str, settings: Mapping[str, Any]) -> str:
+    """`text` with the value of every secret setting replaced by ***."""
+    for key in SECRET_KEYS:
+        value = settings.get(key)
+        if value:
+            text = text.replace(str(value), "***")
+    return text
+

@@ -1,0 +1,194 @@
+"""Secured fidelity: the same client calls against a secured Apache Kafka node (SASL_SSL SCRAM-SHA-512,
+mutual TLS, StandardAuthorizer with allow.everyone.if.no.acl.found=false) and a secured strom broker
+give the same error codes: refused logins, each operation refused until an ACL allows it, what ACLs
+allow, certificate principals and the SCRAM credential APIs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+from security.conftest import PASSWORDS, start_secured
+from support.apache_kafka import KafkaCluster, KafkaSecurity
+from support.certificates import Pki, make_pki
+from support.kafka import unique
+from support.secured_clients import (
+    DENY,
+    PREFIXED,
+    acl,
+    consume_error,
+    describe_acls_error,
+    first_error,
+    grant,
+    produce_error,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Side:
+    """One secured broker as its clients see it."""
+
+    name: str
+    sasl_servers: str
+    tls_servers: str
+    pki: Pki
+
+    def sasl(self, user: str, password: str | None = None) -> dict[str, str]:
+        return {"bootstrap.servers": self.sasl_servers, "security.protocol": "SASL_SSL",
+                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
+                "sasl.password": PASSWORDS.get(user, "") if password is None else password,
+                "ssl.ca.location": str(self.pki.ca)}
+
+    def mtls(self, cert: Path, key: Path) -> dict[str, str]:
+        return {"bootstrap.servers": self.tls_servers, "security.protocol": "SSL",
+                "ssl.ca.location": str(self.pki.ca), "ssl.certificate.location": str(cert),
+                "ssl.key.location": str(key)}
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.sasl("admin"))
+
+    def topic(self, prefix: str, partitions: int = 1) -> str:
+        name, admin = unique(prefix), self.admin()  # the client must outlive its futures
+        admin.create_topics([NewTopic(name, partitions)])[name].result()
+        return name
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Side, Side]]:
+    pki = make_pki(tmp_path_factory.mktemp("secured-pki"))
+    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1,
+                         security=KafkaSecurity(pki, PASSWORDS))
+    strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin"})
+    try:
+        kafka.start()
+        yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers, pki),
+               Side("strom-broker", strom.listeners["SASL_SSL"], strom.listeners["SSL"], pki))
+    finally:
+        kafka.stop()
+        strom.stop()
+
+
+def same(sides: tuple[Side, Side], scenario: Callable[[Side], Any]) -> Any:
+    with ThreadPoolExecutor(2) as pool:
+        kafka, strom = pool.map(scenario, sides)
+    assert strom == kafka, f"strom broker answers\n  {strom}\nApache Kafka answers\n  {kafka}"
+    return kafka
+
+
+def _name(error: Any) -> str | None:
+    return None if error is None else error.name()
+
+
+def _raised(call: Callable[[], Any]) -> str | None:
+    try:
+        call()
+    except KafkaException as exc:
+        return exc.args[0].name()
+    return None
+
+
+def test_refused_logins(sides):
+    def scenario(side: Side) -> list[Any]:
+        wrong = first_error(side.sasl("alice", password="wrong"))
+        unknown = first_error(side.sasl("mallory", password="x"))
+        stranger = _raised(lambda: AdminClient(side.mtls(side.pki.stranger_cert, side.pki.stranger_key))
+                           .list_topics(timeout=5))
+        return [wrong.name(), "Authentication failed" in wrong.str(), unknown.name(), stranger is not None]
+    assert same(sides, scenario) == ["_AUTHENTICATION", True, "_AUTHENTICATION", True]
+
+
+def test_a_principal_without_acls_is_refused_each_operation(sides):
+    def scenario(side: Side) -> list[Any]:
+        topic = side.topic("orders")
+        bob = side.sasl("bob")
+        bob_admin = AdminClient(bob)
+        created = _raised(lambda: next(iter(bob_admin.create_topics([NewTopic(unique("new"), 1)]).values()))
+                          .result())
+        transactional = _raised(
+            lambda: Producer({**bob, "transactional.id": unique("txn")}).init_transactions(20))
+        listed = topic in bob_admin.list_topics(timeout=10).topics
+        upsert = UserScramCredentialUpsertion("eve", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                              b"eve-password")
+        scram = _raised(lambda: bob_admin.alter_user_scram_credentials([upsert])["eve"].result())
+        return [_name(produce_error(bob, topic)), _name(consume_error(bob, topic, unique("g"))), created,
+                transactional, listed, scram,
+                describe_acls_error(side.sasl_servers, side.pki, "bob", PASSWORDS["bob"])]
+    assert same(sides, scenario) == [
+        "TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED", "TOPIC_AUTHORIZATION_FAILED",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", False, "CLUSTER_AUTHORIZATION_FAILED",
+        "ClusterAuthorizationFailedError"]
+
+
+def test_acls_allow_what_they_name_and_deny_wins(sides):
+    def scenario(side: Side) -> list[Any]:
+        admin, alice = side.admin(), side.sasl("alice")
+        topic, group, txn = side.topic("sales"), unique("team"), unique("txn")
+        seen = []
+        grant(admin, acl(ResourceType.TOPIC, "sales-", "User:alice", AclOperation.WRITE, pattern=PREFIXED))
+        seen.append(_name(produce_error(alice, topic)))
+        grant(admin, acl(ResourceType.GROUP, "team-", "User:alice", AclOperation.READ, pattern=PREFIXED))
+        seen.append(_name(consume_error(alice, topic, group)))
+        grant(admin, acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.READ))
+        seen.append(_name(consume_error(alice, topic, group)))
+        grant(admin, acl(ResourceType.TOPIC, topic, "User:alice", AclOperation.READ, DENY))
+        seen.append(_name(consume_error(alice, topic, unique("team"))))
+        grant(admin, acl(ResourceType.TRANSACTIONAL_ID, txn, "User:alice", AclOperation.WRITE))
+        producer = Producer({**alice, "transactional.id": txn})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"in a transaction")
+        seen.append(_raised(lambda: producer.commit_transaction(30)))
+        described = admin.describe_acls(AclBindingFilter(
+            ResourceType.TOPIC, topic, ResourcePatternType.MATCH, "User:alice", None, AclOperation.ANY,
+            AclPermissionType.ANY)).result()
+        seen.append(sorted((b.name == topic, b.resource_pattern_type.name, b.operation.name,
+                            b.permission_type.name) for b in described))
+        return seen
+    assert same(sides, scenario)[:5] == [None, "TOPIC_AUTHORIZATION_FAILED", None,
+                                         "TOPIC_AUTHORIZATION_FAILED", None]
+
+
+def test_a_certificate_principal_and_the_scram_credential_apis(sides):
+    def scenario(side: Side) -> list[Any]:
+        admin = side.admin()
+        topic = side.topic("certs")
+        grant(admin, acl(ResourceType.TOPIC, topic, side.pki.client_principal, AclOperation.WRITE))
+        written = _name(produce_error(side.mtls(side.pki.client_cert, side.pki.client_key), topic))
+        user = unique("carol")
+        upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
+                                              b"carol-password")
+        admin.alter_user_scram_credentials([upsert])[user].result()
+        infos = [(i.mechanism.name, i.iterations) for i in
+                 admin.describe_user_scram_credentials([user])[user].result().scram_credential_infos]
+        too_few = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10),
+                                               b"x")
+        refused = _raised(lambda: admin.alter_user_scram_credentials([too_few])[user].result())
+        deleted = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
+        admin.alter_user_scram_credentials([deleted])[user].result()
+        missing = _raised(lambda: admin.describe_user_scram_credentials([user])[user].result())
+        return [written, infos, refused, missing]
+    assert same(sides, scenario) == [None, [("SCRAM_SHA_512", 8192)], "UNACCEPTABLE_CREDENTIAL",
+                                     "RESOURCE_NOT_FOUND"]

@@ -1,0 +1,62 @@
+"""Fixtures of the security tests: a throwaway PKI, and a strom broker with a SASL_SSL, a mutual-TLS
+and a SASL_PLAINTEXT listener (users alice and admin; the authorizer is off unless a test starts its own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from strom.broker import EmbeddedBroker
+from strom.broker.security.credentials import add_scram_user
+from strom.broker.security.scram import Mechanism
+from support.certificates import Pki, make_pki
+
+PASSWORDS = {"alice": "alice-pw-7Qx", "admin": "admin-pw-3Zk", "bob": "bob-pw-9Lm"}
+LISTENERS = "SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def secured_config(pki: Pki, **extra: str) -> dict[str, str]:
+    return {"listeners": LISTENERS, "ssl.keystore.location": str(pki.broker),
+            "ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", **extra}
+
+
+def start_secured(data_dir: Path, pki: Pki, **extra: str) -> EmbeddedBroker:
+    """A broker with the three listeners and the users of PASSWORDS (added as an operator does,
+    to the data directory before the start)."""
+    for user, password in PASSWORDS.items():
+        add_scram_user(data_dir, user, password, list(Mechanism), 4096)
+    return EmbeddedBroker(data_dir, config=secured_config(pki, **extra)).start()
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[EmbeddedBroker]:
+    broker = start_secured(tmp_path_factory.mktemp("secured"), pki)
+    yield broker
+    broker.stop()
+
+
+def sasl(broker: EmbeddedBroker, pki: Pki, user: str = "alice", mechanism: str = "SCRAM-SHA-512",
+         password: str | None = None, listener: str = "SASL_SSL") -> dict[str, str]:
+    """librdkafka settings of `user` on a SASL listener."""
+    conf = {"bootstrap.servers": broker.listeners[listener], "security.protocol": listener,
+            "sasl.mechanism": mechanism, "sasl.username": user,
+            "sasl.password": PASSWORDS.get(user, "") if password is None else password}
+    if listener == "SASL_SSL":
+        conf["ssl.ca.location"] = str(pki.ca)
+    return conf
+
+
+def mtls(broker: EmbeddedBroker, pki: Pki, cert: Path | None = None,
+         key: Path | None = None) -> dict[str, str]:
+    """librdkafka settings of the client certificate (by default the trusted one) on the SSL listener."""
+    return {"bootstrap.servers": broker.listeners["SSL"], "security.protocol": "SSL",
+            "ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(cert or pki.client_cert),
+            "ssl.key.location": str(key or pki.client_key)}
