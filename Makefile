@@ -21,7 +21,8 @@ demo: $(STAMP)
 	$(BIN)/strom demo
 
 # kcat is a real third-party Kafka client the broker tests use as a judge; Graphviz's dot draws
-# `strom streams describe --format svg` (tests/cli/test_streams_describe.py).
+# `strom streams describe --format svg` (tests/cli/test_streams_describe.py); iptables cuts and slows the
+# links between the fault tests' network namespaces (tests/support/hosts.py; Linux only).
 tools:
 	@command -v kcat >/dev/null || $(SUDO) apt-get install -y -qq kcat >/dev/null \
 	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; } \
@@ -30,6 +31,9 @@ tools:
 	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; } \
 	  || { echo "The CLI tests need Graphviz: install it (apt-get install graphviz, brew install graphviz)."; \
 	       exit 1; }
+	@command -v iptables >/dev/null || [ "$$(uname)" != Linux ] || $(SUDO) apt-get install -y -qq iptables >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iptables >/dev/null; } \
+	  || { echo "The fault tests need iptables: install it (apt-get install iptables)."; exit 1; }
 
 # Apache Kafka's own jars (broker, controller, tools) for the tests that run strom against a real Kafka
 # cluster: Maven copies them from Maven Central once into an ignored cache (tests/support/apache_kafka.py).
