@@ -15,6 +15,9 @@ log4j2 configuration that writes Kafka's log there, not to the terminal.
         cluster.transaction_coordinator("app-0_1")  # node id coordinating a transactional.id
         cluster.group_coordinator("app")        # node id coordinating a consumer group
 
+    KafkaCluster(tmp_path, brokers=3, hosts=[h0, h1, h2])   # node i on host i (tests/support/hosts.py):
+                                                # in its namespace, on its address, ports 9092 and 9093
+
 As a script it serves until SIGTERM or SIGINT, printing ``bootstrap.servers=...`` as its first line:
 
     .venv/bin/python tests/support/apache_kafka.py --brokers 3 --dir /tmp/kafka
@@ -34,9 +37,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -80,6 +84,14 @@ Configuration:
       - name: state.change.logger
         level: WARN
 """
+
+
+class Host(Protocol):
+    """A machine of its own for a node (``support.hosts.Host``)."""
+
+    address: str
+
+    def command(self, argv: Sequence[str]) -> list[str]: ...
 
 
 class KafkaSetupError(RuntimeError):
@@ -128,14 +140,16 @@ class KafkaCluster:
     """N combined broker+controller KRaft nodes on 127.0.0.1; use as a context manager."""
 
     def __init__(self, base_dir: Path, brokers: int = 3, config: Mapping[str, object] | None = None,
-                 heap: str = "512m", stop_timeout_s: float = 20.0) -> None:
+                 heap: str = "512m", stop_timeout_s: float = 20.0, hosts: Sequence[Host] = ()) -> None:
         self.base_dir = Path(base_dir)
+        self.hosts = list(hosts)
+        self.addresses = [host.address for host in hosts] or ["127.0.0.1"] * brokers
         self.brokers = brokers
         self.heap = heap
         self.stop_timeout_s = stop_timeout_s
         self.cluster_id = uuid.uuid4().hex[:22]
-        self.ports = [free_port() for _ in range(brokers)]
-        self.controller_ports = [free_port() for _ in range(brokers)]
+        self.ports = [9092] * brokers if hosts else [free_port() for _ in range(brokers)]
+        self.controller_ports = [9093] * brokers if hosts else [free_port() for _ in range(brokers)]
         replicas = min(3, brokers)
         in_sync = min(2, brokers)
         self.config: dict[str, str] = {
@@ -151,7 +165,7 @@ class KafkaCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return ",".join(f"{address}:{port}" for address, port in zip(self.addresses, self.ports, strict=True))
 
     def node_dir(self, node: int) -> Path:
         return self.base_dir / f"node-{node}"
@@ -180,13 +194,14 @@ class KafkaCluster:
         return self
 
     def _properties(self, node: int) -> Path:
-        voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(self.controller_ports))
+        voters = ",".join(f"{i}@{self.addresses[i]}:{port}" for i, port in enumerate(self.controller_ports))
+        address = self.addresses[node]
         settings = {
             "process.roles": "broker,controller",
             "node.id": str(node),
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]},CONTROLLER://127.0.0.1:"
+            "listeners": f"PLAINTEXT://{address}:{self.ports[node]},CONTROLLER://{address}:"
                          f"{self.controller_ports[node]}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
+            "advertised.listeners": f"PLAINTEXT://{address}:{self.ports[node]}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -219,8 +234,9 @@ class KafkaCluster:
 
     def _spawn(self, node: int) -> None:
         properties = self._properties(node)
+        command = self._jvm(node, "kafka.Kafka", str(properties))
         with open(self.node_dir(node) / "stdout.log", "ab") as output:
-            self._nodes[node] = subprocess.Popen(self._jvm(node, "kafka.Kafka", str(properties)),
+            self._nodes[node] = subprocess.Popen(self.hosts[node].command(command) if self.hosts else command,
                                                  stdout=output, stderr=subprocess.STDOUT,
                                                  start_new_session=True)
 
@@ -228,9 +244,9 @@ class KafkaCluster:
         return clients.admin(self.bootstrap_servers, **{"socket.timeout.ms": 5000})
 
     def _listening(self) -> bool:
-        for port in (self.ports[node] for node in self._nodes):
+        for node in self._nodes:
             with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) != 0:
+                if probe.connect_ex((self.addresses[node], self.ports[node])) != 0:
                     return False
         return True
 
