@@ -40,12 +40,15 @@ import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from strom.kafka import clients
+
+if TYPE_CHECKING:
+    from support.hosts import Host
 
 ROOT = Path(__file__).resolve().parents[2]
 POM = Path(__file__).resolve().parent / "maven" / "apache-kafka" / "pom.xml"
@@ -84,14 +87,6 @@ Configuration:
       - name: state.change.logger
         level: WARN
 """
-
-
-class Host(Protocol):
-    """A machine of its own for a node (``support.hosts.Host``)."""
-
-    address: str
-
-    def command(self, argv: Sequence[str]) -> list[str]: ...
 
 
 class KafkaSetupError(RuntimeError):
