@@ -52,12 +52,13 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
-# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's and the tasks'
-# (Spark and Kafka clusters, fault injection: mostly waiting on JVMs and timeouts) in the foreground; the
-# CLI's and the tasks' slow tests (subprocesses waiting on their own start-up, a Kafka cluster's rolling
-# restart) then the tests not marked slow beside them, their report (.cache/side-tests.log) printed after
-# the foreground's. Either failing fails `make test`.
-SIDE_SLOW := tests/cli tests/tasks
+# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's, the tasks' and
+# the network faults' (Spark and Kafka clusters, fault injection: mostly waiting on JVMs and timeouts) in
+# the foreground; the CLI's, the tasks' and the network faults' slow tests (subprocesses waiting on their
+# own start-up, a Kafka cluster's rolling restart, partitions held for their timeouts) then the tests not
+# marked slow beside them, their report (.cache/side-tests.log) printed after the foreground's. Either
+# failing fails `make test`.
+SIDE_SLOW := tests/cli tests/tasks tests/faults
 test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	@mkdir -p .cache

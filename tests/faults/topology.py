@@ -6,15 +6,17 @@
                                   repartition step and a RocksDB store, exactly_once_v2, strom's defaults
 
 The test process itself sits on the bridge (``network.gateway``): it writes the input at a steady rate
-and reads the output read_committed at the end. ``run_word_count`` runs one scenario: the application
-starts, input flows, the scenario's fault is made and healed, and the time from the heal until every
-input and repartition record is committed is measured; then every count must be exact and no update
-written twice.
+and reads the output read_committed. ``WordCountRun.scenario`` runs one scenario on the running
+application: input flows, the scenario's fault is made and healed, and the time from the heal until
+every input and repartition record is committed is measured; then every count must be exact and no
+update written twice, over everything written since the application started.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,14 +24,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark.runtime.cluster_wordcount import (
-    DEFAULTS,
-    SteadyWriter,
-    WordCountDriver,
-    assert_counted_once,
-    caught_up,
-)
+from spark.runtime.cluster_wordcount import DEFAULTS, WordCountDriver, assert_counted_once, caught_up
 from strom.kafka import clients
+from strom.kafka.clients import JAVA_PARTITIONER
 from support.apache_kafka import KafkaCluster
 from support.hosts import Host, Network
 from support.spark_cluster import SparkCluster
@@ -49,7 +46,8 @@ class Topology:
         return self.kafka.bootstrap_servers
 
     def host(self, name: str) -> Host:
-        return self.network.hosts[name]
+        """Host ``name``, made on first use (the Kafka nodes and Spark's processes have theirs)."""
+        return self.network.hosts.get(name) or self.network.host(name)
 
 
 @contextmanager
@@ -64,43 +62,76 @@ def running_topology(base_dir: Path) -> Iterator[Topology]:
             yield Topology(network, kafka, spark)
 
 
-@dataclass
-class Outcome:
-    """What one scenario measured."""
+class WordCountRun:
+    """One word count application on the topology, shared by a module's scenarios (its start costs
+    half a minute): each scenario lets input flow, makes its fault, heals, and checks the output
+    read_committed against everything written so far."""
 
-    recovered_s: float
-    """From the heal until every input and repartition record was committed."""
-    lines: int
+    def __init__(self, topology: Topology, tmp_path: Path) -> None:
+        self.topology = topology
+        suffix = uuid.uuid4().hex[:8]
+        self.names = {"lines": f"faults-lines-{suffix}", "counts": f"faults-counts-{suffix}"}
+        clients.create_topics(topology.bootstrap, {self.names["lines"]: 2, self.names["counts"]: 2})
+        self.app_id = f"faults-{suffix}"
+        self.written: list[tuple[str, str]] = []
+        self._rng = random.Random(39)
+        self._keys = itertools.count()
+        self.driver = WordCountDriver(topology.spark, topology.bootstrap, self.names, tmp_path, self.app_id,
+                                      "realtime", DEFAULTS, cores_max=WORKERS)
 
+    def close(self) -> None:
+        """Lets the application catch up and exit cleanly (SIGKILLs it if it does not)."""
+        try:
+            self.driver.finish()
+        finally:
+            self.driver.kill()
 
-def lines_for(seed: int, count: int) -> list[tuple[str, str]]:
-    rng = random.Random(seed)
-    words = [f"w{i}" for i in range(20)]
-    return [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 4)))) for i in range(count)]
+    @contextmanager
+    def input_flowing(self) -> Iterator[None]:
+        """Lines written at ``LINES_PER_SECOND`` in a thread of its own while the block runs; a line
+        counts as written once Kafka acknowledged it (none may fail)."""
+        producer = clients.producer(self.topology.bootstrap, **JAVA_PARTITIONER)
+        failed: list[object] = []
+        stop = threading.Event()
 
+        def delivered(line: tuple[str, str]) -> Callable[[object, object], None]:
+            return lambda error, _: failed.append(error) if error else self.written.append(line)
 
-def run_word_count(topology: Topology, tmp_path: Path, name: str,
-                   fault: Callable[[WordCountDriver], None], seconds_of_input: float = 90.0,
-                   catch_up_s: float = 60.0) -> Outcome:
-    """Runs the word count with input arriving steadily, makes ``fault`` (which heals before it returns)
-    once every partition commits; checks the output read_committed. The input is ``seconds_of_input``
-    long: what is left when ``fault`` returns is written at once."""
-    suffix = uuid.uuid4().hex[:8]
-    names = {"lines": f"{name}-lines-{suffix}", "counts": f"{name}-counts-{suffix}"}
-    clients.create_topics(topology.bootstrap, {names["lines"]: 2, names["counts"]: 2})
-    app_id = f"faults-{name}-{suffix}"
-    lines = lines_for(hash(name) & 0xFFFF, int(seconds_of_input * LINES_PER_SECOND))
-    with WordCountDriver(topology.spark, topology.bootstrap, names, tmp_path, app_id, "realtime", DEFAULTS,
-                         cores_max=WORKERS) as driver:
-        with SteadyWriter(topology.bootstrap, names["lines"], lines, per_slice=LINES_PER_SECOND // 4):
-            driver.all_committing(240)
-            fault(driver)
+        def write() -> None:
+            words = [f"w{i}" for i in range(20)]
+            while not stop.wait(0.25):
+                for _ in range(LINES_PER_SECOND // 4):
+                    text = " ".join(self._rng.choices(words, k=self._rng.randint(1, 4)))
+                    line = (f"k{next(self._keys)}", text)
+                    clients.produce(producer, self.names["lines"], line[1].encode(), line[0].encode(),
+                                    on_delivery=delivered(line))
+                producer.poll(0)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            writer.join()
+            remaining = producer.flush(180)
+        assert remaining == 0 and not failed, f"{remaining} lines unacknowledged, failed: {failed[:3]}"
+
+    def scenario(self, name: str, fault: Callable[[WordCountDriver], None], catch_up_s: float = 60.0
+                 ) -> float:
+        """Input flows; once every partition commits, ``fault`` is made (it heals before it returns);
+        input flows 5 s more. Returns the seconds from the heal until every input and repartition record
+        was committed, after checking every count read_committed."""
+        with self.input_flowing():
+            self.driver.all_committing(240)
+            fault(self.driver)
             healed = time.monotonic()
-        driver.wait_until(lambda: caught_up(topology.bootstrap, app_id, driver.partitions), catch_up_s + 120,
-                          "caught up after the heal")
-        outcome = Outcome(time.monotonic() - healed, len(lines))
-        driver.finish()
-    assert_counted_once(topology.bootstrap, names["counts"], lines)
-    print(f"{name}: caught up {outcome.recovered_s:.1f} s after the heal ({len(lines)} lines)")
-    assert outcome.recovered_s <= catch_up_s, f"caught up {outcome.recovered_s:.1f} s after the heal"
-    return outcome
+            time.sleep(5)
+        bootstrap, partitions = self.topology.bootstrap, self.driver.partitions
+        self.driver.wait_until(lambda: caught_up(bootstrap, self.app_id, partitions), catch_up_s + 120,
+                               f"caught up after {name}")
+        recovered_s = time.monotonic() - healed
+        assert_counted_once(self.topology.bootstrap, self.names["counts"], self.written)
+        print(f"{name}: caught up {recovered_s:.1f} s after the heal ({len(self.written)} lines so far)")
+        assert recovered_s <= catch_up_s, f"{name}: caught up {recovered_s:.1f} s after the heal"
+        return recovered_s
