@@ -81,15 +81,65 @@ def test_an_executor_cut_off_from_kafka_but_not_from_the_driver(topology, word_c
 
 def test_an_executor_cut_off_from_the_driver_but_not_from_kafka(topology, word_count):
     """Scenario 1, the zombie: worker-0 (its executor and Python workers) cannot reach the driver for
-    2.5 times the driver's loss detection, but still reaches Kafka; its tasks move to worker-1, and it
-    must not commit again (the new owner's transactions fence its transactional ids)."""
+    2.5 times the driver's loss detection (``SILENT_S``) but still reaches Kafka: the driver declares
+    its stream thread lost and ends the batch, while the thread, which never hears of it, goes on
+    consuming and committing. Healed, the counts must be exact: whatever the zombie committed was
+    committed once, and nothing it did after a fence is visible."""
     def cut(driver):
+        lost = lost_threads(driver)
         topology.network.partition(topology.host("worker-0"), topology.host("driver"))
-        moved = driver.resumed_after(time.monotonic(), 2.5 * SILENT_S)
-        assert len(moved) == len(driver.partitions), f"partitions that moved on: {moved}\n{driver.logs()}"
+        cut = time.monotonic()
+        driver.wait_until(lambda: lost_threads(driver) > lost, 2.5 * SILENT_S, "worker-0's thread lost")
+        time.sleep(max(0.0, 2.5 * SILENT_S - (time.monotonic() - cut)))
         topology.network.heal()
 
     word_count.scenario("executor cut from the driver", cut)
+
+
+ZOMBIE_CHURN = (
+    "strom bug (found by this test): ThreadControl.begin_batch (strom/spark/runtime/control.py) clears "
+    "_lost but not _connections, so the silent connection of an earlier batch's thread stays there while "
+    "it is open (a zombie executor cut off from the driver keeps it open until the partition heals; Spark "
+    "cannot deliver the cancel); reason_to_end names it ('stream thread lost: stream-thread-1') in every "
+    "new batch, which therefore ends 1-2 s after it starts: batches churn for as long as the partition "
+    "lasts and the tasks never settle on the surviving executor")
+
+
+@pytest.mark.xfail(strict=True, reason=ZOMBIE_CHURN)
+def test_while_an_executor_is_cut_off_from_the_driver_the_others_carry_on(topology, word_count):
+    """Scenario 1, held: while worker-0 stays cut off from the driver (but not from Kafka), once its
+    thread is declared lost and its Spark task given up (``SILENT_S`` + ``STOP_GRACE_S``), a batch must
+    run without it, every task open on worker-1 and committing, without ending early again and again."""
+    def cut(driver):
+        tasks = driver.tasks_on(0) | driver.tasks_on(1)
+        lost = lost_threads(driver)
+        topology.network.partition(topology.host("worker-0"), topology.host("driver"))
+        driver.wait_until(lambda: lost_threads(driver) > lost, 2.5 * SILENT_S, "worker-0's thread lost")
+        declared = lost_threads(driver)
+        settled = Quiet(driver, STOP_GRACE_S + 10)  # longer than an ending batch may take
+        driver.wait_until(lambda: settled() or lost_threads(driver) > declared + 5,
+                          2 * STOP_GRACE_S + SILENT_S + 45, "a batch running without the cut-off executor")
+        assert lost_threads(driver) <= declared + 5, \
+            f"batches keep ending early: {lost_threads(driver) - declared} more since the loss"
+        driver.wait_until(lambda: open_tasks(driver, 1) == tasks, 30, f"every task open on worker-1: {tasks}")
+        driver.all_committing(60)
+        topology.network.heal()
+
+    word_count.scenario("executor cut from the driver, held", cut)
+
+
+class Quiet:
+    """True once the driver has ended no batch early for ``seconds``."""
+
+    def __init__(self, driver, seconds: float) -> None:
+        self._driver, self._seconds = driver, seconds
+        self._count, self._since = lost_threads(driver), time.monotonic()
+
+    def __call__(self) -> bool:
+        count = lost_threads(self._driver)
+        if count != self._count:
+            self._count, self._since = count, time.monotonic()
+        return time.monotonic() - self._since >= self._seconds
 
 
 def test_a_python_worker_paused_for_a_minute(word_count):
@@ -98,11 +148,14 @@ def test_a_python_worker_paused_for_a_minute(word_count):
     ends the batch early, and ``STOP_GRACE_S`` later cancels the frozen thread's Spark task; the next
     batch opens its tasks elsewhere. Resumed, it still believes it owns them and must not commit again."""
     def freeze(driver):
+        driver.wait_until(lambda: holders(driver, 0), 90, "a task open on worker-0")
         holder = task_holder(driver, 0)
+        lost = lost_threads(driver)
         pause(holder)
         try:
             moved = driver.resumed_after(time.monotonic(), SILENT_S + STOP_GRACE_S + 15)
             assert len(moved) == len(driver.partitions), f"moved on: {moved}\n{driver.logs()}"
+            assert lost_threads(driver) > lost, "the driver did not declare the frozen thread lost"
             print(f"tasks of the paused worker moved after {max(moved.values()):.1f} s")
             time.sleep(max(0.0, 60 - max(moved.values())))
         finally:
@@ -111,19 +164,36 @@ def test_a_python_worker_paused_for_a_minute(word_count):
     word_count.scenario("Python worker paused", freeze)
 
 
-def task_holder(driver, worker: int) -> int:
-    """The pid of a Python worker holding a task open on ``worker`` (its flock on the task's ``owner``
-    file, as /proc/locks lists it)."""
-    owners = set()
+def lost_threads(driver) -> int:
+    """How many times the driver ended a batch early for a lost stream thread (its log says so)."""
+    return driver.log_path.read_text(errors="replace").count("stream thread lost")
+
+
+def holders(driver, worker: int) -> dict[str, int]:
+    """The tasks open on ``worker`` and the pid of the Python worker holding each (its flock on the
+    task's ``owner`` file, as /proc/locks lists it)."""
+    owners = {}
     state = driver.cluster.worker_dir(worker) / "state" / driver.app_id
     for task in driver.tasks_on(worker):
         with contextlib.suppress(OSError):
-            owners.add((state / task / "owner").stat().st_ino)
+            owners[(state / task / "owner").stat().st_ino] = task
+    held = {}
     for line in Path("/proc/locks").read_text().splitlines():
         fields = line.split()
         if fields[1] == "FLOCK" and int(fields[5].rsplit(":", 1)[1]) in owners:
-            return int(fields[4])
-    raise AssertionError(f"no process holds a task of worker {worker}: {driver.tasks_on(worker)}")
+            held[owners[int(fields[5].rsplit(":", 1)[1])]] = int(fields[4])
+    return held
+
+
+def open_tasks(driver, worker: int) -> set[str]:
+    return set(holders(driver, worker))
+
+
+def task_holder(driver, worker: int) -> int:
+    """The pid of a Python worker holding a task open on ``worker``."""
+    held = holders(driver, worker)
+    assert held, f"no process holds a task of worker {worker}: {driver.tasks_on(worker)}"
+    return next(iter(held.values()))
 
 
 def test_the_driver_isolated_for_30_s(topology, word_count):

@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from spark.runtime.cluster_wordcount import DEFAULTS, WordCountDriver, assert_counted_once, caught_up
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
@@ -117,6 +119,19 @@ class WordCountRun:
             remaining = producer.flush(180)
         assert remaining == 0 and not failed, f"{remaining} lines unacknowledged, failed: {failed[:3]}"
 
+    def driver_warnings(self) -> list[str]:
+        """What the driver said about the batches it ended early or cut short, in order."""
+        text = self.driver.log_path.read_text(errors="replace") if self.driver.log_path.exists() else ""
+        return [line for line in text.splitlines()
+                if "ending the batch early" in line or "cancelling what is left" in line]
+
+    def caught_up(self) -> bool:
+        """Every input and repartition record committed (False while a moved leader's metadata is stale)."""
+        try:
+            return caught_up(self.topology.bootstrap, self.app_id, self.driver.partitions)
+        except KafkaException:
+            return False
+
     def scenario(self, name: str, fault: Callable[[WordCountDriver], None], catch_up_s: float = 60.0
                  ) -> float:
         """Input flows; once every partition commits, ``fault`` is made (it heals before it returns);
@@ -124,14 +139,14 @@ class WordCountRun:
         was committed, after checking every count read_committed."""
         with self.input_flowing():
             self.driver.all_committing(240)
+            logged = len(self.driver_warnings())
             fault(self.driver)
             healed = time.monotonic()
             time.sleep(5)
-        bootstrap, partitions = self.topology.bootstrap, self.driver.partitions
-        self.driver.wait_until(lambda: caught_up(bootstrap, self.app_id, partitions), catch_up_s + 120,
-                               f"caught up after {name}")
+        self.driver.wait_until(self.caught_up, catch_up_s + 120, f"caught up after {name}")
         recovered_s = time.monotonic() - healed
         assert_counted_once(self.topology.bootstrap, self.names["counts"], self.written)
-        print(f"{name}: caught up {recovered_s:.1f} s after the heal ({len(self.written)} lines so far)")
+        print(f"{name}: caught up {recovered_s:.1f} s after the heal ({len(self.written)} lines so far)",
+              *self.driver_warnings()[logged:], sep="\n  ")
         assert recovered_s <= catch_up_s, f"{name}: caught up {recovered_s:.1f} s after the heal"
         return recovered_s
