@@ -132,7 +132,7 @@ def test_isolate_cuts_every_link(network, echo):
 def test_delay_delays_and_heal_restores(network, echo):
     a = network.hosts["a"]
     quick = connect_from(a, echo)
-    assert quick is not None and quick < 0.15
+    assert quick is not None and quick < 0.25
     network.delay(echo, 300, jitter_ms=20)  # the SYN-ACK leaves b 280-320 ms late
     slow = connect_from(a, echo)
     assert slow is not None and 0.28 <= slow < 1.5
@@ -144,7 +144,7 @@ def test_delay_delays_and_heal_restores(network, echo):
     assert time.monotonic() - started >= 4 * 0.28  # the SYN-ACK and three echoes, each delayed
     network.heal()
     again = connect_from(a, echo)
-    assert again is not None and again < 0.15
+    assert again is not None and again < 0.25
 
 
 def test_loss_drops_packets(network, echo):

@@ -121,7 +121,7 @@ def remove_leftovers() -> list[str]:
 
 def _kill_namespace(name: str) -> None:
     for _ in range(3):
-        pids = [int(p) for p in _run("ip", "netns", "pids", name, check=False).stdout.split()]
+        pids = Host(name, name, "").pids()
         if not pids:
             break
         for pid in pids:
@@ -161,6 +161,10 @@ class Host:
 
     def iptables(self, *rule: str) -> None:
         self.run("iptables", "-w", *rule)
+
+    def pids(self) -> list[int]:
+        """The processes running on this host (in its namespace)."""
+        return [int(pid) for pid in _run("ip", "netns", "pids", self.namespace, check=False).stdout.split()]
 
 
 class Network:
