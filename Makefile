@@ -21,7 +21,8 @@ demo: $(STAMP)
 	$(BIN)/strom demo
 
 # kcat is a real third-party Kafka client the broker tests use as a judge; Graphviz's dot draws
-# `strom streams describe --format svg` (tests/cli/test_streams_describe.py).
+# `strom streams describe --format svg` (tests/cli/test_streams_describe.py); iptables cuts and slows the
+# links between the fault tests' network namespaces (tests/support/hosts.py; Linux only).
 tools:
 	@command -v kcat >/dev/null || $(SUDO) apt-get install -y -qq kcat >/dev/null \
 	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; } \
@@ -30,6 +31,9 @@ tools:
 	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; } \
 	  || { echo "The CLI tests need Graphviz: install it (apt-get install graphviz, brew install graphviz)."; \
 	       exit 1; }
+	@command -v iptables >/dev/null || [ "$$(uname)" != Linux ] || $(SUDO) apt-get install -y -qq iptables >/dev/null \
+	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iptables >/dev/null; } \
+	  || { echo "The fault tests need iptables: install it (apt-get install iptables)."; exit 1; }
 
 # Apache Kafka's own jars (broker, controller, tools) for the tests that run strom against a real Kafka
 # cluster: Maven copies them from Maven Central once into an ignored cache (tests/support/apache_kafka.py).
@@ -48,12 +52,13 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
-# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's and the tasks'
-# (Spark and Kafka clusters, fault injection: mostly waiting on JVMs and timeouts) in the foreground; the
-# CLI's and the tasks' slow tests (subprocesses waiting on their own start-up, a Kafka cluster's rolling
-# restart) then the tests not marked slow beside them, their report (.cache/side-tests.log) printed after
-# the foreground's. Either failing fails `make test`.
-SIDE_SLOW := tests/cli tests/tasks
+# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's, the tasks' and
+# the network faults' (Spark and Kafka clusters, fault injection: mostly waiting on JVMs and timeouts) in
+# the foreground; the CLI's, the tasks' and the network faults' slow tests (subprocesses waiting on their
+# own start-up, a Kafka cluster's rolling restart, partitions held for their timeouts) then the tests not
+# marked slow beside them, their report (.cache/side-tests.log) printed after the foreground's. Either
+# failing fails `make test`.
+SIDE_SLOW := tests/cli tests/tasks tests/faults
 test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	@mkdir -p .cache

@@ -22,6 +22,9 @@ or to a mutual-TLS listener (``ssl_bootstrap_servers``), and StandardAuthorizer 
 are ``admin_settings``) and the nodes themselves (their certificate, on the inter-broker and controller
 listeners).
 
+    KafkaCluster(tmp_path, brokers=3, hosts=[h0, h1, h2])   # node i on host i (tests/support/hosts.py):
+                                                # in its namespace, on its address, ports 9092 and 9093
+
 As a script it serves until SIGTERM or SIGINT, printing ``bootstrap.servers=...`` as its first line:
 
     .venv/bin/python tests/support/apache_kafka.py --brokers 3 --dir /tmp/kafka
@@ -41,15 +44,19 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from strom.kafka import clients
+
+if TYPE_CHECKING:
+    from support.hosts import Host
 
 ROOT = Path(__file__).resolve().parents[2]
 POM = Path(__file__).resolve().parent / "maven" / "apache-kafka" / "pom.xml"
@@ -168,16 +175,18 @@ class KafkaCluster:
 
     def __init__(self, base_dir: Path, brokers: int = 3, config: Mapping[str, object] | None = None,
                  heap: str = "512m", stop_timeout_s: float = 20.0,
-                 security: KafkaSecurity | None = None) -> None:
+                 security: KafkaSecurity | None = None, hosts: Sequence[Host] = ()) -> None:
         self.security = security
         self.tls_ports = [free_port() for _ in range(brokers)] if security else []
         self.base_dir = Path(base_dir)
+        self.hosts = list(hosts)
+        self.addresses = [host.address for host in hosts] or ["127.0.0.1"] * brokers
         self.brokers = brokers
         self.heap = heap
         self.stop_timeout_s = stop_timeout_s
         self.cluster_id = uuid.uuid4().hex[:22]
-        self.ports = [free_port() for _ in range(brokers)]
-        self.controller_ports = [free_port() for _ in range(brokers)]
+        self.ports = [9092] * brokers if hosts else [free_port() for _ in range(brokers)]
+        self.controller_ports = [9093] * brokers if hosts else [free_port() for _ in range(brokers)]
         replicas = min(3, brokers)
         in_sync = min(2, brokers)
         self.config: dict[str, str] = {
@@ -193,7 +202,7 @@ class KafkaCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return ",".join(f"{address}:{port}" for address, port in zip(self.addresses, self.ports, strict=True))
 
     @property
     def ssl_bootstrap_servers(self) -> str:
@@ -232,13 +241,14 @@ class KafkaCluster:
         return self
 
     def _properties(self, node: int) -> Path:
-        voters = ",".join(f"{i}@127.0.0.1:{port}" for i, port in enumerate(self.controller_ports))
+        voters = ",".join(f"{i}@{self.addresses[i]}:{port}" for i, port in enumerate(self.controller_ports))
+        address = self.addresses[node]
         settings = {
             "process.roles": "broker,controller",
             "node.id": str(node),
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]},CONTROLLER://127.0.0.1:"
+            "listeners": f"PLAINTEXT://{address}:{self.ports[node]},CONTROLLER://{address}:"
                          f"{self.controller_ports[node]}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.ports[node]}",
+            "advertised.listeners": f"PLAINTEXT://{address}:{self.ports[node]}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -257,8 +267,9 @@ class KafkaCluster:
         """The listeners and security settings of a secured node (none for an open cluster)."""
         if self.security is None:
             return {}
-        clients_at = f"SASL_SSL://127.0.0.1:{self.ports[node]},SSL://127.0.0.1:{self.tls_ports[node]}"
-        return {"listeners": f"{clients_at},CONTROLLER://127.0.0.1:{self.controller_ports[node]}",
+        address = self.addresses[node]
+        clients_at = f"SASL_SSL://{address}:{self.ports[node]},SSL://{address}:{self.tls_ports[node]}"
+        return {"listeners": f"{clients_at},CONTROLLER://{address}:{self.controller_ports[node]}",
                 "advertised.listeners": clients_at, **self.security.node_properties()}
 
     def _jvm(self, node: int, main_class: str, *args: str) -> list[str]:
@@ -286,8 +297,9 @@ class KafkaCluster:
 
     def _spawn(self, node: int) -> None:
         properties = self._properties(node)
+        command = self._jvm(node, "kafka.Kafka", str(properties))
         with open(self.node_dir(node) / "stdout.log", "ab") as output:
-            self._nodes[node] = subprocess.Popen(self._jvm(node, "kafka.Kafka", str(properties)),
+            self._nodes[node] = subprocess.Popen(self.hosts[node].command(command) if self.hosts else command,
                                                  stdout=output, stderr=subprocess.STDOUT,
                                                  start_new_session=True)
 
@@ -295,9 +307,9 @@ class KafkaCluster:
         return clients.admin(self.bootstrap_servers, **{"socket.timeout.ms": 5000, **self.admin_settings})
 
     def _listening(self) -> bool:
-        for port in (self.ports[node] for node in self._nodes):
+        for node in self._nodes:
             with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) != 0:
+                if probe.connect_ex((self.addresses[node], self.ports[node])) != 0:
                     return False
         return True
 

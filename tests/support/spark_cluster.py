@@ -17,8 +17,12 @@
 
     SparkCluster(base_dir, python=None)        # executors run the Python the driver names (PYSPARK_PYTHON)
     without_this_venv(os.environ)              # an environment that leads to no Python of this venv
+    SparkCluster(base_dir, hosts={"master": h0, "worker-0": h1, "worker-1": h2, "driver": h3})
+                                               # each on a host of its own (tests/support/hosts.py)
 
-Everything binds to 127.0.0.1. Each process runs in its own process group (``start_new_session``): a
+Everything binds to 127.0.0.1, or with ``hosts`` each named process (``master``, ``worker-<i>``, and
+``driver`` for ``submit``) runs on its host (in its namespace) and binds to that host's address.
+Each process runs in its own process group (``start_new_session``): a
 worker's executor JVMs and their Python daemons and workers are its descendants in that group, so
 ``kill_worker`` kills the whole group at once (as a machine failure would) and teardown stops every
 group (SIGTERM, then SIGKILL after ``stop_timeout_s``). Each worker has its own directory under
@@ -47,10 +51,14 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import pyspark
 
 from strom.spark.runtime.executor import STATE_DIR_VARIABLE
+
+if TYPE_CHECKING:
+    from support.hosts import Host
 
 SPARK_HOME = Path(pyspark.__file__).parent
 _START_TIMEOUT_S = 120.0
@@ -68,8 +76,9 @@ class SparkCluster:
     def __init__(self, base_dir: Path, workers: int = 1, cores_per_worker: int = 1,
                  worker_memory: str = "1g", daemon_memory: str = "256m", executor_memory: str = "512m",
                  env: Mapping[str, str] | None = None, stop_timeout_s: float = 15.0,
-                 python: str | None = sys.executable) -> None:
+                 python: str | None = sys.executable, hosts: Mapping[str, Host] | None = None) -> None:
         self.base_dir = Path(base_dir)
+        self.hosts = dict(hosts or {})
         self.workers = workers
         self.cores_per_worker = cores_per_worker
         self.worker_memory = worker_memory
@@ -78,27 +87,35 @@ class SparkCluster:
         self.python = python
         pythons = {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python} if python else {}
         inherited = os.environ if python else without_this_venv(os.environ)
-        self.env = {**inherited, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
+        self.env = {**inherited, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": self.address("driver"),
                     "SPARK_DAEMON_MEMORY": daemon_memory, **pythons, **(env or {})}
         self.master_port = free_port()
         self.master_ui_port = free_port()
         self._master: subprocess.Popen | None = None
         self._workers: dict[int, subprocess.Popen] = {}
 
+    def address(self, name: str) -> str:
+        """Where process ``name`` (``master``, ``worker-<i>``, ``driver``) binds: its host's address."""
+        return self.hosts[name].address if name in self.hosts else "127.0.0.1"
+
+    def _on_host(self, name: str, command: list[str]) -> list[str]:
+        return self.hosts[name].command(command) if name in self.hosts else command
+
     def driver_conf(self) -> dict[str, str]:
         """Spark configs a driver of this cluster needs (loopback addresses, executor memory, this Python);
         ``submit`` passes them, a driver started otherwise (``strom run --spark-conf``) should too."""
-        conf = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+        driver = self.address("driver")
+        conf = {"spark.driver.host": driver, "spark.driver.bindAddress": driver,
                 "spark.executor.memory": self.executor_memory}
         return {**conf, "spark.pyspark.python": self.python} if self.python else conf
 
     @property
     def master_url(self) -> str:
-        return f"spark://127.0.0.1:{self.master_port}"
+        return f"spark://{self.address('master')}:{self.master_port}"
 
     @property
     def master_ui_url(self) -> str:
-        return f"http://127.0.0.1:{self.master_ui_port}"
+        return f"http://{self.address('master')}:{self.master_ui_port}"
 
     def worker_dir(self, index: int) -> Path:
         return self.base_dir / f"worker-{index}"
@@ -106,8 +123,8 @@ class SparkCluster:
     def start(self) -> SparkCluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self._master = self._spawn("master", "org.apache.spark.deploy.master.Master", [
-            "--host", "127.0.0.1", "--port", str(self.master_port), "--webui-port", str(self.master_ui_port)],
-            self.env)
+            "--host", self.address("master"), "--port", str(self.master_port), "--webui-port",
+            str(self.master_ui_port)], {**self.env, "SPARK_LOCAL_IP": self.address("master")})
         self._wait(lambda: self._master_state() is not None, "the master to serve its UI", "master")
         for index in range(self.workers):
             self.start_worker(index)
@@ -121,9 +138,11 @@ class SparkCluster:
         (directory / "work").mkdir(parents=True, exist_ok=True)
         (directory / "local").mkdir(parents=True, exist_ok=True)
         env = {**self.env, "SPARK_WORKER_DIR": str(directory / "work"),
-               "SPARK_LOCAL_DIRS": str(directory / "local"), STATE_DIR_VARIABLE: str(directory / "state")}
+               "SPARK_LOCAL_DIRS": str(directory / "local"), STATE_DIR_VARIABLE: str(directory / "state"),
+               "SPARK_LOCAL_IP": self.address(f"worker-{index}")}
         self._workers[index] = self._spawn(f"worker-{index}", "org.apache.spark.deploy.worker.Worker", [
-            "--host", "127.0.0.1", "--cores", str(self.cores_per_worker), "--memory", self.worker_memory,
+            "--host", self.address(f"worker-{index}"), "--cores", str(self.cores_per_worker),
+            "--memory", self.worker_memory,
             "--work-dir", str(directory / "work"), "--webui-port", "0", self.master_url], env)
 
     def use_workers(self, indices: Sequence[int]) -> None:
@@ -139,7 +158,8 @@ class SparkCluster:
     def _spawn(self, name: str, main_class: str, args: Sequence[str], env: Mapping[str, str]
                ) -> subprocess.Popen:
         with open(self.base_dir / f"{name}.log", "ab") as log:
-            return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), main_class, *args],
+            return subprocess.Popen(self._on_host(name, [str(SPARK_HOME / "bin" / "spark-class"), main_class,
+                                                         *args]),
                                     env=dict(env), stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
 
@@ -212,7 +232,7 @@ class SparkCluster:
             command += ["--py-files", ",".join(py_files)]
         if archives:
             command += ["--archives", ",".join(archives)]
-        return [*command, str(app), *args]
+        return self._on_host("driver", [*command, str(app), *args])
 
     def submit(self, app: str | Path, *args: str, timeout: float = 300.0,
                env: Mapping[str, str] | None = None, **options: object) -> subprocess.CompletedProcess:

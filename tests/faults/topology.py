@@ -1,0 +1,170 @@
+"""The topology the network-fault scenarios run (issue 39), every component on a host of its own:
+
+    kafka-0, kafka-1, kafka-2     a 3-node Apache Kafka cluster (replication 3, min.insync.replicas 2)
+    master, worker-0, worker-1    a Spark standalone cluster, one executor (one core) per worker
+    driver                        spark-submit of tests/spark/runtime/wordcount.py: the word count with a
+                                  repartition step and a RocksDB store, exactly_once_v2, strom's defaults
+
+The test process itself sits on the bridge (``network.gateway``): it writes the input at a steady rate
+and reads the output read_committed. ``WordCountRun.scenario`` runs one scenario on the running
+application: input flows, the scenario's fault is made and healed, and the time from the heal until
+every input and repartition record is committed is measured; then every count must be exact and no
+update written twice, over everything written since the application started.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+
+from spark.runtime.cluster_wordcount import DEFAULTS, WordCountDriver, assert_counted_once, caught_up
+from strom.kafka import clients
+from strom.kafka.clients import JAVA_PARTITIONER
+from support.apache_kafka import KafkaCluster
+from support.hosts import Host, Network
+from support.spark_cluster import SparkCluster
+
+WORKERS = 2
+LINES_PER_SECOND = 40
+
+
+@dataclass
+class Topology:
+    network: Network
+    kafka: KafkaCluster
+    spark: SparkCluster
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap_servers
+
+    def host(self, name: str) -> Host:
+        """Host ``name``, made on first use (the Kafka nodes and Spark's processes have theirs)."""
+        return self.network.hosts.get(name) or self.network.host(name)
+
+
+@contextmanager
+def running_topology(base_dir: Path) -> Iterator[Topology]:
+    """Every host, the Kafka cluster and the Spark cluster, started once for a module's scenarios."""
+    with Network() as network:
+        kafka_hosts = [network.host(f"kafka-{i}") for i in range(3)]
+        spark_hosts = {name: network.host(name) for name in ("master", "driver",
+                                                             *(f"worker-{i}" for i in range(WORKERS)))}
+        with KafkaCluster(base_dir / "kafka", brokers=3, hosts=kafka_hosts) as kafka, \
+                SparkCluster(base_dir / "spark", workers=WORKERS, hosts=spark_hosts) as spark:
+            yield Topology(network, kafka, spark)
+        network.heal()
+        deadline = time.monotonic() + 15
+        while (left := left_behind(network)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, f"processes left behind on the hosts once everything stopped: {left}"
+
+
+def left_behind(network: Network) -> dict[str, list[str]]:
+    """Per host, the command lines of the processes still running on it."""
+    return {host.name: [_command_line(pid) for pid in pids]
+            for host in network.hosts.values() if (pids := host.pids())}
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120].decode(errors="replace")
+    except OSError:
+        return f"{pid} (gone)"
+
+
+class WordCountRun:
+    """One word count application on the topology, shared by a module's scenarios (its start costs
+    half a minute): each scenario lets input flow, makes its fault, heals, and checks the output
+    read_committed against everything written so far."""
+
+    def __init__(self, topology: Topology, tmp_path: Path) -> None:
+        self.topology = topology
+        suffix = uuid.uuid4().hex[:8]
+        self.names = {"lines": f"faults-lines-{suffix}", "counts": f"faults-counts-{suffix}"}
+        clients.create_topics(topology.bootstrap, {self.names["lines"]: 2, self.names["counts"]: 2})
+        self.app_id = f"faults-{suffix}"
+        self.written: list[tuple[str, str]] = []
+        self._rng = random.Random(39)
+        self._keys = itertools.count()
+        self.driver = WordCountDriver(topology.spark, topology.bootstrap, self.names, tmp_path, self.app_id,
+                                      "realtime", DEFAULTS, cores_max=WORKERS)
+
+    def close(self) -> None:
+        """Lets the application catch up and exit cleanly (SIGKILLs it if it does not)."""
+        try:
+            self.driver.finish()
+        finally:
+            self.driver.kill()
+
+    @contextmanager
+    def input_flowing(self) -> Iterator[None]:
+        """Lines written at ``LINES_PER_SECOND`` in a thread of its own while the block runs; a line
+        counts as written once Kafka acknowledged it (none may fail)."""
+        producer = clients.producer(self.topology.bootstrap, **JAVA_PARTITIONER)
+        failed: list[object] = []
+        stop = threading.Event()
+
+        def delivered(line: tuple[str, str]) -> Callable[[object, object], None]:
+            return lambda error, _: failed.append(error) if error else self.written.append(line)
+
+        def write() -> None:
+            words = [f"w{i}" for i in range(20)]
+            while not stop.wait(0.25):
+                for _ in range(LINES_PER_SECOND // 4):
+                    text = " ".join(self._rng.choices(words, k=self._rng.randint(1, 4)))
+                    line = (f"k{next(self._keys)}", text)
+                    clients.produce(producer, self.names["lines"], line[1].encode(), line[0].encode(),
+                                    on_delivery=delivered(line))
+                producer.poll(0)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            writer.join()
+            remaining = producer.flush(180)
+        assert remaining == 0 and not failed, f"{remaining} lines unacknowledged, failed: {failed[:3]}"
+
+    def driver_warnings(self) -> list[str]:
+        """What the driver said about the batches it ended early or cut short, in order."""
+        text = self.driver.log_path.read_text(errors="replace") if self.driver.log_path.exists() else ""
+        return [line for line in text.splitlines()
+                if "ending the batch early" in line or "cancelling what is left" in line]
+
+    def caught_up(self) -> bool:
+        """Every input and repartition record committed (False while a moved leader's metadata is stale)."""
+        try:
+            return caught_up(self.topology.bootstrap, self.app_id, self.driver.partitions)
+        except KafkaException:
+            return False
+
+    def scenario(self, name: str, fault: Callable[[WordCountDriver], None], catch_up_s: float = 60.0
+                 ) -> float:
+        """Input flows; once every partition commits, ``fault`` is made (it heals before it returns);
+        input flows 5 s more. Returns the seconds from the heal until every input and repartition record
+        was committed, after checking every count read_committed."""
+        with self.input_flowing():
+            self.driver.all_committing(240)
+            logged = len(self.driver_warnings())
+            fault(self.driver)
+            healed = time.monotonic()
+            time.sleep(5)
+        self.driver.wait_until(self.caught_up, catch_up_s + 120, f"caught up after {name}")
+        recovered_s = time.monotonic() - healed
+        assert_counted_once(self.topology.bootstrap, self.names["counts"], self.written)
+        print(f"{name}: caught up {recovered_s:.1f} s after the heal ({len(self.written)} lines so far)",
+              *self.driver_warnings()[logged:], sep="\n  ")
+        assert recovered_s <= catch_up_s, f"{name}: caught up {recovered_s:.1f} s after the heal"
+        return recovered_s
