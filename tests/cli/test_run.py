@@ -278,23 +278,101 @@ def test_on_failure_restart_recovers_from_one_error_and_counts_exactly(broker, t
     assert read_counts(broker.bootstrap_servers, f"{topic}-counts") == EXPECTED
 
 
+SHOUT_APP = """
+import os
+from strom.streams import Consumed, Produced, Serdes, StreamsBuilder
+S = Serdes.String()
+
+def shout(value):
+    if value == "boom" and ({condition}):
+        raise ValueError("boom: cannot shout this one")
+    return value.upper()
+
+def build():
+    builder = StreamsBuilder()
+    builder.stream({topic!r}, Consumed.with_(S, S)).map_values(shout).to({topic!r} + "-out",
+                                                                       Produced.with_(S, S))
+    return builder.build(), {{"application.id": {topic!r}, "state.dir": {state!r},
+                              "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200}}
+"""
+
+
+def _shout_app(tmp_path: Path, bootstrap: str, condition: str) -> tuple[Path, str]:
+    """An application upper-casing ``a``, ``boom``, ``c`` whose processor raises on ``boom`` when
+    ``condition`` holds (line 8 of the file)."""
+    topic = f"shout-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(bootstrap, {topic: 1, f"{topic}-out": 1})
+    producer = clients.producer(bootstrap)
+    for value in ("a", "boom", "c"):
+        producer.produce(topic, value.encode())
+    assert producer.flush(30) == 0
+    app = tmp_path / "shout.py"
+    app.write_text(SHOUT_APP.format(condition=condition, topic=topic, state=str(tmp_path / "state")))
+    return app, topic
+
+
+def read_values(bootstrap: str, topic: str, count: int, timeout: float) -> list[str]:
+    """Values read read_committed until ``count`` arrived or ``timeout``, and one second more (a
+    duplicate would show)."""
+    consumer = clients.consumer(bootstrap, **{"isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        values += [m.value().decode() for m in consumer.consume(100, 0.5) if m.error() is None]
+        if len(values) >= count:
+            deadline = min(deadline, time.monotonic() + 1)
+    consumer.close()
+    return values
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.broker
-def test_on_failure_restart_ends_a_crash_loop_with_the_error(broker, tmp_path):
-    app, _ = _flaky_app(tmp_path, broker, "always", "True")
+def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_path):
+    """Long-running (no --until-caught-up): the processor raises once under exactly_once_v2; the stream
+    threads are replaced from the committed offsets, each record is output once, the app runs on."""
+    app, topic = _shout_app(tmp_path, broker.bootstrap_servers,
+                            f"not os.path.exists({str(tmp_path / 'raised')!r}) and "
+                            f"os.open({str(tmp_path / 'raised')!r}, os.O_CREAT | os.O_EXCL) >= 0")
+    log = tmp_path / "stderr"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+                                    "--master", "local[1]", "--on-failure", "restart",
+                                    "--status-interval", "1"], stderr=stderr, text=True)
+    try:
+        values = read_values(broker.bootstrap_servers, f"{topic}-out", 3, 240)
+        assert values == ["A", "BOOM", "C"], log.read_text()[-3000:]
+        assert (tmp_path / "raised").exists()  # it did raise
+        assert process.poll() is None, log.read_text()[-3000:]  # still running
+        assert "replacement 1 of at most 3" in log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+        assert "error:" not in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_on_failure_restart_ends_a_crash_loop_with_one_error_line(broker, tmp_path):
+    app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "True")
     started = time.monotonic()
     result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
-                             "--master", "local[2]", "--on-failure", "restart", "--until-caught-up"],
+                             "--master", "local[1]", "--on-failure", "restart"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-3000:]
-    replaced = re.findall(r"boom: the word counter failed.*\); replacing its stream threads in (\d+) s, "
+    replaced = re.findall(r"boom: cannot shout this one.*\); replacing its stream threads in (\d+) s, "
                           r".*\(replacement (\d) of at most 3", result.stderr)
     assert replaced == [("1", "1"), ("2", "2"), ("4", "3")], result.stderr[-3000:]
     assert "failed again after 3 replacements within 600 s; it stops" in result.stderr
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: Application") and "boom: the word counter failed" in error
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1], result.stderr[-3000:]
+    assert errors[0].startswith("error: Application") and "boom: cannot shout this one" in errors[0]
     assert time.monotonic() - started > 7  # the back-offs were waited
+    assert read_values(broker.bootstrap_servers, f"{topic}-out", 1, 2) == []
 
 
 @pytest.mark.spark

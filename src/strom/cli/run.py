@@ -27,7 +27,7 @@ from rich.text import Text
 
 from strom.cli.broker import parse_config
 from strom.cli.spark_session import spark_session
-from strom.errors import ConfigError
+from strom.errors import ConfigError, ProcessingError
 from strom.spark.failure_policy import UNCAUGHT_EXCEPTION_HANDLER
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
@@ -238,7 +238,9 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
                     console.print("caught up: every input record is committed")
                     break
                 if not until_caught_up and streams.await_termination(refresh):
-                    break
+                    raise ProcessingError(f"Application {streams.config.application_id} stopped without an "
+                                          "error and without being asked to (see the log above); start it "
+                                          "again.")
                 status = reader.read()
                 if not first_record and status.records:
                     first_record = True

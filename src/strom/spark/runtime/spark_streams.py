@@ -247,6 +247,7 @@ class SparkStreams:
         self._spark = spark
         self._execution: Execution | None = None
         self._lock = threading.Lock()
+        self._failure_lock = threading.RLock()
         self._restarts = 0
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
@@ -474,13 +475,15 @@ class SparkStreams:
         """Blocks until the query stops (True) or ``timeout`` seconds pass (False); a failed query
         raises ProcessingError with Spark's message."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._execution is not None and self._execution.is_active:
-            self._raise_if_failed()
+        while True:
+            execution = self._execution
+            ended = execution is None or not execution.is_active
+            self._raise_if_failed()  # a failure the handler answered REPLACE_THREAD: a new query runs
+            if ended and self._execution is execution:
+                return True
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.2)
-        self._raise_if_failed()
-        return True
 
     def _raise_if_failed(self) -> None:
         error = self._failure()
@@ -491,6 +494,10 @@ class SparkStreams:
         """The query's failure (the state becomes ERROR). A query whose Python worker could not start
         (a busy machine missing Spark's fixed 10 s connect-back timeout) is restarted instead, a few
         times: nothing is lost, it resumes from the committed offsets."""
+        with self._failure_lock:  # one thread answers a failure (a metrics scrape reads the state too)
+            return self._handle_failure()
+
+    def _handle_failure(self) -> Exception | None:
         error = None if self._execution is None else self._execution.exception()
         if error is None:
             return None
