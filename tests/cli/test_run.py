@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -293,13 +294,13 @@ def build():
     builder.stream({topic!r}, Consumed.with_(S, S)).map_values(shout).to({topic!r} + "-out",
                                                                        Produced.with_(S, S))
     return builder.build(), {{"application.id": {topic!r}, "state.dir": {state!r},
-                              "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200}}
+                              "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200, {props}}}
 """
 
 
-def _shout_app(tmp_path: Path, bootstrap: str, condition: str) -> tuple[Path, str]:
+def _shout_app(tmp_path: Path, bootstrap: str, condition: str, props: str = "") -> tuple[Path, str]:
     """An application upper-casing ``a``, ``boom``, ``c`` whose processor raises on ``boom`` when
-    ``condition`` holds (line 8 of the file)."""
+    ``condition`` holds (line 8 of the file); ``props`` adds to its configs."""
     topic = f"shout-{uuid.uuid4().hex[:8]}"
     clients.create_topics(bootstrap, {topic: 1, f"{topic}-out": 1})
     producer = clients.producer(bootstrap)
@@ -307,7 +308,8 @@ def _shout_app(tmp_path: Path, bootstrap: str, condition: str) -> tuple[Path, st
         producer.produce(topic, value.encode())
     assert producer.flush(30) == 0
     app = tmp_path / "shout.py"
-    app.write_text(SHOUT_APP.format(condition=condition, topic=topic, state=str(tmp_path / "state")))
+    app.write_text(SHOUT_APP.format(condition=condition, topic=topic, state=str(tmp_path / "state"),
+                                    props=props))
     return app, topic
 
 
@@ -373,6 +375,41 @@ def test_on_failure_restart_ends_a_crash_loop_with_one_error_line(broker, tmp_pa
     assert errors[0].startswith("error: Application") and "boom: cannot shout this one" in errors[0]
     assert time.monotonic() - started > 7  # the back-offs were waited
     assert read_values(broker.bootstrap_servers, f"{topic}-out", 1, 2) == []
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_runtime_keys_in_props_and_config_micro_batches_with_a_metrics_endpoint(broker, tmp_path):
+    """The Spark runtime's keys are known before Spark loads: execution.mode in the app's props,
+    metrics.prometheus.port in --config; the endpoint is scraped over HTTP while micro-batches run."""
+    app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "False", '"execution.mode": "microbatch"')
+    log = tmp_path / "stderr"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+                                    "--master", "local[1]", "--config", "metrics.prometheus.port=0",
+                                    "--config", "realtime.batch.duration.ms=60000"], stderr=stderr, text=True)
+    try:
+        assert read_values(broker.bootstrap_servers, f"{topic}-out", 3, 240) == ["A", "BOOM", "C"], \
+            log.read_text()[-3000:]
+        url = re.search(r"metrics at (http://\S+)", log.read_text())
+        assert url, log.read_text()[-3000:]
+        deadline, scraped = time.monotonic() + 30, ""
+        while time.monotonic() < deadline and not re.search(
+                r'kafka_streams_stream_task_metrics_process_total\{[^}]*task_id="0_0"\} 3\.0', scraped):
+            with urllib.request.urlopen(url.group(1), timeout=10) as response:
+                scraped = response.read().decode()
+            time.sleep(0.5)
+        assert re.search(r'kafka_streams_stream_task_metrics_process_total\{[^}]*task_id="0_0"\} 3\.0',
+                         scraped), scraped
+        assert 'state="RUNNING"' in scraped
+        assert process.poll() is None, log.read_text()[-3000:]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+        assert "(local[1], microbatch mode)" in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 @pytest.mark.spark

@@ -28,8 +28,7 @@ from rich.text import Text
 from strom.cli.broker import parse_config
 from strom.cli.spark_session import spark_session
 from strom.errors import ConfigError, ProcessingError
-from strom.spark.failure_policy import UNCAUGHT_EXCEPTION_HANDLER
-from strom.streams.config import StreamsConfig
+from strom.streams.config import EXECUTION_MODE, UNCAUGHT_EXCEPTION_HANDLER, StreamsConfig
 from strom.streams.processor.topology import Topology
 
 _TERMINAL_REFRESH_S = 1.0
@@ -153,8 +152,9 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         with ExitStack() as stack:
-            app_id = _application_id(props)  # a bad config fails before Spark starts
-            console.print(f"starting {app_id} on Spark ({master})")
+            config = _checked_config(props)  # a bad config fails before Spark starts
+            app_id = config.application_id
+            console.print(f"starting {app_id} on Spark ({master}, {config[EXECUTION_MODE]} mode)")
             session = _SessionStarting(f"strom-{app_id}", master, spark_conf)
             stack.callback(session.stop_unless_taken)
             props["bootstrap.servers"] = stack.enter_context(_bootstrap(props, topology, console))
@@ -165,9 +165,9 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
     console.print("stopped")
 
 
-def _application_id(props: dict[str, Any]) -> str:
-    """``application.id`` of a valid config; the embedded broker's address is not known yet."""
-    return StreamsConfig({"bootstrap.servers": "localhost:9092", **props}).application_id
+def _checked_config(props: dict[str, Any]) -> StreamsConfig:
+    """The validated config; the embedded broker's address is not known yet."""
+    return StreamsConfig({"bootstrap.servers": "localhost:9092", **props})
 
 
 class _SessionStarting:

@@ -66,7 +66,6 @@ def streams() -> None:
 def describe(app: str, fmt: str, configs: dict[str, str]) -> None:
     """Print the topology of APP (app.py with build(), or module:function), as `strom run` loads it."""
     from strom.cli.run import load_application
-    from strom.spark.runtime import spark_streams  # noqa: F401  (registers the runtime's keys)
 
     topology, props = load_application(app)
     StreamsConfig({**props, **configs})  # a bad config fails here as it would in `strom run`

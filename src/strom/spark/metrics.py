@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from strom.errors import ConfigError
 from strom.kafka import clients, offsets
 from strom.prometheus import MetricsServer
-from strom.streams import config as cfg
+from strom.streams.config import METRICS_HOST, METRICS_PORT
 
 __all__ = [
     "METRICS_HOST", "METRICS_PORT", "StatusReader", "StreamsCollector", "StreamsStatus", "TaskStatus",
@@ -32,26 +31,6 @@ if TYPE_CHECKING:
     from strom.spark.runtime.spark_streams import SparkStreams
 
 log = logging.getLogger(__name__)
-
-METRICS_PORT = "metrics.prometheus.port"
-METRICS_HOST = "metrics.prometheus.host"
-
-
-def _port(key: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        port = -1
-    if isinstance(value, bool) or not 0 <= port <= 65535:
-        raise ConfigError.bad_value(key, value, "a TCP port (0 picks a free one)")
-    return port
-
-
-cfg.register(METRICS_PORT, None, _port)
-cfg.register(METRICS_HOST, "127.0.0.1", lambda key, value: str(value))
-
 
 @dataclass(frozen=True)
 class TaskStatus:

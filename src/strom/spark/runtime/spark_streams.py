@@ -41,7 +41,16 @@ from strom.spark.runtime.realtime import RealtimeExecution, stream_threads
 from strom.spark.runtime.store_copies import StoreCopies
 from strom.spark.startup import mark
 from strom.streams import config as cfg
-from strom.streams.config import StreamsConfig
+from strom.streams.config import (  # the runtime's keys, defined with every other key
+    ACCEPTABLE_RECOVERY_LAG,
+    EXECUTION_MODE,
+    MAX_OFFSETS_PER_TRIGGER,
+    NUM_STANDBY_REPLICAS,
+    NUM_STREAM_THREADS,
+    REALTIME,
+    REALTIME_BATCH_DURATION_MS,
+    StreamsConfig,
+)
 from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 
@@ -65,13 +74,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"
-EXECUTION_MODE = "execution.mode"
-REALTIME, MICROBATCH = "realtime", "microbatch"
-REALTIME_BATCH_DURATION_MS = "realtime.batch.duration.ms"
-NUM_STREAM_THREADS = "num.stream.threads"
-NUM_STANDBY_REPLICAS = "num.standby.replicas"
-ACCEPTABLE_RECOVERY_LAG = "acceptable.recovery.lag"
 _RELEASE_WAIT_S = 10.0
 _MAX_RESTARTS = 5
 # Failures of Spark's machinery, not of the application: the run starts again from the committed
@@ -82,45 +84,6 @@ _TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exi
 
 def _first_line(error: Exception) -> str:
     return next(iter(str(error).strip().splitlines()), type(error).__name__)
-
-
-def _positive(key: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError.bad_value(key, value, "a positive integer") from None
-    if number <= 0:
-        raise ConfigError.bad_value(key, value, "a positive integer")
-    return number
-
-
-def _execution_mode(key: str, value: Any) -> str:
-    if value not in (REALTIME, MICROBATCH):
-        raise ConfigError.bad_value(key, value, f"{REALTIME!r} (long-running stream threads) or "
-                                    f"{MICROBATCH!r} (one Spark micro-batch per commit)")
-    return value
-
-
-def _non_negative(key: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError.bad_value(key, value, "an integer of 0 or more") from None
-    if number < 0:
-        raise ConfigError.bad_value(key, value, "an integer of 0 or more")
-    return number
-
-
-def _optional_positive(key: str, value: Any) -> int | None:
-    return None if value is None else _positive(key, value)
-
-
-cfg.register(MAX_OFFSETS_PER_TRIGGER, 100_000, _positive)
-cfg.register(EXECUTION_MODE, REALTIME, _execution_mode)
-cfg.register(REALTIME_BATCH_DURATION_MS, 300_000, _positive)
-cfg.register(NUM_STREAM_THREADS, None, _optional_positive)
-cfg.register(NUM_STANDBY_REPLICAS, 0, _non_negative)
-cfg.register(ACCEPTABLE_RECOVERY_LAG, 10_000, _non_negative)
 
 
 @dataclass
