@@ -128,9 +128,18 @@ def test_a_failing_application_exits_non_zero_with_its_error(broker, tmp_path):
         "Produced.with_(S, S))\n"
         f"    return builder.build(), {{'application.id': {topic!r}, 'state.dir': {str(tmp_path)!r}}}\n")
     result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", bootstrap,
-                             "--master", "local[1]"], capture_output=True, text=True, timeout=280)
+                             "--master", "local[1]", "--status-interval", "60"],
+                            capture_output=True, text=True, timeout=280)
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "error: Application" in result.stderr and "boom: this record cannot be processed" in result.stderr
+    lines = result.stderr.strip().splitlines()
+    error = lines[-1]
+    assert error.startswith("error: Application") and "boom: this record cannot be processed" in error
+    # one readable account: the record, the exception, the user's own line; no Spark or JVM copies
+    assert f"taskId=0_0, topic={topic}, partition=0, offset=0: ValueError" in error
+    assert f"raised at {app}:4, in explode" in error
+    assert len(lines) <= 10, result.stderr
+    assert not [line for line in lines if line.lstrip().startswith(("at org.", "at java.", "at scala."))]
+    assert "Traceback" not in result.stderr and "^^^" not in result.stderr
 
 
 def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import signal
 import sys
 import threading
@@ -30,6 +31,8 @@ from strom.cli.spark_session import spark_session
 from strom.errors import ConfigError, ProcessingError
 from strom.streams.config import EXECUTION_MODE, UNCAUGHT_EXCEPTION_HANDLER, StreamsConfig
 from strom.streams.processor.topology import Topology
+
+log = logging.getLogger(__name__)
 
 _TERMINAL_REFRESH_S = 1.0
 ON_FAILURE = {"restart": "REPLACE_THREAD", "shutdown": "SHUTDOWN_CLIENT"}
@@ -159,7 +162,11 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
             stack.callback(session.stop_unless_taken)
             props["bootstrap.servers"] = stack.enter_context(_bootstrap(props, topology, console))
             streams = _start(stack, topology, props, session, console)
-            _watch(streams, stop, until_caught_up, status_interval, console)
+            try:
+                _watch(streams, stop, until_caught_up, status_interval, console)
+            except ProcessingError as exc:  # the error line says what failed where; -v adds the trace
+                log.info("The application's failure in full:", exc_info=exc)
+                raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     console.print("stopped")

@@ -22,7 +22,7 @@ from strom.streams.config import HANDLER_RESPONSES as RESPONSES
 from strom.streams.config import UNCAUGHT_EXCEPTION_HANDLER
 
 __all__ = ["MAX_REPLACEMENTS", "RESPONSES", "UNCAUGHT_EXCEPTION_HANDLER", "WINDOW_S", "ReplacingHandler",
-           "configured_handler"]
+           "configured_handler", "failure_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +53,13 @@ class ReplacingHandler:
         if len(self._replaced_at) >= self._max:
             log.error("Application %s failed again after %d replacements within %.0f s; it stops (the limit "
                       "of REPLACE_THREAD): %s", self._application_id, len(self._replaced_at), self._window_s,
-                      _first_line(error))
+                      failure_summary(error))
             return Response.SHUTDOWN_CLIENT
         self._replaced_at.append(now)
         backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (len(self._replaced_at) - 1))
         log.warning("Application %s failed (%s); replacing its stream threads in %.0f s, from the committed "
                     "offsets (replacement %d of at most %d within %.0f s)", self._application_id,
-                    _first_line(error), backoff, len(self._replaced_at), self._max, self._window_s)
+                    failure_summary(error), backoff, len(self._replaced_at), self._max, self._window_s)
         self._sleep(backoff)
         return Response.REPLACE_THREAD
 
@@ -97,9 +97,10 @@ def _normalised(function: Callable[[Exception], Any]) -> Callable[[Exception], A
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+")
 
 
-def _first_line(error: Exception) -> str:
-    """What was raised, in one line: a Python worker's failure carries its traceback, whose last
-    ``SomeError: message`` line says it."""
+def failure_summary(error: BaseException) -> str:
+    """What was raised, in one line, for a log line or the error a user reads: a Python worker's failure
+    carries its traceback (and Spark's JVM frames), whose last ``SomeError: message`` line says it."""
     lines = str(error).strip().splitlines()
     raised = [line for line in lines if _RAISED.match(line)]
-    return raised[-1] if raised else (lines[0] if lines else type(error).__name__)
+    summary = raised[-1] if raised else (lines[0] if lines else type(error).__name__)
+    return summary.removeprefix("strom.errors.")

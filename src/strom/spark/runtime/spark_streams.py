@@ -82,10 +82,6 @@ _MAX_RESTARTS = 5
 _TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exited unexpectedly")
 
 
-def _first_line(error: Exception) -> str:
-    return next(iter(str(error).strip().splitlines()), type(error).__name__)
-
-
 @dataclass
 class TaskProgress:
     """What one stream task has done in this run."""
@@ -451,7 +447,8 @@ class SparkStreams:
     def _raise_if_failed(self) -> None:
         error = self._failure()
         if error is not None:
-            raise ProcessingError(f"Application {self.config.application_id} failed: {error}") from error
+            raise ProcessingError(f"Application {self.config.application_id} failed: "
+                                  f"{failure_policy.failure_summary(error)}") from error
 
     def _failure(self) -> Exception | None:
         """The query's failure (the state becomes ERROR). A query whose Python worker could not start
@@ -467,8 +464,8 @@ class SparkStreams:
         if any(marker in str(error) for marker in _TRANSIENT) and self._restarts < _MAX_RESTARTS:
             self._restarts += 1
             log.warning("A Spark Python worker of %s failed (%s); starting the stream tasks again from the "
-                        "committed offsets (%d/%d)", self.config.application_id, _first_line(error),
-                        self._restarts, _MAX_RESTARTS)
+                        "committed offsets (%d/%d)", self.config.application_id,
+                        failure_policy.failure_summary(error), self._restarts, _MAX_RESTARTS)
             self._execution.stop()
             self._execution = self._start_execution()
             return None
@@ -492,7 +489,8 @@ class SparkStreams:
         if response is not StreamThreadExceptionResponse.REPLACE_THREAD:
             return False
         log.warning("Application %s failed (%s); the uncaught exception handler replaces the query: it "
-                    "resumes from the committed offsets", self.config.application_id, error)
+                    "resumes from the committed offsets", self.config.application_id,
+                    failure_policy.failure_summary(error))
         self._execution.stop()
         self._execution = self._start_execution()
         return True
