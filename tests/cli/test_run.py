@@ -23,6 +23,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
 from strom.streams import Serdes
+from support.apache_kafka import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "word_count_app.py"
@@ -151,6 +152,43 @@ def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
     missing = subprocess.run([*STROM, "run", "no_such_module:build"], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode == 2 and "Cannot import 'no_such_module'" in missing.stderr
+
+
+BAD_APPS = {
+    "syntax": ("def build(:\n    pass\n", "at {app}:1: SyntaxError"),
+    "import": ("import no_such_module_of_the_app\n", "at {app}:1, in <module>: ModuleNotFoundError"),
+    "build": ("def helper():\n    return {{}}['x']\n\ndef build():\n    return helper()\n",
+              "at {app}:2, in helper: KeyError: 'x'"),
+    "no-source": ("from strom.streams import StreamsBuilder\ndef build():\n"
+                  "    return StreamsBuilder().build(), {{'application.id': 'x'}}\n", "reads no topic"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_APPS))
+def test_a_bad_app_file_is_one_error_line_before_spark(tmp_path, kind):
+    source, expected = BAD_APPS[kind]
+    app = tmp_path / "app.py"
+    app.write_text(source.format())
+    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert expected.format(app=app) in result.stderr
+
+
+def test_a_bad_master_a_bad_runtime_key_and_no_broker_fail_before_spark(tmp_path):
+    """In a second or two, one error line each (Spark's start-up is seconds and its errors pages)."""
+    app = tmp_path / "app.py"
+    app.write_text("from strom.streams import StreamsBuilder\ndef build():\n"
+                   "    builder = StreamsBuilder()\n    builder.stream('in').to('out')\n"
+                   "    return builder.build(), {'application.id': 'x'}\n")
+    cases = [(["--master", "bogus://x"], "'bogus://x' is not a Spark master"),
+             (["--config", "execution.mode=batch"], "execution.mode"),
+             (["--bootstrap-servers", "127.0.0.1:1"], "No broker reachable at 127.0.0.1:1")]
+    for args, expected in cases:
+        result = subprocess.run([*STROM, "run", str(app), *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and expected in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Spark session" not in result.stderr
 
 
 class Terminal:
@@ -357,6 +395,11 @@ def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_p
         assert (tmp_path / "raised").exists()  # it did raise
         assert process.poll() is None, log.read_text()[-3000:]  # still running
         assert "replacement 1 of at most 3" in log.read_text()
+        reset = subprocess.run([*STROM, "streams", "reset", topic, "-b", broker.bootstrap_servers,
+                                "--state-dir", str(tmp_path / "state")], capture_output=True, text=True,
+                               timeout=120)  # refused: a reset underneath would break it
+        assert reset.returncode == 2 and f"error: Application {topic} is running" in reset.stderr, \
+            reset.stderr
         process.send_signal(signal.SIGTERM)
         assert process.wait(120) == 0, log.read_text()[-3000:]
         assert "error:" not in log.read_text()
@@ -419,6 +462,57 @@ def test_runtime_keys_in_props_and_config_micro_batches_with_a_metrics_endpoint(
     finally:
         if process.poll() is None:
             process.kill()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_broker_that_stops_answering_leaves_the_lag_unknown_not_the_application_stopped(tmp_path):
+    """`strom broker` frozen (SIGSTOP) past the lag lookup's request timeout: the status line goes on
+    every second with "lag unknown (reason)", the application runs on and shows its lag again once the
+    broker answers."""
+    port = free_port()
+    broker_log = tmp_path / "broker.log"
+    with broker_log.open("w") as output:
+        broker = subprocess.Popen([*STROM, "broker", "--data-dir", str(tmp_path / "data"), "--port",
+                                   str(port)], stdout=output, stderr=subprocess.STDOUT)
+    log = tmp_path / "stderr"
+    process = None
+    try:
+        deadline = time.monotonic() + 60
+        while "listening" not in broker_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        bootstrap = f"127.0.0.1:{port}"
+        app, topic = _shout_app(tmp_path, bootstrap, "False")
+        with log.open("w") as stderr:
+            process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", bootstrap, "--master",
+                                        "local[1]", "--status-interval", "1"], stderr=stderr, text=True)
+        assert read_values(bootstrap, f"{topic}-out", 3, 240) == ["A", "BOOM", "C"], log.read_text()[-3000:]
+        before = len(log.read_text())
+        broker.send_signal(signal.SIGSTOP)
+        time.sleep(40)  # the lookup's own request timeout is 30 s
+        frozen = log.read_text()[before:]
+        broker.send_signal(signal.SIGCONT)
+        unknown = re.findall(r"RUNNING .* lag unknown \((.*?)\)  tasks", frozen)
+        assert len(unknown) >= 10, frozen  # a line each second or so, none held up by the lookup
+        assert any(reason.startswith("no answer from the brokers for") for reason in unknown), unknown
+        failed = [reason for reason in unknown if not reason.startswith("no answer")]
+        assert failed, unknown  # the lookup's own timeout: its error, then a retry
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not re.search(r"lag 0:0  tasks", log.read_text()[before:]
+                                                            .split("lag unknown")[-1]):
+            time.sleep(1)
+        assert re.search(r"lag 0:0  tasks", log.read_text()[before:].split("lag unknown")[-1]), \
+            log.read_text()[-3000:]
+        assert process.poll() is None, log.read_text()[-3000:]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        broker.send_signal(signal.SIGCONT)
+        for running in (process, broker):
+            if running is not None and running.poll() is None:
+                running.kill()
+                running.wait()
 
 
 @pytest.mark.spark

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import re
 import signal
 import sys
 import threading
@@ -28,8 +29,13 @@ from rich.text import Text
 
 from strom.cli.broker import parse_config
 from strom.cli.spark_session import spark_session
-from strom.errors import ConfigError, ProcessingError
-from strom.streams.config import EXECUTION_MODE, UNCAUGHT_EXCEPTION_HANDLER, StreamsConfig
+from strom.errors import BrokerUnavailableError, ConfigError, ProcessingError, StromError, raised_at
+from strom.streams.config import (
+    BOOTSTRAP_SERVERS,
+    EXECUTION_MODE,
+    UNCAUGHT_EXCEPTION_HANDLER,
+    StreamsConfig,
+)
 from strom.streams.processor.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -40,8 +46,16 @@ ON_FAILURE = {"restart": "REPLACE_THREAD", "shutdown": "SHUTDOWN_CLIENT"}
 
 def load_application(spec: str) -> tuple[Topology, dict[str, Any]]:
     """Calls APP's builder: ``path/to/app.py`` (its ``build()``) or ``module:function``."""
-    builder = _builder(spec)
-    result = builder()
+    try:
+        builder = _builder(spec)
+        result = builder()
+    except StromError:
+        raise
+    except Exception as exc:  # the app's own code: where it failed, in one line, not import machinery
+        log.info("Loading %s failed:", spec, exc_info=exc)
+        where = raised_at(exc)
+        raise ConfigError(f"Loading {spec} failed{f' at {where}' if where else ''}: {type(exc).__name__}: "
+                          f"{exc}. Fix the application (`strom -v run ...` prints the traceback).") from exc
     if (not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], Topology)
             or not isinstance(result[1], Mapping)):
         raise ConfigError(f"{spec} must return (topology, props): a Topology from StreamsBuilder.build() "
@@ -116,6 +130,8 @@ def status_line(status: Any, tasks: int, window_s: float) -> str:
     """``RUNNING  rec/s 1,234 (last 5 s)  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``:
     the rate counts records committed in the window (figures move at commits)."""
     lag = " ".join(f"{sub}:{n:,}" for sub, n in sorted(status.lag_by_subtopology.items())) or "-"
+    if status.lag_unknown is not None:
+        lag = f"unknown ({status.lag_unknown})"
     commit = "-" if status.last_commit_age_s is None else f"{status.last_commit_age_s:.1f} s ago"
     return (f"{status.state}  rec/s {status.rate:,.0f} (last {window_s:g} s)  processed {status.records:,}  "
             f"lag {lag}  tasks {tasks}  last commit {commit}")
@@ -145,7 +161,11 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
         status_interval: float) -> None:
     """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
     console = Console(stderr=True)
+    _check_master(master)
     topology, props = load_application(app)
+    if not _source_topics(topology):
+        raise ConfigError(f"{app}'s topology reads no topic, so it has nothing to process: give it a source "
+                          "(builder.stream('topic'), builder.table('topic')).")
     props.update(configs)
     if on_failure is not None:
         props[UNCAUGHT_EXCEPTION_HANDLER] = ON_FAILURE[on_failure]
@@ -157,6 +177,8 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
         with ExitStack() as stack:
             config = _checked_config(props)  # a bad config fails before Spark starts
             app_id = config.application_id
+            if props.get("bootstrap.servers"):
+                _check_brokers(config)  # in a second, not after Spark's start-up
             console.print(f"starting {app_id} on Spark ({master}, {config[EXECUTION_MODE]} mode)")
             session = _SessionStarting(f"strom-{app_id}", master, spark_conf)
             stack.callback(session.stop_unless_taken)
@@ -170,6 +192,23 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
     finally:
         signal.signal(signal.SIGTERM, previous)
     console.print("stopped")
+
+
+_MASTER = re.compile(r"local(\[(\d+|\*)(, *\d+)?\])?|(spark|k8s|mesos)://\S+|yarn")
+
+
+def _check_master(master: str) -> None:
+    if not _MASTER.fullmatch(master):
+        raise click.BadParameter(f"{master!r} is not a Spark master: give local, local[N], local[*], "
+                                 "spark://host:port, yarn or k8s://https://host:port.", param_hint="--master")
+
+
+def _check_brokers(config: StreamsConfig) -> None:
+    """Fails at once, with the reason, when no broker answers (as every other command does)."""
+    from strom.cli.connection import Connection
+
+    settings = {key: str(value) for key, value in config.client_props("admin.").items()}
+    Connection(config[BOOTSTRAP_SERVERS], settings).metadata()
 
 
 def _checked_config(props: dict[str, Any]) -> StreamsConfig:
@@ -241,7 +280,7 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
     try:
         with live or ExitStack():
             while not stop.is_set():
-                if until_caught_up and streams.wait_until_caught_up(refresh):
+                if until_caught_up and _caught_up(streams, refresh, console):
                     console.print("caught up: every input record is committed")
                     break
                 if not until_caught_up and streams.await_termination(refresh):
@@ -260,3 +299,14 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
                     console.print(f"{time.strftime('%H:%M:%S')} {line}", highlight=False, soft_wrap=True)
     except KeyboardInterrupt:
         pass
+
+
+def _caught_up(streams: Any, timeout: float, console: Console) -> bool:
+    """Whether every input record is committed; not yet while the brokers do not say (the application
+    runs on: only its own failure stops it)."""
+    try:
+        return bool(streams.wait_until_caught_up(timeout))
+    except BrokerUnavailableError as exc:
+        console.print(f"caught up: not known yet ({' '.join(str(exc).split())})", highlight=False,
+                      soft_wrap=True)
+        return False

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
-import sysconfig
 import time
-import traceback
 from collections.abc import Callable, Iterable, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
+from strom.errors import ProcessingError, SerializationError, StromError, TopologyError, raised_at
 from strom.streams import config as cfg
 from strom.streams.errors import ErrorHandlerContext, HandlerResponse, LogAndFailProcessingExceptionHandler
 from strom.streams.internals.tuples import new_tuple
@@ -438,7 +435,7 @@ class StreamTask:
         at = "" if processor is None else f", processor={processor}"
         return (f"Exception caught in process. taskId={self.id}{at}, topic={context.topic}, "
                 f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}"
-                f"{_raised_at(exc)}")
+                + (f" (raised at {where})" if (where := raised_at(exc)) else ""))
 
     def _deserialize(self, raw: ConsumerRecord, source: SourceNode) -> tuple[Any, Any] | None:
         """Key and value through the source's deserializers; None when the handler skips the record."""
@@ -590,15 +587,3 @@ class StreamTask:
         self.post_commit()
         return offsets
 
-
-_STROM_DIR = str(Path(__file__).resolve().parents[3]) + os.sep
-_PYTHON_DIRS = tuple({sysconfig.get_paths()[name] + os.sep for name in ("stdlib", "platstdlib", "purelib",
-                                                                         "platlib")})
-
-
-def _raised_at(exc: BaseException) -> str:
-    """Where the application's own code raised, for a user reading the error far from the worker that
-    ran it: the innermost frame outside strom, preferably outside the Python installation too."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_STROM_DIR)]
-    own = [f for f in frames if not f.filename.startswith(_PYTHON_DIRS)] or frames
-    return f" (raised at {own[-1].filename}:{own[-1].lineno}, in {own[-1].name})" if own else ""
