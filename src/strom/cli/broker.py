@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from strom.broker.broker import Broker, serve
 from strom.broker.config import LOCAL_DEFAULTS
 from strom.broker.metrics import BrokerCollector
+from strom.cli import output
 from strom.prometheus import MetricsServer
 
 
@@ -45,7 +45,7 @@ def broker(data_dir: Path, host: str, port: int, advertised_host: str | None, co
     A new consumer group starts at once (group.initial.rebalance.delay.ms=0, as for an embedded
     broker); pass --config group.initial.rebalance.delay.ms=3000 for Kafka's default."""
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
-    console = Console(stderr=True)
+    console = output.console(stderr=True)
     instance = Broker(data_dir, host, port, {**LOCAL_DEFAULTS, **config}, advertised_host)
 
     def ready(running: Broker) -> None:

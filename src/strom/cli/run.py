@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from strom.cli import output
 from strom.cli.broker import parse_config
 from strom.cli.spark_session import spark_session
 from strom.errors import BrokerUnavailableError, ConfigError, ProcessingError, StromError, raised_at
@@ -133,6 +134,9 @@ def status_line(status: Any, tasks: int, window_s: float) -> str:
     if status.lag_unknown is not None:
         lag = f"unknown ({status.lag_unknown})"
     commit = "-" if status.last_commit_age_s is None else f"{status.last_commit_age_s:.1f} s ago"
+    if status.last_commit_age_s is not None and status.lag_unknown is None and not any(
+            status.lag_by_subtopology.values()):
+        commit += " (idle: every input record committed)"
     return (f"{status.state}  rec/s {status.rate:,.0f} (last {window_s:g} s)  processed {status.records:,}  "
             f"lag {lag}  tasks {tasks}  last commit {commit}")
 
@@ -160,7 +164,7 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
         spark_conf: dict[str, str], on_failure: str | None, until_caught_up: bool,
         status_interval: float) -> None:
     """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
-    console = Console(stderr=True)
+    console = output.console(stderr=True)
     _check_master(master)
     topology, props = load_application(app)
     if not _source_topics(topology):
@@ -182,6 +186,7 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
             console.print(f"starting {app_id} on Spark ({master}, {config[EXECUTION_MODE]} mode)")
             session = _SessionStarting(f"strom-{app_id}", master, spark_conf)
             stack.callback(session.stop_unless_taken)
+            session.embedded_broker = not props.get("bootstrap.servers")
             props["bootstrap.servers"] = stack.enter_context(_bootstrap(props, topology, console))
             streams = _start(stack, topology, props, session, console)
             try:
@@ -224,6 +229,7 @@ class _SessionStarting:
         context = click.get_current_context()  # strom -v, which the thread must see
         self._started = time.monotonic()
         self._taken = False
+        self.embedded_broker = False
 
         def build() -> Any:
             with context.scope(cleanup=False):
@@ -237,8 +243,8 @@ class _SessionStarting:
         """The session once started (a failure to start it is raised here), printed with its time."""
         self._taken = True
         spark = self._future.result()
-        console.print(f"start-up: Spark session {time.monotonic() - self._started:.1f} s (started with "
-                      "the broker)")
+        beside = " (started with the embedded broker)" if self.embedded_broker else ""
+        console.print(f"start-up: Spark session {time.monotonic() - self._started:.1f} s{beside}")
         return spark
 
     def stop_unless_taken(self) -> None:
@@ -278,7 +284,7 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
     live = Live(Text(""), console=console, refresh_per_second=4) if console.is_terminal else None
     started, first_record = time.monotonic(), False
     try:
-        with live or ExitStack():
+        with live or ExitStack(), _logging_above(live):
             while not stop.is_set():
                 if until_caught_up and _caught_up(streams, refresh, console):
                     console.print("caught up: every input record is committed")
@@ -291,7 +297,8 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
                 if not first_record and status.records:
                     first_record = True
                     console.print(f"start-up: first record committed {time.monotonic() - started:.1f} s "
-                                  "after the application's start (at most one status interval late)")
+                                  "after the application's start (with any wait for input; at most one "
+                                  "status interval late)")
                 line = status_line(status, tasks, refresh)
                 if live is not None:
                     live.update(Text(line))
@@ -310,3 +317,21 @@ def _caught_up(streams: Any, timeout: float, console: Console) -> bool:
         console.print(f"caught up: not known yet ({' '.join(str(exc).split())})", highlight=False,
                       soft_wrap=True)
         return False
+
+
+@contextmanager
+def _logging_above(live: Live | None) -> Iterator[None]:
+    """While the status line is live, log lines go through rich's stand-in for stderr, which prints them
+    above the line instead of into it."""
+    original = getattr(sys.stderr, "rich_proxied_file", None)  # set while the Live redirects stderr
+    if live is None or original is None:
+        yield
+        return
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.StreamHandler) and h.stream is original]
+    previous = [(handler, handler.setStream(sys.stderr)) for handler in handlers]
+    try:
+        yield
+    finally:
+        for handler, stream in previous:
+            handler.setStream(stream)

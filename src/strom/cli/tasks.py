@@ -10,10 +10,10 @@ import time
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from strom.cli import output
 from strom.cli.connection import Connection, connection_options, create_topic_option
 from strom.errors import ConfigError
 from strom.prometheus import MetricsServer
@@ -118,7 +118,7 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored: started in a script's background
         signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    console = Console(stderr=True)
+    console = output.console(stderr=True)
     if metrics_port is not None:
         console.print(f"metrics at {MetricsServer([SubscriptionCollector(subscription)], metrics_port).url}")
     last_count, last_time = 0, time.monotonic()
