@@ -88,7 +88,8 @@ def tasks() -> None:
 @click.option("--property-file", type=click.Path(dir_okay=False),
               help="JSON file of decaton.* properties, re-read when it changes (dynamic properties).")
 @click.option("--retry", is_flag=True,
-              help="Enable retries through <topic>-retry (Decaton's) and <topic>-dlq (strom's dead letters).")
+              help="Enable retries through <topic>-retry (Decaton's) and <topic>-dlq (strom's dead letters): "
+                   "a task is retried when the processor calls context.retry(), not when it raises.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any free port).")
 def run(processor: str, topic: str, subscription_id: str, connection: Connection, create_topic: bool,
