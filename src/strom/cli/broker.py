@@ -46,14 +46,18 @@ def broker(data_dir: Path, host: str, port: int, advertised_host: str | None, co
     broker); pass --config group.initial.rebalance.delay.ms=3000 for Kafka's default."""
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
     console = output.console(stderr=True)
+    # the metrics port first: a taken one fails before the data directory is made
+    metrics = MetricsServer([], metrics_port, host) if metrics_port is not None else None
     instance = Broker(data_dir, host, port, {**LOCAL_DEFAULTS, **config}, advertised_host)
+    if metrics is not None:
+        metrics.registry.register(BrokerCollector(instance))
 
     def ready(running: Broker) -> None:
         console.print(f"strom broker listening on [bold]{running.host}:{running.port}[/bold] (clients "
                       f"connect to {running.advertised_host}:{running.advertised_port}), data in "
                       f"{running.data_dir} (Ctrl-C to stop)", soft_wrap=True)
-        if metrics_port is not None:
-            console.print(f"metrics at {MetricsServer([BrokerCollector(running)], metrics_port, host).url}")
+        if metrics is not None:
+            console.print(f"metrics at {metrics.url}")
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")
