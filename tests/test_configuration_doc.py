@@ -8,7 +8,6 @@ import pytest
 
 import strom.spark.connector.options as connector
 from strom.broker.config import BROKER_SPECS, TOPIC_SPECS
-from strom.spark.runtime import spark_streams  # noqa: F401  (registers the runtime's keys)
 from strom.streams import config as cfg
 from strom.tasks.properties import ProcessorProperties
 

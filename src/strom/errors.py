@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import sysconfig
+import traceback
+from pathlib import Path
+
 __all__ = [
     "BrokerStartError",
     "BrokerUnavailableError",
@@ -24,7 +29,23 @@ __all__ = [
     "UnknownTopicError",
     "VersionedTimestampError",
     "WindowSpecError",
+    "raised_at",
 ]
+
+_STROM_DIR = str(Path(__file__).resolve().parent) + os.sep
+_PYTHON_DIRS = tuple({sysconfig.get_paths()[name] + os.sep for name in ("stdlib", "platstdlib", "purelib",
+                                                                         "platlib")})
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where the application's own code raised (``app.py:12, in parse``), for a user reading the error
+    far from the process that ran it: the innermost frame outside strom, preferably outside the Python
+    installation too; a syntax error's own place; "" when strom alone is on the stack."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_STROM_DIR)]
+    own = [f for f in frames if not f.filename.startswith(_PYTHON_DIRS)] or frames
+    return f"{own[-1].filename}:{own[-1].lineno}, in {own[-1].name}" if own else ""
 
 
 class StromError(Exception):

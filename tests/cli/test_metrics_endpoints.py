@@ -75,6 +75,18 @@ def test_strom_broker_serves_request_topic_group_and_transaction_metrics(tmp_pat
         process.wait(timeout=60)
 
 
+def test_strom_broker_on_a_taken_metrics_port_fails_before_making_its_data_directory(tmp_path):
+    taken = MetricsServer([], 0)
+    try:
+        result = subprocess.run([sys.executable, "-c", "from strom.cli.main import main; main()", "broker",
+                                 "--data-dir", str(tmp_path / "data"), "--port", "0", "--metrics-port",
+                                 str(taken.port)], capture_output=True, text=True, timeout=60)
+    finally:
+        taken.close()
+    assert result.returncode == 2 and f"Cannot serve metrics on 127.0.0.1:{taken.port}" in result.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_subscription_serves_decatons_metrics(broker):
     bootstrap = broker.bootstrap_servers
     topic, group = f"tasks-metrics-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"

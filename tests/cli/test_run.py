@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from strom.kafka import clients
 from strom.streams import Serdes
+from support.apache_kafka import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "word_count_app.py"
@@ -127,9 +129,18 @@ def test_a_failing_application_exits_non_zero_with_its_error(broker, tmp_path):
         "Produced.with_(S, S))\n"
         f"    return builder.build(), {{'application.id': {topic!r}, 'state.dir': {str(tmp_path)!r}}}\n")
     result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", bootstrap,
-                             "--master", "local[1]"], capture_output=True, text=True, timeout=280)
+                             "--master", "local[1]", "--status-interval", "60"],
+                            capture_output=True, text=True, timeout=280)
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "error: Application" in result.stderr and "boom: this record cannot be processed" in result.stderr
+    lines = result.stderr.strip().splitlines()
+    error = lines[-1]
+    assert error.startswith("error: Application") and "boom: this record cannot be processed" in error
+    # one readable account: the record, the exception, the user's own line; no Spark or JVM copies
+    assert f"taskId=0_0, topic={topic}, partition=0, offset=0: ValueError" in error
+    assert f"raised at {app}:4, in explode" in error
+    assert len(lines) <= 10, result.stderr
+    assert not [line for line in lines if line.lstrip().startswith(("at org.", "at java.", "at scala."))]
+    assert "Traceback" not in result.stderr and "^^^" not in result.stderr
 
 
 def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
@@ -141,6 +152,43 @@ def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
     missing = subprocess.run([*STROM, "run", "no_such_module:build"], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode == 2 and "Cannot import 'no_such_module'" in missing.stderr
+
+
+BAD_APPS = {
+    "syntax": ("def build(:\n    pass\n", "at {app}:1: SyntaxError"),
+    "import": ("import no_such_module_of_the_app\n", "at {app}:1, in <module>: ModuleNotFoundError"),
+    "build": ("def helper():\n    return {{}}['x']\n\ndef build():\n    return helper()\n",
+              "at {app}:2, in helper: KeyError: 'x'"),
+    "no-source": ("from strom.streams import StreamsBuilder\ndef build():\n"
+                  "    return StreamsBuilder().build(), {{'application.id': 'x'}}\n", "reads no topic"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_APPS))
+def test_a_bad_app_file_is_one_error_line_before_spark(tmp_path, kind):
+    source, expected = BAD_APPS[kind]
+    app = tmp_path / "app.py"
+    app.write_text(source.format())
+    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert expected.format(app=app) in result.stderr
+
+
+def test_a_bad_master_a_bad_runtime_key_and_no_broker_fail_before_spark(tmp_path):
+    """In a second or two, one error line each (Spark's start-up is seconds and its errors pages)."""
+    app = tmp_path / "app.py"
+    app.write_text("from strom.streams import StreamsBuilder\ndef build():\n"
+                   "    builder = StreamsBuilder()\n    builder.stream('in').to('out')\n"
+                   "    return builder.build(), {'application.id': 'x'}\n")
+    cases = [(["--master", "bogus://x"], "'bogus://x' is not a Spark master"),
+             (["--config", "execution.mode=batch"], "execution.mode"),
+             (["--bootstrap-servers", "127.0.0.1:1"], "No broker reachable at 127.0.0.1:1")]
+    for args, expected in cases:
+        result = subprocess.run([*STROM, "run", str(app), *args], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and expected in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Spark session" not in result.stderr
 
 
 class Terminal:
@@ -278,23 +326,193 @@ def test_on_failure_restart_recovers_from_one_error_and_counts_exactly(broker, t
     assert read_counts(broker.bootstrap_servers, f"{topic}-counts") == EXPECTED
 
 
+SHOUT_APP = """
+import os
+from strom.streams import Consumed, Produced, Serdes, StreamsBuilder
+S = Serdes.String()
+
+def shout(value):
+    if value == "boom" and ({condition}):
+        raise ValueError("boom: cannot shout this one")
+    return value.upper()
+
+def build():
+    builder = StreamsBuilder()
+    builder.stream({topic!r}, Consumed.with_(S, S)).map_values(shout).to({topic!r} + "-out",
+                                                                       Produced.with_(S, S))
+    return builder.build(), {{"application.id": {topic!r}, "state.dir": {state!r},
+                              "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 200, {props}}}
+"""
+
+
+def _shout_app(tmp_path: Path, bootstrap: str, condition: str, props: str = "") -> tuple[Path, str]:
+    """An application upper-casing ``a``, ``boom``, ``c`` whose processor raises on ``boom`` when
+    ``condition`` holds (line 8 of the file); ``props`` adds to its configs."""
+    topic = f"shout-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(bootstrap, {topic: 1, f"{topic}-out": 1})
+    producer = clients.producer(bootstrap)
+    for value in ("a", "boom", "c"):
+        producer.produce(topic, value.encode())
+    assert producer.flush(30) == 0
+    app = tmp_path / "shout.py"
+    app.write_text(SHOUT_APP.format(condition=condition, topic=topic, state=str(tmp_path / "state"),
+                                    props=props))
+    return app, topic
+
+
+def read_values(bootstrap: str, topic: str, count: int, timeout: float) -> list[str]:
+    """Values read read_committed until ``count`` arrived or ``timeout``, and one second more (a
+    duplicate would show)."""
+    consumer = clients.consumer(bootstrap, **{"isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        values += [m.value().decode() for m in consumer.consume(100, 0.5) if m.error() is None]
+        if len(values) >= count:
+            deadline = min(deadline, time.monotonic() + 1)
+    consumer.close()
+    return values
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.broker
-def test_on_failure_restart_ends_a_crash_loop_with_the_error(broker, tmp_path):
-    app, _ = _flaky_app(tmp_path, broker, "always", "True")
+def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_path):
+    """Long-running (no --until-caught-up): the processor raises once under exactly_once_v2; the stream
+    threads are replaced from the committed offsets, each record is output once, the app runs on."""
+    app, topic = _shout_app(tmp_path, broker.bootstrap_servers,
+                            f"not os.path.exists({str(tmp_path / 'raised')!r}) and "
+                            f"os.open({str(tmp_path / 'raised')!r}, os.O_CREAT | os.O_EXCL) >= 0")
+    log = tmp_path / "stderr"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+                                    "--master", "local[1]", "--on-failure", "restart",
+                                    "--status-interval", "1"], stderr=stderr, text=True)
+    try:
+        values = read_values(broker.bootstrap_servers, f"{topic}-out", 3, 240)
+        assert values == ["A", "BOOM", "C"], log.read_text()[-3000:]
+        assert (tmp_path / "raised").exists()  # it did raise
+        assert process.poll() is None, log.read_text()[-3000:]  # still running
+        assert "replacement 1 of at most 3" in log.read_text()
+        reset = subprocess.run([*STROM, "streams", "reset", topic, "-b", broker.bootstrap_servers,
+                                "--state-dir", str(tmp_path / "state")], capture_output=True, text=True,
+                               timeout=120)  # refused: a reset underneath would break it
+        assert reset.returncode == 2 and f"error: Application {topic} is running" in reset.stderr, \
+            reset.stderr
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+        assert "error:" not in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_on_failure_restart_ends_a_crash_loop_with_one_error_line(broker, tmp_path):
+    app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "True")
     started = time.monotonic()
     result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
-                             "--master", "local[2]", "--on-failure", "restart", "--until-caught-up"],
+                             "--master", "local[1]", "--on-failure", "restart"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-3000:]
-    replaced = re.findall(r"boom: the word counter failed.*\); replacing its stream threads in (\d+) s, "
+    replaced = re.findall(r"boom: cannot shout this one.*\); replacing its stream threads in (\d+) s, "
                           r".*\(replacement (\d) of at most 3", result.stderr)
     assert replaced == [("1", "1"), ("2", "2"), ("4", "3")], result.stderr[-3000:]
     assert "failed again after 3 replacements within 600 s; it stops" in result.stderr
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("error: Application") and "boom: the word counter failed" in error
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1], result.stderr[-3000:]
+    assert errors[0].startswith("error: Application") and "boom: cannot shout this one" in errors[0]
     assert time.monotonic() - started > 7  # the back-offs were waited
+    assert read_values(broker.bootstrap_servers, f"{topic}-out", 1, 2) == []
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+def test_runtime_keys_in_props_and_config_micro_batches_with_a_metrics_endpoint(broker, tmp_path):
+    """The Spark runtime's keys are known before Spark loads: execution.mode in the app's props,
+    metrics.prometheus.port in --config; the endpoint is scraped over HTTP while micro-batches run."""
+    app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "False", '"execution.mode": "microbatch"')
+    log = tmp_path / "stderr"
+    with log.open("w") as stderr:
+        process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+                                    "--master", "local[1]", "--config", "metrics.prometheus.port=0",
+                                    "--config", "realtime.batch.duration.ms=60000"], stderr=stderr, text=True)
+    try:
+        assert read_values(broker.bootstrap_servers, f"{topic}-out", 3, 240) == ["A", "BOOM", "C"], \
+            log.read_text()[-3000:]
+        url = re.search(r"metrics at (http://\S+)", log.read_text())
+        assert url, log.read_text()[-3000:]
+        deadline, scraped = time.monotonic() + 30, ""
+        while time.monotonic() < deadline and not re.search(
+                r'kafka_streams_stream_task_metrics_process_total\{[^}]*task_id="0_0"\} 3\.0', scraped):
+            with urllib.request.urlopen(url.group(1), timeout=10) as response:
+                scraped = response.read().decode()
+            time.sleep(0.5)
+        assert re.search(r'kafka_streams_stream_task_metrics_process_total\{[^}]*task_id="0_0"\} 3\.0',
+                         scraped), scraped
+        assert 'state="RUNNING"' in scraped
+        assert process.poll() is None, log.read_text()[-3000:]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+        assert "(local[1], microbatch mode)" in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_broker_that_stops_answering_leaves_the_lag_unknown_not_the_application_stopped(tmp_path):
+    """`strom broker` frozen (SIGSTOP) past the lag lookup's request timeout: the status line goes on
+    every second with "lag unknown (reason)", the application runs on and shows its lag again once the
+    broker answers."""
+    port = free_port()
+    broker_log = tmp_path / "broker.log"
+    with broker_log.open("w") as output:
+        broker = subprocess.Popen([*STROM, "broker", "--data-dir", str(tmp_path / "data"), "--port",
+                                   str(port)], stdout=output, stderr=subprocess.STDOUT)
+    log = tmp_path / "stderr"
+    process = None
+    try:
+        deadline = time.monotonic() + 60
+        while "listening" not in broker_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        bootstrap = f"127.0.0.1:{port}"
+        app, topic = _shout_app(tmp_path, bootstrap, "False")
+        with log.open("w") as stderr:
+            process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", bootstrap, "--master",
+                                        "local[1]", "--status-interval", "1"], stderr=stderr, text=True)
+        assert read_values(bootstrap, f"{topic}-out", 3, 240) == ["A", "BOOM", "C"], log.read_text()[-3000:]
+        before = len(log.read_text())
+        broker.send_signal(signal.SIGSTOP)
+        time.sleep(40)  # the lookup's own request timeout is 30 s
+        frozen = log.read_text()[before:]
+        broker.send_signal(signal.SIGCONT)
+        unknown = re.findall(r"RUNNING .* lag unknown \((.*?)\)  tasks", frozen)
+        assert len(unknown) >= 10, frozen  # a line each second or so, none held up by the lookup
+        assert any(reason.startswith("no answer from the brokers for") for reason in unknown), unknown
+        failed = [reason for reason in unknown if not reason.startswith("no answer")]
+        assert failed, unknown  # the lookup's own timeout: its error, then a retry
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not re.search(r"lag 0:0  tasks", log.read_text()[before:]
+                                                            .split("lag unknown")[-1]):
+            time.sleep(1)
+        assert re.search(r"lag 0:0  tasks", log.read_text()[before:].split("lag unknown")[-1]), \
+            log.read_text()[-3000:]
+        assert process.poll() is None, log.read_text()[-3000:]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        broker.send_signal(signal.SIGCONT)
+        for running in (process, broker):
+            if running is not None and running.poll() is None:
+                running.kill()
+                running.wait()
 
 
 @pytest.mark.spark

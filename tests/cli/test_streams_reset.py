@@ -80,6 +80,21 @@ def test_reset_refuses_a_missing_input_topic_and_a_bad_time(broker):
     assert bad.exit_code != 0 and "ISO 8601" in str(bad.exception)
 
 
+def test_without_input_topics_the_groups_committed_inputs_are_reset(broker, tmp_path):
+    bootstrap, app_id, source, *_internal, admin = _setup(broker, tmp_path)
+    output = _invoke(app_id, "--bootstrap-servers", bootstrap, "--state-dir", str(tmp_path))
+    assert f"input topics (the group's committed offsets): {source}\n" in output
+    assert offsets.committed(admin, app_id, [(source, 0), (source, 1)]) == {(source, 0): 0, (source, 1): 0}
+
+
+def test_an_unknown_application_is_an_error_not_a_success(broker, tmp_path):
+    result = CliRunner().invoke(cli, ["streams", "reset", f"nobody-{uuid.uuid4().hex[:8]}",
+                                      "--bootstrap-servers", broker.bootstrap_servers, "--state-dir",
+                                      str(tmp_path)])
+    assert result.exit_code != 0 and "No application 'nobody-" in str(result.exception)
+    assert "reset:" not in result.output
+
+
 def test_committed_and_lag_of_a_group(broker):
     bootstrap = broker.bootstrap_servers
     topic, group = f"lag-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
@@ -102,6 +117,7 @@ def test_reset_takes_the_connection_options_of_every_broker_facing_command(strom
     config = tmp_path / "client.properties"
     config.write_text(f"bootstrap.servers={strom.bootstrap}\nsecurity.protocol=PLAINTEXT\n")
     state = ["--state-dir", str(tmp_path), "--dry-run"]
+    (tmp_path / "app").mkdir()  # an application with local state, so known
     assert "delete local state" in strom.ok("streams", "reset", "app", "--command-config", str(config),
                                             *state).out.decode()
     assert "delete local state" in strom.ok("streams", "reset", "app", "-b", strom.bootstrap,

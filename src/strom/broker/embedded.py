@@ -60,7 +60,10 @@ class EmbeddedBroker:
         if self._temporary:
             command.append("--temporary")
         with open(self.log_path, "ab") as log_file:
-            self._process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+            # a session of its own: a terminal's Ctrl-C reaches the parent, which stops its clients
+            # first and the broker last (it stops with its parent, see strom.broker.__main__)
+            self._process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while not ready.exists():
             if self._process.poll() is not None:

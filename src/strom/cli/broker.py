@@ -7,13 +7,13 @@ import logging
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from strom.broker.broker import Broker, serve
 from strom.broker.config import LOCAL_DEFAULTS
 from strom.broker.metrics import BrokerCollector
 from strom.broker.security.credentials import add_scram_user
 from strom.broker.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, Mechanism
+from strom.cli import output
 from strom.prometheus import MetricsServer
 
 
@@ -56,9 +56,13 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
     if ctx.invoked_subcommand is not None:
         return
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
-    console = Console(stderr=True)
+    console = output.console(stderr=True)
+    # the metrics port first: a taken one fails before the data directory is made
+    metrics = MetricsServer([], metrics_port, host) if metrics_port is not None else None
     instance = Broker(data_dir, host, port, {**LOCAL_DEFAULTS, **config}, advertised_host,
                       allow_unauthenticated_network=allow_unauthenticated_network_access)
+    if metrics is not None:
+        metrics.registry.register(BrokerCollector(instance))
 
     def ready(running: Broker) -> None:
         for listener in running.listeners:
@@ -66,8 +70,8 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
                           f"[/bold] ({listener.name}, {listener.spec.protocol}; clients connect to "
                           f"{listener.advertised_host}:{listener.advertised_port}), data in "
                           f"{running.data_dir} (Ctrl-C to stop)", soft_wrap=True, markup=True)
-        if metrics_port is not None:
-            console.print(f"metrics at {MetricsServer([BrokerCollector(running)], metrics_port, host).url}")
+        if metrics is not None:
+            console.print(f"metrics at {metrics.url}")
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")
@@ -101,5 +105,5 @@ def add_user(name: str, data_dir: Path, mechanisms: tuple[str, ...], iterations:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--mechanism") from None
     add_scram_user(data_dir, name, password, chosen, iterations)
-    Console(stderr=True).print(f"user {name} added to {data_dir} "
-                               f"({', '.join(m.mechanism_name for m in chosen)}; principal User:{name})")
+    names = ", ".join(m.mechanism_name for m in chosen)
+    output.console(stderr=True).print(f"user {name} added to {data_dir} ({names}; principal User:{name})")

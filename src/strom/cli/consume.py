@@ -153,7 +153,7 @@ class Progress:
 @click.option("--print-key", is_flag=True, help="Print key<separator>value (without -f).")
 @click.option("--print-headers", is_flag=True,
               help="Print name=value,... headers before the record (without -f).")
-@click.option("--separator", default="\t", show_default=True,
+@click.option("--separator", default="\t", show_default="a tab",
               help="Between headers, key and value (without -f).")
 @click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
               default="read_committed", show_default=True)

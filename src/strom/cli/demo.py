@@ -26,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from strom.broker import EmbeddedBroker
+from strom.cli import output
 from strom.cli.connection import Connection, connection_options
 from strom.cli.spark_session import spark_session
 from strom.kafka import clients
@@ -315,7 +316,7 @@ def demo(records: int, partitions: int, guarantee: str, execution_mode: str, con
 
     On an embedded broker unless -b names a cluster (-X and --command-config then reach every client:
     the demo's own, and the application's as its producer., consumer. and admin. settings)."""
-    console = Console()
+    console = output.console()
     broker = None
     if not connection.bootstrap_servers:
         data_dir = tempfile.mkdtemp(prefix="strom-demo-broker-") if keep_broker else None

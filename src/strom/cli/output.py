@@ -16,6 +16,13 @@ output_option = click.option("--output", type=click.Choice(["table", "json"]), d
                              show_default=True, help="table (tab-separated when piped) or json.")
 
 
+def console(stderr: bool = False) -> Console:
+    """rich's console for a command's messages: a terminal's width on a terminal; otherwise no width at
+    all, so a log collector gets every line whole (rich would hard-wrap it at 80 columns)."""
+    terminal = Console(stderr=stderr)
+    return terminal if terminal.is_terminal else Console(stderr=stderr, width=100_000, soft_wrap=True)
+
+
 def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: str) -> None:
     """One row per dict; ``columns`` are the keys shown, in order (JSON shows every key)."""
     if output == "json":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
+import re
 import signal
 import sys
 import threading
@@ -25,12 +27,19 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from strom.cli import output
 from strom.cli.broker import parse_config
 from strom.cli.spark_session import spark_session
-from strom.errors import ConfigError
-from strom.spark.failure_policy import UNCAUGHT_EXCEPTION_HANDLER
-from strom.streams.config import StreamsConfig
+from strom.errors import BrokerUnavailableError, ConfigError, ProcessingError, StromError, raised_at
+from strom.streams.config import (
+    BOOTSTRAP_SERVERS,
+    EXECUTION_MODE,
+    UNCAUGHT_EXCEPTION_HANDLER,
+    StreamsConfig,
+)
 from strom.streams.processor.topology import Topology
+
+log = logging.getLogger(__name__)
 
 _TERMINAL_REFRESH_S = 1.0
 ON_FAILURE = {"restart": "REPLACE_THREAD", "shutdown": "SHUTDOWN_CLIENT"}
@@ -38,8 +47,16 @@ ON_FAILURE = {"restart": "REPLACE_THREAD", "shutdown": "SHUTDOWN_CLIENT"}
 
 def load_application(spec: str) -> tuple[Topology, dict[str, Any]]:
     """Calls APP's builder: ``path/to/app.py`` (its ``build()``) or ``module:function``."""
-    builder = _builder(spec)
-    result = builder()
+    try:
+        builder = _builder(spec)
+        result = builder()
+    except StromError:
+        raise
+    except Exception as exc:  # the app's own code: where it failed, in one line, not import machinery
+        log.info("Loading %s failed:", spec, exc_info=exc)
+        where = raised_at(exc)
+        raise ConfigError(f"Loading {spec} failed{f' at {where}' if where else ''}: {type(exc).__name__}: "
+                          f"{exc}. Fix the application (`strom -v run ...` prints the traceback).") from exc
     if (not isinstance(result, tuple) or len(result) != 2 or not isinstance(result[0], Topology)
             or not isinstance(result[1], Mapping)):
         raise ConfigError(f"{spec} must return (topology, props): a Topology from StreamsBuilder.build() "
@@ -114,7 +131,12 @@ def status_line(status: Any, tasks: int, window_s: float) -> str:
     """``RUNNING  rec/s 1,234 (last 5 s)  processed 10,000  lag 0:120 1:0  tasks 4  last commit 0.3 s ago``:
     the rate counts records committed in the window (figures move at commits)."""
     lag = " ".join(f"{sub}:{n:,}" for sub, n in sorted(status.lag_by_subtopology.items())) or "-"
+    if status.lag_unknown is not None:
+        lag = f"unknown ({status.lag_unknown})"
     commit = "-" if status.last_commit_age_s is None else f"{status.last_commit_age_s:.1f} s ago"
+    if status.last_commit_age_s is not None and status.lag_unknown is None and not any(
+            status.lag_by_subtopology.values()):
+        commit += " (idle: every input record committed)"
     return (f"{status.state}  rec/s {status.rate:,.0f} (last {window_s:g} s)  processed {status.records:,}  "
             f"lag {lag}  tasks {tasks}  last commit {commit}")
 
@@ -142,8 +164,12 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
         spark_conf: dict[str, str], on_failure: str | None, until_caught_up: bool,
         status_interval: float) -> None:
     """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
-    console = Console(stderr=True)
+    console = output.console(stderr=True)
+    _check_master(master)
     topology, props = load_application(app)
+    if not _source_topics(topology):
+        raise ConfigError(f"{app}'s topology reads no topic, so it has nothing to process: give it a source "
+                          "(builder.stream('topic'), builder.table('topic')).")
     props.update(configs)
     if on_failure is not None:
         props[UNCAUGHT_EXCEPTION_HANDLER] = ON_FAILURE[on_failure]
@@ -153,21 +179,46 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         with ExitStack() as stack:
-            app_id = _application_id(props)  # a bad config fails before Spark starts
-            console.print(f"starting {app_id} on Spark ({master})")
+            config = _checked_config(props)  # a bad config fails before Spark starts
+            app_id = config.application_id
+            if props.get("bootstrap.servers"):
+                _check_brokers(config)  # in a second, not after Spark's start-up
+            console.print(f"starting {app_id} on Spark ({master}, {config[EXECUTION_MODE]} mode)")
             session = _SessionStarting(f"strom-{app_id}", master, spark_conf)
             stack.callback(session.stop_unless_taken)
+            session.embedded_broker = not props.get("bootstrap.servers")
             props["bootstrap.servers"] = stack.enter_context(_bootstrap(props, topology, console))
             streams = _start(stack, topology, props, session, console)
-            _watch(streams, stop, until_caught_up, status_interval, console)
+            try:
+                _watch(streams, stop, until_caught_up, status_interval, console)
+            except ProcessingError as exc:  # the error line says what failed where; -v adds the trace
+                log.info("The application's failure in full:", exc_info=exc)
+                raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     console.print("stopped")
 
 
-def _application_id(props: dict[str, Any]) -> str:
-    """``application.id`` of a valid config; the embedded broker's address is not known yet."""
-    return StreamsConfig({"bootstrap.servers": "localhost:9092", **props}).application_id
+_MASTER = re.compile(r"local(\[(\d+|\*)(, *\d+)?\])?|(spark|k8s|mesos)://\S+|yarn")
+
+
+def _check_master(master: str) -> None:
+    if not _MASTER.fullmatch(master):
+        raise click.BadParameter(f"{master!r} is not a Spark master: give local, local[N], local[*], "
+                                 "spark://host:port, yarn or k8s://https://host:port.", param_hint="--master")
+
+
+def _check_brokers(config: StreamsConfig) -> None:
+    """Fails at once, with the reason, when no broker answers (as every other command does)."""
+    from strom.cli.connection import Connection
+
+    settings = {key: str(value) for key, value in config.client_props("admin.").items()}
+    Connection(config[BOOTSTRAP_SERVERS], settings).metadata()
+
+
+def _checked_config(props: dict[str, Any]) -> StreamsConfig:
+    """The validated config; the embedded broker's address is not known yet."""
+    return StreamsConfig({"bootstrap.servers": "localhost:9092", **props})
 
 
 class _SessionStarting:
@@ -178,6 +229,7 @@ class _SessionStarting:
         context = click.get_current_context()  # strom -v, which the thread must see
         self._started = time.monotonic()
         self._taken = False
+        self.embedded_broker = False
 
         def build() -> Any:
             with context.scope(cleanup=False):
@@ -191,8 +243,8 @@ class _SessionStarting:
         """The session once started (a failure to start it is raised here), printed with its time."""
         self._taken = True
         spark = self._future.result()
-        console.print(f"start-up: Spark session {time.monotonic() - self._started:.1f} s (started with "
-                      "the broker)")
+        beside = " (started with the embedded broker)" if self.embedded_broker else ""
+        console.print(f"start-up: Spark session {time.monotonic() - self._started:.1f} s{beside}")
         return spark
 
     def stop_unless_taken(self) -> None:
@@ -232,18 +284,21 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
     live = Live(Text(""), console=console, refresh_per_second=4) if console.is_terminal else None
     started, first_record = time.monotonic(), False
     try:
-        with live or ExitStack():
+        with live or ExitStack(), _logging_above(live):
             while not stop.is_set():
-                if until_caught_up and streams.wait_until_caught_up(refresh):
+                if until_caught_up and _caught_up(streams, refresh, console):
                     console.print("caught up: every input record is committed")
                     break
                 if not until_caught_up and streams.await_termination(refresh):
-                    break
+                    raise ProcessingError(f"Application {streams.config.application_id} stopped without an "
+                                          "error and without being asked to (see the log above); start it "
+                                          "again.")
                 status = reader.read()
                 if not first_record and status.records:
                     first_record = True
                     console.print(f"start-up: first record committed {time.monotonic() - started:.1f} s "
-                                  "after the application's start (at most one status interval late)")
+                                  "after the application's start (with any wait for input; at most one "
+                                  "status interval late)")
                 line = status_line(status, tasks, refresh)
                 if live is not None:
                     live.update(Text(line))
@@ -251,3 +306,32 @@ def _watch(streams: Any, stop: threading.Event, until_caught_up: bool, interval:
                     console.print(f"{time.strftime('%H:%M:%S')} {line}", highlight=False, soft_wrap=True)
     except KeyboardInterrupt:
         pass
+
+
+def _caught_up(streams: Any, timeout: float, console: Console) -> bool:
+    """Whether every input record is committed; not yet while the brokers do not say (the application
+    runs on: only its own failure stops it)."""
+    try:
+        return bool(streams.wait_until_caught_up(timeout))
+    except BrokerUnavailableError as exc:
+        console.print(f"caught up: not known yet ({' '.join(str(exc).split())})", highlight=False,
+                      soft_wrap=True)
+        return False
+
+
+@contextmanager
+def _logging_above(live: Live | None) -> Iterator[None]:
+    """While the status line is live, log lines go through rich's stand-in for stderr, which prints them
+    above the line instead of into it."""
+    original = getattr(sys.stderr, "rich_proxied_file", None)  # set while the Live redirects stderr
+    if live is None or original is None:
+        yield
+        return
+    handlers = [h for h in logging.getLogger().handlers
+                if isinstance(h, logging.StreamHandler) and h.stream is original]
+    previous = [(handler, handler.setStream(sys.stderr)) for handler in handlers]
+    try:
+        yield
+    finally:
+        for handler, stream in previous:
+            handler.setStream(stream)

@@ -12,6 +12,7 @@ local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -66,7 +67,6 @@ def streams() -> None:
 def describe(app: str, fmt: str, configs: dict[str, str]) -> None:
     """Print the topology of APP (app.py with build(), or module:function), as `strom run` loads it."""
     from strom.cli.run import load_application
-    from strom.spark.runtime import spark_streams  # noqa: F401  (registers the runtime's keys)
 
     topology, props = load_application(app)
     StreamsConfig({**props, **configs})  # a bad config fails here as it would in `strom run`
@@ -119,11 +119,19 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
     missing = [t for t in input_topics if t not in topics]
     if missing:
         raise ConfigError(f"Input topics {', '.join(missing)} do not exist; check --input-topics.")
+    internal = internal_topics(topics, app_id)
+    local = state_dir / app_id
+    _refuse_if_running(app_id, local)
+    if not inputs:
+        input_topics = _consumed_topics(admin, app_id, topics, internal)
+        if not input_topics and not internal and not local.exists():
+            raise ConfigError(f"No application {app_id!r} at {connection.bootstrap_servers}: its group has "
+                              f"no committed offsets, there are no {app_id}-... internal topics and no local "
+                              f"state in {state_dir}. Check APP_ID, --bootstrap-servers and --state-dir.")
+        click.echo(f"input topics (the group's committed offsets): {', '.join(input_topics) or 'none'}")
     prefix = "(dry run) " if dry_run else ""
     partitions = [(t, p) for t in input_topics for p in range(topics[t])]
     targets = offsets.list_offsets(admin, partitions, spec)
-    internal = internal_topics(topics, app_id)
-    local = state_dir / app_id
     for (topic, partition), offset in sorted(targets.items()):
         click.echo(f"{prefix}input {topic}-{partition}: committed offset of group {app_id} -> {offset}")
     for topic in internal:
@@ -136,6 +144,38 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
     connection.wait_unlisted(internal)  # the next start must create them anew, not find them
     shutil.rmtree(local, ignore_errors=True)
     click.echo(f"Application {app_id} reset: it reprocesses its input on the next start.")
+
+
+def _consumed_topics(admin: AdminClient, app_id: str, topics: dict[str, int], internal: list[str]
+                     ) -> list[str]:
+    """The input topics of APP_ID when none are given: those its group committed offsets on (an
+    application commits every input it reads), internal topics aside."""
+    candidates = [(t, p) for t, n in topics.items() if t not in internal and not t.startswith("__")
+                  for p in range(n)]
+    return sorted({topic for topic, _ in offsets.committed(admin, app_id, candidates)})
+
+
+def _refuse_if_running(app_id: str, local: Path) -> None:
+    """A strom application holds each stream task's directory locked while it runs (a Spark runtime
+    ``TaskLease``): one held on this machine means it runs, and a reset underneath would break it."""
+    if not local.is_dir():
+        return
+    from strom.spark.runtime.lease import OWNER  # Spark's modules load only when there is state
+
+    held = [owner.parent.name for owner in sorted(local.glob(f"*/{OWNER}")) if _locked(owner)]
+    if held:
+        raise ConfigError(f"Application {app_id} is running: its tasks {', '.join(held)} are open in "
+                          f"{local}. Stop every instance (Ctrl-C or SIGTERM to `strom run`), then reset.")
+
+
+def _locked(path: Path) -> bool:
+    with path.open("rb") as file:
+        try:
+            fcntl.flock(file, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(file, fcntl.LOCK_UN)
+        return False
 
 
 def _delete_internal(admin: AdminClient, app_id: str, internal: list[str], topics: dict[str, int]) -> None:

@@ -10,10 +10,10 @@ import time
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from strom.cli import output
 from strom.cli.connection import Connection, connection_options, create_topic_option
 from strom.errors import ConfigError
 from strom.prometheus import MetricsServer
@@ -88,7 +88,8 @@ def tasks() -> None:
 @click.option("--property-file", type=click.Path(dir_okay=False),
               help="JSON file of decaton.* properties, re-read when it changes (dynamic properties).")
 @click.option("--retry", is_flag=True,
-              help="Enable retries through <topic>-retry (Decaton's) and <topic>-dlq (strom's dead letters).")
+              help="Enable retries through <topic>-retry (Decaton's) and <topic>-dlq (strom's dead letters): "
+                   "a task is retried when the processor calls context.retry(), not when it raises.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Serve Prometheus metrics on 127.0.0.1:PORT/metrics (0: any free port).")
 def run(processor: str, topic: str, subscription_id: str, connection: Connection, create_topic: bool,
@@ -118,7 +119,7 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored: started in a script's background
         signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    console = Console(stderr=True)
+    console = output.console(stderr=True)
     if metrics_port is not None:
         console.print(f"metrics at {MetricsServer([SubscriptionCollector(subscription)], metrics_port).url}")
     last_count, last_time = 0, time.monotonic()

@@ -47,7 +47,8 @@ def list_command(connection: Connection, internal: bool, output: str) -> None:
 @topics.command("create")
 @connection_options
 @click.argument("name")
-@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--partitions", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Partitions of the topic (records of one key go to one partition).")
 @click.option("--replication-factor", type=click.IntRange(min=-1), default=-1, show_default=True,
               help="Copies of each partition; -1 takes the broker's default.replication.factor.")
 @config_option

@@ -11,53 +11,26 @@ A dotted path names a function of yours, ``handler(exception) -> StreamThreadExc
 
 from __future__ import annotations
 
-import importlib
 import logging
 import re
 import time
 from collections.abc import Callable
 from typing import Any
 
-from strom.errors import ConfigError
 from strom.streams import config as cfg
+from strom.streams.config import HANDLER_RESPONSES as RESPONSES
+from strom.streams.config import UNCAUGHT_EXCEPTION_HANDLER
 
 __all__ = ["MAX_REPLACEMENTS", "RESPONSES", "UNCAUGHT_EXCEPTION_HANDLER", "WINDOW_S", "ReplacingHandler",
-           "configured_handler"]
+           "configured_handler", "failure_summary"]
 
 log = logging.getLogger(__name__)
 
-UNCAUGHT_EXCEPTION_HANDLER = "strom.uncaught.exception.handler"
-RESPONSES = ("REPLACE_THREAD", "SHUTDOWN_CLIENT", "SHUTDOWN_APPLICATION")
 MAX_REPLACEMENTS = 3
 """Replacements allowed within ``WINDOW_S``; the next failure stops the application."""
 WINDOW_S = 600.0
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
-
-
-def _handler_setting(key: str, value: Any) -> Any:
-    """A response name (any case), a callable, or a dotted path resolved to the function it names."""
-    if value is None or callable(value):
-        return value
-    text = str(value).strip()
-    if text.upper() in RESPONSES:
-        return text.upper()
-    module_name, _, attr = text.rpartition(".")
-    if not module_name or not attr.isidentifier():
-        raise ConfigError.bad_value(key, value, f"one of {', '.join(RESPONSES)} or a dotted path to a "
-                                    "function, e.g. myapp.handlers.on_error")
-    try:
-        handler = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"{key}={text}: cannot load {attr} from {module_name} ({exc}). Name an importable "
-                          "function handler(exception) returning a StreamThreadExceptionResponse.") from exc
-    if not callable(handler):
-        raise ConfigError(f"{key}={text} is not a function; name handler(exception) returning a "
-                          "StreamThreadExceptionResponse.")
-    return handler
-
-
-cfg.register(UNCAUGHT_EXCEPTION_HANDLER, None, _handler_setting)
 
 
 class ReplacingHandler:
@@ -80,13 +53,13 @@ class ReplacingHandler:
         if len(self._replaced_at) >= self._max:
             log.error("Application %s failed again after %d replacements within %.0f s; it stops (the limit "
                       "of REPLACE_THREAD): %s", self._application_id, len(self._replaced_at), self._window_s,
-                      _first_line(error))
+                      failure_summary(error))
             return Response.SHUTDOWN_CLIENT
         self._replaced_at.append(now)
         backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (len(self._replaced_at) - 1))
         log.warning("Application %s failed (%s); replacing its stream threads in %.0f s, from the committed "
                     "offsets (replacement %d of at most %d within %.0f s)", self._application_id,
-                    _first_line(error), backoff, len(self._replaced_at), self._max, self._window_s)
+                    failure_summary(error), backoff, len(self._replaced_at), self._max, self._window_s)
         self._sleep(backoff)
         return Response.REPLACE_THREAD
 
@@ -124,9 +97,10 @@ def _normalised(function: Callable[[Exception], Any]) -> Callable[[Exception], A
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): .+")
 
 
-def _first_line(error: Exception) -> str:
-    """What was raised, in one line: a Python worker's failure carries its traceback, whose last
-    ``SomeError: message`` line says it."""
+def failure_summary(error: BaseException) -> str:
+    """What was raised, in one line, for a log line or the error a user reads: a Python worker's failure
+    carries its traceback (and Spark's JVM frames), whose last ``SomeError: message`` line says it."""
     lines = str(error).strip().splitlines()
     raised = [line for line in lines if _RAISED.match(line)]
-    return raised[-1] if raised else (lines[0] if lines else type(error).__name__)
+    summary = raised[-1] if raised else (lines[0] if lines else type(error).__name__)
+    return summary.removeprefix("strom.errors.")

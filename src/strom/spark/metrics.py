@@ -10,18 +10,19 @@ when ``metrics.prometheus.port`` is set (0 picks a free port; ``SparkStreams.met
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from strom.errors import ConfigError
 from strom.kafka import clients, offsets
 from strom.prometheus import MetricsServer
-from strom.streams import config as cfg
+from strom.streams.config import METRICS_HOST, METRICS_PORT
 
 __all__ = [
     "METRICS_HOST", "METRICS_PORT", "StatusReader", "StreamsCollector", "StreamsStatus", "TaskStatus",
@@ -32,26 +33,6 @@ if TYPE_CHECKING:
     from strom.spark.runtime.spark_streams import SparkStreams
 
 log = logging.getLogger(__name__)
-
-METRICS_PORT = "metrics.prometheus.port"
-METRICS_HOST = "metrics.prometheus.host"
-
-
-def _port(key: str, value: Any) -> int | None:
-    if value is None:
-        return None
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        port = -1
-    if isinstance(value, bool) or not 0 <= port <= 65535:
-        raise ConfigError.bad_value(key, value, "a TCP port (0 picks a free one)")
-    return port
-
-
-cfg.register(METRICS_PORT, None, _port)
-cfg.register(METRICS_HOST, "127.0.0.1", lambda key, value: str(value))
-
 
 @dataclass(frozen=True)
 class TaskStatus:
@@ -77,6 +58,9 @@ class StreamsStatus:
     last_commit_age_s: float | None
     standby_lags: dict[tuple[str, str], int] = field(default_factory=dict)
     """(task id, stream thread) -> changelog records a standby of the task had not applied."""
+    lag_unknown: str | None = None
+    """Why the lag is not known (its lookup failed, or has had no answer for a while); the lags are
+    then empty, not stale."""
 
     @property
     def records(self) -> int:
@@ -88,12 +72,20 @@ class StreamsStatus:
 
 
 class StatusReader:
-    """Samples an application; rates are over the time since the previous ``read()``."""
+    """Samples an application; rates are over the time since the previous ``read()``.
 
-    def __init__(self, app: SparkStreams) -> None:
+    The lag is looked up from the brokers in a thread of its own: ``read()`` waits for it at most
+    ``lag_wait_s``, so a broker that answers slowly or not at all never holds up a status line or a
+    scrape, and a failed lookup is a reason in the status (``lag_unknown``), tried again at the next
+    ``read()``, never an error of the application."""
+
+    def __init__(self, app: SparkStreams, lag_wait_s: float = 1.0) -> None:
         self._app = app
+        self._lag_wait_s = lag_wait_s
         self._admin: Any = None
         self._previous: tuple[float, dict[str, int]] | None = None
+        self._lookup: tuple[float, Future[dict[tuple[str, str, int], int]]] | None = None
+        self._lock = threading.Lock()  # the status line and a scrape may read at once
 
     def read(self) -> StreamsStatus:
         app = self._app
@@ -101,10 +93,11 @@ class StatusReader:
         progress = app.progress
         tasks = dict(progress.tasks)
         counts = {task_id: t.records for task_id, t in tasks.items()}
-        before_time, before = self._previous or (now, counts)
+        with self._lock:
+            before_time, before = self._previous or (now, counts)
+            self._previous = (now, counts)
+            lags, unknown = self._current_lags()
         elapsed = now - before_time
-        self._previous = (now, counts)
-        lags = self._lags()
         by_task: dict[str, int] = {}
         for (task_id, _, _), lag in lags.items():
             by_task[task_id] = by_task.get(task_id, 0) + lag
@@ -124,7 +117,35 @@ class StatusReader:
         last_commit = progress.last_commit
         standbys = {(standby.task, standby.thread): standby.lag for standby in progress.standbys.values()}
         return StreamsStatus(app.config.application_id, app.state.value, statuses, lags, by_sub,
-                             None if last_commit is None else now - last_commit, standbys)
+                             None if last_commit is None else now - last_commit, standbys, unknown)
+
+    def _current_lags(self) -> tuple[dict[tuple[str, str, int], int], str | None]:
+        """The lags of a lookup done within ``lag_wait_s`` (a new one starts when none is under way), or
+        why there are none."""
+        if self._lookup is None:
+            self._lookup = (time.monotonic(), self._look_up())
+        started, lookup = self._lookup
+        if not wait([lookup], timeout=self._lag_wait_s).done:
+            return {}, f"no answer from the brokers for {time.monotonic() - started:.0f} s"
+        self._lookup = None
+        error = lookup.exception()
+        if error is not None:  # any failure of the lookup: the status says it, the next read retries
+            return {}, _one_line(error)
+        return lookup.result(), None
+
+    def _look_up(self) -> Future[dict[tuple[str, str, int], int]]:
+        """The lags, looked up in a daemon thread (a lookup a broker never answers ends with its
+        request timeout, and does not keep the process from exiting)."""
+        future: Future[dict[tuple[str, str, int], int]] = Future()
+
+        def look_up() -> None:
+            try:
+                future.set_result(self._lags())
+            except Exception as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=look_up, name="strom-lag", daemon=True).start()
+        return future
 
     def _lags(self) -> dict[tuple[str, str, int], int]:
         plan = self._app.plan
@@ -137,6 +158,11 @@ class StatusReader:
             self._admin = clients.admin(self._app.bootstrap_servers, **config.client_props("admin."))
         found = offsets.group_offsets(self._admin, self._app.config.application_id, owners)
         return {(owners[tp], *tp): o.lag for tp, o in found.items()}
+
+
+def _one_line(error: BaseException) -> str:
+    first = next(iter(str(error).strip().splitlines()), "")
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
 class StreamsCollector(Collector):

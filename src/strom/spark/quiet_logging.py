@@ -3,9 +3,11 @@
 Spark's start-up notices (its default-profile and shell log-level lines, Hadoop's native-library
 notice, the loopback-hostname notice) tell a strom user nothing they can act on, so the driver JVM
 starts with this configuration: root at WARN (a memory warning or a lost executor still reaches the
-terminal) with those notices denied. The JVM's own ``WARNING: Using incubator modules`` line comes
-before any logging (Spark's launcher always adds the vector module), so it is dropped from the JVM's
-stderr while the gateway starts; every other line passes through unchanged.
+terminal) with those notices denied, and Spark's three copies of a task's Python exception too (strom
+reports an application's failure once, naming the record and the user's line). The JVM's own
+``WARNING: Using incubator modules`` line comes before any logging (Spark's launcher always adds the
+vector module), so it is dropped from the JVM's stderr while the gateway starts; every other line
+passes through unchanged.
 """
 
 from __future__ import annotations
@@ -33,10 +35,17 @@ appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-appender.console.filter.startup.type = RegexFilter
-appender.console.filter.startup.regex = (?s).*(resolves to a loopback address|Set SPARK_LOCAL_IP).*
-appender.console.filter.startup.onMatch = DENY
-appender.console.filter.startup.onMismatch = NEUTRAL
+# One filter (a Console appender takes one): Spark's start-up notices, and its copies of a failed task's
+# Python exception (the executor's, the task set's, the job's abort), which strom reports itself once,
+# and the notice that a job strom cancels on stopping had ended already (`strom -v` keeps Spark's own
+# logging). No backslash: .properties files read it as an escape.
+appender.console.filter.quiet.type = RegexFilter
+appender.console.filter.quiet.regex = (?s)(.*(resolves to a loopback address|Set SPARK_LOCAL_IP)|\
+Exception in task [^ ]+ in stage |Lost task .*(PythonException|TaskKilled)|\
+Task [0-9]+ in stage [^ ]+ failed [0-9]+ times; aborting job|\
+Failed to cancel job group .*Cannot find active jobs).*
+appender.console.filter.quiet.onMatch = DENY
+appender.console.filter.quiet.onMismatch = NEUTRAL
 
 # the shell's level equal to the root's: Spark then prints no "Setting default log level" notice
 logger.repl.name = org.apache.spark.repl.Main

@@ -11,6 +11,7 @@ docs/configuration.md lists every key with its default and status.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import tempfile
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ from typing import Any
 from strom.errors import ConfigError
 
 __all__ = [
+    "ACCEPTABLE_RECOVERY_LAG",
     "APPLICATION_ID",
     "AT_LEAST_ONCE",
     "AUTO_OFFSET_RESET",
@@ -34,11 +36,22 @@ __all__ = [
     "DEFAULT_TIMESTAMP_EXTRACTOR",
     "DEFAULT_VALUE_SERDE",
     "EXACTLY_ONCE_V2",
+    "EXECUTION_MODE",
+    "HANDLER_RESPONSES",
+    "MAX_OFFSETS_PER_TRIGGER",
+    "METRICS_HOST",
+    "METRICS_PORT",
+    "MICROBATCH",
+    "NUM_STANDBY_REPLICAS",
+    "NUM_STREAM_THREADS",
     "PROCESSING_EXCEPTION_HANDLER",
     "PROCESSING_GUARANTEE",
+    "REALTIME",
+    "REALTIME_BATCH_DURATION_MS",
     "STATESTORE_CACHE_MAX_BYTES",
     "STATE_DIR",
     "TOPOLOGY_OPTIMIZATION",
+    "UNCAUGHT_EXCEPTION_HANDLER",
     "StreamsConfig",
     "optimization_rules",
 ]
@@ -78,6 +91,20 @@ OPTIMIZATION_RULES = (REUSE_KTABLE_SOURCE_TOPICS, MERGE_REPARTITION_TOPICS, SING
 
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE_V2 = "exactly_once_v2"
+
+# Keys of the Spark runtime (strom.spark), defined here with the others: every command and process
+# validates a config alike, whatever it imported before (`strom run` checks props before Spark loads).
+EXECUTION_MODE = "execution.mode"
+REALTIME, MICROBATCH = "realtime", "microbatch"
+REALTIME_BATCH_DURATION_MS = "realtime.batch.duration.ms"
+MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"
+NUM_STREAM_THREADS = "num.stream.threads"
+NUM_STANDBY_REPLICAS = "num.standby.replicas"
+ACCEPTABLE_RECOVERY_LAG = "acceptable.recovery.lag"
+METRICS_PORT = "metrics.prometheus.port"
+METRICS_HOST = "metrics.prometheus.host"
+UNCAUGHT_EXCEPTION_HANDLER = "strom.uncaught.exception.handler"
+HANDLER_RESPONSES = ("REPLACE_THREAD", "SHUTDOWN_CLIENT", "SHUTDOWN_APPLICATION")
 
 _CONSUMER_ROLES = ("main.consumer.", "restore.consumer.")
 _CLIENT_PREFIXES = ("producer.", "consumer.", *_CONSUMER_ROLES, "admin.", TOPIC_PREFIX, "ssl.", "sasl.")
@@ -191,6 +218,58 @@ def _anything(key: str, value: Any) -> Any:
     return value
 
 
+def _positive_int(key: str, value: Any) -> int:
+    number = _non_negative_int(key, value) if not isinstance(value, bool) else 0
+    if number <= 0:
+        raise ConfigError.bad_value(key, value, "a positive integer")
+    return number
+
+
+def _optional_positive_int(key: str, value: Any) -> int | None:
+    return None if value is None else _positive_int(key, value)
+
+
+def _execution_mode(key: str, value: Any) -> str:
+    if value not in (REALTIME, MICROBATCH):
+        raise ConfigError.bad_value(key, value, f"{REALTIME!r} (long-running stream threads) or "
+                                    f"{MICROBATCH!r} (one Spark micro-batch per commit)")
+    return value
+
+
+def _port(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        port = -1
+    if isinstance(value, bool) or not 0 <= port <= 65535:
+        raise ConfigError.bad_value(key, value, "a TCP port (0 picks a free one)")
+    return port
+
+
+def _handler_setting(key: str, value: Any) -> Any:
+    """A response name (any case), a callable, or a dotted path resolved to the function it names."""
+    if value is None or callable(value):
+        return value
+    text = str(value).strip()
+    if text.upper() in HANDLER_RESPONSES:
+        return text.upper()
+    module_name, _, attr = text.rpartition(".")
+    if not module_name or not attr.isidentifier():
+        raise ConfigError.bad_value(key, value, f"one of {', '.join(HANDLER_RESPONSES)} or a dotted path to "
+                                    "a function, e.g. myapp.handlers.on_error")
+    try:
+        handler = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"{key}={text}: cannot load {attr} from {module_name} ({exc}). Name an importable "
+                          "function handler(exception) returning a StreamThreadExceptionResponse.") from exc
+    if not callable(handler):
+        raise ConfigError(f"{key}={text} is not a function; name handler(exception) returning a "
+                          "StreamThreadExceptionResponse.")
+    return handler
+
+
 _Validator = Callable[[str, Any], Any]
 
 # key -> (default, validator). None default = not set.
@@ -218,6 +297,15 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     "security.protocol": (None, _text),
     "request.timeout.ms": (None, _non_negative_int),
     **{key: (None, _non_negative_int) for key in _COMMON_CLIENT_KEYS},
+    EXECUTION_MODE: (REALTIME, _execution_mode),
+    REALTIME_BATCH_DURATION_MS: (300_000, _positive_int),
+    MAX_OFFSETS_PER_TRIGGER: (100_000, _positive_int),
+    NUM_STREAM_THREADS: (None, _optional_positive_int),
+    NUM_STANDBY_REPLICAS: (0, _non_negative_int),
+    ACCEPTABLE_RECOVERY_LAG: (10_000, _non_negative_int),
+    METRICS_PORT: (None, _port),
+    METRICS_HOST: ("127.0.0.1", _text),
+    UNCAUGHT_EXCEPTION_HANDLER: (None, _handler_setting),
 }
 
 # Kafka 4's names for keys strom defines under their older name: new name -> (old name, validator).
@@ -232,13 +320,9 @@ _SPARK_PLACES_TASKS = "Spark's scheduler places stream tasks on executors; there
 _METRICS = "strom's metrics are its own (a Prometheus endpoint, docs/deploy.md), not Kafka's metrics registry"
 
 # Kafka Streams 4.x keys without meaning on Spark: accepted, logged once at INFO with the reason (values
-# are not checked). A layer that gives one a meaning registers it (``register``), which takes precedence.
+# are not checked).
 IGNORED: dict[str, str] = {
-    "num.stream.threads": "Spark's executors and task slots run the stream tasks",
-    "num.standby.replicas": "standby tasks run only in the Spark runtime's real-time mode (strom.spark); "
-                            "here a moved task restores from its changelog",
     "max.warmup.replicas": "there are no warm-up tasks; a moved task restores from its changelog",
-    "acceptable.recovery.lag": "read by the Spark runtime's real-time mode (strom.spark) only",
     "probing.rebalance.interval.ms": _SPARK_PLACES_TASKS,
     "task.assignor.class": _SPARK_PLACES_TASKS,
     "rack.aware.assignment.strategy": _SPARK_PLACES_TASKS,
@@ -294,11 +378,6 @@ def _ignored_reason(key: str) -> str | None:
     if key in IGNORED:
         return IGNORED[key]
     return next((reason for prefix, reason in _IGNORED_PREFIXES.items() if key.startswith(prefix)), None)
-
-
-def register(key: str, default: Any, validator: _Validator = _anything) -> None:
-    """Lets another strom layer (the Spark runtime, tasks) declare a key it reads from the same config."""
-    DEFINITIONS.setdefault(key, (default, validator))
 
 
 class StreamsConfig:

@@ -176,8 +176,11 @@ def test_user_exception_names_the_record(props):
     builder = StreamsBuilder()
     builder.stream("in").filter(lambda k, v: True).map_values(lambda v: 1 / 0 if v == "bad" else v).to("out")
     expected = r"topic=in, partition=0, offset=2.*ZeroDivisionError"
-    with TopologyTestDriver(builder.build(), props) as driver, pytest.raises(ProcessingError, match=expected):
+    with (TopologyTestDriver(builder.build(), props) as driver,
+          pytest.raises(ProcessingError, match=expected) as e):
         driver.create_input_topic("in", S, S).pipe_record_list([("k", "a"), ("k", "b"), ("k", "bad")])
+    line = test_user_exception_names_the_record.__code__.co_firstlineno + 3  # the lambda's line
+    assert f"(raised at {__file__}:{line}, in <lambda>)" in str(e.value)  # the user's frame, not strom's
 
 
 def test_function_with_wrong_arity_is_rejected_when_building():

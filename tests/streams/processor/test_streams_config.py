@@ -4,6 +4,8 @@ or logged once as without effect on Spark); unknown keys fail with a did-you-mea
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -129,11 +131,30 @@ def test_topic_configs_strip_the_prefix():
     assert config.topic_configs() == {"min.insync.replicas": "2", "segment.ms": "60000"}
 
 
-def test_a_key_a_layer_registers_is_not_reported_without_effect(caplog):
-    import strom.spark.runtime.spark_streams  # noqa: F401  (registers num.standby.replicas)
+RUNTIME_KEYS_IN_A_FRESH_INTERPRETER = """
+import sys
+from strom.errors import ConfigError
+from strom.streams.config import StreamsConfig
+config = StreamsConfig({"application.id": "a", "metrics.prometheus.port": "9464",
+                        "execution.mode": "microbatch",
+                        "realtime.batch.duration.ms": "1000", "num.standby.replicas": 1,
+                        "strom.uncaught.exception.handler": "replace_thread"})
+print(config["metrics.prometheus.port"], config["execution.mode"], config["realtime.batch.duration.ms"],
+      config["num.standby.replicas"], config["strom.uncaught.exception.handler"], "pyspark" in sys.modules)
+bad = [("execution.mode", "batch"), ("metrics.prometheus.port", 70000), ("num.stream.threads", 0)]
+for key, value in bad:
+    try:
+        StreamsConfig({"application.id": "a", key: value})
+    except ConfigError as exc:
+        print(key, "refused")
+"""
 
-    cfg._reported.discard("num.standby.replicas")
-    with caplog.at_level(logging.INFO, logger="strom.streams.config"):
-        config = StreamsConfig({"application.id": "a", "num.standby.replicas": 1})
-    assert config["num.standby.replicas"] == 1
-    assert "num.standby.replicas" not in caplog.text
+
+def test_the_spark_runtime_keys_are_known_before_anything_imports_the_runtime():
+    """One registry: a fresh interpreter that imported nothing of strom.spark (as `strom run` validating
+    an app's props) knows and checks the runtime's keys."""
+    result = subprocess.run([sys.executable, "-c", RUNTIME_KEYS_IN_A_FRESH_INTERPRETER], capture_output=True,
+                            text=True, timeout=60, check=True)
+    assert result.stdout.splitlines() == ["9464 microbatch 1000 1 REPLACE_THREAD False",
+                                          "execution.mode refused", "metrics.prometheus.port refused",
+                                          "num.stream.threads refused"]

@@ -207,7 +207,7 @@ class RealtimeExecution:
                 self._on_batch(job.rows)
         except Exception as exc:
             if not self._stopping.is_set():
-                log.error("Application %s: a real-time batch failed: %s", self._application_id, exc)
+                log.info("Application %s: a real-time batch failed: %s", self._application_id, exc)
                 self._error = exc
 
     def _threads_now(self) -> int:

@@ -41,7 +41,16 @@ from strom.spark.runtime.realtime import RealtimeExecution, stream_threads
 from strom.spark.runtime.store_copies import StoreCopies
 from strom.spark.startup import mark
 from strom.streams import config as cfg
-from strom.streams.config import StreamsConfig
+from strom.streams.config import (  # the runtime's keys, defined with every other key
+    ACCEPTABLE_RECOVERY_LAG,
+    EXECUTION_MODE,
+    MAX_OFFSETS_PER_TRIGGER,
+    NUM_STANDBY_REPLICAS,
+    NUM_STREAM_THREADS,
+    REALTIME,
+    REALTIME_BATCH_DURATION_MS,
+    StreamsConfig,
+)
 from strom.streams.processor.topology import Topology
 from strom.streams.query import StoreQueryParameters
 
@@ -65,62 +74,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MAX_OFFSETS_PER_TRIGGER = "max.offsets.per.trigger"
-EXECUTION_MODE = "execution.mode"
-REALTIME, MICROBATCH = "realtime", "microbatch"
-REALTIME_BATCH_DURATION_MS = "realtime.batch.duration.ms"
-NUM_STREAM_THREADS = "num.stream.threads"
-NUM_STANDBY_REPLICAS = "num.standby.replicas"
-ACCEPTABLE_RECOVERY_LAG = "acceptable.recovery.lag"
 _RELEASE_WAIT_S = 10.0
 _MAX_RESTARTS = 5
 # Failures of Spark's machinery, not of the application: the run starts again from the committed
 # offsets (a Python worker that missed Spark's connect-back timeout on a busy machine, or one that
 # was killed, as a Spark cluster would retry the task on another executor).
 _TRANSIENT = ("failed to connect back", "CANNOT_OPEN_SOCKET", "Python worker exited unexpectedly")
-
-
-def _first_line(error: Exception) -> str:
-    return next(iter(str(error).strip().splitlines()), type(error).__name__)
-
-
-def _positive(key: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError.bad_value(key, value, "a positive integer") from None
-    if number <= 0:
-        raise ConfigError.bad_value(key, value, "a positive integer")
-    return number
-
-
-def _execution_mode(key: str, value: Any) -> str:
-    if value not in (REALTIME, MICROBATCH):
-        raise ConfigError.bad_value(key, value, f"{REALTIME!r} (long-running stream threads) or "
-                                    f"{MICROBATCH!r} (one Spark micro-batch per commit)")
-    return value
-
-
-def _non_negative(key: str, value: Any) -> int:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError.bad_value(key, value, "an integer of 0 or more") from None
-    if number < 0:
-        raise ConfigError.bad_value(key, value, "an integer of 0 or more")
-    return number
-
-
-def _optional_positive(key: str, value: Any) -> int | None:
-    return None if value is None else _positive(key, value)
-
-
-cfg.register(MAX_OFFSETS_PER_TRIGGER, 100_000, _positive)
-cfg.register(EXECUTION_MODE, REALTIME, _execution_mode)
-cfg.register(REALTIME_BATCH_DURATION_MS, 300_000, _positive)
-cfg.register(NUM_STREAM_THREADS, None, _optional_positive)
-cfg.register(NUM_STANDBY_REPLICAS, 0, _non_negative)
-cfg.register(ACCEPTABLE_RECOVERY_LAG, 10_000, _non_negative)
 
 
 @dataclass
@@ -247,6 +206,7 @@ class SparkStreams:
         self._spark = spark
         self._execution: Execution | None = None
         self._lock = threading.Lock()
+        self._failure_lock = threading.RLock()
         self._restarts = 0
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
@@ -475,31 +435,38 @@ class SparkStreams:
         """Blocks until the query stops (True) or ``timeout`` seconds pass (False); a failed query
         raises ProcessingError with Spark's message."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._execution is not None and self._execution.is_active:
-            self._raise_if_failed()
+        while True:
+            execution = self._execution
+            ended = execution is None or not execution.is_active
+            self._raise_if_failed()  # a failure the handler answered REPLACE_THREAD: a new query runs
+            if ended and self._execution is execution:
+                return True
             if deadline is not None and time.monotonic() > deadline:
                 return False
             time.sleep(0.2)
-        self._raise_if_failed()
-        return True
 
     def _raise_if_failed(self) -> None:
         error = self._failure()
         if error is not None:
-            raise ProcessingError(f"Application {self.config.application_id} failed: {error}") from error
+            raise ProcessingError(f"Application {self.config.application_id} failed: "
+                                  f"{failure_policy.failure_summary(error)}") from error
 
     def _failure(self) -> Exception | None:
         """The query's failure (the state becomes ERROR). A query whose Python worker could not start
         (a busy machine missing Spark's fixed 10 s connect-back timeout) is restarted instead, a few
         times: nothing is lost, it resumes from the committed offsets."""
+        with self._failure_lock:  # one thread answers a failure (a metrics scrape reads the state too)
+            return self._handle_failure()
+
+    def _handle_failure(self) -> Exception | None:
         error = None if self._execution is None else self._execution.exception()
         if error is None:
             return None
         if any(marker in str(error) for marker in _TRANSIENT) and self._restarts < _MAX_RESTARTS:
             self._restarts += 1
             log.warning("A Spark Python worker of %s failed (%s); starting the stream tasks again from the "
-                        "committed offsets (%d/%d)", self.config.application_id, _first_line(error),
-                        self._restarts, _MAX_RESTARTS)
+                        "committed offsets (%d/%d)", self.config.application_id,
+                        failure_policy.failure_summary(error), self._restarts, _MAX_RESTARTS)
             self._execution.stop()
             self._execution = self._start_execution()
             return None
@@ -523,7 +490,8 @@ class SparkStreams:
         if response is not StreamThreadExceptionResponse.REPLACE_THREAD:
             return False
         log.warning("Application %s failed (%s); the uncaught exception handler replaces the query: it "
-                    "resumes from the committed offsets", self.config.application_id, error)
+                    "resumes from the committed offsets", self.config.application_id,
+                    failure_policy.failure_summary(error))
         self._execution.stop()
         self._execution = self._start_execution()
         return True

@@ -21,7 +21,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from strom.errors import ProcessingError, SerializationError, StromError, TopologyError
+from strom.errors import ProcessingError, SerializationError, StromError, TopologyError, raised_at
 from strom.streams import config as cfg
 from strom.streams.errors import ErrorHandlerContext, HandlerResponse, LogAndFailProcessingExceptionHandler
 from strom.streams.internals.tuples import new_tuple
@@ -434,7 +434,8 @@ class StreamTask:
         context = self.context.record_context
         at = "" if processor is None else f", processor={processor}"
         return (f"Exception caught in process. taskId={self.id}{at}, topic={context.topic}, "
-                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}")
+                f"partition={context.partition}, offset={context.offset}: {type(exc).__name__}: {exc}"
+                + (f" (raised at {where})" if (where := raised_at(exc)) else ""))
 
     def _deserialize(self, raw: ConsumerRecord, source: SourceNode) -> tuple[Any, Any] | None:
         """Key and value through the source's deserializers; None when the handler skips the record."""
@@ -585,3 +586,4 @@ class StreamTask:
         offsets = self.prepare_commit()
         self.post_commit()
         return offsets
+
