@@ -511,21 +511,27 @@ def run_demo(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     if done.returncode != 0:
         raise RuntimeError(f"strom demo failed ({done.returncode}):\n"
                            f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    spark = re.search(r"start-up: Spark session\s*│\s*([\d.]+) s", done.stdout + done.stderr)
+    output = done.stdout + done.stderr
+    spark = re.search(r"start-up: Spark session\s*│\s*([\d.]+) s", output)
+    rate = re.search(r"steady rate[^│]*│\s*([\d,]+ records/s)", output)
     print(f"\ndemo: strom demo, start to exit {took:.2f} s"
-          + (f" (its Spark session {spark.group(1)} s)" if spark else ""))
+          + (f" (its Spark session {spark.group(1)} s" if spark else " (")
+          + (f", its steady rate {rate.group(1)})" if rate else ")"))
     return {"demo-whole-run": took, "demo-process-cpu": children_cpu_s() - cpu}
 
 
 def wait_for_archive_writers(timeout_s: float = 600) -> None:
     """A first local start without a class-data-sharing archive has its JVM write one as it exits
     (strom.spark.class_archive): seconds of CPU after strom ended, kept out of the next run."""
+    from strom.spark.class_archive import cache_directory
+
+    option = f"-XX:ArchiveClassesAtExit={cache_directory()}".encode()
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
         writing = False
         for entry in Path("/proc").iterdir():
             try:
-                writing = writing or b"-XX:ArchiveClassesAtExit=" in (entry / "cmdline").read_bytes()
+                writing = writing or option in (entry / "cmdline").read_bytes()
             except OSError:
                 continue
         if not writing:
