@@ -18,7 +18,7 @@ from pyspark.find_spark_home import _find_spark_home
 
 from strom.kafka import clients
 from strom.spark import class_archive
-from strom.spark.preflight import check_java
+from strom.spark.preflight import JavaRuntime, check_java
 from strom.streams import Serdes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +97,15 @@ def test_starts_at_once_share_one_archive_and_a_changed_key_rebuilds_it(tmp_path
     assert rebuilding or list(jvm.glob(f"spark-{key}.*.jsa.part")), list(jvm.iterdir())
     assert not (jvm / f"spark-{key}.0badf00d.jsa.part").exists()
     assert (jvm / "spark-0123456789abcdef.jsa").exists()
+
+
+def test_no_archive_when_the_user_chooses_class_sharing_or_the_jdk_has_no_base_archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    java, spark_home = check_java(), Path(_find_spark_home())
+    assert class_archive.driver_java_options(java, spark_home).startswith("-XX:ArchiveClassesAtExit=")
+    assert class_archive.driver_java_options(java, spark_home, user_options="-Xshare:off") == ""
+    bare_jdk = JavaRuntime(str(tmp_path / "jdk" / "bin" / "java"), java.major, java.version)
+    assert class_archive.driver_java_options(bare_jdk, spark_home) == ""
 
 
 def _driver(tmp_path: Path, app_id: str, bootstrap: str, topics: dict[str, str],
