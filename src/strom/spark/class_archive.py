@@ -9,9 +9,10 @@ file under its final name and maps it.
 The archive is keyed to what made it: the Java runtime, pyspark's version and the driver's class path
 (the jars' names and sizes); a change of any gives another key, so another archive (the JVM also
 checks the version and class path itself and ignores an archive that does not match). Two starts at
-once are safe: each writes its own ``.part`` file, and a finished one is renamed into place
-atomically (the first to finish wins; the others are removed). Only a JVM that strom launches itself
-for a ``local`` master gets these options: ``spark-submit`` and cluster drivers never do.
+once are safe: each JVM writes its own ``.part`` file (none when another JVM is already writing the
+key's), and a finished one is renamed into place atomically (the first start to see it wins; the
+others are removed). Only a JVM that strom launches itself for a ``local`` master, on Linux, gets
+these options: ``spark-submit`` and cluster drivers never do.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -56,11 +58,12 @@ def driver_java_options(java: JavaRuntime, spark_home: Path, class_path: str = "
                         user_options: str = "") -> str:
     """The options that map this key's archive, or that make the JVM write it when there is none yet
     (and no other JVM is writing it); "" when the user's options choose class sharing themselves, the
-    JDK has no base archive (``-XX:ArchiveClassesAtExit`` would stop the JVM) or the cache directory
-    cannot be written."""
-    if any(option in user_options for option in _USER_CHOICES) or not _base_archives(java):
-        return ""
+    JDK has no base archive (``-XX:ArchiveClassesAtExit`` would stop the JVM), or the cache directory
+    cannot be written or has a blank or a quote in its path."""
     directory = cache_directory()
+    if (not sys.platform.startswith("linux") or any(choice in user_options for choice in _USER_CHOICES)
+            or not _base_archives(java) or any(c.isspace() or c in "'\"" for c in str(directory))):
+        return ""  # on Linux, which /proc shows the JVMs writing; a path Spark's option split keeps whole
     try:
         directory.mkdir(parents=True, exist_ok=True)
         name = f"spark-{archive_key(java, spark_home, class_path)}"
