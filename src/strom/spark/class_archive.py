@@ -6,13 +6,13 @@ The first local session without one runs with ``-XX:ArchiveClassesAtExit``: its 
 archive when it exits (after strom's process, seconds of one core, once). The next start adopts that
 file under its final name and maps it.
 
-The archive is keyed to what made it: the Java runtime, pyspark's version and the driver's class path
-(the jars' names and sizes); a change of any gives another key, so another archive (the JVM also
-checks the version and class path itself and ignores an archive that does not match). Two starts at
-once are safe: each JVM writes its own ``.part`` file (none when another JVM is already writing the
-key's), and a finished one is renamed into place atomically (the first start to see it wins; the
-others are removed). Only a JVM that strom launches itself for a ``local`` master, on Linux, gets
-these options: ``spark-submit`` and cluster drivers never do.
+The archive is keyed to what made it: the Java runtime, pyspark's version and directory, and the
+driver's class path (the jars' names and sizes); a change of any gives another key, so another
+archive (the JVM also checks the version and class path itself and ignores an archive that does not
+match). Two starts at once are safe: each JVM writes its own ``.part`` file (none when another JVM
+is already writing the key's), and a finished one is renamed into place atomically (the first start
+to see it wins; the others are removed). Only a JVM that strom launches itself for a ``local``
+master, on Linux, gets these options: ``spark-submit`` and cluster drivers never do.
 """
 
 from __future__ import annotations
@@ -43,12 +43,15 @@ def cache_directory() -> Path:
 
 
 def archive_key(java: JavaRuntime, spark_home: Path, class_path: str = "") -> str:
-    """A digest of the Java runtime, pyspark's version and the driver's class path."""
+    """A digest of the Java runtime, pyspark's version and place, and the driver's class path."""
     import pyspark
 
     digest = hashlib.sha256()
     jars = sorted((spark_home / "jars").glob("*.jar"))
-    for part in (java.version, os.path.realpath(java.executable), pyspark.__version__, class_path,
+    # the archive records the class path's jars by path: another install of the same pyspark (another
+    # virtualenv) gets its own key, not an archive its JVM would refuse (and then share nothing at all)
+    for part in (java.version, os.path.realpath(java.executable), pyspark.__version__,
+                 os.path.realpath(spark_home), class_path,
                  *(f"{jar.name}:{jar.stat().st_size}" for jar in jars)):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
