@@ -1,7 +1,7 @@
 """Start-up, phase by phase: from a new process to the first record processed (issue 29).
 
-    python bench/startup.py [--mode warm,cold] [--records 1000] [--partitions 4] [--repeat 1]
-                            [--before SRC_DIR]
+    python bench/startup.py [--mode cold,demo,restart,warm] [--records 1000] [--partitions 4]
+                            [--repeat 1] [--before SRC_DIR]
 
 ``--before DIR`` runs every mode also with strom's sources from DIR (e.g. ``git archive REV src | tar
 -x -C /tmp/before``: DIR/src put first on PYTHONPATH, which Spark's Python workers inherit), the two
@@ -18,6 +18,16 @@ application starts (warm) or is produced as soon as the broker listens (cold).
   cold  ``strom run app.py`` as a new process without bootstrap servers (it starts its embedded broker):
         from the process's start to the first output record read (read_committed) by this bench
         (target <= 8 s).
+  demo  ``strom demo`` (its defaults) as a new process: its whole run, start to exit (target <= 15 s).
+  restart  ``strom run app.py --bootstrap-servers`` on an embedded broker the bench starts: the driver
+        is killed (SIGKILL of its process group: the driver, its JVM and Python workers) as soon as its
+        first output record is read, a second batch of input is written while it is down, and ``strom
+        run`` is started again with the same application.id and state.dir: from the new process's
+        start to its first output record (target <= 10 s). The bench then checks that the counts are
+        exact (every key counted once per input record: exactly_once_v2 across the kill).
+
+The summary's last line is ``startup: cold X s, demo Y s, restart Z s`` (medians; with ``--before``,
+the line before it gives the earlier sources' figures).
 
 Each phase is a mark the runtime logs at DEBUG on logger ``strom.startup`` (``strom.spark.startup``):
 in the driver, and in the Python workers through ``STROM_WORKER_LOG_LEVEL=DEBUG``. Each line has the
@@ -44,6 +54,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -159,11 +170,15 @@ def record(i: int, keys: int = 100) -> tuple[bytes, bytes]:
 
 
 def produce(bootstrap: str, topic: str, count: int) -> None:
+    produce_range(bootstrap, topic, 0, count)
+
+
+def produce_range(bootstrap: str, topic: str, start: int, end: int) -> None:
     from strom.kafka import clients
     from strom.kafka.clients import JAVA_PARTITIONER
 
     producer = clients.producer(bootstrap, **JAVA_PARTITIONER)
-    for i in range(count):
+    for i in range(start, end):
         key, value = record(i)
         clients.produce(producer, topic, value, key)
     assert producer.flush(60) == 0, "the input was not all written in 60 s"
@@ -292,7 +307,130 @@ def run_warm(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     return figures
 
 
-# --- cold: strom run app.py, embedded broker ------------------------------------------------------
+# --- cold and restart: strom run app.py ----------------------------------------------------------
+
+STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
+
+
+class StromRun:
+    """``strom run app.py`` as a new process (its own process group), its stderr collected."""
+
+    def __init__(self, app: Path, env: dict[str, str], *options: str) -> None:
+        self.lines: list[str] = []
+        self.broker_seen = threading.Event()
+        self.bootstrap: list[str] = []
+        self.spawned = time.time()
+        self.process = subprocess.Popen([*STROM, "run", str(app), "--master", "local[2]", *options], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                        cwd=app.parent, start_new_session=True)
+        self.reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self.reader.start()
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            found = re.search(r"embedded broker at (\S+) ", line)
+            if found and not self.broker_seen.is_set():
+                self.bootstrap.append(found.group(1))
+                self.broker_seen.set()
+
+    def tail(self) -> str:
+        return "".join(self.lines[-40:])
+
+    def check_running(self) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError("strom run ended:\n" + self.tail())
+
+    def stop(self) -> None:
+        """SIGTERM, as a user's Ctrl-C or a supervisor's stop."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(90)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.reader.join(5)
+
+    def kill(self) -> None:
+        """A driver's crash: SIGKILL to its whole process group (driver, JVM, Python workers)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.reader.join(5)
+
+
+def write_app(workdir: str, source: str, sink: str, app_id: str, mark: str) -> Path:
+    app = Path(workdir) / "app.py"
+    app.write_text(APP_TEMPLATE.format(
+        parse_json=inspect.getsource(ParseJson), source=source, sink=sink, mark=mark,
+        state_dir=workdir, app_id=app_id, commit=COMMIT_INTERVAL_MS))
+    return app
+
+
+def first_output(bootstrap: str, sink: str, run: StromRun,
+                 start_offsets: dict[int, int] | None = None) -> float:
+    """When this bench reads the first output record (read_committed), from ``start_offsets`` or the
+    beginning."""
+    from confluent_kafka import TopicPartition
+
+    from strom.kafka import clients
+
+    consumer = clients.consumer(bootstrap, group_id=f"startup-reader-{uuid.uuid4().hex[:8]}", **{
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
+    if start_offsets is None:
+        consumer.subscribe([sink])
+    else:
+        consumer.assign([TopicPartition(sink, p, offset) for p, offset in start_offsets.items()])
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            run.check_running()
+            message = consumer.poll(0.05)
+            if message is not None and message.error() is None:
+                return time.time()
+        raise RuntimeError("no output record in 600 s:\n" + run.tail())
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    from strom.kafka import clients
+
+    consumer = clients.consumer(bootstrap, group_id=f"startup-ends-{uuid.uuid4().hex[:8]}")
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def final_counts(bootstrap: str, sink: str, expected: dict[str, int], run: StromRun,
+                 timeout_s: float = 300) -> dict[str, int]:
+    """The last count of every key (read_committed), once every key reached its expected count or
+    ``timeout_s`` passed; a count above the expected one is a record counted twice."""
+    from strom.kafka import clients
+
+    consumer = clients.consumer(bootstrap, group_id=f"startup-check-{uuid.uuid4().hex[:8]}", **{
+        "auto.offset.reset": "earliest", "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.subscribe([sink])
+    counts: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + timeout_s
+        while counts != expected and time.monotonic() < deadline:
+            run.check_running()
+            message = consumer.poll(0.1)
+            if message is not None and message.error() is None:
+                counts[message.key().decode()] = int.from_bytes(message.value(), "big", signed=True)
+        return counts
+    finally:
+        consumer.close()
+
+
+def timeline(run: StromRun, first_record: float, first_out: float, *extra: Mark) -> list[Mark]:
+    marks = [m for m in parse_marks(run.lines) if m.at <= first_record]
+    return sorted([*marks, *extra, Mark(first_record, "first-record", 0), Mark(first_out, "first-output", 0)])
+
 
 def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     from strom.kafka import clients
@@ -300,74 +438,119 @@ def run_cold(args: argparse.Namespace, src: str | None) -> dict[str, float]:
     workdir = tempfile.mkdtemp(prefix="strom-bench-startup-cold-")
     suffix = uuid.uuid4().hex[:8]
     source, sink = f"startup-in-{suffix}", f"startup-out-{suffix}"
-    app = Path(workdir) / "app.py"
-    app.write_text(APP_TEMPLATE.format(
-        parse_json=inspect.getsource(ParseJson), source=source, sink=sink, mark=f"{workdir}/first",
-        state_dir=workdir, app_id=f"startup-cold-{suffix}", commit=COMMIT_INTERVAL_MS))
-    env = environment(src)
+    app = write_app(workdir, source, sink, f"startup-cold-{suffix}", f"{workdir}/first")
     cpu = children_cpu_s()
-    lines: list[str] = []
-    broker_seen = threading.Event()
-    bootstrap: list[str] = []
-    spawned = time.time()
-    strom = [sys.executable, "-c", "from strom.cli.main import main; main()"]
-    process = subprocess.Popen([*strom, "run", str(app), "--master", "local[2]"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=workdir)
-
-    def read_stderr() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            lines.append(line)
-            found = re.search(r"embedded broker at (\S+) ", line)
-            if found and not broker_seen.is_set():
-                bootstrap.append(found.group(1))
-                broker_seen.set()
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
+    run = StromRun(app, environment(src))
     try:
-        if not broker_seen.wait(120):
-            raise RuntimeError("strom run printed no embedded broker in 120 s:\n" + "".join(lines[-40:]))
+        if not run.broker_seen.wait(120):
+            raise RuntimeError("strom run printed no embedded broker in 120 s:\n" + run.tail())
         broker_at = time.time()
-        clients.create_topics(bootstrap[0], {sink: args.partitions})
-        produce(bootstrap[0], source, args.records)
-        consumer = clients.consumer(bootstrap[0], group_id=f"startup-reader-{suffix}", **{
-            "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-            "enable.auto.commit": False})
-        consumer.subscribe([sink])
-        first_output = None
-        deadline = time.monotonic() + 600
-        while first_output is None and time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError("strom run ended:\n" + "".join(lines[-40:]))
-            message = consumer.poll(0.05)
-            if message is not None and message.error() is None:
-                first_output = time.time()
-        consumer.close()
-        if first_output is None:
-            raise RuntimeError("no output record in 600 s:\n" + "".join(lines[-40:]))
+        clients.create_topics(run.bootstrap[0], {sink: args.partitions})
+        produce(run.bootstrap[0], source, args.records)
+        output_at = first_output(run.bootstrap[0], sink, run)
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        reader.join(5)
+        run.stop()
     first_record = wait_for_file(f"{workdir}/first", 1)
-    marks = parse_marks(lines)
-    marks = [m for m in marks if m.at <= first_record]
-    marks += [Mark(broker_at, "broker", process.pid, "seen by the bench; input produced from here"),
-              Mark(first_record, "first-record", 0), Mark(first_output, "first-output", 0)]
+    broker = Mark(broker_at, "broker", run.process.pid, "seen by the bench; input produced from here")
     print_timeline("cold: strom run app.py, embedded broker (seconds since the process was spawned):",
-                   spawned, sorted(marks))
-    return {"cold-first-record": first_record - spawned, "cold-first-output": first_output - spawned,
+                   run.spawned, timeline(run, first_record, output_at, broker))
+    return {"cold-first-record": first_record - run.spawned, "cold-first-output": output_at - run.spawned,
             "cold-process-cpu": children_cpu_s() - cpu}
+
+
+def run_restart(args: argparse.Namespace, src: str | None) -> dict[str, float]:
+    """A driver killed while it processes, then ``strom run`` again: time to processing again."""
+    from strom.broker import EmbeddedBroker
+    from strom.kafka import clients
+
+    workdir = tempfile.mkdtemp(prefix="strom-bench-startup-restart-")
+    suffix = uuid.uuid4().hex[:8]
+    source, sink, app_id = f"startup-in-{suffix}", f"startup-out-{suffix}", f"startup-restart-{suffix}"
+    env = environment(src)
+    with EmbeddedBroker() as broker:
+        bootstrap = broker.bootstrap_servers
+        clients.create_topics(bootstrap, {source: args.partitions, sink: args.partitions})
+        produce(bootstrap, source, args.records)
+        app = write_app(workdir, source, sink, app_id, f"{workdir}/first-1")
+        first = StromRun(app, env, "--bootstrap-servers", bootstrap)
+        try:
+            first_output(bootstrap, sink, first)
+        finally:
+            first.kill()
+        produce_range(bootstrap, source, args.records, 2 * args.records)  # piling up while it is down
+        ends = end_offsets(bootstrap, sink, args.partitions)
+        app = write_app(workdir, source, sink, app_id, f"{workdir}/first-2")
+        cpu = children_cpu_s()
+        second = StromRun(app, env, "--bootstrap-servers", bootstrap)
+        try:
+            output_at = first_output(bootstrap, sink, second, ends)
+            expected = Counter(record(i)[0].decode() for i in range(2 * args.records))
+            counts = final_counts(bootstrap, sink, dict(expected), second)
+        finally:
+            second.stop()
+    first_record = wait_for_file(f"{workdir}/first-2", 1)
+    print_timeline("restart: strom run again after a SIGKILL, same application.id and state.dir "
+                   "(seconds since the new process was spawned):",
+                   second.spawned, timeline(second, first_record, output_at))
+    wrong = {key: (n, counts.get(key)) for key, n in expected.items() if counts.get(key) != n}
+    print(f"  exactly_once_v2 across the kill: {'exact' if not wrong else f'NOT EXACT {wrong}'}")
+    if wrong:
+        raise RuntimeError(f"counts after the restart are not exact (expected, read): {wrong}")
+    return {"restart-first-output": output_at - second.spawned, "restart-first-record":
+            first_record - second.spawned, "restart-process-cpu": children_cpu_s() - cpu}
+
+
+# --- demo: strom demo, start to exit ---------------------------------------------------------------
+
+def run_demo(args: argparse.Namespace, src: str | None) -> dict[str, float]:
+    cpu = children_cpu_s()
+    started = time.time()
+    done = subprocess.run([*STROM, "demo"], env=environment(src), capture_output=True, text=True,
+                          timeout=600, cwd=tempfile.mkdtemp(prefix="strom-bench-startup-demo-"))
+    took = time.time() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"strom demo failed ({done.returncode}):\n"
+                           f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    output = done.stdout + done.stderr
+    spark = re.search(r"start-up: Spark session\s*│\s*([\d.]+) s", output)
+    rate = re.search(r"steady rate[^│]*│\s*([\d,]+ records/s)", output)
+    print(f"\ndemo: strom demo, start to exit {took:.2f} s"
+          + (f" (its Spark session {spark.group(1)} s" if spark else " (")
+          + (f", its steady rate {rate.group(1)})" if rate else ")"))
+    return {"demo-whole-run": took, "demo-process-cpu": children_cpu_s() - cpu}
+
+
+def wait_for_archive_writers(timeout_s: float = 600) -> None:
+    """A first local start without a class-data-sharing archive has its JVM write one as it exits
+    (strom.spark.class_archive): seconds of CPU after strom ended, kept out of the next run."""
+    from strom.spark.class_archive import cache_directory
+
+    option = f"-XX:ArchiveClassesAtExit={cache_directory()}".encode()
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        writing = False
+        for entry in Path("/proc").iterdir():
+            try:
+                writing = writing or option in (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+        if not writing:
+            break
+        time.sleep(0.5)
+    if time.monotonic() - started > 1:
+        print(f"  (waited {time.monotonic() - started:.1f} s for a JVM writing its class-data-sharing "
+              "archive)")
+
+
+MODES = {"warm": run_warm, "cold": run_cold, "demo": run_demo, "restart": run_restart}
+HEADLINE = {"cold": "cold-first-output", "demo": "demo-whole-run", "restart": "restart-first-output"}
+TARGETS = {"warm-app": 1.0, "cold-first-output": 8.0, "demo-whole-run": 15.0, "restart-first-output": 10.0}
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", default="warm,cold", help="warm, cold or both (comma-separated)")
+    parser.add_argument("--mode", default="cold,demo,restart",
+                        help=f"comma-separated, of {', '.join(MODES)}")
     parser.add_argument("--records", type=int, default=1000, help="input records")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mode; the summary gives medians")
@@ -384,20 +567,27 @@ def main() -> int:
     print(describe(), flush=True)
     versions = {"before": args.before, "after": None} if args.before else {"this": None}
     runs: dict[tuple[str, str], list[float]] = {}
+    loads: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.repeat):
         for mode in args.mode.split(","):
             for version, src in versions.items():
-                print(f"\n===== {mode}, {version} ({src or 'this checkout'}), load average "
-                      f"{os.getloadavg()[0]:.2f}", flush=True)
-                figures = run_warm(args, src) if mode == "warm" else run_cold(args, src)
-                for name, value in figures.items():
+                load = os.getloadavg()[0]
+                print(f"\n===== {mode}, {version} ({src or 'this checkout'}), load average {load:.2f}",
+                      flush=True)
+                for name, value in MODES[mode](args, src).items():
                     runs.setdefault((name, version), []).append(value)
+                    loads.setdefault((name, version), []).append(load)
+                wait_for_archive_writers()
     print(f"\nsummary ({args.repeat} run(s) each, median; load average now {os.getloadavg()[0]:.2f}):")
-    targets = {"warm-app": 1.0, "cold-first-output": 8.0}
     for (name, version), values in runs.items():
-        target = f"  (target <= {targets[name]:.1f} s)" if name in targets else ""
-        each = ", ".join(f"{v:.2f}" for v in values)
+        target = f"  (target <= {TARGETS[name]:.1f} s)" if name in TARGETS else ""
+        pairs = zip(values, loads[(name, version)], strict=True)
+        each = ", ".join(f"{v:.2f} (load {load:.1f})" for v, load in pairs)
         print(f"  {name:26} {version:6} {statistics.median(values):6.2f} s  runs {each}{target}")
+    for version in versions:
+        figures = ", ".join(f"{mode} {statistics.median(runs[(name, version)]):.1f} s"
+                            if (name, version) in runs else f"{mode} -" for mode, name in HEADLINE.items())
+        print(f"startup{'' if version == list(versions)[-1] else f' ({version})'}: {figures}")
     return 0
 
 

@@ -6,13 +6,14 @@ import os
 import sys
 from collections.abc import Mapping
 from contextlib import nullcontext
+from pathlib import Path
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from strom.spark import quiet_logging
+from strom.spark import class_archive, quiet_logging
 from strom.spark.connector.source import StromDataSource
-from strom.spark.preflight import check_java
+from strom.spark.preflight import JavaRuntime, check_java
 from strom.spark.startup import mark
 
 __all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
@@ -27,10 +28,27 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.python.daemon.module": "strom.spark.runtime.daemon",
 }
 
+# a local driver JVM is strom's coordinator (the stream threads run in Python workers): C2's compiling
+# costs seconds of CPU at start-up that its steady state does not win back
+LOCAL_JIT = "-XX:TieredStopAtLevel=1"
+
 
 def register(spark: SparkSession) -> None:
     """Makes ``format("strom")`` available in ``spark`` (reads and writes, batch and streaming)."""
     spark.dataSource.register(StromDataSource)
+
+
+def _local_driver_java_options(java: JavaRuntime, settings: Mapping[str, str]) -> str:
+    """A local driver JVM that strom launches maps its classes from strom's class-data-sharing
+    archive (``strom.spark.class_archive``) and compiles with C1 only (``LOCAL_JIT``) unless the
+    user's options choose a compiler; the user's options come after, and win."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    user = settings.get("spark.driver.extraJavaOptions", "")
+    archive = class_archive.driver_java_options(java, Path(_find_spark_home()),
+                                                settings.get("spark.driver.extraClassPath", ""), user)
+    jit = "" if "Tiered" in user else LOCAL_JIT
+    return " ".join(option for option in (archive, jit, user) if option)
 
 
 def session(
@@ -52,13 +70,15 @@ def session(
     starts the JVM with strom's log4j2 configuration (``strom.spark.quiet_logging``: no start-up
     chatter, warnings kept); ``quiet=False`` keeps Spark's own (``strom -v``).
     """
-    check_java()
+    java = check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {**SMALL_MACHINE_DEFAULTS, "spark.ui.enabled": str(ui).lower(), **(config or {})}
     jvm_running = SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+    options = "spark.driver.extraJavaOptions"
+    if master.startswith("local") and not jvm_running:
+        settings[options] = _local_driver_java_options(java, settings)
     if quiet and not jvm_running:
-        options = "spark.driver.extraJavaOptions"
         settings[options] = quiet_logging.driver_java_options(settings.get(options))
     for key, value in settings.items():
         builder = builder.config(key, value)

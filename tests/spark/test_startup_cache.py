@@ -1,0 +1,171 @@
+"""`strom run`'s start-up across processes (issue 42): the class-data-sharing archive that local drivers
+share (two starts at once, a changed key), and a driver killed and started again under exactly_once_v2."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, TopicPartition
+from pyspark.find_spark_home import _find_spark_home
+
+from strom.kafka import clients
+from strom.spark import class_archive
+from strom.spark.preflight import JavaRuntime, check_java
+from strom.streams import Serdes
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "examples" / "word_count_app.py"
+STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
+
+
+def _env(tmp_path: Path, name: str, **variables: str) -> dict[str, str]:
+    return {**os.environ, "WORD_COUNT_APP_ID": name, "WORD_COUNT_STATE_DIR": str(tmp_path / name),
+            **{f"WORD_COUNT_{k.upper()}": v for k, v in variables.items()}}
+
+
+def _until_caught_up(tmp_path: Path, name: str, cache: Path, *options: str) -> subprocess.Popen:
+    """`strom run` of the word count on its own embedded broker (no input: caught up at once)."""
+    command = [*STROM, "run", str(APP), "--master", "local[2]", "--until-caught-up", *options]
+    return subprocess.Popen(command, env={**_env(tmp_path, name), "XDG_CACHE_HOME": str(cache)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _succeeds(*processes: subprocess.Popen) -> None:
+    for process in processes:
+        _, err = process.communicate(timeout=400)
+        assert process.returncode == 0 and "caught up" in err, err[-3000:]
+
+
+def _writers(directory: Path) -> dict[int, str]:
+    """The JVMs writing an archive into ``directory`` (they write it as they exit, after `strom run`
+    ended): process id and command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            line = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if f"-XX:ArchiveClassesAtExit={directory}" in line:
+            found[int(entry.name)] = line
+    return found
+
+
+def _wait_for_writers(directory: Path, timeout_s: float = 400) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _writers(directory):
+        assert time.monotonic() < deadline, f"a JVM still writes an archive in {directory} ({timeout_s} s)"
+        time.sleep(0.5)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.timeout(900)  # four starts of strom run, one or two JVMs writing an archive
+def test_starts_at_once_share_one_archive_and_a_changed_key_rebuilds_it(tmp_path):
+    cache = tmp_path / "cache"
+    jvm = cache / "strom" / "jvm"
+    key = class_archive.archive_key(check_java(), Path(_find_spark_home()))
+
+    # two starts at once with no archive: neither breaks the other; each JVM writes its own .part at its
+    # exit, unless the other's JVM was already running when the second start looked
+    _succeeds(_until_caught_up(tmp_path, "first", cache), _until_caught_up(tmp_path, "second", cache))
+    _wait_for_writers(jvm)
+    assert list(jvm.glob(f"spark-{key}.*.jsa.part")), list(jvm.iterdir())
+
+    # the next start adopts one (renamed into place) and removes the other
+    _succeeds(_until_caught_up(tmp_path, "third", cache))
+    assert sorted(path.name for path in jvm.iterdir()) == [f"spark-{key}.jsa"]
+
+    # "pyspark upgraded": the archive on disk is another key's; a JVM killed while writing left a
+    # headerless .part of this key. The start still works, removes the .part and rebuilds: its JVM
+    # writes a new .part of this key as it exits (stopped here: its writing was shown above)
+    (jvm / f"spark-{key}.jsa").rename(jvm / "spark-0123456789abcdef.jsa")
+    (jvm / f"spark-{key}.0badf00d.jsa.part").write_bytes(bytes(4096))
+    _succeeds(_until_caught_up(tmp_path, "upgraded", cache))
+    writers = _writers(jvm)
+    for pid in writers:
+        os.kill(pid, signal.SIGKILL)
+    rebuilding = [line for line in writers.values() if f"spark-{key}." in line]
+    assert rebuilding or list(jvm.glob(f"spark-{key}.*.jsa.part")), list(jvm.iterdir())
+    assert not (jvm / f"spark-{key}.0badf00d.jsa.part").exists()
+    assert (jvm / "spark-0123456789abcdef.jsa").exists()
+
+
+def test_no_archive_when_the_user_chooses_class_sharing_or_the_jdk_has_no_base_archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    java, spark_home = check_java(), Path(_find_spark_home())
+    assert class_archive.driver_java_options(java, spark_home).startswith("-XX:ArchiveClassesAtExit=")
+    assert class_archive.driver_java_options(java, spark_home, user_options="-Xshare:off") == ""
+    bare_jdk = JavaRuntime(str(tmp_path / "jdk" / "bin" / "java"), java.major, java.version)
+    assert class_archive.driver_java_options(bare_jdk, spark_home) == ""
+
+
+def _driver(tmp_path: Path, app_id: str, bootstrap: str, topics: dict[str, str],
+            *options: str) -> subprocess.Popen:
+    """`strom run` in its own process group (a kill of the group is the driver machine's crash)."""
+    command = [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]", *options]
+    return subprocess.Popen(command, env=_env(tmp_path, app_id, **topics), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _produce(bootstrap: str, topic: str, lines: range) -> None:
+    producer = clients.producer(bootstrap)
+    for i in lines:
+        producer.produce(topic, f"w{i % 50} w{i % 7}".encode(), str(i).encode())
+    assert producer.flush(60) == 0
+
+
+def _counts(bootstrap: str, topic: str, timeout_s: float) -> dict[str, int]:
+    """The last count per word, read read_committed to the end of both partitions."""
+    long = Serdes.Long().deserializer()
+    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True,
+                                              "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
+    latest: dict[str, int] = {}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and len(at_end) < 2:
+        for message in consumer.consume(100, 0.2):
+            if message.error() is None:
+                latest[message.key().decode()] = long.deserialize(topic, message.value())
+            elif message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+    consumer.close()
+    return latest
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.broker
+@pytest.mark.timeout(900)  # two starts of strom run
+def test_a_driver_killed_while_processing_and_started_again_counts_exactly(broker, tmp_path):
+    """SIGKILL of the driver's process group (driver, JVM, Python workers) mid-stream, more input while
+    it is down, `strom run` again with the same application.id and state.dir: every word counted once."""
+    suffix = uuid.uuid4().hex[:8]
+    topics = {"lines": f"restart-lines-{suffix}", "counts": f"restart-counts-{suffix}"}
+    bootstrap = broker.bootstrap_servers
+    clients.create_topics(bootstrap, {topics["lines"]: 2, topics["counts"]: 2})
+    first, more = range(20_000), range(20_000, 30_000)
+    _produce(bootstrap, topics["lines"], first)
+    driver = _driver(tmp_path, f"restart-{suffix}", bootstrap, topics)
+    try:
+        deadline = time.monotonic() + 300
+        while not _counts(bootstrap, topics["counts"], 1) and time.monotonic() < deadline:
+            assert driver.poll() is None, driver.stderr.read()[-3000:] if driver.stderr else ""
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    _produce(bootstrap, topics["lines"], more)
+    again = _driver(tmp_path, f"restart-{suffix}", bootstrap, topics, "--until-caught-up")
+    _, err = again.communicate(timeout=400)
+    assert again.returncode == 0 and "caught up" in err, err[-3000:]
+    expected = Counter(word for i in (*first, *more) for word in (f"w{i % 50}", f"w{i % 7}"))
+    assert _counts(bootstrap, topics["counts"], 60) == dict(expected)
