@@ -155,11 +155,11 @@ def test_a_stalled_send_offsets_is_given_up_and_fenced(cluster):
     try:
         assert wait_for(lambda: coordinator not in stalling.producer.list_topics(timeout=10).brokers, 90)
         cluster.start_node(coordinator)
-        stalling.timeout_s = 10.0
+        stalling.commit_timeout_s = 10.0
         started = time.monotonic()
         with pytest.raises(TransactionStalledError, match="did not return in 15s"):
             transaction(stalling, b"aborted", 2)
-        assert time.monotonic() - started < stalling.timeout_s + STALL_GRACE_S + 10
+        assert time.monotonic() - started < stalling.commit_timeout_s + STALL_GRACE_S + 10
         assert stalling.stalled
     finally:
         if coordinator not in cluster.alive():

@@ -13,9 +13,12 @@ exactly once.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -193,4 +196,39 @@ def test_the_driver_restarted_while_a_worker_is_missing(cluster, submit, broker)
         print(f"driver restarted: every partition committed again {max(moved.values()):.1f} s after")
         driver.finish()
         assert driver.tasks_on(1) == TASKS
+    assert_counted_once(bootstrap, names["counts"], lines)
+
+
+def _processes_of(cluster, worker: int) -> list[int]:
+    """Every process of worker ``worker``: its JVM, its executors, their Python daemons and workers."""
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    return [pid for pid in pids if cluster.worker_of(pid) == worker]
+
+
+def test_a_frozen_executor_is_fenced_once_its_tasks_moved(cluster, submit, broker):
+    """A zombie (issue 38): worker 0 with its executor and Python workers SIGSTOPped mid-batch. The driver
+    hears nothing from its stream thread, ends the batch, fences the thread's slot and moves its tasks to
+    worker 1, which commits them while worker 0 is still frozen. Thawed, the zombie's next commit is
+    fenced (it says so in its executor's log and ends quietly: the application runs on), and read_committed
+    every word is counted exactly once."""
+    lines = lines_of(38, 3000, 30)
+    bootstrap = broker.bootstrap_servers
+    with submit("frozen", [0, 1], lines[:100]) as driver:
+        names = driver.names
+        both_used(driver)
+        with SteadyWriter(bootstrap, names["lines"], lines[100:]):
+            driver.all_committing(120)
+            frozen = _processes_of(cluster, 0)
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                stopped = time.monotonic()
+                moved = driver.resumed_after(stopped, 120)
+                assert len(moved) == len(driver.partitions), f"committed again: {moved}\n{driver.logs()}"
+            finally:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
+            driver.wait_until(lambda: "was fenced" in cluster.executor_logs(0), 60, "the zombie fenced")
+        print(f"frozen executor: every partition committed again {max(moved.values()):.1f} s after the stop")
+        driver.finish()
     assert_counted_once(bootstrap, names["counts"], lines)

@@ -218,9 +218,11 @@ class ThreadControl:
         with self._lock:
             self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s, replicas, acceptable_lag,
                                           stateful, suspects, fence)
+            now = time.monotonic()
+            silent = {name for name, c in self._connections.items() if now - c.heard > SILENT_S}
             self._connections = {}
             self._lost = []
-            for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING"]:
+            for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING" or n in silent]:
                 del self.threads[name]
             return self._batch
 
@@ -254,9 +256,18 @@ class ThreadControl:
             connection.send({"type": "stop"})
 
     def live_threads(self) -> int:
-        """Threads of the running batch still connected (committing or not yet told to stop)."""
+        """Threads of the running batch still connected and heard from within ``SILENT_S`` (committing or
+        not yet told to stop): a frozen thread's open connection does not hold the batch's end."""
+        now = time.monotonic()
         with self._lock:
-            return len(self._connections)
+            return sum(1 for c in self._connections.values() if now - c.heard <= SILENT_S)
+
+    def frozen_threads(self) -> int:
+        """Threads of the running batch still connected but silent for ``SILENT_S``: no retry of theirs
+        will come while Spark counts their tasks as running, so nothing is worth waiting for."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for c in self._connections.values() if now - c.heard > SILENT_S)
 
     def stop_threads(self) -> None:
         """Tells every connected thread, and every thread that connects from now on, to end its batch."""

@@ -139,17 +139,13 @@ class OpenTask(LeasedTask):
             if fencing_probe is not None:
                 self._send_offsets(fencing_probe)
 
-    def resume(self, fencing_probe: Offsets | None, confirm: bool = False) -> bool:
-        """Takes a parked task up again: global stores refreshed, the transaction begun with
-        ``fencing_probe``. With ``confirm`` the task also proves now that it still owns its offsets
-        (the probe committed under exactly-once, the group's offsets compared otherwise), for a run
-        that does not commit soon. False, with the task closed, if another attempt took it over or its
+    def resume(self, fencing_probe: Offsets | None) -> bool:
+        """Takes a parked task up again (micro-batch): global stores refreshed, the transaction begun
+        with ``fencing_probe``. False, with the task closed, if another attempt took it over or its
         producer stalled (``strom.kafka.transactional``)."""
         try:
             self.refresh_global_stores()
             self.begin(fencing_probe)
-            if confirm:
-                self._confirm_owner()
         except ProducerFencedError:
             log.info("Task %s: taken over since it parked; opening it again", self.name)
             self.close()
@@ -162,14 +158,6 @@ class OpenTask(LeasedTask):
             self.close()
             raise
         return True
-
-    def _confirm_owner(self) -> None:
-        if self.transactions is not None:
-            # commit the probe now: offsets left pending in an open transaction would hold every
-            # read_committed offset fetch of the group (lag(), other tasks' opening) until it ends
-            self.commit({})
-        elif self.committed_positions() != self.positions:
-            raise ProducerFencedError("another attempt committed offsets since this task parked")
 
     def commit(self, offsets: Offsets) -> None:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
@@ -197,11 +185,6 @@ class OpenTask(LeasedTask):
         if self.transactions is not None:
             self.transactions.abort_transaction()  # a failure is logged: the next opener aborts it
         self.task.abort()
-
-    def committed_positions(self) -> Offsets:
-        """What group ``<application.id>`` has committed for the partitions this task reads."""
-        committed = self._committed(list(self.positions))
-        return {(tp.topic, tp.partition): tp.offset for tp in committed}
 
     def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
         """The committed offsets (with their metadata) of those of ``partitions`` that have one."""

@@ -297,7 +297,7 @@ class RealtimeExecution:
                     ending = now
                 continue
             quiet = (quiet or now) if self._control.live_threads() == 0 else None
-            grace = 1.0 if self._stopping.is_set() else END_GRACE_S
+            grace = 1.0 if self._stopping.is_set() else 0.0 if self._control.frozen_threads() else END_GRACE_S
             if (quiet is not None and now - quiet >= grace) or now - ending >= _STOP_GRACE_S:
                 log.info("Application %s: cancelling what is left of the batch's Spark job (retries of lost "
                          "stream threads)", self._application_id)
