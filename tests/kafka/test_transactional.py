@@ -6,7 +6,7 @@ the owner and the call)."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from strom.errors import BrokerUnavailableError, ProcessingError, ProducerFencedError
 from strom.kafka import clients
@@ -101,6 +101,11 @@ def test_a_send_of_a_fenced_producer_fails_fenced_at_the_flush(broker):
     assert not fenced(wrapped)
     wrapped.__cause__ = raised.value.__cause__  # librdkafka's KafkaException(_FENCED)
     assert fenced(wrapped)
+    with pytest.raises(KafkaException) as fatal:  # produce names the fence only _FATAL
+        zombie.producer.produce(topic, b"again")
+    assert fatal.value.args[0].code() == KafkaError._FATAL
+    wrapped.__cause__ = fatal.value
+    assert not fenced(wrapped) and fenced(wrapped, zombie)
     assert read_topic(broker.bootstrap_servers, topic) == []
 
 

@@ -55,17 +55,20 @@ _TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``."""
 
 
-def fenced(exc: BaseException | None) -> bool:
-    """Whether ``exc``, or an exception it was raised from, says the producer was fenced (a delivery
-    failure or a fatal error of a fenced producer surfaces wrapped in a task's ProcessingError)."""
+def fenced(exc: BaseException | None, producer: TransactionalProducer | None = None) -> bool:
+    """Whether ``exc``, or an exception it was raised from, says ``producer`` was fenced (its errors
+    surface wrapped in a task's ProcessingError). librdkafka's ``produce`` names a fenced producer's
+    fatal error only ``_FATAL``: then ``producer`` is asked (``is_fenced``)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, ProducerFencedError):
             return True
-        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError) \
-                and exc.args[0].code() in FENCED:
-            return True
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            if exc.args[0].code() in FENCED:
+                return True
+            if exc.args[0].code() == KafkaError._FATAL and producer is not None:
+                return producer.is_fenced()
         exc = exc.__cause__ or exc.__context__
     return False
 
@@ -123,6 +126,15 @@ class TransactionalProducer:
         except KafkaException as exc:
             log.warning("%s: abort_transaction failed (%s); the next init_transactions of %s aborts it",
                         self.owner, exc, self.transactional_id)
+
+    def is_fenced(self) -> bool:
+        """After a fatal error: whether its cause is a fence. librdkafka's transactional calls report the
+        original error of a producer in its fatal state (the call itself does nothing then)."""
+        try:
+            self.producer.abort_transaction(1)
+        except KafkaException as exc:
+            return exc.args[0].code() in FENCED
+        return False
 
     def flush(self, timeout_s: float) -> int:
         """``producer.flush`` under this policy; the messages left unacknowledged."""

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
 
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
@@ -42,6 +43,13 @@ def _lines(seed: int, count: int) -> list[tuple[str, str]]:
     return [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 4)))) for i in range(count)]
 
 
+def _caught_up(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> bool:
+    try:
+        return caught_up(bootstrap, app_id, partitions)
+    except KafkaException:  # NOT_LEADER_FOR_PARTITION: a node does not know a new topic's leaders yet
+        return False
+
+
 def _transactions(bootstrap: str) -> dict[str, str]:
     """transactional.id -> state, as `strom transactions list` shows the broker's coordinator."""
     strom = Path(sys.executable).with_name("strom")
@@ -64,7 +72,7 @@ def test_thirty_two_partitions_on_two_threads_are_two_transactional_ids(any_brok
     try:
         topics = (names["lines"], f"{app_id}-words-repartition")
         partitions = [(topic, p) for topic in topics for p in range(32)]
-        assert wait_for(lambda: caught_up(broker.bootstrap_servers, app_id, partitions), 480), "not caught up"
+        assert wait_for(lambda: _caught_up(broker.bootstrap_servers, app_id, partitions), 480), "behind"
         assert len(app.plan.task_ids) == 64 and app.num_stream_threads == 2  # 32 + 32 repartition tasks
         states = {tid: state for tid, state in _transactions(broker.bootstrap_servers).items()
                   if tid.startswith(f"{app_id}-")}

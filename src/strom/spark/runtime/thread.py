@@ -196,7 +196,7 @@ class StreamThread:
             try:
                 self._loop(consumer, control, started + self.plan.duration_s)
             except BaseException as exc:
-                if fenced(exc):
+                if fenced(exc, self.transactions):
                     self._fenced(control, exc)
                     return []
                 control.failed(exc)
