@@ -221,16 +221,20 @@ def test_a_frozen_executor_is_fenced_once_its_tasks_moved(cluster, submit, broke
         with SteadyWriter(bootstrap, names["lines"], lines[100:]):
             driver.all_committing(120)
             frozen = _processes_of(cluster, 0)
+            pythons = [pid for pid in frozen if "python" in Path(f"/proc/{pid}/comm").read_text()]
             for pid in frozen:
                 os.kill(pid, signal.SIGSTOP)
             try:
-                stopped = time.monotonic()
-                moved = driver.resumed_after(stopped, 120)
+                moved = driver.resumed_after(time.monotonic(), 120)
                 assert len(moved) == len(driver.partitions), f"committed again: {moved}\n{driver.logs()}"
+                # the Python workers first: thawed with its JVM, the executor would kill the zombie for
+                # the cancelled Spark task before it commits
+                for pid in pythons:
+                    os.kill(pid, signal.SIGCONT)
+                driver.wait_until(lambda: REPORTED_FENCED in driver.log_path.read_bytes(), 90, "its fence")
             finally:
                 for pid in frozen:
                     os.kill(pid, signal.SIGCONT)
-            driver.wait_until(lambda: REPORTED_FENCED in driver.log_path.read_bytes(), 90, "its fence")
         print(f"frozen executor: every partition committed again {max(moved.values()):.1f} s after the stop")
         driver.finish()
     assert_counted_once(bootstrap, names["counts"], lines)
