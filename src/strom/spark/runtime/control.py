@@ -33,6 +33,7 @@ from typing import Any
 from strom.spark.runtime.assignment import assign_standbys, assign_tasks
 
 __all__ = [
+    "ABORTED",
     "CONNECT_TIMEOUT_S",
     "FAILED",
     "FENCED",
@@ -58,9 +59,10 @@ HEARTBEAT_S = 1.0
 SILENT_S = 10.0
 """A thread the driver has not heard from for this long is lost (a machine gone without closing its
 connections); a dead process is noticed at once, its connection ends."""
-FINISHED, FAILED, FENCED = "PENDING_SHUTDOWN", "FAILED", "FENCED"
-"""A thread's states as it reports them; ``FENCED``: another producer took its slot over, it ended
-without committing (its tasks run elsewhere): not a failure."""
+FINISHED, FAILED, FENCED, ABORTED = "PENDING_SHUTDOWN", "FAILED", "FENCED", "ABORTED"
+"""A thread's states as it reports them. ``FENCED``: another producer took its slot over; ``ABORTED``:
+its transaction could only be aborted. Either way it ended without committing, its tasks to be opened
+again from their last commit: a lost thread, not a failure."""
 Fence = Callable[[list[int]], None]
 """Fences the transactional ids of these thread slots (the driver's ``init_transactions`` on each)."""
 
@@ -316,10 +318,10 @@ class ThreadControl:
     def _progress(self, connection: _Connection, message: dict[str, Any]) -> None:
         with self._lock:
             if self._connections.get(connection.name) is not connection:
-                if message.get("state") in (FAILED, FENCED):
+                if message.get("state", "RUNNING") != "RUNNING":
                     log.warning("Ignoring what %s of an earlier batch reports (%s: %s): its tasks moved",
                                 connection.name or "a stream thread", message.get("state"),
-                                message.get("error", "fenced"))
+                                message.get("error", "-"))
                 return
             if message.get("state") == FAILED and self.failure is None:
                 self.failure = f"{connection.name}: {message.get('error', 'failed')}"

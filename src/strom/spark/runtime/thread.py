@@ -38,7 +38,7 @@ from strom.errors import (
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.transactional import TransactionalProducer, fenced
-from strom.spark.runtime.control import FENCED, FINISHED, ControlClient
+from strom.spark.runtime.control import ABORTED, FENCED, FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask, producer_config
 from strom.spark.runtime.parked import PARKED
@@ -115,15 +115,6 @@ class RunningTask:
         self._records_committed = self.summary.records
         self.commits += 1
 
-    def reopened(self, task: OpenTask, restored: int) -> None:
-        """Carries on with ``task``, this task opened again in place of ``open``: read positions back at
-        its last commit; the output counted so far is kept (``task`` has a new sink)."""
-        output = self._output_sent() - self._sent_before
-        self.open = task
-        self._sent_before = self._output_sent() - output
-        self.read = dict(task.positions)
-        self.summary.restored += restored
-
     def progress_delta(self) -> dict[str, int]:
         """Counters to add to the driver's figures since the last report (the first report of a
         batch also counts the batch, and whether the task was reused and what it restored)."""
@@ -197,7 +188,10 @@ class StreamThread:
                 self._loop(consumer, control, started + self.plan.duration_s)
             except BaseException as exc:
                 if fenced(exc, self.transactions):
-                    self._fenced(control, exc)
+                    self._end_without_commit(control, exc, FENCED)
+                    return []
+                if isinstance(exc, (TransactionAbortableError, TransactionStalledError)):
+                    self._end_without_commit(control, exc, ABORTED)
                     return []
                 control.failed(exc)
                 self._abort_all()
@@ -230,18 +224,25 @@ class StreamThread:
         self.transactions.init_transactions()
         self.producer = self.transactions.producer
 
-    def _fenced(self, control: ControlClient, exc: BaseException) -> None:
-        """Another producer took this thread's slot over (its tasks run elsewhere now): the thread's
-        transaction is gone, its tasks close without a commit, and it ends quietly (not a failure)."""
-        log.warning("Stream thread %d of %s was fenced (its tasks moved to another thread); closing its %d "
-                    "tasks without committing: %s", self.index, self.config.application_id, len(self.tasks),
+    def _end_without_commit(self, control: ControlClient, exc: BaseException, state: str) -> None:
+        """Ends the thread after its transaction was lost without a failure of the application, as Kafka
+        Streams closes a thread's tasks dirty and revives them: its tasks close without committing (their
+        uncommitted store writes dropped) and it reports ``state``. ``FENCED``: another producer took its
+        slot over, its tasks run elsewhere. ``ABORTED``: the transaction could only be aborted (a
+        coordinator loading or moving, a timeout) or its producer stalled. Either way the driver counts the
+        thread as lost, ends the batch, and the next batch opens the tasks again from their last commit,
+        its slot fenced first. The thread never revives its tasks itself: a thread that is a zombie
+        without knowing it would fence the slot's legitimate holder."""
+        log.warning("Stream thread %d of %s: %s; closing its %d tasks without committing (they open again "
+                    "from their last commit in the next batch): %s", self.index, self.config.application_id,
+                    "fenced, its tasks moved" if state == FENCED else "transaction aborted", len(self.tasks),
                     exc)
         for running in self.tasks.values():
             running.open.task.abort()
             running.open.close()
         self.tasks.clear()
         self._close_standbys()
-        control.report({}, FENCED)
+        control.report({}, state)
 
     # ---- standby tasks ------------------------------------------------------------------------
     def _standbys_held(self) -> dict[str, int]:
@@ -452,18 +453,11 @@ class StreamThread:
         commit, all at once: their caches flushed into the thread's producer, one wait for the
         acknowledgements, then under exactly-once one transaction with every task's offsets (at least
         once: the offsets committed after the outputs are acknowledged); then the stores apply the
-        writes. A transaction that can only be aborted, or a producer stalled in it, costs the thread its
-        uncommitted work: every task opens again from its last commit (``_revive``), as Kafka Streams
-        closes a thread's tasks dirty and revives them. Fenced and fatal errors are raised."""
+        writes. Any failure is raised: a transaction that can only be aborted, or a producer stalled in
+        it, ends the thread (``TransactionAbortableError``, ``TransactionStalledError``: see ``run``)."""
         due = [running for running in self.tasks.values() if running.needs_commit()]
-        if not due:
-            return
-        try:
+        if due:
             self._commit(due, consumer)
-        except (TransactionAbortableError, TransactionStalledError) as exc:
-            log.warning("%s Opening the %d tasks of stream thread %d again from their last commit.", exc,
-                        len(self.tasks), self.index)
-            self._revive(consumer)
 
     def _commit(self, due: list[RunningTask], consumer: Consumer) -> None:
         started = time.monotonic()
@@ -510,21 +504,6 @@ class StreamThread:
                                          f"{self.config[cfg.BOOTSTRAP_SERVERS]}.")
         for running in self.tasks.values():
             running.open.task.collector.check_error()
-
-    def _revive(self, consumer: Consumer) -> None:
-        """Opens every task again from its last commit after the thread's transaction was lost: the tasks
-        close (their uncommitted store writes dropped), a new producer of the thread's slot fences the old
-        one and aborts its transaction, then each task reopens (stores restored) and reads on from its
-        committed offsets."""
-        for running in self.tasks.values():
-            running.open.close()
-        self._start_producer()
-        for running in self.tasks.values():
-            task, restored = self._open_task(running.summary.task)
-            running.reopened(task, restored)
-            for (topic, partition) in running.partitions:
-                consumer.seek(KafkaTopicPartition(topic, partition, running.read.get((topic, partition),
-                                                                                       OFFSET_BEGINNING)))
 
     def _hand_over_released(self, consumer: Consumer) -> None:
         """Closes the tasks another process asked for (their lease's release request), right after
