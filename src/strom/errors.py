@@ -82,6 +82,11 @@ class TransactionStalledError(BrokerUnavailableError):
     new producer of the same transactional.id fences it and aborts its transaction)."""
 
 
+class TransactionAbortableError(BrokerUnavailableError):
+    """A transaction failed with an error it can only be aborted after (a coordinator loading or moving, a
+    request timed out): it was aborted; the work starts again from the last commit."""
+
+
 class BrokerStartError(StromError):
     """The strom broker cannot start: its port is taken or its data directory is unusable."""
 
@@ -123,7 +128,8 @@ class ProcessorStateError(StromError):
 
 
 class ProducerFencedError(StromError):
-    """Another attempt of the same stream task took over its transactional.id (init_transactions)."""
+    """Another producer took over this one's transactional.id (init_transactions): a newer attempt of the
+    same stream thread or task, or the driver fencing a thread it counts as lost."""
 
 
 class WindowSpecError(StromError, ValueError):

@@ -6,11 +6,11 @@ the owner and the call)."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from strom.errors import BrokerUnavailableError, ProducerFencedError
+from strom.errors import BrokerUnavailableError, ProcessingError, ProducerFencedError
 from strom.kafka import clients
-from strom.kafka.transactional import TransactionalProducer
+from strom.kafka.transactional import TransactionalProducer, fenced
 from support.kafka import create_topic, read_topic, unique
 
 pytestmark = pytest.mark.broker
@@ -81,3 +81,36 @@ def test_other_kafka_errors_name_the_owner_the_call_and_the_broker(broker):
             producer.call(consumer.committed, [TopicPartition("t", 0)], 1)
     finally:
         consumer.close()
+
+
+def test_a_send_of_a_fenced_producer_fails_fenced_at_the_flush(broker):
+    """A stream thread learns it was fenced from the flush before its commit: librdkafka's fatal error
+    (raised while a delivery callback runs) is a ProducerFencedError, not a failure of the application;
+    ``fenced`` recognises it also where a task wrapped it."""
+    topic = create_topic(broker.bootstrap_servers, 1, "txn")
+    transactional_id = unique("txn")
+    zombie = TransactionalProducer(broker.bootstrap_servers, transactional_id, "Test writer",
+                                   on_delivery=lambda error, message: None)
+    zombie.init_transactions()
+    zombie.begin_transaction()
+    _producer(broker, transactional_id)  # bumps the epoch
+    zombie.producer.produce(topic, b"zombie")
+    with pytest.raises(ProducerFencedError, match="was fenced in flush") as raised:
+        zombie.flush(10)
+    wrapped = ProcessingError("a task's send failed")
+    assert not fenced(wrapped)
+    wrapped.__cause__ = raised.value.__cause__  # librdkafka's KafkaException(_FENCED)
+    assert fenced(wrapped)
+    with pytest.raises(KafkaException) as fatal:  # produce names the fence only _FATAL
+        zombie.producer.produce(topic, b"again")
+    assert fatal.value.args[0].code() == KafkaError._FATAL
+    wrapped.__cause__ = fatal.value
+    assert not fenced(wrapped) and fenced(wrapped, zombie)
+    assert read_topic(broker.bootstrap_servers, topic) == []
+
+
+def test_a_commit_is_bounded_well_below_the_transaction_timeout(broker):
+    default = TransactionalProducer(broker.bootstrap_servers, unique("txn"), "Test writer")
+    short = TransactionalProducer(broker.bootstrap_servers, unique("txn"), "Test writer",
+                                  **{"transaction.timeout.ms": 9000})
+    assert (default.commit_timeout_s, short.commit_timeout_s) == (20.0, 3.0)

@@ -1,22 +1,28 @@
 """A transactional producer with one error policy, for everything in strom that writes exactly once (the
-Spark sink's write tasks, the stream tasks of the Spark runtime).
+Spark sink's write tasks, the stream threads and tasks of the Spark runtime).
 
 Every transactional call, and any other client call the owner routes through ``call``, fails the same way:
 
 - fenced (another producer with the same ``transactional.id`` took over; librdkafka's ``_FENCED`` or
   the broker's PRODUCER_FENCED / INVALID_PRODUCER_EPOCH): ``ProducerFencedError``. The producer is
   unusable from then on; the newer instance owns the work.
-- an error after which the transaction can only be aborted (``txn_requires_abort``): the transaction
-  is aborted, so none of its records ever becomes visible, then ``BrokerUnavailableError``.
+- an error after which the transaction can only be aborted (``txn_requires_abort``), or a retriable one
+  (a coordinator loading or moving, a request timed out): the transaction is aborted, so none of its
+  records ever becomes visible, then ``TransactionAbortableError``. The owner starts again from its last
+  commit; nothing about the producer's identity is wrong.
 - any other Kafka error: ``BrokerUnavailableError`` naming the owner, the call and the broker.
-- ``send_offsets_to_transaction`` not returning within its timeout (plus ``STALL_GRACE_S``):
-  ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka (up to 2.16 at
-  least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group
+- ``send_offsets_to_transaction`` not returning within its bound (``commit_timeout_s`` plus
+  ``STALL_GRACE_S``): ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka
+  (up to 2.16 at least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group
   coordinator's broker to change state, and when that broker died and left the cluster's metadata
   it may wait for ever (librdkafka issues 5456 and 5511; on Kafka 4.1 a stream task stalled that way
   for minutes after the node that was its group coordinator was SIGKILLed). The call cannot be
   cancelled: it is left blocked on a daemon thread, and the owner replaces the producer (a new one
   with the same ``transactional.id`` fences this one and aborts its transaction).
+
+A commit's calls (send-offsets, commit) are bounded well below the producer's ``transaction.timeout.ms``
+(a third of it, at most ``TIMEOUT_S``): a commit given up after the coordinator already rolled the
+transaction back on its timeout would fail fenced although no other producer took over.
 """
 
 from __future__ import annotations
@@ -28,11 +34,16 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
+from strom.errors import (
+    BrokerUnavailableError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionStalledError,
+)
 from strom.kafka import clients
 from strom.kafka.security import authorization_error
 
-__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer"]
+__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +52,26 @@ TIMEOUT_S = 60.0
 STALL_GRACE_S = 5.0
 """How long past its own timeout a librdkafka call may take before the producer counts as stalled."""
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+_TRANSACTION_TIMEOUT_MS = 60_000
+"""librdkafka's default ``transaction.timeout.ms``."""
+
+
+def fenced(exc: BaseException | None, producer: TransactionalProducer | None = None) -> bool:
+    """Whether ``exc``, or an exception it was raised from, says ``producer`` was fenced (its errors
+    surface wrapped in a task's ProcessingError). librdkafka's ``produce`` names a fenced producer's
+    fatal error only ``_FATAL``: then ``producer`` is asked (``is_fenced``)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ProducerFencedError):
+            return True
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            if exc.args[0].code() in FENCED:
+                return True
+            if exc.args[0].code() == KafkaError._FATAL and producer is not None:
+                return producer.is_fenced()
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 T = TypeVar("T")
 
@@ -55,6 +86,9 @@ class TransactionalProducer:
         self.transactional_id = transactional_id
         self.owner = owner
         self.timeout_s = timeout_s
+        transaction_timeout_s = float(overrides.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000
+        self.commit_timeout_s = min(timeout_s, transaction_timeout_s / 3)
+        """How long send-offsets and commit may take: well below the transaction timeout (the module)."""
         self.in_transaction = False
         self.stalled = False
         """A call never returned (see the module): the producer must be replaced."""
@@ -74,10 +108,11 @@ class TransactionalProducer:
     def send_offsets_to_transaction(self, offsets: Sequence[TopicPartition], group_metadata: Any) -> None:
         """Adds ``offsets`` to the transaction; ``TransactionStalledError`` if librdkafka does not return
         in time (see the module)."""
-        self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata, self.timeout_s)
+        self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata,
+                      self.commit_timeout_s)
 
     def commit_transaction(self) -> None:
-        self.call(self.producer.commit_transaction, self.timeout_s)
+        self.call(self.producer.commit_transaction, self.commit_timeout_s)
         self.in_transaction = False
 
     def abort_transaction(self) -> None:
@@ -94,8 +129,21 @@ class TransactionalProducer:
             log.warning("%s: abort_transaction failed (%s); the next init_transactions of %s aborts it",
                         self.owner, exc, self.transactional_id)
 
+    def is_fenced(self) -> bool:
+        """After a fatal error: whether its cause is a fence. librdkafka's transactional calls report the
+        original error of a producer in its fatal state (the call itself does nothing then)."""
+        try:
+            self.producer.abort_transaction(1)
+        except KafkaException as exc:
+            return exc.args[0].code() in FENCED
+        return False
+
+    def flush(self, timeout_s: float) -> int:
+        """``producer.flush`` under this policy; the messages left unacknowledged."""
+        return self.call(self.producer.flush, timeout_s)
+
     def _bounded(self, method: Callable[..., T], *args: Any) -> T:
-        """``call(method, *args)`` on a daemon thread, waited for ``timeout_s + STALL_GRACE_S`` at most."""
+        """``call(method, *args)`` on a daemon thread, waited ``commit_timeout_s + STALL_GRACE_S`` at most."""
         name = getattr(method, "__name__", str(method))
         if self.stalled:
             raise self._stalled_error(name)
@@ -111,7 +159,7 @@ class TransactionalProducer:
                 done.set()
 
         threading.Thread(target=run, name=f"strom-txn-{self.transactional_id}", daemon=True).start()
-        if not done.wait(self.timeout_s + STALL_GRACE_S):
+        if not done.wait(self.commit_timeout_s + STALL_GRACE_S):
             self.stalled = True
             raise self._stalled_error(name)
         returned, value = outcome[0]
@@ -121,7 +169,8 @@ class TransactionalProducer:
 
     def _stalled_error(self, name: str) -> TransactionStalledError:
         return TransactionStalledError(
-            f"{self.owner}: librdkafka's {name} did not return in {self.timeout_s + STALL_GRACE_S:.0f}s "
+            f"{self.owner}: librdkafka's {name} did not return in "
+            f"{self.commit_timeout_s + STALL_GRACE_S:.0f}s "
             f"(a coordinator's broker died; librdkafka issues 5456, 5511). The producer of transactional.id "
             f"{self.transactional_id!r} is stuck: a new one fences it and aborts its transaction. Check the "
             f"brokers at {self._bootstrap_servers}.")
@@ -130,18 +179,28 @@ class TransactionalProducer:
         """``method(*args, **kwargs)`` under this producer's error policy (see the module)."""
         try:
             return method(*args, **kwargs)
+        except SystemError as exc:  # a callback ran while librdkafka raised its fatal error
+            if not isinstance(exc.__context__, KafkaException):
+                raise
+            return self._failed(method, exc.__context__)
         except KafkaException as exc:
-            error: KafkaError = exc.args[0]
-            name = getattr(method, "__name__", str(method))
-            if error.code() in FENCED:
-                self.in_transaction = False
-                raise ProducerFencedError(
-                    f"{self.owner} was fenced in {name}: another producer with transactional.id "
-                    f"{self.transactional_id!r} took over (a newer attempt of the same work).") from exc
-            if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-                raise authorization_error(self._settings, "TransactionalId", self.transactional_id, "Write",
-                                          error.name()) from None
-            if error.txn_requires_abort():
-                self.abort_transaction()
-            raise BrokerUnavailableError(f"{self.owner} failed in {name}: {error.str()}. Check the broker at "
-                                         f"{self._bootstrap_servers}.") from exc
+            return self._failed(method, exc)
+
+    def _failed(self, method: Callable[..., Any], exc: KafkaException) -> Any:
+        error: KafkaError = exc.args[0]
+        name = getattr(method, "__name__", str(method))
+        if error.code() in FENCED:
+            self.in_transaction = False
+            raise ProducerFencedError(
+                f"{self.owner} was fenced in {name}: another producer with transactional.id "
+                f"{self.transactional_id!r} took over (a newer attempt of the same work).") from exc
+        if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise authorization_error(self._settings, "TransactionalId", self.transactional_id, "Write",
+                                      error.name()) from None
+        if self.in_transaction and (error.txn_requires_abort() or error.retriable()):
+            self.abort_transaction()
+            raise TransactionAbortableError(
+                f"{self.owner}: {name} failed with {error.str()}; the transaction was aborted. Check the "
+                f"broker at {self._bootstrap_servers} if this repeats.") from exc
+        raise BrokerUnavailableError(f"{self.owner} failed in {name}: {error.str()}. Check the broker at "
+                                     f"{self._bootstrap_servers}.") from exc

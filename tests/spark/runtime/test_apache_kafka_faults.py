@@ -1,16 +1,18 @@
 """Faults on a real Apache Kafka cluster while an exactly_once_v2 word count runs on Spark in real-time
 mode and input keeps arriving; every count exact and no update written twice, read read_committed.
 
-- the leader of an input partition is SIGKILLed (leadership moves to an in-sync follower), brought back,
-  then the node coordinating a task's transactions is SIGKILLed (the transaction coordinator fails over
-  to another node, which aborts or completes the open transactions from ``__transaction_state``);
+- the leader of an input partition is SIGKILLed (leadership moves to an in-sync follower), brought
+  back, then the node coordinating a stream thread's transactions is SIGKILLed (the transaction
+  coordinator fails over to another node, which aborts or completes the open transactions from
+  ``__transaction_state``);
 - one node is stopped (2 of 3 left: min.insync.replicas=2 still met) and a stream thread's Python
   worker is SIGKILLed mid-transaction.
 
 When a killed node was also the group coordinator of ``<application.id>``, librdkafka's
 ``send_offsets_to_transaction`` could wait for ever (librdkafka issues 5456, 5511) and the application
 stalled: ``test_a_stalled_send_offsets_is_given_up_and_fenced`` reproduces that on one producer; strom's
-transactional producer gives up after its timeout and the stream thread opens the task again.
+transactional producer gives up after its bound (below the transaction timeout), the stream thread ends
+without committing and the next batch opens its tasks again.
 
 The cluster is the module's own (the session one stays whole for the other tests).
 """
@@ -33,6 +35,7 @@ from strom.errors import TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.transactional import STALL_GRACE_S, TransactionalProducer
 from strom.spark.runtime import SparkStreams
+from strom.spark.runtime.thread import transactional_id
 from support.apache_kafka import KafkaCluster
 from support.kafka import read_topic
 
@@ -93,7 +96,7 @@ def test_the_input_leader_then_the_transaction_coordinator_killed(cluster, spark
         cluster.kill(leader)
         time.sleep(4.0)
         cluster.start_node(leader)
-        coordinator = cluster.transaction_coordinator(f"{app.config.application_id}-1_0")
+        coordinator = cluster.transaction_coordinator(transactional_id(app.config.application_id, 0))
         cluster.kill(coordinator)
         time.sleep(4.0)
         cluster.start_node(coordinator)
@@ -155,11 +158,11 @@ def test_a_stalled_send_offsets_is_given_up_and_fenced(cluster):
     try:
         assert wait_for(lambda: coordinator not in stalling.producer.list_topics(timeout=10).brokers, 90)
         cluster.start_node(coordinator)
-        stalling.timeout_s = 10.0
+        stalling.commit_timeout_s = 10.0
         started = time.monotonic()
         with pytest.raises(TransactionStalledError, match="did not return in 15s"):
             transaction(stalling, b"aborted", 2)
-        assert time.monotonic() - started < stalling.timeout_s + STALL_GRACE_S + 10
+        assert time.monotonic() - started < stalling.commit_timeout_s + STALL_GRACE_S + 10
         assert stalling.stalled
     finally:
         if coordinator not in cluster.alive():

@@ -13,9 +13,12 @@ exactly once.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +34,9 @@ RESUME_WITHIN_S = 30.0
 STANDBY = json.dumps({**json.loads(DEFAULTS), "num.standby.replicas": 1, "metrics.prometheus.port": 0})
 TASKS = {"0_0", "0_1", "1_0", "1_1"}
 ENDING = b"ending the batch early"
+REPORTED_LATE = b"of an earlier batch reports ("
+"""What the driver logs, and ignores, when a thread of an earlier batch reports (control.py): a zombie
+thawed says its commit was fenced (FENCED) or its transaction lost (ABORTED)."""
 """What the driver logs when it ends a real-time batch before its duration (realtime.py)."""
 
 
@@ -193,4 +199,43 @@ def test_the_driver_restarted_while_a_worker_is_missing(cluster, submit, broker)
         print(f"driver restarted: every partition committed again {max(moved.values()):.1f} s after")
         driver.finish()
         assert driver.tasks_on(1) == TASKS
+    assert_counted_once(bootstrap, names["counts"], lines)
+
+
+def _processes_of(cluster, worker: int) -> list[int]:
+    """Every process of worker ``worker``: its JVM, its executors, their Python daemons and workers."""
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    return [pid for pid in pids if cluster.worker_of(pid) == worker]
+
+
+def test_a_frozen_executor_is_fenced_once_its_tasks_moved(cluster, submit, broker):
+    """A zombie (issue 38): worker 0 with its executor and Python workers SIGSTOPped mid-batch. The driver
+    hears nothing from its stream thread, ends the batch, fences the thread's slot and moves its tasks to
+    worker 1, which commits them while worker 0 is still frozen. Thawed, the zombie's next commit is
+    fenced: it ends quietly, and what it says over its old connection the driver logs and ignores (the
+    application runs on); read_committed every word is counted exactly once."""
+    lines = lines_of(38, 3000, 30)
+    bootstrap = broker.bootstrap_servers
+    with submit("frozen", [0, 1], lines[:100]) as driver:
+        names = driver.names
+        both_used(driver)
+        with SteadyWriter(bootstrap, names["lines"], lines[100:]):
+            driver.all_committing(120)
+            frozen = _processes_of(cluster, 0)
+            pythons = [pid for pid in frozen if "python" in Path(f"/proc/{pid}/comm").read_text()]
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                moved = driver.resumed_after(time.monotonic(), 120)
+                assert len(moved) == len(driver.partitions), f"committed again: {moved}\n{driver.logs()}"
+                # the Python workers first: thawed with its JVM, the executor would kill the zombie for
+                # the cancelled Spark task before it commits
+                for pid in pythons:
+                    os.kill(pid, signal.SIGCONT)
+                driver.wait_until(lambda: REPORTED_LATE in driver.log_path.read_bytes(), 90, "its fence")
+            finally:
+                for pid in frozen:
+                    os.kill(pid, signal.SIGCONT)
+        print(f"frozen executor: every partition committed again {max(moved.values()):.1f} s after the stop")
+        driver.finish()
     assert_counted_once(bootstrap, names["counts"], lines)

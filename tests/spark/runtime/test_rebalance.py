@@ -11,7 +11,7 @@ import pytest
 
 from strom.spark.runtime import control as control_module
 from strom.spark.runtime.assignment import assign_standbys, assign_tasks
-from strom.spark.runtime.control import FINISHED, ControlClient, ThreadControl
+from strom.spark.runtime.control import FENCED, FINISHED, ControlClient, ThreadControl
 
 from .conftest import wait_for
 
@@ -117,3 +117,58 @@ def test_a_lost_task_goes_where_its_caught_up_standby_is():
     assert assignment[2] == ["1_1"]
     lagging = assign_tasks(["0_0", "0_1", "1_1"], [0, 1], parked, {0: {"1_1": 50_000}}, acceptable_lag=10_000)
     assert lagging[0] == ["0_0", "1_1"]  # least loaded, by index: the lagging standby is no reason
+
+
+def test_slots_without_a_thread_are_fenced_before_any_task_is_assigned(control):
+    """Exactly-once fencing (issue 38): a suspect slot whose thread never says hello is fenced by the
+    driver before the assignment reaches anyone; a present thread fenced its own slot before its hello."""
+    fenced: list[list[int]] = []
+    assignment = control.begin_batch(1, 2, TASKS, hello_timeout_s=0.5, suspects={0, 1, 2},
+                                     fence=fenced.append)
+    present = ControlClient(control.address, control.token, 1, 0)
+    assert present.hello([]) == TASKS
+    assert fenced == [[1, 2]] and assignment.fenced == [1, 2]
+    late = ControlClient(control.address, control.token, 1, 1)
+    assert late.hello([]) == []
+    assert assignment.hellos == {0, 1}  # the next batch's suspects: each holds its slot's id now
+    present.close()
+    late.close()
+
+
+def test_a_failed_fence_assigns_nothing_and_fails_the_batch(control):
+    def unreachable(slots: list[int]) -> None:
+        raise ConnectionError("no broker")
+
+    control.begin_batch(1, 2, TASKS, hello_timeout_s=0.3, suspects={0, 1}, fence=unreachable)
+    client = ControlClient(control.address, control.token, 1, 0)
+    assert client.hello([]) == [] and client.stopping.is_set()
+    assert control.failure == "fencing the slots of lost stream threads failed: no broker"  # the app fails
+    client.close()
+
+
+def test_a_parked_task_is_reusable_only_in_the_worker_that_ran_it_last(control):
+    for batch, parked, reusable in [(1, ["0_0"], []), (2, ["0_0"], ["0_0"])]:
+        control.begin_batch(batch, 1, ["0_0"], hello_timeout_s=30)
+        client = ControlClient(control.address, control.token, batch, 0)
+        assert client.hello(parked) == ["0_0"] and client.reusable == reusable
+        client.report({}, FINISHED)
+        client.close()
+    control._holders["0_0"] = ("elsewhere", 1)  # another worker ran it since (its thread said hello there)
+    control.begin_batch(3, 1, ["0_0"], hello_timeout_s=30)
+    client = ControlClient(control.address, control.token, 3, 0)
+    assert client.hello(["0_0"]) == ["0_0"] and client.reusable == []
+    client.close()
+
+
+def test_what_a_thread_of_an_earlier_batch_reports_is_ignored(control):
+    """A frozen thread thawed after its tasks moved is fenced; its report must not fail the application."""
+    control.begin_batch(1, 1, TASKS, hello_timeout_s=30)
+    zombie = ControlClient(control.address, control.token, 1, 0)
+    zombie.hello([])
+    control.end_batch()
+    control.begin_batch(2, 1, TASKS, hello_timeout_s=30)
+    zombie.failed(RuntimeError("fenced"))
+    zombie.report({}, FENCED)
+    time.sleep(0.3)
+    assert control.failure is None and control.reason_to_end() is None
+    zombie.close()

@@ -172,7 +172,7 @@ def test_a_restore_from_the_source_topic_stops_at_the_committed_offset(broker, t
 
     config = StreamsConfig({"application.id": app_id, "bootstrap.servers": bootstrap,
                             "state.dir": str(tmp_path)})
-    sink = ProducerSink(bootstrap, {})
+    sink = ProducerSink.own(bootstrap, {})
     task = StreamTask(TaskId(0, 0), topology.internal, config, sink, ThreadCache(0))
     reader = end_consumer(bootstrap)
     try:
@@ -211,7 +211,7 @@ def test_a_restore_without_a_committed_offset_restores_nothing(broker, topics, t
     _produce(bootstrap, names["prices"], [("fruit0", "1.00", 1_000)])
     config = StreamsConfig({"application.id": f"rt-no-commit-{uuid.uuid4().hex[:8]}",
                             "bootstrap.servers": bootstrap, "state.dir": str(tmp_path)})
-    sink = ProducerSink(bootstrap, {})
+    sink = ProducerSink.own(bootstrap, {})
     task = StreamTask(TaskId(0, 0), topology.internal, config, sink, ThreadCache(0))
     reader = end_consumer(bootstrap)
     try:

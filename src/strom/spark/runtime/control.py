@@ -33,14 +33,17 @@ from typing import Any
 from strom.spark.runtime.assignment import assign_standbys, assign_tasks
 
 __all__ = [
+    "ABORTED",
     "CONNECT_TIMEOUT_S",
     "FAILED",
+    "FENCED",
     "FINISHED",
     "HEARTBEAT_S",
     "MAX_LINE",
     "SILENT_S",
     "BatchAssignment",
     "ControlClient",
+    "Fence",
     "ProgressListener",
     "ThreadControl",
     "ThreadMetadata",
@@ -56,7 +59,12 @@ HEARTBEAT_S = 1.0
 SILENT_S = 10.0
 """A thread the driver has not heard from for this long is lost (a machine gone without closing its
 connections); a dead process is noticed at once, its connection ends."""
-FINISHED, FAILED = "PENDING_SHUTDOWN", "FAILED"
+FINISHED, FAILED, FENCED, ABORTED = "PENDING_SHUTDOWN", "FAILED", "FENCED", "ABORTED"
+"""A thread's states as it reports them. ``FENCED``: another producer took its slot over; ``ABORTED``:
+its transaction could only be aborted. Either way it ended without committing, its tasks to be opened
+again from their last commit: a lost thread, not a failure."""
+Fence = Callable[[list[int]], None]
+"""Fences the transactional ids of these thread slots (the driver's ``init_transactions`` on each)."""
 
 
 @dataclass
@@ -93,6 +101,14 @@ class BatchAssignment:
     """``acceptable.recovery.lag``: a standby at most this far behind takes its task over."""
     stateful: Collection[str] | None = None
     """The tasks with changelogs (the only ones with standbys); None: all."""
+    suspects: Collection[int] = ()
+    """Thread slots whose earlier holder may still run (a zombie): fenced before any task is assigned,
+    by this batch's thread of the slot (before its hello) or, when it did not come, by ``fence``."""
+    fence: Fence | None = None
+    fenced: list[int] = field(default_factory=list)
+    """The slots the driver fenced for this batch."""
+    hellos: set[int] = field(default_factory=set)
+    """Every slot whose thread said hello in this batch (late ones too): each holds its slot's id."""
     parked: dict[int, list[str]] = field(default_factory=dict)
     standbys_held: dict[int, dict[str, int]] = field(default_factory=dict)
     machines: dict[int, str] = field(default_factory=dict)
@@ -110,6 +126,7 @@ class BatchAssignment:
         ``standbys``: the standby tasks its worker holds with their lag; ``machine``: its host and state
         directory."""
         with self.ready:
+            self.hellos.add(thread)
             if self.ended:
                 return None
             if self.assignment is not None and thread not in self.assignment:
@@ -133,6 +150,7 @@ class BatchAssignment:
                     log.warning("Batch %d: %d of %d stream threads started within %.0fs; assigning the "
                                 "tasks among them", self.batch, len(self.parked), self.threads,
                                 self.hello_timeout_s)
+                self._fence_absent()
                 self.assignment = assign_tasks(self.tasks, sorted(self.parked), self.parked,
                                                self.standbys_held, self.acceptable_lag)
                 self.standbys = assign_standbys(self.assignment, self.replicas, self.machines,
@@ -141,6 +159,21 @@ class BatchAssignment:
                          len(self.assignment), self.assignment, self.standbys)
                 self.ready.notify_all()
             return self.assignment[thread]
+
+    def _fence_absent(self) -> None:
+        """Fences the suspect slots whose thread did not say hello: no earlier holder of theirs may commit
+        for a task once the assignment gives it to another thread. A failure ends the batch."""
+        absent = sorted(set(self.suspects) - set(self.parked))
+        if absent and self.fence is not None:
+            log.info("Batch %d: fencing the transactional ids of thread slots %s (no thread of theirs here)",
+                     self.batch, absent)
+            try:
+                self.fence(absent)
+            except Exception:
+                self.ended = True
+                self.ready.notify_all()
+                raise
+            self.fenced = absent
 
     def end(self) -> None:
         with self.ready:
@@ -164,6 +197,8 @@ class ThreadControl:
         self._connections: dict[str, _Connection] = {}
         self.threads: dict[str, ThreadMetadata] = {}
         self._lost: list[str] = []
+        self._holders: dict[str, tuple[str, int]] = {}
+        """Task -> the worker (host, pid) that ran it last: only there may a parked copy be taken up."""
         self.failure: str | None = None
         """The first error a thread of this run reported (its task fails the application)."""
         self._stopping = False
@@ -178,14 +213,20 @@ class ThreadControl:
         return self._server.server_address[:2]
 
     def begin_batch(self, batch: int, threads: int, tasks: Sequence[str], hello_timeout_s: float,
-                    replicas: int = 0, acceptable_lag: int = 0,
-                    stateful: Collection[str] | None = None) -> None:
+                    replicas: int = 0, acceptable_lag: int = 0, stateful: Collection[str] | None = None,
+                    suspects: Collection[int] = (), fence: Fence | None = None) -> BatchAssignment:
+        """Starts batch ``batch``; connections of earlier batches are dropped (anything they say later is
+        ignored: a frozen thread thawed, a fenced one)."""
         with self._lock:
             self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s, replicas, acceptable_lag,
-                                          stateful)
+                                          stateful, suspects, fence)
+            now = time.monotonic()
+            silent = {name for name, c in self._connections.items() if now - c.heard > SILENT_S}
+            self._connections = {}
             self._lost = []
-            for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING"]:
+            for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING" or n in silent]:
                 del self.threads[name]
+            return self._batch
 
     def reason_to_end(self) -> str | None:
         """Why the running batch should end early: a thread failed, a thread lost (its connection ended
@@ -217,9 +258,18 @@ class ThreadControl:
             connection.send({"type": "stop"})
 
     def live_threads(self) -> int:
-        """Threads of the running batch still connected (committing or not yet told to stop)."""
+        """Threads of the running batch still connected and heard from within ``SILENT_S`` (committing or
+        not yet told to stop): a frozen thread's open connection does not hold the batch's end."""
+        now = time.monotonic()
         with self._lock:
-            return len(self._connections)
+            return sum(1 for c in self._connections.values() if now - c.heard <= SILENT_S)
+
+    def frozen_threads(self) -> int:
+        """Threads of the running batch still connected but silent for ``SILENT_S``: no retry of theirs
+        will come while Spark counts their tasks as running, so nothing is worth waiting for."""
+        now = time.monotonic()
+        with self._lock:
+            return sum(1 for c in self._connections.values() if now - c.heard > SILENT_S)
 
     def stop_threads(self) -> None:
         """Tells every connected thread, and every thread that connects from now on, to end its batch."""
@@ -239,24 +289,40 @@ class ThreadControl:
         if batch is None or batch.batch != message["batch"] or stopping:
             return {"type": "assign", "tasks": [], "stop": True}
         thread = int(message["thread"])
-        tasks = batch.tasks_of(thread, list(message.get("parked", ())), message.get("standbys"),
-                               message.get("machine", ""))
+        parked = list(message.get("parked", ()))
+        try:
+            tasks = batch.tasks_of(thread, parked, message.get("standbys"), message.get("machine", ""))
+        except Exception as exc:  # fencing a lost slot failed: no task may be assigned
+            with self._lock:
+                self.failure = self.failure or f"fencing the slots of lost stream threads failed: {exc}"
+            return {"type": "assign", "tasks": [], "stop": True}
         if tasks is None:
             return {"type": "assign", "tasks": [], "stop": True}
         name = f"stream-thread-{thread}"
         standbys = batch.standbys.get(thread, [])
+        worker = (message["host"], message["pid"])
         with self._lock:
             if self._batch is not batch:
                 return {"type": "assign", "tasks": [], "stop": True}
+            reusable = [task for task in tasks if task in parked and self._holders.get(task) == worker]
+            self._holders.update({task: worker for task in tasks})
             self._connections[name] = connection
             self.threads[name] = ThreadMetadata(name, "RUNNING", tasks, message["host"], message["pid"],
                                                 batch.batch, time.time(), standbys)
         connection.name = name
+        connection.batch = batch.batch
         connection.heard = time.monotonic()
-        return {"type": "assign", "tasks": tasks, "standbys": standbys, "stop": stopping}
+        return {"type": "assign", "tasks": tasks, "standbys": standbys, "reusable": reusable,
+                "stop": stopping}
 
     def _progress(self, connection: _Connection, message: dict[str, Any]) -> None:
         with self._lock:
+            if self._connections.get(connection.name) is not connection:
+                if message.get("state", "RUNNING") != "RUNNING":
+                    log.warning("Ignoring what %s of an earlier batch reports (%s: %s): its tasks moved",
+                                connection.name or "a stream thread", message.get("state"),
+                                message.get("error", "-"))
+                return
             if message.get("state") == FAILED and self.failure is None:
                 self.failure = f"{connection.name}: {message.get('error', 'failed')}"
             metadata = self.threads.get(connection.name)
@@ -287,6 +353,7 @@ class _Server(socketserver.ThreadingTCPServer):
 
 class _Connection(socketserver.StreamRequestHandler):
     name = ""
+    batch = 0
 
     def setup(self) -> None:
         super().setup()
@@ -328,6 +395,8 @@ class ControlClient:
         self._send_lock = threading.Lock()
         self.stopping = threading.Event()
         self.standbys: list[str] = []
+        self.reusable: list[str] = []
+        """The assigned tasks this worker holds parked and may take up (no other thread ran them since)."""
         self._closed = threading.Event()
 
     def hello(self, parked: list[str], standbys: dict[str, int] | None = None,
@@ -345,6 +414,7 @@ class ControlClient:
         if reply.get("stop"):
             self.stopping.set()
         self.standbys = list(reply.get("standbys", ()))
+        self.reusable = list(reply.get("reusable", ()))
         threading.Thread(target=self._listen, name="strom-thread-stop", daemon=True).start()
         threading.Thread(target=self._heartbeat, name="strom-thread-heartbeat", daemon=True).start()
         return list(reply["tasks"])

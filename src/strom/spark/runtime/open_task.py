@@ -1,8 +1,9 @@
 """OpenTask: one stream task with its clients, open across the micro-batches of one run.
 
 Opening (``open``) is what a task pays once per Python worker instead of once per batch: the
-lease on its directory, a producer (transactional under exactly-once, ``init_transactions``
-fencing earlier attempts), a consumer of group ``<application.id>``, the committed offsets, the
+lease on its directory, a producer (micro-batch: its own, transactional under exactly-once with
+``init_transactions`` fencing earlier attempts; real-time: its stream thread's, fenced by the thread),
+a consumer of group ``<application.id>``, the committed offsets, the
 stores opened and restored to the end of their changelogs. ``positions`` follows the group's
 committed offsets as this task commits them, so a later batch can tell whether it starts exactly
 where the open task stands.
@@ -15,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
@@ -33,7 +34,7 @@ from strom.streams.processor.records import TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 
-__all__ = ["QUICK_EOF", "QUICK_RETRY", "TIMEOUT_S", "Offsets", "OpenTask"]
+__all__ = ["QUICK_EOF", "QUICK_RETRY", "TIMEOUT_S", "Offsets", "OpenTask", "producer_config"]
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +51,18 @@ _NO_OFFSET = -1001
 Offsets = dict[tuple[str, int], int]
 
 
+def producer_config(config: StreamsConfig) -> dict[str, Any]:
+    """librdkafka settings of a stream task's or stream thread's producer."""
+    return {**CONNECT_AT_ONCE, **QUICK_RETRY, **config.client_props("producer.")}
+
+
 class OpenTask(LeasedTask):
     """A StreamTask, its producer and consumer, and the lease on its state directory."""
 
     def __init__(self, topology: Topology, config: StreamsConfig, task_id: TaskId,
-                 owned: tuple[str, ...], run_id: str) -> None:
+                 owned: tuple[str, ...], run_id: str, producer: Producer | None = None) -> None:
+        """``producer``: the stream thread's, shared with its other tasks (the thread runs the
+        transactions and commits); None: a producer of the task's own."""
         self.config = config
         self.run_id = run_id
         self.name = f"{config.application_id}-{task_id}"
@@ -63,18 +71,20 @@ class OpenTask(LeasedTask):
         self.positions: Offsets = {}
         self.lease = TaskLease.acquire(Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id))
         try:
-            self._connect(owned, task_id)
+            self._connect(owned, task_id, producer)
         except BaseException:
             self.lease.release()
             raise
 
-    def _connect(self, owned: tuple[str, ...], task_id: TaskId) -> None:
+    def _connect(self, owned: tuple[str, ...], task_id: TaskId, producer: Producer | None) -> None:
         bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
-        producer_config = {**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("producer.")}
-        self.sink = ProducerSink(bootstrap, producer_config, self.name if self.eos else None,
-                                 f"Stream task {self.name}")
+        if producer is None:
+            self.sink = ProducerSink.own(bootstrap, producer_config(self.config),
+                                         self.name if self.eos else None, f"Stream task {self.name}")
+        else:
+            self.sink = ProducerSink(producer, shared=True)
         self.transactions = self.sink.transactions
-        """The task's transactional producer under exactly-once (strom.kafka's error policy), else None."""
+        """The task's own transactional producer under exactly-once (strom.kafka's policy), else None."""
         self.consumer: Consumer = clients.consumer(
             bootstrap, group_id=self.config.application_id,
             **{**CONNECT_AT_ONCE, **QUICK_RETRY, **self.config.client_props("main.consumer."),
@@ -129,17 +139,13 @@ class OpenTask(LeasedTask):
             if fencing_probe is not None:
                 self._send_offsets(fencing_probe)
 
-    def resume(self, fencing_probe: Offsets | None, confirm: bool = False) -> bool:
-        """Takes a parked task up again: global stores refreshed, the transaction begun with
-        ``fencing_probe``. With ``confirm`` the task also proves now that it still owns its offsets
-        (the probe committed under exactly-once, the group's offsets compared otherwise), for a run
-        that does not commit soon. False, with the task closed, if another attempt took it over or its
+    def resume(self, fencing_probe: Offsets | None) -> bool:
+        """Takes a parked task up again (micro-batch): global stores refreshed, the transaction begun
+        with ``fencing_probe``. False, with the task closed, if another attempt took it over or its
         producer stalled (``strom.kafka.transactional``)."""
         try:
             self.refresh_global_stores()
             self.begin(fencing_probe)
-            if confirm:
-                self._confirm_owner()
         except ProducerFencedError:
             log.info("Task %s: taken over since it parked; opening it again", self.name)
             self.close()
@@ -153,14 +159,6 @@ class OpenTask(LeasedTask):
             raise
         return True
 
-    def _confirm_owner(self) -> None:
-        if self.transactions is not None:
-            # commit the probe now: offsets left pending in an open transaction would hold every
-            # read_committed offset fetch of the group (lag(), other tasks' opening) until it ends
-            self.commit({})
-        elif self.committed_positions() != self.positions:
-            raise ProducerFencedError("another attempt committed offsets since this task parked")
-
     def commit(self, offsets: Offsets) -> None:
         """Commits the processed batch: ``offsets`` with the partition times as their metadata (sent
         again into the transaction under exactly-once: the times are known only now)."""
@@ -169,15 +167,16 @@ class OpenTask(LeasedTask):
                 self._send_offsets(offsets)
             self.transactions.commit_transaction()
         elif offsets:
-            self.call(self.consumer.commit, offsets=self._with_metadata(offsets), asynchronous=False)
+            self.call(self.consumer.commit, offsets=self.with_metadata(offsets), asynchronous=False)
         self.positions.update(offsets)
 
     def _send_offsets(self, offsets: Offsets) -> None:
         assert self.transactions is not None
-        self.transactions.send_offsets_to_transaction(self._with_metadata(offsets),
+        self.transactions.send_offsets_to_transaction(self.with_metadata(offsets),
                                                       self.consumer.consumer_group_metadata())
 
-    def _with_metadata(self, offsets: Offsets) -> list[KafkaTopicPartition]:
+    def with_metadata(self, offsets: Offsets) -> list[KafkaTopicPartition]:
+        """``offsets`` to commit, each with its partition's time as metadata (Kafka Streams' format)."""
         return [KafkaTopicPartition(topic, partition, offset,
                                     metadata=self.task.commit_metadata(TopicPartition(topic, partition)))
                 for (topic, partition), offset in offsets.items()]
@@ -186,11 +185,6 @@ class OpenTask(LeasedTask):
         if self.transactions is not None:
             self.transactions.abort_transaction()  # a failure is logged: the next opener aborts it
         self.task.abort()
-
-    def committed_positions(self) -> Offsets:
-        """What group ``<application.id>`` has committed for the partitions this task reads."""
-        committed = self._committed(list(self.positions))
-        return {(tp.topic, tp.partition): tp.offset for tp in committed}
 
     def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
         """The committed offsets (with their metadata) of those of ``partitions`` that have one."""

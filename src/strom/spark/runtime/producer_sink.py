@@ -1,5 +1,9 @@
 """ProducerSink: the RecordSink of a stream task running on Spark, over a confluent-kafka producer.
 
+A micro-batch task has a producer of its own (``ProducerSink.own``); the tasks of a real-time stream
+thread share their thread's: each record carries its task's delivery callback, and the thread
+flushes the producer once per commit for all of them.
+
 Records without a partition use the murmur2 partitioner, as Kafka's Java clients (and so Kafka
 Streams) do: a key lands on the same partition whichever client wrote it.
 """
@@ -26,26 +30,38 @@ FLUSH_TIMEOUT_S = 60.0
 class ProducerSink:
     """Sends a task's records; reports deliveries and failures to the task's collector."""
 
-    def __init__(self, bootstrap_servers: str, config: dict[str, Any], transactional_id: str | None = None,
-                 owner: str = "") -> None:
-        """With ``transactional_id``, ``transactions`` is the producer's transactional side (``owner``
-        names it in errors); without, an idempotent producer and ``transactions`` is None."""
+    def __init__(self, producer: Producer, transactions: TransactionalProducer | None = None,
+                 shared: bool = False) -> None:
+        """``producer`` of its own (``own``), or ``shared`` with the other tasks of a stream thread;
+        ``transactions``: its transactional side when it is the sink's own and transactional."""
         self._collector: RecordCollector | None = None
-        settings = {**clients.JAVA_PARTITIONER, **config, "on_delivery": self._on_delivery}
-        self.transactions: TransactionalProducer | None = None
-        if transactional_id is None:
-            self.producer: Producer = clients.producer(bootstrap_servers, **settings)
-        else:
-            self.transactions = TransactionalProducer(bootstrap_servers, transactional_id, owner, **settings)
-            self.producer = self.transactions.producer
+        self.producer = producer
+        self.transactions = transactions
+        self.shared = shared
+        """The producer is a stream thread's: the thread flushes it, once for all its tasks."""
         self.sent: Counter[str] = Counter()
         self._unpolled = 0
         self._partition_counts: dict[str, int] = {}
 
+    @classmethod
+    def own(cls, bootstrap_servers: str, config: dict[str, Any], transactional_id: str | None = None,
+            owner: str = "") -> ProducerSink:
+        """A sink with a producer of its own: transactional with ``transactional_id`` (``owner`` names it
+        in errors), else idempotent."""
+        settings = {**clients.JAVA_PARTITIONER, **config}
+        if transactional_id is None:
+            return cls(clients.producer(bootstrap_servers, **settings))
+        transactions = TransactionalProducer(bootstrap_servers, transactional_id, owner, **settings)
+        return cls(transactions.producer, transactions)
+
+    def use(self, producer: Producer) -> None:
+        """Sends through ``producer`` from now on (a parked task taken up by another stream thread)."""
+        self.producer = producer
+
     def send(self, collector: RecordCollector, topic: str, partition: int | None, key: bytes | None,
              value: bytes | None, timestamp: int, headers: Headers) -> None:
         self._collector = collector
-        kwargs: dict[str, Any] = {"timestamp": timestamp}
+        kwargs: dict[str, Any] = {"timestamp": timestamp, "on_delivery": self._on_delivery}
         if partition is not None:
             kwargs["partition"] = partition
         if headers:
@@ -69,7 +85,11 @@ class ProducerSink:
         return count
 
     def flush(self, collector: RecordCollector) -> None:
+        """Waits for this sink's records; a shared producer is flushed by its thread instead, once for
+        all its tasks (``collector`` hears of failures through the records' callbacks)."""
         self._collector = collector
+        if self.shared:
+            return
         remaining = self.producer.flush(FLUSH_TIMEOUT_S)
         if remaining:
             collector.send_failed("(unknown)", None, None, KafkaException(KafkaError(

@@ -14,16 +14,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from strom.errors import ConfigError, ProcessingError
+from strom.kafka.transactional import TransactionalProducer
 from strom.spark.runtime.control import ThreadControl, ThreadMetadata, driver_host
 from strom.spark.runtime.executor import SUMMARY_DDL, BatchSink
-from strom.spark.runtime.thread import StreamThreadRunner, ThreadPlan
+from strom.spark.runtime.open_task import producer_config
+from strom.spark.runtime.thread import StreamThreadRunner, ThreadPlan, transactional_id
 from strom.spark.runtime.worker_pool import own_worker_pool
 from strom.spark.startup import mark
+from strom.streams import config as cfg
+from strom.streams.config import StreamsConfig
 from strom.streams.processor.topology import Topology
 
 __all__ = [
@@ -54,6 +60,10 @@ END_GRACE_S = 5.0
 (retries of lost threads get a slot, say hello and end at once) before it is cancelled: a retry
 that no slot will come for must not hold the next batch."""
 _STOP_GRACE_S = 30.0
+SLOTS_FILE = "stream-thread-slots"
+"""In ``<state.dir>/<application.id>``: how many thread slots (transactional ids) runs have used, so
+that a restarted driver fences every slot an earlier run may have left a zombie on."""
+_FENCING_PARALLELISM = 8
 
 ProgressSink = Callable[[str, dict[str, int]], None]
 StandbySink = Callable[[str, dict[str, dict[str, int]]], None]
@@ -159,6 +169,10 @@ class RealtimeExecution:
         self._acceptable_lag = acceptable_recovery_lag
         self._stateful = stateful
         self._control = ThreadControl(driver_host(conf), self._progress, on_standbys)
+        self._config = StreamsConfig(props)
+        self._slots_file = Path(self._config[cfg.STATE_DIR]) / application_id / SLOTS_FILE
+        self._suspects: set[int] = set(range(self._slots_used()))
+        """Thread slots whose holder may still run: fenced before the next batch's tasks are assigned."""
         self._job_group = f"strom-{application_id}-{run_id}"
         """Prefix of each batch's job group (``-<batch>``)."""
         self._stopping = threading.Event()
@@ -196,19 +210,54 @@ class RealtimeExecution:
                                  threads, self.threads)
                     self.threads = threads
                 batch += 1
-                self._control.begin_batch(batch, self.threads, sorted(self._owned), HELLO_TIMEOUT_S,
-                                          self._replicas, self._acceptable_lag, self._stateful)
+                assignment = self._control.begin_batch(
+                    batch, self.threads, sorted(self._owned), HELLO_TIMEOUT_S, self._replicas,
+                    self._acceptable_lag, self._stateful, self._suspects,
+                    self._fence if self._config.exactly_once else None)
                 job = self._job = _BatchJob(
                     self._spark, f"{self._job_group}-{batch}",
                     f"strom {self._application_id}: batch {batch}, {self.threads} stream threads",
                     self._batch(batch))
                 mark("job-submitted", f"batch {batch}")
                 self._watch(job)
+                self._suspects = set(assignment.hellos)
+                self._record_slots()
                 self._on_batch(job.rows)
         except Exception as exc:
             if not self._stopping.is_set():
                 log.info("Application %s: a real-time batch failed: %s", self._application_id, exc)
                 self._error = exc
+
+    def _slots_used(self, default: int | None = None) -> int:
+        """How many thread slots runs used (recorded in ``SLOTS_FILE``); without a record ``default``, or
+        as many as there are tasks (a run never has more threads than tasks)."""
+        try:
+            return max(int(self._slots_file.read_text()), 0)
+        except (OSError, ValueError):
+            return len(self._owned) if default is None else default
+
+    def _record_slots(self) -> None:
+        """Records the slots used so far, once a batch has fenced what earlier runs may have left."""
+        used = max(self._slots_used(0), self.threads)
+        if used != self._slots_used(-1):
+            self._slots_file.parent.mkdir(parents=True, exist_ok=True)
+            self._slots_file.write_text(str(used))
+
+    def _fence(self, slots: list[int]) -> None:
+        """Fences the transactional ids of ``slots``: ``init_transactions`` bumps each id's epoch, so an
+        earlier holder (a zombie thread, a retry that has not said hello) can no longer commit, and
+        aborts its open transaction."""
+        bootstrap = self._config[cfg.BOOTSTRAP_SERVERS]
+        settings = producer_config(self._config)
+
+        def fence(slot: int) -> None:
+            TransactionalProducer(
+                bootstrap, transactional_id(self._application_id, slot),
+                f"The driver of {self._application_id} fencing stream thread slot {slot}",
+                **settings).init_transactions()
+
+        with ThreadPoolExecutor(min(_FENCING_PARALLELISM, len(slots)), "strom-fence") as pool:
+            list(pool.map(fence, slots))
 
     def _threads_now(self) -> int:
         """The threads the next batch runs: the slots there, at most ``wanted``; 0 after waiting a
@@ -248,7 +297,7 @@ class RealtimeExecution:
                     ending = now
                 continue
             quiet = (quiet or now) if self._control.live_threads() == 0 else None
-            grace = 1.0 if self._stopping.is_set() else END_GRACE_S
+            grace = 1.0 if self._stopping.is_set() else 0.0 if self._control.frozen_threads() else END_GRACE_S
             if (quiet is not None and now - quiet >= grace) or now - ending >= _STOP_GRACE_S:
                 log.info("Application %s: cancelling what is left of the batch's Spark job (retries of lost "
                          "stream threads)", self._application_id)

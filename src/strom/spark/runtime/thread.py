@@ -3,10 +3,13 @@
 For the length of a batch (a checkpoint interval of minutes) the thread hosts the stream tasks the
 driver assigned it, consumes their partitions itself with one librdkafka consumer (no hop through
 the JVM), processes each record depth-first as it arrives, and commits every
-``commit.interval.ms``. Under exactly_once_v2 each task commits one transaction holding its
-outputs, repartition and changelog records and its input offsets (``transactional.id`` per task,
-so a retried or zombie attempt is fenced exactly as in micro-batch mode); then its stores apply
-the writes. WALL_CLOCK_TIME punctuations fire on time between polls, with or without records.
+``commit.interval.ms``. The thread has one producer, shared by its tasks: under exactly_once_v2 it
+commits one transaction per commit interval holding every task's outputs, repartition and changelog
+records and input offsets (``transactional.id`` ``<application.id>-stream-thread-<index>``: the
+thread fences the previous holder of its slot with ``init_transactions`` before it says hello, and
+the driver fences the slots of threads that did not come; docs/runtime.md, "What fences what"); then
+the stores apply the writes. A failure aborts that transaction, so every task of the thread goes back
+to its last commit. WALL_CLOCK_TIME punctuations fire on time between polls, with or without records.
 
 At the end of the batch the tasks stay open in this Python worker (``PARKED``): when the next
 batch's thread starts here, the driver gives it the same tasks back (their stores stay open).
@@ -23,16 +26,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from strom.errors import BrokerUnavailableError, ProcessorStateError, TransactionStalledError
+from strom.errors import (
+    BrokerUnavailableError,
+    ProcessorStateError,
+    TransactionAbortableError,
+    TransactionStalledError,
+)
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.spark.runtime.control import FINISHED, ControlClient
+from strom.kafka.transactional import TransactionalProducer, fenced
+from strom.spark.runtime.control import ABORTED, FENCED, FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
-from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
+from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask, producer_config
 from strom.spark.runtime.parked import PARKED
+from strom.spark.runtime.producer_sink import FLUSH_TIMEOUT_S
 from strom.spark.runtime.standby import STANDBYS, UPDATE_EVERY_S, StandbyTask
 from strom.spark.startup import mark, process_age_s
 from strom.streams import config as cfg
@@ -42,7 +52,7 @@ from strom.streams.processor.topology import Topology
 
 __all__ = [
     "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread", "StreamThreadRunner",
-    "ThreadPlan",
+    "ThreadPlan", "transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -53,6 +63,11 @@ MAX_POLL_RECORDS = 5_000
 # A thread waits on records, not on the broker: return fetches at once when nothing is there (the
 # loop polls again) and refill librdkafka's queue without its default one-second back-off.
 LOW_LATENCY_FETCH = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "enable.partition.eof": True}
+
+
+def transactional_id(application_id: str, slot: int) -> str:
+    """The ``transactional.id`` of stream thread slot ``slot`` (the thread of that index in every batch)."""
+    return f"{application_id}-stream-thread-{slot}"
 
 
 @dataclass(frozen=True)
@@ -100,15 +115,6 @@ class RunningTask:
         self._records_committed = self.summary.records
         self.commits += 1
 
-    def reopened(self, task: OpenTask, restored: int) -> None:
-        """Carries on with ``task``, this task opened again in place of ``open``: read positions back at
-        its last commit; the output counted so far is kept (``task`` has a new sink)."""
-        output = self._output_sent() - self._sent_before
-        self.open = task
-        self._sent_before = self._output_sent() - output
-        self.read = dict(task.positions)
-        self.summary.restored += restored
-
     def progress_delta(self) -> dict[str, int]:
         """Counters to add to the driver's figures since the last report (the first report of a
         batch also counts the batch, and whether the task was reused and what it restored)."""
@@ -124,25 +130,6 @@ class RunningTask:
         return delta
 
 
-def _commit(running: RunningTask) -> None:
-    started = time.monotonic()
-    offsets = running.uncommitted()
-    running.open.task.prepare_commit()
-    running.open.commit(offsets)
-    running.open.task.post_commit()
-    running.open.begin()
-    running.committed()
-    running.commit_s += time.monotonic() - started
-
-
-def _commit_failure(running: RunningTask) -> Exception | None:
-    try:
-        _commit(running)
-    except Exception as exc:
-        return exc
-    return None
-
-
 class StreamThread:
     """Runs its assigned stream tasks until the batch's deadline or a stop; returns their summaries."""
 
@@ -156,7 +143,12 @@ class StreamThread:
         self.routes: dict[tuple[str, int], RunningTask] = {}
         self.standbys: dict[str, StandbyTask] = {}
         self._standby_restored: dict[str, int] = {}
-        self._committer = ThreadPoolExecutor(thread_name_prefix="strom-commit")
+        self._opener = ThreadPoolExecutor(thread_name_prefix="strom-open")
+        self.transactions: TransactionalProducer | None = None
+        """The thread's transactional producer under exactly-once (``strom.kafka.transactional``)."""
+        self.producer: Producer | None = None
+        """The thread's producer, shared by its tasks."""
+        self._reusable: set[str] = set()
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
@@ -165,8 +157,14 @@ class StreamThread:
              f"{'?' if age is None else f'{age:.3f}'} s, its CPU {time.process_time():.3f} s")
         control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
         try:
+            try:
+                self._start_producer()  # fences the slot's previous holder before any task is assigned
+            except BaseException as exc:
+                control.failed(exc)
+                raise
             assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
                                      f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}")
+            self._reusable = set(control.reusable)
             mark("assigned", f"thread {self.index} tasks {assigned}")
             if not assigned or control.stopping.is_set():
                 control.report({}, FINISHED)
@@ -189,6 +187,12 @@ class StreamThread:
             try:
                 self._loop(consumer, control, started + self.plan.duration_s)
             except BaseException as exc:
+                if fenced(exc, self.transactions):
+                    self._end_without_commit(control, exc, FENCED)
+                    return []
+                if isinstance(exc, (TransactionAbortableError, TransactionStalledError)):
+                    self._end_without_commit(control, exc, ABORTED)
+                    return []
                 control.failed(exc)
                 self._abort_all()
                 self._close_standbys()
@@ -198,13 +202,47 @@ class StreamThread:
             self._report(control, FINISHED)
         finally:
             control.close()
-            self._committer.shutdown()
+            self._opener.shutdown()
         for task in self.tasks.values():
             PARKED.park(self._key(task.summary.task), task.open)
             task.summary.millis = (time.monotonic() - started) * 1000
         for task_id, standby in self.standbys.items():
             STANDBYS.park(self._key(task_id), standby)
         return [task.summary for task in self.tasks.values()]
+
+    def _start_producer(self) -> None:
+        """The thread's producer; under exactly-once transactional, with ``init_transactions`` fencing
+        every earlier holder of this thread's slot and aborting its open transaction."""
+        bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
+        settings = {**clients.JAVA_PARTITIONER, **producer_config(self.config)}
+        if not self.config.exactly_once:
+            self.producer = clients.producer(bootstrap, **settings)
+            return
+        self.transactions = TransactionalProducer(
+            bootstrap, transactional_id(self.config.application_id, self.index),
+            f"Stream thread {self.index} of {self.config.application_id}", **settings)
+        self.transactions.init_transactions()
+        self.producer = self.transactions.producer
+
+    def _end_without_commit(self, control: ControlClient, exc: BaseException, state: str) -> None:
+        """Ends the thread after its transaction was lost without a failure of the application, as Kafka
+        Streams closes a thread's tasks dirty and revives them: its tasks close without committing (their
+        uncommitted store writes dropped) and it reports ``state``. ``FENCED``: another producer took its
+        slot over, its tasks run elsewhere. ``ABORTED``: the transaction could only be aborted (a
+        coordinator loading or moving, a timeout) or its producer stalled. Either way the driver counts the
+        thread as lost, ends the batch, and the next batch opens the tasks again from their last commit,
+        its slot fenced first. The thread never revives its tasks itself: a thread that is a zombie
+        without knowing it would fence the slot's legitimate holder."""
+        log.warning("Stream thread %d of %s: %s; closing its %d tasks without committing (they open again "
+                    "from their last commit in the next batch): %s", self.index, self.config.application_id,
+                    "fenced, its tasks moved" if state == FENCED else "transaction aborted", len(self.tasks),
+                    exc)
+        for running in self.tasks.values():
+            running.open.task.abort()
+            running.open.close()
+        self.tasks.clear()
+        self._close_standbys()
+        control.report({}, state)
 
     # ---- standby tasks ------------------------------------------------------------------------
     def _standbys_held(self) -> dict[str, int]:
@@ -269,13 +307,13 @@ class StreamThread:
     # ---- opening ------------------------------------------------------------------------------
     def _open_all(self, assigned: list[str]) -> None:
         """Opens the assigned tasks (or takes them back parked), several at the same time: most of an
-        opening is waiting for the broker (init_transactions, committed offsets, the changelogs' ends)
-        and each task has its own clients and stores. A topology with global tables opens them one
+        opening is waiting for the broker (committed offsets, the changelogs' ends) and each task has
+        its own consumer and stores. A topology with global tables opens them one
         after the other: the process's global stores, shared by its tasks, catch up one task at a time."""
         opened: dict[str, RunningTask] = {}
         failure: BaseException | None = None
         if len(assigned) > 1 and not self.topology.internal.global_stores:
-            futures = {task_id: self._committer.submit(self._take_up, task_id) for task_id in assigned}
+            futures = {task_id: self._opener.submit(self._take_up, task_id) for task_id in assigned}
             opened = {task_id: f.result() for task_id, f in futures.items() if f.exception() is None}
             failure = next((f.exception() for f in futures.values() if f.exception() is not None), None)
         else:
@@ -295,25 +333,26 @@ class StreamThread:
 
     def _take_up(self, task_id: str) -> RunningTask:
         running = self._reuse(task_id) or self._open(task_id)
-        try:
-            running.open.begin()
-        except BaseException:
-            running.open.close()
-            raise
         mark("task-open", f"thread {self.index} task {task_id} reused {running.summary.reused}")
         return running
 
     def _reuse(self, task_id: str) -> RunningTask | None:
-        """The task parked in this worker, if it is of this run and still the current owner."""
+        """The task parked in this worker, if it is of this run and the driver says no other thread ran
+        it since it parked here (``reusable``: the task's last holder was this worker)."""
         task = PARKED.take(self._key(task_id))
         if task is None:
             return None
         assert isinstance(task, OpenTask)
-        if task.run_id != self.plan.run_id:
+        if task.run_id != self.plan.run_id or task_id not in self._reusable:
             task.close()
             return None
-        if not task.resume(fencing_probe=dict(task.positions) or None, confirm=True):
-            return None
+        try:
+            task.refresh_global_stores()
+        except BaseException:
+            task.close()
+            raise
+        assert self.producer is not None
+        task.sink.use(self.producer)
         return RunningTask(task, self.plan.owned[task_id], reused=True, restored=0)
 
     def _open(self, task_id: str) -> RunningTask:
@@ -322,7 +361,8 @@ class StreamThread:
 
     def _open_task(self, task_id: str) -> tuple[OpenTask, int]:
         owned = self.plan.owned[task_id]
-        task = OpenTask(self.topology, self.config, TaskId.parse(task_id), owned, self.plan.run_id)
+        task = OpenTask(self.topology, self.config, TaskId.parse(task_id), owned, self.plan.run_id,
+                        self.producer)
         try:
             restored = task.open([(topic, TaskId.parse(task_id).partition) for topic in owned])
         except BaseException:
@@ -347,6 +387,8 @@ class StreamThread:
         next_standby = time.monotonic()
         first_messages = True
         while True:
+            if self.transactions is not None and not self.transactions.in_transaction:
+                self.transactions.begin_transaction()
             now = time.monotonic()
             ending = control.stopping.is_set() or now >= deadline
             wait = max(0.0, min(POLL_S, next_commit - now))
@@ -407,41 +449,61 @@ class StreamThread:
         return any(running.open.task.commit_requested for running in self.tasks.values())
 
     def _commit_all(self, consumer: Consumer) -> None:
-        """Commits every task that processed, punctuated or moved its read position since its last
-        commit: its transaction (or, at least once, its offsets after its outputs are acknowledged).
-
-        Tasks commit at the same time, each in a thread of its own: most of a commit is waiting for the
-        broker (outputs acknowledged, offsets and the transaction's end written), and each task has its
-        own producer, so the waits overlap instead of adding up. Any failure but a stalled producer is
-        raised (the first task's); when a producer stalled, every task of the thread is opened again
-        (``_reopen``): their producers all send offsets to the group ``<application.id>``, so they have the
-        same dead coordinator cached and would stall one after the other (seen: 65 s each)."""
+        """Commits every task that processed, punctuated or moved its read position since the last
+        commit, all at once: their caches flushed into the thread's producer, one wait for the
+        acknowledgements, then under exactly-once one transaction with every task's offsets (at least
+        once: the offsets committed after the outputs are acknowledged); then the stores apply the
+        writes. Any failure is raised: a transaction that can only be aborted, or a producer stalled in
+        it, ends the thread (``TransactionAbortableError``, ``TransactionStalledError``: see ``run``)."""
         due = [running for running in self.tasks.values() if running.needs_commit()]
-        errors = list(self._committer.map(_commit_failure, due)) if len(due) > 1 else [
-            _commit_failure(running) for running in due]
-        failed = [e for e in errors if e is not None and not isinstance(e, TransactionStalledError)]
-        if failed:
-            raise failed[0]
-        stalled = [e for e in errors if isinstance(e, TransactionStalledError)]
-        if stalled:
-            log.warning("%s Opening the %d tasks of this stream thread again from their last commit.",
-                        stalled[0], len(self.tasks))
-            for running in self.tasks.values():
-                self._reopen(running, consumer)
+        if due:
+            self._commit(due, consumer)
 
-    def _reopen(self, running: RunningTask, consumer: Consumer) -> None:
-        """Opens a task again after a producer stalled in a commit (Kafka Streams revives a task whose
-        commit timed out the same way): the task is closed, its uncommitted store writes dropped; the new
-        producer's init_transactions fences the old one and aborts its transaction; the stores are
-        restored and the task reads on from its last commit."""
-        task_id = running.summary.task
-        running.open.close()
-        task, restored = self._open_task(task_id)
-        running.reopened(task, restored)
-        task.begin()
-        for (topic, partition) in running.partitions:
-            consumer.seek(KafkaTopicPartition(topic, partition, running.read.get((topic, partition),
-                                                                                   OFFSET_BEGINNING)))
+    def _commit(self, due: list[RunningTask], consumer: Consumer) -> None:
+        started = time.monotonic()
+        uncommitted = [(running, running.uncommitted()) for running in due]
+        for running in due:
+            running.open.task.prepare_commit()
+        self._flush()
+        offsets = [tp for running, task_offsets in uncommitted
+                   for tp in running.open.with_metadata(task_offsets)]
+        if self.transactions is not None:
+            if offsets:
+                self.transactions.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
+            self.transactions.commit_transaction()
+        elif offsets:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                raise BrokerUnavailableError(
+                    f"Stream thread {self.index} failed to commit its offsets: {exc.args[0].str()}. Check "
+                    f"the broker at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc
+        for running, task_offsets in uncommitted:
+            running.open.task.post_commit()
+            running.open.positions.update(task_offsets)
+            running.committed()
+        share = (time.monotonic() - started) / len(due)
+        for running in due:
+            running.commit_s += share
+
+    def _flush(self) -> None:
+        """Waits until the broker acknowledged every record the thread's tasks sent; a failed send fails
+        its task's commit (``RecordCollector.check_error``, through the task's production handler)."""
+        if self.transactions is not None:
+            remaining = self.transactions.flush(FLUSH_TIMEOUT_S)
+        else:
+            assert self.producer is not None
+            remaining = self.producer.flush(FLUSH_TIMEOUT_S)
+        if remaining:
+            unacknowledged = f"Stream thread {self.index}: {remaining} records not acknowledged in " \
+                             f"{FLUSH_TIMEOUT_S:.0f}s"
+            if self.transactions is not None:
+                self.transactions.abort_transaction()
+                raise TransactionAbortableError(f"{unacknowledged}; the transaction was aborted.")
+            raise BrokerUnavailableError(f"{unacknowledged}. Check the broker at "
+                                         f"{self.config[cfg.BOOTSTRAP_SERVERS]}.")
+        for running in self.tasks.values():
+            running.open.task.collector.check_error()
 
     def _hand_over_released(self, consumer: Consumer) -> None:
         """Closes the tasks another process asked for (their lease's release request), right after
@@ -462,6 +524,9 @@ class StreamThread:
                        self._standby_report())
 
     def _abort_all(self) -> None:
+        """The thread fails: its transaction is aborted, every task drops its uncommitted writes."""
+        if self.transactions is not None:
+            self.transactions.abort_transaction()
         for running in self.tasks.values():
             running.open.abort()
             running.open.close()

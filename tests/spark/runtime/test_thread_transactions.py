@@ -1,0 +1,142 @@
+"""exactly_once_v2 in real-time mode is one transaction per stream thread (issue 38), on local Spark and
+the strom broker: as many transactional ids as threads, however many tasks; a task raising inside a
+thread takes every task of that thread back to its last commit; a Spark task retried while its first
+attempt still runs fences that attempt (docs/runtime.md, "What fences what").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+
+from strom.kafka import clients
+from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
+from strom.spark.runtime.thread import transactional_id
+from strom.streams import Consumed, Materialized, Produced, StreamsBuilder
+
+from .cluster_wordcount import assert_counted_once, caught_up
+from .conftest import produce_lines, read_updates, wait_for
+from .wordcount import L, S, word_count
+
+pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def _props(broker, tmp_path, app_id: str, **extra) -> dict:
+    return {"application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
+            "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
+            "execution.mode": "realtime", "commit.interval.ms": 100, **extra}
+
+
+def _lines(seed: int, count: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(30)]
+    return [(f"k{i}", " ".join(rng.choices(words, k=rng.randint(1, 4)))) for i in range(count)]
+
+
+def _caught_up(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -> bool:
+    try:
+        return caught_up(bootstrap, app_id, partitions)
+    except KafkaException:  # NOT_LEADER_FOR_PARTITION: a node does not know a new topic's leaders yet
+        return False
+
+
+def _transactions(bootstrap: str) -> dict[str, str]:
+    """transactional.id -> state, as `strom transactions list` shows the broker's coordinator."""
+    strom = Path(sys.executable).with_name("strom")
+    listed = subprocess.run([str(strom), "transactions", "list", "-b", bootstrap, "--output", "json"],
+                            check=True, capture_output=True, timeout=60).stdout
+    return {row["transactional.id"]: row["state"] for row in json.loads(listed)}
+
+
+def test_thirty_two_partitions_on_two_threads_are_two_transactional_ids(any_broker, spark, tmp_path):
+    """On strom broker and on the 3-node Apache Kafka cluster, whose coordinators list them."""
+    broker = any_broker
+    names = {alias: f"eos-ids-{alias}-{uuid.uuid4().hex[:8]}" for alias in ("lines", "counts")}
+    clients.create_topics(broker.bootstrap_servers, {names["lines"]: 32, names["counts"]: 4})
+    lines = _lines(38, 2000)
+    produce_lines(broker.bootstrap_servers, names["lines"], lines)
+    app_id = f"eos-ids-{names['lines']}"
+    app = SparkStreams(word_count(names["lines"], names["counts"]),
+                       _props(broker, tmp_path, app_id, **{"num.stream.threads": 2}), spark)
+    app.start()
+    try:
+        topics = (names["lines"], f"{app_id}-words-repartition")
+        partitions = [(topic, p) for topic in topics for p in range(32)]
+        assert wait_for(lambda: _caught_up(broker.bootstrap_servers, app_id, partitions), 480), "behind"
+        assert len(app.plan.task_ids) == 64 and app.num_stream_threads == 2  # 32 + 32 repartition tasks
+        states = {tid: state for tid, state in _transactions(broker.bootstrap_servers).items()
+                  if tid.startswith(f"{app_id}-")}
+    finally:
+        app.stop()
+    # the first start of an application fences every slot an earlier run could have used (one per task):
+    # those ids never ran a transaction; only the two threads' ids did, for all 64 tasks
+    threads = {transactional_id(app_id, slot) for slot in range(2)}
+    committing = {tid for tid, state in states.items() if state != "Empty"}
+    assert committing == threads, states
+    assert set(states) == {transactional_id(app_id, slot) for slot in range(64)}, states
+    assert sum(p.commits for p in app.progress.tasks.values()) > 0
+    assert_counted_once(broker.bootstrap_servers, names["counts"], lines)
+    assert (tmp_path / app_id / "stream-thread-slots").read_text() == "2"  # a restart fences only these
+
+
+def failing_once_on(partition_word: str, source: str, sink: str, marker: str):
+    """Counts per key; the first time it meets ``partition_word`` (no marker file yet) it raises."""
+
+    def check(key, value):
+        if value == partition_word and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("a transient failure")
+        return value
+
+    builder = StreamsBuilder()
+    (builder.stream(source, Consumed.with_(S, S)).map_values(check).group_by_key()
+        .count(materialized=Materialized.as_("counts")).to_stream().to(sink, Produced.with_(S, L)))
+    return builder.build()
+
+
+def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(broker, spark, topics,
+                                                                               tmp_path):
+    """One thread runs both tasks; the record that raises comes after records of both partitions were
+    processed in the same commit interval: the thread's one transaction is aborted, both
+    tasks' stores drop what they counted since the last commit, and after REPLACE_THREAD every count is
+    exact, no update written twice."""
+    names = topics(source=2, sink=1)
+    keys = [f"key{i}" for i in range(20)]
+    records = [(keys[i % 20], "x") for i in range(400)] + [("flaky-key", "flaky")]
+    produce_lines(broker.bootstrap_servers, names["source"], records[:100])
+    app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed")),
+                       _props(broker, tmp_path, f"eos-raise-{names['source']}",
+                              **{"num.stream.threads": 1, "commit.interval.ms": 5000}), spark)
+    seen: list[Exception] = []
+
+    def replace(error: Exception) -> StreamThreadExceptionResponse:
+        seen.append(error)
+        return StreamThreadExceptionResponse.REPLACE_THREAD
+
+    app.set_uncaught_exception_handler(replace)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        # processed by both tasks in one commit interval (5 s), then the record that raises
+        produce_lines(broker.bootstrap_servers, names["source"], records[100:-1])
+        time.sleep(0.5)
+        produce_lines(broker.bootstrap_servers, names["source"], records[-1:])
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+    finally:
+        app.stop()
+    assert len(seen) == 1 and "a transient failure" in str(seen[0])
+    updates = read_updates(broker.bootstrap_servers, names["sink"])
+    expected = Counter(key for key, _ in records)
+    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
+    for key, counts in updates.items():
+        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
