@@ -27,6 +27,8 @@ from strom.kafka import clients
 from strom.prometheus import MetricsServer
 from strom.spark import failure_policy, metrics
 from strom.spark.connector.metadata import TopicMetadata
+from strom.spark.queries.router import QueryRouter
+from strom.spark.queries.views import remote_view
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.microbatch import MicroBatchExecution
@@ -42,8 +44,10 @@ from strom.spark.runtime.store_copies import StoreCopies
 from strom.spark.startup import mark
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
+from strom.streams.processor.internals.context import default_serde
 from strom.streams.processor.topology import Topology
-from strom.streams.query import StoreQueryParameters
+from strom.streams.query import KeyQueryMetadata, StateQueryRequest, StateQueryResult, StoreQueryParameters
+from strom.streams.query.requests import StreamsMetadata
 
 __all__ = [
     "ACCEPTABLE_RECOVERY_LAG",
@@ -254,6 +258,7 @@ class SparkStreams:
         self._start_threads = 0
         self._offset_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
         self._store_copies: StoreCopies | None = None
+        self._router: QueryRouter | None = None
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
         self._exception_handler: UncaughtExceptionHandler | None = None
@@ -527,18 +532,70 @@ class SparkStreams:
         self._execution = self._start_execution()
         return True
 
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        """An IQv2 request (``StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(k))``)
+        answered by the stream threads that hold the store's partitions, from their committed state
+        (real-time mode; docs/runtime.md#interactive-queries)."""
+        return self._query_router().query(request)
+
+    def query_metadata_for_key(self, store_name: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
+        """The partition of ``store_name`` that holds ``key`` and the endpoints serving it now."""
+        return self._query_router().query_metadata_for_key(store_name, key, serializer)
+
+    def streams_metadata_for_store(self, store_name: str) -> list[StreamsMetadata]:
+        """The query endpoints serving ``store_name`` now, with their active and standby partitions."""
+        return self._query_router().streams_metadata_for_store(store_name)
+
+    def _query_router(self) -> QueryRouter:
+        if self.plan is None:
+            raise InvalidStateStoreError("Call start() before querying a store: the stores' partitions are "
+                                         "known once the application is planned.")
+        if not self.realtime:
+            raise InvalidStateStoreError(
+                "IQv2 queries are answered by real-time stream threads; with execution.mode=microbatch a "
+                "task has no home to ask: use store(), which reads the driver's copies of the stores.")
+        if self._router is None:
+            builder = self._topology.internal
+            tasks = {sub.id: sub.tasks for sub in self.plan.subtopologies}
+            stores: dict[str, tuple[int, int] | None] = {
+                name: (sub.id, tasks[sub.id]) for sub in builder.subtopologies() for name in sub.stores}
+            stores.update(dict.fromkeys(builder.global_stores))
+            self._router = QueryRouter(self.config.application_id, stores, self._query_threads,
+                                       self._store_key_serializer)
+        return self._router
+
+    def _query_threads(self) -> tuple[list[Any], str] | None:
+        execution = self._execution
+        if not isinstance(execution, RealtimeExecution):
+            return None
+        return execution.thread_metadata(), execution.token
+
+    def _store_key_serializer(self, store_name: str) -> Any:
+        serde = getattr(self._topology.internal.store_builders[store_name], "key_serde", None)
+        return (serde or default_serde(self.config, "key", f"store {store_name!r}")).serializer()
+
     def store(self, params: StoreQueryParameters) -> Any:
         """A read-only view of a store (interactive query), e.g.
         ``store(StoreQueryParameters.from_name("counts", QueryableStoreTypes.key_value_store()))``.
 
-        It reads the driver's copy of the store, first brought up to the end of the store's
-        changelog (committed data under exactly-once) unless ``params.enable_stale_stores()``.
-        Works once ``start()`` has run, also after ``stop()`` (the state committed last; call
-        ``stop()`` again to close the copies).
+        Real-time mode: each read is an IQv2 request to the stream threads (``query``): active tasks
+        only, standbys too with ``params.enable_stale_stores()``. Micro-batch mode, whose tasks have no
+        home: the driver's copy of the store, first brought up to the end of the store's changelog
+        (committed data under exactly-once) unless ``params.enable_stale_stores()``; it works also after
+        ``stop()`` (call ``stop()`` again to close the copies).
         """
         if self.plan is None:
             raise InvalidStateStoreError("Call start() before querying a store: the stores' changelog "
                                          "partitions are known once the application is planned.")
+        if self.realtime:
+            router = self._query_router()
+            builder = self._topology.internal
+            if params.store_name in builder.global_stores:
+                store_builder = builder.global_stores[params.store_name].store_builder
+            else:
+                router.streams_metadata_for_store(params.store_name)  # an unknown store's error
+                store_builder = builder.store_builders[params.store_name]
+            return remote_view(params, store_builder, router.query, lambda: self._execution is not None)
         if self._store_copies is None:
             self._store_copies = StoreCopies(self._topology, self.config, self.plan)
         return self._store_copies.store(params)
@@ -550,6 +607,9 @@ class SparkStreams:
         if self._store_copies is not None:
             self._store_copies.close()
             self._store_copies = None
+        if self._router is not None:
+            self._router.close()
+            self._router = None
         execution = self._execution
         if execution is None:
             return

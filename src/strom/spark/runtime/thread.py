@@ -29,6 +29,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from strom.errors import BrokerUnavailableError, ProcessorStateError, TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.spark.queries.server import seed_positions, serve_queries
 from strom.spark.runtime.control import FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask
@@ -165,8 +166,10 @@ class StreamThread:
              f"{'?' if age is None else f'{age:.3f}'} s, its CPU {time.process_time():.3f} s")
         control = ControlClient(self.plan.control_address, self.plan.token, self.plan.batch, self.index)
         try:
+            queries = serve_queries(self, self.config.application_id, self.plan.token,
+                                    self.plan.control_address)
             assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
-                                     f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}")
+                                     f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}", queries)
             mark("assigned", f"thread {self.index} tasks {assigned}")
             if not assigned or control.stopping.is_set():
                 control.report({}, FINISHED)
@@ -176,6 +179,7 @@ class StreamThread:
                 self._close_standbys_except(control.standbys, assigned)
                 consumer = self._consumer()  # it connects while the tasks open
                 self._open_all(assigned)
+                seed_positions(self.tasks.values())
                 mark("tasks-open", f"thread {self.index}")
                 self._open_standbys(control.standbys)
                 self._assign(consumer)

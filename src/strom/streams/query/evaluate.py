@@ -95,22 +95,22 @@ def answer(request: StateQueryRequest, partitions: Mapping[int, TaskStores],
     does not hold are left out (the caller knows where they are)."""
     result = StateQueryResult()
     if global_stores and request.store_name in global_stores:
-        result.global_result = _answer_one(request, TaskStores(global_stores))
+        result.global_result = _answer_one(request, TaskStores(global_stores), None)
         return result
     asked = partitions if request.partitions is None else {
         p: partitions[p] for p in request.partitions if p in partitions}
     for partition, stores in sorted(asked.items()):
-        result.partition_results[partition] = _answer_one(request, stores)
+        result.partition_results[partition] = _answer_one(request, stores, partition)
     return result
 
 
-def _answer_one(request: StateQueryRequest, held: TaskStores) -> QueryResult:
+def _answer_one(request: StateQueryRequest, held: TaskStores, partition: int | None) -> QueryResult:
     if held.standby and request.active_only:
         return QueryResult.for_failure(FailureReason.NOT_ACTIVE, "this partition's replica here is a standby "
                                        "and the request requires the active task; retry (the active "
                                        "may be moving) or allow standbys")
     position = held.position()
-    if not request.position_bound.allows(position):
+    if not request.position_bound.allows(position, partition):
         return QueryResult.for_failure(
             FailureReason.NOT_UP_TO_BOUND, f"the store is at {position.to_json()}, before the bound "
             f"{request.position_bound.position.to_json()}; retry once it has committed further",  # type: ignore[union-attr]

@@ -88,10 +88,13 @@ class Position:
     def is_empty(self) -> bool:
         return not any(self.offsets.values())
 
-    def dominates(self, bound: Position) -> bool:
-        """True when this position is at or past ``bound`` in every topic partition ``bound`` names."""
-        return all(self.offsets.get(topic, {}).get(partition, -1) >= offset
-                   for topic, parts in bound.offsets.items() for partition, offset in parts.items())
+    def dominates(self, bound: Position, partition: int | None = None) -> bool:
+        """True when this position is at or past ``bound`` in every topic partition ``bound`` names; with
+        ``partition``, only in that partition of each topic (as Kafka checks a store partition's
+        position: a task reads its own partition of each input topic)."""
+        return all(self.offsets.get(topic, {}).get(p, -1) >= offset
+                   for topic, parts in bound.offsets.items() for p, offset in parts.items()
+                   if partition is None or p == partition)
 
     def to_json(self) -> dict[str, dict[str, int]]:
         return {topic: {str(p): o for p, o in sorted(parts.items())}
@@ -119,8 +122,9 @@ class PositionBound:
     def is_unbounded(self) -> bool:
         return self.position is None
 
-    def allows(self, position: Position) -> bool:
-        return self.position is None or position.dominates(self.position)
+    def allows(self, position: Position, partition: int | None = None) -> bool:
+        """Whether a store partition at ``position`` may answer (``partition``: see ``dominates``)."""
+        return self.position is None or position.dominates(self.position, partition)
 
 
 class Query:
