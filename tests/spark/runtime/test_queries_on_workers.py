@@ -91,7 +91,8 @@ def test_stream_threads_answer_every_query_type_from_their_own_stores(broker, sp
         assert position.topics == {repartition}
         assert _ask(app, "counts", KeyQuery.with_key("w3"), bound=PositionBound.at(position)).failures() == {}
         ahead = position.with_component(repartition, 0, position.get_partition_positions(repartition)[0] + 10)
-        answers = _ask(app, "counts", KeyQuery.with_key("w3"), bound=PositionBound.at(ahead)).partition_results
+        answers = _ask(app, "counts", KeyQuery.with_key("w3"), bound=PositionBound.at(ahead))
+        answers = answers.partition_results
         assert answers[0].failure_reason is FailureReason.NOT_UP_TO_BOUND and answers[1].is_success()
 
         # the IQv1 facade on top

@@ -71,6 +71,11 @@ class QueryRouter:
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="strom-query-route")
 
     # ---- metadata -------------------------------------------------------------------------------
+    def store_partitions(self, store_name: str) -> int | None:
+        """The partitions (tasks) of a store; None for a global store; an unknown store raises."""
+        entry = self._stores_entry(store_name)
+        return None if entry is None else entry[1]
+
     def query_metadata_for_key(self, store_name: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
         """The partition that holds ``key`` (the default partitioner over the key serialized by
         ``serializer``, else the store's key serde) and the endpoints serving it now."""

@@ -54,13 +54,14 @@ class RemoteStore:
         return self._running()
 
     def _ask(self, query: Query) -> list[Any]:
-        """Each asked partition's result, in partition order; any failure raises."""
+        """Each asked partition's result, in partition order (a global store's one); any failure raises."""
         request = StateQueryRequest.in_store(self.name).with_query(query)
         if self._params.partition is not None:
             request = request.with_partitions([self._params.partition])
         if not self._params.stale_stores:
             request = request.require_active()
-        answers = self._query(request).partition_results
+        result = self._query(request)
+        answers = result.partition_results if result.global_result is None else {0: result.global_result}
         failed = {p: r for p, r in answers.items() if r.is_failure()}
         if failed:
             partition, first = min(failed.items())
@@ -158,9 +159,17 @@ _VIEWS: dict[str, Callable[[str, list[Any]], Any]] = {
 }
 
 
-def remote_view(params: StoreQueryParameters, store_builder: Any, query: Callable[[StateQueryRequest], Any],
-                running: Callable[[], bool]) -> Any:
-    """The IQv1 view ``params`` asks for, read through ``query``."""
+def remote_view(params: StoreQueryParameters, store_builder: Any, partitions: int | None,
+                query: Callable[[StateQueryRequest], Any], running: Callable[[], bool]) -> Any:
+    """The IQv1 view ``params`` asks for, read through ``query``; ``partitions``: the store's (None: a
+    global store)."""
+    if params.partition is not None and partitions is None:
+        raise InvalidStateStoreError(f"Store {params.store_name!r} is a global store: every instance "
+                                     "holds all of it, so it has no partition to choose.")
+    if params.partition is not None and params.partition >= partitions:  # type: ignore[operator]
+        raise InvalidStateStoreError(
+            f"Store {params.store_name!r} has partitions 0 to {partitions - 1} (one per task); "  # type: ignore[operator]
+            f"there is no partition {params.partition}.")
     check_type(params, store_builder)
     view = _VIEWS.get(params.query_type.name)
     if view is None:

@@ -578,24 +578,24 @@ class SparkStreams:
         """A read-only view of a store (interactive query), e.g.
         ``store(StoreQueryParameters.from_name("counts", QueryableStoreTypes.key_value_store()))``.
 
-        Real-time mode: each read is an IQv2 request to the stream threads (``query``): active tasks
-        only, standbys too with ``params.enable_stale_stores()``. Micro-batch mode, whose tasks have no
-        home: the driver's copy of the store, first brought up to the end of the store's changelog
-        (committed data under exactly-once) unless ``params.enable_stale_stores()``; it works also after
-        ``stop()`` (call ``stop()`` again to close the copies).
+        While a real-time application runs, each read is an IQv2 request to the stream threads
+        (``query``): active tasks only, standbys too with ``params.enable_stale_stores()``. The explicit
+        fallback, in micro-batch mode (whose tasks have no home) and once the application is stopped: the
+        driver's copy of the store, first brought up to the end of the store's changelog (committed data
+        under exactly-once) unless ``params.enable_stale_stores()`` (call ``stop()`` again to close the
+        copies).
         """
         if self.plan is None:
             raise InvalidStateStoreError("Call start() before querying a store: the stores' changelog "
                                          "partitions are known once the application is planned.")
-        if self.realtime:
+        if self.realtime and self._execution is not None:
             router = self._query_router()
+            tasks = router.store_partitions(params.store_name)
             builder = self._topology.internal
-            if params.store_name in builder.global_stores:
-                store_builder = builder.global_stores[params.store_name].store_builder
-            else:
-                router.streams_metadata_for_store(params.store_name)  # an unknown store's error
-                store_builder = builder.store_builders[params.store_name]
-            return remote_view(params, store_builder, router.query, lambda: self._execution is not None)
+            store_builder = (builder.store_builders[params.store_name] if tasks is not None
+                             else builder.global_stores[params.store_name].store_builder)
+            return remote_view(params, store_builder, tasks, router.query,
+                               lambda: self._execution is not None)
         if self._store_copies is None:
             self._store_copies = StoreCopies(self._topology, self.config, self.plan)
         return self._store_copies.store(params)
