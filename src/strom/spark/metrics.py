@@ -25,7 +25,7 @@ from strom.streams import config as cfg
 
 __all__ = [
     "METRICS_HOST", "METRICS_PORT", "StatusReader", "StreamsCollector", "StreamsStatus", "TaskStatus",
-    "serve_if_configured",
+    "optional_port", "serve_if_configured",
 ]
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ METRICS_PORT = "metrics.prometheus.port"
 METRICS_HOST = "metrics.prometheus.host"
 
 
-def _port(key: str, value: Any) -> int | None:
+def optional_port(key: str, value: Any) -> int | None:
+    """A config value that is a TCP port or None (unset: off)."""
     if value is None:
         return None
     try:
@@ -49,7 +50,7 @@ def _port(key: str, value: Any) -> int | None:
     return port
 
 
-cfg.register(METRICS_PORT, None, _port)
+cfg.register(METRICS_PORT, None, optional_port)
 cfg.register(METRICS_HOST, "127.0.0.1", lambda key, value: str(value))
 
 

@@ -4,7 +4,11 @@ same input; positions and bounds; key metadata; the IQv1 facade; nothing of the 
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +58,7 @@ def test_stream_threads_answer_every_query_type_from_their_own_stores(broker, sp
     app = SparkStreams(counting(names["lines"], names["users"]), {
         "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
         "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
-        "execution.mode": "realtime", "num.stream.threads": 2}, spark)
+        "execution.mode": "realtime", "num.stream.threads": 2, "query.http.port": 0}, spark)
     app.start()
     try:
         assert app.wait_until_caught_up(150), f"lag {app.lag()}"
@@ -108,8 +112,49 @@ def test_stream_threads_answer_every_query_type_from_their_own_stores(broker, sp
         with pytest.raises(InvalidStateStoreError, match="no partition 2"):
             _ask(app, "counts", KeyQuery.with_key("w3"), partitions=[2])
         assert not (tmp_path / app_id / "query").exists()  # no copy of any store in the driver
+        _assert_http_and_cli(app, app_id, tmp_path, expected)
     finally:
         app.stop()
     with pytest.raises(InvalidStateStoreError, match="closed"):
         counts.get("w3")
     assert Position.empty().is_empty()
+
+
+def _curl(url: str) -> tuple[int, dict]:
+    done = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", url], capture_output=True, text=True,
+                          timeout=30, check=True)
+    body, _, status = done.stdout.rpartition("\n")
+    return int(status), json.loads(body)
+
+
+def _assert_http_and_cli(app: SparkStreams, app_id: str, state_dir, expected: Expected) -> None:
+    """The driver's HTTP face through curl, and `strom streams query` in a fresh interpreter."""
+    base = app.query_url
+    status, body = _curl(f"{base}/stores/counts/keys/w3")
+    assert status == 200 and body["value"] == expected.counts["w3"], body
+    assert body["partition"] == app.query_metadata_for_key("counts", "w3").partition
+    assert list(body["position"]) == [f"{app_id}-words-repartition"]
+    assert _curl(f"{base}/stores/counts/keys/nope")[0] == 404
+    status, body = _curl(f"{base}/stores/counts/range?from=w1&to=w13")
+    assert status == 200 and dict(body["entries"]) == {
+        k: v for k, v in expected.counts.items() if "w1" <= k <= "w13"}
+    (word, start), count = next(iter(expected.windowed.items()))
+    status, body = _curl(f"{base}/stores/windowed/keys/{word}/windows?from={start}&to={start}")
+    assert status == 200 and body["entries"] == [[start, count]]
+    status, body = _curl(f"{base}/stores/windowed/windows?from=0&to={BASE_MS * 2}")
+    assert {(e[0]["key"], e[0]["start"]): e[1] for e in body["entries"]} == expected.windowed
+    assert _curl(f"{base}/stores/users/keys/u3")[1]["value"] == "name-3"
+    status, body = _curl(f"{base}/stores/nope/keys/a")
+    assert status == 404 and "No state store 'nope'" in body["error"]
+    status, body = _curl(f"{base}/stores/counts/windows?from=0&to=10")
+    assert status == 400 and body["reason"] == "UNKNOWN_QUERY_TYPE"
+
+    command = [str(Path(sys.executable).with_name("strom")), "streams", "query", app_id, "counts", "w3",
+               "--state-dir", str(state_dir)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["value"] == expected.counts["w3"]
+    missing = subprocess.run([*command[:-3], "counts", "nope", *command[-2:]], capture_output=True, text=True,
+                             timeout=120)
+    assert missing.returncode == 1 and json.loads(missing.stdout)["value"] is None
+

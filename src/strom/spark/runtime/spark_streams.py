@@ -27,6 +27,7 @@ from strom.kafka import clients
 from strom.prometheus import MetricsServer
 from strom.spark import failure_policy, metrics
 from strom.spark.connector.metadata import TopicMetadata
+from strom.spark.queries import http as query_http
 from strom.spark.queries.router import QueryRouter
 from strom.spark.queries.views import remote_view
 from strom.spark.runtime.control import ThreadMetadata
@@ -259,6 +260,7 @@ class SparkStreams:
         self._offset_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
         self._store_copies: StoreCopies | None = None
         self._router: QueryRouter | None = None
+        self._query_http: query_http.QueryHttpServer | None = None
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
         self._exception_handler: UncaughtExceptionHandler | None = None
@@ -344,11 +346,19 @@ class SparkStreams:
         mark("started")
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
+        self._query_http = self._query_http or query_http.serve_if_configured(self.config, self._topology,
+                                                                              self.query)
 
     @property
     def metrics_url(self) -> str | None:
         """The Prometheus endpoint when ``metrics.prometheus.port`` is set (docs/deploy.md#metrics)."""
         return None if self._metrics is None else self._metrics.url
+
+    @property
+    def query_url(self) -> str | None:
+        """The HTTP face of interactive queries when ``query.http.port`` is set
+        (docs/runtime.md#interactive-queries)."""
+        return None if self._query_http is None else self._query_http.url
 
     @property
     def num_stream_threads(self) -> int:
@@ -623,6 +633,9 @@ class SparkStreams:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._query_http is not None:
+            self._query_http.close()
+            self._query_http = None
         self._set_state(State.NOT_RUNNING)
 
     def _release_open_tasks(self) -> None:
