@@ -5,9 +5,13 @@ same input; positions and bounds; key metadata; the IQv1 facade; nothing of the 
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -23,12 +27,14 @@ from strom.streams import (
     RangeQuery,
     StateQueryRequest,
     StoreQueryParameters,
+    TopologyTestDriver,
     WindowKeyQuery,
     WindowRangeQuery,
 )
 
-from .conftest import produce_lines
+from .conftest import produce_lines, wait_for
 from .test_interactive_queries import BASE_MS, Expected, _lines, _produce, counting
+from .wordcount import S, word_count
 
 pytestmark = [pytest.mark.spark, pytest.mark.broker, pytest.mark.slow]
 
@@ -149,12 +155,66 @@ def _assert_http_and_cli(app: SparkStreams, app_id: str, state_dir, expected: Ex
     status, body = _curl(f"{base}/stores/counts/windows?from=0&to=10")
     assert status == 400 and body["reason"] == "UNKNOWN_QUERY_TYPE"
 
-    command = [str(Path(sys.executable).with_name("strom")), "streams", "query", app_id, "counts", "w3",
-               "--state-dir", str(state_dir)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    def strom_query(key: str) -> subprocess.CompletedProcess:
+        command = [str(Path(sys.executable).with_name("strom")), "streams", "query", app_id, "counts", key,
+                   "--state-dir", str(state_dir)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    done = strom_query("w3")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["value"] == expected.counts["w3"]
-    missing = subprocess.run([*command[:-3], "counts", "nope", *command[-2:]], capture_output=True, text=True,
-                             timeout=120)
+    missing = strom_query("nope")
     assert missing.returncode == 1 and json.loads(missing.stdout)["value"] is None
 
+
+
+def test_a_killed_python_worker_costs_retriable_answers_never_wrong_ones(broker, spark, topics, tmp_path):
+    """Queries keep coming while a worker holding tasks is SIGKILLed: each partition answers the
+    committed count or a retriable NOT_PRESENT (its task is moving), and all answer again once the
+    tasks run elsewhere."""
+    names = topics(lines=2, counts=2)
+    vocabulary = [f"w{n}" for n in range(12)]
+    lines = [(f"k{i}", " ".join(random.Random(i).choices(vocabulary, k=3))) for i in range(150)]
+    produce_lines(broker.bootstrap_servers, names["lines"], lines)
+    with TopologyTestDriver(word_count(names["lines"], names["counts"])) as driver:
+        source = driver.create_input_topic(names["lines"], S, S)
+        for key, line in lines:
+            source.pipe_input(key, line)
+        expected = dict(driver.get_key_value_store("counts").all())
+    app = SparkStreams(word_count(names["lines"], names["counts"]), {
+        "application.id": f"rt-iq2-kill-{names['lines']}", "bootstrap.servers": broker.bootstrap_servers,
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "commit.interval.ms": 200,
+        "execution.mode": "realtime", "num.stream.threads": 2}, spark)
+    app.start()
+    answers: list[tuple[str, int, object]] = []
+    stop = threading.Event()
+
+    def ask() -> None:
+        while not stop.is_set():
+            for word in expected:
+                partition = app.query_metadata_for_key("counts", word).partition
+                result = app.query(StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(word))
+                                   .require_active())
+                answers.append((word, partition, result.partition_results[partition]))
+                if result.partition_results[partition].is_failure():
+                    time.sleep(0.05)  # a client retrying a retriable failure
+
+    try:
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        assert wait_for(lambda: len(answers) > 2 * len(expected), 60)
+        victim = next(t for t in app.metadata_for_local_threads() if t.active_tasks)
+        os.kill(victim.pid, signal.SIGKILL)
+        killed_at = len(answers)
+        assert app.wait_until_caught_up(240), f"lag {app.lag()}"
+        assert wait_for(lambda: all(r.is_success() for _, _, r in answers[-len(expected):])
+                        and len(answers) > killed_at + 2 * len(expected), 120), answers[-len(expected):]
+    finally:
+        stop.set()
+        app.stop()
+    wrong = [(w, r) for w, _, r in answers if r.is_success() and r.result != expected[w]]
+    assert not wrong, wrong[:5]
+    failed = [r for _, _, r in answers if r.is_failure()]
+    assert all(r.failure_reason is FailureReason.NOT_PRESENT and "retry" in r.failure_message for r in failed)
+    print(f"{len(answers)} key queries, {len(failed)} retriable failures while the tasks moved")
