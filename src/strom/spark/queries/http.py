@@ -198,6 +198,8 @@ def _json(value: Any) -> Any:
 
 class _Handler(BaseHTTPRequestHandler):
     face: QueryHttpServer
+    protocol_version = "HTTP/1.1"  # keep-alive: a service's client reuses its connection
+    protocol_version = "HTTP/1.1"  # keep-alive: a service's client reuses its connection
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
