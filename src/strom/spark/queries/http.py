@@ -199,7 +199,7 @@ def _json(value: Any) -> Any:
 class _Handler(BaseHTTPRequestHandler):
     face: QueryHttpServer
     protocol_version = "HTTP/1.1"  # keep-alive: a service's client reuses its connection
-    protocol_version = "HTTP/1.1"  # keep-alive: a service's client reuses its connection
+    disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart (delayed ACK)
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
