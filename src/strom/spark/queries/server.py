@@ -76,6 +76,8 @@ class QueryEndpoint:
                     request, task_ids = connection.recv()
                 except (EOFError, OSError):
                     return
+                if self._closed:  # a later run's endpoint serves this worker now
+                    return
                 try:
                     reply: Any = self.answer(request, task_ids)
                 except Exception as exc:  # never lose the connection over one request
