@@ -110,6 +110,15 @@ def test_a_lost_active_is_replaced_by_its_standby_only_when_allowed(cluster):
     assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # a standby's position is empty
 
 
+def test_a_finished_thread_s_parked_tasks_answer_stale_reads(cluster):
+    cluster.threads[1].thread_state = "PENDING_SHUTDOWN"  # its batch ended; its tasks stay open, parked
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert required[1].failure_reason is FailureReason.NOT_PRESENT
+    cluster.endpoints[0].close()  # and the standby's worker is gone
+    allowed = cluster.router.query(_request().with_partitions([1])).partition_results
+    assert allowed[1].is_success() and allowed[1].standby and allowed[1].result == [("b", 2)]
+
+
 def test_a_thread_not_running_or_a_task_not_open_is_not_present(cluster):
     cluster.threads[1].thread_state = "DEAD"
     answers = cluster.router.query(_request(KeyQuery.with_key("b")).require_active()).partition_results

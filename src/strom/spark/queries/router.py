@@ -16,7 +16,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
@@ -41,6 +41,8 @@ REPLY_TIMEOUT_S = 10.0
 """An endpoint that does not answer in this time is taken as gone (its partitions: NOT_PRESENT)."""
 
 Address = tuple[str, int]
+_FINISHED = "PENDING_SHUTDOWN"
+"""A thread whose batch ended (strom.spark.runtime.control.FINISHED): its tasks stay open, parked."""
 
 
 @dataclass
@@ -49,6 +51,8 @@ class _Routes:
 
     active: dict[str, Address] = field(default_factory=dict)
     standbys: dict[str, list[Address]] = field(default_factory=dict)
+    """Standbys of running threads, then what threads of an ended batch held (kept open there)."""
+    stale: dict[str, list[Address]] = field(default_factory=dict)
     endpoints: list[Address] = field(default_factory=list)
 
 
@@ -125,7 +129,7 @@ class QueryRouter:
             retry = [p for p in partitions if not _answered(result, p)]
             for round_ in range(max((len(routes.standbys.get(f"{sub}_{p}", ())) for p in retry), default=0)):
                 standbys = {p: _nth(routes.standbys.get(f"{sub}_{p}", ()), round_) for p in retry}
-                self._ask(request, sub, standbys, result, why, token)
+                self._ask(request, sub, standbys, result, why, token, stale=True)
                 retry = [p for p in retry if not _answered(result, p)]
         for p in partitions:
             if p not in result.partition_results:
@@ -143,9 +147,10 @@ class QueryRouter:
         return StateQueryResult(global_result=QueryResult.for_failure(FailureReason.NOT_PRESENT, why))
 
     def _ask(self, request: StateQueryRequest, sub: int, targets: dict[int, Address | None],
-             result: StateQueryResult, why: dict[int, str], token: str) -> None:
+             result: StateQueryResult, why: dict[int, str], token: str, stale: bool = False) -> None:
         """Asks each endpoint for its partitions of ``targets`` (at once); keeps every answer but a
-        retriable failure over an earlier one."""
+        retriable failure over an earlier one; ``stale``: the answers are not the active's (marked
+        ``standby``)."""
         by_endpoint: dict[Address, list[int]] = {}
         for partition, address in targets.items():
             if address is not None:
@@ -164,6 +169,7 @@ class QueryRouter:
                     why[p] = f"its endpoint {address[0]}:{address[1]} did not answer ({reply}); retry"
                 continue
             for p, answer in reply.partition_results.items():
+                answer = replace(answer, standby=True) if stale and answer.is_success() else answer
                 if answer.is_success() or p not in result.partition_results:
                     result.partition_results[p] = answer
             for p in by_endpoint[address]:
@@ -226,12 +232,19 @@ class QueryRouter:
         threads, token = found
         for thread in threads:
             address = thread.query_address
-            if thread.thread_state != "RUNNING" or address is None:
+            if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
+                continue
+            if thread.thread_state == _FINISHED:  # its batch ended: what it held is parked there, stale
+                for task in [*thread.active_tasks, *thread.standby_tasks]:
+                    routes.stale.setdefault(task, []).append(address)
                 continue
             routes.endpoints.append(address)
             routes.active.update({task: address for task in thread.active_tasks})
             for task in thread.standby_tasks:
                 routes.standbys.setdefault(task, []).append(address)
+        for task, addresses in routes.stale.items():
+            known = routes.standbys.setdefault(task, [])
+            known.extend([a for a in dict.fromkeys(addresses) if a not in known])
         return routes, token
 
     def _stores_entry(self, store_name: str) -> tuple[int, int] | None:
