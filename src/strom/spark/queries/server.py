@@ -131,16 +131,23 @@ _ENDPOINTS: dict[str, QueryEndpoint] = {}
 _LOCK = threading.Lock()
 
 
-def serve_queries(thread: Any, application_id: str, token: str, driver: tuple[str, int]) -> tuple[str, int]:
+def serve_queries(thread: Any, application_id: str, token: str,
+                  driver: tuple[str, int]) -> tuple[str, int] | None:
     """Makes ``thread`` the one this worker's endpoint for ``application_id`` serves from (a new endpoint
-    for a new run); returns the endpoint's address as the driver reaches it."""
+    for a new run); returns the endpoint's address as the driver reaches it. None when no endpoint could
+    listen (logged): the thread processes all the same, its partitions answer NOT_PRESENT."""
     with _LOCK:
         endpoint = _ENDPOINTS.get(application_id)
         if endpoint is None or endpoint.token != token:
             if endpoint is not None:
                 endpoint.close()
-            host, advertised = _bind_host(driver)
-            endpoint = _ENDPOINTS[application_id] = QueryEndpoint(token, host, advertised)
+                del _ENDPOINTS[application_id]
+            try:
+                host, advertised = _bind_host(driver)
+                endpoint = _ENDPOINTS[application_id] = QueryEndpoint(token, host, advertised)
+            except OSError as exc:
+                log.warning("No query endpoint for %s in this worker: %s", application_id, exc)
+                return None
         endpoint.thread = thread
         return endpoint.address
 
