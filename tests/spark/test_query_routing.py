@@ -119,6 +119,16 @@ def test_a_finished_thread_s_parked_tasks_answer_stale_reads(cluster):
     assert allowed[1].is_success() and allowed[1].standby and allowed[1].result == [("b", 2)]
 
 
+def test_between_batches_a_worker_that_held_a_task_answers_stale_reads(cluster):
+    assert cluster.router.query(_request()).partition_results[1].is_success()  # it learns who holds what
+    cluster.threads[:] = []  # the next batch's threads have not said hello yet
+    answers = cluster.router.query(_request()).partition_results
+    assert answers[0].standby and answers[0].result == [("a", 1), ("c", 1)]
+    assert answers[1].standby and answers[1].result in ([("b", 2)], [("b", 1)])
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in required.values())
+
+
 def test_a_thread_not_running_or_a_task_not_open_is_not_present(cluster):
     cluster.threads[1].thread_state = "DEAD"
     answers = cluster.router.query(_request(KeyQuery.with_key("b")).require_active()).partition_results

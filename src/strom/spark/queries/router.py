@@ -42,7 +42,8 @@ REPLY_TIMEOUT_S = 10.0
 
 Address = tuple[str, int]
 _FINISHED = "PENDING_SHUTDOWN"
-"""A thread whose batch ended (strom.spark.runtime.control.FINISHED): its tasks stay open, parked."""
+"""A thread whose batch ended (strom.spark.runtime.control.FINISHED): its tasks stay open, parked, in
+its worker, which answers for them until its next batch's thread says hello."""
 
 
 @dataclass
@@ -51,8 +52,7 @@ class _Routes:
 
     active: dict[str, Address] = field(default_factory=dict)
     standbys: dict[str, list[Address]] = field(default_factory=dict)
-    """Standbys of running threads, then what threads of an ended batch held (kept open there)."""
-    stale: dict[str, list[Address]] = field(default_factory=dict)
+    """Standbys of running threads, then the workers that held the task lately (kept open there)."""
     endpoints: list[Address] = field(default_factory=list)
 
 
@@ -71,6 +71,9 @@ class QueryRouter:
         self._threads = threads
         self._key_serializer = key_serializer
         self._idle: dict[tuple[Address, str], list[Connection]] = {}
+        self._held: dict[str, dict[Address, None]] = {}
+        """Task -> the endpoints that held it in this run (active or standby), the latest first."""
+        self._held_token = ""
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(8, thread_name_prefix="strom-query-route")
 
@@ -179,7 +182,8 @@ class QueryRouter:
     def _try(self, address: Address, token: str, message: QueryRequest) -> Any:
         try:
             return self._send(address, token, message)
-        except Exception as exc:
+        except Exception as exc:  # reported per partition
+            self._forget(address)
             return exc
 
     def _send(self, address: Address, token: str, message: QueryRequest) -> StateQueryResult:
@@ -230,22 +234,31 @@ class QueryRouter:
         if found is None:
             return routes, ""
         threads, token = found
-        for thread in threads:
-            address = thread.query_address
-            if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
-                continue
-            if thread.thread_state == _FINISHED:  # its batch ended: what it held is parked there, stale
+        with self._lock:
+            if token != self._held_token:
+                self._held, self._held_token = {}, token
+            for thread in threads:
+                address = thread.query_address
+                if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
+                    continue
                 for task in [*thread.active_tasks, *thread.standby_tasks]:
-                    routes.stale.setdefault(task, []).append(address)
-                continue
-            routes.endpoints.append(address)
-            routes.active.update({task: address for task in thread.active_tasks})
-            for task in thread.standby_tasks:
-                routes.standbys.setdefault(task, []).append(address)
-        for task, addresses in routes.stale.items():
+                    self._held[task] = {address: None, **self._held.get(task, {})}  # the latest first
+                if thread.thread_state == "RUNNING":
+                    routes.endpoints.append(address)
+                    routes.active.update({task: address for task in thread.active_tasks})
+                    for task in thread.standby_tasks:
+                        routes.standbys.setdefault(task, []).append(address)
+            held = {task: list(addresses) for task, addresses in self._held.items()}
+        for task, addresses in held.items():  # then where it was held lately: parked there, stale
             known = routes.standbys.setdefault(task, [])
-            known.extend([a for a in dict.fromkeys(addresses) if a not in known])
+            known.extend([a for a in addresses if a not in known and a != routes.active.get(task)])
         return routes, token
+
+    def _forget(self, address: Address) -> None:
+        """An endpoint that failed is no longer a place to look for stale answers."""
+        with self._lock:
+            for addresses in self._held.values():
+                addresses.pop(address, None)
 
     def _stores_entry(self, store_name: str) -> tuple[int, int] | None:
         if store_name not in self._stores:
