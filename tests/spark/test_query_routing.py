@@ -6,6 +6,7 @@ gone or a task that is not open gives a retriable NOT_PRESENT; a bound only acti
 
 from __future__ import annotations
 
+import socket
 from types import SimpleNamespace
 
 import pytest
@@ -150,4 +151,10 @@ def test_an_endpoint_refuses_a_caller_without_the_run_s_token(cluster):
     finally:
         stranger.close()
     assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in answers.values())
-    assert cluster.router.query(_request()).partition_results[0].is_success()  # still serving the driver
+    fresh = QueryRouter("routing", {"counts": (0, 2)}, lambda: (cluster.threads, TOKEN),
+                        lambda store: S.serializer())  # no connection kept open yet
+    try:
+        with socket.create_connection(cluster.endpoints[0].address):  # a caller that never answers
+            assert fresh.query(_request()).partition_results[0].is_success()  # the driver is still served
+    finally:
+        fresh.close()

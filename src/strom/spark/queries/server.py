@@ -19,7 +19,7 @@ import logging
 import socket
 import threading
 from collections.abc import Mapping
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any, Protocol
 
 from strom.streams.query.evaluate import TaskStores, answer
@@ -45,8 +45,8 @@ class QueryEndpoint:
 
     def __init__(self, token: str, host: str, advertised: str) -> None:
         self.token = token
-        self._listener = Listener((host, 0), authkey=token.encode())
-        self.address = (advertised, self._listener.address[1])
+        self._listener = socket.create_server((host, 0))
+        self.address = (advertised, self._listener.getsockname()[1])
         self.thread: _Thread | None = None
         self._closed = False
         threading.Thread(target=self._accept, name="strom-query-endpoint", daemon=True).start()
@@ -59,17 +59,25 @@ class QueryEndpoint:
     def _accept(self) -> None:
         while not self._closed:
             try:
-                connection = self._listener.accept()
+                sock, _ = self._listener.accept()
             except OSError:
                 if self._closed:
                     return
-                continue  # a caller without the token, or one that hung up during the handshake
-            except Exception as exc:  # AuthenticationError and the like: refuse the caller, keep serving
-                log.warning("Query endpoint: refused a connection: %s", exc)
                 continue
-            threading.Thread(target=self._serve, args=(connection,), name="strom-query", daemon=True).start()
+            threading.Thread(target=self._serve, args=(sock,), name="strom-query", daemon=True).start()
 
-    def _serve(self, connection: Connection) -> None:
+    def _serve(self, sock: socket.socket) -> None:
+        """One caller's connection: the token's challenge both ways (in this thread, so that a caller who
+        never answers holds up no other), then its requests one after the other."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        connection = Connection(sock.detach())
+        try:
+            deliver_challenge(connection, self.token.encode())
+            answer_challenge(connection, self.token.encode())
+        except Exception as exc:  # AuthenticationError, a caller gone: refuse it, keep serving
+            log.warning("Query endpoint: refused a connection: %s", exc)
+            connection.close()
+            return
         with connection:
             while not self._closed:
                 try:
