@@ -9,8 +9,9 @@ until every input record is committed. Figures: processing time from the first m
 caught-up (Spark start-up and a warm-up run excluded; the query's own start-up, a few
 seconds, included), records/s, task batches (and how many ran on a task kept open since its
 previous batch), mean task time per batch, and the interactive query of the counts store once
-caught up: the first ``store()`` (restores the changelog into the driver's copy), a refresh with
-nothing new, a ``get`` on the view. A small ``--max-offsets-per-trigger`` makes many
+caught up: the first ``store()`` (real-time mode: a view the stream threads answer, docs/runtime.md
+#interactive-queries; micro-batch mode: restores the changelog into the driver's copy), a second
+``store()``, a ``get`` on the view. A small ``--max-offsets-per-trigger`` makes many
 micro-batches, so the fixed cost per task batch shows.
 """
 

@@ -29,6 +29,7 @@ from rich.text import Text
 
 from strom.cli import output
 from strom.cli.broker import parse_config
+from strom.cli.query import QUERY_PORT_CONFIG, query_port_option
 from strom.cli.spark_session import spark_session
 from strom.errors import BrokerUnavailableError, ConfigError, ProcessingError, StromError, raised_at
 from strom.streams.config import (
@@ -157,11 +158,12 @@ def status_line(status: Any, tasks: int, window_s: float) -> str:
               help="When APP's code raises: restart its stream threads from the committed offsets (a few "
                    "times, with a back-off; strom.uncaught.exception.handler=REPLACE_THREAD) or stop with "
                    "the error (SHUTDOWN_CLIENT, the default). A handler set in code wins.")
+@query_port_option
 @click.option("--until-caught-up", is_flag=True, help="Stop once every input record is committed.")
 @click.option("--status-interval", type=click.FloatRange(0.1), default=5.0, show_default=True,
               help="Seconds between status lines when not on a terminal.")
 def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str, str],
-        spark_conf: dict[str, str], on_failure: str | None, until_caught_up: bool,
+        spark_conf: dict[str, str], on_failure: str | None, query_port: int | None, until_caught_up: bool,
         status_interval: float) -> None:
     """Run APP (app.py with build(), or module:function) on Spark until Ctrl-C or SIGTERM."""
     console = output.console(stderr=True)
@@ -175,6 +177,8 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
         props[UNCAUGHT_EXCEPTION_HANDLER] = ON_FAILURE[on_failure]
     if bootstrap_servers:
         props["bootstrap.servers"] = bootstrap_servers
+    if query_port is not None:
+        props[QUERY_PORT_CONFIG] = query_port
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -265,6 +269,8 @@ def _start(stack: ExitStack, topology: Topology, props: dict[str, Any], session:
     stack.callback(_stop, streams, console)
     if streams.metrics_url:
         console.print(f"metrics at {streams.metrics_url}")
+    if streams.query_url:
+        console.print(f"queries at {streams.query_url}/stores/<store>/keys/<key>")
     return streams
 
 

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from strom.cli.broker import parse_config
 from strom.cli.connection import Connection, connection_options
+from strom.cli.query import query
 from strom.errors import ConfigError
 from strom.kafka import offsets
 from strom.streams.config import DEFINITIONS, STATE_DIR, StreamsConfig
@@ -185,3 +186,6 @@ def _delete_internal(admin: AdminClient, app_id: str, internal: list[str], topic
     if internal:
         for future in admin.delete_topics(internal, operation_timeout=_TIMEOUT_S).values():
             future.result(timeout=_TIMEOUT_S)
+
+
+streams.add_command(query)  # strom.cli.query: a running application's store, over its HTTP face

@@ -46,6 +46,8 @@ __all__ = [
     "NUM_STREAM_THREADS",
     "PROCESSING_EXCEPTION_HANDLER",
     "PROCESSING_GUARANTEE",
+    "QUERY_HTTP_HOST",
+    "QUERY_HTTP_PORT",
     "REALTIME",
     "REALTIME_BATCH_DURATION_MS",
     "STATESTORE_CACHE_MAX_BYTES",
@@ -103,6 +105,8 @@ NUM_STANDBY_REPLICAS = "num.standby.replicas"
 ACCEPTABLE_RECOVERY_LAG = "acceptable.recovery.lag"
 METRICS_PORT = "metrics.prometheus.port"
 METRICS_HOST = "metrics.prometheus.host"
+QUERY_HTTP_PORT = "query.http.port"
+QUERY_HTTP_HOST = "query.http.host"
 UNCAUGHT_EXCEPTION_HANDLER = "strom.uncaught.exception.handler"
 HANDLER_RESPONSES = ("REPLACE_THREAD", "SHUTDOWN_CLIENT", "SHUTDOWN_APPLICATION")
 
@@ -305,6 +309,8 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     ACCEPTABLE_RECOVERY_LAG: (10_000, _non_negative_int),
     METRICS_PORT: (None, _port),
     METRICS_HOST: ("127.0.0.1", _text),
+    QUERY_HTTP_PORT: (None, _port),
+    QUERY_HTTP_HOST: ("127.0.0.1", _text),
     UNCAUGHT_EXCEPTION_HANDLER: (None, _handler_setting),
 }
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from strom.errors import TopologyError, UnknownTopicError
+from strom.errors import InvalidStateStoreError, TopologyError, UnknownTopicError
 from strom.streams import config as cfg
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
@@ -29,6 +29,8 @@ from strom.streams.processor.internals.ready_queues import ReadyQueues
 from strom.streams.processor.internals.task import StreamTask
 from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartition
 from strom.streams.processor.topology import Topology
+from strom.streams.query.evaluate import TaskStores, answer
+from strom.streams.query.requests import Position, StateQueryRequest, StateQueryResult
 from strom.streams.state.cache import ThreadCache
 from strom.streams.state.internals.metered import (
     MeteredTimestampedKeyValueStore,
@@ -309,6 +311,16 @@ class TopologyTestDriver:
             f"{sorted(s for t in self.tasks for s in t.context.stores)}."
         )
 
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        """Answers an IQv2 request from the tasks' stores as last committed, as a running application
+        does (``SparkStreams.query``): one result per partition of the store's sub-topology."""
+        partitions = {task.id.partition: TaskStores(task.context.stores, _position_of(task))
+                      for task in self.tasks if request.store_name in task.context.stores}
+        if not partitions and request.store_name not in self.global_state.stores:
+            raise InvalidStateStoreError(f"No state store named {request.store_name!r}; the topology has "
+                                f"{sorted(self.get_all_state_stores())}.")
+        return answer(request, partitions, self.global_state.stores)
+
     def get_all_state_stores(self) -> dict[str, Any]:
         """Every store of every task (and the global stores), by name."""
         stores: dict[str, Any] = dict(self.global_state.stores)
@@ -555,3 +567,7 @@ class TestOutputTopic:
 
     def is_empty(self) -> bool:
         return self.get_queue_size() == 0
+
+
+def _position_of(task: StreamTask) -> Callable[[], Position]:
+    return lambda: Position.of_partitions(task.committed_position)

@@ -1,4 +1,5 @@
-"""Interactive queries on Spark: the driver's store copies against the TopologyTestDriver's stores.
+"""Interactive queries on Spark: the driver's store copies (the fallback of micro-batch mode and of a
+stopped application) against the TopologyTestDriver's stores.
 
 One exactly-once run counts words (a timestamped key-value store), counts them per 10 s window
 (a timestamped window store) and replicates a global table; its stores are queried after each of
@@ -43,6 +44,13 @@ WORDS = [f"w{i}" for i in range(20)]
 BASE_MS = 1_700_000_000_000
 WINDOW = timedelta(seconds=10)
 KV = QueryableStoreTypes.key_value_store()
+
+
+@pytest.fixture
+def mode_props() -> dict[str, str]:
+    """Micro-batch mode, whose store() reads the driver's copies (a running real-time application's stream
+    threads answer themselves: test_queries_on_workers.py)."""
+    return {"execution.mode": "microbatch"}
 
 
 def counting(lines: str, users: str) -> Topology:

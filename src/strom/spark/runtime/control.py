@@ -80,6 +80,8 @@ class ThreadMetadata:
     last_commit: float = 0.0
     """``time.time()`` of the thread's last report (its last commit)."""
     standby_tasks: list[str] = field(default_factory=list)
+    query_address: tuple[str, int] | None = None
+    """The query endpoint of the thread's Python worker (``strom.spark.queries.server``)."""
 
 
 @dataclass
@@ -308,7 +310,8 @@ class ThreadControl:
             self._holders.update({task: worker for task in tasks})
             self._connections[name] = connection
             self.threads[name] = ThreadMetadata(name, "RUNNING", tasks, message["host"], message["pid"],
-                                                batch.batch, time.time(), standbys)
+                                                batch.batch, time.time(), standbys,
+                                                _address(message.get("query")))
         connection.name = name
         connection.batch = batch.batch
         connection.heard = time.monotonic()
@@ -400,13 +403,13 @@ class ControlClient:
         self._closed = threading.Event()
 
     def hello(self, parked: list[str], standbys: dict[str, int] | None = None,
-              machine: str = "") -> list[str]:
+              machine: str = "", query_address: tuple[str, int] | None = None) -> list[str]:
         """Says which tasks this worker holds (parked active ones; standbys with their lag) and on which
         machine (host and state directory); returns the tasks to run (after all threads said hello),
         and sets ``standbys`` to the standby tasks to keep."""
         self._send({"type": "hello", "token": self._token, "batch": self._batch, "thread": self._thread,
                     "pid": os.getpid(), "host": socket.gethostname(), "parked": parked,
-                    "standbys": standbys or {}, "machine": machine})
+                    "standbys": standbys or {}, "machine": machine, "query": query_address})
         self._socket.settimeout(None)
         reply = json.loads(self._file.readline(MAX_LINE) or b"{}")
         if reply.get("type") != "assign":
@@ -466,6 +469,10 @@ class ControlClient:
         except (OSError, ValueError):
             pass
         self.stopping.set()
+
+
+def _address(value: Any) -> tuple[str, int] | None:
+    return None if not value else (str(value[0]), int(value[1]))
 
 
 def driver_host(spark_conf: dict[str, str]) -> str:

@@ -190,6 +190,11 @@ class RealtimeExecution:
     def exception(self) -> Exception | None:
         return self._error
 
+    @property
+    def token(self) -> str:
+        """The run's secret: the stream threads' and their query endpoints' key."""
+        return self._control.token
+
     def thread_metadata(self) -> list[ThreadMetadata]:
         return sorted(self._control.threads.values(), key=lambda t: t.thread_name)
 

@@ -27,6 +27,9 @@ from strom.kafka import clients
 from strom.prometheus import MetricsServer
 from strom.spark import failure_policy, metrics
 from strom.spark.connector.metadata import TopicMetadata
+from strom.spark.queries import http as query_http
+from strom.spark.queries.router import QueryRouter
+from strom.spark.queries.views import remote_view
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.microbatch import MicroBatchExecution
@@ -51,8 +54,10 @@ from strom.streams.config import (  # the runtime's keys, defined with every oth
     REALTIME_BATCH_DURATION_MS,
     StreamsConfig,
 )
+from strom.streams.processor.internals.context import default_serde
 from strom.streams.processor.topology import Topology
-from strom.streams.query import StoreQueryParameters
+from strom.streams.query import KeyQueryMetadata, StateQueryRequest, StateQueryResult, StoreQueryParameters
+from strom.streams.query.requests import StreamsMetadata
 
 __all__ = [
     "ACCEPTABLE_RECOVERY_LAG",
@@ -214,6 +219,8 @@ class SparkStreams:
         self._start_threads = 0
         self._offset_clients: tuple[TopicMetadata, CommittedOffsets] | None = None
         self._store_copies: StoreCopies | None = None
+        self._router: QueryRouter | None = None
+        self._query_http: query_http.QueryHttpServer | None = None
         self._state = State.CREATED
         self._state_listener: StateListener | None = None
         self._exception_handler: UncaughtExceptionHandler | None = None
@@ -300,11 +307,19 @@ class SparkStreams:
         mark("started")
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
+        self._query_http = self._query_http or query_http.serve_if_configured(self.config, self._topology,
+                                                                              self.query)
 
     @property
     def metrics_url(self) -> str | None:
         """The Prometheus endpoint when ``metrics.prometheus.port`` is set (docs/deploy.md#metrics)."""
         return None if self._metrics is None else self._metrics.url
+
+    @property
+    def query_url(self) -> str | None:
+        """The HTTP face of interactive queries when ``query.http.port`` is set
+        (docs/runtime.md#interactive-queries)."""
+        return None if self._query_http is None else self._query_http.url
 
     @property
     def num_stream_threads(self) -> int:
@@ -496,18 +511,70 @@ class SparkStreams:
         self._execution = self._start_execution()
         return True
 
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        """An IQv2 request (``StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(k))``)
+        answered by the stream threads that hold the store's partitions, from their committed state
+        (real-time mode; docs/runtime.md#interactive-queries)."""
+        return self._query_router().query(request)
+
+    def query_metadata_for_key(self, store_name: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
+        """The partition of ``store_name`` that holds ``key`` and the endpoints serving it now."""
+        return self._query_router().query_metadata_for_key(store_name, key, serializer)
+
+    def streams_metadata_for_store(self, store_name: str) -> list[StreamsMetadata]:
+        """The query endpoints serving ``store_name`` now, with their active and standby partitions."""
+        return self._query_router().streams_metadata_for_store(store_name)
+
+    def _query_router(self) -> QueryRouter:
+        if self.plan is None:
+            raise InvalidStateStoreError("Call start() before querying a store: the stores' partitions are "
+                                         "known once the application is planned.")
+        if not self.realtime:
+            raise InvalidStateStoreError(
+                "IQv2 queries are answered by real-time stream threads; with execution.mode=microbatch a "
+                "task has no home to ask: use store(), which reads the driver's copies of the stores.")
+        if self._router is None:
+            builder = self._topology.internal
+            tasks = {sub.id: sub.tasks for sub in self.plan.subtopologies}
+            stores: dict[str, tuple[int, int] | None] = {
+                name: (sub.id, tasks[sub.id]) for sub in builder.subtopologies() for name in sub.stores}
+            stores.update(dict.fromkeys(builder.global_stores))
+            self._router = QueryRouter(self.config.application_id, stores, self._query_threads,
+                                       self._store_key_serializer)
+        return self._router
+
+    def _query_threads(self) -> tuple[list[Any], str] | None:
+        execution = self._execution
+        if not isinstance(execution, RealtimeExecution):
+            return None
+        return execution.thread_metadata(), execution.token
+
+    def _store_key_serializer(self, store_name: str) -> Any:
+        serde = getattr(self._topology.internal.store_builders[store_name], "key_serde", None)
+        return (serde or default_serde(self.config, "key", f"store {store_name!r}")).serializer()
+
     def store(self, params: StoreQueryParameters) -> Any:
         """A read-only view of a store (interactive query), e.g.
         ``store(StoreQueryParameters.from_name("counts", QueryableStoreTypes.key_value_store()))``.
 
-        It reads the driver's copy of the store, first brought up to the end of the store's
-        changelog (committed data under exactly-once) unless ``params.enable_stale_stores()``.
-        Works once ``start()`` has run, also after ``stop()`` (the state committed last; call
-        ``stop()`` again to close the copies).
+        While a real-time application runs, each read is an IQv2 request to the stream threads
+        (``query``): active tasks only, standbys too with ``params.enable_stale_stores()``. The explicit
+        fallback, in micro-batch mode (whose tasks have no home) and once the application is stopped: the
+        driver's copy of the store, first brought up to the end of the store's changelog (committed data
+        under exactly-once) unless ``params.enable_stale_stores()`` (call ``stop()`` again to close the
+        copies).
         """
         if self.plan is None:
             raise InvalidStateStoreError("Call start() before querying a store: the stores' changelog "
                                          "partitions are known once the application is planned.")
+        if self.realtime and self._execution is not None:
+            router = self._query_router()
+            tasks = router.store_partitions(params.store_name)
+            builder = self._topology.internal
+            store_builder = (builder.store_builders[params.store_name] if tasks is not None
+                             else builder.global_stores[params.store_name].store_builder)
+            return remote_view(params, store_builder, tasks, router.query,
+                               lambda: self._execution is not None)
         if self._store_copies is None:
             self._store_copies = StoreCopies(self._topology, self.config, self.plan)
         return self._store_copies.store(params)
@@ -519,6 +586,9 @@ class SparkStreams:
         if self._store_copies is not None:
             self._store_copies.close()
             self._store_copies = None
+        if self._router is not None:
+            self._router.close()
+            self._router = None
         execution = self._execution
         if execution is None:
             return
@@ -532,6 +602,9 @@ class SparkStreams:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        if self._query_http is not None:
+            self._query_http.close()
+            self._query_http = None
         self._set_state(State.NOT_RUNNING)
 
     def _release_open_tasks(self) -> None:

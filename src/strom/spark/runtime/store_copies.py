@@ -24,6 +24,7 @@ from strom.errors import InvalidStateStoreError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.reading import committed_offsets
+from strom.spark.queries.views import check_type
 from strom.spark.runtime.open_task import QUICK_EOF, TIMEOUT_S
 from strom.spark.runtime.plan import ApplicationPlan, SubtopologyTasks
 from strom.spark.runtime.restore import restore_task
@@ -64,7 +65,7 @@ class StoreCopies:
             if params.store_name in self._builder.global_stores:
                 return self._global_store(params)
             sub = self._subtopology_of(params.store_name)
-            _check_type(params, self._builder.store_builders[params.store_name])
+            check_type(params, self._builder.store_builders[params.store_name])
             partitions = self._partitions(params, sub)
             tasks = self._open(sub)
             for partition in partitions:
@@ -136,7 +137,7 @@ class StoreCopies:
         if params.partition is not None:
             raise InvalidStateStoreError(f"Store {params.store_name!r} is a global store: every instance "
                                          "holds all of it, so it has no partition to choose.")
-        _check_type(params, self._builder.global_stores[params.store_name].store_builder)
+        check_type(params, self._builder.global_stores[params.store_name].store_builder)
         if self._globals is None:
             stores = GlobalStateStores(self._builder.global_stores, self._config, self._dir / "global")
             try:
@@ -167,13 +168,3 @@ class StoreCopies:
                 **{**CONNECT_AT_ONCE, **self._config.client_props("restore.consumer."),
                    "enable.partition.eof": True, **QUICK_EOF, "isolation.level": isolation})
         return self._consumer
-
-
-def _check_type(params: StoreQueryParameters, store_builder: Any) -> None:
-    store = store_builder.build()  # not opened: only its kind
-    if not params.query_type.accepts(store):
-        raise InvalidStateStoreError(
-            f"Store {params.store_name!r} is a {type(store).__name__}; it cannot be queried as "
-            f"{params.query_type.name}. Pass the QueryableStoreTypes method of the store's kind "
-            "(key_value_store, timestamped_key_value_store, versioned_key_value_store, window_store, "
-            "timestamped_window_store or session_store).")

@@ -38,6 +38,7 @@ from strom.errors import (
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.transactional import TransactionalProducer, fenced
+from strom.spark.queries.server import seed_positions, serve_queries
 from strom.spark.runtime.control import ABORTED, FENCED, FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask, producer_config
@@ -162,8 +163,10 @@ class StreamThread:
             except BaseException as exc:
                 control.failed(exc)
                 raise
+            queries = serve_queries(self, self.config.application_id, self.plan.token,
+                                    self.plan.control_address)
             assigned = control.hello(PARKED.held(self.config.application_id), self._standbys_held(),
-                                     f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}")
+                                     f"{socket.gethostname()}:{self.config[cfg.STATE_DIR]}", queries)
             self._reusable = set(control.reusable)
             mark("assigned", f"thread {self.index} tasks {assigned}")
             if not assigned or control.stopping.is_set():
@@ -174,6 +177,7 @@ class StreamThread:
                 self._close_standbys_except(control.standbys, assigned)
                 consumer = self._consumer()  # it connects while the tasks open
                 self._open_all(assigned)
+                seed_positions(self.tasks.values())
                 mark("tasks-open", f"thread {self.index}")
                 self._open_standbys(control.standbys)
                 self._assign(consumer)

@@ -150,6 +150,9 @@ class StreamTask:
                 )
             queue.read_by(self.sources[tp.topic])
         self.commit_needed = False
+        self.committed_position: dict[tuple[str, int], int] = {}
+        """Per input partition, the offset of the last record whose writes the stores have committed
+        (interactive queries' Position); set after the stores applied a commit's writes."""
         self._flush_nodes = [n for n in self.nodes.values() if callable(getattr(n.processor, "flush", None))]
         self._context_free = self.processing_handler is None and all(
             isinstance(n.processor, ContextFreeProcessor) for n in self.nodes.values())
@@ -571,6 +574,9 @@ class StreamTask:
     def post_commit(self) -> None:
         """After the offsets (and output) are committed: make the store writes and checkpoint durable."""
         self.state_manager.commit(self.changelog_offsets())
+        self.committed_position = {**self.committed_position, **{
+            (tp.topic, tp.partition): q.consumed_offset
+            for tp, q in self.partition_group.queues.items() if q.consumed_offset >= 0}}
         self.commit_needed = False
         self.context.commit_requested = False
 

@@ -12,6 +12,7 @@ no full restore is needed.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -106,6 +107,13 @@ class TransactionalKeyValueStore(KeyValueStoreLayer):
     @property
     def committed_offset(self) -> int | None:
         return self.wrapped.committed_offset
+
+    def committed_reader(self) -> TransactionalKeyValueStore:
+        """A copy of this layer without the uncommitted writes, to read the committed state from
+        another thread (interactive queries) while the task goes on writing to this one."""
+        reader = copy.copy(self)
+        reader._buffer, reader._index = {}, SortedKeyIndex()
+        return reader
 
     def commit(self, changelog_offset: int | None) -> None:
         self.wrapped.write_batch(self._buffer.items(), changelog_offset)

@@ -7,6 +7,7 @@ dropped once expired. In memory and RocksDB differ only in their segments.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -144,6 +145,13 @@ class SegmentedBytesStore:
                 yield from committed
             else:
                 yield from merge_sorted(committed, _range(pending, lo, hi, reverse), reverse)
+
+    def committed_reader(self) -> SegmentedBytesStore:
+        """A copy of this store without its pending writes, at its committed stream time: it reads the
+        committed state from another thread (interactive queries) while the task goes on writing."""
+        reader = copy.copy(self)
+        reader._pending, reader.observed_stream_time = {}, self._committed_stream_time
+        return reader
 
     # ---- StoreTransaction -----------------------------------------------------------------------
     @property

@@ -1,0 +1,189 @@
+"""Interactive queries against a running application: latency, throughput and the driver's cost.
+
+    python bench/queries.py [--keys 1000000] [--queries 2000] [--clients 8] [--seconds 5] [--rate 2000]
+
+An embedded broker; a count-by-key application (exactly_once_v2, real-time mode, two stream threads on
+Spark local[2], RocksDB store) counts ``--keys`` distinct keys, one record each, until caught up. Then,
+while records keep arriving at ``--rate`` per second: the first key query (timed), the driver's RSS and
+its copies' disk before and after, ``--queries`` sequential key queries from Python
+(``SparkStreams.query``) and over HTTP (``query.http.port``, one kept-alive connection), and the
+queries per second of ``--clients`` Python threads for ``--seconds``. Every answer is checked (each
+key's count is 1 or more). The last line is the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from machine import describe
+from strom.broker import EmbeddedBroker
+from strom.kafka import clients
+from strom.kafka.clients import JAVA_PARTITIONER
+from strom.spark.runtime import SparkStreams
+from strom.streams import Consumed, KeyQuery, Materialized, Serdes, StateQueryRequest, StreamsBuilder
+
+S = Serdes.String()
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def disk_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
+
+
+def fill(bootstrap: str, topic: str, keys: range) -> None:
+    producer = clients.producer(bootstrap, **JAVA_PARTITIONER, **{"linger.ms": 50})
+    for i in keys:
+        while True:
+            try:
+                producer.produce(topic, b"x", f"key-{i}".encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def produce_steadily(bootstrap: str, topic: str, keys: int, rate: int, stop: threading.Event) -> None:
+    producer = clients.producer(bootstrap, **JAVA_PARTITIONER, **{"linger.ms": 5})
+    rng = random.Random(1)
+    while not stop.is_set():
+        started = time.monotonic()
+        for _ in range(rate // 10):
+            producer.produce(topic, b"x", f"key-{rng.randrange(keys)}".encode())
+        producer.poll(0)
+        stop.wait(max(0.0, 0.1 - (time.monotonic() - started)))
+    producer.flush(30)
+
+
+def p99(samples: list[float]) -> float:
+    return statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else samples[0]
+
+
+def key_query(app: SparkStreams, key: str) -> int:
+    result = app.query(StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(key)))
+    found = [r.get_result() for r in result.partition_results.values() if r.get_result() is not None]
+    assert len(found) == 1 and found[0] >= 1, (key, result)
+    return found[0]
+
+
+def http_query(connection: http.client.HTTPConnection, key: str) -> int:
+    connection.request("GET", f"/stores/counts/keys/{key}")
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    assert response.status == 200 and body["value"] >= 1, (key, response.status, body)
+    return body["value"]
+
+
+def timed(call, keys: list[str]) -> list[float]:  # type: ignore[no-untyped-def]
+    samples = []
+    for key in keys:
+        started = time.perf_counter()
+        call(key)
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def throughput(app: SparkStreams, keys: int, clients_: int, seconds: float) -> float:
+    done = [0] * clients_
+    deadline = time.monotonic() + seconds
+
+    def client(index: int) -> None:
+        rng = random.Random(index)
+        while time.monotonic() < deadline:
+            key_query(app, f"key-{rng.randrange(keys)}")
+            done[index] += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients_)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(done) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rate", type=int, default=2000)
+    args = parser.parse_args()
+    print(describe())
+    import strom.spark
+
+    spark = strom.spark.session(app_name="strom-bench-queries", log_level="ERROR")
+    state_dir = Path(tempfile.mkdtemp(prefix="strom-bench-queries-"))
+    with EmbeddedBroker() as broker:
+        source = f"bench-queries-{uuid.uuid4().hex[:8]}"
+        clients.create_topics(broker.bootstrap_servers, {source: 2})
+        started = time.monotonic()
+        fill(broker.bootstrap_servers, source, range(args.keys))
+        print(f"filled {args.keys} keys in {time.monotonic() - started:.1f} s")
+        builder = StreamsBuilder()
+        counts = Materialized.as_("counts")
+        builder.stream(source, Consumed.with_(S, S)).group_by_key().count(materialized=counts)
+        app_id = f"bench-queries-{uuid.uuid4().hex[:8]}"
+        app = SparkStreams(builder.build(), {
+            "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
+            "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir), "num.stream.threads": 2,
+            "query.http.port": 0}, spark)
+        app.start()
+        stop = threading.Event()
+        try:
+            started = time.monotonic()
+            assert app.wait_until_caught_up(3600), f"lag {app.lag()}"
+            print(f"counted in {time.monotonic() - started:.1f} s; load {os.getloadavg()[0]:.2f}")
+            writer = threading.Thread(target=produce_steadily,
+                                      args=(broker.bootstrap_servers, source, args.keys, args.rate, stop))
+            writer.start()
+            rss_before, disk_before = rss_mb(), disk_mb(state_dir / app_id / "query")
+            processed_before = app.progress.records
+            started = time.perf_counter()
+            key_query(app, f"key-{args.keys // 2}")
+            first_ms = (time.perf_counter() - started) * 1000
+            rng = random.Random(7)
+            keys = [f"key-{rng.randrange(args.keys)}" for _ in range(args.queries)]
+            python_ms = timed(lambda key: key_query(app, key), keys)
+            host, port = app.query_url.removeprefix("http://").split(":")
+            connection = http.client.HTTPConnection(host, int(port), timeout=30)
+            http_ms = timed(lambda key: http_query(connection, key), keys)
+            connection.close()
+            per_s = throughput(app, args.keys, args.clients, args.seconds)
+            rss_after, disk_after = rss_mb(), disk_mb(state_dir / app_id / "query")
+            processed = app.progress.records - processed_before
+            load = os.getloadavg()[0]
+        finally:
+            stop.set()
+            app.stop()
+            spark.stop()
+    print(f"first query {first_ms:.1f} ms; python p50 {statistics.median(python_ms):.2f} ms p99 "
+          f"{p99(python_ms):.2f} ms; http p50 {statistics.median(http_ms):.2f} ms p99 {p99(http_ms):.2f} ms; "
+          f"{per_s:.0f} queries/s with {args.clients} clients; {processed} records processed meanwhile; "
+          f"driver RSS {rss_before:.0f} -> {rss_after:.0f} MB, copies' disk {disk_before:.1f} -> "
+          f"{disk_after:.1f} MB; load {load:.2f}")
+    print(f"queries: key p99 {p99(python_ms):.1f} ms python, {p99(http_ms):.1f} ms http, "
+          f"{per_s:.0f} queries/s, first query {first_ms:.0f} ms, "
+          f"driver RSS +{max(0.0, rss_after - rss_before):.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

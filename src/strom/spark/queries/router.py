@@ -1,0 +1,316 @@
+"""The driver's side of interactive queries: which worker holds which task, and asking it.
+
+The driver assigns the tasks, and each stream thread's hello names its worker's query endpoint
+(``ThreadMetadata.query_address``), so the map task -> endpoint is the running batch's assignment:
+no state reaches the driver, only answers. A request goes to the endpoints of the active tasks of
+the partitions it asks (one message per endpoint, endpoints in parallel); when it allows standbys, a
+partition whose active cannot answer (moving, its executor lost) is asked of its standbys. A
+partition nobody answers gets NOT_PRESENT, a retriable failure that says why: never an old value
+presented as the active's.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
+from typing import Any
+
+from strom.errors import InvalidStateStoreError
+from strom.spark.queries.server import QueryRequest
+from strom.streams.query.requests import (
+    FailureReason,
+    HostInfo,
+    KeyQueryMetadata,
+    QueryResult,
+    StateQueryRequest,
+    StateQueryResult,
+    StreamsMetadata,
+)
+
+__all__ = ["CONNECT_TIMEOUT_S", "REPLY_TIMEOUT_S", "QueryRouter", "murmur2_partition"]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 2.0
+REPLY_TIMEOUT_S = 10.0
+"""An endpoint that does not answer in this time is taken as gone (its partitions: NOT_PRESENT)."""
+
+Address = tuple[str, int]
+_FINISHED = "PENDING_SHUTDOWN"
+"""A thread whose batch ended (strom.spark.runtime.control.FINISHED): its tasks stay open, parked, in
+its worker, which answers for them until its next batch's thread says hello."""
+
+
+@dataclass
+class _Routes:
+    """The running batch's map: task -> the endpoint of its active, and of its standbys."""
+
+    active: dict[str, Address] = field(default_factory=dict)
+    standbys: dict[str, list[Address]] = field(default_factory=dict)
+    """Standbys of running threads, then the workers that held the task lately (kept open there)."""
+    endpoints: list[Address] = field(default_factory=list)
+
+
+class QueryRouter:
+    """Routes IQv2 requests of one application to its workers' query endpoints.
+
+    ``threads`` returns the stream threads of the running batch (``ThreadMetadata``) and the run's
+    token (the endpoints' key); ``stores`` maps a store to (sub-topology id, tasks), and global stores
+    to None."""
+
+    def __init__(self, application_id: str, stores: dict[str, tuple[int, int] | None],
+                 threads: Callable[[], tuple[list[Any], str] | None],
+                 key_serializer: Callable[[str], Any]) -> None:
+        self.application_id = application_id
+        self._stores = stores
+        self._threads = threads
+        self._key_serializer = key_serializer
+        self._idle: dict[tuple[Address, str], list[Connection]] = {}
+        self._held: dict[str, dict[Address, None]] = {}
+        """Task -> the endpoints that held it in this run (active or standby), the latest first."""
+        self._held_token = ""
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(8, thread_name_prefix="strom-query-route")
+
+    # ---- metadata -------------------------------------------------------------------------------
+    def store_partitions(self, store_name: str) -> int | None:
+        """The partitions (tasks) of a store; None for a global store; an unknown store raises."""
+        entry = self._stores_entry(store_name)
+        return None if entry is None else entry[1]
+
+    def query_metadata_for_key(self, store_name: str, key: Any, serializer: Any = None) -> KeyQueryMetadata:
+        """The partition that holds ``key`` (the default partitioner over the key serialized by
+        ``serializer``, else the store's key serde) and the endpoints serving it now."""
+        sub, tasks = self._partitioned(store_name)
+        serializer = serializer if serializer is not None else self._key_serializer(store_name)
+        partition = murmur2_partition(serializer.serialize(store_name, key), tasks)
+        routes = self._routes()[0]
+        task = f"{sub}_{partition}"
+        active = routes.active.get(task)
+        return KeyQueryMetadata(HostInfo(*active) if active else HostInfo.unavailable(),
+                                frozenset(HostInfo(*a) for a in routes.standbys.get(task, ())), partition)
+
+    def streams_metadata_for_store(self, store_name: str) -> list[StreamsMetadata]:
+        """Each endpoint serving a partition of the store now, with its active and standby partitions."""
+        routes = self._routes()[0]
+        if self._stores_entry(store_name) is None:  # a global store: every endpoint holds all of it
+            return [StreamsMetadata(HostInfo(*a), frozenset([store_name]), frozenset(), frozenset())
+                    for a in routes.endpoints]
+        sub, _ = self._partitioned(store_name)
+        found: dict[Address, tuple[set[int], set[int]]] = {}
+        for task, address in routes.active.items():
+            if _sub_of(task) == sub:
+                found.setdefault(address, (set(), set()))[0].add(_partition_of(task))
+        for task, addresses in routes.standbys.items():
+            for address in addresses if _sub_of(task) == sub else ():
+                found.setdefault(address, (set(), set()))[1].add(_partition_of(task))
+        return [StreamsMetadata(HostInfo(*address), frozenset([store_name]), frozenset(a), frozenset(s))
+                for address, (a, s) in sorted(found.items())]
+
+    # ---- queries --------------------------------------------------------------------------------
+    def query(self, request: StateQueryRequest) -> StateQueryResult:
+        routes, token = self._routes()
+        if self._stores_entry(request.store_name) is None:
+            return self._query_global(request, routes, token)
+        sub, tasks = self._partitioned(request.store_name)
+        partitions = sorted(range(tasks) if request.partitions is None else request.partitions)
+        missing = [p for p in partitions if p >= tasks]
+        if missing:
+            raise InvalidStateStoreError(f"Store {request.store_name!r} has partitions 0 to {tasks - 1} "
+                                         f"(one per task); there is no partition {missing[0]}.")
+        result = StateQueryResult()
+        why = {p: "no stream thread runs its task now (a rebalance, or its executor was lost); retry"
+               for p in partitions}
+        actives = {p: routes.active.get(f"{sub}_{p}") for p in partitions}
+        self._ask(request, sub, actives, result, why, token)
+        if not request.active_only:
+            retry = [p for p in partitions if not _answered(result, p)]
+            for round_ in range(max((len(routes.standbys.get(f"{sub}_{p}", ())) for p in retry), default=0)):
+                standbys = {p: _nth(routes.standbys.get(f"{sub}_{p}", ()), round_) for p in retry}
+                self._ask(request, sub, standbys, result, why, token, stale=True)
+                retry = [p for p in retry if not _answered(result, p)]
+        for p in partitions:
+            if p not in result.partition_results:
+                result.partition_results[p] = QueryResult.for_failure(
+                    FailureReason.NOT_PRESENT, f"partition {p} of store {request.store_name!r}: {why[p]}")
+        return result
+
+    def _query_global(self, request: StateQueryRequest, routes: _Routes, token: str) -> StateQueryResult:
+        why = "no stream thread runs now; retry"
+        for address in routes.endpoints:
+            try:
+                return self._send(address, token, (request, []))
+            except Exception as exc:
+                why = f"{address[0]}:{address[1]}: {exc}"
+        return StateQueryResult(global_result=QueryResult.for_failure(FailureReason.NOT_PRESENT, why))
+
+    def _ask(self, request: StateQueryRequest, sub: int, targets: dict[int, Address | None],
+             result: StateQueryResult, why: dict[int, str], token: str, stale: bool = False) -> None:
+        """Asks each endpoint for its partitions of ``targets`` (at once); keeps every answer but a
+        retriable failure over an earlier one; ``stale``: the answers are not the active's (marked
+        ``standby``)."""
+        by_endpoint: dict[Address, list[int]] = {}
+        for partition, address in targets.items():
+            if address is not None:
+                by_endpoint.setdefault(address, []).append(partition)
+        calls = {address: (request, [f"{sub}_{p}" for p in ps]) for address, ps in by_endpoint.items()}
+        if len(calls) == 1:
+            address, message = next(iter(calls.items()))
+            replies = {address: self._try(address, token, message)}
+        else:
+            futures = {address: self._pool.submit(self._try, address, token, message)
+                       for address, message in calls.items()}
+            replies = {address: future.result() for address, future in futures.items()}
+        for address, reply in replies.items():
+            if isinstance(reply, Exception):
+                for p in by_endpoint[address]:
+                    why[p] = f"its endpoint {address[0]}:{address[1]} did not answer ({reply}); retry"
+                continue
+            for p, answer in reply.partition_results.items():
+                answer = replace(answer, standby=True) if stale and answer.is_success() else answer
+                if answer.is_success() or p not in result.partition_results:
+                    result.partition_results[p] = answer
+            for p in by_endpoint[address]:
+                if p not in reply.partition_results:
+                    why[p] = f"its task is not open at {address[0]}:{address[1]} (moving); retry"
+
+    def _try(self, address: Address, token: str, message: QueryRequest) -> Any:
+        try:
+            return self._send(address, token, message)
+        except Exception as exc:  # reported per partition
+            self._forget(address)
+            return exc
+
+    def _send(self, address: Address, token: str, message: QueryRequest) -> StateQueryResult:
+        connection = self._take(address, token)
+        try:
+            connection.send(message)
+            if not connection.poll(REPLY_TIMEOUT_S):
+                raise TimeoutError(f"no answer in {REPLY_TIMEOUT_S:.0f} s")
+            reply = connection.recv()
+        except BaseException:
+            connection.close()
+            raise
+        with self._lock:
+            self._idle.setdefault((address, token), []).append(connection)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    def _take(self, address: Address, token: str) -> Connection:
+        with self._lock:
+            idle = self._idle.get((address, token))
+            if idle:
+                return idle.pop()
+        sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(None)  # Connection reads a blocking descriptor; replies are awaited with poll
+        connection = Connection(sock.detach())
+        try:
+            answer_challenge(connection, token.encode())
+            deliver_challenge(connection, token.encode())
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for connections in idle.values():
+            for connection in connections:
+                connection.close()
+        self._pool.shutdown(wait=False)
+
+    # ---- the map --------------------------------------------------------------------------------
+    def _routes(self) -> tuple[_Routes, str]:
+        found = self._threads()
+        routes = _Routes()
+        if found is None:
+            return routes, ""
+        threads, token = found
+        with self._lock:
+            if token != self._held_token:
+                self._held, self._held_token = {}, token
+            for thread in threads:
+                address = thread.query_address
+                if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
+                    continue
+                for task in [*thread.active_tasks, *thread.standby_tasks]:
+                    self._held[task] = {address: None, **self._held.get(task, {})}  # the latest first
+                if thread.thread_state == "RUNNING":
+                    routes.endpoints.append(address)
+                    routes.active.update({task: address for task in thread.active_tasks})
+                    for task in thread.standby_tasks:
+                        routes.standbys.setdefault(task, []).append(address)
+            held = {task: list(addresses) for task, addresses in self._held.items()}
+        for task, addresses in held.items():  # then where it was held lately: parked there, stale
+            known = routes.standbys.setdefault(task, [])
+            known.extend([a for a in addresses if a not in known and a != routes.active.get(task)])
+        return routes, token
+
+    def _forget(self, address: Address) -> None:
+        """An endpoint that failed is no longer a place to look for stale answers."""
+        with self._lock:
+            for addresses in self._held.values():
+                addresses.pop(address, None)
+
+    def _stores_entry(self, store_name: str) -> tuple[int, int] | None:
+        if store_name not in self._stores:
+            raise InvalidStateStoreError(f"No state store {store_name!r} in application "
+                                         f"{self.application_id}; its stores are {sorted(self._stores)}.")
+        return self._stores[store_name]
+
+    def _partitioned(self, store_name: str) -> tuple[int, int]:
+        entry = self._stores_entry(store_name)
+        if entry is None:
+            raise InvalidStateStoreError(f"Store {store_name!r} is a global store: every instance holds all "
+                                         "of it, so it has no partition to choose.")
+        return entry
+
+
+def _answered(result: StateQueryResult, partition: int) -> bool:
+    answer = result.partition_results.get(partition)
+    return answer is not None and not (answer.is_failure() and answer.failure_reason.retriable)  # type: ignore[union-attr]
+
+
+def _nth(addresses: Iterable[Address], n: int) -> Address | None:
+    addresses = list(addresses)
+    return addresses[n] if n < len(addresses) else None
+
+
+def _sub_of(task: str) -> int:
+    return int(task.split("_", 1)[0])
+
+
+def _partition_of(task: str) -> int:
+    return int(task.rsplit("_", 1)[1])
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner picks for ``key``: murmur2 (seed 0x9747b28c), made
+    positive, modulo the partition count."""
+    length = len(key)
+    m = 0x5BD1E995
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i:i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = length % 4
+    if tail:
+        rest = key[length - tail:]
+        for i in reversed(range(tail)):
+            h ^= rest[i] << (8 * i)
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions

@@ -1,0 +1,204 @@
+"""Answering IQv2 queries from a process's own stores, as they stand at their last commit.
+
+A query reads a store's **committed** state: a copy of the store's layers without the record cache
+and without the uncommitted writes (``committed_view``), over the same inner store (RocksDB or
+memory). So it never sees a write of a transaction that is still open or was aborted, whatever the
+processing guarantee, and it never waits for the task: a read takes as long as the store read. The
+answer's position is the task's position at its last commit, read before the store: the store
+holds at least what the position says.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+from strom.streams.query.requests import (
+    FailureReason,
+    KeyQuery,
+    MultiVersionedKeyQuery,
+    Position,
+    Query,
+    QueryResult,
+    RangeQuery,
+    StateQueryRequest,
+    StateQueryResult,
+    TimestampedKeyQuery,
+    TimestampedRangeQuery,
+    VersionedKeyQuery,
+    WindowKeyQuery,
+    WindowRangeQuery,
+)
+from strom.streams.state.internals.caching import CachingLayer
+from strom.streams.state.internals.layer import StoreLayer
+from strom.streams.state.internals.metered import (
+    MeteredKeyValueStore,
+    MeteredSessionStore,
+    MeteredTimestampedKeyValueStore,
+    MeteredVersionedKeyValueStore,
+    MeteredWindowStore,
+)
+from strom.streams.state.timestamped import ValueAndTimestamp
+
+__all__ = ["MAX_RESULTS", "TaskStores", "answer", "committed_view", "execute"]
+
+MAX_RESULTS = 100_000
+"""A range or window query answers at most this many entries per partition (its message says so):
+an answer travels in one message."""
+_RETRIES = 3
+
+
+@dataclass
+class TaskStores:
+    """One partition's stores as a process holds them: a task's (active) or a standby's."""
+
+    stores: Mapping[str, Any]
+    position: Callable[[], Position] = field(default=Position.empty)
+    standby: bool = False
+
+
+def committed_view(store: Any) -> Any:
+    """A read-only copy of ``store``'s layers that reads its committed state: the record cache is
+    skipped and the layer that buffers uncommitted writes is replaced by its committed reader; the
+    inner store is shared. Attributes a layer bound to a layer below (its per-record shortcuts) are
+    bound to the copies."""
+    copies: dict[int, Any] = {}
+
+    def build(layer: Any) -> Any:
+        if isinstance(layer, CachingLayer):
+            view = build(layer.wrapped)
+        elif hasattr(layer, "committed_reader"):
+            view = layer.committed_reader()
+        elif isinstance(layer, StoreLayer):
+            view = copy.copy(layer)
+            view.wrapped = build(layer.wrapped)
+        else:
+            return layer
+        copies[id(layer)] = view
+        return view
+
+    top = build(store)
+    for view in copies.values():
+        for name, value in list(vars(view).items()):
+            target = copies.get(id(getattr(value, "__self__", None)))
+            if target is not None and target is not view:
+                setattr(view, name, getattr(target, value.__name__))
+    return top
+
+
+def answer(request: StateQueryRequest, partitions: Mapping[int, TaskStores],
+           global_stores: Mapping[str, Any] | None = None) -> StateQueryResult:
+    """The request answered from the partitions this process holds; partitions asked for that it
+    does not hold are left out (the caller knows where they are)."""
+    result = StateQueryResult()
+    if global_stores and request.store_name in global_stores:
+        result.global_result = _answer_one(request, TaskStores(global_stores), None)
+        return result
+    asked = partitions if request.partitions is None else {
+        p: partitions[p] for p in request.partitions if p in partitions}
+    for partition, stores in sorted(asked.items()):
+        result.partition_results[partition] = _answer_one(request, stores, partition)
+    return result
+
+
+def _answer_one(request: StateQueryRequest, held: TaskStores, partition: int | None) -> QueryResult:
+    if held.standby and request.active_only:
+        return QueryResult.for_failure(FailureReason.NOT_ACTIVE, "this partition's replica here is a standby "
+                                       "and the request requires the active task; retry (the active "
+                                       "may be moving) or allow standbys")
+    position = held.position()
+    if not request.position_bound.allows(position, partition):
+        return QueryResult.for_failure(
+            FailureReason.NOT_UP_TO_BOUND, f"the store is at {position.to_json()}, before the bound "
+            f"{request.position_bound.position.to_json()}; retry once it has committed further",  # type: ignore[union-attr]
+            position)
+    store = held.stores.get(request.store_name)
+    if store is None:
+        return QueryResult.for_failure(FailureReason.DOES_NOT_EXIST,
+                                       f"no store {request.store_name!r} in this partition's task")
+    if not store.is_open:
+        return QueryResult.for_failure(FailureReason.NOT_PRESENT, "the store is closed (its task is moving "
+                                       "or stopping); retry", position)
+    for attempt in range(_RETRIES):
+        try:
+            value = execute(request.query, committed_view(store))  # type: ignore[arg-type]
+            break
+        except _Unknown as exc:
+            return QueryResult.for_failure(FailureReason.UNKNOWN_QUERY_TYPE, str(exc), position)
+        except RuntimeError as exc:  # an in-memory store changed under a scan by a concurrent commit
+            if attempt == _RETRIES - 1:
+                return QueryResult.for_failure(FailureReason.STORE_EXCEPTION, str(exc), position)
+        except Exception as exc:
+            return QueryResult.for_failure(FailureReason.STORE_EXCEPTION, f"{type(exc).__name__}: {exc}",
+                                           position)
+    return QueryResult.for_result(value, position, held.standby)
+
+
+class _Unknown(Exception):
+    """The store cannot answer this kind of query."""
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, ValueAndTimestamp) else value
+
+
+def _limited(entries: Iterator[tuple[Any, Any]], value: Callable[[Any], Any]) -> list[tuple[Any, Any]]:
+    return [(key, value(found)) for key, found in islice(entries, MAX_RESULTS)]
+
+
+def execute(query: Query, store: Any) -> Any:
+    """One query against one store (a committed view); _Unknown when the store's kind does not
+    answer the query's type."""
+    timestamped_query = isinstance(query, (TimestampedKeyQuery, TimestampedRangeQuery))
+    if isinstance(store, MeteredVersionedKeyValueStore):
+        return _versioned(query, store)
+    if isinstance(store, MeteredKeyValueStore):
+        if timestamped_query and not isinstance(store, MeteredTimestampedKeyValueStore):
+            raise _Unknown(f"{type(query).__name__} needs a timestamped key-value store; "
+                           f"{store.name!r} is a plain one: use KeyQuery or RangeQuery")
+        value = (lambda found: found) if timestamped_query else _plain
+        if isinstance(query, KeyQuery):
+            return value(store.get(query.key))
+        if isinstance(query, RangeQuery):
+            scan = store.reverse_range if query.descending else store.range
+            return _limited(scan(query.lower, query.upper), value)
+    elif isinstance(store, MeteredWindowStore):
+        if isinstance(query, WindowKeyQuery):
+            return _limited(store.fetch_range(query.key, query.time_from, query.time_to), _plain)
+        if isinstance(query, WindowRangeQuery) and query.time_from is not None:
+            return _limited(store.fetch_all(query.time_from, query.time_to), _plain)
+    elif isinstance(store, MeteredSessionStore) and _sessions_of_key(query):
+        return _limited(store.fetch(query.key), _plain)
+    raise _Unknown(f"store {store.name!r} ({type(store).__name__}) does not answer {type(query).__name__}; "
+                   "key-value stores answer KeyQuery and RangeQuery, window stores WindowKeyQuery and "
+                   "WindowRangeQuery.with_window_start_range, session stores WindowRangeQuery.with_key, "
+                   "versioned stores VersionedKeyQuery and MultiVersionedKeyQuery")
+
+
+def _sessions_of_key(query: Query) -> bool:
+    return isinstance(query, WindowRangeQuery) and query.key is not None
+
+
+def _versioned(query: Query, store: MeteredVersionedKeyValueStore) -> Any:
+    if isinstance(query, VersionedKeyQuery):
+        return store.get(query.key, query.as_of_timestamp)
+    if isinstance(query, MultiVersionedKeyQuery):
+        return _versions(query, store)
+    raise _Unknown(f"versioned store {store.name!r} answers VersionedKeyQuery and MultiVersionedKeyQuery, "
+                   f"not {type(query).__name__}")
+
+
+def _versions(query: MultiVersionedKeyQuery, store: MeteredVersionedKeyValueStore) -> list[Any]:
+    """The versions valid at some time in [time_from, time_to], walked back from ``time_to``; the walk
+    ends at a time the key had no value (deleted or not yet written)."""
+    versions = []
+    record = store.get(query.key, query.time_to)
+    while record is not None and len(versions) < MAX_RESULTS:
+        versions.append(record)
+        if query.time_from is not None and record.timestamp <= query.time_from:
+            break
+        record = store.get(query.key, record.timestamp - 1)
+    return versions[::-1] if query.ascending else versions

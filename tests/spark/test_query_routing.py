@@ -1,0 +1,160 @@
+"""The driver's query router against real worker endpoints, in one process and without Spark: two
+endpoints serve the stores of TopologyTestDriver tasks (one holds partition 0 active and partition 1 as
+a standby, the other partition 1 active), as the batch's thread metadata says. Standbys answer when
+the active cannot and the request allows it, never when it requires the active; an endpoint that is
+gone or a task that is not open gives a retriable NOT_PRESENT; a bound only actives reach."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from strom.errors import InvalidStateStoreError
+from strom.kafka.serdes import Serdes
+from strom.spark.queries.router import QueryRouter, murmur2_partition
+from strom.spark.queries.server import QueryEndpoint
+from strom.spark.runtime.control import ThreadMetadata
+from strom.streams import (
+    Consumed,
+    FailureReason,
+    KeyQuery,
+    Materialized,
+    Position,
+    PositionBound,
+    RangeQuery,
+    StateQueryRequest,
+    StreamsBuilder,
+    TopologyTestDriver,
+)
+
+S = Serdes.String()
+TOKEN = "secret-of-the-run"
+
+
+def _thread(tasks: dict, standbys: dict) -> SimpleNamespace:
+    """What an endpoint reads of a stream thread: its open tasks and standbys."""
+    active = {t: SimpleNamespace(open=SimpleNamespace(task=task)) for t, task in tasks.items()}
+    kept = {t: SimpleNamespace(task=task) for t, task in standbys.items()}
+    return SimpleNamespace(tasks=active, standbys=kept)
+
+
+@pytest.fixture
+def cluster(props):
+    """Partition p of the store is task 0_p: partition 0 holds a and c, partition 1 holds b twice (its
+    standby, on the other endpoint, has applied one of the two so far)."""
+    drivers = []
+    for i, words in enumerate((["a", "c"], ["b", "b"], ["b"])):
+        driver = TopologyTestDriver(_topology(), {**props, "state.dir": f"{props['state.dir']}-{i}"})
+        source = driver.create_input_topic("words", S, S)
+        for word in words:
+            source.pipe_input(word, "x")
+        drivers.append(driver)
+    endpoints = [QueryEndpoint(TOKEN, "127.0.0.1", "127.0.0.1") for _ in range(2)]
+    endpoints[0].thread = _thread({"0_0": drivers[0].tasks[0]}, {"0_1": drivers[2].tasks[0]})
+    endpoints[1].thread = _thread({"0_1": drivers[1].tasks[0]}, {})
+    threads = [ThreadMetadata("stream-thread-0", "RUNNING", ["0_0"], "h", 1, 1, standby_tasks=["0_1"],
+                              query_address=endpoints[0].address),
+               ThreadMetadata("stream-thread-1", "RUNNING", ["0_1"], "h", 2, 1,
+                              query_address=endpoints[1].address)]
+    router = QueryRouter("routing", {"counts": (0, 2)}, lambda: (threads, TOKEN),
+                         lambda store: S.serializer())
+    yield SimpleNamespace(router=router, threads=threads, endpoints=endpoints)
+    router.close()
+    for endpoint in endpoints:
+        endpoint.close()
+    for driver in drivers:
+        driver.close()
+
+
+def _topology():
+    builder = StreamsBuilder()
+    counts = Materialized.as_("counts")
+    builder.stream("words", Consumed.with_(S, S)).group_by_key().count(materialized=counts)
+    return builder.build()
+
+
+def _request(query=None) -> StateQueryRequest:
+    return StateQueryRequest.in_store("counts").with_query(query or RangeQuery.with_no_bounds())
+
+
+@pytest.fixture
+def props(tmp_path):
+    return {"application.id": "routing", "state.dir": str(tmp_path / "state")}
+
+
+def test_each_partition_is_answered_by_its_active(cluster):
+    result = cluster.router.query(_request().require_active())
+    assert all(r.is_success() and not r.standby for r in result.partition_results.values())
+    assert {p: r.result for p, r in result.partition_results.items()} == {0: [("a", 1), ("c", 1)],
+                                                                           1: [("b", 2)]}
+    metadata = cluster.router.query_metadata_for_key("counts", "b")
+    assert metadata.partition == murmur2_partition(b"b", 2)
+    assert metadata.active_host.port == cluster.endpoints[metadata.partition].address[1]
+    served = {m.host_info.port: (set(m.active_partitions), set(m.standby_partitions))
+              for m in cluster.router.streams_metadata_for_store("counts")}
+    ports = [endpoint.address[1] for endpoint in cluster.endpoints]
+    assert served == {ports[0]: ({0}, {1}), ports[1]: ({1}, set())}
+
+
+def test_a_lost_active_is_replaced_by_its_standby_only_when_allowed(cluster):
+    cluster.endpoints[1].close()  # the worker of partition 1's active is gone
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert required[0].is_success()
+    assert required[1].failure_reason is FailureReason.NOT_PRESENT and "retry" in required[1].failure_message
+    allowed = cluster.router.query(_request()).partition_results
+    assert allowed[1].is_success() and allowed[1].standby and allowed[1].result == [("b", 1)]  # older
+    assert not allowed[0].standby
+    bound = PositionBound.at(Position.empty().with_component("words", 1, 0))
+    bounded = cluster.router.query(_request().with_position_bound(bound)).partition_results
+    assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # a standby's position is empty
+
+
+def test_a_finished_thread_s_parked_tasks_answer_stale_reads(cluster):
+    cluster.threads[1].thread_state = "PENDING_SHUTDOWN"  # its batch ended; its tasks stay open, parked
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert required[1].failure_reason is FailureReason.NOT_PRESENT
+    cluster.endpoints[0].close()  # and the standby's worker is gone
+    allowed = cluster.router.query(_request().with_partitions([1])).partition_results
+    assert allowed[1].is_success() and allowed[1].standby and allowed[1].result == [("b", 2)]
+
+
+def test_between_batches_a_worker_that_held_a_task_answers_stale_reads(cluster):
+    assert cluster.router.query(_request()).partition_results[1].is_success()  # it learns who holds what
+    cluster.threads[:] = []  # the next batch's threads have not said hello yet
+    answers = cluster.router.query(_request()).partition_results
+    assert answers[0].standby and answers[0].result == [("a", 1), ("c", 1)]
+    assert answers[1].standby and answers[1].result in ([("b", 2)], [("b", 1)])
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in required.values())
+
+
+def test_a_thread_not_running_or_a_task_not_open_is_not_present(cluster):
+    cluster.threads[1].thread_state = "DEAD"
+    answers = cluster.router.query(_request(KeyQuery.with_key("b")).require_active()).partition_results
+    assert answers[1].failure_reason is FailureReason.NOT_PRESENT
+    assert "no stream thread" in answers[1].failure_message
+    cluster.threads[1].thread_state = "RUNNING"
+    cluster.endpoints[1].thread = _thread({}, {})  # a new batch's thread, its tasks still opening
+    answers = cluster.router.query(_request(KeyQuery.with_key("b")).require_active()).partition_results
+    assert answers[1].failure_reason is FailureReason.NOT_PRESENT and "not open" in answers[1].failure_message
+    with pytest.raises(InvalidStateStoreError, match="no partition 2"):
+        cluster.router.query(_request().with_partitions([2]))
+
+
+def test_an_endpoint_refuses_a_caller_without_the_run_s_token(cluster):
+    stranger = QueryRouter("routing", {"counts": (0, 2)}, lambda: (cluster.threads, "another-run"),
+                           lambda store: S.serializer())
+    try:
+        answers = stranger.query(_request()).partition_results
+    finally:
+        stranger.close()
+    assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in answers.values())
+    fresh = QueryRouter("routing", {"counts": (0, 2)}, lambda: (cluster.threads, TOKEN),
+                        lambda store: S.serializer())  # no connection kept open yet
+    try:
+        with socket.create_connection(cluster.endpoints[0].address):  # a caller that never answers
+            assert fresh.query(_request()).partition_results[0].is_success()  # the driver is still served
+    finally:
+        fresh.close()
