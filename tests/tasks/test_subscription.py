@@ -269,6 +269,18 @@ def test_unknown_topic_is_a_clear_error(tmp_path) -> None:
         _subscription(strict.bootstrap_servers, unique("missing"), lambda context, task: None)
 
 
+@pytest.mark.slow
+def test_a_topic_listed_a_moment_after_the_subscription_starts_is_found(tmp_path) -> None:
+    """A cluster's brokers learn of a new topic one after another: the broker asked may list it a moment
+    after its creation returned (a flake of the Apache Kafka tests). Created 1 s late here, it is found."""
+    strict = EmbeddedBroker(data_dir=tmp_path, config={"auto.create.topics.enable": False})
+    with strict:
+        topic = unique("late")
+        threading.Timer(1.0, clients.create_topics, (strict.bootstrap_servers, {topic: 2})).start()
+        sub = _subscription(strict.bootstrap_servers, topic, lambda context, task: None)
+        sub.close()
+
+
 def test_rebalance_to_a_second_member_loses_nothing(broker) -> None:
     bootstrap = broker.bootstrap_servers
     topic = create_topic(bootstrap, 4)

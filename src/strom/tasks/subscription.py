@@ -38,6 +38,7 @@ PROPS = ProcessorProperties
 _POLL_TIMEOUT_S = 0.05
 _POLL_BATCH = 1000
 _DRAIN_TICK_S = 0.005
+TOPIC_PROPAGATION_S = 5.0
 
 TP = tuple[str, int]
 
@@ -177,11 +178,18 @@ class ProcessorSubscription:
 
     # ---- setup -----------------------------------------------------------------------------------
     def _partition_count(self, topic: str) -> int:
-        meta = clients.admin(self._bootstrap).list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise UnknownTopicError(f"Topic {topic!r} does not exist: create it before subscribing "
-                                    f"(e.g. with strom.kafka.clients.create_topics).")
-        return len(meta.partitions)
+        # a topic created a moment ago may not be listed yet by the broker asked (a cluster's brokers
+        # learn of it from the controller one after another): asked again for a few seconds
+        admin = clients.admin(self._bootstrap)
+        deadline = time.monotonic() + TOPIC_PROPAGATION_S
+        while True:
+            meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                return len(meta.partitions)
+            if time.monotonic() >= deadline:
+                raise UnknownTopicError(f"Topic {topic!r} does not exist: create it before subscribing "
+                                        f"(e.g. with strom.kafka.clients.create_topics).")
+            time.sleep(0.2)
 
     def _check_topics(self) -> None:
         for topic in self._topics:
