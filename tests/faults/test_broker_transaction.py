@@ -44,11 +44,14 @@ def network() -> Iterator[Network]:
 
 @pytest.fixture(scope="module")
 def strom_broker(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``strom broker`` as a user runs it, on host ``strom``; its bootstrap servers."""
+    """``strom broker`` as a user runs it, on host ``strom``; its bootstrap servers. Its address is
+    beyond loopback (the host's own, inside the sandbox) and unauthenticated: the broker refuses that
+    unless told."""
     host = network.host("strom")
     data = tmp_path_factory.mktemp("strom-broker")
     command = [shutil.which("strom") or str(Path(sys.executable).with_name("strom")), "broker",
                "--data-dir", str(data), "--host", host.address, "--port", "9092",
+               "--allow-unauthenticated-network-access",
                *(f"--config={key}={value}" for key, value in CLEANUP.items())]
     with open(data / "stdout.log", "ab") as log:
         process = subprocess.Popen(host.command(command), stdout=log, stderr=subprocess.STDOUT)

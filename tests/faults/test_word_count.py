@@ -96,20 +96,12 @@ def test_an_executor_cut_off_from_the_driver_but_not_from_kafka(topology, word_c
     word_count.scenario("executor cut from the driver", cut)
 
 
-ZOMBIE_CHURN = (
-    "strom bug (found by this test): ThreadControl.begin_batch (strom/spark/runtime/control.py) clears "
-    "_lost but not _connections, so the silent connection of an earlier batch's thread stays there while "
-    "it is open (a zombie executor cut off from the driver keeps it open until the partition heals; Spark "
-    "cannot deliver the cancel); reason_to_end names it ('stream thread lost: stream-thread-1') in every "
-    "new batch, which therefore ends 1-2 s after it starts: batches churn for as long as the partition "
-    "lasts and the tasks never settle on the surviving executor")
-
-
-@pytest.mark.xfail(strict=True, reason=ZOMBIE_CHURN)
 def test_while_an_executor_is_cut_off_from_the_driver_the_others_carry_on(topology, word_count):
     """Scenario 1, held: while worker-0 stays cut off from the driver (but not from Kafka), once its
     thread is declared lost and its Spark task given up (``SILENT_S`` + ``STOP_GRACE_S``), a batch must
-    run without it, every task open on worker-1 and committing, without ending early again and again."""
+    run without it, every task open on worker-1 and committing, without ending early again and again.
+    (Found by this test: the silent connection of an earlier batch's thread named it lost in every new
+    batch, which ended 1-2 s after it started; issue 38's driver drops earlier batches' connections.)"""
     def cut(driver):
         tasks = driver.tasks_on(0) | driver.tasks_on(1)
         lost = lost_threads(driver)
