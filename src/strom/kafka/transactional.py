@@ -11,7 +11,7 @@ Every transactional call, and any other client call the owner routes through ``c
   records ever becomes visible, then ``TransactionAbortableError``. The owner starts again from its last
   commit; nothing about the producer's identity is wrong.
 - any other Kafka error: ``BrokerUnavailableError`` naming the owner, the call and the broker.
-- ``send_offsets_to_transaction`` not returning within its bound (``commit_timeout_s`` plus
+- ``send_offsets_to_transaction`` not returning within its bound (``send_offsets_timeout_s`` plus
   ``STALL_GRACE_S``): ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka
   (up to 2.16 at least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group
   coordinator's broker to change state, and when that broker died and left the cluster's metadata
@@ -51,6 +51,10 @@ TIMEOUT_S = 60.0
 """How long init, send-offsets, commit and abort may take before the broker counts as unavailable."""
 STALL_GRACE_S = 5.0
 """How long past its own timeout a librdkafka call may take before the producer counts as stalled."""
+SEND_OFFSETS_TIMEOUT_S = 10.0
+"""How long send-offsets may take (at most; ``commit_timeout_s`` if shorter): a group coordinator's move
+fits (its dead broker fenced after Kafka's 9 s ``broker.session.timeout.ms``, then its offsets loaded
+elsewhere), while a stall of librdkafka's (the module) costs the thread's tasks 15 s, not 25."""
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``."""
@@ -88,7 +92,7 @@ class TransactionalProducer:
         self.timeout_s = timeout_s
         transaction_timeout_s = float(overrides.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000
         self.commit_timeout_s = min(timeout_s, transaction_timeout_s / 3)
-        """How long send-offsets and commit may take: well below the transaction timeout (the module)."""
+        """How long a commit may take: well below the transaction timeout (the module)."""
         self.in_transaction = False
         self.stalled = False
         """A call never returned (see the module): the producer must be replaced."""
@@ -109,7 +113,11 @@ class TransactionalProducer:
         """Adds ``offsets`` to the transaction; ``TransactionStalledError`` if librdkafka does not return
         in time (see the module)."""
         self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata,
-                      self.commit_timeout_s)
+                      self.send_offsets_timeout_s)
+
+    @property
+    def send_offsets_timeout_s(self) -> float:
+        return min(self.commit_timeout_s, SEND_OFFSETS_TIMEOUT_S)
 
     def commit_transaction(self) -> None:
         self.call(self.producer.commit_transaction, self.commit_timeout_s)
@@ -143,10 +151,12 @@ class TransactionalProducer:
         return self.call(self.producer.flush, timeout_s)
 
     def _bounded(self, method: Callable[..., T], *args: Any) -> T:
-        """``call(method, *args)`` on a daemon thread, waited ``commit_timeout_s + STALL_GRACE_S`` at most."""
+        """``call(method, *args)`` on a daemon thread, waited its timeout (the last argument) plus
+        ``STALL_GRACE_S`` at most."""
         name = getattr(method, "__name__", str(method))
+        bound = args[-1] + STALL_GRACE_S
         if self.stalled:
-            raise self._stalled_error(name)
+            raise self._stalled_error(name, bound)
         outcome: list[Any] = []
         done = threading.Event()
 
@@ -159,18 +169,17 @@ class TransactionalProducer:
                 done.set()
 
         threading.Thread(target=run, name=f"strom-txn-{self.transactional_id}", daemon=True).start()
-        if not done.wait(self.commit_timeout_s + STALL_GRACE_S):
+        if not done.wait(bound):
             self.stalled = True
-            raise self._stalled_error(name)
+            raise self._stalled_error(name, bound)
         returned, value = outcome[0]
         if not returned:
             raise value
         return value
 
-    def _stalled_error(self, name: str) -> TransactionStalledError:
+    def _stalled_error(self, name: str, bound: float) -> TransactionStalledError:
         return TransactionStalledError(
-            f"{self.owner}: librdkafka's {name} did not return in "
-            f"{self.commit_timeout_s + STALL_GRACE_S:.0f}s "
+            f"{self.owner}: librdkafka's {name} did not return in {bound:.0f}s "
             f"(a coordinator's broker died; librdkafka issues 5456, 5511). The producer of transactional.id "
             f"{self.transactional_id!r} is stuck: a new one fences it and aborts its transaction. Check the "
             f"brokers at {self._bootstrap_servers}.")
