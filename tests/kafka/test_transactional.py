@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from strom.errors import BrokerUnavailableError, ProcessingError, ProducerFencedError
 from strom.kafka import clients
-from strom.kafka.transactional import TransactionalProducer, fenced
+from strom.kafka.transactional import TransactionalProducer, fenced, send_timed_out
 from support.kafka import create_topic, read_topic, unique
 
 pytestmark = pytest.mark.broker
@@ -115,3 +115,21 @@ def test_a_commit_is_bounded_well_below_the_transaction_timeout(broker):
                                   **{"transaction.timeout.ms": 9000})
     assert (default.commit_timeout_s, short.commit_timeout_s) == (20.0, 3.0)
     assert (default.send_offsets_timeout_s, short.send_offsets_timeout_s) == (10.0, 3.0)
+
+
+def test_a_send_timed_out_is_told_apart_from_other_send_errors():
+    """A record's delivery that ran out of time (a leader unreachable or moving) aborts the thread's
+    transaction and its tasks are done again (as Kafka Streams' TaskCorruptedException), however deep
+    in the task's errors it sits; any other send error stays a failure."""
+    def raised(error: KafkaError) -> ProcessingError:
+        try:
+            try:
+                raise KafkaException(error)
+            except KafkaException as sent:
+                raise ProcessingError("Task 0_1 failed to send a record") from sent
+        except ProcessingError as wrapped:
+            return wrapped
+
+    assert send_timed_out(raised(KafkaError(KafkaError._MSG_TIMED_OUT)))
+    assert not send_timed_out(raised(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    assert not send_timed_out(ValueError("a processor raised"))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -43,7 +43,7 @@ from strom.errors import (
 from strom.kafka import clients
 from strom.kafka.security import authorization_error
 
-__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced"]
+__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced", "send_timed_out"]
 
 log = logging.getLogger(__name__)
 
@@ -64,18 +64,38 @@ def fenced(exc: BaseException | None, producer: TransactionalProducer | None = N
     """Whether ``exc``, or an exception it was raised from, says ``producer`` was fenced (its errors
     surface wrapped in a task's ProcessingError). librdkafka's ``produce`` names a fenced producer's
     fatal error only ``_FATAL``: then ``producer`` is asked (``is_fenced``)."""
+    for cause in _causes(exc):
+        if isinstance(cause, ProducerFencedError):
+            return True
+        if (error := _kafka_error(cause)) is not None:
+            if error.code() in FENCED:
+                return True
+            if error.code() == KafkaError._FATAL and producer is not None:
+                return producer.is_fenced()
+    return False
+
+
+def send_timed_out(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from, is a record's delivery that ran out of time
+    (``message.timeout.ms``: librdkafka retried while a leader was unreachable or moving). Under
+    exactly-once the transaction is then aborted and the tasks done again from their last commit, as
+    Kafka Streams does on a retriable send error (``TaskCorruptedException``): never a failure."""
+    return any((error := _kafka_error(cause)) is not None and error.code() == KafkaError._MSG_TIMED_OUT
+               for cause in _causes(exc))
+
+
+def _causes(exc: BaseException | None) -> Iterator[BaseException]:
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, ProducerFencedError):
-            return True
-        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-            if exc.args[0].code() in FENCED:
-                return True
-            if exc.args[0].code() == KafkaError._FATAL and producer is not None:
-                return producer.is_fenced()
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
+
+
+def _kafka_error(exc: BaseException) -> KafkaError | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
 
 T = TypeVar("T")
 

@@ -37,7 +37,7 @@ from strom.errors import (
 )
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.kafka.transactional import TransactionalProducer, fenced
+from strom.kafka.transactional import TransactionalProducer, fenced, send_timed_out
 from strom.spark.queries.server import seed_positions, serve_queries
 from strom.spark.runtime.control import ABORTED, FENCED, FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
@@ -194,7 +194,10 @@ class StreamThread:
                 if fenced(exc, self.transactions):
                     self._end_without_commit(control, exc, FENCED)
                     return []
-                if isinstance(exc, (TransactionAbortableError, TransactionStalledError)):
+                if isinstance(exc, (TransactionAbortableError, TransactionStalledError)) or (
+                        self.transactions is not None and send_timed_out(exc)):
+                    if self.transactions is not None:  # aborted now, read_committed readers go on at once
+                        self.transactions.abort_transaction()
                     self._end_without_commit(control, exc, ABORTED)
                     return []
                 control.failed(exc)
@@ -232,11 +235,11 @@ class StreamThread:
         """Ends the thread after its transaction was lost without a failure of the application, as Kafka
         Streams closes a thread's tasks dirty and revives them: its tasks close without committing (their
         uncommitted store writes dropped) and it reports ``state``. ``FENCED``: another producer took its
-        slot over, its tasks run elsewhere. ``ABORTED``: the transaction could only be aborted (a
-        coordinator loading or moving, a timeout) or its producer stalled. Either way the driver counts the
-        thread as lost, ends the batch, and the next batch opens the tasks again from their last commit,
-        its slot fenced first. The thread never revives its tasks itself: a thread that is a zombie
-        without knowing it would fence the slot's legitimate holder."""
+        slot over, its tasks run elsewhere. ``ABORTED``: the transaction could only be aborted (a coordinator
+        loading or moving, a timeout, a record's delivery timed out) or its producer stalled. Either way the
+        driver counts the thread as lost, ends the batch, and the next batch opens the tasks again from their
+        last commit, its slot fenced first. The thread never revives its tasks itself: a thread that is a
+        zombie without knowing it would fence the slot's legitimate holder."""
         log.warning("Stream thread %d of %s: %s; closing its %d tasks without committing (they open again "
                     "from their last commit in the next batch): %s", self.index, self.config.application_id,
                     "fenced, its tasks moved" if state == FENCED else "transaction aborted", len(self.tasks),
