@@ -1,14 +1,14 @@
 """Scenario 8 of issue 39: ``strom broker`` with a client partitioned mid-transaction.
 
 A transactional client (``transaction_client.py``, plain confluent-kafka, on a host of its own) writes
-records in a transaction, then is cut off from the broker for longer than its ``transaction.timeout.ms``
-(6 s). The broker must abort the transaction on its own: nothing of it visible read_committed, and the
-last stable offset moves past it (consumers read_committed are not held up). Healed, the client's commit
-of the timed-out transaction must fail, and the client recover, exactly as on Apache Kafka: the same
-scenario runs against one Apache Kafka node (on a host of its own too) and the answers are compared.
-Each broker aborts timed-out transactions every second
-(``transaction.abort.timed.out.transaction.cleanup.interval.ms``), so the abort comes 6-7 s after the
-last write.
+records in a transaction, then is cut off from the broker: for longer than its ``transaction.timeout.ms``
+(6 s), or for 2 s. Cut off longer, the broker must abort the transaction on its own: nothing of it
+visible read_committed, and the last stable offset moves past it (consumers read_committed are not held
+up); healed, the client's commit of the timed-out transaction must fail, and the client recover. Cut
+off shorter, the transaction commits. Either way exactly as on Apache Kafka: the same scenario runs
+against the topology's Kafka cluster (``topology.py``) and the answers are compared. Each broker aborts
+timed-out transactions every second (``transaction.abort.timed.out.transaction.cleanup.interval.ms``),
+so the abort comes 6-7 s after the last write.
 """
 
 from __future__ import annotations
@@ -25,29 +25,24 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 
 from strom.kafka import clients
-from support.apache_kafka import KafkaCluster
 from support.hosts import Host, Network
 from support.kafka import read_topic, unique
+
+from .topology import CLEANUP, Topology
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 CLIENT = Path(__file__).with_name("transaction_client.py")
-CLEANUP = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000}
 TRANSACTION_TIMEOUT_S = 6.0  # transaction_client.py's transaction.timeout.ms
+SHORT_CUT_S = 2.0
 
 
 @pytest.fixture(scope="module")
-def network() -> Iterator[Network]:
-    with Network() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def strom_broker(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def strom_broker(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``strom broker`` as a user runs it, on host ``strom``; its bootstrap servers. Its address is
     beyond loopback (the host's own, inside the sandbox) and unauthenticated: the broker refuses that
     unless told."""
-    host = network.host("strom")
+    host = topology.host("strom")
     data = tmp_path_factory.mktemp("strom-broker")
     command = [shutil.which("strom") or str(Path(sys.executable).with_name("strom")), "broker",
                "--data-dir", str(data), "--host", host.address, "--port", "9092",
@@ -75,30 +70,26 @@ def _serving(bootstrap: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def kafka_node(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One Apache Kafka node on host ``kafka``: the judge of what a client must see."""
-    host = network.host("kafka")
-    with KafkaCluster(tmp_path_factory.mktemp("kafka-node"), brokers=1, config=CLEANUP, hosts=[host]) as node:
-        yield node.bootstrap_servers
-
-
-def partitioned_mid_transaction(network: Network, client_host: Host, broker_host: Host,
-                                bootstrap: str) -> dict[str, object]:
-    """The scenario on one broker; what the client answered, what was visible, and when."""
+def partitioned_mid_transaction(network: Network, client_host: Host, broker_hosts: list[Host],
+                                bootstrap: str, cut_s: float | None) -> dict[str, object]:
+    """The scenario on one broker (or cluster), the client cut off for ``cut_s`` or, with None, until
+    the broker aborted the transaction and 2 s more; what the client answered, what was visible, when."""
     topic = unique("faults-txn")
     clients.create_topics(bootstrap, {topic: 1})
     command = client_host.command([sys.executable, str(CLIENT), bootstrap, topic, unique("faults-txn-id")])
     client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
+    aborted_after = None
     try:
         assert client.stdout.readline().strip() == "open", client.stderr.read()
-        network.partition(client_host, broker_host)
+        for broker_host in broker_hosts:
+            network.partition(client_host, broker_host)
         cut = time.monotonic()
-        assert read_topic(bootstrap, topic, timeout=5) == []  # open: not visible read_committed
-        aborted_after = _stable_after(bootstrap, topic, 60) - cut
-        assert read_topic(bootstrap, topic, timeout=5) == [], "the timed-out transaction became visible"
-        time.sleep(max(0.0, TRANSACTION_TIMEOUT_S + 2 - (time.monotonic() - cut)))
+        assert read_topic(bootstrap, topic, timeout=1 if cut_s else 5) == []  # open: not read_committed
+        if cut_s is None:
+            aborted_after = round(_stable_after(bootstrap, topic, 60) - cut, 1)
+            assert read_topic(bootstrap, topic, timeout=5) == [], "the timed-out transaction became visible"
+        time.sleep(max(0.0, (cut_s or TRANSACTION_TIMEOUT_S + 2) - (time.monotonic() - cut)))
         network.heal()
         output, errors = client.communicate("healed\n", timeout=180)
     finally:
@@ -107,7 +98,7 @@ def partitioned_mid_transaction(network: Network, client_host: Host, broker_host
     assert client.returncode == 0, errors
     answer = json.loads(output.strip().splitlines()[-1])
     values = [record.value().decode() for record in read_topic(bootstrap, topic, expected=5, timeout=30)]
-    return {**answer, "visible": values, "aborted_after_s": round(aborted_after, 1)}
+    return {**answer, "visible": values, "aborted_after_s": aborted_after}
 
 
 def _stable_after(bootstrap: str, topic: str, timeout: float) -> float:
@@ -128,15 +119,19 @@ def _stable_after(bootstrap: str, topic: str, timeout: float) -> float:
         uncommitted.close()
 
 
-def test_a_client_cut_off_mid_transaction_is_aborted_and_recovers_as_on_kafka(network, strom_broker,
-                                                                                kafka_node):
-    client = network.host("client")
-    on_kafka = partitioned_mid_transaction(network, client, network.hosts["kafka"], kafka_node)
-    on_strom = partitioned_mid_transaction(network, client, network.hosts["strom"], strom_broker)
-    after = [f"after-{i}" for i in range(5)]
-    assert on_kafka["visible"] == after, on_kafka  # the judge itself: aborted, then recovered
-    assert on_strom["visible"] == after, on_strom
-    assert on_strom["aborted_after_s"] < TRANSACTION_TIMEOUT_S + 5, on_strom
+@pytest.mark.parametrize("cut_s", [None, SHORT_CUT_S], ids=["until-aborted", "2s"])
+def test_a_client_cut_off_mid_transaction_recovers_as_on_kafka(topology, strom_broker, cut_s):
+    client = topology.host("client")
+    kafka_hosts = [topology.host(f"kafka-{node}") for node in range(topology.kafka.brokers)]
+    on_kafka = partitioned_mid_transaction(topology.network, client, kafka_hosts, topology.bootstrap, cut_s)
+    on_strom = partitioned_mid_transaction(topology.network, client, [topology.host("strom")], strom_broker,
+                                           cut_s)
+    opened = [f"open-{i}" for i in range(5)]
+    expected = [*(opened if cut_s else []), *(f"after-{i}" for i in range(5))]
+    assert on_kafka["visible"] == expected, on_kafka  # the judge itself
+    assert on_strom["visible"] == expected, on_strom
+    if cut_s is None:
+        assert on_strom["aborted_after_s"] < TRANSACTION_TIMEOUT_S + 5, on_strom
     for key in ("commit", "fatal", "abortable", "recovery"):
         assert on_strom.get(key) == on_kafka.get(key), f"strom {on_strom}\nkafka {on_kafka}"
     print(f"Apache Kafka: {on_kafka}\nstrom broker: {on_strom}")
