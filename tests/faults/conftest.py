@@ -1,5 +1,7 @@
-"""The fault tests' topology (``topology.py``: every component on a host of its own), started once for
-the scenarios of every module that asks for it."""
+"""The fault tests' topology (``topology.py``: every component on a host of its own) and the two
+applications its scenarios run, each started once for the package. The applications start with the
+topology, before scenario 8 runs (``test_broker_transaction.py`` asks for them): their start, the
+longest wait of these tests on a busy machine, overlaps that scenario and the harness's tests."""
 
 from __future__ import annotations
 
@@ -7,10 +9,31 @@ from collections.abc import Iterator
 
 import pytest
 
-from .topology import Topology, running_topology
+from .tasks_run import TasksRun
+from .topology import Topology, WordCountRun, running_topology
 
 
 @pytest.fixture(scope="package")
 def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
     with running_topology(tmp_path_factory.mktemp("faults-topology")) as running:
         yield running
+
+
+@pytest.fixture(scope="package")
+def tasks(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TasksRun]:
+    run = TasksRun(topology, tmp_path_factory.mktemp("tasks"))
+    try:
+        yield run
+    finally:
+        run.close()
+
+
+@pytest.fixture(scope="package")
+def word_count(topology: Topology, tasks: TasksRun, tmp_path_factory: pytest.TempPathFactory
+               ) -> Iterator[WordCountRun]:
+    run = WordCountRun(topology, tmp_path_factory.mktemp("word-count"))  # submitted, not waited for
+    try:
+        yield run
+        run.close()
+    finally:
+        run.driver.kill()
