@@ -6,7 +6,11 @@ mode and input keeps arriving; every count exact and no update written twice, re
   coordinator fails over to another node, which aborts or completes the open transactions from
   ``__transaction_state``);
 - one node is stopped (2 of 3 left: min.insync.replicas=2 still met) and a stream thread's Python
-  worker is SIGKILLed mid-transaction.
+  worker is SIGKILLed mid-transaction;
+- issue 38's campaign, with strom's defaults: nodes SIGKILLed in turn by role (an input leader, a
+  thread slot's transaction coordinator, the group coordinator, a random node), each back after
+  5-15 s, twice round; the application stays RUNNING and each kill's longest pause without a commit
+  is printed.
 
 When a killed node was also the group coordinator of ``<application.id>``, librdkafka's
 ``send_offsets_to_transaction`` could wait for ever (librdkafka issues 5456, 5511) and the application
