@@ -24,6 +24,13 @@ class AuthenticationError(StromError):
     """The cluster did not accept the client's credentials or certificate, or the client not its."""
 
 
+def security_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that say how a client reaches and logs in to the cluster (``security.protocol``,
+    ``ssl.*``, ``sasl.*``): every client a component makes beside the one it was configured for (an admin
+    client creating topics, a producer of retries) needs them too."""
+    return {k: v for k, v in config.items() if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
+
+
 def principal(settings: Mapping[str, Any]) -> str:
     """The principal the cluster sees for these client settings, as far as the client can tell."""
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
