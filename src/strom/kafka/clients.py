@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from strom.kafka.security import authorization_error
 
 __all__ = [
     "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "assign",
-    "check_group_protocol", "consumer", "create_topics", "load_properties", "produce", "producer",
+    "check_described", "check_group_protocol", "consumer", "create_topics", "load_properties", "produce",
+    "producer",
 ]
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,21 @@ def _jaas_credentials(jaas: str, path: str | Path) -> dict[str, str]:
         raise ConfigError(f"{str(path)!r}: sasl.jaas.config needs username=\"...\" and password=\"...\" "
                           "(librdkafka has no JAAS); or set sasl.username and sasl.password instead.")
     return {"sasl.username": options["username"], "sasl.password": options["password"]}
+
+
+def check_described(client: AdminClient, topics: Iterable[str], settings: Mapping[str, Any]) -> None:
+    """Raises AuthorizationError for the first of ``topics`` the cluster will not describe to this
+    principal. A listing of every topic leaves out the topics a principal may not describe, so a caller
+    that found a topic missing there asks for it by name before saying it does not exist."""
+    for topic in topics:
+        try:
+            meta = client.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException as exc:
+            meta = None
+            log.debug("No metadata for %s (%s)", topic, exc)
+        if meta is not None and meta.error is not None and (
+                meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            raise authorization_error(settings, "Topic", topic, "Describe", meta.error.name())
 
 
 def create_topics(

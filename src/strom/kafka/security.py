@@ -53,6 +53,23 @@ def authorization_error(settings: Mapping[str, Any], resource_type: str, name: s
         f"--operation {operation} {option} {name} (docs/deploy.md lists the ACLs strom needs).")
 
 
+_REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED: "Topic", KafkaError.GROUP_AUTHORIZATION_FAILED: "Group",
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalId"}
+
+
+def refusal(settings: Mapping[str, Any], error: KafkaError, topic: str = "", group: str = "",
+            transactional_id: str = "", topic_operation: str = "Read") -> AuthorizationError | None:
+    """``error`` as an AuthorizationError naming the resource refused (the topic, group or transactional
+    id the caller was using), or None when it is no missing ACL. librdkafka reports most refusals as
+    ordinary, non-fatal errors and would go on asking: callers raise this once instead."""
+    kind = _REFUSED.get(error.code())
+    if kind is None:
+        return None
+    name, operation = {"Topic": (topic, topic_operation), "Group": (group, "Read"),
+                       "TransactionalId": (transactional_id, "Write")}[kind]
+    return authorization_error(settings, kind, name or "?", operation, error.name())
+
+
 def authentication_error(settings: Mapping[str, Any], servers: str, reason: str) -> AuthenticationError:
     """Why the client could not log in, said at start-up instead of retrying for ever."""
     mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI"

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from strom.concurrency import AsyncRuntime
 from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
-from strom.kafka.security import AuthorizationError, authorization_error, security_settings
+from strom.kafka.security import AuthorizationError, authorization_error, refusal, security_settings
 from strom.tasks.context import Record, record_of
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.partition import IgnoredKeys, PartitionContext
@@ -300,13 +300,8 @@ class ProcessorSubscription:
 
     def _refusal(self, msg: Any) -> AuthorizationError | None:
         """A missing ACL, said once: librdkafka reports it as a consumer error and would go on asking."""
-        err = msg.error()
-        if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-            return authorization_error(self._settings, "Group", self._config["group.id"], "Read", err.name())
-        if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            topic = msg.topic() or ", ".join(self._topics)
-            return authorization_error(self._settings, "Topic", topic, "Read", err.name())
-        return None
+        return refusal(self._settings, msg.error(), topic=msg.topic() or ", ".join(self._topics),
+                       group=self._config["group.id"])
 
     def _poll_producers(self) -> None:
         """Serves the delivery reports of retried and shaped tasks (they complete those tasks)."""
