@@ -20,7 +20,8 @@ from strom.errors import BrokerUnavailableError, ConfigError
 from strom.kafka.security import authorization_error
 
 __all__ = [
-    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "assign",
+    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "UNUSED_GROUP", "admin",
+    "assign",
     "check_described", "check_group_protocol", "consumer", "create_topics", "load_properties", "produce",
     "producer",
 ]
@@ -39,6 +40,9 @@ CONNECT_AT_ONCE: dict[str, Any] = {"enable.sparse.connections": "false"}
 """For a short-lived client: connect to the brokers at once. With sparse connections (librdkafka's
 default) a new client connects only once a request needs a broker: a new admin client's first metadata
 request took 50 ms more, and init_transactions 60 ms to 0.5 s instead of 10 ms."""
+UNUSED_GROUP = "strom-unused-group"
+"""The group id of readers that assign partitions themselves: librdkafka needs one (and looks its
+coordinator up, so a secured cluster's principal needs Describe on it: docs/deploy.md)."""
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
@@ -88,7 +92,7 @@ def consumer(bootstrap_servers: str, group_id: str | None = None, **overrides: A
     ``check_group_protocol``)."""
     if group_id is not None:
         overrides = {"group.id": group_id, **overrides}
-    overrides.setdefault("group.id", "strom-unused-group")
+    overrides.setdefault("group.id", UNUSED_GROUP)
     check_group_protocol(bootstrap_servers, overrides)
     return _build(Consumer, _config(bootstrap_servers, CONSUMER_DEFAULTS, overrides))
 
