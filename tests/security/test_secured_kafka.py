@@ -15,9 +15,12 @@ allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,9 +35,22 @@ from strom.kafka.transactional import TransactionalProducer
 from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
 from support.apache_kafka import KafkaCluster, KafkaSecurity
 from support.kafka import unique, wait_for
-from support.secured_clients import add_user, application_acls, grant, latest_counts, subscription_acls
+from support.secured_clients import (
+    GROUP,
+    OP,
+    PREFIXED,
+    TOPIC,
+    TXN,
+    add_user,
+    application_acls,
+    each,
+    grant,
+    latest_counts,
+    subscription_acls,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+STROM = str(Path(sys.executable).with_name("strom"))
 REFUSED_WITHIN_S = 30  # one answer of the broker, not a retry loop until some timeout
 
 
@@ -235,3 +251,76 @@ def test_each_line_of_the_application_list_is_necessary(kafka, admin):
         message = refused_at_once(
             lambda settings=settings: application_calls(settings, app_id, lines, counts))
         assert f"{who} may not {operation} {resource}" in message, (missing, message)
+
+
+# ---- the CLI ----------------------------------------------------------------------------------------
+def cli_acls(who: str, topic: str, group: str, app_id: str, txn: str) -> dict[str, list]:
+    """docs/deploy.md's ACLs of the CLI's commands, by command."""
+    return {
+        "topics": each(TOPIC, topic, who, (OP.CREATE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE)),
+        "produce": each(TOPIC, topic, who, (OP.WRITE,)),
+        "consume": [*each(TOPIC, topic, who, (OP.READ,)),
+                    *each(GROUP, clients.UNUSED_GROUP, who, (OP.DESCRIBE,))],
+        "consume --group": each(GROUP, group, who, (OP.READ,)),
+        "groups": each(GROUP, group, who, (OP.DESCRIBE, OP.DELETE)),
+        "transactions": each(TXN, txn, who, (OP.DESCRIBE,)),
+        "streams reset": [*each(GROUP, app_id, who, (OP.READ,)),
+                          *each(TOPIC, f"{app_id}-", who, (OP.DESCRIBE, OP.DELETE), PREFIXED)],
+    }
+
+
+def test_each_cli_command_runs_with_its_documented_acls_and_names_a_missing_one(kafka, admin, tmp_path):
+    topic, group, app_id, txn = unique("orders"), unique("billing"), unique("app"), unique("txn")
+    settings = principal(kafka, admin, "cli")
+    who, password = f"User:{settings['sasl.username']}", settings["sasl.password"]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings,
+                         "transactional.id": txn})
+    producer.init_transactions(30)  # a transactional id to describe
+    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # an internal topic the reset deletes
+    acls = cli_acls(who, topic, group, app_id, txn)
+
+    def strom(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        command = [STROM, *args, "-b", kafka.bootstrap_servers,
+                   *(arg for key, value in settings.items() if key != "bootstrap.servers"
+                     for arg in ("-X", f"{key}={value}"))]
+        started = time.monotonic()
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+        assert time.monotonic() - started < 60
+        assert password not in done.stdout + done.stderr
+        return done.returncode, done.stdout, done.stderr.strip()
+
+    def refused(wanted: str, *args: str) -> None:
+        code, _, err = strom(*args, stdin="a\n")
+        assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {who} may not {wanted}"), err
+
+    grant(admin, *acls["topics"])
+    assert strom("topics", "create", topic, "--partitions", "1")[0] == 0
+    assert topic in strom("topics", "list")[1]
+    assert strom("topics", "describe", topic)[0] == 0
+    refused(f"Write Topic '{topic}'", "produce", topic)  # Describe alone does not write
+    grant(admin, *acls["produce"])
+    assert strom("produce", topic, stdin="a\nb\n")[0] == 0
+    refused(f"Read Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
+    grant(admin, *acls["consume"])
+    assert strom("consume", topic, "-o", "beginning", "-e")[1].split() == ["a", "b"]
+    refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
+    grant(admin, *acls["consume --group"])
+    assert strom("consume", topic, "-g", group, "-o", "beginning", "-c", "2")[1].split() == ["a", "b"]
+    refused(f"Delete Group '{group}'", "groups", "delete", group)
+    grant(admin, *acls["groups"])
+    assert group in strom("groups", "list")[1]
+    assert strom("groups", "describe", group)[0] == 0
+    assert strom("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")[0] == 0
+    assert strom("groups", "delete", group)[0] == 0
+    refused(f"Describe TransactionalId '{txn}'", "transactions", "describe", txn)
+    grant(admin, *acls["transactions"])
+    assert txn in strom("transactions", "list")[1]
+    assert strom("transactions", "describe", txn)[0] == 0
+    assert strom("transactions", "describe-producers", "--topic", topic)[0] == 0
+    reset = ("streams", "reset", app_id, "--input-topics", topic, "--state-dir", str(tmp_path))
+    refused(f"Read Group '{app_id}'", *reset)
+    grant(admin, *acls["streams reset"])
+    assert strom(*reset)[0] == 0
+    assert f"{app_id}-counts-changelog" not in admin.list_topics(timeout=10).topics
+    assert strom("topics", "delete", topic)[0] == 0

@@ -44,8 +44,9 @@ def add_user(admin: AdminClient, user: str, password: str) -> None:
     admin.alter_user_scram_credentials([upsert])[user].result()
 
 
-def _each(resource: ResourceType, name: str, principal: str, operations: tuple[AclOperation, ...],
-          pattern: ResourcePatternType = LITERAL) -> list[AclBinding]:
+def each(resource: ResourceType, name: str, principal: str, operations: tuple[AclOperation, ...],
+         pattern: ResourcePatternType = LITERAL) -> list[AclBinding]:
+    """One ALLOW binding per operation."""
     return [acl(resource, name, principal, op, pattern=pattern) for op in operations]
 
 
@@ -57,24 +58,24 @@ def application_acls(principal: str, app_id: str, inputs: list[str],
     """docs/deploy.md's list for a SparkStreams application, by line of its table."""
     return {
         "input topics": [b for name in inputs
-                         for b in _each(TOPIC, name, principal, (OP.READ, OP.DESCRIBE))],
+                         for b in each(TOPIC, name, principal, (OP.READ, OP.DESCRIBE))],
         "output topics": [b for name in outputs
-                          for b in _each(TOPIC, name, principal, (OP.WRITE, OP.DESCRIBE))],
-        "internal topics": _each(TOPIC, f"{app_id}-", principal, (
+                          for b in each(TOPIC, name, principal, (OP.WRITE, OP.DESCRIBE))],
+        "internal topics": each(TOPIC, f"{app_id}-", principal, (
             OP.CREATE, OP.READ, OP.WRITE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE), PREFIXED),
-        "group": _each(GROUP, app_id, principal, (OP.READ, OP.DESCRIBE)),
-        "assigning readers' group": _each(GROUP, "strom-unused-group", principal, (OP.DESCRIBE,)),
-        "transactional ids": _each(TXN, f"{app_id}-", principal, (OP.WRITE, OP.DESCRIBE), PREFIXED),
+        "group": each(GROUP, app_id, principal, (OP.READ, OP.DESCRIBE)),
+        "assigning readers' group": each(GROUP, "strom-unused-group", principal, (OP.DESCRIBE,)),
+        "transactional ids": each(TXN, f"{app_id}-", principal, (OP.WRITE, OP.DESCRIBE), PREFIXED),
     }
 
 
 def subscription_acls(principal: str, subscription: str, topic: str) -> dict[str, list[AclBinding]]:
     """docs/deploy.md's list for a strom.tasks subscription with retries, by line of its table."""
     return {
-        "input topics": _each(TOPIC, topic, principal, (OP.READ, OP.DESCRIBE)),
-        "group": _each(GROUP, subscription, principal, (OP.READ, OP.DESCRIBE)),
+        "input topics": each(TOPIC, topic, principal, (OP.READ, OP.DESCRIBE)),
+        "group": each(GROUP, subscription, principal, (OP.READ, OP.DESCRIBE)),
         "retry topics": [b for name in (f"{topic}-retry", f"{topic}-dlq")
-                         for b in _each(TOPIC, name, principal, (OP.CREATE, OP.READ, OP.WRITE, OP.DESCRIBE))],
+                         for b in each(TOPIC, name, principal, (OP.CREATE, OP.READ, OP.WRITE, OP.DESCRIBE))],
     }
 
 

@@ -234,7 +234,9 @@ def _read(consumer: Consumer, progress: Progress, layout: list[bytes | Field], k
 
 def _print(consumer: Consumer, progress: Progress, out: BinaryIO, layout: list[bytes | Field],
            key_format: Format, value_format: Format, max_messages: int | None, exit_at_end: bool,
-           idle_timeout: float | None, refused: Callable[[KafkaError], StromError | None]) -> None:
+           idle_timeout: float | None, refused: Callable[[KafkaError], StromError | None] | None = None
+           ) -> None:
+    """``refused``: the error of a missing ACL (naming principal, resource and operation), if it is one."""
     interactive = out.isatty()
     count = 0
     while max_messages is None or count < max_messages:
@@ -247,7 +249,7 @@ def _print(consumer: Consumer, progress: Progress, out: BinaryIO, layout: list[b
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
-                if (missing_acl := refused(error)) is not None:
+                if refused is not None and (missing_acl := refused(error)) is not None:
                     raise missing_acl
                 if not recovering(error):
                     raise StromError(f"Could not consume {message.topic()!r}: {error.str()}")
