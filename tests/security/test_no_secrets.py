@@ -29,7 +29,7 @@ from strom.tasks.prometheus import SubscriptionCollector
 from support.apache_kafka import free_port
 from support.certificates import KEY_PASSWORD, Pki
 from support.kafka import unique, wait_for
-from support.secured_clients import grant, subscription_acls
+from support.secured_clients import grant, sasl_settings, subscription_acls
 
 STROM = str(Path(sys.executable).with_name("strom"))
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -81,10 +81,7 @@ def _answers(port: int) -> bool:
 
 
 def sasl(broker: dict, pki: Pki, user: str, password: str | None = None) -> dict[str, str]:
-    return {"bootstrap.servers": broker["sasl"], "security.protocol": "SASL_SSL",
-            "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
-            "sasl.password": PASSWORDS[user] if password is None else password,
-            "ssl.ca.location": str(pki.ca)}
+    return sasl_settings(broker["sasl"], pki.ca, user, PASSWORDS[user] if password is None else password)
 
 
 def said(call: Callable[[], object]) -> str:

@@ -4,6 +4,7 @@ Kafka): what a producer, a consumer or an admin is refused with, and ACL binding
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -24,6 +25,20 @@ from support.certificates import Pki
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 S, L = Serdes.String(), Serdes.Long()
+
+
+def sasl_settings(servers: str, ca: Path | None, user: str, password: str,
+                  mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+    """librdkafka settings of `user` on a SASL listener: SASL_SSL trusting `ca`, SASL_PLAINTEXT without."""
+    conf = {"bootstrap.servers": servers, "security.protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    return {**conf, "ssl.ca.location": str(ca)} if ca else conf
+
+
+def mtls_settings(servers: str, ca: Path, cert: Path, key: Path) -> dict[str, str]:
+    """librdkafka settings of a client certificate on a mutual-TLS listener."""
+    return {"bootstrap.servers": servers, "security.protocol": "SSL", "ssl.ca.location": str(ca),
+            "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
 
 
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
