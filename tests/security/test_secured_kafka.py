@@ -7,8 +7,9 @@ allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs
   changelog strom creates) runs with its list and counts exactly.
 - Each line of the application's list is necessary. Checked at the client layer, not by one application
   start per line (each costs a Spark job): a principal holding every line but one makes the calls the
-  application makes through strom.kafka (topic listing, internal topic creation, the group's and the
-  assigning readers' fetches, the transactional producer's init, produce, send-offsets and commit), and
+  application makes through strom.kafka (topic listing, internal topic creation, the transactional
+  producer's init, the group's committed offsets and fetch, a micro-batch source's assigning reader,
+  produce, send-offsets and commit), and
   the first refused call must raise an AuthorizationError naming the principal, the resource and the
   operation, in seconds. tests/security/test_acl_list.py shows on strom broker that an application
   surfaces such an error from these calls (a TransactionalId or internal-topic line missing)."""
@@ -24,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from security.conftest import PASSWORDS
 from spark.runtime.wordcount import word_count
 from strom.kafka import clients
+from strom.kafka.reading import fetch_committed
 from strom.kafka.security import AuthorizationError, refusal
 from strom.kafka.transactional import TransactionalProducer
 from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
@@ -203,20 +205,24 @@ def write_or_refused(producer: TransactionalProducer, settings: dict[str, str], 
 def application_calls(settings: dict[str, str], app_id: str, lines: str, counts: str) -> None:
     """The calls a SparkStreams application makes as its principal, through strom.kafka, in its order:
     the planner lists the topics (a source it may not describe is named), strom creates an internal
-    topic, a stream thread inits its transactional producer and reads its input in the group, a restore
-    reader (assigning partitions itself) reads a changelog, the thread writes the output and commits the
-    input's offsets in the transaction."""
+    topic, a stream task inits its transactional producer, reads its committed offsets and its input in
+    the group; a micro-batch source reads a range assigning partitions itself (no group of its own); the
+    task writes the output and commits the input's offsets in the transaction. A consumer's refusal goes
+    through strom.kafka.security's refusal() as a stream task's does."""
     bootstrap = settings["bootstrap.servers"]
     clients.check_described(clients.admin(bootstrap, **settings), [lines], settings)
-    changelog = f"{app_id}-counts-changelog"
     clients.create_topics(bootstrap, {f"{app_id}-words-repartition": 1}, settings=settings)
     producer = TransactionalProducer(bootstrap, f"{app_id}-0", "stream thread 0", **settings)
     producer.init_transactions()
     group_reader = clients.consumer(bootstrap, group_id=app_id, **settings)
-    restore_reader = clients.consumer(bootstrap, **settings)
+    range_reader = clients.consumer(bootstrap, **settings)
     try:
+        try:
+            fetch_committed(group_reader, [TopicPartition(lines, 0)], REFUSED_WITHIN_S)
+        except KafkaException as exc:
+            raise refusal(settings, exc.args[0], group=app_id) or exc from None
         read_or_refused(group_reader, settings, lines, app_id)
-        read_or_refused(restore_reader, settings, changelog, "strom-unused-group")
+        read_or_refused(range_reader, settings, lines, clients.UNUSED_GROUP)
         producer.begin_transaction()
         write_or_refused(producer, settings, counts)
         producer.send_offsets_to_transaction([TopicPartition(lines, 0, 1)],
@@ -224,15 +230,13 @@ def application_calls(settings: dict[str, str], app_id: str, lines: str, counts:
         producer.commit_transaction()
     finally:
         group_reader.close()
-        restore_reader.close()
+        range_reader.close()
 
 
 def test_each_line_of_the_application_list_is_necessary(kafka, admin):
     lines, counts, app_id = unique("lines"), unique("counts"), unique("wc")
     topics(admin, lines, counts, partitions=1)
-    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # as a first run left it: a restore reads it
     write(kafka, lines, [(b"k", b"a b")])
-    write(kafka, f"{app_id}-counts-changelog", [(b"a", b"\0\0\0\0\0\0\0\1")])
     everyone = principal(kafka, admin, "all")
     grant(admin, *(b for line in application_acls(f"User:{everyone['sasl.username']}", app_id, [lines],
                                                   [counts]).values() for b in line))
@@ -242,7 +246,7 @@ def test_each_line_of_the_application_list_is_necessary(kafka, admin):
             "output topics": ("Write", f"Topic '{counts}'"),
             "internal topics": ("Create", f"Topic '{app_id}-words-repartition'"),
             "group": ("Read", f"Group '{app_id}'"),
-            "assigning readers' group": ("Read", "Group 'strom-unused-group'"),
+            "assigning readers' group": ("Read", f"Group '{clients.UNUSED_GROUP}'"),
             "transactional ids": ("Write", f"TransactionalId '{app_id}-0'")}.items():
         settings = principal(kafka, admin, "less")
         who = f"User:{settings['sasl.username']}"
