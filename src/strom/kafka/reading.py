@@ -106,7 +106,8 @@ def fetch_committed(consumer: Consumer, partitions: list[TopicPartition],
         try:
             return consumer.committed(partitions, max(0.1, min(ASK_COMMITTED_S, deadline - time.monotonic())))
         except KafkaException as exc:
-            if (refused := _group_refused(consumer)) is not None:
+            timed_out = exc.args[0].code() == KafkaError._TIMED_OUT
+            if timed_out and (refused := _group_refused(consumer)) is not None:
                 raise KafkaException(refused) from exc
             if not coordinator_moving(exc.args[0]) or time.monotonic() >= deadline:
                 raise
