@@ -39,7 +39,9 @@ from support.secured_clients import (
     describe_acls_error,
     first_error,
     grant,
+    mtls_settings,
     produce_error,
+    sasl_settings,
 )
 
 pytestmark = pytest.mark.slow
@@ -55,15 +57,11 @@ class Side:
     pki: Pki
 
     def sasl(self, user: str, password: str | None = None) -> dict[str, str]:
-        return {"bootstrap.servers": self.sasl_servers, "security.protocol": "SASL_SSL",
-                "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": user,
-                "sasl.password": PASSWORDS.get(user, "") if password is None else password,
-                "ssl.ca.location": str(self.pki.ca)}
+        return sasl_settings(self.sasl_servers, self.pki.ca, user,
+                             PASSWORDS.get(user, "") if password is None else password)
 
     def mtls(self, cert: Path, key: Path) -> dict[str, str]:
-        return {"bootstrap.servers": self.tls_servers, "security.protocol": "SSL",
-                "ssl.ca.location": str(self.pki.ca), "ssl.certificate.location": str(cert),
-                "ssl.key.location": str(key)}
+        return mtls_settings(self.tls_servers, self.pki.ca, cert, key)
 
     def admin(self) -> AdminClient:
         return AdminClient(self.sasl("admin"))

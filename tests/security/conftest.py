@@ -12,6 +12,7 @@ from strom.broker import EmbeddedBroker
 from strom.broker.security.credentials import add_scram_user
 from strom.broker.security.scram import Mechanism
 from support.certificates import Pki, make_pki
+from support.secured_clients import mtls_settings, sasl_settings
 
 PASSWORDS = {"alice": "alice-pw-7Qx", "admin": "admin-pw-3Zk", "bob": "bob-pw-9Lm"}
 LISTENERS = "SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
@@ -46,17 +47,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[Embe
 def sasl(broker: EmbeddedBroker, pki: Pki, user: str = "alice", mechanism: str = "SCRAM-SHA-512",
          password: str | None = None, listener: str = "SASL_SSL") -> dict[str, str]:
     """librdkafka settings of `user` on a SASL listener."""
-    conf = {"bootstrap.servers": broker.listeners[listener], "security.protocol": listener,
-            "sasl.mechanism": mechanism, "sasl.username": user,
-            "sasl.password": PASSWORDS.get(user, "") if password is None else password}
-    if listener == "SASL_SSL":
-        conf["ssl.ca.location"] = str(pki.ca)
-    return conf
+    return sasl_settings(broker.listeners[listener], pki.ca if listener == "SASL_SSL" else None, user,
+                         PASSWORDS.get(user, "") if password is None else password, mechanism)
 
 
 def mtls(broker: EmbeddedBroker, pki: Pki, cert: Path | None = None,
          key: Path | None = None) -> dict[str, str]:
     """librdkafka settings of the client certificate (by default the trusted one) on the SSL listener."""
-    return {"bootstrap.servers": broker.listeners["SSL"], "security.protocol": "SSL",
-            "ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(cert or pki.client_cert),
-            "ssl.key.location": str(key or pki.client_key)}
+    return mtls_settings(broker.listeners["SSL"], pki.ca, cert or pki.client_cert, key or pki.client_key)

@@ -10,45 +10,15 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from security.conftest import sasl, start_secured
+from spark.runtime.wordcount import word_count
 from strom.broker import EmbeddedBroker
-from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder, Topology
-from support.secured_clients import PREFIXED, acl, grant
+from support.secured_clients import application_acls, grant, latest_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
-S, L = Serdes.String(), Serdes.Long()
-
-
-def application_acls(principal: str, app_id: str, inputs: list[str], outputs: list[str]) -> list:
-    """docs/deploy.md's list for a SparkStreams application, line by line."""
-    topic, group, txn = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID
-    return [
-        *(acl(topic, name, principal, op)
-          for name in inputs for op in (AclOperation.READ, AclOperation.DESCRIBE)),
-        *(acl(topic, name, principal, op)
-          for name in outputs for op in (AclOperation.WRITE, AclOperation.DESCRIBE)),
-        *(acl(topic, f"{app_id}-", principal, op, pattern=PREFIXED)
-          for op in (AclOperation.CREATE, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
-                     AclOperation.DESCRIBE_CONFIGS, AclOperation.DELETE)),
-        *(acl(group, app_id, principal, op) for op in (AclOperation.READ, AclOperation.DESCRIBE)),
-        acl(group, "strom-unused-group", principal, AclOperation.DESCRIBE),
-        *(acl(txn, f"{app_id}-", principal, op, pattern=PREFIXED)
-          for op in (AclOperation.WRITE, AclOperation.DESCRIBE)),
-    ]
-
-
-def word_count(lines: str, counts: str) -> Topology:
-    builder = StreamsBuilder()
-    (builder.stream(lines, Consumed.with_(S, S))
-        .flat_map_values(str.split)
-        .group_by(lambda key, word: word, Grouped.as_("words").with_key_serde(S).with_value_serde(S))
-        .count(materialized=Materialized.as_("counts"))
-        .to_stream()
-        .to(counts, Produced.with_(S, L)))
-    return builder.build()
 
 
 @pytest.fixture(scope="module")
@@ -68,26 +38,6 @@ def spark():
     session.stop()
 
 
-def latest_counts(conf: dict[str, str], topic: str) -> dict[str, int]:
-    consumer = Consumer({**conf, "group.id": "reader", "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
-    counts, ended, deadline = {}, set(), time.monotonic() + 60
-    try:
-        while len(ended) < 2 and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            if message.error() is not None:
-                ended.add(message.partition())
-                continue
-            counts[S.deserializer().deserialize(topic, message.key())] = L.deserializer().deserialize(
-                topic, message.value())
-    finally:
-        consumer.close()
-    return counts
-
-
 def test_the_documented_acls_run_an_exactly_once_application(guarded, pki, spark, tmp_path):
     from strom.spark.runtime import SparkStreams
     suffix = uuid.uuid4().hex[:8]
@@ -96,7 +46,8 @@ def test_the_documented_acls_run_an_exactly_once_application(guarded, pki, spark
     admin = AdminClient(admin_conf)
     for future in admin.create_topics([NewTopic(lines, 2), NewTopic(counts, 2)]).values():
         future.result()
-    grant(admin, *application_acls("User:alice", app_id, [lines], [counts]))
+    grant(admin, *(b for line in application_acls("User:alice", app_id, [lines], [counts]).values()
+                   for b in line))
     text = [f"w{i % 7} w{i % 3}" for i in range(120)]
     producer = Producer(admin_conf)
     for i, line in enumerate(text):
@@ -113,7 +64,7 @@ def test_the_documented_acls_run_an_exactly_once_application(guarded, pki, spark
     assert latest_counts(admin_conf, counts) == dict(Counter(word for line in text for word in line.split()))
 
 
-@pytest.mark.parametrize("missing", ["transactional-id", "internal-topics"])
+@pytest.mark.parametrize("missing", ["transactional ids", "internal topics"])
 def test_without_one_line_the_application_fails_with_a_clear_error(guarded, pki, spark, tmp_path, missing):
     from strom.spark.runtime import SparkStreams
     suffix = uuid.uuid4().hex[:8]
@@ -122,10 +73,8 @@ def test_without_one_line_the_application_fails_with_a_clear_error(guarded, pki,
     admin = AdminClient(admin_conf)
     for future in admin.create_topics([NewTopic(lines, 2), NewTopic(counts, 2)]).values():
         future.result()
-    kind = ResourceType.TRANSACTIONAL_ID if missing == "transactional-id" else ResourceType.TOPIC
-    kept = [b for b in application_acls("User:alice", app_id, [lines], [counts])
-            if not (b.restype == kind and b.name == f"{app_id}-")]
-    grant(admin, *kept)
+    grant(admin, *(b for line, bindings in application_acls("User:alice", app_id, [lines], [counts]).items()
+                   if line != missing for b in bindings))
     producer = Producer(admin_conf)
     producer.produce(lines, b"a b c", key=b"k")
     assert producer.flush(30) == 0
@@ -138,6 +87,6 @@ def test_without_one_line_the_application_fails_with_a_clear_error(guarded, pki,
         app.wait_until_caught_up(120)
     app.stop()
     assert time.monotonic() - started < 120  # refused at once, not retried until a timeout
-    wanted = (f"User:alice may not Write TransactionalId '{app_id}-0_" if missing == "transactional-id"
+    wanted = (f"User:alice may not Write TransactionalId '{app_id}-0_" if missing == "transactional ids"
               else f"User:alice may not Create Topic '{app_id}-")
     assert wanted in str(failed.value)

@@ -4,12 +4,13 @@ example, recomputed here for SHA-512 with the standard library), and the credent
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
+from collections.abc import Callable
 
 import pytest
 
 from strom.broker.security.scram import Credential, Mechanism, ScramError, ScramServer
+from strom.kafka.security import AuthenticationError
+from strom.kafka.wire_login import sasl_login
 
 # RFC 7677, section 3: user "user", password "pencil"
 CLIENT_FIRST = b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO"
@@ -47,21 +48,28 @@ def test_a_wrong_password_an_unknown_user_and_a_replayed_nonce_fail():
         other.final(CLIENT_FINAL)
 
 
-def test_a_sha_512_client_computed_with_the_standard_library_logs_in():
-    credential = Credential.from_password(Mechanism.SCRAM_SHA_512, "s3cret", 4096)
-    server = ScramServer(Mechanism.SCRAM_SHA_512, {"alice": credential}.get)
-    client_first_bare = "n=alice,r=clientnonce"
-    server_first = server.first(b"n,," + client_first_bare.encode()).decode()
-    attributes = dict(part.split("=", 1) for part in server_first.split(","))
-    salted = hashlib.pbkdf2_hmac("sha512", b"s3cret", base64.b64decode(attributes["s"]), int(attributes["i"]))
-    client_key = hmac.new(salted, b"Client Key", "sha512").digest()
-    without_proof = f"c=biws,r={attributes['r']}"
-    auth_message = f"{client_first_bare},{server_first},{without_proof}".encode()
-    signature = hmac.new(hashlib.sha512(client_key).digest(), auth_message, "sha512").digest()
-    proof = base64.b64encode(bytes(a ^ b for a, b in zip(client_key, signature, strict=True))).decode()
-    answer = server.final(f"{without_proof},p={proof}".encode())
-    server_key = hmac.new(salted, b"Server Key", "sha512").digest()
-    assert answer == b"v=" + base64.b64encode(hmac.new(server_key, auth_message, "sha512").digest())
+def scram_exchange(server: ScramServer) -> Callable[[str, bytes], bytes]:
+    """strom's client talking to strom broker's SCRAM server, token by token."""
+    steps = iter((server.first, server.final))
+    return lambda _mechanism, token: next(steps)(token)
+
+
+@pytest.mark.parametrize("mechanism", [Mechanism.SCRAM_SHA_256, Mechanism.SCRAM_SHA_512])
+def test_stroms_client_logs_in_and_checks_the_servers_proof(mechanism):
+    credential = Credential.from_password(mechanism, "s3cret", 4096)
+    settings = {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism.mechanism_name,
+                "sasl.username": "al,i=ce", "sasl.password": "s3cret"}
+    server = ScramServer(mechanism, {"al,i=ce": credential}.get)
+    sasl_login(settings, scram_exchange(server))
+    assert server.username == "al,i=ce"
+    with pytest.raises(ScramError):
+        sasl_login({**settings, "sasl.password": "wrong"}, scram_exchange(ScramServer(mechanism, {
+            "al,i=ce": credential}.get)))
+    # a server that does not know the credential cannot sign the exchange: the client refuses it
+    forged = iter((ScramServer(mechanism, {"al,i=ce": credential}.get).first,
+                   lambda _token: b"v=" + base64.b64encode(bytes(64))))
+    with pytest.raises(AuthenticationError):
+        sasl_login(settings, lambda _mechanism, token: next(forged)(token))
 
 
 def test_a_credential_checks_a_plain_password_and_never_shows_its_keys():

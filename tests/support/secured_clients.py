@@ -4,8 +4,9 @@ Kafka): what a producer, a consumer or an admin is refused with, and ACL binding
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -13,12 +14,31 @@ from confluent_kafka.admin import (
     AdminClient,
     ResourcePatternType,
     ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
 )
 
+from strom.streams import Serdes
 from support.certificates import Pki
 
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
+S, L = Serdes.String(), Serdes.Long()
+
+
+def sasl_settings(servers: str, ca: Path | None, user: str, password: str,
+                  mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
+    """librdkafka settings of `user` on a SASL listener: SASL_SSL trusting `ca`, SASL_PLAINTEXT without."""
+    conf = {"bootstrap.servers": servers, "security.protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT",
+            "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
+    return {**conf, "ssl.ca.location": str(ca)} if ca else conf
+
+
+def mtls_settings(servers: str, ca: Path, cert: Path, key: Path) -> dict[str, str]:
+    """librdkafka settings of a client certificate on a mutual-TLS listener."""
+    return {"bootstrap.servers": servers, "security.protocol": "SSL", "ssl.ca.location": str(ca),
+            "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
 
 
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
@@ -30,6 +50,48 @@ def acl(resource: ResourceType, name: str, principal: str, operation: AclOperati
         permission: AclPermissionType = ALLOW, pattern: ResourcePatternType = LITERAL,
         host: str = "*") -> AclBinding:
     return AclBinding(resource, name, pattern, principal, host, operation, permission)
+
+
+def add_user(admin: AdminClient, user: str, password: str) -> None:
+    """A SCRAM-SHA-512 user, added by a super user while the cluster runs."""
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                          password.encode())
+    admin.alter_user_scram_credentials([upsert])[user].result()
+
+
+def each(resource: ResourceType, name: str, principal: str, operations: tuple[AclOperation, ...],
+         pattern: ResourcePatternType = LITERAL) -> list[AclBinding]:
+    """One ALLOW binding per operation."""
+    return [acl(resource, name, principal, op, pattern=pattern) for op in operations]
+
+
+TOPIC, GROUP, TXN, OP = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID, AclOperation
+
+
+def application_acls(principal: str, app_id: str, inputs: list[str],
+                     outputs: list[str]) -> dict[str, list[AclBinding]]:
+    """docs/deploy.md's list for a SparkStreams application, by line of its table."""
+    return {
+        "input topics": [b for name in inputs
+                         for b in each(TOPIC, name, principal, (OP.READ, OP.DESCRIBE))],
+        "output topics": [b for name in outputs
+                          for b in each(TOPIC, name, principal, (OP.WRITE, OP.DESCRIBE))],
+        "internal topics": each(TOPIC, f"{app_id}-", principal, (
+            OP.CREATE, OP.READ, OP.WRITE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE), PREFIXED),
+        "group": each(GROUP, app_id, principal, (OP.READ, OP.DESCRIBE)),
+        "assigning readers' group": each(GROUP, "strom-unused-group", principal, (OP.DESCRIBE,)),
+        "transactional ids": each(TXN, f"{app_id}-", principal, (OP.WRITE, OP.DESCRIBE), PREFIXED),
+    }
+
+
+def subscription_acls(principal: str, subscription: str, topic: str) -> dict[str, list[AclBinding]]:
+    """docs/deploy.md's list for a strom.tasks subscription with retries, by line of its table."""
+    return {
+        "input topics": each(TOPIC, topic, principal, (OP.READ, OP.DESCRIBE)),
+        "group": each(GROUP, subscription, principal, (OP.READ, OP.DESCRIBE)),
+        "retry topics": [b for name in (f"{topic}-retry", f"{topic}-dlq")
+                         for b in each(TOPIC, name, principal, (OP.CREATE, OP.READ, OP.WRITE, OP.DESCRIBE))],
+    }
 
 
 def produce_error(conf: dict[str, str], topic: str) -> KafkaError | None:
@@ -96,3 +158,22 @@ def describe_acls_error(bootstrap_servers: str, pki: Pki, user: str, password: s
     raise AssertionError("DescribeAcls was answered without an error")
 
 
+def latest_counts(conf: dict[str, str], topic: str) -> dict[str, int]:
+    """The last committed count of each word in a word count's 2-partition output topic."""
+    consumer = Consumer({**conf, "group.id": "reader", "isolation.level": "read_committed",
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
+    counts, ended, deadline = {}, set(), time.monotonic() + 60
+    try:
+        while len(ended) < 2 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                ended.add(message.partition())
+                continue
+            counts[S.deserializer().deserialize(topic, message.key())] = L.deserializer().deserialize(
+                topic, message.value())
+    finally:
+        consumer.close()
+    return counts

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import BinaryIO
 
 import click
@@ -17,7 +18,9 @@ from strom.cli.connection import TIMEOUT, Connection, connection_options
 from strom.cli.formats import Format, convert, format_option
 from strom.cli.output import escaped
 from strom.errors import StromError
+from strom.kafka import clients
 from strom.kafka.reading import coordinator_moving
+from strom.kafka.security import refusal
 
 Field = Callable[[Message, Format, Format], bytes]
 
@@ -193,7 +196,8 @@ def consume(connection: Connection, topic: str, group: str | None, start: StartA
         else:
             consumer.subscribe([topic], on_assign=progress.on_assign, on_revoke=progress.on_revoke)
         _read(consumer, progress, layout, key_deserializer, value_deserializer, max_messages, exit_at_end,
-              idle_timeout)
+              idle_timeout, partial(refusal, connection.properties, topic=topic,
+                                    group=group or clients.UNUSED_GROUP))
     except KeyboardInterrupt:
         pass
     finally:
@@ -219,18 +223,20 @@ def _start_offsets(consumer: Consumer, chosen: list[TopicPartition], start: Star
 
 def _read(consumer: Consumer, progress: Progress, layout: list[bytes | Field], key_format: Format,
           value_format: Format, max_messages: int | None, exit_at_end: bool,
-          idle_timeout: float | None) -> None:
+          idle_timeout: float | None, refused: Callable[[KafkaError], StromError | None]) -> None:
     out = sys.stdout.buffer
     try:
         _print(consumer, progress, out, layout, key_format, value_format, max_messages, exit_at_end,
-               idle_timeout)
+               idle_timeout, refused)
     finally:
         out.flush()
 
 
 def _print(consumer: Consumer, progress: Progress, out: BinaryIO, layout: list[bytes | Field],
            key_format: Format, value_format: Format, max_messages: int | None, exit_at_end: bool,
-           idle_timeout: float | None) -> None:
+           idle_timeout: float | None, refused: Callable[[KafkaError], StromError | None] | None = None
+           ) -> None:
+    """``refused``: the error of a missing ACL (naming principal, resource and operation), if it is one."""
     interactive = out.isatty()
     count = 0
     while max_messages is None or count < max_messages:
@@ -243,6 +249,8 @@ def _print(consumer: Consumer, progress: Progress, out: BinaryIO, layout: list[b
         error = message.error()
         if error is not None:
             if error.code() != KafkaError._PARTITION_EOF:
+                if refused is not None and (missing_acl := refused(error)) is not None:
+                    raise missing_acl
                 if not recovering(error):
                     raise StromError(f"Could not consume {message.topic()!r}: {error.str()}")
                 logger.warning("consuming %r: %s (the consumer retries)", message.topic(), error.str())

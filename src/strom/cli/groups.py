@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+from functools import partial
 from typing import Any
 
 import click
@@ -22,6 +23,7 @@ from strom.cli.connection import TIMEOUT, Connection, connection_options
 from strom.cli.output import output_option, print_rows
 from strom.cli.topics import result
 from strom.errors import StromError
+from strom.kafka.security import refusal
 
 _INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
 
@@ -214,5 +216,6 @@ def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
         _existing(connection, name)
     futures = connection.admin().delete_consumer_groups(list(names), request_timeout=TIMEOUT)
     for name, future in futures.items():
-        result(future, f"delete group {name!r} (stop its consumers first)")
+        result(future, f"delete group {name!r} (stop its consumers first)",
+               partial(refusal, connection.properties, group=name, group_operation="Delete"))
         click.echo(f"deleted {name}")

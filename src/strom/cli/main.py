@@ -55,8 +55,9 @@ def cli(verbose: int) -> None:
     """strom: Kafka Streams, Decaton and exactly-once Kafka in Python, run on Spark."""
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # librdkafka logs every failed connection attempt; commands report what failed in one error line
-    logging.getLogger("strom.kafka.librdkafka").setLevel(level if verbose else logging.CRITICAL)
+    # librdkafka logs every failed connection attempt, and a fatal error (FATAL, at CRITICAL) before the
+    # call that reports it raises it: commands report what failed in one error line
+    logging.getLogger("strom.kafka.librdkafka").setLevel(level if verbose else logging.CRITICAL + 1)
 
 
 

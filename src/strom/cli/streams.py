@@ -19,13 +19,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from strom.cli.broker import parse_config
 from strom.cli.connection import Connection, connection_options
 from strom.cli.query import query
-from strom.errors import ConfigError
+from strom.errors import ConfigError, StromError
 from strom.kafka import offsets
+from strom.kafka.security import refusal_behind
 from strom.streams.config import DEFINITIONS, STATE_DIR, StreamsConfig
 
 _TIMEOUT_S = 30.0
@@ -140,8 +142,13 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
     click.echo(f"{prefix}delete local state {local}" + ("" if local.exists() else " (not there)"))
     if dry_run:
         return
-    offsets.reset(admin, app_id, targets)
-    _delete_internal(admin, app_id, internal, topics)
+    try:
+        offsets.reset(admin, app_id, targets)
+        _delete_internal(admin, app_id, internal, topics)
+    except (StromError, KafkaException) as exc:
+        missing = refusal_behind(connection.properties, exc, group=app_id, topic=", ".join(internal),
+                                 topic_operation="Delete")
+        raise missing or exc from None
     connection.wait_unlisted(internal)  # the next start must create them anew, not find them
     shutil.rmtree(local, ignore_errors=True)
     click.echo(f"Application {app_id} reset: it reprocesses its input on the next start.")

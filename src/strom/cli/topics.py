@@ -3,11 +3,12 @@ administration through confluent-kafka's AdminClient."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import click
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
 from strom.cli.broker import parse_config
@@ -24,11 +25,15 @@ def topics() -> None:
     """List, create, describe, alter and delete topics (kafka-topics, kafka-configs, kafka-delete-records)."""
 
 
-def result(future: Future, what: str) -> Any:
-    """The future's result; a refusal becomes one error naming what was attempted and the broker's reason."""
+def result(future: Future, what: str,
+           refused: Callable[[KafkaError], StromError | None] | None = None) -> Any:
+    """The future's result; a refusal becomes one error naming what was attempted and the broker's reason
+    (``refused``: the error of a missing ACL, naming the principal, resource and operation)."""
     try:
         return future.result(TIMEOUT)
     except KafkaException as exc:
+        if refused is not None and (missing := refused(exc.args[0])) is not None:
+            raise missing from None
         raise StromError(f"Could not {what}: {exc.args[0].str()}") from exc
 
 

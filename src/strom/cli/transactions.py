@@ -26,6 +26,7 @@ from kio.static.primitive import i16, i32, i32Timedelta, i64
 from strom.cli.connection import Connection, connection_options
 from strom.cli.output import output_option, print_record, print_rows
 from strom.errors import StromError, TransactionalIdNotFoundError
+from strom.kafka.security import authorization_error
 from strom.kafka.wire import WireClient
 
 
@@ -76,13 +77,8 @@ _RETRY_S = 0.5
 
 def _wire(connection: Connection, broker: str | None = None) -> WireClient:
     """A protocol client for the APIs librdkafka does not expose, to one broker (``host:port``; default
-    the first bootstrap server); it speaks PLAINTEXT only."""
-    protocol = connection.properties.get("security.protocol", "plaintext").lower()
-    if protocol != "plaintext":
-        raise StromError(f"`strom transactions` speaks to the broker directly over PLAINTEXT; "
-                         f"security.protocol={protocol} is not supported. Use Kafka's kafka-transactions "
-                         "for a secured cluster.")
-    return WireClient(broker or connection.bootstrap_servers)
+    the first bootstrap server), logged in as the connection's settings say."""
+    return WireClient(broker or connection.bootstrap_servers, settings=connection.properties)
 
 
 def _brokers(connection: Connection) -> dict[int, str]:
@@ -142,7 +138,8 @@ def _describe(connection: Connection, transactional_ids: tuple[str, ...]) -> lis
             f"Transactional id(s) not known to the broker at {connection.bootstrap_servers}: "
             f"{', '.join(missing)}. `strom transactions list` shows the known ones.")
     for state in states:
-        _raise_for(state.error_code, f"DescribeTransactions({state.transactional_id})")
+        _raise_for(state.error_code, f"DescribeTransactions({state.transactional_id})", connection,
+                   (state.transactional_id, "Describe"))
     return states
 
 
@@ -216,7 +213,8 @@ def _producers(connection: Connection, topic: str, partitions: tuple[int, ...]) 
             if partition.error_code == ErrorCode.unknown_topic_or_partition:
                 raise StromError(f"Topic {topic!r} has no partition {partition.partition_index}; see "
                                  f"`strom topics describe {topic}`.")
-            _raise_for(partition.error_code, f"DescribeProducers({topic}-{partition.partition_index})")
+            _raise_for(partition.error_code, f"DescribeProducers({topic}-{partition.partition_index})",
+                       connection, (topic, "Read"))
             rows += [{"topic": topic, "partition": int(partition.partition_index),
                       "producer id": int(p.producer_id), "producer epoch": int(p.producer_epoch),
                       "last sequence": int(p.last_sequence), "last timestamp": int(p.last_timestamp),
@@ -342,7 +340,7 @@ def _abort_hanging(connection: Connection, topic: str, partition: int, producer_
     with _wire(connection, _leader(connection.metadata(), topic, partition)) as client:
         response = client.send(WriteTxnMarkersRequest(markers=(marker,)))
     (result,) = response.markers[0].topics[0].partitions
-    _raise_for(result.error_code, f"WriteTxnMarkers({topic}-{partition})")
+    _raise_for(result.error_code, f"WriteTxnMarkers({topic}-{partition})", connection, (topic, "Write"))
     click.echo(f"aborted the transaction of producer {row['producer id']} on {topic}-{partition} "
                f"from offset {row['open transaction start offset']}")
 
@@ -354,6 +352,17 @@ def _started(epoch_ms: int) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
-def _raise_for(code: ErrorCode, what: str) -> None:
-    if code != ErrorCode.none:
-        raise StromError(f"{what} failed with {code.name.upper()}; check the broker log.")
+_DENIED = {ErrorCode.transactional_id_authorization_failed: "TransactionalId",
+           ErrorCode.topic_authorization_failed: "Topic", ErrorCode.cluster_authorization_failed: "Cluster"}
+
+
+def _raise_for(code: ErrorCode, what: str, connection: Connection | None = None,
+               resource: tuple[str, str] = ("", "")) -> None:
+    """A broker's error as one line; a missing ACL names the principal, the resource (``resource``: its
+    name and the operation asked) and the operation."""
+    if code == ErrorCode.none:
+        return
+    if connection is not None and code in _DENIED:
+        name, operation = resource if _DENIED[code] != "Cluster" else ("kafka-cluster", "ClusterAction")
+        raise authorization_error(connection.properties, _DENIED[code], name, operation, code.name.upper())
+    raise StromError(f"{what} failed with {code.name.upper()}; check the broker log.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,10 @@ from strom.errors import BrokerUnavailableError, ConfigError
 from strom.kafka.security import authorization_error
 
 __all__ = [
-    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "admin", "assign",
-    "check_group_protocol", "consumer", "create_topics", "load_properties", "produce", "producer",
+    "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "UNUSED_GROUP", "admin",
+    "assign",
+    "check_described", "check_group_protocol", "consumer", "create_topics", "load_properties", "produce",
+    "producer",
 ]
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ CONNECT_AT_ONCE: dict[str, Any] = {"enable.sparse.connections": "false"}
 """For a short-lived client: connect to the brokers at once. With sparse connections (librdkafka's
 default) a new client connects only once a request needs a broker: a new admin client's first metadata
 request took 50 ms more, and init_transactions 60 ms to 0.5 s instead of 10 ms."""
+UNUSED_GROUP = "strom-unused-group"
+"""The group id of readers that assign partitions themselves: librdkafka needs one (and looks its
+coordinator up, so a secured cluster's principal needs Describe on it: docs/deploy.md)."""
 CONSUMER_DEFAULTS: dict[str, Any] = {
     "enable.auto.commit": False,
     "auto.offset.reset": "earliest",
@@ -87,7 +92,7 @@ def consumer(bootstrap_servers: str, group_id: str | None = None, **overrides: A
     ``check_group_protocol``)."""
     if group_id is not None:
         overrides = {"group.id": group_id, **overrides}
-    overrides.setdefault("group.id", "strom-unused-group")
+    overrides.setdefault("group.id", UNUSED_GROUP)
     check_group_protocol(bootstrap_servers, overrides)
     return _build(Consumer, _config(bootstrap_servers, CONSUMER_DEFAULTS, overrides))
 
@@ -184,6 +189,21 @@ def _jaas_credentials(jaas: str, path: str | Path) -> dict[str, str]:
         raise ConfigError(f"{str(path)!r}: sasl.jaas.config needs username=\"...\" and password=\"...\" "
                           "(librdkafka has no JAAS); or set sasl.username and sasl.password instead.")
     return {"sasl.username": options["username"], "sasl.password": options["password"]}
+
+
+def check_described(client: AdminClient, topics: Iterable[str], settings: Mapping[str, Any]) -> None:
+    """Raises AuthorizationError for the first of ``topics`` the cluster will not describe to this
+    principal. A listing of every topic leaves out the topics a principal may not describe, so a caller
+    that found a topic missing there asks for it by name before saying it does not exist."""
+    for topic in topics:
+        try:
+            meta = client.list_topics(topic, timeout=10).topics.get(topic)
+        except KafkaException as exc:
+            meta = None
+            log.debug("No metadata for %s (%s)", topic, exc)
+        if meta is not None and meta.error is not None and (
+                meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            raise authorization_error(settings, "Topic", topic, "Describe", meta.error.name())
 
 
 def create_topics(

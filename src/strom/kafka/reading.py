@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 METADATA_TIMEOUT_S = 10.0
+ASK_COMMITTED_S = 5.0
+"""One committed() call's wait: between calls a refused group is looked for (``fetch_committed``)."""
 """How long a metadata or watermark request may take before the broker counts as unreachable."""
 STALL_TIMEOUT_S = 120.0
 """How long a read may go without a record or an end-of-partition event before it fails."""
@@ -102,11 +104,27 @@ def fetch_committed(consumer: Consumer, partitions: list[TopicPartition],
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return consumer.committed(partitions, max(0.1, deadline - time.monotonic()))
+            return consumer.committed(partitions, max(0.1, min(ASK_COMMITTED_S, deadline - time.monotonic())))
         except KafkaException as exc:
+            timed_out = exc.args[0].code() == KafkaError._TIMED_OUT
+            if timed_out and (refused := _group_refused(consumer)) is not None:
+                raise KafkaException(refused) from exc
             if not coordinator_moving(exc.args[0]) or time.monotonic() >= deadline:
                 raise
             time.sleep(COORDINATOR_BACKOFF_S)
+
+
+def _group_refused(consumer: Consumer) -> KafkaError | None:
+    """GROUP_AUTHORIZATION_FAILED if the cluster refused the consumer's group: librdkafka's committed()
+    then only times out, and the refusal waits in the consumer's queue. Looked for only while nothing is
+    assigned, so that no record is taken from the queue."""
+    if consumer.assignment():
+        return None
+    for event in consumer.consume(100, 0):
+        error = event.error()
+        if error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return error
+    return None
 
 
 def read_to_end(consumer: Consumer, partitions: Iterable[TopicPartition], what: str = "",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from strom.errors import StromError
 
@@ -22,6 +22,13 @@ class AuthorizationError(StromError):
 
 class AuthenticationError(StromError):
     """The cluster did not accept the client's credentials or certificate, or the client not its."""
+
+
+def security_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that say how a client reaches and logs in to the cluster (``security.protocol``,
+    ``ssl.*``, ``sasl.*``): every client a component makes beside the one it was configured for (an admin
+    client creating topics, a producer of retries) needs them too."""
+    return {k: v for k, v in config.items() if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
 
 
 def principal(settings: Mapping[str, Any]) -> str:
@@ -44,6 +51,35 @@ def authorization_error(settings: Mapping[str, Any], resource_type: str, name: s
         f"{who} may not {operation} {resource_type} {name!r} ({code}): an administrator grants it with "
         f"kafka-acls --add --allow-principal {who if who.startswith('User:') else 'User:...'} "
         f"--operation {operation} {option} {name} (docs/deploy.md lists the ACLs strom needs).")
+
+
+_REFUSED = {KafkaError.TOPIC_AUTHORIZATION_FAILED: "Topic", KafkaError.GROUP_AUTHORIZATION_FAILED: "Group",
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "TransactionalId"}
+
+
+def refusal(settings: Mapping[str, Any], error: KafkaError, topic: str = "", group: str = "",
+            transactional_id: str = "", topic_operation: str = "Read",
+            group_operation: str = "Read") -> AuthorizationError | None:
+    """``error`` as an AuthorizationError naming the resource refused (the topic, group or transactional
+    id the caller was using), or None when it is no missing ACL. librdkafka reports most refusals as
+    ordinary, non-fatal errors and would go on asking: callers raise this once instead."""
+    kind = _REFUSED.get(error.code())
+    if kind is None:
+        return None
+    name, operation = {"Topic": (topic, topic_operation), "Group": (group, group_operation),
+                       "TransactionalId": (transactional_id, "Write")}[kind]
+    return authorization_error(settings, kind, name or "?", operation, error.name())
+
+
+def refusal_behind(settings: Mapping[str, Any], exc: BaseException,
+                   **names: str) -> AuthorizationError | None:
+    """``refusal`` of the Kafka error ``exc`` was raised from (strom's errors keep it as their cause)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError):
+            return refusal(settings, seen.args[0], **names)
+        seen = seen.__cause__
+    return None
 
 
 def authentication_error(settings: Mapping[str, Any], servers: str, reason: str) -> AuthenticationError:

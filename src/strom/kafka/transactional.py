@@ -28,6 +28,7 @@ transaction back on its timeout would fail fenced although no other producer too
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -41,7 +42,7 @@ from strom.errors import (
     TransactionStalledError,
 )
 from strom.kafka import clients
-from strom.kafka.security import authorization_error
+from strom.kafka.security import refusal
 
 __all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced", "send_timed_out"]
 
@@ -100,6 +101,21 @@ def _kafka_error(exc: BaseException) -> KafkaError | None:
 T = TypeVar("T")
 
 
+def _group_of(group_metadata: Any) -> str:
+    """The group id in librdkafka's serialized consumer group metadata (``CGMDv2:``, the generation as
+    4 bytes, the group id up to a NUL), for a refusal's message only; "" if the layout is another."""
+    magic = b"CGMDv2:"
+    if not isinstance(group_metadata, bytes) or not group_metadata.startswith(magic):
+        return ""
+    return group_metadata[len(magic) + 4:].split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _refused_topic(error: KafkaError) -> str:
+    """The topic librdkafka names in an offsets or delivery refusal (``topic((null))[0](Broker: ...)``)."""
+    match = re.search(r"([\w.-]+)\(\(null\)\)\[\d+\]", error.str())
+    return match.group(1) if match else ""
+
+
 class TransactionalProducer:
     """A confluent-kafka producer with ``transactional.id`` set; ``producer`` is the client itself, for
     ``produce``, ``poll`` and ``flush`` on the hot path. ``owner`` says what it writes for, in errors
@@ -118,6 +134,7 @@ class TransactionalProducer:
         """A call never returned (see the module): the producer must be replaced."""
         self._bootstrap_servers = bootstrap_servers
         self._settings = overrides  # whose principal a refusal names (secrets are never shown)
+        self._group = ""  # the group whose offsets the transaction commits, for a refusal's message
         self.producer: Producer = clients.producer(
             bootstrap_servers, **{**overrides, "transactional.id": transactional_id})
 
@@ -132,6 +149,7 @@ class TransactionalProducer:
     def send_offsets_to_transaction(self, offsets: Sequence[TopicPartition], group_metadata: Any) -> None:
         """Adds ``offsets`` to the transaction; ``TransactionStalledError`` if librdkafka does not return
         in time (see the module)."""
+        self._group = _group_of(group_metadata)
         self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata,
                       self.send_offsets_timeout_s)
 
@@ -223,9 +241,11 @@ class TransactionalProducer:
             raise ProducerFencedError(
                 f"{self.owner} was fenced in {name}: another producer with transactional.id "
                 f"{self.transactional_id!r} took over (a newer attempt of the same work).") from exc
-        if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            raise authorization_error(self._settings, "TransactionalId", self.transactional_id, "Write",
-                                      error.name()) from None
+        refused = refusal(self._settings, error, topic=_refused_topic(error), group=self._group,
+                          transactional_id=self.transactional_id, topic_operation="Write")
+        if refused is not None:  # no retry can help: the transaction is aborted, the refusal raised
+            self.abort_transaction()
+            raise refused from None
         if self.in_transaction and (error.txn_requires_abort() or error.retriable()):
             self.abort_transaction()
             raise TransactionAbortableError(

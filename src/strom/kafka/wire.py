@@ -10,12 +10,18 @@ import io
 import itertools
 import socket
 import struct
+from collections.abc import Mapping
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 
 from strom.errors import BrokerUnavailableError
+from strom.kafka.security import authentication_error
+from strom.kafka.wire_login import sasl_login, secure
 
 __all__ = ["WireClient"]
 
@@ -25,7 +31,10 @@ _SIZE = struct.Struct(">i")
 class WireClient:
     """One connection to one broker (the first of ``bootstrap_servers``)."""
 
-    def __init__(self, bootstrap_servers: str, client_id: str = "strom", timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap_servers: str, client_id: str = "strom", timeout: float = 10.0,
+                 settings: Mapping[str, Any] | None = None) -> None:
+        """``settings``: librdkafka's security keys (``security.protocol``, ``ssl.*``, ``sasl.*``;
+        see ``strom.kafka.wire_login``)."""
         host, _, port = bootstrap_servers.split(",")[0].strip().rpartition(":")
         try:
             self._socket = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout)
@@ -35,6 +44,24 @@ class WireClient:
                 "`strom broker` or pass the right --bootstrap-servers.") from exc
         self._client_id = client_id
         self._correlation = itertools.count(1)
+        settings = settings or {}
+        self._handshaken = False
+        self._socket = secure(self._socket, host or "127.0.0.1", settings)
+        sasl_login(settings, lambda mechanism, token: self._sasl(bootstrap_servers, settings, mechanism,
+                                                                 token))
+
+    def _sasl(self, servers: str, settings: Mapping[str, Any], mechanism: str, token: bytes) -> bytes:
+        """One SASL token exchanged (SaslHandshake first); a refusal says why, at once."""
+        if not self._handshaken:
+            self._handshaken = True
+            answer = self.send(SaslHandshakeRequest(mechanism=mechanism))
+            if answer.error_code != ErrorCode.none:
+                raise authentication_error(settings, servers, f"SASL mechanism {mechanism} not enabled: "
+                                                              f"the broker offers {list(answer.mechanisms)}")
+        answer = self.send(SaslAuthenticateRequest(auth_bytes=token))
+        if answer.error_code != ErrorCode.none:
+            raise authentication_error(settings, servers, answer.error_message or answer.error_code.name)
+        return answer.auth_bytes
 
     def send(self, request: Any, response_schema: type | None = None) -> Any:
         """Sends a kio request entity and returns the broker's kio response entity (read as

@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
@@ -98,12 +99,16 @@ class FilePropertySupplier(_DynamicSupplier):
 
 
 class KafkaTopicPropertySupplier(_DynamicSupplier):
-    """Follows a compacted topic: key = property name, value = its value as text, tombstone = default."""
+    """Follows a compacted topic: key = property name, value = its value as text, tombstone = default.
+    ``settings``: the reader's librdkafka settings beside the address (a secured cluster's
+    ``security.protocol``, ``ssl.*``, ``sasl.*``)."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, initial_load_timeout_s: float = 10.0) -> None:
+    def __init__(self, bootstrap_servers: str, topic: str, initial_load_timeout_s: float = 10.0,
+                 settings: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self._topic = topic
-        self._consumer = clients.consumer(bootstrap_servers, **{"isolation.level": "read_uncommitted"})
+        self._consumer = clients.consumer(bootstrap_servers, **{**(settings or {}),
+                                                                "isolation.level": "read_uncommitted"})
         metadata = self._consumer.list_topics(topic, timeout=initial_load_timeout_s).topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
             self._consumer.close()

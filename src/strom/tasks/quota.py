@@ -16,8 +16,9 @@ import os
 import struct
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
@@ -179,13 +180,13 @@ class PerKeyQuota:
     """A subscription's quota: makes the partitions' managers and sends shaped tasks to their topics."""
 
     def __init__(self, config: PerKeyQuotaConfig, topic: str, bootstrap: str,
-                 props: ProcessorPropertiesView) -> None:
+                 props: ProcessorPropertiesView, settings: Mapping[str, Any]) -> None:
         self.config = config
         self.topic = topic
         self.shaping_topics = sorted(config.shaping_topics(topic))
         self._callback = config.callback(topic)
         self._rate = props.get(ProcessorProperties.PER_KEY_QUOTA_PROCESSING_RATE)
-        self._producer: Producer = clients.producer(bootstrap, **{**SHAPING_PRODUCER_CONFIG,
+        self._producer: Producer = clients.producer(bootstrap, **{**settings, **SHAPING_PRODUCER_CONFIG,
                                                                   **config.producer_config})
 
     def manager(self, topic: str) -> PerKeyQuotaManager | None:

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from strom.concurrency import AsyncRuntime
 from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
+from strom.kafka.security import AuthorizationError, authorization_error, refusal, security_settings
 from strom.tasks.context import Record, record_of
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.partition import IgnoredKeys, PartitionContext
@@ -134,6 +135,8 @@ class ProcessorSubscription:
         if not self._bootstrap:
             raise ConfigError("consumer_config needs 'bootstrap.servers' (where the Kafka broker listens).")
         config.setdefault("group.id", subscription_id)
+        # the admin client and the retry and shaping producers reach the cluster as the consumer does
+        self._settings = security_settings(config)
         for key in ("on_commit", "enable.auto.commit"):
             if key in config:
                 raise ConfigError(f"consumer_config must not set {key!r}: the subscription commits the "
@@ -151,9 +154,10 @@ class ProcessorSubscription:
             self._topics.append(self._retry_queue.retry_topic)
         self._quota: PerKeyQuota | None = None
         if quota is not None:
-            self._quota = PerKeyQuota(quota, builder.topic, self._bootstrap, props)
+            self._quota = PerKeyQuota(quota, builder.topic, self._bootstrap, props, self._settings)
             clients.create_topics(self._bootstrap, dict.fromkeys(self._quota.shaping_topics,
-                                                                 self._partition_count(builder.topic)))
+                                                                 self._partition_count(builder.topic)),
+                                  settings=self._settings)
             self._topics += self._quota.shaping_topics
         self._ignored = IgnoredKeys(props)
         self._check_topics()
@@ -180,12 +184,15 @@ class ProcessorSubscription:
     def _partition_count(self, topic: str) -> int:
         # a topic created a moment ago may not be listed yet by the broker asked (a cluster's brokers
         # learn of it from the controller one after another): asked again for a few seconds
-        admin = clients.admin(self._bootstrap)
+        admin = clients.admin(self._bootstrap, **self._settings)
         deadline = time.monotonic() + TOPIC_PROPAGATION_S
         while True:
             meta = admin.list_topics(topic, timeout=10).topics.get(topic)
             if meta is not None and meta.error is None and meta.partitions:
                 return len(meta.partitions)
+            if meta is not None and meta.error is not None and (
+                    meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                raise authorization_error(self._settings, "Topic", topic, "Describe", meta.error.name())
             if time.monotonic() >= deadline:
                 raise UnknownTopicError(f"Topic {topic!r} does not exist: create it before subscribing "
                                         f"(e.g. with strom.kafka.clients.create_topics).")
@@ -199,8 +206,9 @@ class ProcessorSubscription:
         topic = self._builder.topic
         partitions = self._partition_count(topic)
         clients.create_topics(self._bootstrap, {config.retry_topic_or_default(topic): partitions,
-                                                config.dlq_topic_or_default(topic): 1})
-        producer = clients.producer(self._bootstrap, **RETRY_PRODUCER_CONFIG)
+                                                config.dlq_topic_or_default(topic): 1},
+                              settings=self._settings)
+        producer = clients.producer(self._bootstrap, **self._settings, **RETRY_PRODUCER_CONFIG)
         return RetryQueue(producer, topic, config, self._props)
 
     def start(self) -> ProcessorSubscription:
@@ -272,6 +280,8 @@ class ProcessorSubscription:
             for msg in consumer.consume(_POLL_BATCH, _POLL_TIMEOUT_S):
                 err = msg.error()
                 if err is not None:
+                    if (refused := self._refusal(msg)) is not None:
+                        raise refused
                     if not err.fatal():
                         log.warning("Consumer: %s", err)
                         continue
@@ -287,6 +297,11 @@ class ProcessorSubscription:
                 if ctx is not None:
                     ctx.add_records(batch)
             self._housekeeping(consumer)
+
+    def _refusal(self, msg: Any) -> AuthorizationError | None:
+        """A missing ACL, said once: librdkafka reports it as a consumer error and would go on asking."""
+        return refusal(self._settings, msg.error(), topic=msg.topic() or ", ".join(self._topics),
+                       group=self._config["group.id"])
 
     def _poll_producers(self) -> None:
         """Serves the delivery reports of retried and shaped tasks (they complete those tasks)."""

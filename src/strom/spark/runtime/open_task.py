@@ -23,6 +23,7 @@ from strom.errors import BrokerUnavailableError, ProducerFencedError, Transactio
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.reading import fetch_committed
+from strom.kafka.security import refusal
 from strom.spark.runtime.lease import LeasedTask, TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.spark.runtime.restore import restore_task
@@ -198,6 +199,9 @@ class OpenTask(LeasedTask):
         try:
             return method(*args, **kwargs)
         except KafkaException as exc:
+            if (refused := refusal(self.config.client_props("main.consumer."), exc.args[0],
+                                   group=self.config.application_id)) is not None:
+                raise refused from None
             raise BrokerUnavailableError(
                 f"Stream task {self.name} failed in {method.__name__}: {exc.args[0].str()}. Check the broker "
                 f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc

@@ -90,6 +90,9 @@ def plan_application(topology: Topology, config: StreamsConfig, admin: AdminClie
     builder = topology.internal
     builder.application_id = config.application_id
     existing = existing_topics(admin, config["bootstrap.servers"])
+    sources = {builder.decorate(t) for sub in builder.subtopologies() for t in sub.source_topics
+               if t not in builder.internal_topics}
+    clients.check_described(admin, sorted(sources - existing.keys()), config.client_props("admin."))
     counts = builder.topic_partitions(existing)
     subtopologies, internal = [], []
     for sub in builder.subtopologies():

@@ -37,6 +37,7 @@ from strom.errors import (
 )
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.kafka.security import refusal
 from strom.kafka.transactional import TransactionalProducer, fenced, send_timed_out
 from strom.spark.queries.server import seed_positions, serve_queries
 from strom.spark.runtime.control import ABORTED, FENCED, FINISHED, ControlClient
@@ -446,6 +447,9 @@ class StreamThread:
             running = self.routes.get(tp)
             if running is not None:
                 running.read[tp] = max(running.read.get(tp, 0), message.offset())
+        elif (refused := refusal(self.config.client_props("main.consumer."), error, topic=tp[0],
+                                 group=self.config.application_id)) is not None:
+            raise refused
         elif error.fatal() or not error.retriable():
             raise BrokerUnavailableError(f"Reading {tp[0]}-{tp[1]} failed: {error.str()}. Check the broker "
                                          f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.")

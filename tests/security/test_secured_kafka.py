@@ -1,0 +1,330 @@
+"""strom's clients on a secured Apache Kafka node (SASL_SSL with SCRAM-SHA-512, StandardAuthorizer,
+allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs/deploy.md lists.
+
+- A strom.tasks subscription with retries (its retry and dead letter topics created by strom) runs with
+  its list; without one line it stops at once with one AuthorizationError naming what is missing.
+- A SparkStreams application in real-time mode under exactly_once_v2 (a repartition topic and a
+  changelog strom creates) runs with its list and counts exactly.
+- Each line of the application's list is necessary. Checked at the client layer, not by one application
+  start per line (each costs a Spark job): a principal holding every line but one makes the calls the
+  application makes through strom.kafka (topic listing, internal topic creation, the transactional
+  producer's init, the group's committed offsets and fetch, a micro-batch source's assigning reader,
+  produce, send-offsets and commit), and
+  the first refused call must raise an AuthorizationError naming the principal, the resource and the
+  operation, in seconds. tests/security/test_acl_list.py shows on strom broker that an application
+  surfaces such an error from these calls (a TransactionalId or internal-topic line missing)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from security.conftest import PASSWORDS
+from spark.runtime.wordcount import word_count
+from strom.kafka import clients
+from strom.kafka.reading import fetch_committed
+from strom.kafka.security import AuthorizationError, refusal
+from strom.kafka.transactional import TransactionalProducer
+from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
+from support.apache_kafka import KafkaCluster, KafkaSecurity
+from support.kafka import unique, wait_for
+from support.secured_clients import (
+    GROUP,
+    OP,
+    PREFIXED,
+    TOPIC,
+    TXN,
+    add_user,
+    application_acls,
+    each,
+    grant,
+    latest_counts,
+    subscription_acls,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+STROM = str(Path(sys.executable).with_name("strom"))
+REFUSED_WITHIN_S = 30  # one answer of the broker, not a retry loop until some timeout
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[KafkaCluster]:
+    with KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1,
+                      security=KafkaSecurity(pki, PASSWORDS)) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def admin(kafka: KafkaCluster) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings})
+
+
+def principal(kafka: KafkaCluster, admin: AdminClient, prefix: str) -> dict[str, str]:
+    """Client settings of a new SCRAM user (no ACLs yet)."""
+    user = unique(prefix)
+    add_user(admin, user, f"{user}-pw")
+    return {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings, "sasl.username": user,
+            "sasl.password": f"{user}-pw"}
+
+
+def topics(admin: AdminClient, *names: str, partitions: int = 2) -> None:
+    for future in admin.create_topics([NewTopic(name, partitions) for name in names]).values():
+        future.result()
+
+
+def write(kafka: KafkaCluster, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings})
+    for key, value in records:
+        producer.produce(topic, value, key)
+    assert producer.flush(30) == 0
+
+
+def refused_at_once(call: Callable[[], Any]) -> str:
+    """The AuthorizationError `call` raises, within REFUSED_WITHIN_S."""
+    started = time.monotonic()
+    with pytest.raises(AuthorizationError) as refused:
+        call()
+    assert time.monotonic() - started < REFUSED_WITHIN_S
+    return str(refused.value)
+
+
+# ---- strom.tasks -------------------------------------------------------------------------------------
+def subscription(settings: dict[str, str], sub_id: str, topic: str, process: Callable) -> SubscriptionBuilder:
+    return (SubscriptionBuilder.new_builder(sub_id)
+            .processors_builder(ProcessorsBuilder.consuming(topic, int).then_process(process))
+            .properties({"decaton.commit.interval.ms": 100})
+            .consumer_config(settings)
+            .enable_retry(RetryConfig.with_backoff(100)))
+
+
+def test_a_subscription_with_retries_runs_with_its_documented_acls(kafka, admin):
+    topic, sub_id = unique("mail"), unique("mailer")
+    topics(admin, topic)
+    write(kafka, topic, [(f"k{i % 5}".encode(), str(i).encode()) for i in range(20)])
+    settings = principal(kafka, admin, "tasks")
+    grant(admin, *(b for line in subscription_acls(f"User:{settings['sasl.username']}", sub_id,
+                                                   topic).values() for b in line))
+    done: list[int] = []
+
+    def process(context, task: int) -> None:
+        if task % 2 == 0 and context.metadata().retry_count == 0:
+            context.retry()  # through <topic>-retry, which strom created as this principal
+        else:
+            done.append(task)
+
+    sub = subscription(settings, sub_id, topic, process).build_and_start()
+    try:
+        assert wait_for(lambda: len(done) >= 20, 120), sorted(done)
+    finally:
+        sub.close()
+    assert sorted(done) == list(range(20))
+
+
+@pytest.mark.parametrize("missing", ["input topics", "group", "retry topics"])
+def test_a_subscription_without_one_line_stops_with_one_clear_error(kafka, admin, missing):
+    topic, sub_id = unique("mail"), unique("mailer")
+    topics(admin, topic)
+    write(kafka, topic, [(b"k", b"1")])
+    settings = principal(kafka, admin, "tasks")
+    who = f"User:{settings['sasl.username']}"
+    grant(admin, *(b for line, bindings in subscription_acls(who, sub_id, topic).items() if line != missing
+                   for b in bindings))
+
+    def run() -> None:
+        sub = subscription(settings, sub_id, topic, lambda context, task: None).build_and_start()
+        assert wait_for(lambda: not sub.is_alive(), REFUSED_WITHIN_S), "the subscription kept running"
+        sub.close()
+
+    wanted = {"input topics": f"{who} may not Describe Topic '{topic}'",
+              "group": f"{who} may not Read Group '{sub_id}'",
+              "retry topics": f"{who} may not Create Topic '{topic}-"}[missing]
+    assert wanted in refused_at_once(run)
+
+
+# ---- a SparkStreams application ------------------------------------------------------------------------
+@pytest.mark.spark
+def test_the_documented_acls_run_a_realtime_exactly_once_application(kafka, admin, tmp_path):
+    import strom.spark
+    from strom.spark.runtime import SparkStreams
+
+    lines, counts, app_id = unique("lines"), unique("counts"), unique("wc")
+    topics(admin, lines, counts)
+    text = [f"w{i % 7} w{i % 3}" for i in range(120)]
+    write(kafka, lines, [(f"k{i}".encode(), line.encode()) for i, line in enumerate(text)])
+    settings = principal(kafka, admin, "app")
+    grant(admin, *(b for line in application_acls(f"User:{settings['sasl.username']}", app_id, [lines],
+                                                  [counts]).values() for b in line))
+    spark = strom.spark.session(app_name="strom-secured-kafka", log_level="ERROR")
+    app = SparkStreams(word_count(lines, counts), {
+        "application.id": app_id, "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
+        "commit.interval.ms": 200, "execution.mode": "realtime", "realtime.batch.duration.ms": 5000,
+        **settings}, spark)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(300), f"lag {app.lag()}"
+    finally:
+        app.stop()
+        spark.stop()
+    wanted = Counter(word for line in text for word in line.split())
+    reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
+    assert latest_counts(reader, counts) == wanted
+
+
+def read_or_refused(reader: Consumer, settings: dict[str, str], topic: str, group: str) -> None:
+    """Reads one record as a stream thread does (its fetch errors go through strom.kafka.security's
+    refusal()), within REFUSED_WITHIN_S."""
+    clients.assign(reader, [TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + REFUSED_WITHIN_S
+    while time.monotonic() < deadline:
+        for message in reader.consume(10, 0.5):
+            if message.error() is None:
+                return
+            if (refused := refusal(settings, message.error(), topic=topic, group=group)) is not None:
+                raise refused
+    raise AssertionError(f"nothing read from {topic} and no refusal")
+
+
+def write_or_refused(producer: TransactionalProducer, settings: dict[str, str], topic: str) -> None:
+    """Writes one record in the transaction; a refused delivery as the producer's sink reports it."""
+    errors: list[Any] = []
+    clients.produce(producer.producer, topic, b"1", b"w", on_delivery=lambda error, _m: errors.append(error))
+    producer.flush(REFUSED_WITHIN_S)
+    if errors[0] is not None:
+        raise refusal(settings, errors[0], topic=topic, topic_operation="Write") or AssertionError(errors)
+
+
+def application_calls(settings: dict[str, str], app_id: str, lines: str, counts: str) -> None:
+    """The calls a SparkStreams application makes as its principal, through strom.kafka, in its order:
+    the planner lists the topics (a source it may not describe is named), strom creates an internal
+    topic, a stream task inits its transactional producer, reads its committed offsets and its input in
+    the group; a micro-batch source reads a range assigning partitions itself (no group of its own); the
+    task writes the output and commits the input's offsets in the transaction. A consumer's refusal goes
+    through strom.kafka.security's refusal() as a stream task's does."""
+    bootstrap = settings["bootstrap.servers"]
+    clients.check_described(clients.admin(bootstrap, **settings), [lines], settings)
+    clients.create_topics(bootstrap, {f"{app_id}-words-repartition": 1}, settings=settings)
+    producer = TransactionalProducer(bootstrap, f"{app_id}-0", "stream thread 0", **settings)
+    producer.init_transactions()
+    group_reader = clients.consumer(bootstrap, group_id=app_id, **settings)
+    range_reader = clients.consumer(bootstrap, **settings)
+    try:
+        try:
+            fetch_committed(group_reader, [TopicPartition(lines, 0)], REFUSED_WITHIN_S)
+        except KafkaException as exc:
+            raise refusal(settings, exc.args[0], group=app_id) or exc from None
+        read_or_refused(group_reader, settings, lines, app_id)
+        read_or_refused(range_reader, settings, lines, clients.UNUSED_GROUP)
+        producer.begin_transaction()
+        write_or_refused(producer, settings, counts)
+        producer.send_offsets_to_transaction([TopicPartition(lines, 0, 1)],
+                                             group_reader.consumer_group_metadata())
+        producer.commit_transaction()
+    finally:
+        group_reader.close()
+        range_reader.close()
+
+
+def test_each_line_of_the_application_list_is_necessary(kafka, admin):
+    lines, counts, app_id = unique("lines"), unique("counts"), unique("wc")
+    topics(admin, lines, counts, partitions=1)
+    write(kafka, lines, [(b"k", b"a b")])
+    everyone = principal(kafka, admin, "all")
+    grant(admin, *(b for line in application_acls(f"User:{everyone['sasl.username']}", app_id, [lines],
+                                                  [counts]).values() for b in line))
+    application_calls(everyone, app_id, lines, counts)  # the calls do succeed with the whole list
+    for missing, (operation, resource) in {
+            "input topics": ("Describe", f"Topic '{lines}'"),
+            "output topics": ("Write", f"Topic '{counts}'"),
+            "internal topics": ("Create", f"Topic '{app_id}-words-repartition'"),
+            "group": ("Read", f"Group '{app_id}'"),
+            "assigning readers' group": ("Read", f"Group '{clients.UNUSED_GROUP}'"),
+            "transactional ids": ("Write", f"TransactionalId '{app_id}-0'")}.items():
+        settings = principal(kafka, admin, "less")
+        who = f"User:{settings['sasl.username']}"
+        grant(admin, *(b for line, bindings in application_acls(who, app_id, [lines], [counts]).items()
+                       if line != missing for b in bindings))
+        message = refused_at_once(
+            lambda settings=settings: application_calls(settings, app_id, lines, counts))
+        assert f"{who} may not {operation} {resource}" in message, (missing, message)
+
+
+# ---- the CLI ----------------------------------------------------------------------------------------
+def cli_acls(who: str, topic: str, group: str, app_id: str, txn: str) -> dict[str, list]:
+    """docs/deploy.md's ACLs of the CLI's commands, by command."""
+    return {
+        "topics": each(TOPIC, topic, who, (OP.CREATE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE)),
+        "produce": each(TOPIC, topic, who, (OP.WRITE,)),
+        "consume": [*each(TOPIC, topic, who, (OP.READ,)),
+                    *each(GROUP, clients.UNUSED_GROUP, who, (OP.DESCRIBE,))],
+        "consume --group": each(GROUP, group, who, (OP.READ,)),
+        "groups": each(GROUP, group, who, (OP.DESCRIBE, OP.DELETE)),
+        "transactions": each(TXN, txn, who, (OP.DESCRIBE,)),
+        "streams reset": [*each(GROUP, app_id, who, (OP.READ,)),
+                          *each(TOPIC, f"{app_id}-", who, (OP.DESCRIBE, OP.DELETE), PREFIXED)],
+    }
+
+
+def test_each_cli_command_runs_with_its_documented_acls_and_names_a_missing_one(kafka, admin, tmp_path):
+    topic, group, app_id, txn = unique("orders"), unique("billing"), unique("app"), unique("txn")
+    settings = principal(kafka, admin, "cli")
+    who, password = f"User:{settings['sasl.username']}", settings["sasl.password"]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings,
+                         "transactional.id": txn})
+    producer.init_transactions(30)  # a transactional id to describe
+    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # an internal topic the reset deletes
+    acls = cli_acls(who, topic, group, app_id, txn)
+
+    def strom(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        command = [STROM, *args, "-b", kafka.bootstrap_servers,
+                   *(arg for key, value in settings.items() if key != "bootstrap.servers"
+                     for arg in ("-X", f"{key}={value}"))]
+        started = time.monotonic()
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)
+        assert time.monotonic() - started < 60
+        assert password not in done.stdout + done.stderr
+        return done.returncode, done.stdout, done.stderr.strip()
+
+    def refused(wanted: str, *args: str) -> None:
+        code, _, err = strom(*args, stdin="a\n")
+        assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {who} may not {wanted}"), err
+
+    grant(admin, *acls["topics"])
+    assert strom("topics", "create", topic, "--partitions", "1")[0] == 0
+    assert topic in strom("topics", "list")[1]
+    assert strom("topics", "describe", topic)[0] == 0
+    refused(f"Write Topic '{topic}'", "produce", topic)  # Describe alone does not write
+    grant(admin, *acls["produce"])
+    assert strom("produce", topic, stdin="a\nb\n")[0] == 0
+    refused(f"Read Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
+    grant(admin, *acls["consume"])
+    assert strom("consume", topic, "-o", "beginning", "-e")[1].split() == ["a", "b"]
+    refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
+    grant(admin, *acls["consume --group"])
+    assert strom("consume", topic, "-g", group, "-o", "beginning", "-c", "2")[1].split() == ["a", "b"]
+    refused(f"Delete Group '{group}'", "groups", "delete", group)
+    grant(admin, *acls["groups"])
+    assert group in strom("groups", "list")[1]
+    assert strom("groups", "describe", group)[0] == 0
+    assert strom("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")[0] == 0
+    assert strom("groups", "delete", group)[0] == 0
+    refused(f"Describe TransactionalId '{txn}'", "transactions", "describe", txn)
+    grant(admin, *acls["transactions"])
+    assert txn in strom("transactions", "list")[1]
+    assert strom("transactions", "describe", txn)[0] == 0
+    assert strom("transactions", "describe-producers", "--topic", topic)[0] == 0
+    reset = ("streams", "reset", app_id, "--input-topics", topic, "--state-dir", str(tmp_path))
+    refused(f"Read Group '{app_id}'", *reset)
+    grant(admin, *acls["streams reset"])
+    assert strom(*reset)[0] == 0
+    assert f"{app_id}-counts-changelog" not in admin.list_topics(timeout=10).topics
+    assert strom("topics", "delete", topic)[0] == 0
