@@ -395,11 +395,14 @@ def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_p
         assert (tmp_path / "raised").exists()  # it did raise
         assert process.poll() is None, log.read_text()[-3000:]  # still running
         assert "replacement 1 of at most 3" in log.read_text()
+        described = subprocess.run([*STROM, "groups", "describe", topic, "-b", broker.bootstrap_servers],
+                                   capture_output=True, text=True, timeout=120)
+        assert "running (strom application, 1 instance(s))" in described.stderr, described.stderr
         reset = subprocess.run([*STROM, "streams", "reset", topic, "-b", broker.bootstrap_servers,
-                                "--state-dir", str(tmp_path / "state")], capture_output=True, text=True,
-                               timeout=120)  # refused: a reset underneath would break it
-        assert reset.returncode == 2 and f"error: Application {topic} is running" in reset.stderr, \
-            reset.stderr
+                                "--state-dir", str(tmp_path / "elsewhere")], capture_output=True, text=True,
+                               timeout=120)  # refused from any machine: a reset underneath would break it
+        assert reset.returncode == 2 and f"error: Application {topic} is running: 1 instance(s) (strom " \
+            f"{topic} driver on" in reset.stderr, reset.stderr
         process.send_signal(signal.SIGTERM)
         assert process.wait(120) == 0, log.read_text()[-3000:]
         assert "error:" not in log.read_text()

@@ -33,7 +33,8 @@ def application_acls(principal: str, app_id: str, inputs: list[str], outputs: li
         *(acl(topic, f"{app_id}-", principal, op, pattern=PREFIXED)
           for op in (AclOperation.CREATE, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE,
                      AclOperation.DESCRIBE_CONFIGS, AclOperation.DELETE)),
-        *(acl(group, app_id, principal, op) for op in (AclOperation.READ, AclOperation.DESCRIBE)),
+        *(acl(group, name, principal, op)
+          for name in (app_id, f"{app_id}.instances") for op in (AclOperation.READ, AclOperation.DESCRIBE)),
         acl(group, "strom-unused-group", principal, AclOperation.DESCRIBE),
         *(acl(txn, f"{app_id}-", principal, op, pattern=PREFIXED)
           for op in (AclOperation.WRITE, AclOperation.DESCRIBE)),

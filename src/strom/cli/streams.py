@@ -7,7 +7,9 @@ or Graphviz graph (strom.streams.processor.topology_graph), or SVG drawn by Grap
 while no instance of the application runs. It moves the committed offsets of group APP_ID on the
 input topics (to the earliest offsets, or the first at a time), deletes the application's internal
 topics (``<APP_ID>-...-changelog`` and ``-repartition``; the group's offsets on them go back to 0), and the
-local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input from there.
+local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input from there. A running
+application is refused, as Kafka's tool refuses a group with members: its drivers are members of
+``<APP_ID>.instances`` (strom.kafka.instances), and its open tasks hold locks under the state directory.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from strom.cli.broker import parse_config
 from strom.cli.connection import Connection, connection_options
+from strom.cli.groups import refuse_if_running
 from strom.cli.query import query
 from strom.errors import ConfigError
 from strom.kafka import offsets
@@ -122,6 +125,7 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
         raise ConfigError(f"Input topics {', '.join(missing)} do not exist; check --input-topics.")
     internal = internal_topics(topics, app_id)
     local = state_dir / app_id
+    refuse_if_running(connection, app_id, "reset it")  # on any machine: its drivers' group
     _refuse_if_running(app_id, local)
     if not inputs:
         input_topics = _consumed_topics(admin, app_id, topics, internal)
@@ -158,7 +162,8 @@ def _consumed_topics(admin: AdminClient, app_id: str, topics: dict[str, int], in
 
 def _refuse_if_running(app_id: str, local: Path) -> None:
     """A strom application holds each stream task's directory locked while it runs (a Spark runtime
-    ``TaskLease``): one held on this machine means it runs, and a reset underneath would break it."""
+    ``TaskLease``): one held on this machine means it runs (a Python worker may hold a task a while after
+    its driver left the instances group), and a reset underneath would break it."""
     if not local.is_dir():
         return
     from strom.spark.runtime.lease import OWNER  # Spark's modules load only when there is state
