@@ -34,7 +34,6 @@ from strom.errors import BrokerStartError
 
 log = logging.getLogger(__name__)
 
-SESSION_CHECK_SECONDS = 0.5
 FLUSH_CHECK_SECONDS = 1.0
 IDLE_CHECK_SECONDS = 1.0
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -125,7 +124,6 @@ class Broker:
     async def start(self) -> None:
         await self.transactions.start()
         self._connections.start(self.listeners)
-        self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(self.config["offsets.retention.check.interval.ms"] / 1000, self.groups.expire_offsets)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(IDLE_CHECK_SECONDS, self._connections.close_idle)
