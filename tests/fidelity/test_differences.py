@@ -41,17 +41,6 @@ def test_group_configs_are_not_served(peers: Peers) -> None:
     assert kafka == "ok" and strom[0] == "INVALID_REQUEST"
 
 
-def test_topic_compression_other_than_producer_is_refused(peers: Peers) -> None:
-    def scenario(t: Target):
-        name = t.name_of("gzip")
-        topic = NewTopic(name, 1, 1, config={"compression.type": "gzip"})
-        return outcome(t.admin.create_topics([topic])[name])
-    kafka, strom = peers.both(scenario)
-    assert kafka == "ok"
-    assert strom == ("INVALID_CONFIG", "Invalid value 'gzip' for topic config 'compression.type': "
-                                       "expected one of producer.")
-
-
 def test_a_bad_config_value_is_refused_in_other_words(peers: Peers) -> None:
     def scenario(t: Target):
         name = t.name_of("bad-value")

@@ -191,7 +191,8 @@ TOPIC_SPECS: dict[str, tuple[Callable[[Any], Any], str | None, Any]] = {
     "flush.messages": (_int(1), "log.flush.interval.messages", None),
     "flush.ms": (_int(1, allow_minus_one=True), "log.flush.interval.ms", None),
     "message.timestamp.type": (_choice("CreateTime", "LogAppendTime"), "log.message.timestamp.type", None),
-    "compression.type": (_choice("producer"), None, "producer"),
+    "compression.type": (_choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), None,
+                         "producer"),
     "min.insync.replicas": (_int(1, 1), None, 1),
 }
 
