@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.broker.config import BrokerConfig
+from strom.broker.dynamic_configs import DynamicConfigs
 from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
@@ -75,6 +76,7 @@ class Broker:
         self.closing = False
         load_handlers()
         self.logs = LogManager(self.data_dir, self.config)
+        self.dynamic_configs = DynamicConfigs(self.data_dir, self.config, self.logs)
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.offsets = OffsetStore(self.logs)
         self.groups = GroupCoordinator(self.config, self.offsets)

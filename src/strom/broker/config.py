@@ -197,11 +197,26 @@ TOPIC_SPECS: dict[str, tuple[Callable[[Any], Any], str | None, Any]] = {
 }
 
 
+DYNAMIC_BROKER_KEYS = frozenset({broker_key for _, broker_key, _ in TOPIC_SPECS.values() if broker_key}
+                                | {"max.connections", "max.connections.per.ip"})
+"""The broker configs Kafka changes at run time (IncrementalAlterConfigs on a BROKER resource) that strom
+serves: the topic defaults (read at each use) and the connection limits."""
+PER_BROKER, CLUSTER_DEFAULT = "broker", "cluster-default"
+"""Kafka's two layers of dynamic broker configs: this broker's (resource name = its node id) over the
+cluster-wide default (resource name empty), both over the static config."""
+
+
+class NotDynamicError(ValueError):
+    """A broker config that cannot change while the broker runs (Kafka answers INVALID_REQUEST)."""
+
+
 class BrokerConfig:
-    """Validated broker configuration; unknown keys raise ConfigError naming the closest key."""
+    """Validated broker configuration; unknown keys raise ConfigError naming the closest key. Dynamic
+    configs (``set_dynamic``) take precedence over the static ones, this broker's over the cluster's."""
 
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
         self._values = {key: spec.default for key, spec in BROKER_SPECS.items()}
+        self.dynamic: dict[str, dict[str, Any]] = {PER_BROKER: {}, CLUSTER_DEFAULT: {}}
         for key, value in (overrides or {}).items():
             if key not in BROKER_SPECS:
                 raise ConfigError.unknown_key(key, list(BROKER_SPECS))
@@ -211,10 +226,29 @@ class BrokerConfig:
                 raise ConfigError.bad_value(key, value, str(exc)) from exc
 
     def __getitem__(self, key: str) -> Any:
+        for layer in (self.dynamic[PER_BROKER], self.dynamic[CLUSTER_DEFAULT]):
+            if key in layer:
+                return layer[key]
         return self._values[key]
 
+    def set_dynamic(self, layer: str, configs: Mapping[str, Any], validate_only: bool = False) -> None:
+        """Replaces one layer's dynamic configs; NotDynamicError (INVALID_REQUEST) for a key Kafka does not
+        change at run time, ValueError (INVALID_CONFIG) for a bad value, and nothing changes."""
+        parsed = {}
+        for key, value in configs.items():
+            if key not in DYNAMIC_BROKER_KEYS:
+                raise NotDynamicError(f"Cannot update these configs dynamically: Set({key}) (restart the "
+                                      "broker with --config key=value)")
+            try:
+                parsed[key] = BROKER_SPECS[key].parse(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"Invalid value {value!r} for broker config {key!r}: "
+                                 f"expected {exc}.") from exc
+        if not validate_only:
+            self.dynamic[layer] = parsed
+
     def topic_defaults(self) -> dict[str, Any]:
-        return {key: self._values[broker_key] if broker_key else default
+        return {key: self[broker_key] if broker_key else default
                 for key, (_, broker_key, default) in TOPIC_SPECS.items()}
 
 
