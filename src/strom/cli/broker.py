@@ -56,6 +56,7 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
     if ctx.invoked_subcommand is not None:
         return
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
+    logging.getLogger("strom.broker.broker").addFilter(_said_on_the_console)
     console = output.console(stderr=True)
     # the metrics port first: a taken one fails before the data directory is made
     metrics = MetricsServer([], metrics_port, host) if metrics_port is not None else None
@@ -75,6 +76,12 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")
+
+
+def _said_on_the_console(record: logging.LogRecord) -> bool:
+    """The broker logs that it listens and that it stopped (for a log file); `strom broker` says both
+    on its console, once, so those log lines are left out there."""
+    return not record.getMessage().startswith(("strom broker listening", "strom broker stopped"))
 
 
 @broker.command("add-user")
