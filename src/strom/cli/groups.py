@@ -190,14 +190,17 @@ def describe_command(connection: Connection, group: str, members: bool, output: 
                       "client id"], output)
 
 
-def _timestamp_ms(text: str) -> int:
+def timestamp_ms(text: str) -> int:
+    """``--to-datetime`` of `groups reset-offsets` and `streams reset` in epoch ms: ISO 8601, without a
+    zone in local time (as kafka-consumer-groups and kafka-streams-application-reset read it)."""
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO date-time, e.g. 2026-11-25T14:00:00Z",
+        raise click.BadParameter(f"{text!r} is not an ISO date-time, e.g. 2026-11-25T14:00:00 (local time), "
+                                 "2026-11-25T14:00:00Z or 2026-11-25T14:00:00+01:00",
                                  param_hint="--to-datetime") from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as kafka-consumer-groups reads it
+        moment = moment.astimezone()
     return int(moment.timestamp() * 1000)
 
 
@@ -209,7 +212,8 @@ def _timestamp_ms(text: str) -> int:
 @click.option("--to-latest", is_flag=True, help="To each partition's end (skip everything unread).")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None,
               help="To this offset (kept within the log).")
-@click.option("--to-datetime", default=None, help="To the first record at or after this ISO date-time.")
+@click.option("--to-datetime", default=None,
+              help="To the first record at or after this ISO date-time (no zone: local time).")
 @click.option("--shift-by", type=int, default=None, help="By N from the committed offset (negative: back).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
 @output_option
@@ -234,7 +238,7 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
     low = list_offsets(connection, partitions, OffsetSpec.earliest())
     high = list_offsets(connection, partitions, OffsetSpec.latest())
     if to_datetime is not None:
-        found = list_offsets(connection, partitions, OffsetSpec.for_timestamp(_timestamp_ms(to_datetime)))
+        found = list_offsets(connection, partitions, OffsetSpec.for_timestamp(timestamp_ms(to_datetime)))
         target = {k: found[k] if found[k] >= 0 else high[k] for k in partitions}
     elif shift_by is not None:
         target = {k: old.get(k, low[k]) + shift_by for k in partitions}
