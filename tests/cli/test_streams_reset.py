@@ -171,8 +171,8 @@ def test_a_running_application_is_listed_as_running_and_not_reset_from_any_machi
         assert f"{source}\t0\t5" in described.stdout  # the offsets table as before
         members = _strom(bootstrap, "groups", "describe", app_id, "--members", "--output", "json")
         (member,) = json.loads(members.stdout)
-        assert f"strom {app_id} driver on {socket.gethostname()} pid {os.getpid()}" in member["client id"]
-        assert "local[2]" in member["client id"] and member["host"]
+        assert f"strom {app_id} driver on {socket.gethostname()} pid {os.getpid()}" in member["client_id"]
+        assert "local[2]" in member["client_id"] and member["host"]
         elsewhere = tmp_path / "another-machine"  # no state directory, no task lock to see
         for refused in (_strom(bootstrap, "streams", "reset", app_id, "--state-dir", str(elsewhere)),
                         _strom(bootstrap, "groups", "reset-offsets", app_id, "--topic", source,
@@ -208,4 +208,4 @@ def test_a_time_without_a_zone_is_local_time_in_both_reset_commands(broker, tmp_
         if name == "streams reset":
             assert f"input {source}-0: committed offset of group {app_id} -> 2" in done.stdout, done.stdout
         else:
-            assert {row["new offset"] for row in json.loads(done.stdout)} == {2}, done.stdout
+            assert {row["new_offset"] for row in json.loads(done.stdout)} == {2}, done.stdout
