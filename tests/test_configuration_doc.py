@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import strom.spark.connector.options as connector
-from strom.broker.config import BROKER_SPECS, TOPIC_SPECS
+from strom.broker.config import BROKER_SPECS, GROUP_SPECS, TOPIC_SPECS
 from strom.streams import config as cfg
 from strom.tasks.properties import ProcessorProperties
 
@@ -15,7 +15,8 @@ DOC = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_t
 
 
 @pytest.mark.parametrize("key", sorted({*cfg.DEFINITIONS, *cfg.ALIASES, *cfg.IGNORED, *BROKER_SPECS,
-                                         *TOPIC_SPECS, *connector.SOURCE_OPTIONS, *connector.SINK_OPTIONS,
+                                         *GROUP_SPECS, *TOPIC_SPECS, *connector.SOURCE_OPTIONS,
+                                         *connector.SINK_OPTIONS,
                                          *(d.name for d in ProcessorProperties.ALL)}))
 def test_every_key_is_documented(key):
     assert f"`{key}`" in DOC

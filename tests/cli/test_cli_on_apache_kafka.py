@@ -156,7 +156,7 @@ def test_transactions_are_found_on_their_coordinator_and_aborted(kafka_strom: St
     # Kafka's coordinator bumps the epoch to fence, aborts, answers CONCURRENT_TRANSACTIONS; the retried
     # InitProducerId bumps it again and leaves the id Empty
     assert aborted == [f"aborted {transactional_id}: now Empty, producer epoch "
-                       f"{described['producer epoch'] + 2}"]
+                       f"{described['producer_epoch'] + 2}"]
     assert strom.ok("consume", topic, "-o", "beginning", "-e").lines == ["committed", "committed"]
     assert "not known to the broker" in strom.fails("transactions", "describe", unique("absent"))
     reader = clients.consumer(kafka_cluster.bootstrap_servers)

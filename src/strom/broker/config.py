@@ -256,14 +256,32 @@ class BrokerConfig:
 
 def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
     """Topic configs set explicitly; raises ValueError (answered as INVALID_CONFIG) on bad input."""
+    return _parse(configs, {key: spec[0] for key, spec in TOPIC_SPECS.items()}, "topic")
+
+
+# group key -> (parser, default): KIP-848's group configs, with Kafka's defaults and bounds (its
+# group.consumer.* broker configs)
+GROUP_SPECS: dict[str, tuple[Callable[[Any], int], int]] = {
+    "consumer.session.timeout.ms": (_int(45_000, 60_000), 45_000),
+    "consumer.heartbeat.interval.ms": (_int(5_000, 15_000), 5_000),
+}
+
+
+def parse_group_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """A group's configs; ValueError (INVALID_CONFIG) names an unknown key or a value out of bounds."""
+    return _parse(configs, {key: spec[0] for key, spec in GROUP_SPECS.items()}, "group")
+
+
+def _parse(configs: Mapping[str, Any], parsers: Mapping[str, Callable[[Any], Any]],
+           kind: str) -> dict[str, Any]:
     parsed = {}
     for key, value in configs.items():
-        if key not in TOPIC_SPECS:
-            raise ValueError(f"Unknown topic config name: {key}")
+        if key not in parsers:
+            raise ValueError(f"Unknown {kind} config name: {key}")
         try:
-            parsed[key] = TOPIC_SPECS[key][0](value)
+            parsed[key] = parsers[key](value)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"Invalid value {value!r} for topic config {key!r}: expected {exc}.") from exc
+            raise ValueError(f"Invalid value {value!r} for {kind} config {key!r}: expected {exc}.") from exc
     return parsed
 
 

@@ -13,44 +13,12 @@ which strom broker does not serve, so its classic groups keep the session timeou
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from strom.broker.config import CLUSTER_DEFAULT, PER_BROKER, BrokerConfig, render
+from strom.broker.config import CLUSTER_DEFAULT, PER_BROKER, BrokerConfig, parse_group_configs, render
 from strom.broker.log.manager import LogManager
-
-
-def _bounded(low: int, high: int) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        try:
-            number = int(str(value).strip())
-        except ValueError:
-            number = low - 1
-        if not low <= number <= high:
-            raise ValueError(f"an integer in [{low}, {high}]")
-        return number
-    return parse
-
-
-GROUP_SPECS: dict[str, tuple[Callable[[Any], int], int]] = {
-    "consumer.session.timeout.ms": (_bounded(45_000, 60_000), 45_000),
-    "consumer.heartbeat.interval.ms": (_bounded(5_000, 15_000), 5_000),
-}
-"""Group config -> (parser, default), with Kafka's defaults and bounds (its group.consumer.* configs)."""
-
-
-def parse_group_configs(configs: Mapping[str, Any]) -> dict[str, int]:
-    """ValueError (INVALID_CONFIG) naming an unknown key or a value out of Kafka's bounds."""
-    parsed = {}
-    for key, value in configs.items():
-        if key not in GROUP_SPECS:
-            raise ValueError(f"Unknown group config name: {key}")
-        try:
-            parsed[key] = GROUP_SPECS[key][0](value)
-        except ValueError as exc:
-            raise ValueError(f"Invalid value {value!r} for group config {key!r}: expected {exc}.") from exc
-    return parsed
 
 
 class DynamicConfigs:

@@ -14,6 +14,7 @@ from strom.broker.config import (
     BROKER_SPECS,
     CLUSTER_DEFAULT,
     DYNAMIC_BROKER_KEYS,
+    GROUP_SPECS,
     PER_BROKER,
     SENSITIVE_KEYS,
     TOPIC_SPECS,
@@ -21,7 +22,6 @@ from strom.broker.config import (
     NotDynamicError,
     render,
 )
-from strom.broker.dynamic_configs import GROUP_SPECS
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.manager import (
     InvalidPartitionsError,
