@@ -118,3 +118,33 @@ def test_running_broker_compacts_and_applies_retention():
     assert latest[b"key-0"][1] is None  # the delete is the last word on key-0
     assert [offset for offset, _, _ in table] == sorted({offset for offset, _, _ in table})
     assert events_high == 31 and events_low > 0, "expired segments were deleted"
+
+
+def test_dynamic_broker_and_group_configs_apply_at_once_and_survive_a_restart(tmp_path):
+    """A dynamic message.max.bytes refuses a larger batch at once on a topic without its own value;
+    it and a group's config are still there after a restart (kept in the data directory)."""
+    with EmbeddedBroker(data_dir=tmp_path) as own:
+        bootstrap = own.bootstrap_servers
+        clients.create_topics(bootstrap, {"small": 1})
+        admin = clients.admin(bootstrap)
+        node = str(admin.list_topics(timeout=10).controller_id)
+        set_ = AlterConfigOpType.SET
+        for resource in (ConfigResource("BROKER", node, incremental_configs=[
+                             ConfigEntry("message.max.bytes", "2000", incremental_operation=set_)]),
+                         ConfigResource("GROUP", "tuned", incremental_configs=[ConfigEntry(
+                             "consumer.heartbeat.interval.ms", "6000", incremental_operation=set_)])):
+            admin.incremental_alter_configs([resource])[resource].result(10)
+        producer = clients.producer(bootstrap, **{"message.max.bytes": 100_000, "message.timeout.ms": 5000})
+        errors = []
+        producer.produce("small", bytes(5000), on_delivery=lambda error, _: errors.append(error))
+        producer.flush(10)
+        assert [e.name() for e in errors] == ["MSG_SIZE_TOO_LARGE"]
+        own.restart()
+        admin = clients.admin(bootstrap)
+        described = {}
+        for resource in (ConfigResource("BROKER", node), ConfigResource("GROUP", "tuned"),
+                         ConfigResource("TOPIC", "small")):
+            described.update(admin.describe_configs([resource])[resource].result(10))
+        assert described["message.max.bytes"].value == "2000"
+        assert described["max.message.bytes"].value == "2000"  # the topic inherits it
+        assert described["consumer.heartbeat.interval.ms"].value == "6000"

@@ -154,3 +154,11 @@ def test_the_advertised_address_is_never_the_wildcard(tmp_path):
     finally:
         for broker in (wildcard, named, listeners):
             assert broker.stop() == 0
+
+
+def test_strom_broker_says_once_that_it_listens_and_that_it_stopped(tmp_path):
+    running = BrokerProcess(tmp_path, tmp_path / "data")
+    assert running.stop() == 0
+    said = running.output()
+    assert said.count("listening on") == 1 and "Ctrl-C to stop" in said, said
+    assert said.count("stopped") == 1, said

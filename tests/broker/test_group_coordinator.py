@@ -69,7 +69,6 @@ def test_missed_session_timeout_rebalances_without_the_member(tmp_path):
         deadline = time.monotonic() + 0.6
         while time.monotonic() < deadline:  # only `alive` heartbeats
             coordinator.heartbeat("g", 1, alive["member_id"])
-            coordinator.expire_sessions()
             await asyncio.sleep(0.05)
         group = coordinator.groups["g"]
         assert silent["member_id"] not in group.members
@@ -77,6 +76,25 @@ def test_missed_session_timeout_rebalances_without_the_member(tmp_path):
         rejoined = await _join(coordinator, alive["member_id"])
         assert rejoined["generation_id"] == 2 and [m["member_id"] for m in rejoined["members"]] == [
             alive["member_id"]]
+
+    asyncio.run(scenario())
+
+
+def test_a_static_members_session_ends_at_its_own_deadline(tmp_path):
+    """As librdkafka's 0081 needs: a static member (which does not leave on close) gone from its group
+    when its session timeout passes, so the group can be deleted then, not up to a sweep later."""
+    async def scenario():
+        coordinator = _coordinator(tmp_path)
+        joined = await _join(coordinator, session_ms=300, instance="static-1")
+        await coordinator.sync("g", 1, joined["member_id"], {})
+        await asyncio.sleep(0.2)
+        assert coordinator.heartbeat("g", 1, joined["member_id"]) is ErrorCode.none  # the session restarts
+        heard = time.monotonic()
+        while coordinator.groups["g"].members and time.monotonic() - heard < 2:
+            await asyncio.sleep(0.005)
+        ended = time.monotonic() - heard
+        assert 0.29 <= ended <= 0.45, ended  # not a 0.5 s sweep's pass later
+        assert coordinator.groups["g"].state is GroupState.EMPTY
 
     asyncio.run(scenario())
 
@@ -218,7 +236,6 @@ def test_pending_member_that_never_joins_again_expires(tmp_path):
         pending = await coordinator.join("g", "", None, "client", "127.0.0.1", 100, 100, "consumer",
                                          PROTOCOLS, require_known_member_id=True)
         await asyncio.sleep(0.15)
-        coordinator.expire_sessions()
         late = await _join(coordinator, pending["member_id"])
         assert late["error_code"] is ErrorCode.unknown_member_id
 

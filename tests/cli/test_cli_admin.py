@@ -4,6 +4,7 @@ describe-producers|find-hanging|abort` against the broker."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from confluent_kafka import KafkaException
@@ -47,10 +48,10 @@ def test_delete_records_moves_the_log_start(strom):
     strom.ok("produce", topic, "-p", "0", stdin=b"a\nb\nc\nd\n")
     strom.ok("produce", topic, "-p", "1", stdin=b"x\ny\n")
     assert _json(strom, "topics", "delete-records", topic, "-p", "0", "--before", "2") == [
-        {"partition": 0, "log start offset": 2}]
+        {"partition": 0, "log_start_offset": 2}]
     assert strom.ok("consume", topic, "-p", "0", "-o", "beginning", "-e").lines == ["c", "d"]
     assert _json(strom, "topics", "delete-records", topic, "--before", "end") == [
-        {"partition": 0, "log start offset": 4}, {"partition": 1, "log start offset": 2}]
+        {"partition": 0, "log_start_offset": 4}, {"partition": 1, "log_start_offset": 2}]
     assert strom.ok("consume", topic, "-o", "beginning", "-e").lines == []
     assert "not an offset" in strom.fails("topics", "delete-records", topic, "--before", "soon")
     assert "not [7]" in strom.fails("topics", "delete-records", topic, "-p", "7", "--before", "end")
@@ -68,8 +69,10 @@ def test_producers_open_transactions_and_abort(strom, broker):
     producer.flush(30)
 
     producers = _json(strom, "transactions", "describe-producers", "--topic", topic)
-    open_ones = [p for p in producers if p["open transaction start offset"] >= 0]
-    assert len(producers) == 2 and len(open_ones) == 1 and open_ones[0]["open transaction start offset"] == 1
+    time_ = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z"
+    assert all(re.fullmatch(time_, p["last_timestamp"]) for p in producers), producers
+    open_ones = [p for p in producers if p["open_transaction_start_offset"] >= 0]
+    assert len(producers) == 2 and len(open_ones) == 1 and open_ones[0]["open_transaction_start_offset"] == 1
     # still coordinated (Ongoing at its coordinator), so not hanging even with no age limit
     hanging = _json(strom, "transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout", "0")
     assert hanging == []
@@ -77,7 +80,7 @@ def test_producers_open_transactions_and_abort(strom, broker):
     aborted = strom.ok("transactions", "abort", "--transactional-id", transactional_id).lines
     assert aborted[0].startswith(f"aborted {transactional_id}: now ")
     assert strom.ok("consume", topic, "-o", "beginning", "-e").lines == ["plain"]
-    assert all(p["open transaction start offset"] == -1
+    assert all(p["open_transaction_start_offset"] == -1
                for p in _json(strom, "transactions", "describe-producers", "--topic", topic))
     with pytest.raises(KafkaException):  # the old producer is fenced
         producer.commit_transaction(30)

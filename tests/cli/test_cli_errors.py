@@ -103,6 +103,7 @@ def test_a_missing_topic_is_an_error_with_a_suggestion_unless_asked_to_create(st
                  ["consume", typo], ["topics", "describe", typo], ["topics", "delete", typo]):
         line = strom.fails(*args, stdin=b"x\n")
         assert f"Topic {typo!r} does not exist. Did you mean {topic!r}?" in line, args
+        assert ("pass --create-topic" in line) == (args[0] in ("produce", "tasks")), line
     assert typo not in strom.ok("topics", "list").out.decode().split()
     strom.ok("produce", typo, "--create-topic", stdin=b"x\n")
     assert strom.ok("consume", typo, "-o", "beginning", "-e").lines == ["x"]
@@ -177,3 +178,12 @@ def test_consume_reports_an_unknown_partition(strom):
     strom.ok("topics", "create", topic, "--partitions", "2")
     assert "not [5]" in strom.fails("consume", topic, "-p", "5")
     assert "no -p" in strom.fails("consume", topic, "-p", "0", "--group", "g")
+
+
+def test_commands_leave_nothing_in_the_working_directory(broker, tmp_path):
+    """hypothesis (installed with strom's dev extras) caches into `.hypothesis/` of the working directory
+    when kio's protocol classes import it; a strom command must not leave it (nor anything) there."""
+    for args in (["transactions", "list"], ["topics", "list"]):
+        result = subprocess_strom(*args, "-b", broker.bootstrap_servers, cwd=tmp_path)
+        assert result.code == 0, result.err
+    assert list(tmp_path.iterdir()) == []

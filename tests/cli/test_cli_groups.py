@@ -51,8 +51,8 @@ def test_list_and_describe_a_live_group_with_lag(strom, broker):
         rows = {r["partition"]: r for r in _rows(strom, "groups", "describe", group)}
         assert set(rows) == {0, 1}
         for row in rows.values():
-            assert row["topic"] == topic and row["client id"] == "lag-probe" and row["member"]
-            assert row["lag"] == row["end offset"] - row["committed offset"]
+            assert row["topic"] == topic and row["client_id"] == "lag-probe" and row["member"]
+            assert row["lag"] == row["end_offset"] - row["committed_offset"]
         assert rows[1]["lag"] == 3 and rows[0]["lag"] == 0
         table = strom.ok("groups", "describe", group).lines  # piped: tab-separated, nothing cut
         assert table[0].split("\t")[:5] == ["topic", "partition", "committed offset", "end offset", "lag"]
@@ -65,9 +65,9 @@ def test_list_and_describe_a_live_group_with_lag(strom, broker):
 
 def test_reset_offsets_every_way_and_dry_run(strom):
     topic, group = _committed_group(strom, partitions=1, records=6)
-    reset = lambda *how: {r["partition"]: r["new offset"]  # noqa: E731
+    reset = lambda *how: {r["partition"]: r["new_offset"]  # noqa: E731
                           for r in _rows(strom, "groups", "reset-offsets", group, "--topic", topic, *how)}
-    committed = lambda: {r["partition"]: r["committed offset"]  # noqa: E731
+    committed = lambda: {r["partition"]: r["committed_offset"]  # noqa: E731
                          for r in _rows(strom, "groups", "describe", group)}
     assert committed() == {0: 6}
     assert reset("--to-earliest", "--dry-run") == {0: 0}
@@ -135,7 +135,7 @@ def test_describe_a_group_whose_offsets_are_committed_in_transactions(strom, bro
     producer.commit_transaction(30)
     assert {"group": application_id, "type": "classic", "state": "empty"} in _rows(strom, "groups", "list")
     (row,) = _rows(strom, "groups", "describe", application_id)
-    assert (row["committed offset"], row["end offset"], row["lag"], row["member"]) == (3, 4, 1, None)
+    assert (row["committed_offset"], row["end_offset"], row["lag"], row["member"]) == (3, 4, 1, None)
 
 
 def test_the_consumer_group_protocol_on_strom_broker_is_one_clear_error(strom):

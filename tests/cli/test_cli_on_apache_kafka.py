@@ -61,7 +61,7 @@ def test_topics_are_replicated_by_the_broker_default_or_as_asked(kafka_strom: St
                                                                                       "partition(s)"]
     strom.ok("produce", topic, "-p", "0", stdin=b"a\nb\nc\n")
     assert _json(strom, "topics", "delete-records", topic, "-p", "0", "--before", "2") == [
-        {"partition": 0, "log start offset": 2}]
+        {"partition": 0, "log_start_offset": 2}]
     assert strom.ok("topics", "delete", topic, pair).lines == [f"deleted {topic}", f"deleted {pair}"]
     assert not {topic, pair} & {t["topic"] for t in _json(strom, "topics", "list")}  # on every broker
 
@@ -91,7 +91,7 @@ def test_a_group_consumes_commits_and_shows_its_protocol(kafka_strom: Strom, kaf
     assert {"group": group, "type": protocol, "state": "empty"} in _json(strom, "groups", "list")
     rows = {r["partition"]: r for r in _json(strom, "groups", "describe", group)}
     assert rows[1]["lag"] == 2 and rows[0]["lag"] == 0
-    assert sum(r["committed offset"] for r in rows.values()) == 6
+    assert sum(r["committed_offset"] for r in rows.values()) == 6
 
     consumer = clients.consumer(kafka_cluster.bootstrap_servers, group,
                                 **{"client.id": "live-member", "group.protocol": protocol})
@@ -116,7 +116,7 @@ def test_a_group_consumes_commits_and_shows_its_protocol(kafka_strom: Strom, kaf
     assert strom.ok("consume", topic, "--group", group, "-X", f"group.protocol={protocol}", "-e").lines == [
         "x", "y"]
     reset = _json(strom, "groups", "reset-offsets", group, "--topic", topic, "--to-earliest")
-    assert [r["new offset"] for r in reset] == [0, 0] and sum(r["old offset"] for r in reset) == 8
+    assert [r["new_offset"] for r in reset] == [0, 0] and sum(r["old_offset"] for r in reset) == 8
     assert strom.ok("groups", "delete", group).lines == [f"deleted {group}"]
 
 
@@ -135,7 +135,7 @@ def test_transactions_are_found_on_their_coordinator_and_aborted(kafka_strom: St
         producer.commit_transaction(60)
     # librdkafka 2.16 ends transactions as transaction version 1: the epoch stays (KIP-890's v2 bumps it
     # with every transaction, though the cluster finalized transaction.version=2)
-    assert _json(strom, "transactions", "describe", transactional_id)["producer epoch"] == 0
+    assert _json(strom, "transactions", "describe", transactional_id)["producer_epoch"] == 0
     producer.begin_transaction()
     for partition in range(3):
         producer.produce(topic, b"open", partition=partition)
@@ -148,15 +148,15 @@ def test_transactions_are_found_on_their_coordinator_and_aborted(kafka_strom: St
     assert sorted(described["partitions"]) == [f"{topic}-{p}" for p in range(3)]
     producers = _json(strom, "transactions", "describe-producers", "--topic", topic)
     assert sorted(r["partition"] for r in producers) == [0, 1, 2]
-    assert all(r["producer id"] == described["producer id"] for r in producers)
-    assert {r["partition"]: r["open transaction start offset"] for r in producers} == {0: 4, 1: 0, 2: 0}
+    assert all(r["producer_id"] == described["producer_id"] for r in producers)
+    assert {r["partition"]: r["open_transaction_start_offset"] for r in producers} == {0: 4, 1: 0, 2: 0}
     assert _json(strom, "transactions", "find-hanging", "--topic", topic, "--max-transaction-timeout",
                  "0") == []  # open, but its coordinator runs it: not hanging
     aborted = strom.ok("transactions", "abort", "--transactional-id", transactional_id).lines
     # Kafka's coordinator bumps the epoch to fence, aborts, answers CONCURRENT_TRANSACTIONS; the retried
     # InitProducerId bumps it again and leaves the id Empty
     assert aborted == [f"aborted {transactional_id}: now Empty, producer epoch "
-                       f"{described['producer epoch'] + 2}"]
+                       f"{described['producer_epoch'] + 2}"]
     assert strom.ok("consume", topic, "-o", "beginning", "-e").lines == ["committed", "committed"]
     assert "not known to the broker" in strom.fails("transactions", "describe", unique("absent"))
     reader = clients.consumer(kafka_cluster.bootstrap_servers)

@@ -84,7 +84,7 @@ def test_a_hanging_transaction_is_found_and_aborted_by_producer_id(lost):
     assert _committed(strom, topic) == ["before"], "the open transaction holds back read_committed"
 
     (hanging,) = _hanging(strom, topic)
-    assert (hanging["producer id"], hanging["producer epoch"], hanging["open transaction start offset"]) == (
+    assert (hanging["producer_id"], hanging["producer_epoch"], hanging["open_transaction_start_offset"]) == (
         LOST_PRODUCER, 3, 1)
     aborted = strom.ok("transactions", "abort", "--topic", topic, "--partition", "0",
                        "--producer-id", str(LOST_PRODUCER)).lines

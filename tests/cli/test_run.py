@@ -154,6 +154,11 @@ def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
     assert missing.returncode == 2 and "Cannot import 'no_such_module'" in missing.stderr
 
 
+SERDE_APP = ("from strom.kafka.serdes import Serde\nfrom strom.streams import StreamsBuilder\n"
+             "class Registry(Serde):\n    def __init__(self):\n"
+             "        raise RuntimeError('schema.registry.url is not set')\n"
+             "def build():\n    builder = StreamsBuilder()\n    builder.stream('in').to('out')\n"
+             "    return builder.build(), {{{{'application.id': 'x', {props}}}}}\n")
 BAD_APPS = {
     "syntax": ("def build(:\n    pass\n", "at {app}:1: SyntaxError"),
     "import": ("import no_such_module_of_the_app\n", "at {app}:1, in <module>: ModuleNotFoundError"),
@@ -161,6 +166,11 @@ BAD_APPS = {
               "at {app}:2, in helper: KeyError: 'x'"),
     "no-source": ("from strom.streams import StreamsBuilder\ndef build():\n"
                   "    return StreamsBuilder().build(), {{'application.id': 'x'}}\n", "reads no topic"),
+    "no-serde": (SERDE_APP.format(props=""), "needs a key serde and none is set"),
+    "serde-name": (SERDE_APP.format(props="'default.key.serde': 'String', 'default.value.serde': 'Strnig'"),
+                   "Invalid value 'Strnig' for configuration 'default.value.serde'"),
+    "serde-build": (SERDE_APP.format(props="'default.key.serde': Registry, 'default.value.serde': 'String'"),
+                    "at {app}:5, in __init__: RuntimeError: schema.registry.url is not set"),
 }
 
 
@@ -173,7 +183,7 @@ def test_a_bad_app_file_is_one_error_line_before_spark(tmp_path, kind):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert expected.format(app=app) in result.stderr
+    assert expected.format(app=app) in result.stderr, result.stderr
 
 
 def test_a_bad_master_a_bad_runtime_key_and_no_broker_fail_before_spark(tmp_path):
@@ -395,11 +405,14 @@ def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_p
         assert (tmp_path / "raised").exists()  # it did raise
         assert process.poll() is None, log.read_text()[-3000:]  # still running
         assert "replacement 1 of at most 3" in log.read_text()
+        described = subprocess.run([*STROM, "groups", "describe", topic, "-b", broker.bootstrap_servers],
+                                   capture_output=True, text=True, timeout=120)
+        assert "running (strom application, 1 instance(s))" in described.stderr, described.stderr
         reset = subprocess.run([*STROM, "streams", "reset", topic, "-b", broker.bootstrap_servers,
-                                "--state-dir", str(tmp_path / "state")], capture_output=True, text=True,
-                               timeout=120)  # refused: a reset underneath would break it
-        assert reset.returncode == 2 and f"error: Application {topic} is running" in reset.stderr, \
-            reset.stderr
+                                "--state-dir", str(tmp_path / "elsewhere")], capture_output=True, text=True,
+                               timeout=120)  # refused from any machine: a reset underneath would break it
+        assert reset.returncode == 2 and f"error: Application {topic} is running: 1 instance(s) (strom " \
+            f"{topic} driver on" in reset.stderr, reset.stderr
         process.send_signal(signal.SIGTERM)
         assert process.wait(120) == 0, log.read_text()[-3000:]
         assert "error:" not in log.read_text()

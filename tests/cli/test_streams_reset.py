@@ -3,6 +3,12 @@ offsets back to 0), local state removed; --dry-run changes nothing; --to-datetim
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
 import uuid
 
 import pytest
@@ -11,9 +17,11 @@ from confluent_kafka import TopicPartition
 
 from strom.cli.main import cli
 from strom.kafka import clients, offsets
+from strom.kafka.instances import ApplicationInstance
 
 pytestmark = pytest.mark.broker
 BASE_MS = 1_700_000_000_000
+STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
 
 
 def _setup(broker, tmp_path):
@@ -62,7 +70,7 @@ def test_reset_to_a_datetime_picks_the_first_record_at_or_after_it(broker, tmp_p
     bootstrap, app_id, source, *_rest, admin = _setup(broker, tmp_path)
     # records i = 0..9 at BASE_MS + i s, alternating partitions: 0,2,4,6,8 on 0 and 1,3,5,7,9 on 1
     _invoke(app_id, "--bootstrap-servers", bootstrap, "--input-topics", source, "--state-dir", str(tmp_path),
-            "--to-datetime", "2023-11-14T22:13:24")  # BASE_MS + 4 s, in UTC
+            "--to-datetime", "2023-11-14T22:13:24Z")  # BASE_MS + 4 s
     assert offsets.committed(admin, app_id, [(source, 0), (source, 1)]) == {(source, 0): 2, (source, 1): 2}
     # a time after every record: the end
     _invoke(app_id, "--bootstrap-servers", bootstrap, "--input-topics", source, "--state-dir", str(tmp_path),
@@ -77,7 +85,7 @@ def test_reset_refuses_a_missing_input_topic_and_a_bad_time(broker):
     assert missing.exit_code != 0 and "do not exist" in str(missing.exception)
     bad = runner.invoke(cli, ["streams", "reset", "x", "--bootstrap-servers", broker.bootstrap_servers,
                               "--to-datetime", "yesterday"])
-    assert bad.exit_code != 0 and "ISO 8601" in str(bad.exception)
+    assert bad.exit_code == 2 and "'yesterday' is not an ISO date-time" in bad.output
 
 
 def test_without_input_topics_the_groups_committed_inputs_are_reset(broker, tmp_path):
@@ -136,3 +144,68 @@ def test_reset_on_the_apache_kafka_cluster(kafka_cluster, tmp_path):
     """The same reset against 3 Kafka nodes: the group's coordinator, the topics' leaders and the
     controller that deletes topics are different brokers."""
     test_reset_moves_input_offsets_deletes_internal_topics_and_state(kafka_cluster, tmp_path)
+
+
+def _strom(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*STROM, *args, "--bootstrap-servers", bootstrap], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.slow  # eight `strom` subprocesses
+def test_a_running_application_is_listed_as_running_and_not_reset_from_any_machine(broker, tmp_path):
+    """A running application's driver is a member of ``<app>.instances`` (what SparkStreams.start()
+    joins; test_run.py's long-running test sees it from `strom run`): `groups list|describe` show it
+    running, and reset is refused even where its state directory is not (another machine)."""
+    bootstrap, app_id, source, *_ = _setup(broker, tmp_path)
+    instance = ApplicationInstance(bootstrap, app_id, source, "stream threads on Spark local[2]")
+    try:
+        deadline = time.monotonic() + 60
+        while (listed := json.loads(_strom(bootstrap, "groups", "list", "--output", "json").stdout)) and \
+                {"group": app_id, "type": "classic", "state": "running (strom application, 1 instance(s))"} \
+                not in listed:
+            assert time.monotonic() < deadline, listed
+            time.sleep(0.5)
+        assert not [row for row in listed if row["group"] == f"{app_id}.instances"]  # folded into its row
+        described = _strom(bootstrap, "groups", "describe", app_id)
+        assert described.returncode == 0 and "running (strom application, 1 instance(s))" in described.stderr
+        assert f"{source}\t0\t5" in described.stdout  # the offsets table as before
+        members = _strom(bootstrap, "groups", "describe", app_id, "--members", "--output", "json")
+        (member,) = json.loads(members.stdout)
+        assert f"strom {app_id} driver on {socket.gethostname()} pid {os.getpid()}" in member["client_id"]
+        assert "local[2]" in member["client_id"] and member["host"]
+        elsewhere = tmp_path / "another-machine"  # no state directory, no task lock to see
+        for refused in (_strom(bootstrap, "streams", "reset", app_id, "--state-dir", str(elsewhere)),
+                        _strom(bootstrap, "groups", "reset-offsets", app_id, "--topic", source,
+                               "--to-earliest"),
+                        _strom(bootstrap, "groups", "delete", app_id)):
+            assert refused.returncode == 2, refused.stderr
+            assert f"error: Application {app_id} is running: 1 instance(s) (strom {app_id} driver on" \
+                   in refused.stderr
+    finally:
+        instance.close()  # leaves the group at once
+    listed = json.loads(_strom(bootstrap, "groups", "list", "--output", "json").stdout)
+    assert {"group": app_id, "type": "classic", "state": "empty"} in listed
+    reset = _strom(bootstrap, "streams", "reset", app_id, "--input-topics", source,
+                   "--state-dir", str(tmp_path))
+    assert reset.returncode == 0, reset.stderr
+    assert offsets.committed(clients.admin(bootstrap), app_id, [(source, 0)]) == {(source, 0): 0}
+
+
+def test_a_time_without_a_zone_is_local_time_in_both_reset_commands(broker, tmp_path):
+    """As Kafka's kafka-consumer-groups and kafka-streams-application-reset read it: 2023-11-15T07:13:24
+    in Tokyo (UTC+9) is BASE_MS + 4 s, whose first records are offset 2 of each partition."""
+    bootstrap, app_id, source, *_ = _setup(broker, tmp_path)
+    env = {**os.environ, "TZ": "Asia/Tokyo"}
+    when = ["--to-datetime", "2023-11-15T07:13:24"]
+    commands = {"streams reset": ["streams", "reset", app_id, "--input-topics", source, "--state-dir",
+                                  str(tmp_path), "--dry-run", *when],
+                "groups reset-offsets": ["groups", "reset-offsets", app_id, "--topic", source, "--dry-run",
+                                         "--output", "json", *when]}
+    for name, args in commands.items():
+        done = subprocess.run([*STROM, *args, "--bootstrap-servers", bootstrap], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stderr
+        if name == "streams reset":
+            assert f"input {source}-0: committed offset of group {app_id} -> 2" in done.stdout, done.stdout
+        else:
+            assert {row["new_offset"] for row in json.loads(done.stdout)} == {2}, done.stdout

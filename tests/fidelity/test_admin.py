@@ -14,6 +14,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 from fidelity_helpers import Peers, Target, error_name
+from kio.schema.describe_configs.v1 import request as describe_configs
+from kio.schema.incremental_alter_configs.v0 import request as incremental_alter_configs
+from kio.static.primitive import i8
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -178,3 +181,75 @@ def test_authorized_operations_without_an_authorizer(peers: Peers) -> None:
                 sorted(op.name for op in topics.authorized_operations), plain.authorized_operations)
     cluster, topic, plain = peers.same(scenario)
     assert "IDEMPOTENT_WRITE" in cluster and "READ" in topic and plain is None
+
+
+def _broker_alter(t: Target, name: str, *entries: ConfigEntry):
+    resource = ConfigResource(ResourceType.BROKER, name, incremental_configs=list(entries))
+    return outcome(t.admin.incremental_alter_configs([resource])[resource])
+
+
+def _described(t: Target, resource_type: ResourceType, name: str, keys: tuple[str, ...]) -> dict:
+    t.metadata_settled()
+    resource = ConfigResource(resource_type, name)
+    entries = t.admin.describe_configs([resource])[resource].result(30)
+    return {k: (e.value, e.source, e.is_read_only) for k, e in entries.items() if k in keys}
+
+
+def _cluster_default(t: Target, key: str, value: str | None) -> tuple[str, dict]:
+    """SET (or DELETE, value None) the cluster-wide default of a broker config (resource name empty,
+    which confluent-kafka cannot send), then what DescribeConfigs lists there."""
+    alter = incremental_alter_configs.IncrementalAlterConfigsRequest(validate_only=False, resources=(
+        incremental_alter_configs.AlterConfigsResource(resource_type=i8(4), resource_name="", configs=(
+            incremental_alter_configs.AlterableConfig(name=key, config_operation=i8(0 if value else 1),
+                                                      value=value),)),))
+    describe = describe_configs.DescribeConfigsRequest(include_synonyms=False, resources=(
+        describe_configs.DescribeConfigsResource(resource_type=i8(4), resource_name="",
+                                                 configuration_keys=None),))
+    with t.wire() as client:
+        code = client.send(alter).responses[0].error_code.name
+        t.metadata_settled()
+        listed = client.send(describe).results[0].configs
+    return code, {c.name: (c.value, c.config_source) for c in listed if c.name == key}
+
+
+def test_dynamic_broker_configs_change_at_run_time_per_broker_and_cluster_wide(peers: Peers) -> None:
+    """IncrementalAlterConfigs on this broker (its node id) and on the cluster default (empty name):
+    the value, its source and the topics' inherited value change at once; a static key is refused."""
+    key, topic_key = "log.cleaner.delete.retention.ms", "delete.retention.ms"
+
+    def scenario(t: Target):
+        topic, node = t.topic("inherits"), str(t.node_id)
+        try:
+            cluster = _cluster_default(t, key, "86400002")
+            from_cluster = configs_of(t, topic, (topic_key,))
+            per_broker = _broker_alter(t, node, ConfigEntry(key, "86400001",
+                                                            incremental_operation=AlterConfigOpType.SET))
+            on_broker = _described(t, ResourceType.BROKER, node, (key,))  # this broker's value wins
+            on_topic = configs_of(t, topic, (topic_key,))
+        finally:
+            delete = ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+            deleted = (_broker_alter(t, node, delete), _cluster_default(t, key, None))
+        static = _broker_alter(t, node, ConfigEntry("auto.create.topics.enable", "false",
+                                                     incremental_operation=AlterConfigOpType.SET))
+        return (cluster, from_cluster, per_broker, on_broker, on_topic, deleted,
+                configs_of(t, topic, (topic_key,)), static[0])
+    observed = peers.same(scenario)
+    assert observed[1][topic_key][0] == "86400002" and observed[4][topic_key][0] == "86400001"
+    assert observed[6][topic_key][0] == "86400000" and observed[7] == "INVALID_REQUEST"
+
+
+def test_group_configs_are_stored_and_described(peers: Peers) -> None:
+    def scenario(t: Target):
+        group = t.name_of("configured")
+
+        def alter(value: str):
+            entry = ConfigEntry("consumer.session.timeout.ms", value,
+                                incremental_operation=AlterConfigOpType.SET)
+            resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+            return outcome(t.admin.incremental_alter_configs([resource])[resource])
+        keys = ("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms")
+        return (alter("50000"), _described(t, ResourceType.GROUP, group, keys), alter("1000")[0],
+                _described(t, ResourceType.GROUP, group, keys))
+    observed = peers.same(scenario)
+    assert observed[0] == "ok" and observed[1]["consumer.session.timeout.ms"][0] == "50000"
+    assert observed[2] == "INVALID_CONFIG"

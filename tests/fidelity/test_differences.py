@@ -7,7 +7,7 @@ import time
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 from fidelity_helpers import Peers, Target, error_name
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -19,37 +19,6 @@ def outcome(future) -> str | tuple[str, str]:
         return "ok"
     except KafkaException as exc:
         return error_name(exc), exc.args[0].str()
-
-
-def test_broker_configs_are_static(peers: Peers) -> None:
-    def scenario(t: Target):
-        resource = ConfigResource(ResourceType.BROKER, str(t.node_id), incremental_configs=[
-            ConfigEntry("log.retention.ms", "604800000", incremental_operation=AlterConfigOpType.SET)])
-        return outcome(t.admin.incremental_alter_configs([resource])[resource])
-    kafka, strom = peers.both(scenario)
-    assert kafka == "ok"
-    assert strom == ("INVALID_REQUEST",
-                     "broker configs are static: restart the broker with --config key=value")
-
-
-def test_group_configs_are_not_served(peers: Peers) -> None:
-    def scenario(t: Target):
-        resource = ConfigResource(ResourceType.GROUP, t.name_of("configured"), incremental_configs=[
-            ConfigEntry("consumer.session.timeout.ms", "45000", incremental_operation=AlterConfigOpType.SET)])
-        return outcome(t.admin.incremental_alter_configs([resource])[resource])
-    kafka, strom = peers.both(scenario)
-    assert kafka == "ok" and strom[0] == "INVALID_REQUEST"
-
-
-def test_topic_compression_other_than_producer_is_refused(peers: Peers) -> None:
-    def scenario(t: Target):
-        name = t.name_of("gzip")
-        topic = NewTopic(name, 1, 1, config={"compression.type": "gzip"})
-        return outcome(t.admin.create_topics([topic])[name])
-    kafka, strom = peers.both(scenario)
-    assert kafka == "ok"
-    assert strom == ("INVALID_CONFIG", "Invalid value 'gzip' for topic config 'compression.type': "
-                                       "expected one of producer.")
 
 
 def test_a_bad_config_value_is_refused_in_other_words(peers: Peers) -> None:

@@ -8,11 +8,12 @@ import time
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError
 from fidelity_helpers import Peers, Target
+from kio.schema.fetch.v4 import request as fetch
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.produce.v9 import request as produce
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i64
 
-from strom.broker.log.records import build_batch
+from strom.broker.log.records import HEADER_SIZE, BatchHeader, build_batch, iter_records
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -168,3 +169,42 @@ def test_consumer_sees_offsets_and_partition_eof(peers: Peers) -> None:
         consumer.close()
         return seen
     assert peers.same(scenario) == [(b"a", 0), (b"b", 1), (True, 2)]
+
+
+def stored_batches(target: Target, topic: str) -> list[tuple[int, bytes, list[bytes | None]]]:
+    """Each batch partition 0 of `topic` holds, as Fetch hands it out: (codec, the first four bytes of
+    its records, which name the compressed format, its values)."""
+    request = fetch.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=100), min_bytes=i32(1), max_bytes=i32(1 << 20),
+        topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
+            partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),))
+    with target.wire() as client:
+        records = bytes(client.send(request).responses[0].partitions[0].records or b"")
+    batches, position = [], 0
+    while position < len(records):
+        header = BatchHeader.parse(records, position)
+        batch = records[position:position + header.length]
+        batches.append((header.compression, batch[HEADER_SIZE:HEADER_SIZE + 4],
+                        [record.value for record in iter_records(batch)]))
+        position += header.length
+    return batches
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd", "uncompressed"])
+def test_a_topics_compression_type_recompresses_what_producers_send(peers: Peers, codec: str) -> None:
+    """Kafka stores a batch with its topic's codec, whatever the producer used (snappy in Java's framing,
+    LZ4 frames); consumers read the records back."""
+    def scenario(t: Target):
+        topic = t.topic(codec, **{"compression.type": codec})
+        sent = [b"value-%d" % i * 20 for i in range(50)]
+        producer = t.producer(**{"compression.type": "gzip" if codec == "uncompressed" else "none",
+                                 "linger.ms": 1000})
+        for value in sent:
+            producer.produce(topic, value)
+        assert producer.flush(30) == 0
+        read = [m.value() for m in read_all(t, topic, len(sent))]
+        assert read == sent
+        return [(stored_codec, magic) for stored_codec, magic, _ in stored_batches(t, topic)]
+    observed = peers.same(scenario)
+    assert observed and {stored for stored, _ in observed} == {
+        {"uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}[codec]}

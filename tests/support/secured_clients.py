@@ -79,6 +79,7 @@ def application_acls(principal: str, app_id: str, inputs: list[str],
         "internal topics": each(TOPIC, f"{app_id}-", principal, (
             OP.CREATE, OP.READ, OP.WRITE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE), PREFIXED),
         "group": each(GROUP, app_id, principal, (OP.READ, OP.DESCRIBE)),
+        "instances group": each(GROUP, f"{app_id}.instances", principal, (OP.READ, OP.DESCRIBE)),
         "assigning readers' group": each(GROUP, "strom-unused-group", principal, (OP.DESCRIBE,)),
         "transactional ids": each(TXN, f"{app_id}-", principal, (OP.WRITE, OP.DESCRIBE), PREFIXED),
     }

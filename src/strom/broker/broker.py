@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.broker.config import BrokerConfig
+from strom.broker.dynamic_configs import DynamicConfigs
 from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
@@ -34,7 +35,6 @@ from strom.errors import BrokerStartError
 
 log = logging.getLogger(__name__)
 
-SESSION_CHECK_SECONDS = 0.5
 FLUSH_CHECK_SECONDS = 1.0
 IDLE_CHECK_SECONDS = 1.0
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
@@ -76,6 +76,7 @@ class Broker:
         self.closing = False
         load_handlers()
         self.logs = LogManager(self.data_dir, self.config)
+        self.dynamic_configs = DynamicConfigs(self.data_dir, self.config, self.logs)
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.offsets = OffsetStore(self.logs)
         self.groups = GroupCoordinator(self.config, self.offsets)
@@ -125,7 +126,6 @@ class Broker:
     async def start(self) -> None:
         await self.transactions.start()
         self._connections.start(self.listeners)
-        self._every(SESSION_CHECK_SECONDS, self.groups.expire_sessions)
         self._every(self.config["offsets.retention.check.interval.ms"] / 1000, self.groups.expire_offsets)
         self._every(FLUSH_CHECK_SECONDS, self.logs.flush_due)
         self._every(IDLE_CHECK_SECONDS, self._connections.close_idle)

@@ -145,7 +145,8 @@ BROKER_SPECS: dict[str, Spec] = {
     "log.retention.bytes": Spec(_int(allow_minus_one=True), -1, "delete segments beyond this size"),
     "log.retention.check.interval.ms": Spec(_int(1), 300_000, "how often retention and cleaning run"),
     "log.flush.interval.messages": Spec(_int(1), LONG_MAX, "fsync after this many messages"),
-    "log.flush.interval.ms": Spec(_int(1, allow_minus_one=True), -1, "fsync at this interval (-1: never)"),
+    "log.flush.interval.ms": Spec(_int(1, allow_minus_one=True), -1,
+                                  "fsync at this interval (-1: only at a segment roll and at shutdown)"),
     "log.cleanup.policy": Spec(_cleanup_policy, "delete", "default cleanup.policy"),
     "log.cleaner.delete.retention.ms": Spec(_int(), 24 * 3600 * 1000, "default delete.retention.ms"),
     "log.cleaner.min.compaction.lag.ms": Spec(_int(), 0, "default min.compaction.lag.ms"),
@@ -161,7 +162,8 @@ BROKER_SPECS: dict[str, Spec] = {
     "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),
     "queued.max.request.bytes": Spec(_int(1024), 256 << 20,
                                      "request bytes held in memory at once over all connections"),
-    "group.initial.rebalance.delay.ms": Spec(_int(), 3000, "wait for more members of a new group"),
+    "group.initial.rebalance.delay.ms": Spec(_int(), 3000, "wait for more members of a new group "
+                                             "(0 for `strom broker` and EmbeddedBroker: LOCAL_DEFAULTS)"),
     "group.min.session.timeout.ms": Spec(_int(1), 6000, "smallest session.timeout.ms accepted"),
     "group.max.session.timeout.ms": Spec(_int(1), 1_800_000, "largest session.timeout.ms accepted"),
     "offsets.retention.minutes": Spec(_int(1), 10080, "expire committed offsets of empty groups"),
@@ -191,16 +193,32 @@ TOPIC_SPECS: dict[str, tuple[Callable[[Any], Any], str | None, Any]] = {
     "flush.messages": (_int(1), "log.flush.interval.messages", None),
     "flush.ms": (_int(1, allow_minus_one=True), "log.flush.interval.ms", None),
     "message.timestamp.type": (_choice("CreateTime", "LogAppendTime"), "log.message.timestamp.type", None),
-    "compression.type": (_choice("producer"), None, "producer"),
+    "compression.type": (_choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), None,
+                         "producer"),
     "min.insync.replicas": (_int(1, 1), None, 1),
 }
 
 
+DYNAMIC_BROKER_KEYS = frozenset({broker_key for _, broker_key, _ in TOPIC_SPECS.values() if broker_key}
+                                | {"max.connections", "max.connections.per.ip"})
+"""The broker configs Kafka changes at run time (IncrementalAlterConfigs on a BROKER resource) that strom
+serves: the topic defaults (read at each use) and the connection limits."""
+PER_BROKER, CLUSTER_DEFAULT = "broker", "cluster-default"
+"""Kafka's two layers of dynamic broker configs: this broker's (resource name = its node id) over the
+cluster-wide default (resource name empty), both over the static config."""
+
+
+class NotDynamicError(ValueError):
+    """A broker config that cannot change while the broker runs (Kafka answers INVALID_REQUEST)."""
+
+
 class BrokerConfig:
-    """Validated broker configuration; unknown keys raise ConfigError naming the closest key."""
+    """Validated broker configuration; unknown keys raise ConfigError naming the closest key. Dynamic
+    configs (``set_dynamic``) take precedence over the static ones, this broker's over the cluster's."""
 
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
         self._values = {key: spec.default for key, spec in BROKER_SPECS.items()}
+        self.dynamic: dict[str, dict[str, Any]] = {PER_BROKER: {}, CLUSTER_DEFAULT: {}}
         for key, value in (overrides or {}).items():
             if key not in BROKER_SPECS:
                 raise ConfigError.unknown_key(key, list(BROKER_SPECS))
@@ -210,23 +228,60 @@ class BrokerConfig:
                 raise ConfigError.bad_value(key, value, str(exc)) from exc
 
     def __getitem__(self, key: str) -> Any:
+        for layer in (self.dynamic[PER_BROKER], self.dynamic[CLUSTER_DEFAULT]):
+            if key in layer:
+                return layer[key]
         return self._values[key]
 
+    def set_dynamic(self, layer: str, configs: Mapping[str, Any], validate_only: bool = False) -> None:
+        """Replaces one layer's dynamic configs; NotDynamicError (INVALID_REQUEST) for a key Kafka does not
+        change at run time, ValueError (INVALID_CONFIG) for a bad value, and nothing changes."""
+        parsed = {}
+        for key, value in configs.items():
+            if key not in DYNAMIC_BROKER_KEYS:
+                raise NotDynamicError(f"Cannot update these configs dynamically: Set({key}) (restart the "
+                                      "broker with --config key=value)")
+            try:
+                parsed[key] = BROKER_SPECS[key].parse(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"Invalid value {value!r} for broker config {key!r}: "
+                                 f"expected {exc}.") from exc
+        if not validate_only:
+            self.dynamic[layer] = parsed
+
     def topic_defaults(self) -> dict[str, Any]:
-        return {key: self._values[broker_key] if broker_key else default
+        return {key: self[broker_key] if broker_key else default
                 for key, (_, broker_key, default) in TOPIC_SPECS.items()}
 
 
 def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
     """Topic configs set explicitly; raises ValueError (answered as INVALID_CONFIG) on bad input."""
+    return _parse(configs, {key: spec[0] for key, spec in TOPIC_SPECS.items()}, "topic")
+
+
+# group key -> (parser, default): KIP-848's group configs, with Kafka's defaults and bounds (its
+# group.consumer.* broker configs)
+GROUP_SPECS: dict[str, tuple[Callable[[Any], int], int]] = {
+    "consumer.session.timeout.ms": (_int(45_000, 60_000), 45_000),
+    "consumer.heartbeat.interval.ms": (_int(5_000, 15_000), 5_000),
+}
+
+
+def parse_group_configs(configs: Mapping[str, Any]) -> dict[str, Any]:
+    """A group's configs; ValueError (INVALID_CONFIG) names an unknown key or a value out of bounds."""
+    return _parse(configs, {key: spec[0] for key, spec in GROUP_SPECS.items()}, "group")
+
+
+def _parse(configs: Mapping[str, Any], parsers: Mapping[str, Callable[[Any], Any]],
+           kind: str) -> dict[str, Any]:
     parsed = {}
     for key, value in configs.items():
-        if key not in TOPIC_SPECS:
-            raise ValueError(f"Unknown topic config name: {key}")
+        if key not in parsers:
+            raise ValueError(f"Unknown {kind} config name: {key}")
         try:
-            parsed[key] = TOPIC_SPECS[key][0](value)
+            parsed[key] = parsers[key](value)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"Invalid value {value!r} for topic config {key!r}: expected {exc}.") from exc
+            raise ValueError(f"Invalid value {value!r} for {kind} config {key!r}: expected {exc}.") from exc
     return parsed
 
 

@@ -8,13 +8,10 @@ from pathlib import Path
 
 import click
 
-from strom.broker.broker import Broker, serve
 from strom.broker.config import LOCAL_DEFAULTS
-from strom.broker.metrics import BrokerCollector
 from strom.broker.security.credentials import add_scram_user
 from strom.broker.security.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MIN_ITERATIONS, Mechanism
 from strom.cli import output
-from strom.prometheus import MetricsServer
 
 
 def parse_config(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
@@ -55,7 +52,12 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
     `strom broker add-user` adds a SASL user to a stopped broker's data directory."""
     if ctx.invoked_subcommand is not None:
         return
+    from strom.broker.broker import Broker, serve  # here: commands importing parse_config need no broker
+    from strom.broker.metrics import BrokerCollector
+    from strom.prometheus import MetricsServer
+
     logging.getLogger("strom.broker").setLevel(min(logging.getLogger().level, logging.INFO))
+    logging.getLogger("strom.broker.broker").addFilter(_said_on_the_console)
     console = output.console(stderr=True)
     # the metrics port first: a taken one fails before the data directory is made
     metrics = MetricsServer([], metrics_port, host) if metrics_port is not None else None
@@ -75,6 +77,12 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")
+
+
+def _said_on_the_console(record: logging.LogRecord) -> bool:
+    """The broker logs that it listens and that it stopped (for a log file); `strom broker` says both
+    on its console, once, so those log lines are left out there."""
+    return not record.getMessage().startswith(("strom broker listening", "strom broker stopped"))
 
 
 @broker.command("add-user")

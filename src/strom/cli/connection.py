@@ -101,16 +101,17 @@ class Connection:
             f"No broker reachable at {self.bootstrap_servers} ({reason}). Start one with `strom broker`, or "
             "pass -b/--bootstrap-servers (and -X or --command-config for a secured cluster).")
 
-    def topic(self, name: str, create: bool = False) -> TopicMetadata:
-        """The topic's metadata; a missing topic is an error naming the closest existing one, unless
-        ``create`` (then it is created with the broker's default partition count)."""
+    def topic(self, name: str, create: bool = False, offers_create: bool = False) -> TopicMetadata:
+        """The topic's metadata; a missing topic is an error naming the closest existing one (and
+        ``--create-topic`` if the command ``offers_create``), unless ``create`` (then it is created with
+        the broker's default partition count)."""
         topics = self.metadata().topics
         found = topics.get(name)
         if found is not None and found.error is None:
             return found
         if not create:
             self._raise_if_denied(name)
-            raise unknown_topic(name, topics)
+            raise unknown_topic(name, topics, offers_create)
         future = self.admin().create_topics([NewTopic(name, -1)], request_timeout=TIMEOUT)[name]
         try:
             future.result(TIMEOUT)
@@ -164,11 +165,12 @@ def _differing(cluster: ClusterMetadata, names: list[str], listed: bool) -> list
             if (cluster.topics.get(n) is not None and cluster.topics[n].error is None) != listed]
 
 
-def unknown_topic(name: str, existing: dict[str, Any]) -> UnknownTopicError:
+def unknown_topic(name: str, existing: dict[str, Any], offers_create: bool = False) -> UnknownTopicError:
     hint = difflib.get_close_matches(name, [t for t in existing if not t.startswith("__")], n=1)
     suggestion = f" Did you mean {hint[0]!r}?" if hint else ""
-    return UnknownTopicError(f"Topic {name!r} does not exist.{suggestion} See `strom topics list`, or "
-                             "create it with `strom topics create`.")
+    flag = "pass --create-topic, or " if offers_create else ""
+    return UnknownTopicError(f"Topic {name!r} does not exist.{suggestion} See `strom topics list`; to create "
+                             f"it, {flag}run `strom topics create`.")
 
 
 def connection_options(command: Callable[..., Any] | None = None, *,

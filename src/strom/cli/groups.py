@@ -1,6 +1,10 @@
 """`strom groups list|describe|reset-offsets|delete`: consumer groups, their members and lag
 (kafka-consumer-groups). A SparkStreams application's group is its application.id; a task
-subscription's is its subscription id."""
+subscription's is its subscription id.
+
+A strom application's stream tasks commit without joining its group, so the running instances are
+found in ``<application.id>.instances`` (strom.kafka.instances): `list` and `describe` show the
+application as running there, and offsets of a running application are not reset."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from strom.cli.connection import TIMEOUT, Connection, connection_options
 from strom.cli.output import output_option, print_rows
 from strom.cli.topics import result
 from strom.errors import StromError
+from strom.kafka.instances import SESSION_TIMEOUT_MS, application_of, instances_group
 from strom.kafka.security import refusal
 
 _INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
@@ -50,9 +55,37 @@ def _type(kind: ConsumerGroupType | None) -> str:
 def list_command(connection: Connection, output: str) -> None:
     """Every consumer group, its protocol type (classic or consumer) and its state."""
     listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
-    rows = [{"group": g.group_id, "type": _type(g.type), "state": _state(g.state)}
-            for g in sorted(listed.valid, key=lambda g: g.group_id)]
+    groups = {g.group_id: g for g in listed.valid}
+    applications = [app for app in map(application_of, groups) if app is not None]
+    running = {app: members for app, members in _running(connection, applications).items() if members}
+    rows = [{"group": name, "type": _type(groups[name].type) if name in groups else "classic",
+             "state": _running_state(running[name]) if name in running else _state(groups[name].state)}
+            for name in sorted(set(groups) - {instances_group(app) for app in applications} | set(running))]
     print_rows(rows, ["group", "type", "state"], output)
+
+
+def _running_state(instances: list[Any]) -> str:
+    return f"running (strom application, {len(instances)} instance(s))"
+
+
+def _running(connection: Connection, applications: list[str]) -> dict[str, list[Any]]:
+    """The members of each application's instances group: its running drivers."""
+    if not applications:
+        return {}
+    futures = connection.admin().describe_consumer_groups([instances_group(app) for app in applications],
+                                                          request_timeout=TIMEOUT)
+    return {app: result(futures[instances_group(app)], f"describe group {instances_group(app)!r}").members
+            for app in applications}
+
+
+def refuse_if_running(connection: Connection, application: str, action: str) -> None:
+    """Raises when a strom application of this id runs anywhere (its drivers' group has members)."""
+    instances = _running(connection, [application])[application]
+    if instances:
+        drivers = "; ".join(sorted(m.client_id for m in instances))
+        raise StromError(f"Application {application} is running: {len(instances)} instance(s) ({drivers}). "
+                         f"Stop every instance (Ctrl-C or SIGTERM to `strom run`), then {action}; a killed "
+                         f"driver stays listed for {SESSION_TIMEOUT_MS // 1000} s.")
 
 
 def _describe(connection: Connection, group: str) -> ConsumerGroupDescription:
@@ -79,10 +112,12 @@ def list_offsets(connection: Connection, partitions: list[tuple[str, int]], spec
             for tp, f in futures.items()}
 
 
-def _existing(connection: Connection, group: str) -> tuple[ConsumerGroupDescription, dict]:
-    """The group's description and committed offsets; a group with neither is an error."""
+def _existing(connection: Connection, group: str, instances: list[Any] | None = None
+              ) -> tuple[ConsumerGroupDescription, dict]:
+    """The group's description and committed offsets; a group with neither (and no running strom
+    application of its name) is an error."""
     description, offsets = _describe(connection, group), committed(connection, group)
-    if description.state in _INACTIVE and not description.members and not offsets:
+    if description.state in _INACTIVE and not description.members and not offsets and not instances:
         listed = result(connection.admin().list_consumer_groups(request_timeout=TIMEOUT), "list the groups")
         names = [g.group_id for g in listed.valid]
         if group in names:  # it exists, with no member yet (joining) and nothing committed
@@ -98,9 +133,15 @@ def _partitions(assignment: Any) -> list[str]:
     return sorted(f"{tp.topic}-{tp.partition}" for tp in (assignment.topic_partitions if assignment else []))
 
 
-def _members(description: ConsumerGroupDescription, output: str) -> None:
+def _members(description: ConsumerGroupDescription, instances: list[Any], output: str) -> None:
     """One row per member with its assignment; a consumer-protocol group also shows the target
-    assignment the coordinator is moving the member to (kafka-consumer-groups --members --verbose)."""
+    assignment the coordinator is moving the member to (kafka-consumer-groups --members --verbose).
+    A running strom application's rows are its instances (drivers), which assign themselves nothing."""
+    if instances:
+        rows = [{"member": m.member_id, "host": m.host, "client id": m.client_id}
+                for m in sorted(instances, key=lambda m: m.member_id)]
+        print_rows(rows, ["member", "host", "client id"], output)
+        return
     rows = [{"member": m.member_id, "group instance id": m.group_instance_id, "host": m.host,
              "client id": m.client_id, "partitions": len(m.assignment.topic_partitions),
              "assignment": _partitions(m.assignment), "target assignment": _partitions(m.target_assignment)}
@@ -118,15 +159,20 @@ def _members(description: ConsumerGroupDescription, output: str) -> None:
 @output_option
 def describe_command(connection: Connection, group: str, members: bool, output: str) -> None:
     """Per partition: committed offset, end offset, lag and the member it is assigned to. The first line
-    (on stderr) gives the group's type, state, assignor and member count."""
-    description, offsets = _existing(connection, group)
+    (on stderr) gives the group's type, state, assignor and member count, and for a running strom
+    application its instances (--members lists them)."""
+    instances = _running(connection, [group])[group]
+    description, offsets = _existing(connection, group, instances)
     if output != "json":
         assignor = description.partition_assignor or "-"
-        click.echo(f"group {group}: {_type(description.type)} protocol, {_state(description.state)}, "
-                   f"assignor {assignor}, coordinator {description.coordinator.id}, "
-                   f"{len(description.members)} member(s)", err=True)
+        running = (f"{_running_state(instances)} in group {instances_group(group)}; its stream tasks commit "
+                   "without joining this group: " if instances else "")
+        click.echo(f"group {group}: {running}{_type(description.type)} protocol, "
+                   f"{_state(description.state)}, assignor {assignor}, "
+                   f"coordinator {description.coordinator.id}, {len(description.members)} member(s)",
+                   err=True)
     if members:
-        _members(description, output)
+        _members(description, instances, output)
         return
     owners: dict[tuple[str, int], Any] = {}
     for member in description.members:
@@ -146,14 +192,17 @@ def describe_command(connection: Connection, group: str, members: bool, output: 
                       "client id"], output)
 
 
-def _timestamp_ms(text: str) -> int:
+def timestamp_ms(text: str) -> int:
+    """``--to-datetime`` of `groups reset-offsets` and `streams reset` in epoch ms: ISO 8601, without a
+    zone in local time (as kafka-consumer-groups and kafka-streams-application-reset read it)."""
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO date-time, e.g. 2026-11-25T14:00:00Z",
+        raise click.BadParameter(f"{text!r} is not an ISO date-time, e.g. 2026-11-25T14:00:00 (local time), "
+                                 "2026-11-25T14:00:00Z or 2026-11-25T14:00:00+01:00",
                                  param_hint="--to-datetime") from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # local time, as kafka-consumer-groups reads it
+        moment = moment.astimezone()
     return int(moment.timestamp() * 1000)
 
 
@@ -165,7 +214,8 @@ def _timestamp_ms(text: str) -> int:
 @click.option("--to-latest", is_flag=True, help="To each partition's end (skip everything unread).")
 @click.option("--to-offset", type=click.IntRange(min=0), default=None,
               help="To this offset (kept within the log).")
-@click.option("--to-datetime", default=None, help="To the first record at or after this ISO date-time.")
+@click.option("--to-datetime", default=None,
+              help="To the first record at or after this ISO date-time (no zone: local time).")
 @click.option("--shift-by", type=int, default=None, help="By N from the committed offset (negative: back).")
 @click.option("--dry-run", is_flag=True, help="Show the new offsets without committing them.")
 @output_option
@@ -180,6 +230,7 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
     if len(chosen) != 1:
         raise click.UsageError("Give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime, "
                                "--shift-by.")
+    refuse_if_running(connection, group, "reset its offsets")
     description = _describe(connection, group)
     if description.state not in _INACTIVE or description.members:
         raise StromError(f"Group {group!r} is {_state(description.state)} with {len(description.members)} "
@@ -189,7 +240,7 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
     low = list_offsets(connection, partitions, OffsetSpec.earliest())
     high = list_offsets(connection, partitions, OffsetSpec.latest())
     if to_datetime is not None:
-        found = list_offsets(connection, partitions, OffsetSpec.for_timestamp(_timestamp_ms(to_datetime)))
+        found = list_offsets(connection, partitions, OffsetSpec.for_timestamp(timestamp_ms(to_datetime)))
         target = {k: found[k] if found[k] >= 0 else high[k] for k in partitions}
     elif shift_by is not None:
         target = {k: old.get(k, low[k]) + shift_by for k in partitions}
@@ -213,6 +264,7 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
 def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
     """Delete inactive groups and their committed offsets."""
     for name in names:
+        refuse_if_running(connection, name, "delete its group")
         _existing(connection, name)
     futures = connection.admin().delete_consumer_groups(list(names), request_timeout=TIMEOUT)
     for name, future in futures.items():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
+import tempfile
+from pathlib import Path
 
 import click
 from confluent_kafka import KafkaError, KafkaException
@@ -63,6 +66,10 @@ def cli(verbose: int) -> None:
 
 def main() -> None:
     """Runs the command; every error a user can cause ends in one ``error: ...`` line and status 2."""
+    # hypothesis, when installed, writes a cache into the working directory as kio's protocol classes
+    # import it: strom's commands (and the brokers and workers they start) leave no `.hypothesis/` there
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
+                          str(Path(tempfile.gettempdir()) / f"strom-hypothesis-{os.getuid()}"))
     try:
         cli(standalone_mode=False, prog_name="strom")
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -24,9 +24,10 @@ def console(stderr: bool = False) -> Console:
 
 
 def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: str) -> None:
-    """One row per dict; ``columns`` are the keys shown, in order (JSON shows every key)."""
+    """One row per dict; ``columns`` are the keys shown, in order (JSON shows every key, as a name
+    ``jq`` takes: ``committed_offset`` for the column ``committed offset``)."""
     if output == "json":
-        click.echo(json.dumps(list(rows), default=str))
+        click.echo(json.dumps([_json_names(row) for row in rows], default=str))
         return
     if not sys.stdout.isatty():
         click.echo("\t".join(columns))
@@ -42,11 +43,15 @@ def print_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], output: s
 def print_record(fields: dict[str, Any], output: str) -> None:
     """One object as name/value lines (or a JSON object)."""
     if output == "json":
-        click.echo(json.dumps(fields, default=str))
+        click.echo(json.dumps(_json_names(fields), default=str))
         return
     width = max(map(len, fields), default=0)
     for name, value in fields.items():
         click.echo(f"{name.ljust(width)}  {_cell(value)}")
+
+
+def _json_names(fields: dict[str, Any]) -> dict[str, Any]:
+    return {name.replace(" ", "_"): value for name, value in fields.items()}
 
 
 def _cell(value: Any) -> str:

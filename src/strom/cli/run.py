@@ -184,6 +184,7 @@ def run(app: str, bootstrap_servers: str | None, master: str, configs: dict[str,
     try:
         with ExitStack() as stack:
             config = _checked_config(props)  # a bad config fails before Spark starts
+            _check_tasks(app, topology, config)
             app_id = config.application_id
             if props.get("bootstrap.servers"):
                 _check_brokers(config)  # in a second, not after Spark's start-up
@@ -218,6 +219,23 @@ def _check_brokers(config: StreamsConfig) -> None:
 
     settings = {key: str(value) for key, value in config.client_props("admin.").items()}
     Connection(config[BOOTSTRAP_SERVERS], settings).metadata()
+
+
+def _check_tasks(app: str, topology: Topology, config: StreamsConfig) -> None:
+    """Builds each sub-topology's task once, as ``SparkStreams.start()`` does, before Spark starts: a
+    serde missing, misnamed or failing to build is one error line in a second, not after Spark's start-up."""
+    from strom.spark.runtime.plan import check_tasks_build
+
+    try:
+        check_tasks_build(topology, config)
+    except StromError:
+        raise
+    except Exception as exc:  # the app's serde or processor supplier raised
+        log.info("Building %s's tasks failed:", app, exc_info=exc)
+        where = raised_at(exc)
+        raise ConfigError(f"Building {app}'s tasks failed{f' at {where}' if where else ''}: "
+                          f"{type(exc).__name__}: {exc}. Check its serdes (Consumed, Produced, Materialized, "
+                          "default.key.serde, default.value.serde) and processor suppliers.") from exc
 
 
 def _checked_config(props: dict[str, Any]) -> StreamsConfig:

@@ -7,7 +7,9 @@ or Graphviz graph (strom.streams.processor.topology_graph), or SVG drawn by Grap
 while no instance of the application runs. It moves the committed offsets of group APP_ID on the
 input topics (to the earliest offsets, or the first at a time), deletes the application's internal
 topics (``<APP_ID>-...-changelog`` and ``-repartition``; the group's offsets on them go back to 0), and the
-local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input from there.
+local state under ``<state.dir>/<APP_ID>``. The next start reprocesses the input from there. A running
+application is refused, as Kafka's tool refuses a group with members: its drivers are members of
+``<APP_ID>.instances`` (strom.kafka.instances), and its open tasks hold locks under the state directory.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import shutil
 import subprocess
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -24,6 +25,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from strom.cli.broker import parse_config
 from strom.cli.connection import Connection, connection_options
+from strom.cli.groups import refuse_if_running, timestamp_ms
 from strom.cli.query import query
 from strom.errors import ConfigError, StromError
 from strom.kafka import offsets
@@ -37,18 +39,6 @@ def internal_topics(topics: dict[str, int], app_id: str) -> list[str]:
     """Kafka Streams' rule: ``<application.id>-`` and a ``-changelog`` or ``-repartition`` suffix."""
     suffixes = ("-changelog", "-repartition")
     return sorted(t for t in topics if t.startswith(f"{app_id}-") and t.endswith(suffixes))
-
-
-def _parse_datetime(value: str) -> int:
-    """ISO 8601 (``2026-11-25T10:00:00``, ``...Z`` or ``+01:00``); without a zone, UTC. Epoch ms."""
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ConfigError(f"--to-datetime {value!r} is not ISO 8601, e.g. 2026-11-25T10:00:00 (UTC) or "
-                          "2026-11-25T10:00:00+01:00.") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -104,7 +94,7 @@ def render_svg(dot: str) -> str:
               help="Input topics whose committed offsets are reset (repeatable or comma-separated).")
 @click.option("--to-earliest", is_flag=True, help="Reset input offsets to the earliest (the default).")
 @click.option("--to-datetime", default=None, metavar="ISO-8601",
-              help="Reset input offsets to the first record at or after this time (no zone: UTC).")
+              help="Reset input offsets to the first record at or after this time (no zone: local time).")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path(DEFINITIONS[STATE_DIR][0]), show_default=True,
               help="The application's state.dir: <state-dir>/<APP_ID> is deleted.")
@@ -114,7 +104,7 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
     """Reset APP_ID to reprocess its input: input offsets, internal topics, local state."""
     if to_earliest and to_datetime:
         raise click.UsageError("Give --to-earliest or --to-datetime, not both.")
-    spec = OffsetSpec.for_timestamp(_parse_datetime(to_datetime)) if to_datetime else OffsetSpec.earliest()
+    spec = OffsetSpec.for_timestamp(timestamp_ms(to_datetime)) if to_datetime else OffsetSpec.earliest()
     admin = connection.admin()
     topics = {name: len(meta.partitions) for name, meta in connection.metadata().topics.items()
               if meta.error is None}
@@ -124,6 +114,7 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
         raise ConfigError(f"Input topics {', '.join(missing)} do not exist; check --input-topics.")
     internal = internal_topics(topics, app_id)
     local = state_dir / app_id
+    refuse_if_running(connection, app_id, "reset it")  # on any machine: its drivers' group
     _refuse_if_running(app_id, local)
     if not inputs:
         input_topics = _consumed_topics(admin, app_id, topics, internal)
@@ -165,7 +156,8 @@ def _consumed_topics(admin: AdminClient, app_id: str, topics: dict[str, int], in
 
 def _refuse_if_running(app_id: str, local: Path) -> None:
     """A strom application holds each stream task's directory locked while it runs (a Spark runtime
-    ``TaskLease``): one held on this machine means it runs, and a reset underneath would break it."""
+    ``TaskLease``): one held on this machine means it runs (a Python worker may hold a task a while after
+    its driver left the instances group), and a reset underneath would break it."""
     if not local.is_dir():
         return
     from strom.spark.runtime.lease import OWNER  # Spark's modules load only when there is state

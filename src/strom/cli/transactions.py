@@ -181,7 +181,7 @@ def _fields(state) -> dict:
     return {"transactional.id": state.transactional_id, "state": state.transaction_state,
             "producer id": int(state.producer_id), "producer epoch": int(state.producer_epoch),
             "timeout ms": int(state.transaction_timeout.total_seconds() * 1000),
-            "started": _started(state.transaction_start_time),
+            "started": _time(state.transaction_start_time),
             "partitions": [f"{t.topic}-{p}" for t in state.topics for p in t.partitions]}
 
 
@@ -237,7 +237,13 @@ _PRODUCER_COLUMNS = ["topic", "partition", "producer id", "producer epoch", "las
 def describe_producers_command(connection: Connection, topic: str, partitions: tuple[int, ...],
                                output: str) -> None:
     """Producers writing to a topic's partitions: id, epoch, last sequence, open transaction."""
-    print_rows(_producers(connection, topic, partitions), _PRODUCER_COLUMNS, output)
+    _print_producers(_producers(connection, topic, partitions), output)
+
+
+def _print_producers(rows: list[dict], output: str) -> None:
+    """The producers' rows with their last timestamp as a time, not epoch milliseconds."""
+    print_rows([{**row, "last timestamp": _time(row["last timestamp"])} for row in rows], _PRODUCER_COLUMNS,
+               output)
 
 
 @transactions.command("find-hanging")
@@ -262,7 +268,7 @@ def find_hanging_command(connection: Connection, topic: str, partitions: tuple[i
             described = _describe(connection, tuple(k.transactional_id for k in known))
             ongoing = {int(s.producer_id): s for s in described}
     hanging = [row for row in candidates if not _coordinated(row, ongoing.get(row["producer id"]))]
-    print_rows(hanging, _PRODUCER_COLUMNS, output)
+    _print_producers(hanging, output)
 
 
 def _coordinated(row: dict, state) -> bool:
@@ -345,7 +351,8 @@ def _abort_hanging(connection: Connection, topic: str, partition: int, producer_
                f"from offset {row['open transaction start offset']}")
 
 
-def _started(epoch_ms: int) -> str:
+def _time(epoch_ms: int) -> str:
+    """Epoch milliseconds as an ISO time in UTC (``-`` for none)."""
     if epoch_ms <= 0:
         return "-"
     moment = datetime.datetime.fromtimestamp(epoch_ms / 1000, datetime.UTC)

@@ -59,12 +59,16 @@ class GroupCoordinator:
         if not member_id:
             member_id = f"{client_id}-{uuid.uuid4()}"
             if require_known_member_id and group_instance_id is None:
-                group.pending_members[member_id] = time.monotonic() + session_timeout_ms / 1000
+                group.pending_members.add(member_id)
+                asyncio.get_running_loop().call_later(session_timeout_ms / 1000, self._expire_pending, group,
+                                                      member_id)
                 return _join_error(ErrorCode.member_id_required, member_id)
             if group_instance_id is not None:
                 self._retire_static_member(group, group_instance_id, member_id)
-        elif member_id not in group.members and group.pending_members.pop(member_id, None) is None:
-            return _join_error(ErrorCode.unknown_member_id, member_id)
+        elif member_id not in group.members:
+            if member_id not in group.pending_members:
+                return _join_error(ErrorCode.unknown_member_id, member_id)
+            group.pending_members.discard(member_id)
         member = group.members.get(member_id)
         if member is None:
             member = Member(member_id, group_instance_id, client_id, client_host, session_timeout_ms,
@@ -77,7 +81,7 @@ class GroupCoordinator:
         if member.join_future is not None and not member.join_future.done():
             member.join_future.set_result(_join_error(ErrorCode.rebalance_in_progress, member_id))
         member.join_future = asyncio.get_running_loop().create_future()
-        member.last_heartbeat = time.monotonic()
+        self._heard_from(group, member)
         group.protocol_type = protocol_type
         if group.state is GroupState.PREPARING_REBALANCE:
             group.join_changed.set()
@@ -106,6 +110,7 @@ class GroupCoordinator:
                         rebalance_timeout_ms, group.protocol_type or "", protocols,
                         assignment=old.assignment if old else b"")
         group.members[member_id] = member
+        self._heard_from(group, member)
         log.info("group %r: static member %r restarted as %r without a rebalance", group.group_id,
                  group_instance_id, member.member_id)
         leader = member.member_id == group.leader_id
@@ -180,7 +185,7 @@ class GroupCoordinator:
                  group.generation, len(group.members), group.protocol_name)
         all_members = self._members_metadata(group)
         for member in group.members.values():
-            member.last_heartbeat = time.monotonic()
+            self._heard_from(group, member)
             _resolve(member.join_future, {
                 "error_code": ErrorCode.none, "generation_id": group.generation,
                 "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
@@ -205,12 +210,13 @@ class GroupCoordinator:
         if group.state is GroupState.STABLE:
             return {**_sync_result(ErrorCode.none), **result, "assignment": member.assignment}
         member.sync_future = asyncio.get_running_loop().create_future()
-        member.last_heartbeat = time.monotonic()
+        self._heard_from(group, member)
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             group.state = GroupState.STABLE
             for m in group.members.values():
+                self._heard_from(group, m)
                 _resolve(m.sync_future,
                          {**_sync_result(ErrorCode.none), **result, "assignment": m.assignment})
         return await member.sync_future
@@ -227,7 +233,7 @@ class GroupCoordinator:
         member = group.members[member_id]
         if generation != group.generation:
             return ErrorCode.illegal_generation
-        member.last_heartbeat = time.monotonic()
+        self._heard_from(group, member)
         if group.state is GroupState.PREPARING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
@@ -247,6 +253,8 @@ class GroupCoordinator:
 
     def _remove_member(self, group: Group, member_id: str, reason: str) -> None:
         member = group.members.pop(member_id)
+        if member.expiry is not None:
+            member.expiry.cancel()
         _resolve(member.join_future, _join_error(ErrorCode.unknown_member_id, member_id))
         _resolve(member.sync_future, _sync_result(ErrorCode.unknown_member_id))
         log.info("group %r: member %r %s", group.group_id, member_id, reason)
@@ -259,19 +267,29 @@ class GroupCoordinator:
             group.generation += 1
             group.leader_id = group.protocol_name = None
 
-    def expire_sessions(self) -> None:
-        now = time.monotonic()
-        for group in [g for g in self.groups.values() if g.members or g.pending_members]:
-            expired = [m for m, expiry in group.pending_members.items() if expiry < now]
-            for member_id in expired:
-                log.info("group %r: pending member %r did not join again with its id", group.group_id,
-                         member_id)
-                del group.pending_members[member_id]
-            if expired:
-                group.join_changed.set()
-            for member in list(group.members.values()):
-                if member.member_id in group.members and member.session_expired(now):
-                    self._remove_member(group, member.member_id, "missed its session timeout")
+    def _heard_from(self, group: Group, member: Member) -> None:
+        """A sign of life (join, sync, heartbeat, commit) restarts the member's session: it expires at its
+        own deadline, as Kafka's delayed heartbeat does, not at the next pass of a sweep."""
+        if member.expiry is not None:
+            member.expiry.cancel()
+        member.expiry = asyncio.get_running_loop().call_later(member.session_timeout_ms / 1000,
+                                                              self._expire, group, member)
+
+    def _expire(self, group: Group, member: Member) -> None:
+        if group.members.get(member.member_id) is not member:
+            return  # it left, was fenced or dropped from a rebalance meanwhile
+        if member.awaiting_join or member.awaiting_sync:  # the rebalance timeout governs it now
+            self._heard_from(group, member)
+            return
+        self._remove_member(group, member.member_id, "missed its session timeout")
+
+    @staticmethod
+    def _expire_pending(group: Group, member_id: str) -> None:
+        """KIP-394: a member id handed out with MEMBER_ID_REQUIRED lapses if not used within the session."""
+        if member_id in group.pending_members:
+            group.pending_members.discard(member_id)
+            log.info("group %r: pending member %r did not join again with its id", group.group_id, member_id)
+            group.join_changed.set()
 
     def expire_offsets(self) -> None:
         """Drops offsets of empty groups committed longer than offsets.retention.minutes ago, then
@@ -311,7 +329,7 @@ class GroupCoordinator:
         if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         if member_id in group.members:
-            group.members[member_id].last_heartbeat = time.monotonic()
+            self._heard_from(group, group.members[member_id])
         return ErrorCode.none
 
     def commit(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import struct
-import time
 from dataclasses import dataclass, field
 
 from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
@@ -36,7 +35,8 @@ class Member:
     assignment: bytes = b""
     join_future: asyncio.Future | None = None
     sync_future: asyncio.Future | None = None
-    last_heartbeat: float = field(default_factory=time.monotonic)
+    expiry: asyncio.TimerHandle | None = None
+    """Fires when the session times out; every sign of life replaces it (Kafka's delayed heartbeat)."""
 
     def metadata_for(self, protocol: str) -> bytes:
         return next((meta for name, meta in self.protocols if name == protocol), b"")
@@ -45,9 +45,9 @@ class Member:
     def awaiting_join(self) -> bool:
         return self.join_future is not None and not self.join_future.done()
 
-    def session_expired(self, now: float) -> bool:
-        waiting = self.awaiting_join or (self.sync_future is not None and not self.sync_future.done())
-        return not waiting and (now - self.last_heartbeat) * 1000 > self.session_timeout_ms
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_future is not None and not self.sync_future.done()
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Group:
     protocol_name: str | None = None
     leader_id: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
-    pending_members: dict[str, float] = field(default_factory=dict)  # KIP-394: member id -> expiry
+    pending_members: set[str] = field(default_factory=set)  # KIP-394: ids handed out, not joined with yet
     join_changed: asyncio.Event = field(default_factory=asyncio.Event)
     rebalance_task: asyncio.Task | None = None
 

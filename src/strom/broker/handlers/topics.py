@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from strom.broker.config import BROKER_SPECS, SENSITIVE_KEYS, render
+from strom.broker.config import (
+    BROKER_SPECS,
+    CLUSTER_DEFAULT,
+    DYNAMIC_BROKER_KEYS,
+    GROUP_SPECS,
+    PER_BROKER,
+    SENSITIVE_KEYS,
+    TOPIC_SPECS,
+    BrokerConfig,
+    NotDynamicError,
+    render,
+)
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.log.manager import (
     InvalidPartitionsError,
@@ -23,8 +34,10 @@ from strom.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
-TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+TOPIC_RESOURCE, BROKER_RESOURCE, GROUP_RESOURCE = 2, 4, 32
+# ConfigSource of DescribeConfigs
+SOURCE_TOPIC, SOURCE_DYNAMIC_BROKER, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC_BROKER = 1, 2, 3, 4
+SOURCE_DEFAULT, SOURCE_GROUP = 5, 8
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 log = logging.getLogger(__name__)
@@ -61,7 +74,7 @@ async def create_topics(ctx: RequestContext, body: Any) -> dict[str, Any]:
                                                       body.validate_only))
             if topic is not None:
                 result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
-                              replication_factor=1, configs=_describe_topic(topic, None))
+                              replication_factor=1, configs=_describe_topic(ctx.broker.config, topic, None))
             result["error_code"] = ErrorCode.none
         except _Refused as refused:
             result.update(error_code=refused.code, error_message=str(refused))
@@ -185,22 +198,50 @@ async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
                 result.update(error_code=ErrorCode.unknown_topic_or_partition,
                               error_message=f"topic {resource.resource_name!r} does not exist")
             else:
-                result["configs"] = _describe_topic(topic, keys)
+                result["configs"] = _describe_topic(ctx.broker.config, topic, keys)
         elif resource.resource_type == BROKER_RESOURCE:
-            result["configs"] = [_entry(k, ctx.broker.config[k], SOURCE_STATIC_BROKER, True)
-                                 for k in BROKER_SPECS if keys is None or k in keys]
-            for entry in result["configs"]:
-                if entry["name"] in SENSITIVE_KEYS:  # as Kafka: said to be set, never shown
-                    entry.update(value=None, is_sensitive=True)
+            result["configs"] = _describe_broker(ctx, resource.resource_name, keys)
+        elif resource.resource_type == GROUP_RESOURCE:
+            own = ctx.broker.dynamic_configs.groups.get(resource.resource_name, {})
+            result["configs"] = [
+                _entry(k, own.get(k, default), SOURCE_GROUP if k in own else SOURCE_DEFAULT, False)
+                for k, (_, default) in GROUP_SPECS.items() if keys is None or k in keys]
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message="unsupported resource type")
         results.append(result)
     return {"results": results}
 
 
-def _describe_topic(topic: Any, keys: Any) -> list[dict[str, Any]]:
-    return [_entry(k, v, SOURCE_TOPIC if k in topic.overrides else SOURCE_DEFAULT, False)
+def _describe_broker(ctx: RequestContext, name: str, keys: Any) -> list[dict[str, Any]]:
+    """This broker's configs and where each comes from; the cluster default (name empty): the dynamic
+    configs set there."""
+    config = ctx.broker.config
+    if not name:
+        return [_entry(k, v, SOURCE_DYNAMIC_DEFAULT, False)
+                for k, v in config.dynamic[CLUSTER_DEFAULT].items() if keys is None or k in keys]
+    entries = []
+    for key in BROKER_SPECS:
+        if keys is not None and key not in keys:
+            continue
+        entry = _entry(key, config[key], _source(config, key, SOURCE_STATIC_BROKER),
+                       key not in DYNAMIC_BROKER_KEYS)
+        if key in SENSITIVE_KEYS:  # as Kafka: said to be set, never shown
+            entry.update(value=None, is_sensitive=True)
+        entries.append(entry)
+    return entries
+
+
+def _describe_topic(config: BrokerConfig, topic: Any, keys: Any) -> list[dict[str, Any]]:
+    """Each config's value and source: the topic's own, a dynamic broker default, or the default."""
+    return [_entry(k, v, SOURCE_TOPIC if k in topic.overrides else _source(config, TOPIC_SPECS[k][1],
+                                                                          SOURCE_DEFAULT), False)
             for k, v in sorted(topic.config.items()) if keys is None or k in keys]
+
+
+def _source(config: BrokerConfig, key: str | None, otherwise: int) -> int:
+    """Where a broker config's value comes from: a dynamic layer, or ``otherwise``."""
+    return (SOURCE_DYNAMIC_BROKER if key in config.dynamic[PER_BROKER] else
+            SOURCE_DYNAMIC_DEFAULT if key in config.dynamic[CLUSTER_DEFAULT] else otherwise)
 
 
 def _entry(name: str, value: Any, source: int, read_only: bool) -> dict[str, Any]:
@@ -211,49 +252,78 @@ def _entry(name: str, value: Any, source: int, read_only: bool) -> dict[str, Any
 
 @handles(ALTER_CONFIGS, 0, 2)
 async def alter_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    """The legacy AlterConfigs (librdkafka's alter_configs): a topic's explicit configs become
-    exactly the ones given; those left out fall back to the broker's defaults."""
-    return {"responses": [_alter(ctx, resource, body.validate_only,
-                                 lambda topic, configs: {c.name: c.value or "" for c in configs})
+    """The legacy AlterConfigs (librdkafka's alter_configs): a resource's explicit configs become
+    exactly the ones given; those left out fall back to their defaults."""
+    return {"responses": [_alter(ctx, resource, body.validate_only, incremental=False)
                           for resource in body.resources]}
 
 
 @handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
-    def apply(topic: Any, configs: Any) -> dict[str, str]:
-        return _apply_ops(dict(topic.overrides), topic.config, configs)
-    return {"responses": [_alter(ctx, resource, body.validate_only, apply) for resource in body.resources]}
+    return {"responses": [_alter(ctx, resource, body.validate_only, incremental=True)
+                          for resource in body.resources]}
 
 
-def _alter(ctx: RequestContext, resource: Any, validate_only: bool,
-           new_overrides: Callable[[Any, Any], dict[str, str]]) -> dict[str, Any]:
+def _alter(ctx: RequestContext, resource: Any, validate_only: bool, incremental: bool) -> dict[str, Any]:
+    """A topic's configs, this broker's or the cluster's dynamic broker configs, or a group's configs."""
     response = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                 "error_code": ErrorCode.none}
+
+    def new_values(current: dict[str, str], effective: Mapping[str, Any]) -> dict[str, str]:
+        if incremental:
+            return _apply_ops(dict(current), effective, resource.configs)
+        return {c.name: c.value or "" for c in resource.configs}
     try:
         refusal = _config_refusal(ctx, resource, Operation.ALTER_CONFIGS)
         if refusal is not None:
             raise _Refused(refusal, "Authorization failed.")
-        if resource.resource_type != TOPIC_RESOURCE:
-            raise _Refused(ErrorCode.invalid_request,
-                           "broker configs are static: restart the broker with --config key=value")
-        topic = ctx.broker.logs.topics.get(resource.resource_name)
-        if topic is None:
-            raise _Refused(ErrorCode.unknown_topic_or_partition,
-                           f"topic {resource.resource_name!r} does not exist")
-        ctx.broker.logs.alter_config(topic.name, new_overrides(topic, resource.configs), validate_only)
+        name, dynamic = resource.resource_name, ctx.broker.dynamic_configs
+        if resource.resource_type == BROKER_RESOURCE:
+            layer = _broker_layer(ctx, name)
+            config = ctx.broker.config
+            current = {k: render(v) for k, v in config.dynamic[layer].items()}
+            effective = {k: config[k] for k in BROKER_SPECS}
+            dynamic.alter_broker(layer, new_values(current, effective), validate_only)
+        elif resource.resource_type == GROUP_RESOURCE:
+            current = {k: str(v) for k, v in dynamic.groups.get(name, {}).items()}
+            defaults = {k: default for k, (_, default) in GROUP_SPECS.items()}
+            dynamic.alter_group(name, new_values(current, {**defaults, **current}), validate_only)
+        elif resource.resource_type == TOPIC_RESOURCE:
+            topic = ctx.broker.logs.topics.get(name)
+            if topic is None:
+                raise _Refused(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+            ctx.broker.logs.alter_config(topic.name, new_values(topic.overrides, topic.config), validate_only)
+        else:
+            raise _Refused(ErrorCode.invalid_request, f"configs of resource type {resource.resource_type} "
+                           "cannot be altered (topic, broker and group configs can)")
     except _Refused as refused:
         response.update(error_code=refused.code, error_message=str(refused))
+    except NotDynamicError as exc:
+        response.update(error_code=ErrorCode.invalid_request, error_message=str(exc))
     except ValueError as exc:
         response.update(error_code=ErrorCode.invalid_config, error_message=str(exc))
     return response
 
 
+def _broker_layer(ctx: RequestContext, name: str) -> str:
+    """Kafka's resource names of broker configs: this broker's node id, or empty for the cluster."""
+    if not name:
+        return CLUSTER_DEFAULT
+    if name == str(ctx.broker.node_id):
+        return PER_BROKER
+    raise _Refused(ErrorCode.invalid_request, f"Unexpected broker id, expected {ctx.broker.node_id} or "
+                   f"empty string, but received {name}")
+
+
 def _config_refusal(ctx: RequestContext, resource: Any, operation: Operation) -> ErrorCode | None:
-    """TOPIC_ or CLUSTER_AUTHORIZATION_FAILED if the client may not do `operation` on the configs of
-    this topic or of the broker (a cluster operation in Kafka)."""
+    """TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED if the client may not do `operation` on the configs
+    of this topic, this group or of the broker (a cluster operation in Kafka)."""
     if resource.resource_type == TOPIC_RESOURCE:
         if not ctx.authorize(operation, ResourceType.TOPIC, resource.resource_name):
             return ErrorCode.topic_authorization_failed
+    elif resource.resource_type == GROUP_RESOURCE:
+        if not ctx.authorize(operation, ResourceType.GROUP, resource.resource_name):
+            return ErrorCode.group_authorization_failed
     elif resource.resource_type == BROKER_RESOURCE and not ctx.authorize_cluster(operation):
         return ErrorCode.cluster_authorization_failed
     return None

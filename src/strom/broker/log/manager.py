@@ -108,9 +108,16 @@ class LogManager:
         log.info("loaded %d topic(s) from %s", len(self.topics), self.root)
 
     def _topic(self, name: str, topic_id: uuid.UUID, overrides: dict[str, Any]) -> Topic:
-        effective = self.config.topic_defaults()
-        effective.update(parse_topic_configs(overrides))
-        return Topic(name, topic_id, self.root / name, dict(overrides), effective)
+        return Topic(name, topic_id, self.root / name, dict(overrides), self._effective(overrides))
+
+    def _effective(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """A topic's configs: its own, then the broker's defaults (dynamic ones included)."""
+        return {**self.config.topic_defaults(), **parse_topic_configs(overrides)}
+
+    def refresh_topic_defaults(self) -> None:
+        """After a dynamic broker config changed: every topic takes the broker's new defaults."""
+        for topic in self.topics.values():
+            topic.config.update(self._effective(topic.overrides))  # the partitions share this dict
 
     def _partition(self, topic: Topic, index: int) -> Partition:
         return Partition(topic.name, index, topic.directory / str(index), topic.config)
@@ -218,8 +225,7 @@ class LogManager:
     def alter_config(self, name: str, overrides: dict[str, Any], validate_only: bool = False) -> None:
         """Replaces the topic's explicit configs (already merged by the caller) after validating."""
         topic = self.topics[name]
-        effective = self.config.topic_defaults()
-        effective.update(parse_topic_configs(overrides))
+        effective = self._effective(overrides)
         if validate_only:
             return
         topic.overrides = {k: str(v) for k, v in overrides.items()}

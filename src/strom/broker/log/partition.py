@@ -17,12 +17,14 @@ from typing import Any
 from crc32c import crc32c
 
 from strom.broker.log.records import (
+    CODECS,
     CRC_START,
     MAX_RELATIVE_OFFSET,
     TIMESTAMP_LOG_APPEND,
     BatchHeader,
     CorruptBatchError,
     iter_records,
+    recompress,
 )
 from strom.broker.log.segment import FileRange, Segment
 from strom.broker.producer_state import AbortedTxn, ProducerStateManager
@@ -150,7 +152,13 @@ class Partition:
 
     # ---- appending ----------------------------------------------------------------------------
     def append(self, batches: list[tuple[BatchHeader, memoryview]]) -> AppendResult:
-        """Assigns offsets to already validated batches and writes them."""
+        """Assigns offsets to already validated batches and writes them, recompressed first when the
+        topic's ``compression.type`` names a codec they do not use (as Kafka does)."""
+        codec = CODECS.get(self.config["compression.type"])
+        if codec is not None:  # transaction markers stay uncompressed, as on Kafka
+            batches = [recompress(header, batch, codec)
+                       if header.compression != codec and not header.is_control else (header, batch)
+                       for header, batch in batches]
         max_bytes = self.config["max.message.bytes"]
         for header, _ in batches:
             if header.length > max_bytes:

@@ -249,6 +249,38 @@ def _after_varint(body: bytes, position: int) -> int:
     return position + 1
 
 
+CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+"""A topic's ``compression.type`` (other than ``producer``) -> the codec its batches are stored with."""
+_XERIAL_BLOCK = 32 * 1024  # the block size of Java's snappy stream, as Kafka writes snappy batches
+
+
+def recompress(header: BatchHeader, batch: bytes | memoryview, codec: int) -> tuple[BatchHeader, memoryview]:
+    """The batch with its records compressed with `codec` instead (as Kafka's log validator rebuilds a
+    batch whose codec is not its topic's ``compression.type``): the same records, producer fields and
+    timestamps; new attributes, length and CRC."""
+    records = decompress(header.compression, bytes(memoryview(batch)[HEADER_SIZE:]))
+    body = compress(codec, records)
+    rebuilt = bytearray(memoryview(batch)[:HEADER_SIZE])
+    struct.pack_into(">i", rebuilt, 8, HEADER_SIZE + len(body) - LOG_OVERHEAD)
+    struct.pack_into(">h", rebuilt, 21, header.attributes & ~COMPRESSION_MASK | codec)
+    rebuilt += body
+    struct.pack_into(">I", rebuilt, 17, crc32c(memoryview(rebuilt)[CRC_START:]))
+    return BatchHeader.parse(rebuilt), memoryview(rebuilt)
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    """Records compressed as Kafka's Java code writes them (snappy in Xerial's framing, LZ4 frames)."""
+    if codec == NONE:
+        return data
+    if codec == SNAPPY:
+        chunks = [bytes(cramjam.snappy.compress_raw(data[i:i + _XERIAL_BLOCK]))
+                  for i in range(0, len(data), _XERIAL_BLOCK)]
+        return _XERIAL_MAGIC + struct.pack(">ii", 1, 1) + b"".join(
+            struct.pack(">i", len(chunk)) + chunk for chunk in chunks)
+    module = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec]
+    return bytes(module.compress(data))
+
+
 def set_base_offset(base_offset: int) -> bytes:
     """The 8 bytes that replace a batch's base offset (the CRC does not cover them)."""
     return _INT64.pack(base_offset)

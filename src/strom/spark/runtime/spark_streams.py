@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, ProcessorStateError
 from strom.kafka import clients
+from strom.kafka.instances import ApplicationInstance
 from strom.prometheus import MetricsServer
 from strom.spark import failure_policy, metrics
 from strom.spark.connector.metadata import TopicMetadata
@@ -226,6 +227,7 @@ class SparkStreams:
         self._exception_handler: UncaughtExceptionHandler | None = None
         self._configured_handler = failure_policy.configured_handler(self.config)  # when none is set in code
         self._metrics: MetricsServer | None = None
+        self._instance: ApplicationInstance | None = None
 
     @property
     def state(self) -> State:
@@ -305,6 +307,10 @@ class SparkStreams:
                      "micro-batch runs wherever Spark places it, and opens its stores there")
         self._execution = self._start_execution()
         mark("started")
+        self._instance = ApplicationInstance(
+            self.bootstrap_servers, self.config.application_id, min(self.plan.subtopologies[0].source_topics),
+            f"stream threads on Spark {self._spark.sparkContext.master}",
+            self.config.client_props("main.consumer."))
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
         self._query_http = self._query_http or query_http.serve_if_configured(self.config, self._topology,
@@ -596,6 +602,9 @@ class SparkStreams:
         execution.stop()
         self._execution = None
         self._release_open_tasks()
+        if self._instance is not None:
+            self._instance.close()
+            self._instance = None
         if self._offset_clients is not None:
             self._offset_clients[1].close()
             self._offset_clients = None
