@@ -73,7 +73,9 @@ LABELS = {
     "start": "SparkStreams.start() called",
     "planned": "planned (admin metadata), tasks built on the driver",
     "internal-topics": "internal topics created",
+    "daemon-imported": "early Python worker daemon: modules imported, waiting",
     "job-submitted": "batch job submitted (threads' Spark job)",
+    "daemon-taken": "early daemon taken over by the one Spark started",
     "started": "start() returned",
     "thread-started": "stream thread running in a Python worker",
     "assigned": "hello answered: tasks assigned",
@@ -512,7 +514,7 @@ def run_demo(args: argparse.Namespace, src: str | None) -> dict[str, float]:
         raise RuntimeError(f"strom demo failed ({done.returncode}):\n"
                            f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
     output = done.stdout + done.stderr
-    spark = re.search(r"start-up: Spark session\s*│\s*([\d.]+) s", output)
+    spark = re.search(r"start-up: Spark session[^│]*│\s*([\d.]+) s", output)
     rate = re.search(r"steady rate[^│]*│\s*([\d,]+ records/s)", output)
     print(f"\ndemo: strom demo, start to exit {took:.2f} s"
           + (f" (its Spark session {spark.group(1)} s" if spark else " (")

@@ -10,7 +10,6 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -19,18 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
 from strom.kafka import clients
-from strom.streams import Serdes
 from support.apache_kafka import free_port
+from support.word_count_app import APP, STROM, app_env, read_counts
 
-ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "examples" / "word_count_app.py"
-STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
 LINES = ["a b c", "b c", "c", "a a"]
 EXPECTED = Counter(" ".join(LINES).split())
-LONG = Serdes.Long().deserializer()
 STATUS = re.compile(r"RUNNING  rec/s [\d,]+ \(last [\d.]+ s\)  processed [\d,]+  lag 0:[\d,]+ 1:[\d,]+  "
                     r"tasks \d+  last commit")
 LIVE_STATUS = re.compile(STATUS.pattern + r" [^\n]*")
@@ -44,8 +39,7 @@ SPARK_CHATTER = ("Using incubator modules", "Using Spark's default log4j profile
 
 
 def _env(tmp_path: Path, app_id: str, **topics: str) -> dict[str, str]:
-    return {**os.environ, "WORD_COUNT_APP_ID": app_id, "WORD_COUNT_STATE_DIR": str(tmp_path / "state"),
-            **{f"WORD_COUNT_{k.upper()}": v for k, v in topics.items()}}
+    return app_env(tmp_path / "state", app_id, **topics)
 
 
 def _produce(bootstrap: str, topic: str) -> None:
@@ -53,23 +47,6 @@ def _produce(bootstrap: str, topic: str) -> None:
     for i, line in enumerate(LINES):
         producer.produce(topic, line.encode(), str(i).encode())
     assert producer.flush(30) == 0
-
-
-def read_counts(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[str, int]:
-    """The last count per word, read read_committed to the end of every partition."""
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True})
-    partitions = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    latest, at_end = {}, set()
-    deadline = time.monotonic() + timeout
-    while len(at_end) < partitions and time.monotonic() < deadline:
-        for message in consumer.consume(100, 0.5):
-            if message.error() is None:
-                latest[message.key().decode()] = LONG.deserialize(topic, message.value())
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-    consumer.close()
-    return latest
 
 
 @pytest.mark.spark

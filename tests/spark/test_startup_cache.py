@@ -13,22 +13,16 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
 from pyspark.find_spark_home import _find_spark_home
 
 from strom.kafka import clients
 from strom.spark import class_archive
 from strom.spark.preflight import JavaRuntime, check_java
-from strom.streams import Serdes
-
-ROOT = Path(__file__).resolve().parents[2]
-APP = ROOT / "examples" / "word_count_app.py"
-STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
+from support.word_count_app import APP, STROM, app_env, read_counts
 
 
 def _env(tmp_path: Path, name: str, **variables: str) -> dict[str, str]:
-    return {**os.environ, "WORD_COUNT_APP_ID": name, "WORD_COUNT_STATE_DIR": str(tmp_path / name),
-            **{f"WORD_COUNT_{k.upper()}": v for k, v in variables.items()}}
+    return app_env(tmp_path / name, name, **variables)
 
 
 def _until_caught_up(tmp_path: Path, name: str, cache: Path, *options: str) -> subprocess.Popen:
@@ -108,6 +102,38 @@ def test_no_archive_when_the_user_chooses_class_sharing_or_the_jdk_has_no_base_a
     assert class_archive.driver_java_options(bare_jdk, spark_home) == ""
 
 
+def test_a_start_removes_archives_unused_for_a_week_unless_a_process_names_them(tmp_path, monkeypatch):
+    """Another pyspark's archive unused for a week and a .part no JVM writes go; this key's archive, a
+    recently used one, and a file a running JVM maps (named on its command line) stay."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    java, spark_home = check_java(), Path(_find_spark_home())
+    jvm = class_archive.cache_directory()
+    jvm.mkdir(parents=True)
+    key = class_archive.archive_key(java, spark_home)
+    week, day = class_archive.STALE_AFTER_S, 24 * 3600.0
+    ages = {f"spark-{key}.jsa": 2 * week, "spark-00000000000000aa.jsa": week + day,
+            "spark-00000000000000bb.jsa": week - day, "spark-00000000000000cc.jsa": 2 * week,
+            "spark-00000000000000dd.1234abcd.jsa.part": 2 * 3600.0,
+            "spark-00000000000000ee.1234abcd.jsa.part": 600.0}
+    now = time.time()
+    for name, age in ages.items():
+        (jvm / name).write_bytes(b"")
+        os.utime(jvm / name, (now - age, now - age))
+    (jvm / f"spark-{key}.jsa").write_bytes(next(iter(class_archive._MAGIC)))
+    mapping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                f"-XX:SharedArchiveFile={jvm / 'spark-00000000000000cc.jsa'}"])
+    try:
+        options = class_archive.driver_java_options(java, spark_home)
+    finally:
+        mapping.kill()
+        mapping.wait()
+    assert options.startswith(f"-XX:SharedArchiveFile={jvm / f'spark-{key}.jsa'} ")
+    assert sorted(path.name for path in jvm.iterdir()) == sorted(
+        [f"spark-{key}.jsa", "spark-00000000000000bb.jsa", "spark-00000000000000cc.jsa",
+         "spark-00000000000000ee.1234abcd.jsa.part"])
+    assert time.time() - (jvm / f"spark-{key}.jsa").stat().st_mtime < 60  # marked used
+
+
 def _driver(tmp_path: Path, app_id: str, bootstrap: str, topics: dict[str, str],
             *options: str) -> subprocess.Popen:
     """`strom run` in its own process group (a kill of the group is the driver machine's crash)."""
@@ -121,25 +147,6 @@ def _produce(bootstrap: str, topic: str, lines: range) -> None:
     for i in lines:
         producer.produce(topic, f"w{i % 50} w{i % 7}".encode(), str(i).encode())
     assert producer.flush(60) == 0
-
-
-def _counts(bootstrap: str, topic: str, timeout_s: float) -> dict[str, int]:
-    """The last count per word, read read_committed to the end of both partitions."""
-    long = Serdes.Long().deserializer()
-    consumer = clients.consumer(bootstrap, **{"enable.partition.eof": True,
-                                              "isolation.level": "read_committed"})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(2)])
-    latest: dict[str, int] = {}
-    at_end: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len(at_end) < 2:
-        for message in consumer.consume(100, 0.2):
-            if message.error() is None:
-                latest[message.key().decode()] = long.deserialize(topic, message.value())
-            elif message.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(message.partition())
-    consumer.close()
-    return latest
 
 
 @pytest.mark.spark
@@ -158,7 +165,7 @@ def test_a_driver_killed_while_processing_and_started_again_counts_exactly(broke
     driver = _driver(tmp_path, f"restart-{suffix}", bootstrap, topics)
     try:
         deadline = time.monotonic() + 300
-        while not _counts(bootstrap, topics["counts"], 1) and time.monotonic() < deadline:
+        while not read_counts(bootstrap, topics["counts"], 1) and time.monotonic() < deadline:
             assert driver.poll() is None, driver.stderr.read()[-3000:] if driver.stderr else ""
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
@@ -168,4 +175,4 @@ def test_a_driver_killed_while_processing_and_started_again_counts_exactly(broke
     _, err = again.communicate(timeout=400)
     assert again.returncode == 0 and "caught up" in err, err[-3000:]
     expected = Counter(word for i in (*first, *more) for word in (f"w{i % 50}", f"w{i % 7}"))
-    assert _counts(bootstrap, topics["counts"], 60) == dict(expected)
+    assert read_counts(bootstrap, topics["counts"], 60) == dict(expected)

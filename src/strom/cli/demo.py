@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from rich.table import Table
 from strom.broker import EmbeddedBroker
 from strom.cli import output
 from strom.cli.connection import Connection, connection_options
-from strom.cli.spark_session import spark_session
+from strom.cli.spark_session import spark_session_starting
 from strom.kafka import clients
 from strom.streams import (
     Consumed,
@@ -53,7 +54,7 @@ class DemoResult:
     records_out: int = 0
     execution_mode: str = "realtime"
     spark_s: float = 0.0
-    """Building the Spark session (the JVM's start)."""
+    """Building the Spark session (the JVM's start, beside the embedded broker's)."""
     first_record_s: float | None = None
     """From ``SparkStreams.start()`` to the first record committed (Spark starting the stream tasks)."""
     writing_s: float = 0.0
@@ -127,30 +128,46 @@ class LatencyReader(threading.Thread):
         self._consumer = connection.consumer(**{
             "enable.partition.eof": True, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
         self._consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        self._connection = connection
+        self._topic = topic
         self._partitions = partitions
+        self._positions: dict[int, int] = {}
+        """Per partition, the offset after the last record read (or the end it reached)."""
         self.since_ms = float("inf")
         self.latencies_ms: list[float] = []
-        self.at_end = threading.Event()
         self.stop = threading.Event()
 
     def run(self) -> None:
-        at_end: set[int] = set()
         try:
             while not self.stop.is_set():
                 for message in self._consumer.consume(1000, 0.1):
                     now_ms = time.time() * 1000
                     error = message.error()
                     if error is None:
-                        at_end.discard(message.partition())
                         stamped = message.timestamp()[1]
                         if stamped >= self.since_ms:
                             self.latencies_ms.append(now_ms - stamped)
+                        self._positions[message.partition()] = message.offset() + 1
                     elif error.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(message.partition())
-                        if len(at_end) == self._partitions:
-                            self.at_end.set()
+                        self._positions[message.partition()] = message.offset()
         finally:
             self._consumer.close()
+
+    def read_to_end(self, timeout: float) -> bool:
+        """Waits until every record committed so far is read: each partition's position at or past
+        its end offset now (commit markers included), or the end it reported; False on timeout."""
+        asking = self._connection.consumer()  # the reader's own consumer is busy in its thread
+        try:
+            ends = {p: asking.get_watermark_offsets(TopicPartition(self._topic, p), timeout)[1]
+                    for p in range(self._partitions)}
+        finally:
+            asking.close()
+        deadline = time.monotonic() + timeout
+        while any(self._positions.get(p, -1) < end for p, end in ends.items()):
+            if time.monotonic() > deadline or not self.is_alive():
+                return False
+            time.sleep(0.01)
+        return True
 
 
 def read_committed(connection: Connection, topic: str, partitions: int) -> dict[str, list[int]]:
@@ -195,9 +212,11 @@ WARM_UP = 200
 
 
 def run_demo(connection: Connection, records: int, partitions: int, guarantee: str, timeout: float,
-             console: Console, execution_mode: str = "realtime") -> DemoResult:
-    """Starts the application, warms it up with a few page views, then measures ``records`` more
-    written while it runs; everything written is verified."""
+             console: Console, session: Future[Any], session_started: float,
+             execution_mode: str = "realtime") -> DemoResult:
+    """Starts the application on the ``session`` (started at ``session_started``), warms it up with
+    a few page views, then measures ``records`` more written while it runs; everything written is
+    verified."""
     run = uuid.uuid4().hex[:8]
     views, counts = f"demo-{run}-page-views", f"demo-{run}-views-per-page"
     connection.create_topics({views: partitions, counts: partitions})
@@ -205,9 +224,8 @@ def run_demo(connection: Connection, records: int, partitions: int, guarantee: s
     from strom.spark.runtime import SparkStreams
 
     console.print("Starting Spark (local) and the topology...")
-    started = time.monotonic()
-    spark = spark_session("strom-demo")
-    result.spark_s = time.monotonic() - started
+    spark = session.result()
+    result.spark_s = time.monotonic() - session_started
     app = SparkStreams(page_view_counts(views, counts), {
         **connection.streams_config(), "application.id": f"strom-demo-{run}",
         "processing.guarantee": guarantee, "state.dir": tempfile.mkdtemp(prefix="strom-demo-"),
@@ -221,7 +239,7 @@ def run_demo(connection: Connection, records: int, partitions: int, guarantee: s
         result.first_record_s = _first_record(app, started, timeout)
         _wait_caught_up(app, timeout, result)
         latency.start()
-        latency.at_end.wait(timeout)
+        latency.read_to_end(timeout)
         console.print(f"Writing {records:,} page views to [bold]{views}[/] ({partitions} partitions) "
                       "while the application runs...")
         latency.since_ms = time.time() * 1000
@@ -230,8 +248,7 @@ def run_demo(connection: Connection, records: int, partitions: int, guarantee: s
         result.writing_s = time.monotonic() - written
         if _wait_caught_up(app, timeout, result) and app.progress.last_commit is not None:
             result.processing_s = app.progress.last_commit - written
-        latency.at_end.clear()
-        latency.at_end.wait(10)
+        latency.read_to_end(10)
         store = app.store(StoreQueryParameters.from_name(STORE, QueryableStoreTypes.key_value_store()))
         result.queried = dict(store.all())
     finally:
@@ -270,7 +287,7 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
     table.add_column("value", justify="right")
     table.add_row("page views measured (after a warm-up of " + f"{WARM_UP})", f"{result.records_in:,}")
     table.add_row("updates out (read_committed)", f"{result.records_out:,}")
-    table.add_row("start-up: Spark session", f"{result.spark_s:.1f} s")
+    table.add_row("start-up: Spark session (started with the broker)", f"{result.spark_s:.1f} s")
     first = "-" if result.first_record_s is None else f"{result.first_record_s:.1f} s"
     table.add_row("start-up: application start to first record committed", first)
     table.add_row("writing the measured page views", f"{result.writing_s:.2f} s")
@@ -297,7 +314,7 @@ def summary_table(result: DemoResult, guarantee: str) -> Table:
 
 
 @click.command()
-@click.option("--records", type=click.IntRange(min=1), default=100_000, show_default=True,
+@click.option("--records", type=click.IntRange(min=1), default=20_000, show_default=True,
               help="Page views written while the application runs (the measured run).")
 @click.option("--partitions", type=click.IntRange(min=1), default=2, show_default=True,
               help="Partitions of the input topic.")
@@ -317,6 +334,9 @@ def demo(records: int, partitions: int, guarantee: str, execution_mode: str, con
     On an embedded broker unless -b names a cluster (-X and --command-config then reach every client:
     the demo's own, and the application's as its producer., consumer. and admin. settings)."""
     console = output.console()
+    connection.producer(log_level=0)  # a bad -X property is one error line, before Spark starts
+    session_started = time.monotonic()
+    session = spark_session_starting("strom-demo", strom_format=False)  # the JVM starts with the broker
     broker = None
     if not connection.bootstrap_servers:
         data_dir = tempfile.mkdtemp(prefix="strom-demo-broker-") if keep_broker else None
@@ -325,7 +345,8 @@ def demo(records: int, partitions: int, guarantee: str, execution_mode: str, con
         connection = dataclasses.replace(connection, bootstrap_servers=broker.bootstrap_servers)
         console.print(f"Embedded broker at [bold]{connection.bootstrap_servers}[/]")
     try:
-        result = run_demo(connection, records, partitions, guarantee, timeout, console, execution_mode)
+        result = run_demo(connection, records, partitions, guarantee, timeout, console, session,
+                          session_started, execution_mode)
     finally:
         if broker is not None and not keep_broker:
             broker.__exit__(None, None, None)

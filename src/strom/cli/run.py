@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from rich.text import Text
 from strom.cli import output
 from strom.cli.broker import parse_config
 from strom.cli.query import QUERY_PORT_CONFIG, query_port_option
-from strom.cli.spark_session import spark_session
+from strom.cli.spark_session import spark_session_starting
 from strom.errors import BrokerUnavailableError, ConfigError, ProcessingError, StromError, raised_at
 from strom.streams.config import (
     BOOTSTRAP_SERVERS,
@@ -248,18 +247,10 @@ class _SessionStarting:
     (seconds) and the broker's then overlap on a machine with two cores or more."""
 
     def __init__(self, app_name: str, master: str, spark_conf: dict[str, str]) -> None:
-        context = click.get_current_context()  # strom -v, which the thread must see
         self._started = time.monotonic()
         self._taken = False
         self.embedded_broker = False
-
-        def build() -> Any:
-            with context.scope(cleanup=False):
-                return spark_session(app_name, master=master, config=spark_conf, strom_format=False)
-
-        executor = ThreadPoolExecutor(1, thread_name_prefix="strom-spark-session")
-        self._future = executor.submit(build)
-        executor.shutdown(wait=False)
+        self._future = spark_session_starting(app_name, master, spark_conf, strom_format=False)
 
     def take(self, console: Console) -> Any:
         """The session once started (a failure to start it is raised here), printed with its time."""

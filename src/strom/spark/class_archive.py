@@ -13,6 +13,11 @@ match). Two starts at once are safe: each JVM writes its own ``.part`` file (non
 is already writing the key's), and a finished one is renamed into place atomically (the first start
 to see it wins; the others are removed). Only a JVM that strom launches itself for a ``local``
 master, on Linux, gets these options: ``spark-submit`` and cluster drivers never do.
+
+Each start marks its key's archive used (its modification time); an archive of another key not used
+for ``STALE_AFTER_S`` (an earlier pyspark, a removed virtualenv: 150 MB each) and an unfinished
+``.part`` no JVM writes any more are removed, unless a running process names them (a JVM mapping or
+writing one).
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ import hashlib
 import logging
 import os
 import sys
+import time
 import uuid
 from pathlib import Path
 
 from strom.spark.preflight import JavaRuntime
 
-__all__ = ["archive_key", "cache_directory", "driver_java_options"]
+__all__ = ["STALE_AFTER_S", "archive_key", "cache_directory", "driver_java_options", "prune"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +40,11 @@ _PART = ".part"
 _QUIET = "-Xlog:cds*=off"  # which classes CDS cannot take is not the user's concern
 _USER_CHOICES = ("Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "DumpLoadedClassList")
 _MAGIC = {0xF00BABA8.to_bytes(4, "little"), 0xF00BABA8.to_bytes(4, "big")}  # a dynamic archive's header
+STALE_AFTER_S = 7 * 24 * 3600.0
+"""Another key's archive unused this long is removed (a key in use is marked at every start)."""
+_ORPHAN_PART_AFTER_S = 3600.0
+"""Another key's ``.part`` that no JVM writes, this old, was left by a JVM killed while writing or by
+a start its key never saw again."""
 
 
 def cache_directory() -> Path:
@@ -72,8 +83,12 @@ def driver_java_options(java: JavaRuntime, spark_home: Path, class_path: str = "
         name = f"spark-{archive_key(java, spark_home, class_path)}"
         archive = directory / f"{name}.jsa"
         parts = list(directory.glob(f"{name}.*.jsa{_PART}"))
-        writing = _writing(parts)
-        if _adopt_finished([part for part in parts if part not in writing], archive):
+        running = _command_lines() if parts else ""
+        writing = [part for part in parts if str(part) in running]
+        adopted = _adopt_finished([part for part in parts if part not in writing], archive)
+        prune(directory, name)
+        if adopted:
+            os.utime(archive)  # used now: no other key's start prunes it
             return f"-XX:SharedArchiveFile={archive} {_QUIET}"
         if writing:
             return ""  # another start's JVM writes this archive when it exits: no second copy
@@ -84,16 +99,32 @@ def driver_java_options(java: JavaRuntime, spark_home: Path, class_path: str = "
         return ""
 
 
+def prune(directory: Path, keep: str) -> list[Path]:
+    """Removes the other keys' archives unused for ``STALE_AFTER_S`` and their ``.part`` files older
+    than an hour; never one of key ``keep`` nor a file a running process names (a JVM mapping or
+    writing it). A start of a stale key at this very moment finds no archive and runs without one
+    (the JVM ignores a missing file): slower once, never wrong."""
+    now = time.time()
+    stale = []
+    for path in directory.glob("spark-*.jsa*"):
+        limit = STALE_AFTER_S if path.suffix == ".jsa" else _ORPHAN_PART_AFTER_S
+        try:
+            if not path.name.startswith(f"{keep}.") and now - path.stat().st_mtime > limit:
+                stale.append(path)
+        except FileNotFoundError:
+            continue  # a concurrent start removed or adopted it
+    running = _command_lines() if stale else ""
+    removed = [path for path in stale if str(path) not in running]
+    for path in removed:
+        path.unlink(missing_ok=True)
+        log.debug("removed unused class-data-sharing archive %s", path)
+    return removed
+
+
 def _base_archives(java: JavaRuntime) -> bool:
     """The JDK's own archives (with and without compressed pointers), on which the dynamic one sits."""
     server = Path(os.path.realpath(java.executable)).parent.parent / "lib" / "server"
     return all((server / name).is_file() for name in ("classes.jsa", "classes_nocoops.jsa"))
-
-
-def _writing(parts: list[Path]) -> list[Path]:
-    """The ``parts`` whose JVM is still running (it writes the file at its exit)."""
-    running = _command_lines() if parts else ""
-    return [part for part in parts if str(part) in running]
 
 
 def _adopt_finished(finished: list[Path], archive: Path) -> bool:

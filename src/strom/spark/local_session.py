@@ -11,13 +11,14 @@ from pathlib import Path
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from strom.spark import class_archive, quiet_logging
+from strom.spark import class_archive, early_daemon, quiet_logging
 from strom.spark.connector.source import StromDataSource
 from strom.spark.preflight import JavaRuntime, check_java
 from strom.spark.startup import mark
 
 __all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
 
+DAEMON_MODULE = "spark.python.daemon.module"
 SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
@@ -25,7 +26,7 @@ SMALL_MACHINE_DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.stopTimeout": "30s",
     "spark.driver.memory": "1g",
     # Python workers fork from a daemon that has strom's executor modules loaded already
-    "spark.python.daemon.module": "strom.spark.runtime.daemon",
+    DAEMON_MODULE: "strom.spark.runtime.daemon",
 }
 
 # a local driver JVM is strom's coordinator (the stream threads run in Python workers): C2's compiling
@@ -49,6 +50,16 @@ def _local_driver_java_options(java: JavaRuntime, settings: Mapping[str, str]) -
                                                 settings.get("spark.driver.extraClassPath", ""), user)
     jit = "" if "Tiered" in user else LOCAL_JIT
     return " ".join(option for option in (archive, jit, user) if option)
+
+
+def _start_daemon_early(settings: dict[str, str]) -> None:
+    """The Python worker daemon's imports run while the JVM starts (``strom.spark.early_daemon``)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    address = early_daemon.start(Path(_find_spark_home()))
+    if address is not None:
+        settings[DAEMON_MODULE] = early_daemon.MODULE
+        settings[f"spark.executorEnv.{early_daemon.ADDRESS_VARIABLE}"] = address
 
 
 def session(
@@ -78,6 +89,8 @@ def session(
     options = "spark.driver.extraJavaOptions"
     if master.startswith("local") and not jvm_running:
         settings[options] = _local_driver_java_options(java, settings)
+        if settings[DAEMON_MODULE] == SMALL_MACHINE_DEFAULTS[DAEMON_MODULE]:
+            _start_daemon_early(settings)
     if quiet and not jvm_running:
         settings[options] = quiet_logging.driver_java_options(settings.get(options))
     for key, value in settings.items():

@@ -37,11 +37,12 @@ appender.console.layout.type = PatternLayout
 appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 # One filter (a Console appender takes one): Spark's start-up notices, and its copies of a failed task's
 # Python exception (the executor's, the task set's, the job's abort), which strom reports itself once,
-# and the notice that a job strom cancels on stopping had ended already (`strom -v` keeps Spark's own
-# logging). No backslash: .properties files read it as an escape.
+# and the notices of a job strom cancels on stopping (its Python workers killed; or ended already)
+# (`strom -v` keeps Spark's own logging). No backslash: .properties files read it as an escape.
 appender.console.filter.quiet.type = RegexFilter
 appender.console.filter.quiet.regex = (?s)(.*(resolves to a loopback address|Set SPARK_LOCAL_IP)|\
 Exception in task [^ ]+ in stage |Lost task .*(PythonException|TaskKilled)|\
+Incomplete task interrupted: Attempting to kill Python Worker|\
 Task [0-9]+ in stage [^ ]+ failed [0-9]+ times; aborting job|\
 Failed to cancel job group .*Cannot find active jobs).*
 appender.console.filter.quiet.onMatch = DENY
