@@ -409,10 +409,13 @@ class StreamThread:
                 running.open.task.maybe_punctuate_system_time()
                 running.process_s += time.monotonic() - started
             if ending or time.monotonic() >= next_commit or self._commit_requested():
+                # the next commit is due an interval after this one starts, as Kafka Streams schedules
+                # them: a record waits at most commit.interval.ms for a commit to start, whatever the
+                # commit itself takes
+                next_commit = time.monotonic() + self.interval_s
                 self._commit_all(consumer)
                 self._report(control)
                 self._hand_over_released(consumer)
-                next_commit = time.monotonic() + self.interval_s
             if self.standbys and not ending and time.monotonic() >= next_standby:
                 self._update_standbys()
                 next_standby = time.monotonic() + UPDATE_EVERY_S
