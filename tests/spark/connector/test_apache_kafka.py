@@ -9,6 +9,9 @@ from collections import Counter
 import pytest
 from pyspark.sql import functions as F
 
+from strom.kafka import clients
+from strom.spark.connector.metadata import TopicMetadata
+from strom.spark.connector.options import source_options
 from support.kafka import create_topic, produce, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -38,3 +41,18 @@ def test_a_streaming_count_from_and_to_apache_kafka_exactly_once(spark, kafka_cl
     latest = {m.key().decode(): int(m.value()) for m in written}
     assert latest == dict(Counter(key for key, _ in records))
     assert len(written) == 7 * len(batches)  # complete mode: every key once per batch, none twice
+
+
+def test_offsets_of_a_topic_just_created_are_listed_while_its_leaders_spread(kafka_cluster):
+    """Right after a topic is created the cluster's nodes learn its partitions' leaders one after another:
+    listing offsets (``lag()``, a stream's latest offsets) meanwhile gets NOT_LEADER_FOR_PARTITION from
+    some, which the listing asks again for a few seconds instead of failing."""
+    bootstrap = kafka_cluster.bootstrap_servers
+    for _ in range(3):
+        topic = f"fresh-{uuid.uuid4().hex[:8]}"
+        clients.create_topics(bootstrap, {topic: 32})
+        metadata = TopicMetadata(source_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic},
+                                                streaming=False))
+        partitions = [(topic, p) for p in range(32)]
+        assert metadata.latest(partitions) == dict.fromkeys(partitions, 0)
+        assert metadata.earliest(partitions) == dict.fromkeys(partitions, 0)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from strom.kafka import clients
 from support.spark_cluster import SparkCluster
 
 from .cluster_wordcount import DEFAULTS, SteadyWriter, WordCountDriver, assert_counted_once, caught_up
@@ -62,20 +63,25 @@ def assert_resumed(driver: WordCountDriver, since: float, what: str) -> dict[tup
     return moved
 
 
-@pytest.fixture
-def submit(cluster, broker, topics, tmp_path):
+def _submitter(cluster: SparkCluster, bootstrap: str, tmp_path: Path):
     """``submit(kind, workers, first)``: the word count submitted as ``failover-<kind>-<random>`` with
-    exactly ``workers`` running, on fresh topics into which ``first`` was produced."""
+    exactly ``workers`` running, on fresh topics of ``bootstrap`` into which ``first`` was produced."""
 
     def submitted(kind: str, workers: list[int], first: list[tuple[str, str]], mode: str = "realtime",
                   overrides: str = DEFAULTS, cores_max: int = 2) -> WordCountDriver:
         cluster.use_workers(workers)
-        names = topics(lines=2, counts=2)
-        produce_lines(broker.bootstrap_servers, names["lines"], first)
-        return WordCountDriver(cluster, broker.bootstrap_servers, names, tmp_path,
+        names = {alias: f"rt-{alias}-{uuid.uuid4().hex[:8]}" for alias in ("lines", "counts")}
+        clients.create_topics(bootstrap, {name: 2 for name in names.values()})
+        produce_lines(bootstrap, names["lines"], first)
+        return WordCountDriver(cluster, bootstrap, names, tmp_path,
                                f"failover-{kind}-{uuid.uuid4().hex[:8]}", mode, overrides, cores_max)
 
     return submitted
+
+
+@pytest.fixture
+def submit(cluster, broker, tmp_path):
+    return _submitter(cluster, broker.bootstrap_servers, tmp_path)
 
 
 def both_used(driver: WordCountDriver, workers: range = range(2)) -> None:
@@ -208,14 +214,18 @@ def _processes_of(cluster, worker: int) -> list[int]:
     return [pid for pid in pids if cluster.worker_of(pid) == worker]
 
 
-def test_a_frozen_executor_is_fenced_once_its_tasks_moved(cluster, submit, broker):
+@pytest.mark.parametrize("kafka", ["strom-broker", "apache-kafka"])
+def test_a_frozen_executor_is_fenced_once_its_tasks_moved(cluster, tmp_path, request, kafka):
     """A zombie (issue 38): worker 0 with its executor and Python workers SIGSTOPped mid-batch. The driver
     hears nothing from its stream thread, ends the batch, fences the thread's slot and moves its tasks to
     worker 1, which commits them while worker 0 is still frozen. Thawed, the zombie's next commit is
     fenced: it ends quietly, and what it says over its old connection the driver logs and ignores (the
-    application runs on); read_committed every word is counted exactly once."""
+    application runs on); read_committed every word is counted exactly once. On strom broker and on the
+    3-node Apache Kafka cluster (whose coordinator fences the zombie's epoch)."""
+    brokers = request.getfixturevalue("broker" if kafka == "strom-broker" else "kafka_cluster")
+    bootstrap = brokers.bootstrap_servers
+    submit = _submitter(cluster, bootstrap, tmp_path)
     lines = lines_of(38, 3000, 30)
-    bootstrap = broker.bootstrap_servers
     with submit("frozen", [0, 1], lines[:100]) as driver:
         names = driver.names
         both_used(driver)

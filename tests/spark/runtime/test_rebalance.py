@@ -12,6 +12,7 @@ import pytest
 from strom.spark.runtime import control as control_module
 from strom.spark.runtime.assignment import assign_standbys, assign_tasks
 from strom.spark.runtime.control import FENCED, FINISHED, ControlClient, ThreadControl
+from strom.spark.runtime.realtime import unrecorded_slots
 
 from .conftest import wait_for
 
@@ -133,6 +134,15 @@ def test_slots_without_a_thread_are_fenced_before_any_task_is_assigned(control):
     assert assignment.hellos == {0, 1}  # the next batch's suspects: each holds its slot's id now
     present.close()
     late.close()
+
+
+def test_a_first_start_without_a_record_fences_the_slots_its_configuration_can_have():
+    """Not one slot per task (64 init_transactions for word count on 32 partitions): as many threads as a
+    run of this configuration could have had, at most one per task."""
+    assert unrecorded_slots(tasks=64, threads=2, requested=None, parallelism=2) == 2
+    assert unrecorded_slots(tasks=64, threads=2, requested=6, parallelism=2) == 6  # fewer slots than wanted
+    assert unrecorded_slots(tasks=64, threads=2, requested=None, parallelism=16) == 16  # a larger cluster
+    assert unrecorded_slots(tasks=4, threads=2, requested=8, parallelism=16) == 4
 
 
 def test_a_failed_fence_assigns_nothing_and_fails_the_batch(control):

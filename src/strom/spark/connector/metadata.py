@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from strom.errors import BrokerUnavailableError, ConfigError, UnknownTopicError
@@ -29,6 +30,13 @@ log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 _TIMEOUT = 30.0
+_RETRY_S = 10.0
+"""How long a partition whose offsets cannot be listed for a passing reason (``_passing``) is asked again."""
+_RETRY_BACKOFF_S = 0.1
+_PASSING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
+            KafkaError._NOENT}
+"""``_NOENT``: librdkafka's "No leaders found", for partitions whose leader it does not know yet."""
 
 
 class DriverMetadata:
@@ -114,16 +122,37 @@ class TopicMetadata:
                       ) -> TopicPartitionOffsets:
         if not partitions:
             return {}
-        request = {TopicPartition(t, p): spec for t, p in partitions}
-        futures = self._admin.list_offsets(request, isolation_level=self._isolation,
-                                           request_timeout=_TIMEOUT)
-        try:
-            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
-        except KafkaException as exc:
-            raise BrokerUnavailableError(
-                f"Could not list offsets of {len(partitions)} partitions at "
-                f"{self._options.bootstrap_servers}: {exc}. Check that the broker is running."
-            ) from exc
+        found: TopicPartitionOffsets = {}
+        wanted = list(partitions)
+        deadline = time.monotonic() + _RETRY_S
+        while True:
+            futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in wanted},
+                                               isolation_level=self._isolation, request_timeout=_TIMEOUT)
+            failed: dict[TopicPartitionKey, KafkaException] = {}
+            for tp, future in futures.items():
+                try:
+                    found[(tp.topic, tp.partition)] = future.result().offset
+                except KafkaException as exc:
+                    failed[(tp.topic, tp.partition)] = exc
+            if not failed:
+                return found
+            lasting = [exc for exc in failed.values() if not _passing(exc)]
+            error = (lasting or list(failed.values()))[0]
+            if lasting or time.monotonic() >= deadline:
+                raise BrokerUnavailableError(
+                    f"Could not list offsets of {len(failed)} partitions at "
+                    f"{self._options.bootstrap_servers}: {error}. Check that the broker is running."
+                ) from error
+            log.debug("Listing offsets of %d partitions: %s (asking again)", len(failed), error)
+            wanted = list(failed)
+            time.sleep(_RETRY_BACKOFF_S)
+
+
+def _passing(exc: KafkaException) -> bool:
+    """An error that goes away by itself: a partition's leader not known yet or moving (a topic just
+    created: a cluster's nodes learn its leaders one after another, the client its metadata), a timeout."""
+    error = exc.args[0]
+    return error.retriable() or error.code() in _PASSING
 
 
 def _admin_config(client_config: dict[str, str]) -> dict[str, str]:

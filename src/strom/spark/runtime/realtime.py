@@ -40,6 +40,7 @@ __all__ = [
     "StandbySink",
     "stream_threads",
     "task_slots",
+    "unrecorded_slots",
 ]
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,15 @@ def task_slots(spark: SparkSession) -> int:
     """Spark tasks that can run at once: executors' cores / ``spark.task.cpus`` (local[n]: n)."""
     context = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
     return int(context.maxNumConcurrentTasks(context.resourceProfileManager().defaultResourceProfile()))
+
+
+def unrecorded_slots(tasks: int, threads: int, requested: int | None, parallelism: int) -> int:
+    """The thread slots a first run fences when no earlier run recorded its slots (a new application,
+    or its ``state.dir`` lost): as many threads as an earlier run of this configuration could have had,
+    the most of ``num.stream.threads``, the threads starting now and Spark's default parallelism (its
+    cores, or ``spark.default.parallelism``), never more than one per task. Fencing one slot per task
+    instead costs an ``init_transactions`` (and a transactional id the coordinator keeps) per task."""
+    return min(tasks, max(threads, requested or 0, parallelism))
 
 
 def _local(spark: SparkSession) -> bool:
@@ -171,7 +181,8 @@ class RealtimeExecution:
         self._control = ThreadControl(driver_host(conf), self._progress, on_standbys)
         self._config = StreamsConfig(props)
         self._slots_file = Path(self._config[cfg.STATE_DIR]) / application_id / SLOTS_FILE
-        self._suspects: set[int] = set(range(self._slots_used()))
+        self._suspects: set[int] = set(range(self._slots_used(
+            unrecorded_slots(len(owned), threads, wanted, spark.sparkContext.defaultParallelism))))
         """Thread slots whose holder may still run: fenced before the next batch's tasks are assigned."""
         self._job_group = f"strom-{application_id}-{run_id}"
         """Prefix of each batch's job group (``-<batch>``)."""
@@ -215,6 +226,7 @@ class RealtimeExecution:
                                  threads, self.threads)
                     self.threads = threads
                 batch += 1
+                self._record_slots()
                 assignment = self._control.begin_batch(
                     batch, self.threads, sorted(self._owned), HELLO_TIMEOUT_S, self._replicas,
                     self._acceptable_lag, self._stateful, self._suspects,
@@ -226,24 +238,23 @@ class RealtimeExecution:
                 mark("job-submitted", f"batch {batch}")
                 self._watch(job)
                 self._suspects = set(assignment.hellos)
-                self._record_slots()
                 self._on_batch(job.rows)
         except Exception as exc:
             if not self._stopping.is_set():
                 log.info("Application %s: a real-time batch failed: %s", self._application_id, exc)
                 self._error = exc
 
-    def _slots_used(self, default: int | None = None) -> int:
-        """How many thread slots runs used (recorded in ``SLOTS_FILE``); without a record ``default``, or
-        as many as there are tasks (a run never has more threads than tasks)."""
+    def _slots_used(self, default: int) -> int:
+        """How many thread slots runs used (recorded in ``SLOTS_FILE``); without a record ``default``."""
         try:
             return max(int(self._slots_file.read_text()), 0)
         except (OSError, ValueError):
-            return len(self._owned) if default is None else default
+            return default
 
     def _record_slots(self) -> None:
-        """Records the slots used so far, once a batch has fenced what earlier runs may have left."""
-        used = max(self._slots_used(0), self.threads)
+        """Records the slots used so far and those still to fence (never fewer than recorded), before the
+        batch's threads start: a driver killed during this batch leaves the record its restart fences by."""
+        used = max(self._slots_used(0), self.threads, max(self._suspects, default=-1) + 1)
         if used != self._slots_used(-1):
             self._slots_file.parent.mkdir(parents=True, exist_ok=True)
             self._slots_file.write_text(str(used))

@@ -413,10 +413,13 @@ class StreamThread:
                 running.open.task.maybe_punctuate_system_time()
                 running.process_s += time.monotonic() - started
             if ending or time.monotonic() >= next_commit or self._commit_requested():
+                # the next commit is due an interval after this one starts, as Kafka Streams schedules
+                # them: a record waits at most commit.interval.ms for a commit to start, whatever the
+                # commit itself takes
+                next_commit = time.monotonic() + self.interval_s
                 self._commit_all(consumer)
                 self._report(control)
                 self._hand_over_released(consumer)
-                next_commit = time.monotonic() + self.interval_s
             if self.standbys and not ending and time.monotonic() >= next_standby:
                 self._update_standbys()
                 next_standby = time.monotonic() + UPDATE_EVERY_S
@@ -461,9 +464,9 @@ class StreamThread:
 
     def _commit_all(self, consumer: Consumer) -> None:
         """Commits every task that processed, punctuated or moved its read position since the last
-        commit, all at once: their caches flushed into the thread's producer, one wait for the
-        acknowledgements, then under exactly-once one transaction with every task's offsets (at least
-        once: the offsets committed after the outputs are acknowledged); then the stores apply the
+        commit, all at once: their caches flushed into the thread's producer, then under exactly-once
+        one transaction with every task's offsets, committed after one wait for the acknowledgements (at
+        least once: the offsets committed after the outputs are acknowledged); then the stores apply the
         writes. Any failure is raised: a transaction that can only be aborted, or a producer stalled in
         it, ends the thread (``TransactionAbortableError``, ``TransactionStalledError``: see ``run``)."""
         due = [running for running in self.tasks.values() if running.needs_commit()]
@@ -475,20 +478,20 @@ class StreamThread:
         uncommitted = [(running, running.uncommitted()) for running in due]
         for running in due:
             running.open.task.prepare_commit()
-        self._flush()
         offsets = [tp for running, task_offsets in uncommitted
                    for tp in running.open.with_metadata(task_offsets)]
         if self.transactions is not None:
+            # the offsets go into the transaction while the records are still being acknowledged: librdkafka
+            # sends one produce request per partition, at most 5 at a time, so the flush is most of a
+            # commit's time and grows with the partitions; the two round trips of the offsets overlap it
             if offsets:
                 self.transactions.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
+            self._flush()
             self.transactions.commit_transaction()
-        elif offsets:
-            try:
-                consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                raise BrokerUnavailableError(
-                    f"Stream thread {self.index} failed to commit its offsets: {exc.args[0].str()}. Check "
-                    f"the broker at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc
+        else:
+            self._flush()
+            if offsets:
+                self._commit_offsets(consumer, offsets)
         for running, task_offsets in uncommitted:
             running.open.task.post_commit()
             running.open.positions.update(task_offsets)
@@ -496,6 +499,15 @@ class StreamThread:
         share = (time.monotonic() - started) / len(due)
         for running in due:
             running.commit_s += share
+
+    def _commit_offsets(self, consumer: Consumer, offsets: list[KafkaTopicPartition]) -> None:
+        """At least once: the offsets committed once the outputs are acknowledged."""
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            raise BrokerUnavailableError(
+                f"Stream thread {self.index} failed to commit its offsets: {exc.args[0].str()}. Check "
+                f"the broker at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc
 
     def _flush(self) -> None:
         """Waits until the broker acknowledged every record the thread's tasks sent; a failed send fails
