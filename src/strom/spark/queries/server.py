@@ -30,7 +30,9 @@ __all__ = ["QueryEndpoint", "QueryRequest", "seed_positions", "serve_queries"]
 log = logging.getLogger(__name__)
 
 QueryRequest = tuple[StateQueryRequest, list[str]]
-"""What the driver sends: the request and the task ids to answer it for (none: a global store)."""
+"""A request of the driver and the task ids to answer it for (none: a global store); a message of the
+driver is a list of them (the requests of its callers that came together), its reply a list of their
+answers."""
 
 
 class _Thread(Protocol):
@@ -81,25 +83,33 @@ class QueryEndpoint:
         with connection:
             while not self._closed:
                 try:
-                    request, task_ids = connection.recv()
+                    requests = connection.recv()
                 except (EOFError, OSError):
                     return
                 if self._closed:  # a later run's endpoint serves this worker now
                     return
                 try:
-                    reply: Any = self.answer(request, task_ids)
-                except Exception as exc:  # never lose the connection over one request
-                    log.exception("Query endpoint: answering %r failed", request)
-                    reply = exc
-                try:
-                    connection.send(reply)
+                    connection.send(self.answer_all(requests))
                 except (OSError, ValueError):
                     return
 
-    def answer(self, request: StateQueryRequest, task_ids: list[str]) -> StateQueryResult:
-        """The request answered for ``task_ids`` from what the thread holds now; a task it does not
-        hold is not in the answer (the driver reports it as not present)."""
+    def answer_all(self, requests: list[QueryRequest]) -> list[Any]:
+        """Each request of a message answered, or the exception it raised (the driver raises it for
+        that caller alone); the stores the thread holds are looked up once for the message."""
         held = self._held()
+        replies: list[Any] = []
+        for request, task_ids in requests:
+            try:
+                replies.append(self._answer(request, task_ids, held))
+            except Exception as exc:  # never lose the connection over one request
+                log.exception("Query endpoint: answering %r failed", request)
+                replies.append(exc)
+        return replies
+
+    def _answer(self, request: StateQueryRequest, task_ids: list[str],
+                held: Mapping[str, TaskStores]) -> StateQueryResult:
+        """The request answered for ``task_ids`` from what the thread holds now (``held``); a task it
+        does not hold is not in the answer (the driver reports it as not present)."""
         partitions = {int(task_id.rsplit("_", 1)[1]): held[task_id]
                       for task_id in task_ids if task_id in held}
         return answer(request, partitions, self._global_stores() if not task_ids else None)

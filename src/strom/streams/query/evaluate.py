@@ -10,7 +10,9 @@ holds at least what the position says.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -64,7 +66,47 @@ def committed_view(store: Any) -> Any:
     """A read-only copy of ``store``'s layers that reads its committed state: the record cache is
     skipped and the layer that buffers uncommitted writes is replaced by its committed reader; the
     inner store is shared. Attributes a layer bound to a layer below (its per-record shortcuts) are
-    bound to the copies."""
+    bound to the copies.
+
+    The copy is kept and reused while every copied layer's attributes are the same objects as when it
+    was made (a commit, a close or an init that rebinds one makes a new copy): building one costs more
+    than a key read."""
+    stamp = _stamp(store)
+    kept = _VIEWS.get(store)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    view = _copy_layers(store)
+    with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced: not kept
+        _VIEWS[store] = (stamp, view)
+    return view
+
+
+_VIEWS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per store, its committed view and the stamp of the layers it was copied from."""
+
+
+def _copied_layers(store: Any) -> Iterator[Any]:
+    """The layers ``_copy_layers`` copies, outermost first: not the record cache; the layer with a
+    committed reader is the last."""
+    layer = store
+    while True:
+        if isinstance(layer, CachingLayer):
+            layer = layer.wrapped
+            continue
+        if hasattr(layer, "committed_reader"):
+            yield layer
+            return
+        if not isinstance(layer, StoreLayer):
+            return
+        yield layer
+        layer = layer.wrapped
+
+
+def _stamp(store: Any) -> tuple[int, ...]:
+    return tuple(id(value) for layer in _copied_layers(store) for value in vars(layer).values())
+
+
+def _copy_layers(store: Any) -> Any:
     copies: dict[int, Any] = {}
 
     def build(layer: Any) -> Any:
