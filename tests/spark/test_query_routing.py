@@ -108,7 +108,7 @@ def test_a_lost_active_is_replaced_by_its_standby_only_when_allowed(cluster):
     assert not allowed[0].standby
     bound = PositionBound.at(Position.empty().with_component("words", 1, 0))
     bounded = cluster.router.query(_request().with_position_bound(bound)).partition_results
-    assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # a standby's position is empty
+    assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # the standby is not there
 
 
 def test_a_finished_thread_s_parked_tasks_answer_stale_reads(cluster):

@@ -127,7 +127,7 @@ class QueryEndpoint:
                 continue
         else:
             return {}
-        held = {task_id: TaskStores(standby.task.context.stores, Position.empty, standby=True)
+        held = {task_id: TaskStores(standby.task.context.stores, _position(standby.task), standby=True)
                 for task_id, standby in standbys}
         held.update({task_id: TaskStores(running.open.task.context.stores, _position(running.open.task))
                      for task_id, running in active})
