@@ -234,13 +234,7 @@ def _versioned(query: Query, store: MeteredVersionedKeyValueStore) -> Any:
 
 
 def _versions(query: MultiVersionedKeyQuery, store: MeteredVersionedKeyValueStore) -> list[Any]:
-    """The versions valid at some time in [time_from, time_to], walked back from ``time_to``; the walk
-    ends at a time the key had no value (deleted or not yet written)."""
-    versions = []
-    record = store.get(query.key, query.time_to)
-    while record is not None and len(versions) < MAX_RESULTS:
-        versions.append(record)
-        if query.time_from is not None and record.timestamp <= query.time_from:
-            break
-        record = store.get(query.key, record.timestamp - 1)
+    """The versions valid at some time in [time_from, time_to], the versions before a deletion too (as
+    Kafka's versioned store answers), newest first unless ascending."""
+    versions = store.versions(query.key, query.time_from, query.time_to)[:MAX_RESULTS]
     return versions[::-1] if query.ascending else versions
