@@ -7,6 +7,7 @@ gone or a task that is not open gives a retriable NOT_PRESENT; a bound only acti
 from __future__ import annotations
 
 import socket
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -158,3 +159,47 @@ def test_an_endpoint_refuses_a_caller_without_the_run_s_token(cluster):
             assert fresh.query(_request()).partition_results[0].is_success()  # the driver is still served
     finally:
         fresh.close()
+
+
+def test_callers_at_once_share_the_connections_and_each_gets_its_own_answer(cluster):
+    """Requests that meet at an endpoint go in one message: each caller still gets the answer to its own
+    request, and callers of an endpoint that goes away all get a retriable answer (none waits on)."""
+    expected = {"a": 1, "b": 2, "c": 1, "z": None}
+    wrong: list[tuple[str, object]] = []
+
+    def caller(index: int) -> None:
+        for i in range(40):
+            key = "abcz"[(index + i) % 4]
+            result = cluster.router.query(_request(KeyQuery.with_key(key)).require_active())
+            found = [r.result for r in result.partition_results.values() if r.result is not None]
+            if found != ([] if expected[key] is None else [expected[key]]):
+                wrong.append((key, result))
+            if i % 10 == 0:
+                ranges = cluster.router.query(_request().require_active()).partition_results
+                if {p: r.result for p, r in ranges.items()} != {0: [("a", 1), ("c", 1)], 1: [("b", 2)]}:
+                    wrong.append(("range", ranges))
+
+    callers = [threading.Thread(target=caller, args=(i,)) for i in range(12)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(60)
+    assert not wrong, wrong[:3]
+
+    lost: list[object] = []
+
+    def asker() -> None:
+        request = _request(KeyQuery.with_key("b")).require_active()
+        for _ in range(30):
+            answer = cluster.router.query(request).partition_results[1]
+            if not (answer.result == 2 or answer.failure_reason is FailureReason.NOT_PRESENT):
+                lost.append(answer)
+
+    askers = [threading.Thread(target=asker) for _ in range(8)]
+    for thread in askers:
+        thread.start()
+    cluster.endpoints[1].close()  # its connections stay open: the next requests on them go unanswered
+    for thread in askers:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in askers), "a caller still waits"
+    assert not lost, lost[:3]
