@@ -203,3 +203,9 @@ def test_callers_at_once_share_the_connections_and_each_gets_its_own_answer(clus
         thread.join(120)
     assert not any(thread.is_alive() for thread in askers), "a caller still waits"
     assert not lost, lost[:3]
+
+
+def test_a_request_that_cannot_be_sent_fails_alone(cluster):
+    with pytest.raises(InvalidStateStoreError, match="picklable"):
+        cluster.router.query(_request(KeyQuery.with_key(threading.Lock())))
+    assert cluster.router.query(_request(KeyQuery.with_key("b"))).partition_results[1].result == 2

@@ -13,12 +13,15 @@ reads any reply, so the endpoints answer at the same time.
 
 from __future__ import annotations
 
+import pickle
 import socket
 import struct
 import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
+
+from strom.errors import InvalidStateStoreError
 
 __all__ = ["CONNECT_TIMEOUT_S", "REPLY_TIMEOUT_S", "Address", "Channels"]
 
@@ -69,7 +72,7 @@ class _Channel:
         try:
             connection = self._connection or self._connect()
             self._connection = connection
-            connection.send([call.message for call in self._in_flight])
+            connection.send([call.message for call in self._in_flight])  # each one pickled by its caller
         except Exception as exc:  # every call of the message is answered with it
             self._fail(exc)
 
@@ -84,7 +87,7 @@ class _Channel:
                 if len(replies) != len(self._in_flight):
                     raise ValueError(f"{len(replies)} replies to {len(self._in_flight)} requests")
                 for call, reply in zip(self._in_flight, replies, strict=True):
-                    _reply(call, reply)
+                    _reply(call, _unpickled(reply))
         except Exception as exc:
             self._fail(exc)
         finally:
@@ -123,6 +126,13 @@ class _Channel:
             connection.close()
 
 
+def _unpickled(data: bytes) -> Any:
+    try:
+        return pickle.loads(data)
+    except Exception as exc:  # this answer alone: e.g. a value whose class the driver cannot import
+        return exc
+
+
 def _reply(call: _Call, reply: Any) -> None:
     call.reply, call.replied = reply, True
     call.waiter.set()
@@ -137,10 +147,17 @@ class Channels:
 
     def exchange(self, token: str, messages: Mapping[Address, Any]) -> dict[Address, Any]:
         """Each endpoint's reply to its message, an exception for an endpoint that failed (a reply that
-        is an exception: raised by the endpoint)."""
+        is an exception: raised by the endpoint). Each message and reply is pickled on its own: one that
+        cannot be fails alone, not the others that travel with it."""
+        try:
+            pickled = {address: pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+                       for address, message in messages.items()}
+        except Exception as exc:  # this caller's request alone: not sent
+            raise InvalidStateStoreError(f"The query cannot be sent to the stream threads: {exc}. Its keys "
+                                         "and bounds must be picklable values.") from exc
         waiter = threading.Event()
-        calls = [(self._channel(address, token), address, _Call(message, waiter))
-                 for address, message in messages.items()]
+        calls = [(self._channel(address, token), address, _Call(data, waiter))
+                 for address, data in pickled.items()]
         for channel, _, call in calls:
             channel.enqueue(call)
         while True:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pickle
 import socket
 import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any, Protocol
 
+from strom.errors import InvalidStateStoreError
 from strom.streams.query.evaluate import TaskStores, answer
 from strom.streams.query.requests import Position, StateQueryRequest, StateQueryResult
 
@@ -93,17 +95,24 @@ class QueryEndpoint:
                 except (OSError, ValueError):
                     return
 
-    def answer_all(self, requests: list[QueryRequest]) -> list[Any]:
-        """Each request of a message answered, or the exception it raised (the driver raises it for
-        that caller alone); the stores the thread holds are looked up once for the message."""
+    def answer_all(self, requests: list[bytes]) -> list[bytes]:
+        """Each pickled request of a message answered, pickled on its own: an answer, or the exception
+        that stands for it (the driver gives it to that caller alone). The stores the thread holds are
+        looked up once for the message."""
         held = self._held()
-        replies: list[Any] = []
-        for request, task_ids in requests:
+        replies = []
+        for data in requests:
             try:
-                replies.append(self._answer(request, task_ids, held))
+                request, task_ids = pickle.loads(data)
+                reply: Any = self._answer(request, task_ids, held)
             except Exception as exc:  # never lose the connection over one request
-                log.exception("Query endpoint: answering %r failed", request)
-                replies.append(exc)
+                log.exception("Query endpoint: answering a request failed")
+                reply = exc
+            try:
+                replies.append(pickle.dumps(reply, pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:  # an answer holding a value that cannot be pickled
+                replies.append(pickle.dumps(InvalidStateStoreError(
+                    f"the answer could not be sent to the driver: {type(exc).__name__}: {exc}")))
         return replies
 
     def _answer(self, request: StateQueryRequest, task_ids: list[str],
