@@ -112,23 +112,28 @@ def test_a_lost_active_is_replaced_by_its_standby_only_when_allowed(cluster):
     assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # the standby is not there
 
 
-def test_a_finished_thread_s_parked_tasks_answer_stale_reads(cluster):
+def test_a_finished_thread_s_parked_tasks_answer_as_the_active_until_a_thread_runs_them(cluster):
     cluster.threads[1].thread_state = "PENDING_SHUTDOWN"  # its batch ended; its tasks stay open, parked
     required = cluster.router.query(_request().require_active()).partition_results
-    assert required[1].failure_reason is FailureReason.NOT_PRESENT
-    cluster.endpoints[0].close()  # and the standby's worker is gone
+    assert required[1].is_success() and not required[1].standby and required[1].result == [("b", 2)]
+    cluster.threads[0].active_tasks = ["0_0", "0_1"]  # the next batch runs partition 1 on the other worker
+    moved = cluster.router.query(_request().require_active()).partition_results  # asked there, not parked
+    assert moved[1].failure_reason is FailureReason.NOT_ACTIVE  # it has only opened its standby yet
     allowed = cluster.router.query(_request().with_partitions([1])).partition_results
-    assert allowed[1].is_success() and allowed[1].standby and allowed[1].result == [("b", 2)]
+    assert allowed[1].is_success() and allowed[1].standby  # the worker it is parked in, or the standby
 
 
-def test_between_batches_a_worker_that_held_a_task_answers_stale_reads(cluster):
+def test_between_batches_the_workers_that_held_the_tasks_answer(cluster):
     assert cluster.router.query(_request()).partition_results[1].is_success()  # it learns who holds what
     cluster.threads[:] = []  # the next batch's threads have not said hello yet
-    answers = cluster.router.query(_request()).partition_results
-    assert answers[0].standby and answers[0].result == [("a", 1), ("c", 1)]
-    assert answers[1].standby and answers[1].result in ([("b", 2)], [("b", 1)])
     required = cluster.router.query(_request().require_active()).partition_results
-    assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in required.values())
+    assert {p: (r.result, r.standby) for p, r in required.items()} == {  # the last actives, parked
+        0: ([("a", 1), ("c", 1)], False), 1: ([("b", 2)], False)}
+    cluster.endpoints[1].close()  # partition 1's last active is gone
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert required[1].failure_reason is FailureReason.NOT_PRESENT
+    allowed = cluster.router.query(_request()).partition_results
+    assert allowed[1].standby and allowed[1].result == [("b", 1)]  # the standby that held it
 
 
 def test_a_thread_not_running_or_a_task_not_open_is_not_present(cluster):

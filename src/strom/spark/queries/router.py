@@ -65,6 +65,10 @@ class QueryRouter:
         self._channels = Channels()
         self._held: dict[str, dict[Address, None]] = {}
         """Task -> the endpoints that held it in this run (active or standby), the latest first."""
+        self._last_active: dict[str, Address] = {}
+        """Task -> the endpoint of its latest active seen in this run: between batches (no thread runs
+        it) that worker keeps it open, parked, and nothing processes it anywhere (another worker opens
+        it only once this one has closed it), so its committed state is the latest there is."""
         self._held_token = ""
         self._lock = threading.Lock()
 
@@ -184,29 +188,33 @@ class QueryRouter:
         threads, token = found
         with self._lock:
             if token != self._held_token:
-                self._held, self._held_token = {}, token
+                self._held, self._last_active, self._held_token = {}, {}, token
             for thread in threads:
                 address = thread.query_address
                 if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
                     continue
                 for task in [*thread.active_tasks, *thread.standby_tasks]:
                     self._held[task] = {address: None, **self._held.get(task, {})}  # the latest first
+                self._last_active.update(dict.fromkeys(thread.active_tasks, address))
                 if thread.thread_state == "RUNNING":
                     routes.endpoints.append(address)
                     routes.active.update({task: address for task in thread.active_tasks})
                     for task in thread.standby_tasks:
                         routes.standbys.setdefault(task, []).append(address)
             held = {task: list(addresses) for task, addresses in self._held.items()}
+            for task, address in self._last_active.items():  # no thread runs it: where it is parked
+                routes.active.setdefault(task, address)
         for task, addresses in held.items():  # then where it was held lately: parked there, stale
             known = routes.standbys.setdefault(task, [])
             known.extend([a for a in addresses if a not in known and a != routes.active.get(task)])
         return routes, token
 
     def _forget(self, address: Address) -> None:
-        """An endpoint that failed is no longer a place to look for stale answers."""
+        """An endpoint that failed is no longer a place to look for stale answers, nor a parked active."""
         with self._lock:
             for addresses in self._held.values():
                 addresses.pop(address, None)
+            self._last_active = {task: a for task, a in self._last_active.items() if a != address}
 
     def _stores_entry(self, store_name: str) -> tuple[int, int] | None:
         if store_name not in self._stores:
