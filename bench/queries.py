@@ -3,12 +3,19 @@
     python bench/queries.py [--keys 1000000] [--queries 2000] [--clients 8] [--seconds 5] [--rate 2000]
 
 An embedded broker; a count-by-key application (exactly_once_v2, real-time mode, two stream threads on
-Spark local[2], RocksDB store) counts ``--keys`` distinct keys, one record each, until caught up. Then,
-while records keep arriving at ``--rate`` per second: the first key query (timed), the driver's RSS and
-its copies' disk before and after, ``--queries`` sequential key queries from Python
+Spark local[2], RocksDB store, the counts written to an output topic) counts ``--keys`` distinct keys,
+one record each, until caught up. Then, while records keep arriving at ``--rate`` per second:
+``--seconds`` without queries (processing latency alone), the first key query (timed), the driver's RSS
+and its copies' disk before and after, ``--queries`` sequential key queries from Python
 (``SparkStreams.query``) and over HTTP (``query.http.port``, one kept-alive connection), and the
-queries per second of ``--clients`` Python threads for ``--seconds``. Every answer is checked (each
-key's count is 1 or more). The last line is the summary.
+``--clients`` Python threads querying together at ``--query-rate`` per second for ``--seconds``, then
+as fast as they can for ``--seconds`` (queries per second). Every answer is checked (each key's count
+is 1 or more).
+
+Processing latency: an output record read read_committed, minus the send time of the input record it
+counts (its timestamp), for the inputs sent in each phase; their p99s compare processing alone with
+processing while queried at ``--query-rate`` and as fast as the clients can (on a small machine the
+clients, the driver and the workers share its cores). The last line is the summary.
 """
 
 from __future__ import annotations
@@ -28,12 +35,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from confluent_kafka import OFFSET_END, TopicPartition
+
 from machine import describe
 from strom.broker import EmbeddedBroker
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
-from strom.streams import Consumed, KeyQuery, Materialized, Serdes, StateQueryRequest, StreamsBuilder
+from strom.streams import (
+    Consumed,
+    KeyQuery,
+    Materialized,
+    Produced,
+    Serdes,
+    StateQueryRequest,
+    StreamsBuilder,
+)
 
 S = Serdes.String()
 
@@ -72,6 +89,36 @@ def produce_steadily(bootstrap: str, topic: str, keys: int, rate: int, stop: thr
     producer.flush(30)
 
 
+class LatencyReader:
+    """Reads the output topic from its end, read_committed: per output record, when its input was sent
+    (its timestamp, ms) and how long ago that was when it was read (ms)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._consumer = clients.consumer(bootstrap)
+        clients.assign(self._consumer, [TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        self._thread = threading.Thread(target=self._read, name="latency-reader")
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            for record in self._consumer.consume(1000, timeout=0.05):
+                if record.error() is None:
+                    sent = record.timestamp()[1]
+                    self.samples.append((sent, time.time() * 1000 - sent))
+
+    def p99_between(self, start_s: float, end_s: float) -> tuple[float, int]:
+        """p99 latency (ms) of the inputs sent between the two ``time.time()`` instants, and their count."""
+        taken = [ms for sent, ms in self.samples if start_s * 1000 <= sent < end_s * 1000]
+        return (p99(taken) if taken else float("nan")), len(taken)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()
+
+
 def p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98] if len(samples) > 1 else samples[0]
 
@@ -100,13 +147,22 @@ def timed(call, keys: list[str]) -> list[float]:  # type: ignore[no-untyped-def]
     return samples
 
 
-def throughput(app: SparkStreams, keys: int, clients_: int, seconds: float) -> float:
+def throughput(app: SparkStreams, keys: int, clients_: int, seconds: float,
+               rate: float | None = None) -> float:
+    """Queries per second of ``clients_`` threads for ``seconds``: as fast as they go, or together at
+    ``rate`` (each query due at its time; a late one goes at once)."""
     done = [0] * clients_
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline = started + seconds
 
     def client(index: int) -> None:
         rng = random.Random(index)
-        while time.monotonic() < deadline:
+        while (now := time.monotonic()) < deadline:
+            if rate is not None:
+                due = started + (done[index] * clients_ + index) / rate
+                if due > now:
+                    time.sleep(due - now)
+                    continue
             key_query(app, f"key-{rng.randrange(keys)}")
             done[index] += 1
 
@@ -126,6 +182,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--query-rate", type=int, default=2000,
+                        help="queries/s of the paced phase (processing latency while queried at this rate)")
     args = parser.parse_args()
     print(describe())
     import strom.spark
@@ -134,13 +192,15 @@ def main() -> None:
     state_dir = Path(tempfile.mkdtemp(prefix="strom-bench-queries-"))
     with EmbeddedBroker() as broker:
         source = f"bench-queries-{uuid.uuid4().hex[:8]}"
-        clients.create_topics(broker.bootstrap_servers, {source: 2})
+        sink = f"{source}-counts"
+        clients.create_topics(broker.bootstrap_servers, {source: 2, sink: 2})
         started = time.monotonic()
         fill(broker.bootstrap_servers, source, range(args.keys))
         print(f"filled {args.keys} keys in {time.monotonic() - started:.1f} s")
         builder = StreamsBuilder()
         counts = Materialized.as_("counts")
-        builder.stream(source, Consumed.with_(S, S)).group_by_key().count(materialized=counts)
+        table = builder.stream(source, Consumed.with_(S, S)).group_by_key().count(materialized=counts)
+        table.to_stream().to(sink, Produced.with_(S, Serdes.Long()))
         app_id = f"bench-queries-{uuid.uuid4().hex[:8]}"
         app = SparkStreams(builder.build(), {
             "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
@@ -148,13 +208,18 @@ def main() -> None:
             "query.http.port": 0}, spark)
         app.start()
         stop = threading.Event()
+        reader: LatencyReader | None = None
         try:
             started = time.monotonic()
             assert app.wait_until_caught_up(3600), f"lag {app.lag()}"
             print(f"counted in {time.monotonic() - started:.1f} s; load {os.getloadavg()[0]:.2f}")
+            reader = LatencyReader(broker.bootstrap_servers, sink, 2)
             writer = threading.Thread(target=produce_steadily,
                                       args=(broker.bootstrap_servers, source, args.keys, args.rate, stop))
             writer.start()
+            time.sleep(2)  # the steady flow settles
+            quiet = (time.time(), time.time() + args.seconds)
+            time.sleep(args.seconds)
             rss_before, disk_before = rss_mb(), disk_mb(state_dir / app_id / "query")
             processed_before = app.progress.records
             started = time.perf_counter()
@@ -167,22 +232,38 @@ def main() -> None:
             connection = http.client.HTTPConnection(host, int(port), timeout=30)
             http_ms = timed(lambda key: http_query(connection, key), keys)
             connection.close()
+            paced = time.time()
+            paced_per_s = throughput(app, args.keys, args.clients, args.seconds, args.query_rate)
+            paced = (paced, time.time())
+            queried = time.time()
             per_s = throughput(app, args.keys, args.clients, args.seconds)
+            queried = (queried, time.time())
             rss_after, disk_after = rss_mb(), disk_mb(state_dir / app_id / "query")
             processed = app.progress.records - processed_before
             load = os.getloadavg()[0]
+            time.sleep(3)  # the queried seconds' last inputs reach the output (committed)
+            quiet_p99, quiet_n = reader.p99_between(*quiet)
+            paced_p99, paced_n = reader.p99_between(*paced)
+            queried_p99, queried_n = reader.p99_between(*queried)
         finally:
             stop.set()
+            if reader is not None:
+                reader.close()
             app.stop()
             spark.stop()
     print(f"first query {first_ms:.1f} ms; python p50 {statistics.median(python_ms):.2f} ms p99 "
           f"{p99(python_ms):.2f} ms; http p50 {statistics.median(http_ms):.2f} ms p99 {p99(http_ms):.2f} ms; "
           f"{per_s:.0f} queries/s with {args.clients} clients; {processed} records processed meanwhile; "
           f"driver RSS {rss_before:.0f} -> {rss_after:.0f} MB, copies' disk {disk_before:.1f} -> "
-          f"{disk_after:.1f} MB; load {load:.2f}")
+          f"{disk_after:.1f} MB; processing p99 {quiet_p99:.0f} ms alone ({quiet_n} outputs), "
+          f"{paced_p99:.0f} ms at {paced_per_s:.0f} queries/s ({paced_n} outputs), {queried_p99:.0f} ms "
+          f"at {per_s:.0f} queries/s ({queried_n} outputs); load {load:.2f}")
     print(f"queries: key p99 {p99(python_ms):.1f} ms python, {p99(http_ms):.1f} ms http, "
           f"{per_s:.0f} queries/s, first query {first_ms:.0f} ms, "
-          f"driver RSS +{max(0.0, rss_after - rss_before):.0f} MB")
+          f"driver RSS +{max(0.0, rss_after - rss_before):.0f} MB, "
+          f"processing p99 {quiet_p99:.0f} -> {paced_p99:.0f} ms at {paced_per_s:.0f} queries/s "
+          f"({(paced_p99 / quiet_p99 - 1) * 100:+.0f}%), -> {queried_p99:.0f} ms at {per_s:.0f} queries/s "
+          f"({(queried_p99 / quiet_p99 - 1) * 100:+.0f}%)")
 
 
 if __name__ == "__main__":

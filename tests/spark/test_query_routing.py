@@ -7,6 +7,7 @@ gone or a task that is not open gives a retriable NOT_PRESENT; a bound only acti
 from __future__ import annotations
 
 import socket
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -108,26 +109,31 @@ def test_a_lost_active_is_replaced_by_its_standby_only_when_allowed(cluster):
     assert not allowed[0].standby
     bound = PositionBound.at(Position.empty().with_component("words", 1, 0))
     bounded = cluster.router.query(_request().with_position_bound(bound)).partition_results
-    assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # a standby's position is empty
+    assert bounded[1].failure_reason is FailureReason.NOT_UP_TO_BOUND  # the standby is not there
 
 
-def test_a_finished_thread_s_parked_tasks_answer_stale_reads(cluster):
+def test_a_finished_thread_s_parked_tasks_answer_as_the_active_until_a_thread_runs_them(cluster):
     cluster.threads[1].thread_state = "PENDING_SHUTDOWN"  # its batch ended; its tasks stay open, parked
     required = cluster.router.query(_request().require_active()).partition_results
-    assert required[1].failure_reason is FailureReason.NOT_PRESENT
-    cluster.endpoints[0].close()  # and the standby's worker is gone
+    assert required[1].is_success() and not required[1].standby and required[1].result == [("b", 2)]
+    cluster.threads[0].active_tasks = ["0_0", "0_1"]  # the next batch runs partition 1 on the other worker
+    moved = cluster.router.query(_request().require_active()).partition_results  # asked there, not parked
+    assert moved[1].failure_reason is FailureReason.NOT_ACTIVE  # it has only opened its standby yet
     allowed = cluster.router.query(_request().with_partitions([1])).partition_results
-    assert allowed[1].is_success() and allowed[1].standby and allowed[1].result == [("b", 2)]
+    assert allowed[1].is_success() and allowed[1].standby  # the worker it is parked in, or the standby
 
 
-def test_between_batches_a_worker_that_held_a_task_answers_stale_reads(cluster):
+def test_between_batches_the_workers_that_held_the_tasks_answer(cluster):
     assert cluster.router.query(_request()).partition_results[1].is_success()  # it learns who holds what
     cluster.threads[:] = []  # the next batch's threads have not said hello yet
-    answers = cluster.router.query(_request()).partition_results
-    assert answers[0].standby and answers[0].result == [("a", 1), ("c", 1)]
-    assert answers[1].standby and answers[1].result in ([("b", 2)], [("b", 1)])
     required = cluster.router.query(_request().require_active()).partition_results
-    assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in required.values())
+    assert {p: (r.result, r.standby) for p, r in required.items()} == {  # the last actives, parked
+        0: ([("a", 1), ("c", 1)], False), 1: ([("b", 2)], False)}
+    cluster.endpoints[1].close()  # partition 1's last active is gone
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert required[1].failure_reason is FailureReason.NOT_PRESENT
+    allowed = cluster.router.query(_request()).partition_results
+    assert allowed[1].standby and allowed[1].result == [("b", 1)]  # the standby that held it
 
 
 def test_a_thread_not_running_or_a_task_not_open_is_not_present(cluster):
@@ -158,3 +164,53 @@ def test_an_endpoint_refuses_a_caller_without_the_run_s_token(cluster):
             assert fresh.query(_request()).partition_results[0].is_success()  # the driver is still served
     finally:
         fresh.close()
+
+
+def test_callers_at_once_share_the_connections_and_each_gets_its_own_answer(cluster):
+    """Requests that meet at an endpoint go in one message: each caller still gets the answer to its own
+    request, and callers of an endpoint that goes away all get a retriable answer (none waits on)."""
+    expected = {"a": 1, "b": 2, "c": 1, "z": None}
+    wrong: list[tuple[str, object]] = []
+
+    def caller(index: int) -> None:
+        for i in range(40):
+            key = "abcz"[(index + i) % 4]
+            result = cluster.router.query(_request(KeyQuery.with_key(key)).require_active())
+            found = [r.result for r in result.partition_results.values() if r.result is not None]
+            if found != ([] if expected[key] is None else [expected[key]]):
+                wrong.append((key, result))
+            if i % 10 == 0:
+                ranges = cluster.router.query(_request().require_active()).partition_results
+                if {p: r.result for p, r in ranges.items()} != {0: [("a", 1), ("c", 1)], 1: [("b", 2)]}:
+                    wrong.append(("range", ranges))
+
+    callers = [threading.Thread(target=caller, args=(i,)) for i in range(12)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(60)
+    assert not wrong, wrong[:3]
+
+    lost: list[object] = []
+
+    def asker() -> None:
+        request = _request(KeyQuery.with_key("b")).require_active()
+        for _ in range(30):
+            answer = cluster.router.query(request).partition_results[1]
+            if not (answer.result == 2 or answer.failure_reason is FailureReason.NOT_PRESENT):
+                lost.append(answer)
+
+    askers = [threading.Thread(target=asker) for _ in range(8)]
+    for thread in askers:
+        thread.start()
+    cluster.endpoints[1].close()  # its connections stay open: the next requests on them go unanswered
+    for thread in askers:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in askers), "a caller still waits"
+    assert not lost, lost[:3]
+
+
+def test_a_request_that_cannot_be_sent_fails_alone(cluster):
+    with pytest.raises(InvalidStateStoreError, match="picklable"):
+        cluster.router.query(_request(KeyQuery.with_key(threading.Lock())))
+    assert cluster.router.query(_request(KeyQuery.with_key("b"))).partition_results[1].result == 2

@@ -115,6 +115,28 @@ def test_versioned_queries_answer_the_latest_a_past_and_every_version(driver):
     assert _only(driver, "prices", history.to_time(2500)) == [VersionedRecord("1.00", 1000, 3000)]
 
 
+def test_every_version_is_answered_also_the_ones_before_a_deletion(driver):
+    """As Kafka's versioned store: a deletion ends a version and is none itself; the versions before it
+    are answered. Each answer is also checked against the store's own as-of reads: the versions valid
+    at some time of the range, no more, no less."""
+    prices = driver.create_input_topic("prices", S, S)
+    for value, timestamp in [("2.10", 2500), (None, 3000), ("2.40", 4000), (None, 4500), ("2.60", 5500)]:
+        prices.pipe_input("pear", value, timestamp=timestamp)
+    history = MultiVersionedKeyQuery.with_key("pear")
+    assert _only(driver, "prices", history) == [
+        VersionedRecord("2.60", 5500), VersionedRecord("2.40", 4000, 4500),
+        VersionedRecord("2.10", 2500, 3000), VersionedRecord("2.00", 2000, 2500)]
+    store = driver.get_versioned_key_value_store("prices")
+    for time_from, time_to in [(0, 10_000), (3000, 3999), (2999, 4000), (4500, 5499), (4499, 5500),
+                               (0, 2000)]:
+        asked = history.from_time(time_from).to_time(time_to)
+        valid = {store.get("pear", t) for t in [*range(time_from, time_to, 50), time_to]} - {None}
+        answer = _only(driver, "prices", asked)
+        assert answer == sorted(valid, key=lambda v: -v.timestamp), (time_from, time_to)
+        assert _only(driver, "prices", asked.with_ascending_timestamps()) == answer[::-1]
+    assert _only(driver, "prices", history.from_time(3000).to_time(3999)) == []  # deleted all along
+
+
 def test_positions_say_which_input_records_an_answer_includes_and_bounds_hold_back_older_stores(driver):
     result = _ask(driver, "counts", KeyQuery.with_key("a"))
     assert result.get_position() == Position.empty().with_component("words", 0, 5)

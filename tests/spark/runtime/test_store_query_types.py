@@ -2,16 +2,24 @@
 
 Each view reads several partitions' stores as one; here each "partition" is the store of its
 own driver, fed a disjoint part of the input, so the views must give back the whole input's
-result. (Querying on Spark is tested in test_interactive_queries.py.)
+result. Each view is read twice: over the stores themselves (the driver's copies' way) and as a
+running application's views read them, IQv2 requests through the query router to real worker
+endpoints that serve the drivers' tasks (no Spark). (Querying on Spark is tested in
+test_interactive_queries.py and test_queries_on_workers.py.)
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 
 from strom.errors import ConfigError, InvalidStateStoreError
+from strom.spark.queries.router import QueryRouter
+from strom.spark.queries.server import QueryEndpoint
+from strom.spark.queries.views import remote_view
+from strom.spark.runtime.control import ThreadMetadata
 from strom.streams import (
     Consumed,
     Materialized,
@@ -20,27 +28,33 @@ from strom.streams import (
     StoreQueryParameters,
     StreamsBuilder,
     TimeWindows,
+    Topology,
     TopologyTestDriver,
     ValueAndTimestamp,
 )
 
 from .wordcount import S
 
+TOKEN = "views"
 KEEP = timedelta(days=1)  # a grace that keeps every window: fetch_range reads only retained ones
 WORDS = [("a", 1_000), ("b", 2_000), ("a", 3_000), ("c", 60_000), ("a", 61_000), ("b", 200_000)]
+
+
+def _topology() -> Topology:
+    builder = StreamsBuilder()
+    grouped = builder.stream("words", Consumed.with_(S, S)).group_by_key()
+    grouped.count(materialized=Materialized.as_("counts"))
+    grouped.windowed_by(TimeWindows.of_size_and_grace(timedelta(seconds=10), KEEP)).count(
+        materialized=Materialized.as_("windowed"))
+    grouped.windowed_by(SessionWindows.of_inactivity_gap_and_grace(timedelta(seconds=5), KEEP)).count(
+        materialized=Materialized.as_("sessions"))
+    return builder.build()
 
 
 def _drivers(parts: list[list[tuple[str, int]]]) -> list[TopologyTestDriver]:
     drivers = []
     for part in parts:
-        builder = StreamsBuilder()
-        grouped = builder.stream("words", Consumed.with_(S, S)).group_by_key()
-        grouped.count(materialized=Materialized.as_("counts"))
-        grouped.windowed_by(TimeWindows.of_size_and_grace(timedelta(seconds=10), KEEP)).count(
-            materialized=Materialized.as_("windowed"))
-        grouped.windowed_by(SessionWindows.of_inactivity_gap_and_grace(timedelta(seconds=5), KEEP)).count(
-            materialized=Materialized.as_("sessions"))
-        driver = TopologyTestDriver(builder.build())
+        driver = TopologyTestDriver(_topology())
         source = driver.create_input_topic("words", S, S)
         for word, timestamp in part:
             source.pipe_input(word, word, timestamp)
@@ -48,18 +62,45 @@ def _drivers(parts: list[list[tuple[str, int]]]) -> list[TopologyTestDriver]:
     return drivers
 
 
+@pytest.fixture(params=["stores", "workers"])
+def reads(request):
+    """How views read: "stores", the stores themselves; "workers", through endpoints and the router."""
+    return request.param
+
+
 @pytest.fixture
-def partitions():
+def partitions(reads):
     drivers = _drivers([[w for w in WORDS if w[0] != "b"], [w for w in WORDS if w[0] == "b"]])
-    yield lambda name: [d.get_state_store(name) for d in drivers]
+    held = SimpleNamespace(stores=lambda name: [d.get_state_store(name) for d in drivers], router=None)
+    if reads == "stores":
+        yield held
+    else:
+        endpoints = [QueryEndpoint(TOKEN, "127.0.0.1", "127.0.0.1") for _ in drivers]
+        threads = []
+        for p, (endpoint, driver) in enumerate(zip(endpoints, drivers, strict=True)):
+            running = SimpleNamespace(open=SimpleNamespace(task=driver.tasks[0]))
+            endpoint.thread = SimpleNamespace(tasks={f"0_{p}": running}, standbys={})
+            threads.append(ThreadMetadata(f"stream-thread-{p}", "RUNNING", [f"0_{p}"], "h", p + 1, 1,
+                                          query_address=endpoint.address))
+        router = QueryRouter("views", dict.fromkeys(["counts", "windowed", "sessions"], (0, 2)),
+                             lambda: (threads, TOKEN), lambda store: S.serializer())
+        held.router = router
+        yield held
+        router.close()
+        for endpoint in endpoints:
+            endpoint.close()
     for driver in drivers:
         driver.close()
 
 
 def _view(query_type, partitions, name):
-    stores = partitions(name)
+    stores = partitions.stores(name)
     assert all(query_type.accepts(s) for s in stores)
-    return query_type.view(name, stores)
+    if partitions.router is None:
+        return query_type.view(name, stores)
+    params = StoreQueryParameters.from_name(name, query_type)
+    builder = _topology().internal.store_builders[name]
+    return remote_view(params, builder, 2, partitions.router.query, lambda: True)
 
 
 def test_key_value_views_read_every_partition(partitions):
@@ -98,7 +139,7 @@ def test_session_view_finds_sessions(partitions):
 
 
 def test_types_accept_only_their_kind_of_store(partitions):
-    counts, windowed, sessions = (partitions(n)[0] for n in ("counts", "windowed", "sessions"))
+    counts, windowed, sessions = (partitions.stores(n)[0] for n in ("counts", "windowed", "sessions"))
     kv, tkv = QueryableStoreTypes.key_value_store(), QueryableStoreTypes.timestamped_key_value_store()
     window, session = QueryableStoreTypes.window_store(), QueryableStoreTypes.session_store()
     assert kv.accepts(counts) and tkv.accepts(counts)

@@ -12,16 +12,13 @@ presented as the active's.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any
 
 from strom.errors import InvalidStateStoreError
-from strom.spark.queries.server import QueryRequest
+from strom.spark.queries.channel import Address, Channels
 from strom.streams.query.requests import (
     FailureReason,
     HostInfo,
@@ -32,15 +29,10 @@ from strom.streams.query.requests import (
     StreamsMetadata,
 )
 
-__all__ = ["CONNECT_TIMEOUT_S", "REPLY_TIMEOUT_S", "QueryRouter", "murmur2_partition"]
+__all__ = ["QueryRouter", "murmur2_partition"]
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 2.0
-REPLY_TIMEOUT_S = 10.0
-"""An endpoint that does not answer in this time is taken as gone (its partitions: NOT_PRESENT)."""
-
-Address = tuple[str, int]
 _FINISHED = "PENDING_SHUTDOWN"
 """A thread whose batch ended (strom.spark.runtime.control.FINISHED): its tasks stay open, parked, in
 its worker, which answers for them until its next batch's thread says hello."""
@@ -70,12 +62,15 @@ class QueryRouter:
         self._stores = stores
         self._threads = threads
         self._key_serializer = key_serializer
-        self._idle: dict[tuple[Address, str], list[Connection]] = {}
+        self._channels = Channels()
         self._held: dict[str, dict[Address, None]] = {}
         """Task -> the endpoints that held it in this run (active or standby), the latest first."""
+        self._last_active: dict[str, Address] = {}
+        """Task -> the endpoint of its latest active seen in this run: between batches (no thread runs
+        it) that worker keeps it open, parked, and nothing processes it anywhere (another worker opens
+        it only once this one has closed it), so its committed state is the latest there is."""
         self._held_token = ""
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(8, thread_name_prefix="strom-query-route")
 
     # ---- metadata -------------------------------------------------------------------------------
     def store_partitions(self, store_name: str) -> int | None:
@@ -143,10 +138,10 @@ class QueryRouter:
     def _query_global(self, request: StateQueryRequest, routes: _Routes, token: str) -> StateQueryResult:
         why = "no stream thread runs now; retry"
         for address in routes.endpoints:
-            try:
-                return self._send(address, token, (request, []))
-            except Exception as exc:
-                why = f"{address[0]}:{address[1]}: {exc}"
+            reply = self._exchange(token, {address: (request, [])})[address]
+            if not isinstance(reply, Exception):
+                return reply
+            why = f"{address[0]}:{address[1]}: {reply}"
         return StateQueryResult(global_result=QueryResult.for_failure(FailureReason.NOT_PRESENT, why))
 
     def _ask(self, request: StateQueryRequest, sub: int, targets: dict[int, Address | None],
@@ -158,14 +153,8 @@ class QueryRouter:
         for partition, address in targets.items():
             if address is not None:
                 by_endpoint.setdefault(address, []).append(partition)
-        calls = {address: (request, [f"{sub}_{p}" for p in ps]) for address, ps in by_endpoint.items()}
-        if len(calls) == 1:
-            address, message = next(iter(calls.items()))
-            replies = {address: self._try(address, token, message)}
-        else:
-            futures = {address: self._pool.submit(self._try, address, token, message)
-                       for address, message in calls.items()}
-            replies = {address: future.result() for address, future in futures.items()}
+        replies = self._exchange(token, {address: (request, [f"{sub}_{p}" for p in ps])
+                                         for address, ps in by_endpoint.items()})
         for address, reply in replies.items():
             if isinstance(reply, Exception):
                 for p in by_endpoint[address]:
@@ -179,53 +168,16 @@ class QueryRouter:
                 if p not in reply.partition_results:
                     why[p] = f"its task is not open at {address[0]}:{address[1]} (moving); retry"
 
-    def _try(self, address: Address, token: str, message: QueryRequest) -> Any:
-        try:
-            return self._send(address, token, message)
-        except Exception as exc:  # reported per partition
-            self._forget(address)
-            return exc
-
-    def _send(self, address: Address, token: str, message: QueryRequest) -> StateQueryResult:
-        connection = self._take(address, token)
-        try:
-            connection.send(message)
-            if not connection.poll(REPLY_TIMEOUT_S):
-                raise TimeoutError(f"no answer in {REPLY_TIMEOUT_S:.0f} s")
-            reply = connection.recv()
-        except BaseException:
-            connection.close()
-            raise
-        with self._lock:
-            self._idle.setdefault((address, token), []).append(connection)
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
-    def _take(self, address: Address, token: str) -> Connection:
-        with self._lock:
-            idle = self._idle.get((address, token))
-            if idle:
-                return idle.pop()
-        sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(None)  # Connection reads a blocking descriptor; replies are awaited with poll
-        connection = Connection(sock.detach())
-        try:
-            answer_challenge(connection, token.encode())
-            deliver_challenge(connection, token.encode())
-        except BaseException:
-            connection.close()
-            raise
-        return connection
+    def _exchange(self, token: str, messages: dict[Address, Any]) -> dict[Address, Any]:
+        """The endpoints' replies; an endpoint that failed is forgotten as a place of stale answers."""
+        replies = self._channels.exchange(token, messages) if messages else {}
+        for address, reply in replies.items():
+            if isinstance(reply, Exception):
+                self._forget(address)
+        return replies
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, {}
-        for connections in idle.values():
-            for connection in connections:
-                connection.close()
-        self._pool.shutdown(wait=False)
+        self._channels.close()
 
     # ---- the map --------------------------------------------------------------------------------
     def _routes(self) -> tuple[_Routes, str]:
@@ -236,29 +188,33 @@ class QueryRouter:
         threads, token = found
         with self._lock:
             if token != self._held_token:
-                self._held, self._held_token = {}, token
+                self._held, self._last_active, self._held_token = {}, {}, token
             for thread in threads:
                 address = thread.query_address
                 if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
                     continue
                 for task in [*thread.active_tasks, *thread.standby_tasks]:
                     self._held[task] = {address: None, **self._held.get(task, {})}  # the latest first
+                self._last_active.update(dict.fromkeys(thread.active_tasks, address))
                 if thread.thread_state == "RUNNING":
                     routes.endpoints.append(address)
                     routes.active.update({task: address for task in thread.active_tasks})
                     for task in thread.standby_tasks:
                         routes.standbys.setdefault(task, []).append(address)
             held = {task: list(addresses) for task, addresses in self._held.items()}
+            for task, address in self._last_active.items():  # no thread runs it: where it is parked
+                routes.active.setdefault(task, address)
         for task, addresses in held.items():  # then where it was held lately: parked there, stale
             known = routes.standbys.setdefault(task, [])
             known.extend([a for a in addresses if a not in known and a != routes.active.get(task)])
         return routes, token
 
     def _forget(self, address: Address) -> None:
-        """An endpoint that failed is no longer a place to look for stale answers."""
+        """An endpoint that failed is no longer a place to look for stale answers, nor a parked active."""
         with self._lock:
             for addresses in self._held.values():
                 addresses.pop(address, None)
+            self._last_active = {task: a for task, a in self._last_active.items() if a != address}
 
     def _stores_entry(self, store_name: str) -> tuple[int, int] | None:
         if store_name not in self._stores:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import pickle
 import socket
 import threading
 from collections.abc import Mapping
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge
 from typing import Any, Protocol
 
+from strom.errors import InvalidStateStoreError
 from strom.streams.query.evaluate import TaskStores, answer
 from strom.streams.query.requests import Position, StateQueryRequest, StateQueryResult
 
@@ -30,7 +32,9 @@ __all__ = ["QueryEndpoint", "QueryRequest", "seed_positions", "serve_queries"]
 log = logging.getLogger(__name__)
 
 QueryRequest = tuple[StateQueryRequest, list[str]]
-"""What the driver sends: the request and the task ids to answer it for (none: a global store)."""
+"""A request of the driver and the task ids to answer it for (none: a global store); a message of the
+driver is a list of them (the requests of its callers that came together), its reply a list of their
+answers."""
 
 
 class _Thread(Protocol):
@@ -81,25 +85,40 @@ class QueryEndpoint:
         with connection:
             while not self._closed:
                 try:
-                    request, task_ids = connection.recv()
+                    requests = connection.recv()
                 except (EOFError, OSError):
                     return
                 if self._closed:  # a later run's endpoint serves this worker now
                     return
                 try:
-                    reply: Any = self.answer(request, task_ids)
-                except Exception as exc:  # never lose the connection over one request
-                    log.exception("Query endpoint: answering %r failed", request)
-                    reply = exc
-                try:
-                    connection.send(reply)
+                    connection.send(self.answer_all(requests))
                 except (OSError, ValueError):
                     return
 
-    def answer(self, request: StateQueryRequest, task_ids: list[str]) -> StateQueryResult:
-        """The request answered for ``task_ids`` from what the thread holds now; a task it does not
-        hold is not in the answer (the driver reports it as not present)."""
+    def answer_all(self, requests: list[bytes]) -> list[bytes]:
+        """Each pickled request of a message answered, pickled on its own: an answer, or the exception
+        that stands for it (the driver gives it to that caller alone). The stores the thread holds are
+        looked up once for the message."""
         held = self._held()
+        replies = []
+        for data in requests:
+            try:
+                request, task_ids = pickle.loads(data)
+                reply: Any = self._answer(request, task_ids, held)
+            except Exception as exc:  # never lose the connection over one request
+                log.exception("Query endpoint: answering a request failed")
+                reply = exc
+            try:
+                replies.append(pickle.dumps(reply, pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:  # an answer holding a value that cannot be pickled
+                replies.append(pickle.dumps(InvalidStateStoreError(
+                    f"the answer could not be sent to the driver: {type(exc).__name__}: {exc}")))
+        return replies
+
+    def _answer(self, request: StateQueryRequest, task_ids: list[str],
+                held: Mapping[str, TaskStores]) -> StateQueryResult:
+        """The request answered for ``task_ids`` from what the thread holds now (``held``); a task it
+        does not hold is not in the answer (the driver reports it as not present)."""
         partitions = {int(task_id.rsplit("_", 1)[1]): held[task_id]
                       for task_id in task_ids if task_id in held}
         return answer(request, partitions, self._global_stores() if not task_ids else None)
@@ -117,7 +136,7 @@ class QueryEndpoint:
                 continue
         else:
             return {}
-        held = {task_id: TaskStores(standby.task.context.stores, Position.empty, standby=True)
+        held = {task_id: TaskStores(standby.task.context.stores, _position(standby.task), standby=True)
                 for task_id, standby in standbys}
         held.update({task_id: TaskStores(running.open.task.context.stores, _position(running.open.task))
                      for task_id, running in active})

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from strom.errors import InvalidStateStoreError
-from strom.streams.query.evaluate import MAX_RESULTS
+from strom.streams.query.evaluate import MAX_RESULTS, PrefixScanQuery, TimestampedWindows
 from strom.streams.query.requests import (
     KeyQuery,
     Query,
@@ -111,24 +111,28 @@ class RemoteStore:
         return sum(1 for _ in self.range(None, None))
 
     def prefix_scan(self, prefix: Any, prefix_key_serializer: Any) -> Iterator[tuple[Any, Any]]:
-        raise InvalidStateStoreError(f"Store {self.name!r}: prefix_scan is not served by the running "
-                                     "application's tasks; read a key range (range(from, to)) instead.")
+        """Per partition in key order (the serializer travels to the workers: it must be picklable)."""
+        return self._scan(PrefixScanQuery(prefix, prefix_key_serializer, self._timestamped))
 
     # ---- windows and sessions ------------------------------------------------------------------
     def fetch(self, key: Any, window_start: int | None = None) -> Any:
         if window_start is None:  # a session store's every session of the key
             return self._scan(WindowRangeQuery.with_key(key))
-        windows = self._scan(WindowKeyQuery.with_key_and_window_start_range(key, window_start, window_start))
+        windows = self.fetch_range(key, window_start, window_start)
         return next((value for _, value in windows), None)
 
     def fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
-        return self._scan(WindowKeyQuery.with_key_and_window_start_range(key, time_from, time_to))
+        windows = WindowKeyQuery.with_key_and_window_start_range(key, time_from, time_to)
+        return self._scan(self._windows(windows))
 
     def backward_fetch_range(self, key: Any, time_from: int, time_to: int) -> Iterator[tuple[int, Any]]:
         return reversed(list(self.fetch_range(key, time_from, time_to)))
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[tuple[Any, Any]]:
-        return self._scan(WindowRangeQuery.with_window_start_range(time_from, time_to))
+        return self._scan(self._windows(WindowRangeQuery.with_window_start_range(time_from, time_to)))
+
+    def _windows(self, query: WindowKeyQuery | WindowRangeQuery) -> Query:
+        return TimestampedWindows(query) if self._timestamped else query
 
     def fetch_key_range(self, key_from: Any, key_to: Any, time_from: int, time_to: int) -> Iterator[Any]:
         """The windows of every key, filtered by key here: the keys' own order, not their bytes'."""
@@ -155,6 +159,7 @@ _VIEWS: dict[str, Callable[[str, list[Any]], Any]] = {
     "timestamped_key_value_store": ReadOnlyKeyValueStore,
     "versioned_key_value_store": ReadOnlyVersionedKeyValueStore,
     "window_store": ReadOnlyWindowStore,
+    "timestamped_window_store": ReadOnlyWindowStore,
     "session_store": ReadOnlySessionStore,
 }
 
@@ -174,8 +179,8 @@ def remote_view(params: StoreQueryParameters, store_builder: Any, partitions: in
     view = _VIEWS.get(params.query_type.name)
     if view is None:
         raise InvalidStateStoreError(f"Store {params.store_name!r}: {params.query_type.name} is not served "
-                                     "by the running application's tasks; query it as window_store (plain "
-                                     "values) or send a WindowKeyQuery with SparkStreams.query.")
+                                     "by the running application's tasks; query it as one of "
+                                     f"{sorted(_VIEWS)}.")
     return view(params.store_name, [RemoteStore(params, query, running)])
 
 

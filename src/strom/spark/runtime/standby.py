@@ -75,15 +75,20 @@ class StandbyTask(LeasedTask):
         return (self._consumer,)
 
     def update(self) -> int:
-        """Applies what the changelogs gained since the last update; returns the records applied."""
+        """Applies what the changelogs gained since the last update; returns the records applied.
+
+        Its position (interactive queries' Position) is then the group's offsets read before the
+        changelogs: the active commits its changelog writes before (at least once) or with (exactly
+        once) its input offsets, so changelogs read to their ends afterwards hold every write of the
+        inputs before those offsets."""
         self.lag = self._behind()
-        committed = None
-        sourced = self.task.source_changelog_partitions()
-        if sourced:
-            committed = committed_offsets(self._consumer, self._config.application_id,
-                                          [(tp.topic, tp.partition) for tp in sourced.values()], TIMEOUT_S)
+        inputs = {(tp.topic, tp.partition) for tp in self.task.partition_group.queues}
+        sourced = {(tp.topic, tp.partition) for tp in self.task.source_changelog_partitions().values()}
+        committed = committed_offsets(self._consumer, self._config.application_id, inputs | sourced,
+                                      TIMEOUT_S)
         applied = restore_task(self.task, self._consumer, log_ends=self._log_ends, committed=committed)
         self.restored += applied
+        self.task.committed_position = {tp: offset - 1 for tp, offset in committed.items() if tp in inputs}
         return applied
 
     def _behind(self) -> int:

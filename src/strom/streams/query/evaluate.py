@@ -10,7 +10,9 @@ holds at least what the position says.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
@@ -43,12 +45,32 @@ from strom.streams.state.internals.metered import (
 )
 from strom.streams.state.timestamped import ValueAndTimestamp
 
-__all__ = ["MAX_RESULTS", "TaskStores", "answer", "committed_view", "execute"]
+__all__ = ["MAX_RESULTS", "PrefixScanQuery", "TaskStores", "TimestampedWindows", "answer", "committed_view",
+           "execute"]
 
 MAX_RESULTS = 100_000
 """A range or window query answers at most this many entries per partition (its message says so):
 an answer travels in one message."""
 _RETRIES = 3
+
+
+@dataclass(frozen=True)
+class PrefixScanQuery(Query):
+    """IQv1's ``prefix_scan``, which no IQv2 type of Kafka's asks: the entries whose key serialized by
+    ``serializer`` starts with ``prefix`` serialized by it, in key order (ValueAndTimestamp values from
+    a timestamped store when ``timestamped``). The IQv1 views of a running application send it."""
+
+    prefix: Any
+    serializer: Any
+    timestamped: bool = False
+
+
+@dataclass(frozen=True)
+class TimestampedWindows(Query):
+    """``query`` (a WindowKeyQuery or WindowRangeQuery) answered with ValueAndTimestamp values from a
+    timestamped window store: IQv1's ``timestamped_window_store()`` views of a running application."""
+
+    query: WindowKeyQuery | WindowRangeQuery
 
 
 @dataclass
@@ -64,7 +86,47 @@ def committed_view(store: Any) -> Any:
     """A read-only copy of ``store``'s layers that reads its committed state: the record cache is
     skipped and the layer that buffers uncommitted writes is replaced by its committed reader; the
     inner store is shared. Attributes a layer bound to a layer below (its per-record shortcuts) are
-    bound to the copies."""
+    bound to the copies.
+
+    The copy is kept and reused while every copied layer's attributes are the same objects as when it
+    was made (a commit, a close or an init that rebinds one makes a new copy): building one costs more
+    than a key read."""
+    stamp = _stamp(store)
+    kept = _VIEWS.get(store)
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    view = _copy_layers(store)
+    with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced: not kept
+        _VIEWS[store] = (stamp, view)
+    return view
+
+
+_VIEWS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per store, its committed view and the stamp of the layers it was copied from."""
+
+
+def _copied_layers(store: Any) -> Iterator[Any]:
+    """The layers ``_copy_layers`` copies, outermost first: not the record cache; the layer with a
+    committed reader is the last."""
+    layer = store
+    while True:
+        if isinstance(layer, CachingLayer):
+            layer = layer.wrapped
+            continue
+        if hasattr(layer, "committed_reader"):
+            yield layer
+            return
+        if not isinstance(layer, StoreLayer):
+            return
+        yield layer
+        layer = layer.wrapped
+
+
+def _stamp(store: Any) -> tuple[int, ...]:
+    return tuple(id(value) for layer in _copied_layers(store) for value in vars(layer).values())
+
+
+def _copy_layers(store: Any) -> Any:
     copies: dict[int, Any] = {}
 
     def build(layer: Any) -> Any:
@@ -152,7 +214,8 @@ def _limited(entries: Iterator[tuple[Any, Any]], value: Callable[[Any], Any]) ->
 def execute(query: Query, store: Any) -> Any:
     """One query against one store (a committed view); _Unknown when the store's kind does not
     answer the query's type."""
-    timestamped_query = isinstance(query, (TimestampedKeyQuery, TimestampedRangeQuery))
+    timestamped_query = isinstance(query, (TimestampedKeyQuery, TimestampedRangeQuery)) or (
+        isinstance(query, PrefixScanQuery) and query.timestamped)
     if isinstance(store, MeteredVersionedKeyValueStore):
         return _versioned(query, store)
     if isinstance(store, MeteredKeyValueStore):
@@ -165,17 +228,33 @@ def execute(query: Query, store: Any) -> Any:
         if isinstance(query, RangeQuery):
             scan = store.reverse_range if query.descending else store.range
             return _limited(scan(query.lower, query.upper), value)
+        if isinstance(query, PrefixScanQuery):
+            return _limited(store.prefix_scan(query.prefix, query.serializer), value)
     elif isinstance(store, MeteredWindowStore):
-        if isinstance(query, WindowKeyQuery):
-            return _limited(store.fetch_range(query.key, query.time_from, query.time_to), _plain)
-        if isinstance(query, WindowRangeQuery) and query.time_from is not None:
-            return _limited(store.fetch_all(query.time_from, query.time_to), _plain)
+        return _windows(query, store)
     elif isinstance(store, MeteredSessionStore) and _sessions_of_key(query):
         return _limited(store.fetch(query.key), _plain)
-    raise _Unknown(f"store {store.name!r} ({type(store).__name__}) does not answer {type(query).__name__}; "
-                   "key-value stores answer KeyQuery and RangeQuery, window stores WindowKeyQuery and "
-                   "WindowRangeQuery.with_window_start_range, session stores WindowRangeQuery.with_key, "
-                   "versioned stores VersionedKeyQuery and MultiVersionedKeyQuery")
+    raise _unknown(query, store)
+
+
+def _unknown(query: Query, store: Any) -> _Unknown:
+    return _Unknown(f"store {store.name!r} ({type(store).__name__}) does not answer {type(query).__name__}; "
+                    "key-value stores answer KeyQuery and RangeQuery, window stores WindowKeyQuery and "
+                    "WindowRangeQuery.with_window_start_range, session stores WindowRangeQuery.with_key, "
+                    "versioned stores VersionedKeyQuery and MultiVersionedKeyQuery")
+
+
+def _windows(query: Query, store: MeteredWindowStore) -> Any:
+    asked, value = query, _plain
+    if isinstance(query, TimestampedWindows):
+        if not store.timestamped:
+            raise _Unknown(f"window store {store.name!r} keeps no timestamps: read it as window_store")
+        asked, value = query.query, (lambda found: found)
+    if isinstance(asked, WindowKeyQuery):
+        return _limited(store.fetch_range(asked.key, asked.time_from, asked.time_to), value)
+    if isinstance(asked, WindowRangeQuery) and asked.time_from is not None:
+        return _limited(store.fetch_all(asked.time_from, asked.time_to), value)
+    raise _unknown(query, store)
 
 
 def _sessions_of_key(query: Query) -> bool:
@@ -192,13 +271,7 @@ def _versioned(query: Query, store: MeteredVersionedKeyValueStore) -> Any:
 
 
 def _versions(query: MultiVersionedKeyQuery, store: MeteredVersionedKeyValueStore) -> list[Any]:
-    """The versions valid at some time in [time_from, time_to], walked back from ``time_to``; the walk
-    ends at a time the key had no value (deleted or not yet written)."""
-    versions = []
-    record = store.get(query.key, query.time_to)
-    while record is not None and len(versions) < MAX_RESULTS:
-        versions.append(record)
-        if query.time_from is not None and record.timestamp <= query.time_from:
-            break
-        record = store.get(query.key, record.timestamp - 1)
+    """The versions valid at some time in [time_from, time_to], the versions before a deletion too (as
+    Kafka's versioned store answers), newest first unless ascending."""
+    versions = store.versions(query.key, query.time_from, query.time_to)[:MAX_RESULTS]
     return versions[::-1] if query.ascending else versions

@@ -141,6 +141,24 @@ class VersionedKeyValueBytesStore(StoreLayer):
         timestamp, raw = found
         return raw[9:], timestamp, _valid_to(raw)
 
+    def versions(self, key: bytes, time_from: int = MIN_TIMESTAMP,
+                 time_to: int = MAX_TIMESTAMP) -> list[tuple[bytes, int, int | None]]:
+        """(value, valid from, valid to) of every version valid at some time in [time_from, time_to],
+        the latest first. A deletion is no version: the versions before it are in the answer. As for
+        ``get``, a ``time_to`` older than the history keeps leaves only the latest version to answer."""
+        prefix = _prefix(key)
+        only_latest = time_to < self._oldest_valid_query(self.observed_stream_time())
+        found = []
+        for raw_key, raw in self.wrapped.reverse_range(prefix, prefix + sortable(time_to)):
+            valid_to = _valid_to(raw)
+            if (valid_to is not None and valid_to <= time_from) or (only_latest and valid_to is not None):
+                break
+            if raw[8:9] == _VALUE:
+                found.append((raw[9:], from_sortable(raw_key, len(prefix)), valid_to))
+            if only_latest:
+                break
+        return found
+
     def _version_at(self, prefix: bytes, timestamp: int) -> tuple[int, bytes] | None:
         """(valid from, stored version) of the version valid at ``timestamp``: one reverse seek."""
         for raw_key, raw in self.wrapped.reverse_range(prefix, prefix + sortable(timestamp)):

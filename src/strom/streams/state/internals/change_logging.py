@@ -139,6 +139,7 @@ class ChangeLoggingVersionedKeyValueStore(StoreLayer):
         super().__init__(wrapped)
         self._context: StateStoreContext | None = None
         self.get = wrapped.get
+        self.versions = wrapped.versions
 
     @property
     def history_retention_ms(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from strom.streams.state.internals.metered.store import MeteredStore
-from strom.streams.state.internals.timestamps import MAX_TIMESTAMP
+from strom.streams.state.internals.timestamps import MAX_TIMESTAMP, MIN_TIMESTAMP
 from strom.streams.state.versioned import VersionedRecord, check_timestamp
 
 
@@ -35,6 +35,17 @@ class MeteredVersionedKeyValueStore(MeteredStore):
             return None
         raw_value, valid_from, valid_to = found
         return VersionedRecord(self._value_de(self._topic, raw_value), valid_from, valid_to)
+
+    def versions(self, key: Any, time_from: int | None = None,
+                 time_to: int | None = None) -> list[VersionedRecord]:
+        """Every version valid at some time in [time_from, time_to] (None: unbounded), the latest first;
+        the versions before a deletion too (interactive queries' MultiVersionedKeyQuery)."""
+        self.metrics.get += 1
+        found = self.wrapped.versions(
+            self._raw_key(key), MIN_TIMESTAMP if time_from is None else check_timestamp(time_from, self.name),
+            MAX_TIMESTAMP if time_to is None else check_timestamp(time_to, self.name))
+        return [VersionedRecord(self._value_de(self._topic, raw), valid_from, valid_to)
+                for raw, valid_from, valid_to in found]
 
     def delete(self, key: Any, timestamp: int) -> VersionedRecord | None:
         """Writes a tombstone at ``timestamp``; returns the version that was valid then, if any."""
