@@ -58,7 +58,7 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 # own start-up, a Kafka cluster's rolling restart, partitions held for their timeouts) then the tests not
 # marked slow beside them, their report (.cache/side-tests.log) printed after the foreground's. Either
 # failing fails `make test`.
-SIDE_SLOW := tests/cli tests/tasks tests/faults
+SIDE_SLOW := tests/cli tests/tasks tests/faults tests/security
 test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	@mkdir -p .cache
