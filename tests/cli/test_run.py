@@ -168,7 +168,8 @@ def test_a_bad_master_a_bad_runtime_key_and_no_broker_fail_before_spark(tmp_path
     app = tmp_path / "app.py"
     app.write_text("from strom.streams import StreamsBuilder\ndef build():\n"
                    "    builder = StreamsBuilder()\n    builder.stream('in').to('out')\n"
-                   "    return builder.build(), {'application.id': 'x'}\n")
+                   "    return builder.build(), {'application.id': 'x', 'default.key.serde': 'String',\n"
+                   "                             'default.value.serde': 'String'}\n")
     cases = [(["--master", "bogus://x"], "'bogus://x' is not a Spark master"),
              (["--config", "execution.mode=batch"], "execution.mode"),
              (["--bootstrap-servers", "127.0.0.1:1"], "No broker reachable at 127.0.0.1:1")]
