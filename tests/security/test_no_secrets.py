@@ -95,6 +95,7 @@ def said(call: Callable[[], object]) -> str:
 
 def test_no_secret_in_logs_errors_metrics_or_cli_output(broker, pki, caplog, tmp_path):
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="strom.kafka.librdkafka")  # a CLI run in this process quiets it
     admin = clients.admin(broker["sasl"], **sasl(broker, pki, "admin"))
     topic, sub_id = unique("mail"), unique("mailer")
     clients.create_topics(broker["sasl"], {topic: 1}, settings=sasl(broker, pki, "admin"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import logging
 from functools import partial
 from typing import Any
 
@@ -19,6 +20,8 @@ from confluent_kafka import (
     ConsumerGroupTopicPartitions,
     ConsumerGroupType,
     IsolationLevel,
+    KafkaError,
+    KafkaException,
     TopicPartition,
 )
 from confluent_kafka.admin import ConsumerGroupDescription, OffsetSpec
@@ -29,6 +32,8 @@ from strom.cli.topics import result
 from strom.errors import StromError
 from strom.kafka.instances import SESSION_TIMEOUT_MS, application_of, instances_group
 from strom.kafka.security import refusal
+
+log = logging.getLogger(__name__)
 
 _INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD, ConsumerGroupState.UNKNOWN)
 
@@ -74,8 +79,20 @@ def _running(connection: Connection, applications: list[str]) -> dict[str, list[
         return {}
     futures = connection.admin().describe_consumer_groups([instances_group(app) for app in applications],
                                                           request_timeout=TIMEOUT)
-    return {app: result(futures[instances_group(app)], f"describe group {instances_group(app)!r}").members
-            for app in applications}
+    return {app: _instances(futures[instances_group(app)], instances_group(app)) for app in applications}
+
+
+def _instances(future: Any, group: str) -> list[Any]:
+    """The group's members; none when this principal may not describe it (docs/deploy.md: without that
+    ACL the application runs, but the CLI cannot see it running), said at -v."""
+    try:
+        return future.result(TIMEOUT).members
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.GROUP_AUTHORIZATION_FAILED:
+            raise StromError(f"Could not describe group {group!r}: {exc.args[0].str()}") from exc
+        log.info("Cannot tell whether the application of group %s runs: this principal may not describe "
+                 "that group.", group)
+        return []
 
 
 def refuse_if_running(connection: Connection, application: str, action: str) -> None:

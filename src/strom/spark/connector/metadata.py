@@ -35,8 +35,9 @@ _RETRY_S = 10.0
 _RETRY_BACKOFF_S = 0.1
 _PASSING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT,
-            KafkaError._NOENT}
-"""``_NOENT``: librdkafka's "No leaders found", for partitions whose leader it does not know yet."""
+            KafkaError._NOENT, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH}
+"""``_NOENT``: librdkafka's "No leaders found", for partitions whose leader it does not know yet; the
+leader epochs: a node that has not yet learnt the partition's newest leader."""
 
 
 class DriverMetadata:
