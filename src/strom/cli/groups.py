@@ -83,7 +83,7 @@ def _running(connection: Connection, applications: list[str]) -> dict[str, list[
 
 
 def _instances(future: Any, group: str) -> list[Any]:
-    """The group's members; none when this principal may not describe it (docs/deploy.md: without that
+    """The group's members; none when this principal may not describe it (as docs/deploy.md says, without that
     ACL the application runs, but the CLI cannot see it running), said at -v."""
     try:
         return future.result(TIMEOUT).members
