@@ -28,9 +28,9 @@ __all__ = [
 ]
 
 METADATA_TIMEOUT_S = 10.0
+"""How long a metadata or watermark request may take before the broker counts as unreachable."""
 ASK_COMMITTED_S = 5.0
 """One committed() call's wait: between calls a refused group is looked for (``fetch_committed``)."""
-"""How long a metadata or watermark request may take before the broker counts as unreachable."""
 STALL_TIMEOUT_S = 120.0
 """How long a read may go without a record or an end-of-partition event before it fails."""
 BATCH = 10_000

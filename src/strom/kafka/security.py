@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 
 from strom.errors import StromError
+from strom.kafka.causes import causes, kafka_error
 
 SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem",
                          "ssl.truststore.password", "sasl.oauthbearer.client.secret",
@@ -74,12 +75,8 @@ def refusal(settings: Mapping[str, Any], error: KafkaError, topic: str = "", gro
 def refusal_behind(settings: Mapping[str, Any], exc: BaseException,
                    **names: str) -> AuthorizationError | None:
     """``refusal`` of the Kafka error ``exc`` was raised from (strom's errors keep it as their cause)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, KafkaException) and seen.args and isinstance(seen.args[0], KafkaError):
-            return refusal(settings, seen.args[0], **names)
-        seen = seen.__cause__
-    return None
+    error = next((error for error in map(kafka_error, causes(exc)) if error is not None), None)
+    return None if error is None else refusal(settings, error, **names)
 
 
 def authentication_error(settings: Mapping[str, Any], servers: str, reason: str) -> AuthenticationError:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -42,6 +42,7 @@ from strom.errors import (
     TransactionStalledError,
 )
 from strom.kafka import clients
+from strom.kafka.causes import causes, kafka_error
 from strom.kafka.security import refusal
 
 __all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced", "send_timed_out"]
@@ -65,10 +66,10 @@ def fenced(exc: BaseException | None, producer: TransactionalProducer | None = N
     """Whether ``exc``, or an exception it was raised from, says ``producer`` was fenced (its errors
     surface wrapped in a task's ProcessingError). librdkafka's ``produce`` names a fenced producer's
     fatal error only ``_FATAL``: then ``producer`` is asked (``is_fenced``)."""
-    for cause in _causes(exc):
+    for cause in causes(exc):
         if isinstance(cause, ProducerFencedError):
             return True
-        if (error := _kafka_error(cause)) is not None:
+        if (error := kafka_error(cause)) is not None:
             if error.code() in FENCED:
                 return True
             if error.code() == KafkaError._FATAL and producer is not None:
@@ -81,22 +82,9 @@ def send_timed_out(exc: BaseException | None) -> bool:
     (``message.timeout.ms``: librdkafka retried while a leader was unreachable or moving). Under
     exactly-once the transaction is then aborted and the tasks done again from their last commit, as
     Kafka Streams does on a retriable send error (``TaskCorruptedException``): never a failure."""
-    return any((error := _kafka_error(cause)) is not None and error.code() == KafkaError._MSG_TIMED_OUT
-               for cause in _causes(exc))
+    return any((error := kafka_error(cause)) is not None and error.code() == KafkaError._MSG_TIMED_OUT
+               for cause in causes(exc))
 
-
-def _causes(exc: BaseException | None) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-def _kafka_error(exc: BaseException) -> KafkaError | None:
-    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        return exc.args[0]
-    return None
 
 T = TypeVar("T")
 
