@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.errors import BrokerUnavailableError, ConfigError
-from strom.kafka.security import authorization_error
+from strom.kafka.security import authorization_error, refusal
 
 __all__ = [
     "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "UNUSED_GROUP", "admin",
@@ -202,8 +202,8 @@ def check_described(client: AdminClient, topics: Iterable[str], settings: Mappin
             meta = None
             log.debug("No metadata for %s (%s)", topic, exc)
         if meta is not None and meta.error is not None and (
-                meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED):
-            raise authorization_error(settings, "Topic", topic, "Describe", meta.error.name())
+                refused := refusal(settings, meta.error, topic=topic, topic_operation="Describe")):
+            raise refused
 
 
 def create_topics(

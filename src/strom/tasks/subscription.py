@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from strom.concurrency import AsyncRuntime
 from strom.errors import ConfigError, UnknownTopicError
 from strom.kafka import clients
-from strom.kafka.security import AuthorizationError, authorization_error, refusal, security_settings
+from strom.kafka.security import AuthorizationError, refusal, security_settings
 from strom.tasks.context import Record, record_of
 from strom.tasks.metrics import PartitionMetricsSnapshot
 from strom.tasks.partition import IgnoredKeys, PartitionContext
@@ -191,8 +191,8 @@ class ProcessorSubscription:
             if meta is not None and meta.error is None and meta.partitions:
                 return len(meta.partitions)
             if meta is not None and meta.error is not None and (
-                    meta.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED):
-                raise authorization_error(self._settings, "Topic", topic, "Describe", meta.error.name())
+                    refused := refusal(self._settings, meta.error, topic=topic, topic_operation="Describe")):
+                raise refused
             if time.monotonic() >= deadline:
                 raise UnknownTopicError(f"Topic {topic!r} does not exist: create it before subscribing "
                                         f"(e.g. with strom.kafka.clients.create_topics).")
