@@ -87,6 +87,27 @@ def test_a_thread_that_finishes_is_not_lost_and_one_that_fails_fails_the_batch(c
     assert control.reason_to_end() == f"stream thread failed: {control.failure}"
 
 
+def test_a_finished_thread_stays_listed_as_the_parked_holder_until_its_slot_says_hello_again(control):
+    control.begin_batch(1, 2, TASKS, hello_timeout_s=30)
+    clients = [ControlClient(control.address, control.token, 1, i) for i in range(2)]
+    hellos = [threading.Thread(target=c.hello, args=([],)) for c in clients]
+    for hello in hellos:
+        hello.start()
+    for hello in hellos:
+        hello.join(10)
+    clients[0].report({}, FINISHED)
+    clients[0].close()
+    clients[1].close()  # lost: it never said it finished
+    assert wait_for(lambda: control.live_threads() == 0, 5)
+    control.begin_batch(2, 1, TASKS, hello_timeout_s=30)  # the next batch's threads have not said hello
+    assert {name: t.thread_state for name, t in control.threads.items()} == {"stream-thread-0": FINISHED}
+    again = ControlClient(control.address, control.token, 2, 0)
+    threading.Thread(target=again.hello, args=([],), daemon=True).start()
+    assert wait_for(lambda: control.threads["stream-thread-0"].batch == 2, 10)
+    assert control.threads["stream-thread-0"].thread_state == "RUNNING"
+    again.close()
+
+
 def test_a_silent_thread_is_lost_and_heartbeats_keep_a_busy_one(control, monkeypatch):
     monkeypatch.setattr(control_module, "SILENT_S", 2.5)
     control.begin_batch(1, 1, TASKS, hello_timeout_s=30)

@@ -218,7 +218,8 @@ class ThreadControl:
                     replicas: int = 0, acceptable_lag: int = 0, stateful: Collection[str] | None = None,
                     suspects: Collection[int] = (), fence: Fence | None = None) -> BatchAssignment:
         """Starts batch ``batch``; connections of earlier batches are dropped (anything they say later is
-        ignored: a frozen thread thawed, a fenced one)."""
+        ignored: a frozen thread thawed, a fenced one). A thread that finished stays listed until its
+        slot says hello again: its worker keeps its tasks open, parked, and answers queries for them."""
         with self._lock:
             self._batch = BatchAssignment(batch, threads, tasks, hello_timeout_s, replicas, acceptable_lag,
                                           stateful, suspects, fence)
@@ -226,7 +227,9 @@ class ThreadControl:
             silent = {name for name, c in self._connections.items() if now - c.heard > SILENT_S}
             self._connections = {}
             self._lost = []
-            for name in [n for n, t in self.threads.items() if t.thread_state != "RUNNING" or n in silent]:
+            gone = [name for name, thread in self.threads.items()
+                    if thread.thread_state not in ("RUNNING", FINISHED) or name in silent]
+            for name in gone:
                 del self.threads[name]
             return self._batch
 
@@ -345,7 +348,7 @@ class ThreadControl:
                 metadata = self.threads[connection.name]
                 if metadata.thread_state not in (FINISHED, FAILED):
                     self._lost.append(connection.name)
-                metadata.thread_state = "DEAD"
+                    metadata.thread_state = "DEAD"
 
 
 class _Server(socketserver.ThreadingTCPServer):
