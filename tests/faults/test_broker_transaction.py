@@ -2,13 +2,14 @@
 
 A transactional client (``transaction_client.py``, plain confluent-kafka, on a host of its own) writes
 records in a transaction, then is cut off from the broker: for longer than its ``transaction.timeout.ms``
-(6 s), or for 2 s. Cut off longer, the broker must abort the transaction on its own: nothing of it
-visible read_committed, and the last stable offset moves past it (consumers read_committed are not held
-up); healed, the client's commit of the timed-out transaction must fail, and the client recover. Cut
-off shorter, the transaction commits. Either way exactly as on Apache Kafka: the same scenario runs
-against the topology's Kafka cluster (``topology.py``) and the answers are compared. Each broker aborts
-timed-out transactions every second (``transaction.abort.timed.out.transaction.cleanup.interval.ms``),
-so the abort comes 6-7 s after the last write.
+(6 s), or for 2 s, short of it (its timeout then 30 s). Cut off longer, the broker must abort the
+transaction on its own: nothing of it visible read_committed, and the last stable offset moves past it
+(consumers read_committed are not held up); healed, the client's commit of the timed-out transaction
+must fail, and the client recover. Cut off shorter, the transaction commits. Either way exactly as on
+Apache Kafka: the same scenario runs against the topology's Kafka cluster (``topology.py``) and the
+answers are compared. Each broker aborts timed-out transactions every second
+(``transaction.abort.timed.out.transaction.cleanup.interval.ms``), so the abort comes 6-7 s after the
+transaction began.
 """
 
 from __future__ import annotations
@@ -34,8 +35,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420),
               pytest.mark.usefixtures("word_count")]  # started now, its start overlaps this (conftest.py)
 
 CLIENT = Path(__file__).with_name("transaction_client.py")
-TRANSACTION_TIMEOUT_S = 6.0  # transaction_client.py's transaction.timeout.ms
+TRANSACTION_TIMEOUT_S = 6.0
+"""The client's ``transaction.timeout.ms`` when cut off until the broker aborts: short, as the test waits
+it out twice (Kafka, strom)."""
 SHORT_CUT_S = 2.0
+SHORT_CUT_TIMEOUT_S = 30.0
+"""The client's ``transaction.timeout.ms`` when cut off for ``SHORT_CUT_S``: the cut is short of it, and so
+must be everything else the transaction lives through: its opening, the test's rules for the cut, its
+read_committed check, the heal and the commit. At load 77-135 those took more than a 6 s timeout's
+remaining 4 s (Apache Kafka, the judge, then aborted the transaction itself); the test asserts the
+transaction's measured life stays short of this."""
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +86,15 @@ def partitioned_mid_transaction(network: Network, client_host: Host, broker_host
     the broker aborted the transaction and 2 s more; what the client answered, what was visible, when."""
     topic = unique("faults-txn")
     clients.create_topics(bootstrap, {topic: 1})
-    command = client_host.command([sys.executable, str(CLIENT), bootstrap, topic, unique("faults-txn-id")])
+    timeout_s = SHORT_CUT_TIMEOUT_S if cut_s else TRANSACTION_TIMEOUT_S
+    command = client_host.command([sys.executable, str(CLIENT), bootstrap, topic, unique("faults-txn-id"),
+                                   str(int(timeout_s * 1000))])
     client = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
     aborted_after = None
     try:
         assert client.stdout.readline().strip() == "open", client.stderr.read()
+        opened = time.monotonic()
         for broker_host in broker_hosts:
             network.partition(client_host, broker_host)
         cut = time.monotonic()
@@ -92,14 +104,17 @@ def partitioned_mid_transaction(network: Network, client_host: Host, broker_host
             assert read_topic(bootstrap, topic, timeout=5) == [], "the timed-out transaction became visible"
         time.sleep(max(0.0, (cut_s or TRANSACTION_TIMEOUT_S + 2) - (time.monotonic() - cut)))
         network.heal()
+        cut_s_measured = time.monotonic() - cut
         output, errors = client.communicate("healed\n", timeout=180)
+        lived_s = time.monotonic() - opened
     finally:
         network.heal()
         client.kill()
     assert client.returncode == 0, errors
     answer = json.loads(output.strip().splitlines()[-1])
     values = [record.value().decode() for record in read_topic(bootstrap, topic, expected=5, timeout=30)]
-    return {**answer, "visible": values, "aborted_after_s": aborted_after}
+    return {**answer, "visible": values, "aborted_after_s": aborted_after, "cut_s": round(cut_s_measured, 1),
+            "lived_s": round(lived_s, 1), "timeout_s": timeout_s}
 
 
 def _stable_after(bootstrap: str, topic: str, timeout: float) -> float:
@@ -133,6 +148,8 @@ def test_a_client_cut_off_mid_transaction_recovers_as_on_kafka(topology, strom_b
     assert on_strom["visible"] == expected, on_strom
     if cut_s is None:
         assert on_strom["aborted_after_s"] < TRANSACTION_TIMEOUT_S + 5, on_strom
+    else:  # each transaction lived (opened to committed) short of its timeout: what this case is about
+        assert max(on_kafka["lived_s"], on_strom["lived_s"]) < SHORT_CUT_TIMEOUT_S, (on_kafka, on_strom)
     for key in ("commit", "fatal", "abortable", "recovery"):
         assert on_strom.get(key) == on_kafka.get(key), f"strom {on_strom}\nkafka {on_kafka}"
     print(f"Apache Kafka: {on_kafka}\nstrom broker: {on_strom}")

@@ -10,6 +10,9 @@ caught up within 60 s of the heal; the last test checks the subscription's recor
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +20,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 
+from strom.spark.runtime.thread import transactional_id
 from support.hosts import pause, resume
 
 from .tasks_run import TasksRun, cut_from_its_group_coordinator
-from .topology import Topology, WordCountRun
+from .topology import WORKERS, Topology, WordCountRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -239,3 +243,33 @@ def test_strom_tasks_lost_nothing_and_kept_key_order_through_every_fault(tasks):
     tasks.close()
     total, replays = tasks.check()
     print(f"strom.tasks: {total} records, {replays} processed again (replays from a committed position)")
+
+
+def test_exactly_once_v2_was_one_transaction_per_stream_thread_through_every_fault(topology, word_count):
+    """exactly_once_v2 as issue 38 made it, one transaction per stream thread (not one per task), held
+    through every fault above: the cluster's coordinators know exactly the thread slots' transactional
+    ids of the application (as ``strom transactions`` shows them), and every producer that wrote its
+    repartition or output records is one of theirs, so each count above was committed by a thread's
+    transaction, whatever was cut, paused or fenced on the way."""
+    bootstrap, app_id = topology.bootstrap, word_count.app_id
+    listed = _strom_json("transactions", "list", "-b", bootstrap)
+    ids = {row["transactional.id"] for row in listed if row["transactional.id"].startswith(f"{app_id}-")}
+    assert ids == {transactional_id(app_id, slot) for slot in range(WORKERS)}, ids
+    slots = {json.loads(line)["producer_id"] for line in _strom(
+        "transactions", "describe", "-b", bootstrap, *sorted(ids), "--output", "json").splitlines()}
+    writers = {topic: {row["producer_id"] for row in _strom_json(
+        "transactions", "describe-producers", "-b", bootstrap, "--topic", topic)}
+        for topic in (word_count.names["counts"], f"{app_id}-words-repartition")}
+    assert writers[word_count.names["counts"]], "no producer of the output known"  # (the repartition
+    # topic's records are deleted once committed, and its producers may be forgotten with them)
+    assert all(producers <= slots for producers in writers.values()), f"{writers}; thread slots: {slots}"
+    print(f"transactional ids {sorted(ids)}, producer ids {sorted(slots)}")
+
+
+def _strom(*args: str) -> str:
+    strom = Path(sys.executable).with_name("strom")
+    return subprocess.run([str(strom), *args], check=True, capture_output=True, text=True, timeout=120).stdout
+
+
+def _strom_json(*args: str) -> list[dict]:
+    return json.loads(_strom(*args, "--output", "json"))

@@ -175,8 +175,10 @@ class KafkaCluster:
 
     def __init__(self, base_dir: Path, brokers: int = 3, config: Mapping[str, object] | None = None,
                  heap: str = "512m", stop_timeout_s: float = 20.0,
-                 security: KafkaSecurity | None = None, hosts: Sequence[Host] = ()) -> None:
+                 security: KafkaSecurity | None = None, hosts: Sequence[Host] = (),
+                 java_options: Sequence[str] = ()) -> None:
         self.security = security
+        self.java_options = list(java_options)
         self.tls_ports = [free_port() for _ in range(brokers)] if security else []
         self.base_dir = Path(base_dir)
         self.hosts = list(hosts)
@@ -276,7 +278,8 @@ class KafkaCluster:
         logs = self.node_dir(node) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         return [java_command(), f"-Xms{self.heap}", f"-Xmx{self.heap}", "-XX:+UseG1GC",
-                "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true", f"-Dkafka.logs.dir={logs}",
+                "-XX:MaxGCPauseMillis=20", *self.java_options, "-Djava.awt.headless=true",
+                f"-Dkafka.logs.dir={logs}",
                 f"-Dlog4j2.configurationFile={self.node_dir(node) / 'log4j2.yaml'}",
                 "-cp", class_path(), main_class, *args]
 

@@ -76,8 +76,10 @@ class SparkCluster:
     def __init__(self, base_dir: Path, workers: int = 1, cores_per_worker: int = 1,
                  worker_memory: str = "1g", daemon_memory: str = "256m", executor_memory: str = "512m",
                  env: Mapping[str, str] | None = None, stop_timeout_s: float = 15.0,
-                 python: str | None = sys.executable, hosts: Mapping[str, Host] | None = None) -> None:
+                 python: str | None = sys.executable, hosts: Mapping[str, Host] | None = None,
+                 java_options: str = "") -> None:
         self.base_dir = Path(base_dir)
+        self.java_options = java_options
         self.hosts = dict(hosts or {})
         self.workers = workers
         self.cores_per_worker = cores_per_worker
@@ -88,7 +90,8 @@ class SparkCluster:
         pythons = {"PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python} if python else {}
         inherited = os.environ if python else without_this_venv(os.environ)
         self.env = {**inherited, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": self.address("driver"),
-                    "SPARK_DAEMON_MEMORY": daemon_memory, **pythons, **(env or {})}
+                    "SPARK_DAEMON_MEMORY": daemon_memory, **pythons,
+                    **({"SPARK_DAEMON_JAVA_OPTS": java_options} if java_options else {}), **(env or {})}
         self.master_port = free_port()
         self.master_ui_port = free_port()
         self._master: subprocess.Popen | None = None
@@ -106,7 +109,9 @@ class SparkCluster:
         ``submit`` passes them, a driver started otherwise (``strom run --spark-conf``) should too."""
         driver = self.address("driver")
         conf = {"spark.driver.host": driver, "spark.driver.bindAddress": driver,
-                "spark.executor.memory": self.executor_memory}
+                "spark.executor.memory": self.executor_memory,
+                **({"spark.driver.extraJavaOptions": self.java_options,
+                    "spark.executor.extraJavaOptions": self.java_options} if self.java_options else {})}
         return {**conf, "spark.pyspark.python": self.python} if self.python else conf
 
     @property
