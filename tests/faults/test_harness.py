@@ -27,19 +27,26 @@ while True:
 """
 CONNECT = """
 import socket, sys, time
-started = time.monotonic()
-try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
-except OSError as error:
-    sys.exit(f"no connection: {error}")
-print(time.monotonic() - started)
+took = []
+for _ in range(int(sys.argv[4])):
+    started = time.monotonic()
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+    except OSError as error:
+        sys.exit(f"no connection: {error}")
+    took.append(time.monotonic() - started)
+print(min(took))
 """
+TRIES = 5
+"""Connections whose quickest is timed: a loaded machine (load 80) only ever adds to a connection's time
+(the process waits for a core), so the quickest of a few is the link's own."""
 RECEIVE = f"""
 import socket, sys
 receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 receiver.bind((sys.argv[1], {PORT}))
-receiver.settimeout(1.5)
 print("bound", flush=True)
+sys.stdin.readline()  # the sender's process has ended: what it sent arrived by now, or never does
+receiver.settimeout(1.5)
 try:
     print(receiver.recv(100).decode())
 except TimeoutError:
@@ -73,10 +80,12 @@ def _healed(network: Network) -> Iterator[None]:
     network.heal()
 
 
-def connect_from(host: Host, target: Host, timeout: float = 2.0) -> float | None:
-    """Seconds a TCP connection from ``host`` to ``target``'s echo server took; None if none came."""
+def connect_from(host: Host, target: Host, timeout: float = 2.0, tries: int = 1) -> float | None:
+    """Seconds a TCP connection from ``host`` to ``target``'s echo server took (the quickest of
+    ``tries``); None if one did not come."""
     result = subprocess.run(host.command([sys.executable, "-c", CONNECT, target.address, str(PORT),
-                                          str(timeout)]), capture_output=True, text=True, timeout=30)
+                                          str(timeout), str(tries)]), capture_output=True, text=True,
+                            timeout=60)
     return float(result.stdout) if result.returncode == 0 else None
 
 
@@ -100,12 +109,12 @@ def datagram_arrives(sender: Host, receiver: Host) -> bool:
     """Whether a UDP datagram ``sender`` sends reaches ``receiver`` (no answer needed, unlike TCP; a
     datagram the sender's own rules drop fails its send)."""
     listener = subprocess.Popen(receiver.command([sys.executable, "-c", RECEIVE, receiver.address]),
-                                stdout=subprocess.PIPE, text=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert listener.stdout.readline().strip() == "bound"
     send = (f"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
             f".sendto(b'hello', ('{receiver.address}', {PORT}))")
     sender.run(sys.executable, "-c", send, check=False)  # EPERM when dropped
-    return listener.communicate(timeout=10)[0].strip() == "hello"
+    return listener.communicate("sent\n", timeout=60)[0].strip() == "hello"
 
 
 def test_a_partition_cuts_an_established_connection_and_heal_restores_it(network, echo):
@@ -131,10 +140,10 @@ def test_isolate_cuts_every_link(network, echo):
 
 def test_delay_delays_and_heal_restores(network, echo):
     a = network.hosts["a"]
-    quick = connect_from(a, echo)
+    quick = connect_from(a, echo, tries=TRIES)
     assert quick is not None and quick < 0.25
     network.delay(echo, 300, jitter_ms=20)  # the SYN-ACK leaves b 280-320 ms late
-    slow = connect_from(a, echo)
+    slow = connect_from(a, echo, tries=TRIES)
     assert slow is not None and 0.28 <= slow < 1.5
     started = time.monotonic()
     with socket.create_connection((echo.address, PORT), timeout=5) as connection:
@@ -143,7 +152,7 @@ def test_delay_delays_and_heal_restores(network, echo):
             assert connection.recv(10) == b"x"
     assert time.monotonic() - started >= 4 * 0.28  # the SYN-ACK and three echoes, each delayed
     network.heal()
-    again = connect_from(a, echo)
+    again = connect_from(a, echo, tries=TRIES)
     assert again is not None and again < 0.25
 
 
