@@ -1,7 +1,8 @@
 """The fault tests' topology (``topology.py``: every component on a host of its own) and the two
-applications its scenarios run, each started once for the package. The applications start with the
-topology, before scenario 8 runs (``test_broker_transaction.py`` asks for them): their start, the
-longest wait of these tests on a busy machine, overlaps that scenario and the harness's tests."""
+applications its scenarios run, each started once for the package. The word count's driver is submitted
+as soon as Spark runs, while Kafka starts; the subscription starts once Kafka serves; both before
+scenario 8 runs (``test_broker_transaction.py`` asks for them): the word count's start, the longest
+wait of these tests on a busy machine, overlaps Kafka's start, that scenario and the harness's tests."""
 
 from __future__ import annotations
 
@@ -20,20 +21,21 @@ def topology(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Topology]:
 
 
 @pytest.fixture(scope="package")
-def tasks(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TasksRun]:
-    run = TasksRun(topology, tmp_path_factory.mktemp("tasks"))
-    try:
-        yield run
-    finally:
-        run.close()
-
-
-@pytest.fixture(scope="package")
-def word_count(topology: Topology, tasks: TasksRun, tmp_path_factory: pytest.TempPathFactory
-               ) -> Iterator[WordCountRun]:
+def word_count(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WordCountRun]:
     run = WordCountRun(topology, tmp_path_factory.mktemp("word-count"))  # submitted, not waited for
     try:
         yield run
         run.close()
     finally:
         run.driver.kill()
+
+
+@pytest.fixture(scope="package")
+def tasks(topology: Topology, word_count: WordCountRun, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[TasksRun]:
+    """The subscription beside the word count (started after its driver's submission)."""
+    run = TasksRun(topology, tmp_path_factory.mktemp("tasks"))
+    try:
+        yield run
+    finally:
+        run.close()

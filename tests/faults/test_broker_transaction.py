@@ -32,7 +32,7 @@ from support.kafka import read_topic, unique
 from .topology import CLEANUP, Topology
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420),
-              pytest.mark.usefixtures("word_count")]  # started now, its start overlaps this (conftest.py)
+              pytest.mark.usefixtures("tasks")]  # the applications start now, overlapping this (conftest.py)
 
 CLIENT = Path(__file__).with_name("transaction_client.py")
 TRANSACTION_TIMEOUT_S = 6.0

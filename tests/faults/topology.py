@@ -2,7 +2,8 @@
 
     kafka-0, kafka-1, kafka-2     a 3-node Apache Kafka cluster (replication 3, min.insync.replicas 2)
     master, worker-0, worker-1    a Spark standalone cluster, one executor (one core) per worker
-    driver                        spark-submit of tests/spark/runtime/wordcount.py: the word count with a
+    driver                        spark-submit of tests/spark/runtime/wordcount.py (through
+                                  word_count_driver.py, submitted while Kafka starts): the word count with a
                                   repartition step and a RocksDB store, exactly_once_v2, strom's defaults
 
 The test process itself sits on the bridge (``network.gateway``): it writes the input at a steady rate
@@ -14,13 +15,14 @@ update written twice, over everything written since the application started.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from support.apache_kafka import KafkaCluster
 from support.hosts import Host, Network
 from support.spark_cluster import SparkCluster
 
+DRIVER = Path(__file__).with_name("word_count_driver.py")
 WORKERS = 2
 LINES_PER_SECOND = 20
 START_S = 420.0
@@ -73,9 +76,13 @@ class Topology:
     network: Network
     kafka: KafkaCluster
     spark: SparkCluster
+    kafka_started: Future
 
     @property
     def bootstrap(self) -> str:
+        """The Kafka cluster's bootstrap servers, once it serves (it starts beside Spark and the word
+        count's driver: ``running_topology``)."""
+        self.kafka_started.result()
         return self.kafka.bootstrap_servers
 
     def host(self, name: str) -> Host:
@@ -85,7 +92,9 @@ class Topology:
 
 @contextmanager
 def running_topology(base_dir: Path) -> Iterator[Topology]:
-    """Every host, the Kafka cluster and the Spark cluster, started once for a module's scenarios."""
+    """Every host, the Kafka cluster and the Spark cluster, started once for the package's scenarios.
+    It is there once Spark is (a driver may be submitted); Kafka goes on starting meanwhile, and
+    ``Topology.bootstrap`` waits for it."""
     with Network() as network:
         kafka_hosts = [network.host(f"kafka-{i}") for i in range(3)]
         spark_hosts = {name: network.host(name) for name in ("master", "driver",
@@ -93,14 +102,16 @@ def running_topology(base_dir: Path) -> Iterator[Topology]:
         kafka = KafkaCluster(base_dir / "kafka", brokers=3, config=CLEANUP, hosts=kafka_hosts,
                              java_options=[JIT])
         spark = SparkCluster(base_dir / "spark", workers=WORKERS, hosts=spark_hosts, java_options=JIT)
-        try:
-            with ThreadPoolExecutor(2) as starting:  # the JVMs start side by side (each mostly waits)
-                for started in [starting.submit(kafka.start), starting.submit(spark.start)]:
-                    started.result()
-            yield Topology(network, kafka, spark)
-        finally:
-            kafka.stop()
-            spark.stop()
+        with ThreadPoolExecutor(1) as starting:  # the JVMs start side by side (each mostly waits)
+            kafka_started = starting.submit(kafka.start)
+            try:
+                spark.start()
+                yield Topology(network, kafka, spark, kafka_started)
+            finally:
+                with contextlib.suppress(Exception):  # a start that failed stopped its nodes itself
+                    kafka_started.result()
+                kafka.stop()
+                spark.stop()
         network.heal()
         deadline = time.monotonic() + 15
         while (left := left_behind(network)) and time.monotonic() < deadline:
@@ -130,14 +141,15 @@ class WordCountRun:
         self.topology = topology
         suffix = uuid.uuid4().hex[:8]
         self.names = {"lines": f"faults-lines-{suffix}", "counts": f"faults-counts-{suffix}"}
-        clients.create_topics(topology.bootstrap, {self.names["lines"]: 2, self.names["counts"]: 2})
         self.app_id = f"faults-{suffix}"
         self.written: list[tuple[str, str]] = []
         self._rng = random.Random(39)
         self._keys = itertools.count()
-        self.driver = Driver(topology.spark, topology.bootstrap, self.names, tmp_path, self.app_id,
-                             "realtime", DEFAULTS, cores_max=WORKERS)
+        # submitted before Kafka serves: the driver's and executors' start overlaps Kafka's
+        self.driver = Driver(topology.spark, topology.kafka.bootstrap_servers, self.names, tmp_path,
+                             self.app_id, "realtime", DEFAULTS, cores_max=WORKERS, app=DRIVER)
         self._submitted = time.monotonic()
+        clients.create_topics(topology.bootstrap, {self.names["lines"]: 2, self.names["counts"]: 2})
         self._started = False
 
     def wait_started(self) -> None:

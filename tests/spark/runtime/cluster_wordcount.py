@@ -76,18 +76,20 @@ def assert_counted_once(bootstrap: str, counts: str, lines: Sequence[tuple[str, 
 
 
 class WordCountDriver:
-    """``wordcount.py`` run by ``spark-submit`` on ``cluster`` under exactly_once_v2, one core per
-    executor, ``spark.cores.max=cores_max``, ``spark.task.maxFailures=8``; its output in ``driver.log``."""
+    """``wordcount.py`` (or ``app``, which takes its arguments) run by ``spark-submit`` on ``cluster``
+    under exactly_once_v2, one core per executor, ``spark.cores.max=cores_max``,
+    ``spark.task.maxFailures=8``; its output in ``driver.log``."""
 
     def __init__(self, cluster: SparkCluster, bootstrap: str, names: dict[str, str], tmp_path: Path,
-                 app_id: str, mode: str, overrides: str = DEFAULTS, cores_max: int = 2) -> None:
+                 app_id: str, mode: str, overrides: str = DEFAULTS, cores_max: int = 2,
+                 app: Path = APP) -> None:
         self.cluster, self.bootstrap, self.names, self.app_id = cluster, bootstrap, names, app_id
         self.log_path = tmp_path / f"driver-{app_id}.log"
         self.input_done = tmp_path / f"input-done-{app_id}"
         self.partitions = [(topic, p) for topic in (names["lines"], f"{app_id}-words-repartition")
                            for p in range(2)]
         """The input and repartition partitions: their committed offsets move as the tasks commit."""
-        self._args = (APP, bootstrap, names["lines"], names["counts"], str(tmp_path / f"state-{app_id}"),
+        self._args = (app, bootstrap, names["lines"], names["counts"], str(tmp_path / f"state-{app_id}"),
                       app_id, mode, str(self.input_done), overrides)
         self._cores_max = cores_max
         self.process = self.submit()

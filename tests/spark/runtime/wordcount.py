@@ -21,6 +21,8 @@ from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, Str
 
 S, L = Serdes.String(), Serdes.Long()
 PROGRESS = "wordcount progress:"
+INPUT_WAIT_S = 600.0
+"""How long the script waits for INPUT_DONE (a test that died leaves no driver behind for long)."""
 
 
 def word_count(lines: str, counts: str) -> Topology:
@@ -57,7 +59,7 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, m
         **({"num.stream.threads": 2} if mode == "realtime" else {}), **json.loads(overrides)}
     app = SparkStreams(word_count(lines, counts), {k: v for k, v in props.items() if v is not None}, spark)
     app.start()
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + INPUT_WAIT_S
     while input_done and not os.path.exists(input_done) and time.monotonic() < deadline:
         time.sleep(0.1)
     caught_up = app.wait_until_caught_up(max(1.0, deadline - time.monotonic()))
