@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -90,7 +91,16 @@ class TasksRun:
         return self.topology.kafka.group_coordinator(self.group)
 
     def ends(self) -> dict[int, int]:
-        return end_offsets(self.bootstrap, self.topic, PARTITIONS)
+        """The partitions' end offsets, asked again while a moved leadership is not known yet (a new
+        consumer's metadata may still lack it: UNKNOWN_PARTITION, found at load 80 right after a heal)."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return end_offsets(self.bootstrap, self.topic, PARTITIONS)
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def caught_up_condition(self) -> Callable[[], bool]:
         """A condition that holds once every record written by now is committed."""
