@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -255,11 +256,14 @@ def test_exactly_once_v2_was_one_transaction_per_stream_thread_through_every_fau
     listed = _strom_json("transactions", "list", "-b", bootstrap)
     ids = {row["transactional.id"] for row in listed if row["transactional.id"].startswith(f"{app_id}-")}
     assert ids == {transactional_id(app_id, slot) for slot in range(WORKERS)}, ids
-    slots = {json.loads(line)["producer_id"] for line in _strom(
-        "transactions", "describe", "-b", bootstrap, *sorted(ids), "--output", "json").splitlines()}
-    writers = {topic: {row["producer_id"] for row in _strom_json(
-        "transactions", "describe-producers", "-b", bootstrap, "--topic", topic)}
-        for topic in (word_count.names["counts"], f"{app_id}-words-repartition")}
+    topics = (word_count.names["counts"], f"{app_id}-words-repartition")
+    with ThreadPoolExecutor(3) as asking:  # three interpreters' starts at once
+        described = asking.submit(_strom, "transactions", "describe", "-b", bootstrap, *sorted(ids),
+                                  "--output", "json")
+        asked = {topic: asking.submit(_strom_json, "transactions", "describe-producers", "-b", bootstrap,
+                                      "--topic", topic) for topic in topics}
+        slots = {json.loads(line)["producer_id"] for line in described.result().splitlines()}
+        writers = {topic: {row["producer_id"] for row in rows.result()} for topic, rows in asked.items()}
     assert writers[word_count.names["counts"]], "no producer of the output known"  # (the repartition
     # topic's records are deleted once committed, and its producers may be forgotten with them)
     assert all(producers <= slots for producers in writers.values()), f"{writers}; thread slots: {slots}"
