@@ -23,13 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
 from strom.kafka import clients
 from support.hosts import Host, Network
 from support.kafka import read_topic, unique
 
-from .topology import CLEANUP, Topology
+from .topology import CLEANUP, Topology, settled_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420),
               pytest.mark.usefixtures("tasks")]  # the applications start now, overlapping this (conftest.py)
@@ -106,7 +106,7 @@ def partitioned_mid_transaction(network: Network, client_host: Host, broker_host
         cut = time.monotonic()
         assert read_topic(bootstrap, topic, timeout=1 if cut_s else 5) == []  # open: not read_committed
         if cut_s is None:
-            aborted_after = round(_stable_after(bootstrap, topic, 60) - cut, 1)
+            aborted_after = round(settled_at(bootstrap, topic, 1, 60) - cut, 1)
             assert read_topic(bootstrap, topic, timeout=5) == [], "the timed-out transaction became visible"
         time.sleep(max(0.0, (cut_s or TRANSACTION_TIMEOUT_S + 2) - (time.monotonic() - cut)))
         network.heal()
@@ -121,24 +121,6 @@ def partitioned_mid_transaction(network: Network, client_host: Host, broker_host
     values = [record.value().decode() for record in read_topic(bootstrap, topic, expected=5, timeout=30)]
     return {**answer, "visible": values, "aborted_after_s": aborted_after, "cut_s": round(cut_s_measured, 1),
             "lived_s": round(lived_s, 1), "timeout_s": timeout_s}
-
-
-def _stable_after(bootstrap: str, topic: str, timeout: float) -> float:
-    """When the last stable offset reached the high watermark (the open transaction ended)."""
-    committed = clients.consumer(bootstrap, **{"isolation.level": "read_committed"})
-    uncommitted = clients.consumer(bootstrap, **{"isolation.level": "read_uncommitted"})
-    try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            stable = committed.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
-            high = uncommitted.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1]
-            if stable == high:
-                return time.monotonic()
-            time.sleep(0.2)
-        raise AssertionError(f"the transaction was not aborted within {timeout:.0f} s")
-    finally:
-        committed.close()
-        uncommitted.close()
 
 
 @pytest.mark.parametrize("cut_s", [None, SHORT_CUT_S], ids=["until-aborted", "2s"])

@@ -21,15 +21,17 @@ import random
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, TopicPartition
 
 from spark.runtime.cluster_wordcount import DEFAULTS, WordCountDriver, assert_counted_once, caught_up
+from spark.runtime.conftest import read_updates
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
 from support.apache_kafka import KafkaCluster
@@ -43,6 +45,9 @@ START_S = 420.0
 """How long the word count may take to start: submitted until every partition committed (about 2.5 min
 at load 30; more than 4 at load 77-135, where the 240 s a scenario allowed ran out). No scenario is about
 the start: the bound only tells a start that hangs from a slow one, within a test's 600 s."""
+TRANSACTION_TIMEOUT_S = 60.0
+"""strom's ``transaction.timeout.ms`` (librdkafka's default): a transaction still open this long is aborted
+by its coordinator."""
 GATE_S = 120.0
 """How long a scenario waits, before its fault, for every partition to commit: the application caught up
 after the scenario before, so this is a batch's commit interval, or a batch restart after a fault that
@@ -117,6 +122,27 @@ def running_topology(base_dir: Path) -> Iterator[Topology]:
         while (left := left_behind(network)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not left, f"processes left behind on the hosts once everything stopped: {left}"
+
+
+def settled_at(bootstrap: str, topic: str, partitions: int, timeout: float) -> float:
+    """When no transaction was open on ``topic`` any more: each partition's last stable offset at its high
+    watermark (every commit or abort marker written). A transaction's consumer offsets may be visible
+    before the markers in its output partitions are."""
+    committed = clients.consumer(bootstrap, **{"isolation.level": "read_committed"})
+    uncommitted = clients.consumer(bootstrap, **{"isolation.level": "read_uncommitted"})
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(KafkaException):  # a leadership that moved: asked again
+                if all(committed.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                       == uncommitted.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1]
+                       for p in range(partitions)):
+                    return time.monotonic()
+            time.sleep(0.2)
+        raise AssertionError(f"a transaction on {topic} still open after {timeout:.0f} s")
+    finally:
+        committed.close()
+        uncommitted.close()
 
 
 def left_behind(network: Network) -> dict[str, list[str]]:
@@ -198,6 +224,14 @@ class WordCountRun:
             remaining = producer.flush(180)
         assert remaining == 0 and not failed, f"{remaining} lines unacknowledged, failed: {failed[:3]}"
 
+    def _miscounted(self) -> str:
+        """What the output read_committed says wrong: each word's updates where they differ from the input."""
+        expected = Counter(word for _, line in self.written for word in line.split())
+        updates = read_updates(self.topology.bootstrap, self.names["counts"])
+        wrong = {word: (updates.get(word, [])[-3:], count) for word, count in expected.items()
+                 if updates.get(word, [None])[-1] != count or updates[word] != sorted(set(updates[word]))}
+        return f"last updates and expected count of each word counted wrong or twice: {wrong}"
+
     def driver_warnings(self) -> list[str]:
         """What the driver said about the batches it ended early or cut short, in order."""
         text = self.driver.log_path.read_text(errors="replace") if self.driver.log_path.exists() else ""
@@ -238,9 +272,15 @@ class WordCountRun:
                 time.sleep(0.25)
         self.driver.wait_until(lambda: caught_up({"word count": self.caught_up, **others}), catch_up_s + 120,
                                f"caught up after {name}")
-        assert_counted_once(self.topology.bootstrap, self.names["counts"], self.written)
+        # every input committed; the last transactions' markers in the output may still be on their way
+        settled = settled_at(self.topology.bootstrap, self.names["counts"], 2, TRANSACTION_TIMEOUT_S)
+        try:
+            assert_counted_once(self.topology.bootstrap, self.names["counts"], self.written)
+        except AssertionError:
+            raise AssertionError(f"{name}: {self._miscounted()}") from None
         figures = ", ".join(f"{what} {seconds:.1f} s" for what, seconds in recovered.items())
-        print(f"{name}: caught up after the heal: {figures} ({len(self.written)} lines so far)",
+        print(f"{name}: caught up after the heal: {figures}, output settled "
+              f"{settled - healed - recovered['word count']:.1f} s later ({len(self.written)} lines so far)",
               *self.driver_warnings()[logged:], sep="\n  ")
         slow = {what: seconds for what, seconds in recovered.items() if seconds > catch_up_s}
         assert not slow, f"{name}: caught up later than {catch_up_s:.0f} s after the heal: {slow}"
