@@ -7,27 +7,16 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from security.conftest import sasl, start_secured
+from security.conftest import sasl
 from spark.runtime.wordcount import word_count
-from strom.broker import EmbeddedBroker
 from support.secured_clients import application_acls, grant, latest_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[EmbeddedBroker]:
-    broker = start_secured(tmp_path_factory.mktemp("acl-list"), pki, **{
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin"})
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,20 @@ def security_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
 
 
+def identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a refusal names of a client with ``config``: who it logs in as, its group and transactional
+    id (its security settings without the secrets, ``group.id``, ``transactional.id``).
+    ``strom.kafka.clients`` keeps it on each client it builds, so that whoever meets a refusal later
+    names it (``identity_of``)."""
+    ids = {k: config[k] for k in ("group.id", "transactional.id") if config.get(k)}
+    return {k: v for k, v in {**security_settings(config), **ids}.items() if k not in SECRET_KEYS}
+
+
+def identity_of(client: Any) -> Mapping[str, Any]:
+    """The ``identity`` a client of ``strom.kafka.clients`` was built with (empty for other clients)."""
+    return getattr(client, "identity", {})
+
+
 def principal(settings: Mapping[str, Any]) -> str:
     """The principal the cluster sees for these client settings, as far as the client can tell."""
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
