@@ -26,7 +26,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def secured_config(pki: Pki, **extra: str) -> dict[str, str]:
     return {"listeners": LISTENERS, "ssl.keystore.location": str(pki.broker),
             "ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", **extra}
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER", **extra}
 
 
 def start_secured(data_dir: Path, pki: Pki, **extra: str) -> EmbeddedBroker:

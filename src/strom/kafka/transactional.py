@@ -230,8 +230,10 @@ class TransactionalProducer:
                 f"{self.owner} was fenced in {name}: another producer with transactional.id "
                 f"{self.transactional_id!r} took over (a newer attempt of the same work).") from exc
         topic = _refused_topic(error) or ", ".join(sorted(self.producer.purged))
+        # offsets sent into a transaction need Read on their topics (Kafka's TxnOffsetCommit), records Write
+        operation = "Read" if name == "send_offsets_to_transaction" else "Write"
         refused = refusal(identity_of(self.producer), error, topic=topic, group=self._group,
-                          transactional_id=self.transactional_id, topic_operation="Write")
+                          transactional_id=self.transactional_id, topic_operation=operation)
         if refused is not None:  # no retry can help: the transaction is aborted, the refusal raised
             self.abort_transaction()
             raise refused from None
