@@ -188,9 +188,8 @@ def describe_acls_error(bootstrap_servers: str, pki: Pki, user: str, password: s
     raise AssertionError("DescribeAcls was answered without an error")
 
 
-def latest_counts(conf: dict[str, str], topic: str, values: Any = L) -> dict[str, Any]:
-    """The last committed count of each word in a word count's 2-partition output topic (counts in
-    ``values``' format: a Serde)."""
+def latest_counts(conf: dict[str, str], topic: str) -> dict[str, int]:
+    """The last committed count of each word in a word count's 2-partition output topic."""
     consumer = Consumer({**conf, "group.id": "reader", "isolation.level": "read_committed",
                          "enable.partition.eof": True})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(2)])
@@ -203,7 +202,7 @@ def latest_counts(conf: dict[str, str], topic: str, values: Any = L) -> dict[str
             if message.error() is not None:
                 ended.add(message.partition())
                 continue
-            counts[S.deserializer().deserialize(topic, message.key())] = values.deserializer().deserialize(
+            counts[S.deserializer().deserialize(topic, message.key())] = L.deserializer().deserialize(
                 topic, message.value())
     finally:
         consumer.close()
