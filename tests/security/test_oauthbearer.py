@@ -16,6 +16,7 @@ from strom.broker.security.oauthbearer import (
     UnsecuredJwsValidator,
     parse_initial_response,
 )
+from strom.kafka.security import authentication_error, principal
 from support.secured_clients import first_error, unsecured_jws
 
 NOW = 1_800_000_000.0
@@ -89,3 +90,12 @@ def test_librdkafka_logs_in_with_its_own_unsecured_token(secured, pki):
     # a token whose principal is in a claim the broker does not read is refused, as by Kafka
     unnamed = settings(**{"sasl.oauthbearer.config": "principal=alice principalClaimName=user"})
     assert first_error(unnamed).name() == "_AUTHENTICATION"
+
+
+def test_a_client_refused_its_token_is_told_about_the_token_not_a_password():
+    settings = {"security.protocol": "SASL_SSL", "sasl.mechanism": "oauthbearer",
+                "sasl.oauthbearer.config": "principal=alice"}
+    said = str(authentication_error(settings, "b:9093", "SASL authentication error: invalid_token"))
+    assert "did not accept the OAUTHBEARER token: check its principal claim and expiry" in said
+    assert "password" not in said
+    assert principal(settings) == "the principal of the OAUTHBEARER token (User:<its sub claim>)"

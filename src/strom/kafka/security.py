@@ -49,6 +49,8 @@ def identity_of(client: Any) -> Mapping[str, Any]:
 def principal(settings: Mapping[str, Any]) -> str:
     """The principal the cluster sees for these client settings, as far as the client can tell."""
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol.startswith("SASL") and sasl_mechanism(settings) == "OAUTHBEARER":
+        return "the principal of the OAUTHBEARER token (User:<its sub claim>)"
     if protocol.startswith("SASL") and settings.get("sasl.username"):
         return f"User:{settings['sasl.username']}"
     if protocol == "SSL" and settings.get("ssl.certificate.location"):
@@ -95,16 +97,24 @@ def refusal_behind(settings: Mapping[str, Any], exc: BaseException,
 
 def authentication_error(settings: Mapping[str, Any], servers: str, reason: str) -> AuthenticationError:
     """Why the client could not log in, said at start-up instead of retrying for ever."""
-    mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI"
+    mechanism = sasl_mechanism(settings)
     if "certificate verify failed" in reason:
         advice = ("the broker's certificate is not signed by a CA the client trusts: set ssl.ca.location to "
                   "the CA that signed it")
+    elif mechanism == "OAUTHBEARER":
+        advice = ("the cluster did not accept the OAUTHBEARER token: check its principal claim and expiry "
+                  "and the sasl.oauthbearer.* settings")
     elif str(settings.get("security.protocol", "")).upper().startswith("SASL"):
         advice = (f"the cluster did not accept {principal(settings)} with {mechanism}: check sasl.username "
                   "and sasl.password (and sasl.mechanism)")
     else:
         advice = "the cluster did not accept the client's certificate: check ssl.certificate.location"
     return AuthenticationError(f"Cannot log in to {servers}: {advice} ({redact(reason, settings)}).")
+
+
+def sasl_mechanism(settings: Mapping[str, Any]) -> str:
+    """The SASL mechanism the settings ask for (librdkafka's default: GSSAPI), upper case."""
+    return str(settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI").upper()
 
 
 def redact(text: str, settings: Mapping[str, Any]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from strom import scram
 from strom.errors import ConfigError
-from strom.kafka.security import AuthenticationError
+from strom.kafka.security import AuthenticationError, sasl_mechanism
 
 __all__ = ["sasl_login", "secure"]
 
@@ -51,7 +51,7 @@ def sasl_login(settings: Mapping[str, Any], exchange: Callable[[str, bytes], byt
     (SaslHandshake first, with the mechanism) and returns the broker's answer."""
     if not _protocol(settings).startswith("SASL"):
         return
-    mechanism = str(settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI").upper()
+    mechanism = sasl_mechanism(settings)
     user, password = str(settings.get("sasl.username", "")), str(settings.get("sasl.password", ""))
     if mechanism == "PLAIN":
         exchange(mechanism, f"\0{user}\0{password}".encode())
