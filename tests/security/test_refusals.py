@@ -2,7 +2,8 @@
 output topic refuses (a stream task's sink: the task fails with the principal and the ACL to add, even
 under a handler that drops failed records, as Kafka Streams counts security errors fatal), and a reader
 of strom.kafka.reading (restores, standbys, store copies, global tables) whose group's coordinator is
-refused. Real clients against the secured strom broker with its authorizer on."""
+refused. Real clients against the secured strom broker with its authorizer on. Each client strom builds
+keeps what such a refusal names (its login without secrets, group, transactional id)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from security.conftest import sasl
+from strom.kafka import clients
 from strom.kafka.reading import end_consumer, read_to_end
-from strom.kafka.security import AuthorizationError
+from strom.kafka.security import AuthorizationError, identity_of
 from strom.spark.runtime.producer_sink import ProducerSink
 from strom.streams.errors import LogAndContinueProductionExceptionHandler
 from strom.streams.processor.internals.collector import RecordCollector
@@ -92,3 +94,18 @@ def test_a_reader_whose_group_is_refused_names_the_principal_and_the_group(guard
         "--group strom-unused-group")
     grant(admin, *each(GROUP, "strom-unused-group", "User:alice", (OP.DESCRIBE,)))  # docs/deploy.md's line
     assert _read(alice, topic) == [b"v"]
+
+
+def test_a_client_keeps_who_it_is_but_not_its_secrets():
+    login = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+             "sasl.password": "alice-pw-7Qx", "ssl.key.password": "key-pw"}
+    consumer = clients.consumer("127.0.0.1:9", group_id="billing", **login)
+    producer = clients.producer("127.0.0.1:9", **{**login, "transactional.id": "app-0_1"})
+    try:
+        assert identity_of(consumer) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+                                         "sasl.username": "alice", "group.id": "billing"}
+        kept = repr(identity_of(producer))
+        assert "'transactional.id': 'app-0_1'" in kept
+        assert "alice-pw-7Qx" not in kept and "key-pw" not in kept
+    finally:
+        consumer.close()
