@@ -5,6 +5,7 @@ allow, certificate principals and the SCRAM credential APIs."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,8 +41,10 @@ from support.secured_clients import (
     first_error,
     grant,
     mtls_settings,
+    oauth_settings,
     produce_error,
     sasl_settings,
+    unsecured_jws,
 )
 
 pytestmark = pytest.mark.slow
@@ -116,6 +119,31 @@ def test_refused_logins(sides):
                            .list_topics(timeout=5))
         return [wrong.name(), "Authentication failed" in wrong.str(), unknown.name(), stranger is not None]
     assert same(sides, scenario) == ["_AUTHENTICATION", True, "_AUTHENTICATION", True]
+
+
+def test_oauthbearer_tokens_are_judged_as_kafkas_unsecured_jws_validator_does(sides):
+    """SASL/OAUTHBEARER with Kafka's default validator: the token's ``sub`` is the principal (admin, the
+    super user, sees every topic; bob sees none and may not produce); an expired, signed, ``alg``-bearing,
+    subject-less or expiry-less token is refused at login."""
+    now = time.time()
+
+    def scenario(side: Side) -> list[Any]:
+        def settings(**claims: Any) -> dict[str, Any]:
+            return oauth_settings(side.sasl_servers, side.pki.ca, unsecured_jws(claims))
+        topic = side.topic("oauth")
+        admin, bob = (AdminClient(settings(sub=user, exp=now + 600, iat=now)) for user in ("admin", "bob"))
+        for client in (admin, bob):
+            client.poll(1)  # serves the token callback
+        listed = [topic in client.list_topics(timeout=10).topics for client in (admin, bob)]
+        refused = _name(produce_error(settings(sub="bob", exp=now + 600), topic))
+        logins = [first_error(oauth_settings(side.sasl_servers, side.pki.ca, token)).name() for token in (
+            unsecured_jws({"sub": "admin", "exp": now - 600}),
+            unsecured_jws({"sub": "admin", "exp": now + 600}, signature="c2ln"),
+            unsecured_jws({"sub": "admin", "exp": now + 600}, alg="HS256"),
+            unsecured_jws({"exp": now + 600}),
+            unsecured_jws({"sub": "admin"}))]
+        return [listed, refused, logins]
+    assert same(sides, scenario) == [[True, False], "TOPIC_AUTHORIZATION_FAILED", ["_AUTHENTICATION"] * 5]
 
 
 def test_a_principal_without_acls_is_refused_each_operation(sides):

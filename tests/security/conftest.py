@@ -1,5 +1,5 @@
 """Fixtures of the security tests: a throwaway PKI, and a strom broker with a SASL_SSL, a mutual-TLS
-and a SASL_PLAINTEXT listener (users alice and admin; the authorizer is off unless a test starts its own)."""
+and a SASL_PLAINTEXT listener (users alice and admin; the authorizer off in `secured`, on in `guarded`)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 def secured_config(pki: Pki, **extra: str) -> dict[str, str]:
     return {"listeners": LISTENERS, "ssl.keystore.location": str(pki.broker),
             "ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required",
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", **extra}
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER", **extra}
 
 
 def start_secured(data_dir: Path, pki: Pki, **extra: str) -> EmbeddedBroker:
@@ -40,6 +40,16 @@ def start_secured(data_dir: Path, pki: Pki, **extra: str) -> EmbeddedBroker:
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[EmbeddedBroker]:
     broker = start_secured(tmp_path_factory.mktemp("secured"), pki)
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[EmbeddedBroker]:
+    """The secured broker with the authorizer on (User:admin its super user; nobody else holds an ACL)."""
+    broker = start_secured(tmp_path_factory.mktemp("guarded"), pki, **{
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin"})
     yield broker
     broker.stop()
 

@@ -1,33 +1,24 @@
 """The ACLs docs/deploy.md lists for a strom application are enough: a SparkStreams application
 (exactly_once_v2, a repartition topic and a changelogged store, its internal topics created by strom)
-runs on a secured strom broker with the authorizer on and only those ACLs for its principal."""
+and a Spark SQL query through the connector's source and exactly-once sink run on a secured strom broker
+with the authorizer on and only those ACLs for their principal."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from security.conftest import sasl, start_secured
+from security.conftest import sasl
 from spark.runtime.wordcount import word_count
-from strom.broker import EmbeddedBroker
-from support.secured_clients import application_acls, grant, latest_counts
+from support.kafka import read_partition
+from support.secured_clients import application_acls, connector_acls, grant, latest_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[EmbeddedBroker]:
-    broker = start_secured(tmp_path_factory.mktemp("acl-list"), pki, **{
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin"})
-    yield broker
-    broker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +81,29 @@ def test_without_one_line_the_application_fails_with_a_clear_error(guarded, pki,
     wanted = (f"User:alice may not Write TransactionalId '{app_id}-0_" if missing == "transactional ids"
               else f"User:alice may not Create Topic '{app_id}-")
     assert wanted in str(failed.value)
+
+
+def test_the_documented_acls_run_the_connectors_source_and_exactly_once_sink(guarded, pki, spark, tmp_path):
+    suffix = uuid.uuid4().hex[:8]
+    source, sink = f"events-{suffix}", f"copies-{suffix}"
+    admin_conf = sasl(guarded, pki, user="admin")
+    admin = AdminClient(admin_conf)
+    for future in admin.create_topics([NewTopic(source, 2), NewTopic(sink, 2)]).values():
+        future.result()
+    grant(admin, *(b for line in connector_acls("User:alice", source, sink).values() for b in line))
+    values = [f"v{i}".encode() for i in range(40)]
+    producer = Producer(admin_conf)
+    for i, value in enumerate(values):
+        producer.produce(source, value, key=f"k{i}".encode())
+    assert producer.flush(30) == 0
+    alice = {f"kafka.{k}": v for k, v in sasl(guarded, pki, user="alice").items()}
+    events = spark.readStream.format("strom").options(**alice).option("subscribe", source) \
+        .option("startingOffsets", "earliest").load()
+    query = (events.select("key", "value").writeStream.format("strom").options(**alice)
+             .option("topic", sink).option("delivery.guarantee", "exactly_once")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    assert query.awaitTermination(240)
+    assert query.exception() is None
+    servers = admin_conf.pop("bootstrap.servers")
+    copies = [m.value() for p in (0, 1) for m in read_partition(servers, sink, p, **admin_conf)]
+    assert sorted(copies) == sorted(values)  # read_committed: each once

@@ -4,8 +4,6 @@ patterns, implied DESCRIBE, deny over allow, hosts, certificate principals), ACL
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -18,8 +16,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from security.conftest import PASSWORDS, mtls, sasl, start_secured
-from strom.broker import EmbeddedBroker
+from security.conftest import PASSWORDS, mtls, sasl
 from support.kafka import unique
 from support.secured_clients import (
     DENY,
@@ -30,15 +27,6 @@ from support.secured_clients import (
     grant,
     produce_error,
 )
-
-
-@pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[EmbeddedBroker]:
-    broker = start_secured(tmp_path_factory.mktemp("guarded"), pki, **{
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin"})
-    yield broker
-    broker.stop()
 
 
 def test_each_operation_is_refused_with_kafkas_error_until_an_acl_allows_it(guarded, pki):

@@ -120,8 +120,10 @@ class KafkaSecurity:
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(self.pki.broker),
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.pki.ca),
             "ssl.client.auth": "required",
-            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",  # OAUTHBEARER: Kafka's unsecured JWS
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
+            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
             "super.users": f"User:{self.admin};{self.node_principal}",

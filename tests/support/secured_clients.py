@@ -3,8 +3,11 @@ Kafka): what a producer, a consumer or an admin is refused with, and ACL binding
 
 from __future__ import annotations
 
+import base64
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -33,6 +36,21 @@ def sasl_settings(servers: str, ca: Path | None, user: str, password: str,
     conf = {"bootstrap.servers": servers, "security.protocol": "SASL_SSL" if ca else "SASL_PLAINTEXT",
             "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password}
     return {**conf, "ssl.ca.location": str(ca)} if ca else conf
+
+
+def unsecured_jws(claims: dict[str, Any], alg: str = "none", signature: str = "") -> str:
+    """A JWS compact serialization of ``claims`` (unsecured with the defaults, as Kafka's
+    OAuthBearerUnsecuredJws expects; the arguments make it otherwise)."""
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': alg})}.{part(claims)}.{signature}"
+
+
+def oauth_settings(servers: str, ca: Path, token: str) -> dict[str, Any]:
+    """librdkafka settings presenting ``token`` with SASL/OAUTHBEARER on a SASL_SSL listener (the
+    application's token callback, as a client with its own identity provider has)."""
+    return {"bootstrap.servers": servers, "security.protocol": "SASL_SSL", "ssl.ca.location": str(ca),
+            "sasl.mechanism": "OAUTHBEARER", "oauth_cb": lambda _config: (token, time.time() + 3600)}
 
 
 def mtls_settings(servers: str, ca: Path, cert: Path, key: Path) -> dict[str, str]:
@@ -82,6 +100,17 @@ def application_acls(principal: str, app_id: str, inputs: list[str],
         "instances group": each(GROUP, f"{app_id}.instances", principal, (OP.READ, OP.DESCRIBE)),
         "assigning readers' group": each(GROUP, "strom-unused-group", principal, (OP.DESCRIBE,)),
         "transactional ids": each(TXN, f"{app_id}-", principal, (OP.WRITE, OP.DESCRIBE), PREFIXED),
+    }
+
+
+def connector_acls(principal: str, source: str, sink: str) -> dict[str, list[AclBinding]]:
+    """docs/deploy.md's list for the Spark connector's source and exactly-once sink, by line."""
+    return {
+        "source topics": each(TOPIC, source, principal, (OP.READ, OP.DESCRIBE)),
+        "assigning readers' group": each(GROUP, "strom-unused-group", principal, (OP.DESCRIBE,)),
+        "sink topics": each(TOPIC, sink, principal, (OP.WRITE, OP.READ, OP.DESCRIBE)),  # Read: markers
+        "sink transactional ids": each(TXN, "strom-sink-", principal, (OP.WRITE, OP.DESCRIBE), PREFIXED),
+        "sink marker groups": each(GROUP, "strom-sink-", principal, (OP.READ, OP.DESCRIBE), PREFIXED),
     }
 
 

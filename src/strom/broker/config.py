@@ -18,7 +18,7 @@ LONG_MAX = 2**63 - 1
 # One application on one machine: a new group need not wait for more members (EmbeddedBroker and
 # `strom broker` run by hand; Kafka's 3000 ms suits clusters where many consumers start together).
 LOCAL_DEFAULTS = {"group.initial.rebalance.delay.ms": "0"}
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # Kafka's authorizer names, so one server.properties serves both; both mean strom's ACL authorizer.
 AUTHORIZERS = ("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                "kafka.security.authorizer.AclAuthorizer")

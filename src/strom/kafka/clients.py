@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.errors import BrokerUnavailableError, ConfigError
-from strom.kafka.security import authorization_error, refusal
+from strom.kafka.security import authorization_error, identity, refusal
 
 __all__ = [
     "CONNECT_AT_ONCE", "CONSUMER_DEFAULTS", "JAVA_PARTITIONER", "PRODUCER_DEFAULTS", "UNUSED_GROUP", "admin",
@@ -61,12 +61,36 @@ def _config(bootstrap_servers: str, defaults: Mapping[str, Any], overrides: Mapp
     return config
 
 
+class _Consumer(Consumer):
+    """librdkafka's consumer, keeping the ``identity`` a refusal names (``security.identity_of``)."""
+
+    identity: dict[str, Any]
+
+
+class _Producer(Producer):
+    """librdkafka's producer, keeping the ``identity`` a refusal names (``security.identity_of``) and the
+    topics of the records librdkafka purged from its current transaction (``purged``): a topic refused
+    to AddPartitionsToTxn fails the transaction, purges its records and is named by no error, so a
+    refusal names these topics instead."""
+
+    identity: dict[str, Any]
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.purged: set[str] = set()
+
+
+_KEEPING_IDENTITY: dict[type, type] = {Consumer: _Consumer, Producer: _Producer}
+
+
 def _build(cls: type, config: dict) -> Any:
     try:
-        return cls(config)
+        client = _KEEPING_IDENTITY.get(cls, cls)(config)
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(f"Invalid Kafka client configuration: {exc}. Keys are librdkafka's "
                           "(see CONFIGURATION.md of librdkafka).") from exc
+    client.identity = identity(config)
+    return client
 
 
 def producer(bootstrap_servers: str, **overrides: Any) -> Producer:

@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from strom.errors import BrokerUnavailableError, UnknownTopicError
 from strom.kafka import clients
+from strom.kafka.security import identity_of, refusal
 
 __all__ = [
     "BATCH", "COORDINATOR_MOVING", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets",
@@ -171,22 +172,30 @@ def read_batches(consumer: Consumer, partitions: Iterable[TopicPartition], what:
                 last_progress = time.monotonic()
                 records = [message for message in messages if message.error() is None]
                 if len(records) < len(messages):
-                    _events(messages, pending, what)
+                    _events(consumer, messages, pending, what)
                 if records:
                     yield records
     finally:
         consumer.unassign()
 
 
-def _events(messages: list[Message], pending: set[tuple[str, int]], what: str) -> None:
-    """Ends of partitions leave ``pending``; a fatal or non-retriable error raises."""
+def _events(consumer: Consumer, messages: list[Message], pending: set[tuple[str, int]], what: str) -> None:
+    """Ends of partitions leave ``pending``; a missing ACL raises AuthorizationError (the group's is
+    Describe: a reader only looks its coordinator up), another fatal or non-retriable error
+    BrokerUnavailableError."""
     for message in messages:
         error = message.error()
         if error is None:
             continue
         if error.code() == KafkaError._PARTITION_EOF:
             pending.discard((message.topic(), message.partition()))
-        elif error.fatal() or not error.retriable():
+            continue
+        who = identity_of(consumer)
+        refused = refusal(who, error, topic=message.topic() or ", ".join(sorted({t for t, _ in pending})),
+                          group=who.get("group.id", "?"), group_operation="Describe")
+        if refused is not None:
+            raise refused
+        if error.fatal() or not error.retriable():
             raise BrokerUnavailableError(f"Reading {what} failed: {error.str()}.")
 
 

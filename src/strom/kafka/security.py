@@ -32,9 +32,25 @@ def security_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k == "security.protocol" or k.startswith(("ssl.", "sasl."))}
 
 
+def identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a refusal names of a client with ``config``: who it logs in as, its group and transactional
+    id (its security settings without the secrets, ``group.id``, ``transactional.id``).
+    ``strom.kafka.clients`` keeps it on each client it builds, so that whoever meets a refusal later
+    names it (``identity_of``)."""
+    ids = {k: config[k] for k in ("group.id", "transactional.id") if config.get(k)}
+    return {k: v for k, v in {**security_settings(config), **ids}.items() if k not in SECRET_KEYS}
+
+
+def identity_of(client: Any) -> Mapping[str, Any]:
+    """The ``identity`` a client of ``strom.kafka.clients`` was built with (empty for other clients)."""
+    return getattr(client, "identity", {})
+
+
 def principal(settings: Mapping[str, Any]) -> str:
     """The principal the cluster sees for these client settings, as far as the client can tell."""
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol.startswith("SASL") and sasl_mechanism(settings) == "OAUTHBEARER":
+        return "the principal of the OAUTHBEARER token (User:<its sub claim>)"
     if protocol.startswith("SASL") and settings.get("sasl.username"):
         return f"User:{settings['sasl.username']}"
     if protocol == "SSL" and settings.get("ssl.certificate.location"):
@@ -81,16 +97,24 @@ def refusal_behind(settings: Mapping[str, Any], exc: BaseException,
 
 def authentication_error(settings: Mapping[str, Any], servers: str, reason: str) -> AuthenticationError:
     """Why the client could not log in, said at start-up instead of retrying for ever."""
-    mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI"
+    mechanism = sasl_mechanism(settings)
     if "certificate verify failed" in reason:
         advice = ("the broker's certificate is not signed by a CA the client trusts: set ssl.ca.location to "
                   "the CA that signed it")
+    elif mechanism == "OAUTHBEARER":
+        advice = ("the cluster did not accept the OAUTHBEARER token: check its principal claim and expiry "
+                  "and the sasl.oauthbearer.* settings")
     elif str(settings.get("security.protocol", "")).upper().startswith("SASL"):
         advice = (f"the cluster did not accept {principal(settings)} with {mechanism}: check sasl.username "
                   "and sasl.password (and sasl.mechanism)")
     else:
         advice = "the cluster did not accept the client's certificate: check ssl.certificate.location"
     return AuthenticationError(f"Cannot log in to {servers}: {advice} ({redact(reason, settings)}).")
+
+
+def sasl_mechanism(settings: Mapping[str, Any]) -> str:
+    """The SASL mechanism the settings ask for (librdkafka's default: GSSAPI), upper case."""
+    return str(settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI").upper()
 
 
 def redact(text: str, settings: Mapping[str, Any]) -> str:

@@ -43,7 +43,7 @@ from strom.errors import (
 )
 from strom.kafka import clients
 from strom.kafka.causes import causes, kafka_error
-from strom.kafka.security import refusal
+from strom.kafka.security import identity_of, refusal
 
 __all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced", "send_timed_out"]
 
@@ -121,7 +121,6 @@ class TransactionalProducer:
         self.stalled = False
         """A call never returned (see the module): the producer must be replaced."""
         self._bootstrap_servers = bootstrap_servers
-        self._settings = overrides  # whose principal a refusal names (secrets are never shown)
         self._group = ""  # the group whose offsets the transaction commits, for a refusal's message
         self.producer: Producer = clients.producer(
             bootstrap_servers, **{**overrides, "transactional.id": transactional_id})
@@ -131,6 +130,7 @@ class TransactionalProducer:
         self.call(self.producer.init_transactions, self.timeout_s)
 
     def begin_transaction(self) -> None:
+        self.producer.purged.clear()
         self.call(self.producer.begin_transaction)
         self.in_transaction = True
 
@@ -229,8 +229,11 @@ class TransactionalProducer:
             raise ProducerFencedError(
                 f"{self.owner} was fenced in {name}: another producer with transactional.id "
                 f"{self.transactional_id!r} took over (a newer attempt of the same work).") from exc
-        refused = refusal(self._settings, error, topic=_refused_topic(error), group=self._group,
-                          transactional_id=self.transactional_id, topic_operation="Write")
+        topic = _refused_topic(error) or ", ".join(sorted(self.producer.purged))
+        # offsets sent into a transaction need Read on their topics (Kafka's TxnOffsetCommit), records Write
+        operation = "Read" if name == "send_offsets_to_transaction" else "Write"
+        refused = refusal(identity_of(self.producer), error, topic=topic, group=self._group,
+                          transactional_id=self.transactional_id, topic_operation=operation)
         if refused is not None:  # no retry can help: the transaction is aborted, the refusal raised
             self.abort_transaction()
             raise refused from None

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import secrets
 import socket
@@ -15,8 +14,9 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from strom import scram
 from strom.errors import ConfigError
-from strom.kafka.security import AuthenticationError
+from strom.kafka.security import AuthenticationError, sasl_mechanism
 
 __all__ = ["sasl_login", "secure"]
 
@@ -51,7 +51,7 @@ def sasl_login(settings: Mapping[str, Any], exchange: Callable[[str, bytes], byt
     (SaslHandshake first, with the mechanism) and returns the broker's answer."""
     if not _protocol(settings).startswith("SASL"):
         return
-    mechanism = str(settings.get("sasl.mechanism") or settings.get("sasl.mechanisms") or "GSSAPI").upper()
+    mechanism = sasl_mechanism(settings)
     user, password = str(settings.get("sasl.username", "")), str(settings.get("sasl.password", ""))
     if mechanism == "PLAIN":
         exchange(mechanism, f"\0{user}\0{password}".encode())
@@ -70,14 +70,13 @@ def _scram(name: str, user: str, password: str, send: Callable[[bytes], bytes]) 
     fields = dict(part.split("=", 1) for part in server_first.split(","))
     if not fields.get("r", "").startswith(nonce):
         raise AuthenticationError("The broker answered SCRAM with another nonce; refusing to go on.")
-    salted = hashlib.pbkdf2_hmac(name, password.encode(), base64.b64decode(fields["s"]), int(fields["i"]))
-    client_key = hmac.digest(salted, b"Client Key", name)
+    derived = scram.keys(name, scram.salted_password(name, password, base64.b64decode(fields["s"]),
+                                                     int(fields["i"])))
     without_proof = f"c=biws,r={fields['r']}"
     auth_message = f"{first_bare},{server_first},{without_proof}".encode()
-    signature = hmac.digest(hashlib.new(name, client_key).digest(), auth_message, name)
-    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    proof = scram.xor(derived.client_key, scram.signature(name, derived.stored_key, auth_message))
     server_final = send(f"{without_proof},p={base64.b64encode(proof).decode()}".encode()).decode()
-    expected = hmac.digest(hmac.digest(salted, b"Server Key", name), auth_message, name)
+    expected = scram.signature(name, derived.server_key, auth_message)
     if not hmac.compare_digest(server_final.removeprefix("v=").encode(), base64.b64encode(expected)):
         raise AuthenticationError(f"The broker did not prove it knows User:{user}'s SCRAM credential; "
                                   "refusing it.")

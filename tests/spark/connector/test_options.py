@@ -34,6 +34,13 @@ def test_kafka_prefixed_options_pass_through_to_the_client():
     assert not parsed.read_committed
 
 
+def test_security_settings_are_checked_together():
+    """SASL_SSL alone would be refused (librdkafka's default mechanism, GSSAPI, is not built in)."""
+    login = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+             "kafka.sasl.username": "alice", "kafka.sasl.password": "pw"}
+    assert source_options(_opts(**login), streaming=True).client_config["security.protocol"] == "SASL_SSL"
+
+
 def test_per_partition_json_offsets():
     parsed = source_options(_opts(startingOffsets='{"a":{"0":23,"1":-2},"b":{"0":-1}}'), streaming=True)
     assert parsed.starting.per_partition == {("a", 0): 23, ("a", 1): EARLIEST, ("b", 0): LATEST}
@@ -58,6 +65,8 @@ def test_per_partition_json_offsets():
         ({"kafka.group.id": "mine"}, True, "kafka.group.id"),
         ({"kafka.fetch.max.bytez": "1048576"}, True, r"Option 'kafka\.fetch\.max\.bytez'.*No such"),
         ({"kafka.fetch.max.bytes": "lots"}, False, r"Option 'kafka\.fetch\.max\.bytes'.*Invalid value"),
+        ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM"}, True,
+         r"Option 'kafka\.security\.protocol, kafka\.sasl\.mechanism'.*Unsupported SASL mechanism"),
     ],
 )
 def test_bad_options_name_the_option(extra, streaming, named):

@@ -1,5 +1,5 @@
-"""SaslHandshake and SaslAuthenticate (PLAIN, SCRAM-SHA-256/512), the SCRAM credential APIs and the
-ACL APIs (CreateAcls, DescribeAcls, DeleteAcls)."""
+"""SaslHandshake and SaslAuthenticate (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER), the SCRAM credential APIs and
+the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from kio.schema.errors import ErrorCode
 
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.security.acls import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
+from strom.broker.security.oauthbearer import MECHANISM as OAUTHBEARER
+from strom.broker.security.oauthbearer import OAuthBearerError, OAuthBearerServer, UnsecuredJwsValidator
 from strom.broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -42,6 +44,8 @@ async def sasl_handshake(ctx: RequestContext, body: Any) -> dict[str, Any]:
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
     if mechanism == "PLAIN":
         session.exchange = "PLAIN"
+    elif mechanism == OAUTHBEARER:
+        session.exchange = OAuthBearerServer(UnsecuredJwsValidator())
     else:
         scram = Mechanism.named(mechanism)
         session.exchange = ScramServer(scram, lambda user: ctx.broker.credentials.get(user, scram))
@@ -70,11 +74,16 @@ def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, st
     try:
         if exchange == "PLAIN":
             user, answer = _plain(broker, token), b""
+        elif isinstance(exchange, OAuthBearerServer):
+            answer = exchange.step(token)
+            if exchange.username is None:
+                return answer, None
+            user = exchange.username
         elif exchange.username is None:
             return exchange.first(token), None
         else:
             answer, user = exchange.final(token), exchange.username
-    except (ScramError, UnicodeDecodeError) as exc:
+    except (ScramError, OAuthBearerError, UnicodeDecodeError) as exc:
         return b"", _authentication_failed(session, exc)
     session.principal, session.authenticated, session.exchange = f"User:{user}", True, None
     session.raw_sasl = False
@@ -96,7 +105,9 @@ def _plain(broker: Broker, message: bytes) -> str:
 
 
 def _authentication_failed(session: Session, exc: Exception) -> str:
-    mechanism = "PLAIN" if session.exchange == "PLAIN" else session.exchange.mechanism.mechanism_name
+    exchange = session.exchange
+    mechanism = ("PLAIN" if exchange == "PLAIN" else exchange.mechanism_name
+                 if isinstance(exchange, OAuthBearerServer) else exchange.mechanism.mechanism_name)
     log.info("authentication failed on listener %s from %s with %s: %s", session.listener.name,
              session.client_host, mechanism, exc)
     session.close_after_response = True

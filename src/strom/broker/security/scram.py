@@ -1,18 +1,20 @@
 """SCRAM (RFC 5802, RFC 7677) on the server side, and the credentials it checks.
 
-Only the standard library's primitives are used (hashlib's PBKDF2, hmac). A credential keeps the
-salt, the iteration count and the two keys derived from the salted password, never the password.
+The keys are derived by ``strom.scram`` (shared with strom's SCRAM client: the standard library's PBKDF2
+and HMAC). A credential keeps the salt, the iteration count and the two keys derived from the salted
+password, never the password.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
+
+from strom import scram as derivation
 
 MIN_ITERATIONS, MAX_ITERATIONS = 4096, 16384  # Kafka's bounds
 DEFAULT_ITERATIONS = 8192
@@ -53,16 +55,15 @@ class Credential:
     @classmethod
     def from_salted_password(cls, mechanism: Mechanism, salt: bytes, iterations: int,
                              salted_password: bytes) -> Credential:
-        client_key = _hmac(mechanism, salted_password, b"Client Key")
-        return cls(mechanism, salt, iterations, hashlib.new(mechanism.hash_name, client_key).digest(),
-                   _hmac(mechanism, salted_password, b"Server Key"))
+        derived = derivation.keys(mechanism.hash_name, salted_password)
+        return cls(mechanism, salt, iterations, derived.stored_key, derived.server_key)
 
     @classmethod
     def from_password(cls, mechanism: Mechanism, password: str, iterations: int = DEFAULT_ITERATIONS,
                       salt: bytes | None = None) -> Credential:
         salt = salt if salt is not None else secrets.token_bytes(SALT_BYTES)
-        return cls.from_salted_password(mechanism, salt, iterations, salted_password(mechanism, password,
-                                                                                      salt, iterations))
+        return cls.from_salted_password(mechanism, salt, iterations, derivation.salted_password(
+            mechanism.hash_name, password, salt, iterations))
 
     def matches_password(self, password: str) -> bool:
         """Whether `password` is the one this credential was made from (SASL/PLAIN checks this)."""
@@ -71,14 +72,6 @@ class Credential:
 
     def __repr__(self) -> str:  # the keys let an attacker who has them log in: never printed
         return f"Credential({self.mechanism.mechanism_name}, iterations={self.iterations})"
-
-
-def salted_password(mechanism: Mechanism, password: str, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac(mechanism.hash_name, password.encode(), salt, iterations)
-
-
-def _hmac(mechanism: Mechanism, key: bytes, message: bytes) -> bytes:
-    return hmac.new(key, message, mechanism.hash_name).digest()
 
 
 class ScramError(Exception):
@@ -154,16 +147,15 @@ class ScramServer:
         if attributes.get("c") != base64.b64encode(self._gs2_header.encode()).decode():
             raise ScramError("the channel binding does not match")
         auth_message = f"{self._client_first_bare},{self._server_first},{without_proof}".encode()
-        signature = _hmac(self.mechanism, credential.stored_key, auth_message)
+        name = self.mechanism.hash_name
+        signature = derivation.signature(name, credential.stored_key, auth_message)
         try:
             proof = base64.b64decode(proof_part, validate=True)
         except ValueError:
             raise ScramError("malformed client proof") from None
         if len(proof) != len(signature):
             raise ScramError("invalid credentials")
-        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
-        if not hmac.compare_digest(hashlib.new(self.mechanism.hash_name, client_key).digest(),
-                                   credential.stored_key):
+        client_key = derivation.xor(proof, signature)
+        if not hmac.compare_digest(derivation.stored_key(name, client_key), credential.stored_key):
             raise ScramError("invalid credentials")
-        server_signature = _hmac(self.mechanism, credential.server_key, auth_message)
-        return b"v=" + base64.b64encode(server_signature)
+        return b"v=" + base64.b64encode(derivation.signature(name, credential.server_key, auth_message))

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException
 
 from strom.errors import ConfigError
 from strom.kafka import clients
+from strom.kafka.security import security_settings
 
 __all__ = [
     "DELIVERY_GUARANTEES",
@@ -118,8 +119,8 @@ def _lookup(options: Mapping[str, str], name: str) -> str | None:
 
 
 def _client_config(options: Mapping[str, str], build: Callable[..., Any]) -> dict[str, str]:
-    """The ``kafka.*`` options without their prefix, each checked by librdkafka on the driver."""
-    config = {}
+    """The ``kafka.*`` options without their prefix, checked by librdkafka on the driver."""
+    config, named = {}, {}
     for key, value in options.items():
         if not key.lower().startswith(KAFKA_PREFIX) or key.lower() == "kafka.bootstrap.servers":
             continue
@@ -127,22 +128,28 @@ def _client_config(options: Mapping[str, str], build: Callable[..., Any]) -> dic
         if client_key.lower() in _CLIENT_OWNED:
             raise ConfigError(f"Option {key!r} is not supported: the strom connector manages "
                               f"{client_key!r} itself. Remove the option.")
-        _check_client_setting(key, client_key, str(value), build)
-        config[client_key] = str(value)
+        config[client_key], named[client_key] = str(value), key
+    _check_client_settings(config, named, build)
     return config
 
 
-def _check_client_setting(option: str, client_key: str, value: str, build: Callable[..., Any]) -> None:
+def _check_client_settings(config: dict[str, str], named: dict[str, str], build: Callable[..., Any]) -> None:
     """librdkafka checks names and values when a client is made; one without brokers costs well
-    under a millisecond, and a typo then fails load() or start() instead of a Spark task."""
-    try:
-        build("", **{client_key: value})
-    except ConfigError as exc:
-        cause = exc.__cause__
-        detail = cause.args[0].str() if isinstance(cause, KafkaException) else str(cause or exc)
-        raise ConfigError(f"Option {option!r} is not a valid Kafka client setting: {detail}. The "
-                          "part after 'kafka.' is a librdkafka configuration key (see "
-                          "CONFIGURATION.md of librdkafka).") from exc
+    under a millisecond, and a typo then fails load() or start() instead of a Spark task. Each setting
+    is checked alone, to name the option at fault, but the security settings together
+    (``security.protocol=SASL_SSL`` alone is refused: its default mechanism, GSSAPI, is not built in)."""
+    security = security_settings(config)
+    groups = [{key: value} for key, value in config.items() if key not in security]
+    for settings in [*groups, security] if security else groups:
+        try:
+            build("", **settings)
+        except ConfigError as exc:
+            cause = exc.__cause__
+            detail = cause.args[0].str() if isinstance(cause, KafkaException) else str(cause or exc)
+            option = ", ".join(named[key] for key in settings)
+            raise ConfigError(f"Option {option!r} is not a valid Kafka client setting: {detail}. The "
+                              "part after 'kafka.' is a librdkafka configuration key (see "
+                              "CONFIGURATION.md of librdkafka).") from exc
 
 
 def _check_known(options: Mapping[str, str], known: tuple[str, ...]) -> None:

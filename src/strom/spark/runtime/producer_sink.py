@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from strom.errors import UnknownTopicError
 from strom.kafka import clients
+from strom.kafka.security import identity_of, refusal
 from strom.kafka.transactional import TransactionalProducer
 from strom.streams.processor.api import Headers
 from strom.streams.processor.internals.collector import RecordCollector
@@ -105,5 +106,13 @@ class ProducerSink:
             return
         if error is None:
             collector.delivered(message.topic(), message.partition(), message.offset())
+        elif error.code() == KafkaError._PURGE_QUEUE and "transactional.id" in identity_of(self.producer):
+            # its transaction failed or was aborted (never committed): the next transactional call says why
+            self.producer.purged.add(message.topic())
         else:
-            collector.send_failed(message.topic(), message.key(), message.value(), KafkaException(error))
+            failure = KafkaException(error)
+            refused = refusal(identity_of(self.producer), error, topic=message.topic(),
+                              topic_operation="Write")
+            if refused is not None:
+                refused.__cause__ = failure
+            collector.send_failed(message.topic(), message.key(), message.value(), refused or failure)

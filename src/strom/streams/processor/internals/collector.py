@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from strom.errors import ProcessingError, SerializationError
+from strom.kafka.security import AuthorizationError
 from strom.streams.errors import HandlerResponse, ProductionExceptionHandler
 from strom.streams.internals.tuples import new_tuple
 from strom.streams.processor.api import Headers
@@ -100,7 +101,12 @@ class RecordCollector:
         self.offsets[new_tuple(TopicPartition, (topic, partition))] = offset
 
     def send_failed(self, topic: str, key: bytes | None, value: bytes | None, exception: Exception) -> None:
-        if self.handler.handle(topic, key, value, exception) is HandlerResponse.CONTINUE:
+        """A missing ACL (``AuthorizationError``) fails the task whatever the handler says, as in Kafka
+        Streams (its RecordCollectorImpl counts security exceptions fatal): no record would go out."""
+        if isinstance(exception, AuthorizationError):
+            if not isinstance(self.send_error, AuthorizationError):
+                self.send_error = exception
+        elif self.handler.handle(topic, key, value, exception) is HandlerResponse.CONTINUE:
             self.dropped_records += 1
             log.warning(
                 "Task %s dropped a record for %s after a send error: %s", self.task_id, topic, exception
@@ -115,6 +121,8 @@ class RecordCollector:
     def check_error(self) -> None:
         if self.send_error is not None:
             error, self.send_error = self.send_error, None
+            if isinstance(error, AuthorizationError):
+                raise AuthorizationError(f"Task {self.task_id} could not send a record: {error}") from error
             raise ProcessingError(
                 f"Task {self.task_id} failed to send a record: {error}. Check that the "
                 "output topics exist and the broker is reachable, or configure "

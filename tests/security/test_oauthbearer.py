@@ -1,0 +1,101 @@
+"""strom broker's SASL/OAUTHBEARER: the RFC 7628 exchange and the checks of Kafka's unsecured JWS
+validator, then librdkafka logging in with the unsecured token it makes itself
+(``enable.sasl.oauthbearer.unsecure.jwt``). tests/fidelity/test_secured.py compares the verdicts on
+tokens with Apache Kafka's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from strom.broker.security.oauthbearer import (
+    OAuthBearerError,
+    OAuthBearerServer,
+    UnsecuredJwsValidator,
+    parse_initial_response,
+)
+from strom.kafka.security import authentication_error, principal
+from support.secured_clients import first_error, unsecured_jws
+
+NOW = 1_800_000_000.0
+
+
+def validator(**options) -> UnsecuredJwsValidator:
+    return UnsecuredJwsValidator(clock=lambda: NOW, **options)
+
+
+def message(token: str, authzid: str = "", extensions: str = "") -> bytes:
+    return f"n,{'a=' + authzid if authzid else ''},\x01auth=Bearer {token}\x01{extensions}\x01".encode()
+
+
+def test_a_valid_token_names_its_principal():
+    token = unsecured_jws({"sub": "alice", "exp": NOW + 60, "iat": NOW - 1, "scope": ["read", "write"]})
+    assert validator().principal(token) == "alice"
+    assert validator(required_scope=("write",)).principal(token) == "alice"
+    by_user = unsecured_jws({"user": "bob", "exp": NOW + 1})
+    assert validator(principal_claim="user").principal(by_user) == "bob"
+    assert validator(clock_skew_s=30).principal(unsecured_jws({"sub": "alice", "exp": NOW - 10})) == "alice"
+
+
+@pytest.mark.parametrize(("token", "reason"), [
+    (unsecured_jws({"sub": "alice", "exp": NOW - 1}), "expired"),
+    (unsecured_jws({"sub": "alice"}), "no expiration time"),
+    (unsecured_jws({"sub": "alice", "exp": "soon"}), "no expiration time"),
+    (unsecured_jws({"exp": NOW + 60}), "no principal name"),
+    (unsecured_jws({"sub": " ", "exp": NOW + 60}), "no principal name"),
+    (unsecured_jws({"sub": "alice", "exp": NOW + 60}, alg="HS256"), "'none' for an algorithm"),
+    (unsecured_jws({"sub": "alice", "exp": NOW + 60}, signature="c2ln"), "digital signature"),
+    (unsecured_jws({"sub": "alice", "exp": NOW + 60, "iat": NOW + 30}), "issue time"),
+    (unsecured_jws({"sub": "alice", "exp": NOW + 60, "scope": "read"}), "scope lacks write"),
+    ("a.b", "3 dot-separated"),
+    ("e30..", "3 dot-separated"),
+    ("!!!.e30.", "malformed"),
+])
+def test_kafkas_checks_refuse(token, reason):
+    with pytest.raises(OAuthBearerError, match=reason):
+        validator(required_scope=("write",) if "scope" in reason else ()).principal(token)
+
+
+def test_the_client_initial_response_of_rfc_7628():
+    assert parse_initial_response(message("abc.def.", "alice", "traceId=42\x01")) == ("abc.def.", "alice")
+    for malformed in (b"n,,\x01auth=Bearer t\x01", b"y,,\x01auth=Bearer t\x01\x01", b"n,,\x01host=x\x01\x01",
+                      message("t", extensions="bad_key=1\x01")):
+        with pytest.raises(OAuthBearerError):
+            parse_initial_response(malformed)
+
+
+def test_a_refused_token_gets_the_error_challenge_then_fails():
+    server = OAuthBearerServer(validator())
+    assert json.loads(server.step(message(unsecured_jws({"sub": "alice", "exp": NOW - 1})))) == {
+        "status": "invalid_token"}
+    assert server.username is None
+    with pytest.raises(OAuthBearerError, match="expired"):
+        server.step(b"\x01")
+    accepted = OAuthBearerServer(validator())
+    assert accepted.step(message(unsecured_jws({"sub": "alice", "exp": NOW + 1}), "alice")) == b""
+    assert accepted.username == "alice"
+    with pytest.raises(OAuthBearerError, match="authorization id"):
+        OAuthBearerServer(validator()).step(message(unsecured_jws({"sub": "alice", "exp": NOW + 1}), "bob"))
+
+
+def test_librdkafka_logs_in_with_its_own_unsecured_token(secured, pki):
+    def settings(**extra) -> dict:
+        return {"bootstrap.servers": secured.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",
+                "enable.sasl.oauthbearer.unsecure.jwt": True, **extra}
+    admin = AdminClient(settings(**{"sasl.oauthbearer.config": "principal=alice lifeSeconds=600"}))
+    assert admin.list_topics(timeout=10).brokers
+    # a token whose principal is in a claim the broker does not read is refused, as by Kafka
+    unnamed = settings(**{"sasl.oauthbearer.config": "principal=alice principalClaimName=user"})
+    assert first_error(unnamed).name() == "_AUTHENTICATION"
+
+
+def test_a_client_refused_its_token_is_told_about_the_token_not_a_password():
+    settings = {"security.protocol": "SASL_SSL", "sasl.mechanism": "oauthbearer",
+                "sasl.oauthbearer.config": "principal=alice"}
+    said = str(authentication_error(settings, "b:9093", "SASL authentication error: invalid_token"))
+    assert "did not accept the OAUTHBEARER token: check its principal claim and expiry" in said
+    assert "password" not in said
+    assert principal(settings) == "the principal of the OAUTHBEARER token (User:<its sub claim>)"
