@@ -14,10 +14,11 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
@@ -89,13 +90,15 @@ def test_thirty_two_partitions_on_two_threads_are_two_transactional_ids(any_brok
     assert (tmp_path / app_id / "stream-thread-slots").read_text() == "2"  # a restart fences only these
 
 
-def failing_once_on(partition_word: str, source: str, sink: str, marker: str):
-    """Counts per key; the first time it meets ``partition_word`` (no marker file yet) it raises."""
+def failing_once_on(partition_word: str, source: str, sink: str, marker: str,
+                    error: Callable[[], Exception] = lambda: RuntimeError("a transient failure")):
+    """Counts per key; the first time it meets ``partition_word`` (no marker file yet) it raises
+    ``error()``."""
 
     def check(key, value):
         if value == partition_word and not os.path.exists(marker):
             open(marker, "w").close()
-            raise RuntimeError("a transient failure")
+            raise error()
         return value
 
     builder = StreamsBuilder()
@@ -138,5 +141,47 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
     updates = read_updates(broker.bootstrap_servers, names["sink"])
     expected = Counter(key for key, _ in records)
     assert {k: v[-1] for k, v in updates.items()} == dict(expected)
+    for key, counts in updates.items():
+        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
+
+
+def _delivery_timed_out() -> Exception:
+    """What a task raises when a record's delivery ran out of ``message.timeout.ms`` (its leader
+    unreachable)."""
+    error = RuntimeError("Task failed to send a record")
+    error.__cause__ = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
+    return error
+
+
+def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark, topics, tmp_path):
+    """Issue 38: a transaction that can only be aborted (here a record's delivery timed out, raised by the
+    processor once) takes every task of the thread back to its last commit, and the thread opens them
+    again itself, the driver allowing it: no failure, no batch ended early, every count exact, no update
+    written twice."""
+    names = topics(source=2, sink=1)
+    keys = [f"key{i}" for i in range(20)]
+    records = [(keys[i % 20], "x") for i in range(400)] + [("flaky-key", "flaky")]
+    produce_lines(broker.bootstrap_servers, names["source"], records[:100])
+    app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed"),
+                                       _delivery_timed_out),
+                       _props(broker, tmp_path, f"eos-revive-{names['source']}",
+                              **{"num.stream.threads": 1, "commit.interval.ms": 5000}), spark)
+    seen: list[Exception] = []
+    app.set_uncaught_exception_handler(
+        lambda error: seen.append(error) or StreamThreadExceptionResponse.SHUTDOWN_CLIENT)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        produce_lines(broker.bootstrap_servers, names["source"], records[100:-1])
+        time.sleep(0.5)
+        produce_lines(broker.bootstrap_servers, names["source"], records[-1:])
+        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        assert (tmp_path / "failed").exists()
+        assert app.state is SparkStreams.State.RUNNING and not seen, seen
+        assert app.progress.batches == 0  # the batch goes on: no early end, no new batch
+    finally:
+        app.stop()
+    updates = read_updates(broker.bootstrap_servers, names["sink"])
+    assert {k: v[-1] for k, v in updates.items()} == dict(Counter(key for key, _ in records))
     for key, counts in updates.items():
         assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
