@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
@@ -145,25 +145,24 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
         assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
 
 
-def _delivery_timed_out() -> Exception:
-    """What a task raises when a record's delivery ran out of ``message.timeout.ms`` (its leader
-    unreachable)."""
-    error = RuntimeError("Task failed to send a record")
-    error.__cause__ = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
-    return error
-
-
 def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark, topics, tmp_path):
     """Issue 38: a transaction that can only be aborted (here a record's delivery timed out, raised by the
     processor once) takes every task of the thread back to its last commit, and the thread opens them
     again itself, the driver allowing it: no failure, no batch ended early, every count exact, no update
     written twice."""
+    def delivery_timed_out() -> Exception:  # what a task raises when a record's delivery ran out of time
+        from confluent_kafka import KafkaError, KafkaException  # imported in the executor: cimpl's classes
+
+        error = RuntimeError("Task failed to send a record")
+        error.__cause__ = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
+        return error
+
     names = topics(source=2, sink=1)
     keys = [f"key{i}" for i in range(20)]
     records = [(keys[i % 20], "x") for i in range(400)] + [("flaky-key", "flaky")]
     produce_lines(broker.bootstrap_servers, names["source"], records[:100])
     app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed"),
-                                       _delivery_timed_out),
+                                       delivery_timed_out),
                        _props(broker, tmp_path, f"eos-revive-{names['source']}",
                               **{"num.stream.threads": 1, "commit.interval.ms": 5000}), spark)
     seen: list[Exception] = []
