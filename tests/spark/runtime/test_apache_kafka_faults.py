@@ -243,6 +243,7 @@ def _victim(cluster: KafkaCluster, app: SparkStreams, names: dict[str, str], rol
     return rng.choice(cluster.alive())
 
 
+@pytest.mark.timeout(900)  # its own start on a busy machine included
 def test_kafka_nodes_killed_in_turn_never_stop_the_application(cluster, spark, tmp_path):
     """Issue 38: with strom's defaults (exactly_once_v2, real-time), SIGKILL in turn an input
     partition's leader, a thread slot's transaction coordinator, the application's group coordinator and
@@ -257,11 +258,12 @@ def test_kafka_nodes_killed_in_turn_never_stop_the_application(cluster, spark, t
     rng = random.Random(38)
     watch = CommitWatch(app)
     report = []
+    print("\nkilled | node | down s | longest a task went without a commit, s | batches ended meanwhile")
     try:
         with SteadyWriter(cluster.bootstrap_servers, names["lines"], lines, per_slice=10):
             quiet = time.monotonic()
             assert wait_for(lambda: watch.committed_since(quiet, 3), 120), "not committing before the kills"
-            report.append(("none (quiet)", "-", 0.0, watch.longest_pause(quiet, time.monotonic()), 0))
+            _row(report, "none (quiet)", "-", 0.0, watch.longest_pause(quiet, time.monotonic()), 0)
             for role in ROLES:
                 cluster.wait_until_serving(cluster.brokers)  # one node down at a time
                 node = _victim(cluster, app, names, role, rng)
@@ -274,8 +276,8 @@ def test_kafka_nodes_killed_in_turn_never_stop_the_application(cluster, spark, t
                 back = time.monotonic()
                 assert wait_for(lambda back=back: watch.committed_since(back, 1), 120), \
                     f"{role} (node {node}) killed: not every task committed within 120 s of its return"
-                report.append((role, node, down_s, watch.longest_pause(killed, time.monotonic()),
-                               app.progress.batches - batches))
+                _row(report, role, node, down_s, watch.longest_pause(killed, time.monotonic()),
+                     app.progress.batches - batches)
                 assert app.state is SparkStreams.State.RUNNING, f"{role} (node {node}): {app.state}"
         assert app.wait_until_caught_up(240), f"lag {app.lag()}"
         assert watch.states == {SparkStreams.State.RUNNING}, watch.states
@@ -284,10 +286,13 @@ def test_kafka_nodes_killed_in_turn_never_stop_the_application(cluster, spark, t
         app.stop()
         for node in set(range(cluster.brokers)) - set(cluster.alive()):
             cluster.start_node(node, wait=False)
-        cluster.wait_until_serving(cluster.brokers)
-    print("\nkilled | node | down s | longest a task went without a commit, s | batches ended meanwhile",
-          *(f"{role} | {node} | {down:.1f} | {pause:.1f} | {ended}"
-            for role, node, down, pause, ended in report),
-          sep="\n")
     _assert_exact(cluster, names, lines)
     assert max(pause for *_, pause, _ in report) < TRANSACTION_TIMEOUT_S, report
+    cluster.wait_until_serving(cluster.brokers)  # the last node killed is back for the module's next tests
+
+
+def _row(report: list[tuple[Any, ...]], *row: Any) -> None:
+    """A kill's figures, printed at once (a run cut short still shows those it measured)."""
+    report.append(row)
+    role, node, down, pause, ended = row
+    print(f"{role} | {node} | {down:.1f} | {pause:.1f} | {ended}", flush=True)
