@@ -107,6 +107,28 @@ def failing_once_on(partition_word: str, source: str, sink: str, marker: str,
     return builder.build()
 
 
+FLAKY_RECORDS = [(f"key{i % 20}", "x") for i in range(400)] + [("flaky-key", "flaky")]
+"""Counted per key by ``failing_once_on("flaky", ...)``; the last one raises."""
+
+
+def _run_past_the_flaky_record(broker, source: str, app: SparkStreams) -> None:
+    """The first 100 records committed; the rest processed by both tasks in one commit interval (5 s),
+    then the record that raises; all committed."""
+    assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+    produce_lines(broker.bootstrap_servers, source, FLAKY_RECORDS[100:-1])
+    time.sleep(0.5)
+    produce_lines(broker.bootstrap_servers, source, FLAKY_RECORDS[-1:])
+    assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+
+
+def _assert_counted_exactly(broker, sink: str) -> None:
+    """Every key's last count is its number of records; no update written twice."""
+    updates = read_updates(broker.bootstrap_servers, sink)
+    assert {k: v[-1] for k, v in updates.items()} == dict(Counter(key for key, _ in FLAKY_RECORDS))
+    for key, counts in updates.items():
+        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
+
+
 def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(broker, spark, topics,
                                                                                tmp_path):
     """One thread runs both tasks; the record that raises comes after records of both partitions were
@@ -114,9 +136,7 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
     tasks' stores drop what they counted since the last commit, and after REPLACE_THREAD every count is
     exact, no update written twice."""
     names = topics(source=2, sink=1)
-    keys = [f"key{i}" for i in range(20)]
-    records = [(keys[i % 20], "x") for i in range(400)] + [("flaky-key", "flaky")]
-    produce_lines(broker.bootstrap_servers, names["source"], records[:100])
+    produce_lines(broker.bootstrap_servers, names["source"], FLAKY_RECORDS[:100])
     app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed")),
                        _props(broker, tmp_path, f"eos-raise-{names['source']}",
                               **{"num.stream.threads": 1, "commit.interval.ms": 5000}), spark)
@@ -129,20 +149,11 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
     app.set_uncaught_exception_handler(replace)
     app.start()
     try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-        # processed by both tasks in one commit interval (5 s), then the record that raises
-        produce_lines(broker.bootstrap_servers, names["source"], records[100:-1])
-        time.sleep(0.5)
-        produce_lines(broker.bootstrap_servers, names["source"], records[-1:])
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        _run_past_the_flaky_record(broker, names["source"], app)
     finally:
         app.stop()
     assert len(seen) == 1 and "a transient failure" in str(seen[0])
-    updates = read_updates(broker.bootstrap_servers, names["sink"])
-    expected = Counter(key for key, _ in records)
-    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
-    for key, counts in updates.items():
-        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
+    _assert_counted_exactly(broker, names["sink"])
 
 
 def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark, topics, tmp_path):
@@ -158,9 +169,7 @@ def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark
         return error
 
     names = topics(source=2, sink=1)
-    keys = [f"key{i}" for i in range(20)]
-    records = [(keys[i % 20], "x") for i in range(400)] + [("flaky-key", "flaky")]
-    produce_lines(broker.bootstrap_servers, names["source"], records[:100])
+    produce_lines(broker.bootstrap_servers, names["source"], FLAKY_RECORDS[:100])
     app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed"),
                                        delivery_timed_out),
                        _props(broker, tmp_path, f"eos-revive-{names['source']}",
@@ -170,17 +179,10 @@ def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark
         lambda error: seen.append(error) or StreamThreadExceptionResponse.SHUTDOWN_CLIENT)
     app.start()
     try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-        produce_lines(broker.bootstrap_servers, names["source"], records[100:-1])
-        time.sleep(0.5)
-        produce_lines(broker.bootstrap_servers, names["source"], records[-1:])
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        _run_past_the_flaky_record(broker, names["source"], app)
         assert (tmp_path / "failed").exists()
         assert app.state is SparkStreams.State.RUNNING and not seen, seen
         assert app.progress.batches == 0  # the batch goes on: no early end, no new batch
     finally:
         app.stop()
-    updates = read_updates(broker.bootstrap_servers, names["sink"])
-    assert {k: v[-1] for k, v in updates.items()} == dict(Counter(key for key, _ in records))
-    for key, counts in updates.items():
-        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
+    _assert_counted_exactly(broker, names["sink"])
