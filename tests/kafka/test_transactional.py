@@ -114,7 +114,7 @@ def test_a_commit_is_bounded_well_below_the_transaction_timeout(broker):
     short = TransactionalProducer(broker.bootstrap_servers, unique("txn"), "Test writer",
                                   **{"transaction.timeout.ms": 9000})
     assert (default.commit_timeout_s, short.commit_timeout_s) == (20.0, 3.0)
-    assert (default.send_offsets_timeout_s, short.send_offsets_timeout_s) == (10.0, 3.0)
+    assert (default.send_offsets_timeout_s, short.send_offsets_timeout_s) == (5.0, 3.0)
 
 
 def test_a_send_timed_out_is_told_apart_from_other_send_errors():

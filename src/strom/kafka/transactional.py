@@ -51,12 +51,15 @@ log = logging.getLogger(__name__)
 
 TIMEOUT_S = 60.0
 """How long init, send-offsets, commit and abort may take before the broker counts as unavailable."""
-STALL_GRACE_S = 5.0
-"""How long past its own timeout a librdkafka call may take before the producer counts as stalled."""
-SEND_OFFSETS_TIMEOUT_S = 10.0
-"""How long send-offsets may take (at most; ``commit_timeout_s`` if shorter): a group coordinator's move
-fits (its dead broker fenced after Kafka's 9 s ``broker.session.timeout.ms``, then its offsets loaded
-elsewhere), while a stall of librdkafka's (the module) costs the thread's tasks 15 s, not 25."""
+STALL_GRACE_S = 2.0
+"""How long past its own timeout a librdkafka call may take before the producer counts as stalled (a
+stalled producer is replaced; one that timed out is replaced too: a grace too short costs nothing)."""
+SEND_OFFSETS_TIMEOUT_S = 5.0
+"""How long send-offsets may take (at most; ``commit_timeout_s`` if shorter). A call that normally takes
+milliseconds; given up, the transaction is aborted and a stream thread opens its tasks again at once with
+a new producer (seconds), which finds the group coordinator wherever it moved: so a stall of librdkafka's
+(the module) costs 7 s, and a coordinator's move (its dead broker fenced after Kafka's 9 s
+``broker.session.timeout.ms``, its offsets loaded elsewhere) no more than waiting for it would."""
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``."""

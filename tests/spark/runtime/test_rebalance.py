@@ -203,3 +203,22 @@ def test_what_a_thread_of_an_earlier_batch_reports_is_ignored(control):
     time.sleep(0.3)
     assert control.failure is None and control.reason_to_end() is None
     zombie.close()
+
+
+def test_only_a_thread_of_the_running_batch_may_open_its_tasks_again(control):
+    """A thread whose transaction was aborted reopens its tasks itself only while its batch runs: once a
+    new batch began (its tasks may move; the slot is fenced again) or the batch is ending, it may not."""
+    control.begin_batch(1, 1, TASKS, hello_timeout_s=30)
+    thread = ControlClient(control.address, control.token, 1, 0)
+    thread.hello([])
+    assert thread.may_revive()
+    assert control.reason_to_end() is None
+    control.begin_batch(2, 1, TASKS, hello_timeout_s=30)  # as after the thread froze and its batch ended
+    assert not thread.may_revive()
+    thread.close()
+    control.begin_batch(3, 1, TASKS, hello_timeout_s=30)
+    ending = ControlClient(control.address, control.token, 3, 0)
+    ending.hello([])
+    control.end_batch()
+    assert not ending.may_revive()
+    ending.close()

@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -89,19 +90,43 @@ def test_thirty_two_partitions_on_two_threads_are_two_transactional_ids(any_brok
     assert (tmp_path / app_id / "stream-thread-slots").read_text() == "2"  # a restart fences only these
 
 
-def failing_once_on(partition_word: str, source: str, sink: str, marker: str):
-    """Counts per key; the first time it meets ``partition_word`` (no marker file yet) it raises."""
+def failing_once_on(partition_word: str, source: str, sink: str, marker: str,
+                    error: Callable[[], Exception] = lambda: RuntimeError("a transient failure")):
+    """Counts per key; the first time it meets ``partition_word`` (no marker file yet) it raises
+    ``error()``."""
 
     def check(key, value):
         if value == partition_word and not os.path.exists(marker):
             open(marker, "w").close()
-            raise RuntimeError("a transient failure")
+            raise error()
         return value
 
     builder = StreamsBuilder()
     (builder.stream(source, Consumed.with_(S, S)).map_values(check).group_by_key()
         .count(materialized=Materialized.as_("counts")).to_stream().to(sink, Produced.with_(S, L)))
     return builder.build()
+
+
+FLAKY_RECORDS = [(f"key{i % 20}", "x") for i in range(400)] + [("flaky-key", "flaky")]
+"""Counted per key by ``failing_once_on("flaky", ...)``; the last one raises."""
+
+
+def _run_past_the_flaky_record(broker, source: str, app: SparkStreams) -> None:
+    """The first 100 records committed; the rest processed by both tasks in one commit interval (5 s),
+    then the record that raises; all committed."""
+    assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+    produce_lines(broker.bootstrap_servers, source, FLAKY_RECORDS[100:-1])
+    time.sleep(0.5)
+    produce_lines(broker.bootstrap_servers, source, FLAKY_RECORDS[-1:])
+    assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+
+
+def _assert_counted_exactly(broker, sink: str) -> None:
+    """Every key's last count is its number of records; no update written twice."""
+    updates = read_updates(broker.bootstrap_servers, sink)
+    assert {k: v[-1] for k, v in updates.items()} == dict(Counter(key for key, _ in FLAKY_RECORDS))
+    for key, counts in updates.items():
+        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
 
 
 def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(broker, spark, topics,
@@ -111,9 +136,7 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
     tasks' stores drop what they counted since the last commit, and after REPLACE_THREAD every count is
     exact, no update written twice."""
     names = topics(source=2, sink=1)
-    keys = [f"key{i}" for i in range(20)]
-    records = [(keys[i % 20], "x") for i in range(400)] + [("flaky-key", "flaky")]
-    produce_lines(broker.bootstrap_servers, names["source"], records[:100])
+    produce_lines(broker.bootstrap_servers, names["source"], FLAKY_RECORDS[:100])
     app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed")),
                        _props(broker, tmp_path, f"eos-raise-{names['source']}",
                               **{"num.stream.threads": 1, "commit.interval.ms": 5000}), spark)
@@ -126,17 +149,40 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
     app.set_uncaught_exception_handler(replace)
     app.start()
     try:
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
-        # processed by both tasks in one commit interval (5 s), then the record that raises
-        produce_lines(broker.bootstrap_servers, names["source"], records[100:-1])
-        time.sleep(0.5)
-        produce_lines(broker.bootstrap_servers, names["source"], records[-1:])
-        assert app.wait_until_caught_up(150), f"lag {app.lag()}"
+        _run_past_the_flaky_record(broker, names["source"], app)
     finally:
         app.stop()
     assert len(seen) == 1 and "a transient failure" in str(seen[0])
-    updates = read_updates(broker.bootstrap_servers, names["sink"])
-    expected = Counter(key for key, _ in records)
-    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
-    for key, counts in updates.items():
-        assert counts == sorted(set(counts)), f"{key}: an update was written twice: {counts}"
+    _assert_counted_exactly(broker, names["sink"])
+
+
+def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark, topics, tmp_path):
+    """Issue 38: a transaction that can only be aborted (here a record's delivery timed out, raised by the
+    processor once) takes every task of the thread back to its last commit, and the thread opens them
+    again itself, the driver allowing it: no failure, no batch ended early, every count exact, no update
+    written twice."""
+    def delivery_timed_out() -> Exception:  # what a task raises when a record's delivery ran out of time
+        from confluent_kafka import KafkaError, KafkaException  # imported in the executor: cimpl's classes
+
+        error = RuntimeError("Task failed to send a record")
+        error.__cause__ = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
+        return error
+
+    names = topics(source=2, sink=1)
+    produce_lines(broker.bootstrap_servers, names["source"], FLAKY_RECORDS[:100])
+    app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed"),
+                                       delivery_timed_out),
+                       _props(broker, tmp_path, f"eos-revive-{names['source']}",
+                              **{"num.stream.threads": 1, "commit.interval.ms": 5000}), spark)
+    seen: list[Exception] = []
+    app.set_uncaught_exception_handler(
+        lambda error: seen.append(error) or StreamThreadExceptionResponse.SHUTDOWN_CLIENT)
+    app.start()
+    try:
+        _run_past_the_flaky_record(broker, names["source"], app)
+        assert (tmp_path / "failed").exists()
+        assert app.state is SparkStreams.State.RUNNING and not seen, seen
+        assert app.progress.batches == 0  # the batch goes on: no early end, no new batch
+    finally:
+        app.stop()
+    _assert_counted_exactly(broker, names["sink"])

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import secrets
 import socket
 import socketserver
@@ -339,6 +340,22 @@ class ThreadControl:
         if message.get("standbys") and self._on_standbys is not None:
             self._on_standbys(connection.name, message["standbys"])
 
+    def _may_revive(self, connection: _Connection) -> bool:
+        """Whether a thread whose transaction was aborted may open its tasks again itself: only while the
+        batch that assigned them runs, not ending, and this is the connection it assigned them over. Tasks
+        move only when a new batch begins (under this lock, after this answer) and each new batch fences
+        every slot of the last one before assigning anything: a thread allowed here after its new producer's
+        ``init_transactions`` holds the slot's newest epoch until that fence, so it can never commit a task
+        that runs elsewhere, nor fence the slot's next holder."""
+        with self._lock:
+            batch = self._batch
+            allowed = (batch is not None and batch.batch == connection.batch and not batch.ended
+                       and not self._stopping and self._connections.get(connection.name) is connection)
+        log.info("%s of batch %d asks to open its tasks again after an aborted transaction: %s",
+                 connection.name, connection.batch,
+                 "allowed" if allowed else "refused, the next batch opens them")
+        return allowed
+
     def _gone(self, connection: _Connection) -> None:
         """A thread's connection ended: finished (it said so), failed (Spark fails or retries its
         task), or lost."""
@@ -376,6 +393,8 @@ class _Connection(socketserver.StreamRequestHandler):
                     self.send(control._hello(self, message))
                 elif message["type"] == "progress":
                     control._progress(self, message)
+                elif message["type"] == "revive":
+                    self.send({"type": "revive", "granted": control._may_revive(self)})
         except (OSError, ValueError, KeyError, PermissionError) as exc:
             log.warning("Stream thread connection %s closed: %s", self.name or self.client_address, exc)
         finally:
@@ -404,6 +423,7 @@ class ControlClient:
         self.reusable: list[str] = []
         """The assigned tasks this worker holds parked and may take up (no other thread ran them since)."""
         self._closed = threading.Event()
+        self._revivals: queue.Queue[bool] = queue.Queue()
 
     def hello(self, parked: list[str], standbys: dict[str, int] | None = None,
               machine: str = "", query_address: tuple[str, int] | None = None) -> list[str]:
@@ -442,6 +462,20 @@ class ControlClient:
         except (OSError, ValueError):  # the connection broke (ValueError: its file is closed)
             self.stopping.set()
 
+    def may_revive(self) -> bool:
+        """Asks the driver whether this thread may open its tasks again itself after an aborted transaction
+        (``ThreadControl._may_revive``); False as well once the batch ends or the connection breaks."""
+        try:
+            self._send({"type": "revive"})
+        except (OSError, ValueError):
+            return False
+        while True:
+            try:
+                return self._revivals.get(timeout=0.1)
+            except queue.Empty:
+                if self.stopping.is_set():
+                    return False
+
     def close(self) -> None:
         """Ends the connection for both sides: a plain close would leave it open while the listening
         thread's file still refers to the socket (the driver would never see this thread go)."""
@@ -467,7 +501,10 @@ class ControlClient:
         """Any ``stop``, or the connection ending (the driver is gone), ends the batch."""
         try:
             for line in iter(lambda: self._file.readline(MAX_LINE), b""):
-                if json.loads(line).get("type") == "stop":
+                message = json.loads(line)
+                if message.get("type") == "revive":
+                    self._revivals.put(bool(message.get("granted")))
+                elif message.get("type") == "stop":
                     break
         except (OSError, ValueError):
             pass

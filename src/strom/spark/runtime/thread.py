@@ -190,23 +190,16 @@ class StreamThread:
                     consumer.close()
                 raise
             try:
-                self._loop(consumer, control, started + self.plan.duration_s)
+                ended = self._run_tasks(consumer, control, started + self.plan.duration_s)
             except BaseException as exc:
-                if fenced(exc, self.transactions):
-                    self._end_without_commit(control, exc, FENCED)
-                    return []
-                if isinstance(exc, (TransactionAbortableError, TransactionStalledError)) or (
-                        self.transactions is not None and send_timed_out(exc)):
-                    if self.transactions is not None:  # aborted now, read_committed readers go on at once
-                        self.transactions.abort_transaction()
-                    self._end_without_commit(control, exc, ABORTED)
-                    return []
                 control.failed(exc)
                 self._abort_all()
                 self._close_standbys()
                 raise
             finally:
                 consumer.close()
+            if ended != FINISHED:
+                return []
             self._report(control, FINISHED)
         finally:
             control.close()
@@ -232,25 +225,75 @@ class StreamThread:
         self.transactions.init_transactions()
         self.producer = self.transactions.producer
 
-    def _end_without_commit(self, control: ControlClient, exc: BaseException, state: str) -> None:
-        """Ends the thread after its transaction was lost without a failure of the application, as Kafka
-        Streams closes a thread's tasks dirty and revives them: its tasks close without committing (their
-        uncommitted store writes dropped) and it reports ``state``. ``FENCED``: another producer took its
-        slot over, its tasks run elsewhere. ``ABORTED``: the transaction could only be aborted (a coordinator
-        loading or moving, a timeout, a record's delivery timed out) or its producer stalled. Either way the
-        driver counts the thread as lost, ends the batch, and the next batch opens the tasks again from their
-        last commit, its slot fenced first. The thread never revives its tasks itself: a thread that is a
-        zombie without knowing it would fence the slot's legitimate holder."""
+    def _run_tasks(self, consumer: Consumer, control: ControlClient, deadline: float) -> str:
+        """Runs the tasks until the batch ends (``FINISHED``) or the thread's transaction is lost without a
+        failure of the application, as Kafka Streams closes a thread's tasks dirty and revives them.
+        ``FENCED``: another producer took the slot over, the tasks run elsewhere; the thread ends.
+        ``ABORTED``: the transaction could only be aborted (a coordinator loading or moving, a timeout, a
+        record's delivery timed out) or its producer stalled; the tasks close without committing (their
+        uncommitted store writes dropped) and open again from their last commit, in this thread if the driver
+        allows it (``_revive``), else in the next batch. Any other error is raised: the thread fails."""
+        while True:
+            try:
+                self._loop(consumer, control, deadline)
+                return FINISHED
+            except BaseException as exc:
+                if fenced(exc, self.transactions):
+                    self._close_tasks(exc, "fenced, its tasks moved")
+                    self._close_standbys()
+                    control.report({}, FENCED)
+                    return FENCED
+                if not isinstance(exc, (TransactionAbortableError, TransactionStalledError)) and not (
+                        self.transactions is not None and send_timed_out(exc)):
+                    raise
+                assert self.transactions is not None
+                self.transactions.abort_transaction()  # aborted now, read_committed readers go on at once
+                tasks = self._close_tasks(exc, "transaction aborted")
+                if not self._revive(consumer, control, tasks):
+                    self._close_standbys()
+                    control.report({}, ABORTED)
+                    return ABORTED
+
+    def _close_tasks(self, exc: BaseException, why: str) -> list[str]:
+        """Closes the thread's tasks without committing (their uncommitted store writes dropped); returns
+        their ids."""
         log.warning("Stream thread %d of %s: %s; closing its %d tasks without committing (they open again "
-                    "from their last commit in the next batch): %s", self.index, self.config.application_id,
-                    "fenced, its tasks moved" if state == FENCED else "transaction aborted", len(self.tasks),
-                    exc)
+                    "from their last commit): %s", self.index, self.config.application_id, why,
+                    len(self.tasks), exc)
+        closed = list(self.tasks)
         for running in self.tasks.values():
             running.open.task.abort()
             running.open.close()
         self.tasks.clear()
-        self._close_standbys()
-        control.report({}, state)
+        self.routes.clear()
+        return closed
+
+    def _revive(self, consumer: Consumer, control: ControlClient, tasks: list[str]) -> bool:
+        """Opens ``tasks`` again from their last commit in this thread, with a new producer of its slot, if
+        the driver allows it (``ControlClient.may_revive``: this thread's batch still runs, nothing moved).
+        The new producer's ``init_transactions`` comes before the driver's last word: tasks move only when a
+        new batch begins, and every new batch fences the slot after that, so a thread that was a zombie
+        without knowing it (frozen, then thawed) is either refused or fenced, never the slot's legitimate
+        holder's fencer with tasks to commit. False when refused, or when the reopening itself loses its
+        transaction: the next batch opens the tasks."""
+        if not control.may_revive():  # a zombie asks before it fences anything
+            return False
+        try:
+            self._start_producer()
+            if not control.may_revive():
+                return False
+            self._open_all(tasks)
+            seed_positions(self.tasks.values())
+            consumer.unassign()  # nothing fetched before the abort is handed out again
+            self._assign(consumer)
+        except (TransactionAbortableError, TransactionStalledError, BrokerUnavailableError) as exc:
+            log.warning("Stream thread %d of %s: reopening its tasks failed (%s); the next batch opens them",
+                        self.index, self.config.application_id, exc)
+            self._close_tasks(exc, "reopening failed")
+            return False
+        log.info("Stream thread %d of %s: tasks %s open again from their last commit", self.index,
+                 self.config.application_id, tasks)
+        return True
 
     # ---- standby tasks ------------------------------------------------------------------------
     def _standbys_held(self) -> dict[str, int]:
