@@ -168,17 +168,20 @@ def test_the_session_takes_the_jvm_launched_as_the_command_began(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.timeout(600)
-def test_a_jvm_launched_for_another_session_is_stopped_and_the_session_launches_its_own(tmp_path):
+def test_a_jvm_launched_before_the_command_set_a_variable_is_not_taken(tmp_path):
+    """An application's build() that sets a variable for its Python workers (they inherit the JVM's
+    environment): the early JVM, launched without it, is stopped and the session launches its own."""
     mark = uuid.uuid4().hex
-    script = ("import time; import strom.spark; from strom.spark import driver_jvm\n"
-              "driver_jvm.launch('local[1]')\n"
+    script = ("import os, time; import strom.spark; from strom.spark import driver_jvm\n"
+              "driver_jvm.launch('local[2]')\n"
+              "os.environ['STROM_TEST_LATER'] = 'set'\n"
               "spark = strom.spark.session(master='local[2]', strom_format=False)\n"
-              "print(spark.sparkContext.master, flush=True)\n"
+              "print(spark.sparkContext._jvm.System.getenv('STROM_TEST_LATER'), flush=True)\n"
               "time.sleep(60)\n")
     session = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "STROM_TEST_MARK": mark},
                                stdout=subprocess.PIPE, text=True)
     try:
-        assert session.stdout is not None and session.stdout.readline().strip() == "local[2]"
+        assert session.stdout is not None and session.stdout.readline().strip() == "set"
         assert len(_drivers(_marked(mark))) == 1, _marked(mark)  # its own; the early one stopped
     finally:
         session.kill()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import importlib.util
+import logging
 import os
 import shutil
 import signal
@@ -35,6 +36,8 @@ from typing import Any
 from strom.spark import class_archive, early_daemon, quiet_logging
 from strom.spark.preflight import JavaRuntime, check_java
 from strom.spark.startup import mark
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SMALL_MACHINE_DEFAULTS", "launch", "launch_settings", "spark_home", "take"]
 
@@ -118,6 +121,7 @@ class _Launched:
 
     process: subprocess.Popen
     settings: dict[str, str]
+    environment: dict[str, str]
     spawned_ns: int
     listening_ns: int = 0
     port: int = 0
@@ -166,7 +170,8 @@ def _launch(request: _Request) -> _Launched | None:
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     info = Path(tempfile.mkdtemp(prefix="strom-jvm-")) / "gateway"
-    environment = {**os.environ, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info)}
+    inherited = dict(os.environ)
+    environment = {**inherited, "SPARK_CONNECT_MODE": "0", "_PYSPARK_DRIVER_CONN_INFO_PATH": str(info)}
     stderr = quiet_logging.filtered_stderr() if request.quiet else None
     try:
         with _lock:
@@ -178,7 +183,7 @@ def _launch(request: _Request) -> _Launched | None:
     finally:
         if stderr is not None:
             os.close(stderr)
-    launched = _Launched(process, settings, time.time_ns())
+    launched = _Launched(process, settings, inherited, time.time_ns())
     try:
         launched.port, launched.secret = _gateway_address(info, process)
     finally:
@@ -208,8 +213,8 @@ def _gateway_address(info: Path, process: subprocess.Popen) -> tuple[int, str]:
 def take(master: str, ui: bool, config: Mapping[str, str] | None,
          quiet: bool) -> tuple[Any, dict[str, str]] | None:
     """The early JVM's gateway (pyspark's, connected) and its settings, when it was launched for this
-    ``master``, ``ui``, ``config`` and ``quiet`` and started; else None (a JVM launched for another request is
-    stopped; the session launches its own)."""
+    ``master``, ``ui``, ``config`` and ``quiet``, with the environment this process has now; else None
+    (a JVM launched for another session is stopped; the session launches its own)."""
     global _early
     if _early is None:
         return None
@@ -222,8 +227,13 @@ def take(master: str, ui: bool, config: Mapping[str, str] | None,
         return None
     with _lock:
         _untaken.remove(launched.process)
-    if request != _Request.of(master, ui, config, quiet):
-        _stop(launched.process)  # launched for another session: this one's JVM gets its own settings
+    changed = sorted(k for k in {*os.environ, *launched.environment}
+                     if os.environ.get(k) != launched.environment.get(k))
+    if request != _Request.of(master, ui, config, quiet) or changed:
+        # launched for another session, or before the command set variables its JVM (and the Python
+        # workers it starts) would inherit: this session's JVM is launched as without an early one
+        log.debug("early JVM not taken: %s", f"{changed} set since" if changed else "another request")
+        _stop(launched.process)
         return None
     # marked now: logging is set up by the time a session asks (the command's, the application's)
     mark("jvm-launched", f"pid {launched.process.pid}", at_ns=launched.spawned_ns)
