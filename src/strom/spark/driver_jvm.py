@@ -236,7 +236,7 @@ def take(master: str, ui: bool, config: Mapping[str, str] | None,
         _stop(launched.process)
         return None
     # marked now: logging is set up by the time a session asks (the command's, the application's)
-    mark("jvm-launched", f"pid {launched.process.pid}", at_ns=launched.spawned_ns)
+    mark("jvm-launched", f"JVM process {launched.process.pid}", at_ns=launched.spawned_ns)
     mark("jvm-gateway", "early JVM's gateway listening", at_ns=launched.listening_ns)
     return _connect(launched), launched.settings
 
