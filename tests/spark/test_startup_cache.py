@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
+from strom.cli.spark_session import early_request
 from strom.kafka import clients
 from strom.spark import class_archive
 from strom.spark.preflight import JavaRuntime, check_java
@@ -186,6 +187,17 @@ def test_a_jvm_launched_before_the_command_set_a_variable_is_not_taken(tmp_path)
     finally:
         session.kill()
         session.wait()
+
+
+@pytest.mark.parametrize(("args", "request_"), [
+    (["run", "app.py"], ("local[*]", {}, True)),
+    (["-vv", "demo", "--records", "10"], ("local[2]", {}, False)),
+    (["--verbose", "run", "app.py", "--master=local[3]", "--spark-conf", "spark.a = x=y ",
+      "--spark-conf=spark.b=1", "--config", "--master"],
+     ("local[3]", {"spark.a": "x=y", "spark.b": "1"}, False)),
+    (["run", "--help"], None), (["topics", "list"], None), (["--version"], None), ([], None)])
+def test_the_early_launch_asks_what_the_command_line_gives_the_session(args, request_):
+    assert early_request(args) == request_
 
 
 @pytest.mark.slow
