@@ -5,12 +5,12 @@ core) before they ask for a Spark session, whose JVM then takes seconds more to 
 called first thing by such a command, starts that JVM (Spark's ``spark-submit ... pyspark-shell``, as
 pyspark launches it, with the settings ``launch_settings`` gives) in a thread, so that it starts on
 the other core while Python imports. ``strom.spark.session`` then ``take``s it: only when it asks for
-the same master, Spark settings and logging the launch was made for; otherwise it stops that JVM and
-launches its own, as without an early launch. A JVM never taken ends with the command (its standard
-input closes, and it is stopped at exit).
+the same master, Spark settings and logging the launch was made for, with the same environment (the
+JVM's, which its Python workers inherit); otherwise it stops that JVM and launches its own, as
+without an early launch. A JVM never taken ends with the command (stopped at exit).
 
-Only a ``local`` master, a ``SPARK_HOME`` or pip-installed pyspark, and no ``PYSPARK_SUBMIT_ARGS``
-(a launch of the user's own making) get an early launch.
+Only a ``local`` master without a user's ``PYSPARK_SUBMIT_ARGS`` (a launch of the user's own making)
+gets an early launch.
 """
 
 from __future__ import annotations
