@@ -66,6 +66,8 @@ WORKER_LOG_LEVEL = {"STROM_WORKER_LOG_LEVEL": "DEBUG"}
 
 LABELS = {
     "imports": "Python imports (strom, pyspark)",
+    "jvm-launched": "Spark's JVM launched (as the command began)",
+    "jvm-gateway": "the JVM's gateway listening",
     "application-loaded": "strom CLI + app.py imported and built",
     "broker": "embedded broker up (bench, not strom's start-up)",
     "spark-session": "Spark session: JVM started, SparkContext up",

@@ -1,5 +1,6 @@
 """`strom run`'s start-up across processes (issue 42): the class-data-sharing archive that local drivers
-share (two starts at once, a changed key), and a driver killed and started again under exactly_once_v2."""
+share (two starts at once, a changed key), a driver killed and started again under exactly_once_v2, and
+the JVM launched as the command begins (taken by its session, stopped when not)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
+from strom.cli.spark_session import early_request
 from strom.kafka import clients
 from strom.spark import class_archive
 from strom.spark.preflight import JavaRuntime, check_java
@@ -132,6 +134,87 @@ def test_a_start_removes_archives_unused_for_a_week_unless_a_process_names_them(
         [f"spark-{key}.jsa", "spark-00000000000000bb.jsa", "spark-00000000000000cc.jsa",
          "spark-00000000000000ee.1234abcd.jsa.part"])
     assert time.time() - (jvm / f"spark-{key}.jsa").stat().st_mtime < 60  # marked used
+
+
+def _marked(mark: str) -> dict[int, str]:
+    """The processes whose environment holds ``STROM_TEST_MARK=mark``: process id and command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if f"STROM_TEST_MARK={mark}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _drivers(processes: dict[int, str]) -> list[int]:
+    """The Spark driver JVMs among ``processes`` (not the launcher JVM that builds their command)."""
+    return [pid for pid, line in processes.items()
+            if "org.apache.spark.deploy.SparkSubmit" in line and "launcher.Main" not in line]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_session_takes_the_jvm_launched_as_the_command_began(tmp_path):
+    command = [*STROM, "-vv", "run", str(APP), "--master", "local[2]", "--until-caught-up",
+               "--spark-conf", "spark.sql.shuffle.partitions=3"]
+    result = subprocess.run(command, env=_env(tmp_path, "early"), capture_output=True, text=True, timeout=500)
+    assert result.returncode == 0 and "caught up" in result.stderr, result.stderr[-3000:]
+    assert "phase jvm-gateway" in result.stderr and "early JVM" in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.timeout(600)
+def test_a_jvm_launched_before_the_command_set_a_variable_is_not_taken(tmp_path):
+    """An application's build() that sets a variable for its Python workers (they inherit the JVM's
+    environment): the early JVM, launched without it, is stopped and the session launches its own."""
+    mark = uuid.uuid4().hex
+    script = ("import os, time; import strom.spark; from strom.spark import driver_jvm\n"
+              "driver_jvm.launch('local[2]')\n"
+              "os.environ['STROM_TEST_LATER'] = 'set'\n"
+              "spark = strom.spark.session(master='local[2]', strom_format=False)\n"
+              "print(spark.sparkContext._jvm.System.getenv('STROM_TEST_LATER'), flush=True)\n"
+              "time.sleep(60)\n")
+    session = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "STROM_TEST_MARK": mark},
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert session.stdout is not None and session.stdout.readline().strip() == "set"
+        assert len(_drivers(_marked(mark))) == 1, _marked(mark)  # its own; the early one stopped
+    finally:
+        session.kill()
+        session.wait()
+
+
+@pytest.mark.parametrize(("args", "request_"), [
+    (["run", "app.py"], ("local[*]", {}, True)),
+    (["-vv", "demo", "--records", "10"], ("local[2]", {}, False)),
+    (["--verbose", "run", "app.py", "--master=local[3]", "--spark-conf", "spark.a = x=y ",
+      "--spark-conf=spark.b=1", "--config", "--master"],
+     ("local[3]", {"spark.a": "x=y", "spark.b": "1"}, False)),
+    (["run", "--help"], None), (["topics", "list"], None), (["--version"], None), ([], None)])
+def test_the_early_launch_asks_what_the_command_line_gives_the_session(args, request_):
+    assert early_request(args) == request_
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_command_failing_before_its_session_leaves_no_jvm(tmp_path):
+    """`strom run` of an app that fails to load: its early JVM (launched or launching) does not outlive it."""
+    mark = uuid.uuid4().hex
+    app = tmp_path / "app.py"
+    app.write_text("import time\ndef build():\n    time.sleep(3)\n    raise ValueError('no')\n")
+    result = subprocess.run([*STROM, "run", str(app)], env={**os.environ, "STROM_TEST_MARK": mark},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert _drivers(_marked(mark)) == []
+    deadline = time.monotonic() + 60  # the early daemon sees its standard input end after its imports
+    while _marked(mark):
+        assert time.monotonic() < deadline, _marked(mark)
+        time.sleep(0.5)
 
 
 def _driver(tmp_path: Path, app_id: str, bootstrap: str, topics: dict[str, str],

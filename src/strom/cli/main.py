@@ -13,6 +13,7 @@ import click
 from confluent_kafka import KafkaError, KafkaException
 
 from strom import __version__
+from strom.cli.spark_session import launch_jvm_early
 from strom.errors import StromError
 
 COMMANDS = (
@@ -70,6 +71,7 @@ def main() -> None:
     # import it: strom's commands (and the brokers and workers they start) leave no `.hypothesis/` there
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY",
                           str(Path(tempfile.gettempdir()) / f"strom-hypothesis-{os.getuid()}"))
+    launch_jvm_early(sys.argv[1:])  # `strom run`'s and `strom demo`'s Spark JVM starts while they import
     try:
         cli(standalone_mode=False, prog_name="strom")
     except (click.exceptions.Abort, KeyboardInterrupt):

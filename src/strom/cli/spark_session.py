@@ -3,12 +3,50 @@ own start-up notices (``-vv`` adds Spark's INFO log)."""
 
 from __future__ import annotations
 
+import itertools
+import re
 import threading
 from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
 import click
+
+_MASTERS = {"run": "local[*]", "demo": "local[2]"}
+"""The commands that start a Spark session, and their default masters (``strom run --master``'s, the
+demo's): a session asking other than the early launch's guess only loses the early launch."""
+
+
+def launch_jvm_early(args: list[str]) -> None:
+    """``strom [-v] run|demo ...``: the local driver's JVM starts now, before the command's imports
+    (``strom.spark.driver_jvm``); the command's session takes it when it asks what ``early_request``
+    read from the command line."""
+    request = early_request(args)
+    if request is not None:
+        from strom.spark import driver_jvm
+
+        master, config, quiet = request
+        driver_jvm.launch(master, config, quiet)
+
+
+def early_request(args: list[str]) -> tuple[str, dict[str, str], bool] | None:
+    """The master, ``--spark-conf`` settings and quiet logging (no ``-v``) a ``run`` or ``demo``
+    command line asks for; None for another command or for help."""
+    verbose = 0
+    while args and re.fullmatch(r"-v+|--verbose", args[0]):
+        verbose += 1 if args[0] == "--verbose" else len(args[0]) - 1
+        args = args[1:]
+    if not args or args[0] not in _MASTERS or {"-h", "--help"} & set(args):
+        return None
+    master, config = _MASTERS[args[0]], {}
+    words = [word for arg in args[1:] for word in (arg.split("=", 1) if arg.startswith("--") else [arg])]
+    for option, value in itertools.pairwise(words):  # a value naming an option is a mis-guess, no error
+        if option == "--master":
+            master = value
+        elif option == "--spark-conf" and "=" in value:
+            key, _, setting = value.partition("=")
+            config[key.strip()] = setting.strip()
+    return master, config, verbose == 0
 
 
 def verbosity() -> int:

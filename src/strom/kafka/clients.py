@@ -122,12 +122,13 @@ def consumer(bootstrap_servers: str, group_id: str | None = None, **overrides: A
 
 
 def assign(consumer: Consumer, partitions: list[TopicPartition], timeout_s: float = 5.0) -> None:
-    """``consumer.assign``, with the leaders of the topics known first when an offset is logical
-    (``OFFSET_BEGINNING``, ``OFFSET_END``): librdkafka resolves such an offset only once it knows the
-    partition's leader, and a partition assigned before its client's first metadata answer waits for a
-    500 ms retry timer (measured: first records 0.5 s after a new consumer's assign, 4 ms with the
-    metadata asked first). If the metadata does not come in ``timeout_s``, librdkafka retries alone."""
-    for topic in sorted({tp.topic for tp in partitions if tp.offset < 0}):
+    """``consumer.assign``, with the leaders of the topics known first: librdkafka fetches a partition
+    (and resolves a logical offset, ``OFFSET_BEGINNING``, ``OFFSET_END``) only once it knows its leader,
+    and a partition assigned before its client's first metadata answer waits for a 500 ms retry timer
+    (measured: first records 0.5 s after a new consumer's assign, 4 ms with the metadata asked first;
+    0.9 s for a restarted driver's threads resuming at their committed offsets). If the metadata does
+    not come in ``timeout_s``, librdkafka retries alone."""
+    for topic in sorted({tp.topic for tp in partitions}):
         try:
             consumer.list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:

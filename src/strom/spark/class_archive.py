@@ -23,6 +23,7 @@ writing one).
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -55,13 +56,11 @@ def cache_directory() -> Path:
 
 def archive_key(java: JavaRuntime, spark_home: Path, class_path: str = "") -> str:
     """A digest of the Java runtime, pyspark's version and place, and the driver's class path."""
-    import pyspark
-
     digest = hashlib.sha256()
     jars = sorted((spark_home / "jars").glob("*.jar"))
     # the archive records the class path's jars by path: another install of the same pyspark (another
     # virtualenv) gets its own key, not an archive its JVM would refuse (and then share nothing at all)
-    for part in (java.version, os.path.realpath(java.executable), pyspark.__version__,
+    for part in (java.version, os.path.realpath(java.executable), _pyspark_version(),
                  os.path.realpath(spark_home), class_path,
                  *(f"{jar.name}:{jar.stat().st_size}" for jar in jars)):
         digest.update(part.encode() + b"\0")
@@ -97,6 +96,16 @@ def driver_java_options(java: JavaRuntime, spark_home: Path, class_path: str = "
     except OSError as error:  # a read-only home, a full disk: start without the archive
         log.debug("no class-data-sharing archive: %s", error)
         return ""
+
+
+def _pyspark_version() -> str:
+    """pyspark's version, from its installed metadata where it has some (importing it takes a while)."""
+    try:
+        return importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:  # a SPARK_HOME's python/ on PYTHONPATH
+        import pyspark
+
+        return pyspark.__version__
 
 
 def prune(directory: Path, keep: str) -> list[Path]:

@@ -6,60 +6,22 @@ import os
 import sys
 from collections.abc import Mapping
 from contextlib import nullcontext
-from pathlib import Path
 
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from strom.spark import class_archive, early_daemon, quiet_logging
+from strom.spark import driver_jvm, quiet_logging
 from strom.spark.connector.source import StromDataSource
-from strom.spark.preflight import JavaRuntime, check_java
+from strom.spark.driver_jvm import SMALL_MACHINE_DEFAULTS
+from strom.spark.preflight import check_java
 from strom.spark.startup import mark
 
 __all__ = ["SMALL_MACHINE_DEFAULTS", "register", "session"]
-
-DAEMON_MODULE = "spark.python.daemon.module"
-SMALL_MACHINE_DEFAULTS: dict[str, str] = {
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.streaming.stopTimeout": "30s",
-    "spark.driver.memory": "1g",
-    # Python workers fork from a daemon that has strom's executor modules loaded already
-    DAEMON_MODULE: "strom.spark.runtime.daemon",
-}
-
-# a local driver JVM is strom's coordinator (the stream threads run in Python workers): C2's compiling
-# costs seconds of CPU at start-up that its steady state does not win back
-LOCAL_JIT = "-XX:TieredStopAtLevel=1"
 
 
 def register(spark: SparkSession) -> None:
     """Makes ``format("strom")`` available in ``spark`` (reads and writes, batch and streaming)."""
     spark.dataSource.register(StromDataSource)
-
-
-def _local_driver_java_options(java: JavaRuntime, settings: Mapping[str, str]) -> str:
-    """A local driver JVM that strom launches maps its classes from strom's class-data-sharing
-    archive (``strom.spark.class_archive``) and compiles with C1 only (``LOCAL_JIT``) unless the
-    user's options choose a compiler; the user's options come after, and win."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    user = settings.get("spark.driver.extraJavaOptions", "")
-    archive = class_archive.driver_java_options(java, Path(_find_spark_home()),
-                                                settings.get("spark.driver.extraClassPath", ""), user)
-    jit = "" if "Tiered" in user else LOCAL_JIT
-    return " ".join(option for option in (archive, jit, user) if option)
-
-
-def _start_daemon_early(settings: dict[str, str]) -> None:
-    """The Python worker daemon's imports run while the JVM starts (``strom.spark.early_daemon``)."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    address = early_daemon.start(Path(_find_spark_home()))
-    if address is not None:
-        settings[DAEMON_MODULE] = early_daemon.MODULE
-        settings[f"spark.executorEnv.{early_daemon.ADDRESS_VARIABLE}"] = address
 
 
 def session(
@@ -81,23 +43,21 @@ def session(
     starts the JVM with strom's log4j2 configuration (``strom.spark.quiet_logging``: no start-up
     chatter, warnings kept); ``quiet=False`` keeps Spark's own (``strom -v``).
     """
-    java = check_java()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName(app_name)
-    settings = {**SMALL_MACHINE_DEFAULTS, "spark.ui.enabled": str(ui).lower(), **(config or {})}
     jvm_running = SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
-    options = "spark.driver.extraJavaOptions"
-    if master.startswith("local") and not jvm_running:
-        settings[options] = _local_driver_java_options(java, settings)
-        if settings[DAEMON_MODULE] == SMALL_MACHINE_DEFAULTS[DAEMON_MODULE]:
-            _start_daemon_early(settings)
-    if quiet and not jvm_running:
-        settings[options] = quiet_logging.driver_java_options(settings.get(options))
+    early = None if jvm_running else driver_jvm.take(master, ui, config, quiet)
+    if early is not None:  # launched as the command began (strom.spark.driver_jvm)
+        SparkContext._gateway, settings = early
+        SparkContext._jvm = SparkContext._gateway.jvm
+    else:
+        settings = driver_jvm.launch_settings(check_java(), master, ui, config or {}, quiet, jvm_running)
+    builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with quiet_logging.jvm_stderr_filtered() if quiet and not jvm_running else nullcontext():
+    launching = quiet and not jvm_running and early is None
+    with quiet_logging.jvm_stderr_filtered() if launching else nullcontext():
         spark = builder.getOrCreate()
-    mark("spark-session", "created" if not jvm_running else "existing JVM")
+    mark("spark-session", "existing JVM" if jvm_running else "early JVM" if early else "created")
     if quiet and jvm_running:
         quiet_logging.reconfigure(spark.sparkContext)
     spark.sparkContext.setLogLevel(log_level)

@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["LOG4J2_PROPERTIES", "config_file", "driver_java_options", "jvm_stderr_filtered", "reconfigure"]
+__all__ = ["LOG4J2_PROPERTIES", "config_file", "driver_java_options", "filtered_stderr",
+           "jvm_stderr_filtered", "reconfigure"]
 
 LOG4J2_PROPERTIES = """\
 # strom's log4j2 configuration for Spark (strom.spark.quiet_logging): warnings and errors on stderr,
@@ -79,25 +80,37 @@ def driver_java_options(existing: str | None) -> str:
     return f"-Dlog4j2.configurationFile={config_file().as_uri()} {existing}".strip()
 
 
-@contextmanager
-def jvm_stderr_filtered() -> Iterator[None]:
-    """While the JVM starts, file descriptor 2 is a pipe it inherits for life; a daemon thread copies
-    its lines to the real stderr, all but the incubator-module notice."""
+def filtered_stderr() -> int | None:
+    """A pipe's write end for a JVM's stderr: a daemon thread copies its lines to this process's
+    stderr, all but the incubator-module notice; None without a usable stderr (nothing to keep quiet)."""
     try:
         sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no usable stderr: nothing to keep quiet
+        target = os.dup(2)
+    except (OSError, ValueError):
+        return None
+    read_end, write_end = os.pipe()
+    threading.Thread(target=_copy_lines, args=(read_end, target), name="strom-jvm-stderr",
+                     daemon=True).start()
+    return write_end
+
+
+@contextmanager
+def jvm_stderr_filtered() -> Iterator[None]:
+    """While pyspark launches the JVM, file descriptor 2 is a ``filtered_stderr`` pipe it inherits
+    for life."""
+    write_end = filtered_stderr()
+    if write_end is None:
         yield
         return
-    read_end, write_end = os.pipe()
+    saved = os.dup(2)
     os.dup2(write_end, 2)
     os.close(write_end)
-    threading.Thread(target=_copy_lines, args=(read_end, saved), name="strom-jvm-stderr", daemon=True).start()
     try:
         yield
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _copy_lines(read_end: int, target: int) -> None:

@@ -18,10 +18,11 @@ log = logging.getLogger("strom.startup")
 WORKER_LOG_LEVEL_VARIABLE = "STROM_WORKER_LOG_LEVEL"
 
 
-def mark(phase: str, detail: str = "") -> None:
-    """``phase`` just ended; the line carries the wall-clock time, comparable across processes."""
+def mark(phase: str, detail: str = "", at_ns: int | None = None) -> None:
+    """``phase`` just ended (or ended at ``at_ns``, ``time.time_ns()``'s, when marked later); the line
+    carries the wall-clock time, comparable across processes."""
     if log.isEnabledFor(logging.DEBUG):
-        ms = time.time_ns() // 1_000_000  # truncated, never rounded up past the moment
+        ms = (at_ns or time.time_ns()) // 1_000_000  # truncated, never rounded up past the moment
         log.debug("phase %s at %d.%03d pid %d %s", phase, ms // 1000, ms % 1000, os.getpid(), detail)
 
 
