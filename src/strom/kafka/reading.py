@@ -23,9 +23,9 @@ from strom.kafka import clients
 from strom.kafka.security import identity_of, refusal
 
 __all__ = [
-    "BATCH", "COORDINATOR_MOVING", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S", "committed_offsets",
-    "coordinator_moving", "end_consumer", "end_offset", "fetch_committed", "partitions_of", "read_batches",
-    "read_to_end",
+    "ASK_COMMITTED_S", "BATCH", "COORDINATOR_MOVING", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S",
+    "committed_offsets", "coordinator_moving", "end_consumer", "end_offset", "fetch_committed",
+    "partitions_of", "read_batches", "read_to_end",
 ]
 
 METADATA_TIMEOUT_S = 10.0

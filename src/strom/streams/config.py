@@ -52,6 +52,7 @@ __all__ = [
     "REALTIME_BATCH_DURATION_MS",
     "STATESTORE_CACHE_MAX_BYTES",
     "STATE_DIR",
+    "TASK_TIMEOUT_MS",
     "TOPOLOGY_OPTIMIZATION",
     "UNCAUGHT_EXCEPTION_HANDLER",
     "StreamsConfig",
@@ -80,6 +81,7 @@ DSL_STORE_SUPPLIERS_CLASS = "dsl.store.suppliers.class"
 DESERIALIZATION_EXCEPTION_HANDLER = "deserialization.exception.handler"
 PRODUCTION_EXCEPTION_HANDLER = "production.exception.handler"
 REPLICATION_FACTOR = "replication.factor"
+TASK_TIMEOUT_MS = "task.timeout.ms"
 WINDOWSTORE_CHANGELOG_ADDITIONAL_RETENTION_MS = "windowstore.changelog.additional.retention.ms"
 TOPIC_PREFIX = "topic."
 ROCKSDB_CONFIG_SETTER = "rocksdb.config.setter"
@@ -282,6 +284,7 @@ DEFINITIONS: dict[str, tuple[Any, _Validator]] = {
     BOOTSTRAP_SERVERS: (None, _text),
     PROCESSING_GUARANTEE: (AT_LEAST_ONCE, _guarantee),
     COMMIT_INTERVAL_MS: (30_000, _non_negative_int),
+    TASK_TIMEOUT_MS: (300_000, _non_negative_int),
     STATESTORE_CACHE_MAX_BYTES: (10 * 1024 * 1024, _non_negative_int),
     CACHE_MAX_BYTES_BUFFERING: (None, _non_negative_int),
     STATE_DIR: (str(Path(tempfile.gettempdir()) / "strom-streams"), _text),
@@ -343,8 +346,6 @@ IGNORED: dict[str, str] = {
     "max.task.idle.ms": "a task processes what each micro-batch holds for all its partitions",
     "buffered.records.per.partition": "the runtime feeds each task whole micro-batches",
     "poll.ms": "the runtime reads each task's input on its own schedule (commit.interval.ms)",
-    "task.timeout.ms": "a failed Spark task is retried by Spark (spark.task.maxFailures), then the "
-                       "uncaught exception handler decides",
     "upgrade.from": "there is no earlier strom rebalance protocol to upgrade from",
     "default.client.supplier": "every Kafka client is librdkafka's, built by strom.kafka",
     "repartition.purge.interval.ms": "repartition records are not purged by the application; the topic's "

@@ -8,11 +8,14 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from strom.errors import BrokerUnavailableError
 from strom.kafka import clients
 from strom.spark.runtime.lease import TaskLease
 from strom.spark.runtime.open_task import OpenTask
 from strom.spark.runtime.parked import PARKED, ParkedTasks
+from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import TaskId
+from support.apache_kafka import free_port
 
 from .conftest import read_updates
 from .task_batches import counting_app, run_batch
@@ -92,3 +95,17 @@ def test_idle_parked_task_is_closed_and_its_lease_freed(tmp_path):
         time.sleep(0.02)
     assert len(parked) == 0
     TaskLease.acquire(tmp_path / "0_0", timeout_s=0.5).release()  # free without asking anyone
+
+
+def test_opening_a_task_waits_task_timeout_ms_for_an_unreachable_cluster(broker, counting):
+    topology, config, names = counting
+    cut_off = StreamsConfig({**config.originals, "bootstrap.servers": f"127.0.0.1:{free_port()}",
+                             "processing.guarantee": "at_least_once", "task.timeout.ms": 2000})
+    task = OpenTask(topology, cut_off, TaskId(0, 0), (names["source"],), "cut off")
+    started = time.monotonic()
+    try:
+        with pytest.raises(BrokerUnavailableError, match=r"task\.timeout\.ms=2000"):
+            task.open([(names["source"], 0)])
+        assert 2 <= time.monotonic() - started < 20  # the key's bound, not the client's 60 s
+    finally:
+        task.close()

@@ -22,7 +22,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.kafka.reading import fetch_committed
+from strom.kafka.reading import ASK_COMMITTED_S, fetch_committed
 from strom.kafka.security import refusal
 from strom.spark.runtime.lease import LeasedTask, TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
@@ -190,8 +190,18 @@ class OpenTask(LeasedTask):
     def _committed(self, partitions: list[tuple[str, int]]) -> list[KafkaTopicPartition]:
         """The committed offsets (with their metadata) of those of ``partitions`` that have one."""
         requested = [KafkaTopicPartition(t, p) for t, p in partitions]
-        result = self.call(fetch_committed, self.consumer, requested, TIMEOUT_S)
+        try:
+            result = self.call(fetch_committed, self.consumer, requested, self._task_timeout_s())
+        except BrokerUnavailableError as exc:
+            waited = self.config[cfg.TASK_TIMEOUT_MS]
+            raise BrokerUnavailableError(f"{exc} It waited task.timeout.ms={waited} for the cluster; "
+                                         "raise it to wait longer.") from exc
         return [tp for tp in result if tp.offset != _NO_OFFSET]
+
+    def _task_timeout_s(self) -> float:
+        """As Kafka Streams' ``task.timeout.ms``: a cluster that does not answer (a coordinator moving,
+        loading, or cut off) stalls the task this long before its thread fails; 0 is one attempt."""
+        return max(self.config[cfg.TASK_TIMEOUT_MS] / 1000, ASK_COMMITTED_S)
 
     def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         """Calls a consumer method; Kafka errors become BrokerUnavailableError (the producer's calls
