@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from typing import Any, Protocol
 
 from strom.errors import InvalidStateStoreError
+from strom.spark.queries.channel import Frames
 from strom.streams.query.evaluate import TaskStores, answer
 from strom.streams.query.requests import Position, StateQueryRequest, StateQueryResult
 
@@ -82,10 +83,11 @@ class QueryEndpoint:
             log.warning("Query endpoint: refused a connection: %s", exc)
             connection.close()
             return
+        frames = Frames(connection)
         with connection:
             while not self._closed:
                 try:
-                    requests = connection.recv()
+                    requests = frames.recv()
                 except (EOFError, OSError):
                     return
                 if self._closed:  # a later run's endpoint serves this worker now
