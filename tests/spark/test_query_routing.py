@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import socket
 import threading
+from multiprocessing.connection import Connection
 from types import SimpleNamespace
 
 import pytest
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka.serdes import Serdes
+from strom.spark.queries.channel import Frames
 from strom.spark.queries.router import QueryRouter, murmur2_partition
 from strom.spark.queries.server import QueryEndpoint
 from strom.spark.runtime.control import ThreadMetadata
@@ -232,3 +234,18 @@ def test_a_request_that_cannot_be_sent_fails_alone(cluster):
     with pytest.raises(InvalidStateStoreError, match="picklable"):
         cluster.router.query(_request(KeyQuery.with_key(threading.Lock())))
     assert cluster.router.query(_request(KeyQuery.with_key("b"))).partition_results[1].result == 2
+
+
+def test_frames_read_messages_that_arrive_together_or_in_pieces():
+    left, right = socket.socketpair()
+    sender, receiver = Connection(left.detach()), Connection(right.detach())
+    frames = Frames(receiver)
+    big = ["x" * 1000] * 300  # more than one read's worth
+    writer = threading.Thread(target=lambda: [sender.send(m) for m in ("small", big, {"after": 1})])
+    writer.start()
+    assert [frames.recv() for _ in range(3)] == ["small", big, {"after": 1}]
+    writer.join(10)
+    sender.close()
+    with pytest.raises(EOFError):
+        frames.recv()
+    receiver.close()
