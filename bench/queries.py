@@ -12,10 +12,11 @@ and its copies' disk before and after, ``--queries`` sequential key queries from
 as fast as they can for ``--seconds`` (queries per second). Every answer is checked (each key's count
 is 1 or more).
 
-Processing latency: an output record read read_committed, minus the send time of the input record it
-counts (its timestamp), for the inputs sent in each phase; their p99s compare processing alone with
-processing while queried at ``--query-rate`` and as fast as the clients can (on a small machine the
-clients, the driver and the workers share its cores). The last line is the summary.
+Processing latency: an output record read read_committed (by a consumer in a process of its own), minus
+the send time of the input record it counts (its timestamp), for the inputs sent in each phase; their
+p99s compare processing alone with processing while queried at ``--query-rate`` and as fast as the
+clients can (on a small machine the clients, the driver and the workers share its cores). The last
+line is the summary.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import statistics
@@ -31,6 +33,7 @@ import tempfile
 import threading
 import time
 import uuid
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -89,24 +92,35 @@ def produce_steadily(bootstrap: str, topic: str, keys: int, rate: int, stop: thr
     producer.flush(30)
 
 
+def read_latencies(bootstrap: str, topic: str, partitions: int, connection: Connection) -> None:
+    """Reads the output topic from its end, read_committed, until told to stop; then sends, per output
+    record, when its input was sent (its timestamp, ms) and how long ago that was when it was read (ms)."""
+    consumer = clients.consumer(bootstrap)
+    clients.assign(consumer, [TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+    samples: list[tuple[float, float]] = []
+    connection.send("reading")
+    while not connection.poll():
+        for record in consumer.consume(1000, timeout=0.05):
+            if record.error() is None:
+                sent = record.timestamp()[1]
+                samples.append((sent, time.time() * 1000 - sent))
+    consumer.close()
+    connection.send(samples)
+
+
 class LatencyReader:
-    """Reads the output topic from its end, read_committed: per output record, when its input was sent
-    (its timestamp, ms) and how long ago that was when it was read (ms)."""
+    """``read_latencies`` in a process of its own, as a downstream consumer would be: in the driver's
+    process it would wait for the interpreter lock behind the query clients, and that wait would count
+    as processing latency."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._consumer = clients.consumer(bootstrap)
-        clients.assign(self._consumer, [TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
-        self._thread = threading.Thread(target=self._read, name="latency-reader")
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            for record in self._consumer.consume(1000, timeout=0.05):
-                if record.error() is None:
-                    sent = record.timestamp()[1]
-                    self.samples.append((sent, time.time() * 1000 - sent))
+        context = multiprocessing.get_context("spawn")
+        self._connection, theirs = context.Pipe()
+        self._process = context.Process(target=read_latencies, args=(bootstrap, topic, partitions, theirs),
+                                        name="latency-reader", daemon=True)
+        self._process.start()
+        assert self._connection.recv() == "reading"
 
     def p99_between(self, start_s: float, end_s: float) -> tuple[float, int]:
         """p99 latency (ms) of the inputs sent between the two ``time.time()`` instants, and their count."""
@@ -114,9 +128,11 @@ class LatencyReader:
         return (p99(taken) if taken else float("nan")), len(taken)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._consumer.close()
+        """Stops the reader and takes its samples."""
+        if self._process.is_alive():
+            self._connection.send("stop")
+            self.samples = self._connection.recv()
+        self._process.join()
 
 
 def p99(samples: list[float]) -> float:
@@ -242,6 +258,7 @@ def main() -> None:
             processed = app.progress.records - processed_before
             load = os.getloadavg()[0]
             time.sleep(3)  # the queried seconds' last inputs reach the output (committed)
+            reader.close()
             quiet_p99, quiet_n = reader.p99_between(*quiet)
             paced_p99, paced_n = reader.p99_between(*paced)
             queried_p99, queried_n = reader.p99_between(*queried)

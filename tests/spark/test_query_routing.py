@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import socket
 import threading
+from multiprocessing.connection import Connection
 from types import SimpleNamespace
 
 import pytest
 
 from strom.errors import InvalidStateStoreError
 from strom.kafka.serdes import Serdes
+from strom.spark.queries.channel import Frames
 from strom.spark.queries.router import QueryRouter, murmur2_partition
 from strom.spark.queries.server import QueryEndpoint
 from strom.spark.runtime.control import ThreadMetadata
@@ -124,8 +126,8 @@ def test_a_finished_thread_s_parked_tasks_answer_as_the_active_until_a_thread_ru
 
 
 def test_between_batches_the_workers_that_held_the_tasks_answer(cluster):
-    assert cluster.router.query(_request()).partition_results[1].is_success()  # it learns who holds what
-    cluster.threads[:] = []  # the next batch's threads have not said hello yet
+    for thread in cluster.threads:  # the batch ended: listed as finished until the next batch's hellos
+        thread.thread_state = "PENDING_SHUTDOWN"
     required = cluster.router.query(_request().require_active()).partition_results
     assert {p: (r.result, r.standby) for p, r in required.items()} == {  # the last actives, parked
         0: ([("a", 1), ("c", 1)], False), 1: ([("b", 2)], False)}
@@ -134,6 +136,24 @@ def test_between_batches_the_workers_that_held_the_tasks_answer(cluster):
     assert required[1].failure_reason is FailureReason.NOT_PRESENT
     allowed = cluster.router.query(_request()).partition_results
     assert allowed[1].standby and allowed[1].result == [("b", 1)]  # the standby that held it
+    cluster.threads[:] = []  # no longer listed (lost): no active, the workers that held them are stale
+    required = cluster.router.query(_request().require_active()).partition_results
+    assert all(r.failure_reason is FailureReason.NOT_PRESENT for r in required.values())
+    allowed = cluster.router.query(_request()).partition_results
+    assert {p: (r.result, r.standby) for p, r in allowed.items()} == {
+        0: ([("a", 1), ("c", 1)], True), 1: ([("b", 1)], True)}
+
+
+def test_a_key_query_asks_the_key_s_partition_and_the_others_only_when_it_lacks_the_key(cluster):
+    assert murmur2_partition(b"a", 2) == murmur2_partition(b"b", 2) == 0
+    moved = cluster.router.query(_request(KeyQuery.with_key("b")).require_active())  # input partitioned
+    assert {p: r.result for p, r in moved.partition_results.items()} == {0: None, 1: 2}  # otherwise
+    cluster.endpoints[1].close()
+    result = cluster.router.query(_request(KeyQuery.with_key("a")).require_active())
+    assert list(result.partition_results) == [0]  # partition 1, whose endpoint is gone, was not asked
+    assert result.get_only_partition_result().result == 1
+    missing = cluster.router.query(_request(KeyQuery.with_key("z")).require_active()).partition_results
+    assert missing[0].result is None and missing[1].failure_reason is FailureReason.NOT_PRESENT
 
 
 def test_a_thread_not_running_or_a_task_not_open_is_not_present(cluster):
@@ -214,3 +234,18 @@ def test_a_request_that_cannot_be_sent_fails_alone(cluster):
     with pytest.raises(InvalidStateStoreError, match="picklable"):
         cluster.router.query(_request(KeyQuery.with_key(threading.Lock())))
     assert cluster.router.query(_request(KeyQuery.with_key("b"))).partition_results[1].result == 2
+
+
+def test_frames_read_messages_that_arrive_together_or_in_pieces():
+    left, right = socket.socketpair()
+    sender, receiver = Connection(left.detach()), Connection(right.detach())
+    frames = Frames(receiver)
+    big = ["x" * 1000] * 300  # more than one read's worth
+    writer = threading.Thread(target=lambda: [sender.send(m) for m in ("small", big, {"after": 1})])
+    writer.start()
+    assert [frames.recv() for _ in range(3)] == ["small", big, {"after": 1}]
+    writer.join(10)
+    sender.close()
+    with pytest.raises(EOFError):
+        frames.recv()
+    receiver.close()

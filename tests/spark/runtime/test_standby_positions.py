@@ -13,7 +13,7 @@ from strom.kafka.serdes import Serdes
 from strom.spark.queries.router import QueryRouter
 from strom.spark.queries.server import QueryEndpoint
 from strom.spark.runtime.control import ThreadMetadata
-from strom.spark.runtime.standby import StandbyTask
+from strom.spark.runtime.standby import StandbyTask, update_all
 from strom.streams import FailureReason, KeyQuery, Position, PositionBound, StateQueryRequest
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import TaskId
@@ -45,13 +45,13 @@ def test_a_standby_answers_a_bounded_query_once_it_applied_the_bound(broker, top
         return router.query(request.with_position_bound(bound)).partition_results[0]
 
     try:
-        standby.update()
+        update_all([standby])
         assert standby.task.committed_position == {}  # nothing committed yet: no position
         assert ask("a", 0).failure_reason is FailureReason.NOT_UP_TO_BOUND
 
         run_batch(topology, config, bootstrap, source, 0, 2)  # a, b: offsets 0 and 1 committed
         assert ask("a", 1).failure_reason is FailureReason.NOT_UP_TO_BOUND  # not applied yet
-        standby.update()
+        update_all([standby])
         assert standby.task.committed_position == {(source, 0): 1}
         answer = ask("a", 1)
         assert answer.is_success() and answer.standby and answer.result == 1
@@ -59,7 +59,7 @@ def test_a_standby_answers_a_bounded_query_once_it_applied_the_bound(broker, top
         assert ask("a", 2).failure_reason is FailureReason.NOT_UP_TO_BOUND
 
         run_batch(topology, config, bootstrap, source, 2, 5)
-        standby.update()
+        update_all([standby])
         answer = ask("a", 4)
         assert answer.is_success() and answer.standby and answer.result == 3
         assert ask("b", 4).result == 2

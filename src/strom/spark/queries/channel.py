@@ -13,6 +13,7 @@ reads any reply, so the endpoints answer at the same time.
 
 from __future__ import annotations
 
+import os
 import pickle
 import socket
 import struct
@@ -23,13 +24,42 @@ from typing import Any
 
 from strom.errors import InvalidStateStoreError
 
-__all__ = ["CONNECT_TIMEOUT_S", "REPLY_TIMEOUT_S", "Address", "Channels"]
+__all__ = ["CONNECT_TIMEOUT_S", "REPLY_TIMEOUT_S", "Address", "Channels", "Frames"]
 
 CONNECT_TIMEOUT_S = 2.0
 REPLY_TIMEOUT_S = 10.0
 """An endpoint that does not answer in this time is taken as gone (its partitions: NOT_PRESENT)."""
 
 Address = tuple[str, int]
+_HEADER = struct.Struct("!i")
+_READ_SIZE = 65536
+
+
+class Frames:
+    """Reads the messages of a ``multiprocessing.connection`` connection (each a 4-byte length and a
+    pickle) with one read of the socket for as many bytes as it holds, where ``Connection.recv`` reads
+    the length and the pickle apart. Each read lets the interpreter lock go; in a worker the stream
+    thread takes it meanwhile, and getting it back can wait for the thread's switch interval."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._fd = connection.fileno()
+        self._buffer = bytearray()
+
+    def recv(self) -> Any:
+        """The next message; EOFError when the other side closed the connection."""
+        buffer = self._buffer
+        while True:
+            size = _HEADER.unpack_from(buffer)[0] if len(buffer) >= _HEADER.size else None
+            if size is not None and size < 0:
+                raise ValueError("a message of 2 GiB or more")
+            if size is not None and len(buffer) >= _HEADER.size + size:
+                message = pickle.loads(buffer[_HEADER.size:_HEADER.size + size])
+                del buffer[:_HEADER.size + size]
+                return message
+            chunk = os.read(self._fd, _READ_SIZE)
+            if not chunk:
+                raise EOFError
+            buffer += chunk
 
 
 class _Call:
@@ -56,6 +86,7 @@ class _Channel:
         self._queue: list[_Call] = []
         self._busy = False
         self._connection: Connection | None = None
+        self._frames: Frames | None = None
         self._in_flight: list[_Call] = []
 
     def enqueue(self, call: _Call) -> None:
@@ -70,8 +101,10 @@ class _Channel:
         with self._lock:
             self._in_flight, self._queue = self._queue, []
         try:
-            connection = self._connection or self._connect()
-            self._connection = connection
+            if self._connection is None:
+                self._connection = self._connect()
+                self._frames = Frames(self._connection)
+            connection = self._connection
             connection.send([call.message for call in self._in_flight])  # each one pickled by its caller
         except Exception as exc:  # every call of the message is answered with it
             self._fail(exc)
@@ -81,7 +114,7 @@ class _Channel:
         try:
             if self._in_flight:
                 try:
-                    replies = self._connection.recv()  # type: ignore[union-attr]
+                    replies = self._frames.recv()  # type: ignore[union-attr]
                 except BlockingIOError:  # the socket's receive timeout
                     raise TimeoutError(f"no answer in {REPLY_TIMEOUT_S:.0f} s") from None
                 if len(replies) != len(self._in_flight):
@@ -121,7 +154,7 @@ class _Channel:
         return connection
 
     def close(self) -> None:
-        connection, self._connection = self._connection, None
+        connection, self._connection, self._frames = self._connection, None, None
         if connection is not None:
             connection.close()
 

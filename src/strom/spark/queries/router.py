@@ -7,6 +7,10 @@ the partitions it asks (one message per endpoint, endpoints in parallel); when i
 partition whose active cannot answer (moving, its executor lost) is asked of its standbys. A
 partition nobody answers gets NOT_PRESENT, a retriable failure that says why: never an old value
 presented as the active's.
+
+A query of one key that names no partitions is routed by its key: the key's partition (the default
+partitioner over the store's key serde, as ``query_metadata_for_key`` says) is asked first, and the
+other partitions only when it does not hold the key (an input partitioned otherwise).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from strom.errors import InvalidStateStoreError
 from strom.spark.queries.channel import Address, Channels
+from strom.streams.query.evaluate import TimestampedWindows
 from strom.streams.query.requests import (
     FailureReason,
     HostInfo,
@@ -34,8 +39,10 @@ __all__ = ["QueryRouter", "murmur2_partition"]
 log = logging.getLogger(__name__)
 
 _FINISHED = "PENDING_SHUTDOWN"
-"""A thread whose batch ended (strom.spark.runtime.control.FINISHED): its tasks stay open, parked, in
-its worker, which answers for them until its next batch's thread says hello."""
+"""A thread whose batch ended (strom.spark.runtime.control.FINISHED, listed until its slot says hello
+again): its tasks stay open, parked, in its worker, which answers for them as their active while no
+running thread has them (nothing processes them anywhere: another worker opens a task only once this
+one has closed it, so its committed state is the latest there is)."""
 
 
 @dataclass
@@ -62,13 +69,10 @@ class QueryRouter:
         self._stores = stores
         self._threads = threads
         self._key_serializer = key_serializer
+        self._serializers: dict[str, Any] = {}
         self._channels = Channels()
         self._held: dict[str, dict[Address, None]] = {}
         """Task -> the endpoints that held it in this run (active or standby), the latest first."""
-        self._last_active: dict[str, Address] = {}
-        """Task -> the endpoint of its latest active seen in this run: between batches (no thread runs
-        it) that worker keeps it open, parked, and nothing processes it anywhere (another worker opens
-        it only once this one has closed it), so its committed state is the latest there is."""
         self._held_token = ""
         self._lock = threading.Lock()
 
@@ -82,7 +86,7 @@ class QueryRouter:
         """The partition that holds ``key`` (the default partitioner over the key serialized by
         ``serializer``, else the store's key serde) and the endpoints serving it now."""
         sub, tasks = self._partitioned(store_name)
-        serializer = serializer if serializer is not None else self._key_serializer(store_name)
+        serializer = serializer if serializer is not None else self._serializer(store_name)
         partition = murmur2_partition(serializer.serialize(store_name, key), tasks)
         routes = self._routes()[0]
         task = f"{sub}_{partition}"
@@ -119,6 +123,18 @@ class QueryRouter:
             raise InvalidStateStoreError(f"Store {request.store_name!r} has partitions 0 to {tasks - 1} "
                                          f"(one per task); there is no partition {missing[0]}.")
         result = StateQueryResult()
+        first = self._key_partition(request, tasks)
+        if first is not None:
+            self._query_partitions(request, sub, [first], routes, token, result)
+            if _found(result.partition_results[first]):
+                return result
+        self._query_partitions(request, sub, [p for p in partitions if p != first], routes, token, result)
+        return result
+
+    def _query_partitions(self, request: StateQueryRequest, sub: int, partitions: list[int], routes: _Routes,
+                          token: str, result: StateQueryResult) -> None:
+        """``partitions`` answered into ``result``: by their actives, then (when the request allows) by
+        their standbys; a partition nobody answered gets NOT_PRESENT."""
         why = {p: "no stream thread runs its task now (a rebalance, or its executor was lost); retry"
                for p in partitions}
         actives = {p: routes.active.get(f"{sub}_{p}") for p in partitions}
@@ -133,7 +149,25 @@ class QueryRouter:
             if p not in result.partition_results:
                 result.partition_results[p] = QueryResult.for_failure(
                     FailureReason.NOT_PRESENT, f"partition {p} of store {request.store_name!r}: {why[p]}")
-        return result
+
+    def _key_partition(self, request: StateQueryRequest, tasks: int) -> int | None:
+        """The partition of the key a request of one key asks, when it names no partitions; None for
+        other requests and for a key the store's key serde cannot serialize (every partition is asked)."""
+        query = request.query.query if isinstance(request.query, TimestampedWindows) else request.query
+        key = getattr(query, "key", None)
+        if request.partitions is not None or key is None:
+            return None
+        try:
+            return murmur2_partition(self._serializer(request.store_name).serialize(request.store_name, key),
+                                     tasks)
+        except Exception:  # the workers' answers say what is wrong with the key
+            return None
+
+    def _serializer(self, store_name: str) -> Any:
+        serializer = self._serializers.get(store_name)
+        if serializer is None:
+            serializer = self._serializers[store_name] = self._key_serializer(store_name)
+        return serializer
 
     def _query_global(self, request: StateQueryRequest, routes: _Routes, token: str) -> StateQueryResult:
         why = "no stream thread runs now; retry"
@@ -186,35 +220,36 @@ class QueryRouter:
         if found is None:
             return routes, ""
         threads, token = found
+        parked: dict[str, Address] = {}
         with self._lock:
             if token != self._held_token:
-                self._held, self._last_active, self._held_token = {}, {}, token
+                self._held, self._held_token = {}, token
             for thread in threads:
                 address = thread.query_address
                 if address is None or thread.thread_state not in ("RUNNING", _FINISHED):
                     continue
                 for task in [*thread.active_tasks, *thread.standby_tasks]:
                     self._held[task] = {address: None, **self._held.get(task, {})}  # the latest first
-                self._last_active.update(dict.fromkeys(thread.active_tasks, address))
                 if thread.thread_state == "RUNNING":
                     routes.endpoints.append(address)
                     routes.active.update({task: address for task in thread.active_tasks})
                     for task in thread.standby_tasks:
                         routes.standbys.setdefault(task, []).append(address)
+                else:
+                    parked.update(dict.fromkeys(thread.active_tasks, address))
             held = {task: list(addresses) for task, addresses in self._held.items()}
-            for task, address in self._last_active.items():  # no thread runs it: where it is parked
-                routes.active.setdefault(task, address)
+        for task, address in parked.items():  # no running thread has it: where it is parked
+            routes.active.setdefault(task, address)
         for task, addresses in held.items():  # then where it was held lately: parked there, stale
             known = routes.standbys.setdefault(task, [])
             known.extend([a for a in addresses if a not in known and a != routes.active.get(task)])
         return routes, token
 
     def _forget(self, address: Address) -> None:
-        """An endpoint that failed is no longer a place to look for stale answers, nor a parked active."""
+        """An endpoint that failed is no longer a place to look for stale answers."""
         with self._lock:
             for addresses in self._held.values():
                 addresses.pop(address, None)
-            self._last_active = {task: a for task, a in self._last_active.items() if a != address}
 
     def _stores_entry(self, store_name: str) -> tuple[int, int] | None:
         if store_name not in self._stores:
@@ -233,6 +268,12 @@ class QueryRouter:
 def _answered(result: StateQueryResult, partition: int) -> bool:
     answer = result.partition_results.get(partition)
     return answer is not None and not (answer.is_failure() and answer.failure_reason.retriable)  # type: ignore[union-attr]
+
+
+def _found(answer: QueryResult) -> bool:
+    """The answer holds the key (a value, or a non-empty list of versions, windows or sessions)."""
+    found = answer.result
+    return answer.is_success() and found is not None and not (isinstance(found, list) and not found)
 
 
 def _nth(addresses: Iterable[Address], n: int) -> Address | None:

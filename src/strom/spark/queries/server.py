@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from typing import Any, Protocol
 
 from strom.errors import InvalidStateStoreError
+from strom.spark.queries.channel import Frames
 from strom.streams.query.evaluate import TaskStores, answer
 from strom.streams.query.requests import Position, StateQueryRequest, StateQueryResult
 
@@ -82,10 +83,11 @@ class QueryEndpoint:
             log.warning("Query endpoint: refused a connection: %s", exc)
             connection.close()
             return
+        frames = Frames(connection)
         with connection:
             while not self._closed:
                 try:
-                    requests = connection.recv()
+                    requests = frames.recv()
                 except (EOFError, OSError):
                     return
                 if self._closed:  # a later run's endpoint serves this worker now
@@ -97,14 +99,12 @@ class QueryEndpoint:
 
     def answer_all(self, requests: list[bytes]) -> list[bytes]:
         """Each pickled request of a message answered, pickled on its own: an answer, or the exception
-        that stands for it (the driver gives it to that caller alone). The stores the thread holds are
-        looked up once for the message."""
-        held = self._held()
+        that stands for it (the driver gives it to that caller alone)."""
         replies = []
         for data in requests:
             try:
                 request, task_ids = pickle.loads(data)
-                reply: Any = self._answer(request, task_ids, held)
+                reply: Any = self._answer(request, task_ids)
             except Exception as exc:  # never lose the connection over one request
                 log.exception("Query endpoint: answering a request failed")
                 reply = exc
@@ -115,32 +115,26 @@ class QueryEndpoint:
                     f"the answer could not be sent to the driver: {type(exc).__name__}: {exc}")))
         return replies
 
-    def _answer(self, request: StateQueryRequest, task_ids: list[str],
-                held: Mapping[str, TaskStores]) -> StateQueryResult:
-        """The request answered for ``task_ids`` from what the thread holds now (``held``); a task it
-        does not hold is not in the answer (the driver reports it as not present)."""
-        partitions = {int(task_id.rsplit("_", 1)[1]): held[task_id]
-                      for task_id in task_ids if task_id in held}
+    def _answer(self, request: StateQueryRequest, task_ids: list[str]) -> StateQueryResult:
+        """The request answered for ``task_ids`` from what the thread holds now; a task it does not hold
+        is not in the answer (the driver reports it as not present)."""
+        partitions = {int(task_id.rsplit("_", 1)[1]): held for task_id in task_ids
+                      if (held := self._held(task_id)) is not None}
         return answer(request, partitions, self._global_stores() if not task_ids else None)
 
-    def _held(self) -> dict[str, TaskStores]:
+    def _held(self, task_id: str) -> TaskStores | None:
+        """The stores of ``task_id`` as the thread holds them now: its active task's, else its standby's
+        (one look-up each: the thread adds and removes tasks meanwhile)."""
         thread = self.thread
         if thread is None:
-            return {}
-        for _ in range(3):  # the thread may add or remove a task meanwhile
-            try:
-                active = list(thread.tasks.items())
-                standbys = list(thread.standbys.items())
-                break
-            except RuntimeError:
-                continue
-        else:
-            return {}
-        held = {task_id: TaskStores(standby.task.context.stores, _position(standby.task), standby=True)
-                for task_id, standby in standbys}
-        held.update({task_id: TaskStores(running.open.task.context.stores, _position(running.open.task))
-                     for task_id, running in active})
-        return held
+            return None
+        running = thread.tasks.get(task_id)
+        if running is not None:
+            return TaskStores(running.open.task.context.stores, _position(running.open.task))
+        standby = thread.standbys.get(task_id)
+        if standby is None:
+            return None
+        return TaskStores(standby.task.context.stores, _position(standby.task), standby=True)
 
     def _global_stores(self) -> Mapping[str, Any]:
         thread = self.thread

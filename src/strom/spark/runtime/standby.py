@@ -14,6 +14,7 @@ active tasks do, and close when another process asks for the task's lease (the a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,24 +75,42 @@ class StandbyTask(LeasedTask):
     def _clients(self) -> tuple[Any, ...]:
         return (self._consumer,)
 
-    def update(self) -> int:
+    def committed_partitions(self) -> set[tuple[str, int]]:
+        """The partitions whose committed offsets ``update`` takes: the task's inputs (its position)
+        and the source topics of its source-changelog stores (restored up to them)."""
+        sourced = {(tp.topic, tp.partition) for tp in self.task.source_changelog_partitions().values()}
+        return self._inputs() | sourced
+
+    def _inputs(self) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in self.task.partition_group.queues}
+
+    def update(self, committed: Mapping[tuple[str, int], int]) -> int:
         """Applies what the changelogs gained since the last update; returns the records applied.
 
-        Its position (interactive queries' Position) is then the group's offsets read before the
-        changelogs: the active commits its changelog writes before (at least once) or with (exactly
-        once) its input offsets, so changelogs read to their ends afterwards hold every write of the
-        inputs before those offsets."""
+        ``committed``: the group's offsets of ``committed_partitions``, read before the changelogs
+        (``update_all``). Its position (interactive queries' Position) is then those of its inputs: the
+        active commits its changelog writes before (at least once) or with (exactly once) its input
+        offsets, so changelogs read to their ends afterwards hold every write of the inputs before
+        those offsets."""
         self.lag = self._behind()
-        inputs = {(tp.topic, tp.partition) for tp in self.task.partition_group.queues}
-        sourced = {(tp.topic, tp.partition) for tp in self.task.source_changelog_partitions().values()}
-        committed = committed_offsets(self._consumer, self._config.application_id, inputs | sourced,
-                                      TIMEOUT_S)
         applied = restore_task(self.task, self._consumer, log_ends=self._log_ends, committed=committed)
         self.restored += applied
-        self.task.committed_position = {tp: offset - 1 for tp, offset in committed.items() if tp in inputs}
+        self.task.committed_position = {tp: committed[tp] - 1 for tp in self._inputs() if tp in committed}
         return applied
 
     def _behind(self) -> int:
         offsets = self.task.restore_offsets()
         return sum(max(0, end_offset(self._consumer, tp.topic, tp.partition) - (offsets[store] or 0))
                    for store, tp in self.task.changelog_partitions().items())
+
+
+def update_all(standbys: Sequence[StandbyTask]) -> None:
+    """Updates ``standbys`` (one stream thread's) after one read of the group's committed offsets for all
+    of them: one request per thread every ``UPDATE_EVERY_S``, not one per standby."""
+    if not standbys:
+        return
+    partitions = set().union(*(standby.committed_partitions() for standby in standbys))
+    first = standbys[0]
+    committed = committed_offsets(first._consumer, first._config.application_id, partitions, TIMEOUT_S)
+    for standby in standbys:
+        standby.update(committed)

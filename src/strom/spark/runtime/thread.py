@@ -45,7 +45,7 @@ from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_c
 from strom.spark.runtime.open_task import QUICK_RETRY, Offsets, OpenTask, producer_config
 from strom.spark.runtime.parked import PARKED
 from strom.spark.runtime.producer_sink import FLUSH_TIMEOUT_S
-from strom.spark.runtime.standby import STANDBYS, UPDATE_EVERY_S, StandbyTask
+from strom.spark.runtime.standby import STANDBYS, UPDATE_EVERY_S, StandbyTask, update_all
 from strom.spark.startup import mark, process_age_s
 from strom.streams import config as cfg
 from strom.streams.config import StreamsConfig
@@ -336,8 +336,7 @@ class StreamThread:
             if standby.release_requested:  # the active task opens on this machine
                 del self.standbys[task_id]
                 standby.close()
-            else:
-                standby.update()
+        update_all(list(self.standbys.values()))
 
     def _close_standbys(self) -> None:
         for standby in self.standbys.values():

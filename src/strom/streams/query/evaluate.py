@@ -15,7 +15,7 @@ import copy
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
 
 from strom.streams.query.requests import (
@@ -90,40 +90,36 @@ def committed_view(store: Any) -> Any:
 
     The copy is kept and reused while every copied layer's attributes are the same objects as when it
     was made (a commit, a close or an init that rebinds one makes a new copy): building one costs more
-    than a key read."""
-    stamp = _stamp(store)
+    than a key read. A change anywhere down the layers shows in the layers kept: a layer that
+    replaces the one below it rebinds its ``wrapped``."""
     kept = _VIEWS.get(store)
-    if kept is not None and kept[0] == stamp:
-        return kept[1]
+    if kept is not None and kept[1] == _stamp(kept[0]):
+        return kept[2]
+    layers = list(_layers(store))
     view = _copy_layers(store)
     with contextlib.suppress(TypeError):  # a store that cannot be weakly referenced: not kept
-        _VIEWS[store] = (stamp, view)
+        _VIEWS[store] = (layers, _stamp(layers), view)
     return view
 
 
-_VIEWS: weakref.WeakKeyDictionary[Any, tuple[tuple[int, ...], Any]] = weakref.WeakKeyDictionary()
-"""Per store, its committed view and the stamp of the layers it was copied from."""
+_VIEWS: weakref.WeakKeyDictionary[Any, tuple[list[Any], tuple[int, ...], Any]] = weakref.WeakKeyDictionary()
+"""Per store, the layers its committed view was copied from, their stamp then, and the view."""
 
 
-def _copied_layers(store: Any) -> Iterator[Any]:
-    """The layers ``_copy_layers`` copies, outermost first: not the record cache; the layer with a
-    committed reader is the last."""
+def _layers(store: Any) -> Iterator[Any]:
+    """The layers ``_copy_layers`` walks, outermost first; the layer with a committed reader is the last."""
     layer = store
-    while True:
-        if isinstance(layer, CachingLayer):
-            layer = layer.wrapped
-            continue
-        if hasattr(layer, "committed_reader"):
-            yield layer
-            return
-        if not isinstance(layer, StoreLayer):
-            return
+    while isinstance(layer, StoreLayer) or hasattr(layer, "committed_reader"):
         yield layer
+        if hasattr(layer, "committed_reader"):
+            return
         layer = layer.wrapped
 
 
-def _stamp(store: Any) -> tuple[int, ...]:
-    return tuple(id(value) for layer in _copied_layers(store) for value in vars(layer).values())
+def _stamp(layers: list[Any]) -> tuple[int, ...]:
+    """The identities of the copied layers' attributes (of a record cache, skipped: what it wraps)."""
+    return tuple(map(id, chain.from_iterable(
+        (layer.wrapped,) if isinstance(layer, CachingLayer) else vars(layer).values() for layer in layers)))
 
 
 def _copy_layers(store: Any) -> Any:
