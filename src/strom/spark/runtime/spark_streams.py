@@ -214,6 +214,7 @@ class SparkStreams:
         self._lock = threading.Lock()
         self._failure_lock = threading.RLock()
         self._restarts = 0
+        self._replacing_at: float | None = None  # a failed query's replacement waits out its back-off
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
         self._run_id = ""
@@ -460,7 +461,7 @@ class SparkStreams:
             execution = self._execution
             ended = execution is None or not execution.is_active
             self._raise_if_failed()  # a failure the handler answered REPLACE_THREAD: a new query runs
-            if ended and self._execution is execution:
+            if ended and self._execution is execution and self._replacing_at is None:
                 return True
             if deadline is not None and time.monotonic() > deadline:
                 return False
@@ -480,6 +481,11 @@ class SparkStreams:
             return self._handle_failure()
 
     def _handle_failure(self) -> Exception | None:
+        if self._replacing_at is not None:
+            if time.monotonic() >= self._replacing_at:
+                self._replacing_at = None
+                self._execution = self._start_execution()
+            return None
         error = None if self._execution is None else self._execution.exception()
         if error is None:
             return None
@@ -498,7 +504,8 @@ class SparkStreams:
 
     def _handled_by_replacing(self, error: Exception) -> bool:
         """Asks the uncaught exception handler; on REPLACE_THREAD the query starts again (from the
-        committed offsets)."""
+        committed offsets) once the handler's back-off has passed: the next look at the failure after
+        it starts the query, so no caller sleeps through the back-off."""
         handler = self._exception_handler or self._configured_handler
         if handler is None:
             return False
@@ -514,7 +521,7 @@ class SparkStreams:
                     "resumes from the committed offsets", self.config.application_id,
                     failure_policy.failure_summary(error))
         self._execution.stop()
-        self._execution = self._start_execution()
+        self._replacing_at = time.monotonic() + getattr(handler, "delay_s", 0.0)
         return True
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
@@ -599,6 +606,8 @@ class SparkStreams:
         if execution is None:
             return
         self._set_state(State.PENDING_SHUTDOWN)
+        with self._failure_lock:  # a replacement waiting out its back-off never starts
+            self._replacing_at = None
         execution.stop()
         self._execution = None
         self._release_open_tasks()
