@@ -26,7 +26,7 @@ from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, P
 from strom.kafka import clients
 from strom.kafka.instances import ApplicationInstance
 from strom.prometheus import MetricsServer
-from strom.spark import failure_policy, metrics
+from strom.spark import failure_policy, metrics, quiet_logging
 from strom.spark.connector.metadata import TopicMetadata
 from strom.spark.queries import http as query_http
 from strom.spark.queries.router import QueryRouter
@@ -311,7 +311,7 @@ class SparkStreams:
         self._instance = ApplicationInstance(
             self.bootstrap_servers, self.config.application_id, min(self.plan.subtopologies[0].source_topics),
             f"stream threads on Spark {self._spark.sparkContext.master}",
-            self.config.client_props("main.consumer."))
+            self.config.client_props("main.consumer."), self.config.client_props("admin."))
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
         self._query_http = self._query_http or query_http.serve_if_configured(self.config, self._topology,
@@ -608,7 +608,8 @@ class SparkStreams:
         self._set_state(State.PENDING_SHUTDOWN)
         with self._failure_lock:  # a replacement waiting out its back-off never starts
             self._replacing_at = None
-        execution.stop()
+        with quiet_logging.task_kills_unlogged(self._spark.sparkContext):
+            execution.stop()
         self._execution = None
         self._release_open_tasks()
         if self._instance is not None:
