@@ -100,7 +100,8 @@ def test_stopping_from_the_python_api_prints_no_task_kills(broker, tmp_path):
     """``SparkStreams.stop()`` in a session whose logging is Spark's own: Spark's ``WARN Lost task ...
     TaskKilled`` for the tasks strom stops is not printed."""
     topic = f"api-{uuid.uuid4().hex[:8]}"
-    clients.create_topics(broker.bootstrap_servers, {topic: 2, f"{topic}-realtime": 2, f"{topic}-microbatch": 2})
+    clients.create_topics(broker.bootstrap_servers,
+                          {topic: 2, f"{topic}-realtime": 2, f"{topic}-microbatch": 2})
     result = subprocess.run([sys.executable, "-c", API_APP, broker.bootstrap_servers, topic, str(tmp_path)],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
