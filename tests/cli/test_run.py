@@ -81,6 +81,7 @@ def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
         assert re.search(r"start-up: first record committed [\d.]+ s after the application's start",
                          everything)
         assert not [line for line in output for chatter in SPARK_CHATTER if chatter in line]
+        assert "Connection refused" not in rest, rest  # the consumers stop before the embedded broker
     finally:
         if process.poll() is None:
             process.kill()
