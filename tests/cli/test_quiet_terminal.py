@@ -72,13 +72,13 @@ def test_a_verbose_session_keeps_spark_s_own_logging_and_a_later_quiet_one_appli
 
 API_APP = """
 import sys
-from pyspark.sql import SparkSession
+import strom.spark
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams
 from strom.streams import Consumed, Produced, Serdes, StreamsBuilder
 S = Serdes.String()
 bootstrap, topic, state = sys.argv[1:]
-spark = SparkSession.builder.master("local[2]").getOrCreate()  # Spark's own logging, as spark-submit's
+spark = strom.spark.session(app_name="strom-api-stop", quiet=False, strom_format=False)  # Spark's logging
 producer = clients.producer(bootstrap)
 for value in ("a", "b", "c"):
     producer.produce(topic, value.encode())
@@ -97,8 +97,9 @@ for mode in ("realtime", "microbatch"):
 @pytest.mark.broker
 @pytest.mark.timeout(600)
 def test_stopping_from_the_python_api_prints_no_task_kills(broker, tmp_path):
-    """``SparkStreams.stop()`` in a session whose logging is Spark's own: Spark's ``WARN Lost task ...
-    TaskKilled`` for the tasks strom stops is not printed."""
+    """``SparkStreams.stop()`` in a session whose logging is Spark's own (``quiet=False``, as a session
+    of the user's or ``strom -v``): Spark's ``WARN Lost task ... TaskKilled`` for the tasks strom stops
+    is not printed."""
     topic = f"api-{uuid.uuid4().hex[:8]}"
     clients.create_topics(broker.bootstrap_servers,
                           {topic: 2, f"{topic}-realtime": 2, f"{topic}-microbatch": 2})
