@@ -8,7 +8,10 @@ machine's load (shared, noisy) falls on both alike:
 
 - produce 1 KB and 100 B records, acks=all, idempotent (strom's client defaults): MB/s and the p99
   of librdkafka's per-record produce latency (queueing included: the producer runs flat out);
-- a consumer reading the 1 KB topic from the start (1 GB at --scale 1);
+- a consumer reading the 1 KB topic from the start (1 GB at --scale 1), and one reading a topic of
+  the same records written in full batches: a broker that acks faster gets smaller batches from
+  the same producer (linger.ms 5), and a consumer's client pays per batch, so the second figure
+  compares the brokers' consume paths on the same batches (records per batch are printed);
 - the plain exactly-once read-process-write loop: a read_committed consumer in a group, a
   transactional producer, one transaction per poll of up to 500 records with the offsets sent to
   it; records/s once the group is assigned.
@@ -27,6 +30,7 @@ import argparse
 import contextlib
 import os
 import statistics
+import struct
 import sys
 import tempfile
 import time
@@ -47,13 +51,17 @@ PRODUCER_TUNING = {"linger.ms": 5, "queue.buffering.max.kbytes": 1_048_576,
                    "queue.buffering.max.messages": 1_000_000}
 CONSUMER_TUNING = {"fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
                    "queued.max.messages.kbytes": 1_048_576, "queued.min.messages": 1_000_000}
+FULL_BATCHES = {"linger.ms": 1000, "batch.num.messages": 100_000}
+"""A producer whose batches close when batch.size (1 MB) fills, however fast the broker acks."""
 EOS_BATCH = 500
 
 
 class Target:
-    def __init__(self, name: str, bootstrap_servers: str, settings: dict[str, str] | None = None) -> None:
+    def __init__(self, name: str, bootstrap_servers: str, log_dirs: Path,
+                 settings: dict[str, str] | None = None) -> None:
         self.name = name
         self.bootstrap_servers = bootstrap_servers
+        self.log_dirs = log_dirs  # where the broker keeps its segment files
         self.settings = settings or {}  # security settings, given to every client
         self.admin = clients.admin(bootstrap_servers, **self.settings)
         self.topics = 0
@@ -71,9 +79,10 @@ class Target:
         raise RuntimeError(f"{name} did not appear on {self.name}")
 
 
-def produce(target: Target, topic: str, partitions: int, count: int, size: int) -> dict[str, float]:
+def produce(target: Target, topic: str, partitions: int, count: int, size: int,
+            tuning: dict[str, int] = PRODUCER_TUNING) -> dict[str, float]:
     """`count` records of `size` bytes, round robin over the partitions; MB/s and p99 latency (ms)."""
-    producer = clients.producer(target.bootstrap_servers, **PRODUCER_TUNING, **target.settings)
+    producer = clients.producer(target.bootstrap_servers, **{**PRODUCER_TUNING, **tuning}, **target.settings)
     latencies: list[float] = []
 
     def delivered(error, message) -> None:
@@ -113,6 +122,21 @@ def consume(target: Target, topic: str, partitions: int, count: int, size: int) 
     consumer.close()
     assert received >= count, f"{received} of {count} read on {target.name}"
     return {"MB/s": count * size / elapsed / 1e6}
+
+
+def records_per_batch(target: Target, topic: str, count: int) -> float:
+    """From the topic's segment files (Kafka: `<topic>-<p>/`, strom: `<topic>/<p>/`): batch headers
+    only, each batch's length at bytes 8-11."""
+    batches = 0
+    for segment in target.log_dirs.rglob("*.log"):
+        if topic not in (segment.parent.name.rsplit("-", 1)[0], segment.parent.parent.name):
+            continue
+        data = segment.read_bytes()
+        position = 0
+        while position + 12 <= len(data) and (length := struct.unpack_from(">i", data, position + 8)[0]) > 0:
+            position += 12 + length
+            batches += 1
+    return count / max(batches, 1)
 
 
 def eos_loop(target: Target, partitions: int, count: int) -> dict[str, float]:
@@ -172,8 +196,8 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as base, KafkaCluster(Path(base) / "kafka", brokers=1) as kafka, \
             EmbeddedBroker() as strom, contextlib.ExitStack() as secured:
-        targets = [Target("apache-kafka", kafka.bootstrap_servers),
-                   Target("strom-broker", strom.bootstrap_servers)]
+        targets = [Target("apache-kafka", kafka.bootstrap_servers, Path(base) / "kafka"),
+                   Target("strom-broker", strom.bootstrap_servers, strom.data_dir)]
         if args.sasl_ssl:
             targets += secured_targets(Path(base), secured)
         for target in targets:
@@ -183,7 +207,7 @@ def main() -> None:
         def record(workload: str, target: Target, figures: dict[str, float]) -> None:
             for metric, value in figures.items():
                 results.setdefault((workload, metric, target.name), []).append(value)
-            print(f"  {workload:<22} {target.name:<13} "
+            print(f"  {workload:<26} {target.name:<13} "
                   + "  ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
 
         topics: dict[str, str] = {}  # the 1 KB topic of this round, per broker, read back by the consumer
@@ -193,13 +217,22 @@ def main() -> None:
             return produce(target, topics[target.name], args.partitions, n_1k, 1024)
 
         def consume_1k(target: Target) -> dict[str, float]:
-            return consume(target, topics[target.name], args.partitions, n_1k, 1024)
+            per_batch = records_per_batch(target, topics[target.name], n_1k)
+            return {**consume(target, topics[target.name], args.partitions, n_1k, 1024),
+                    "rec/batch": per_batch}
+
+        def consume_1k_full_batches(target: Target) -> dict[str, float]:
+            topic = target.topic(args.partitions)
+            produce(target, topic, args.partitions, n_1k, 1024, FULL_BATCHES)  # not timed
+            return {**consume(target, topic, args.partitions, n_1k, 1024),
+                    "rec/batch": records_per_batch(target, topic, n_1k)}
 
         def produce_100(target: Target) -> dict[str, float]:
             return produce(target, target.topic(args.partitions), args.partitions, n_100, 100)
 
         steps: list[tuple[str, Callable[[Target], dict[str, float]]]] = [
-            ("produce 1 KB", produce_1k), ("consume 1 KB", consume_1k), ("produce 100 B", produce_100),
+            ("produce 1 KB", produce_1k), ("consume 1 KB", consume_1k),
+            ("consume 1 KB, 1 MB batches", consume_1k_full_batches), ("produce 100 B", produce_100),
             ("EOS loop 100 B", lambda target: eos_loop(target, args.partitions, n_eos)),
         ]
         for round_ in range(args.rounds):
@@ -229,8 +262,8 @@ def secured_targets(base: Path, stack: contextlib.ExitStack) -> list[Target]:
         "sasl.enabled.mechanisms": "SCRAM-SHA-512", "super.users": "User:admin",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}))
     settings = security.sasl_settings("admin")
-    return [Target("apache-kafka SASL_SSL", kafka.bootstrap_servers, settings),
-            Target("strom-broker SASL_SSL", strom.listeners["SASL_SSL"], settings)]
+    return [Target("apache-kafka SASL_SSL", kafka.bootstrap_servers, base / "kafka-secured", settings),
+            Target("strom-broker SASL_SSL", strom.listeners["SASL_SSL"], base / "strom-secured", settings)]
 
 
 def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse.Namespace) -> None:

@@ -187,3 +187,10 @@ def test_commands_leave_nothing_in_the_working_directory(broker, tmp_path):
         result = subprocess_strom(*args, "-b", broker.bootstrap_servers, cwd=tmp_path)
         assert result.code == 0, result.err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_only_the_commands_with_schema_registry_formats_mention_it_in_their_help():
+    for command, mentions in ((["topics", "list"], False), (["produce", "t"], True)):
+        result = subprocess_strom(*command, "--help")
+        assert result.code == 0 and "-X KEY=VALUE" in result.out.decode(), result.err
+        assert ("Schema Registry settings" in result.out.decode()) is mentions, command

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 
 import pytest
+
+from strom.kafka import clients
 
 from .test_run import SPARK_CHATTER, STROM
 
@@ -65,3 +68,43 @@ def test_a_verbose_session_keeps_spark_s_own_logging_and_a_later_quiet_one_appli
     assert MEMORY_WARNING in result.stderr
     assert f"still shown: {MEMORY_WARNING}" in result.stderr  # reconfigured, warnings still pass
     assert "test, resolves to a loopback address" not in result.stderr
+
+
+API_APP = """
+import sys
+import strom.spark
+from strom.kafka import clients
+from strom.spark.runtime import SparkStreams
+from strom.streams import Consumed, Produced, Serdes, StreamsBuilder
+S = Serdes.String()
+bootstrap, topic, state = sys.argv[1:]
+spark = strom.spark.session(app_name="strom-api-stop", quiet=False, strom_format=False)  # Spark's logging
+producer = clients.producer(bootstrap)
+for value in ("a", "b", "c"):
+    producer.produce(topic, value.encode())
+assert producer.flush(30) == 0
+for mode in ("realtime", "microbatch"):
+    builder = StreamsBuilder()
+    builder.stream(topic, Consumed.with_(S, S)).map_values(str.upper).to(f"{topic}-{mode}",
+                                                                       Produced.with_(S, S))
+    with SparkStreams(builder.build(), {"application.id": f"{topic}-{mode}", "bootstrap.servers": bootstrap,
+                                        "state.dir": state, "execution.mode": mode}, spark) as app:
+        assert app.wait_until_caught_up(180), mode
+    print("stopped", mode, file=sys.stderr, flush=True)
+"""
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(600)
+def test_stopping_from_the_python_api_prints_no_task_kills(broker, tmp_path):
+    """``SparkStreams.stop()`` in a session whose logging is Spark's own (``quiet=False``, as a session
+    of the user's or ``strom -v``): Spark's ``WARN Lost task ... TaskKilled`` for the tasks strom stops
+    is not printed."""
+    topic = f"api-{uuid.uuid4().hex[:8]}"
+    clients.create_topics(broker.bootstrap_servers,
+                          {topic: 2, f"{topic}-realtime": 2, f"{topic}-microbatch": 2})
+    result = subprocess.run([sys.executable, "-c", API_APP, broker.bootstrap_servers, topic, str(tmp_path)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "stopped realtime" in result.stderr and "stopped microbatch" in result.stderr
+    assert "TaskKilled" not in result.stderr and "Lost task" not in result.stderr, result.stderr[-3000:]

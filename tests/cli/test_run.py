@@ -81,6 +81,7 @@ def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
         assert re.search(r"start-up: first record committed [\d.]+ s after the application's start",
                          everything)
         assert not [line for line in output for chatter in SPARK_CHATTER if chatter in line]
+        assert "Connection refused" not in rest, rest  # the consumers stop before the embedded broker
     finally:
         if process.poll() is None:
             process.kill()
@@ -403,10 +404,11 @@ def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_p
 @pytest.mark.slow
 @pytest.mark.broker
 def test_on_failure_restart_ends_a_crash_loop_with_one_error_line(broker, tmp_path):
+    """Replaced after 1, 2, 4 s, then one error line; the status line goes on during a back-off."""
     app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "True")
     started = time.monotonic()
     result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
-                             "--master", "local[1]", "--on-failure", "restart"],
+                             "--master", "local[1]", "--on-failure", "restart", "--status-interval", "1"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-3000:]
     replaced = re.findall(r"boom: cannot shout this one.*\); replacing its stream threads in (\d+) s, "
@@ -417,7 +419,21 @@ def test_on_failure_restart_ends_a_crash_loop_with_one_error_line(broker, tmp_pa
     assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1], result.stderr[-3000:]
     assert errors[0].startswith("error: Application") and "boom: cannot shout this one" in errors[0]
     assert time.monotonic() - started > 7  # the back-offs were waited
+    assert _status_lines_within(result.stderr, "replacing its stream threads in 4 s", 4) >= 1, result.stderr
     assert read_values(broker.bootstrap_servers, f"{topic}-out", 1, 2) == []
+
+
+def _status_lines_within(stderr: str, logged: str, seconds: int) -> int:
+    """Status lines (``HH:MM:SS ...``) printed in the ``seconds`` after the log line holding ``logged``."""
+    at = re.search(rf"^\S+ (\d\d:\d\d:\d\d),\d+ .*{re.escape(logged)}", stderr, re.M)
+    assert at is not None, stderr
+
+    def second(clock: str) -> int:
+        hours, minutes, seconds_ = map(int, clock.split(":"))
+        return hours * 3600 + minutes * 60 + seconds_
+    start = second(at.group(1))
+    return sum(0 < (second(clock) - start) % 86400 < seconds
+               for clock in re.findall(r"^(\d\d:\d\d:\d\d) ", stderr, re.M))
 
 
 @pytest.mark.spark

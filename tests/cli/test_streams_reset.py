@@ -156,7 +156,7 @@ def test_a_running_application_is_listed_as_running_and_not_reset_from_any_machi
     """A running application's driver is a member of ``<app>.instances`` (what SparkStreams.start()
     joins; test_run.py's long-running test sees it from `strom run`): `groups list|describe` show it
     running, and reset is refused even where its state directory is not (another machine)."""
-    bootstrap, app_id, source, *_ = _setup(broker, tmp_path)
+    bootstrap, app_id, source, *_, admin = _setup(broker, tmp_path)
     instance = ApplicationInstance(bootstrap, app_id, source, "stream threads on Spark local[2]")
     try:
         deadline = time.monotonic() + 60
@@ -182,7 +182,8 @@ def test_a_running_application_is_listed_as_running_and_not_reset_from_any_machi
             assert f"error: Application {app_id} is running: 1 instance(s) (strom {app_id} driver on" \
                    in refused.stderr
     finally:
-        instance.close()  # leaves the group at once
+        instance.close()  # leaves the group at once, and deletes it
+    assert f"{app_id}.instances" not in _group_names(admin)
     listed = json.loads(_strom(bootstrap, "groups", "list", "--output", "json").stdout)
     assert {"group": app_id, "type": "classic", "state": "empty"} in listed
     reset = _strom(bootstrap, "streams", "reset", app_id, "--input-topics", source,
@@ -209,3 +210,27 @@ def test_a_time_without_a_zone_is_local_time_in_both_reset_commands(broker, tmp_
             assert f"input {source}-0: committed offset of group {app_id} -> 2" in done.stdout, done.stdout
         else:
             assert {row["new_offset"] for row in json.loads(done.stdout)} == {2}, done.stdout
+
+
+def _group_names(admin) -> set[str]:
+    return {group.group_id for group in admin.list_consumer_groups().result().valid}
+
+
+def test_the_last_instance_to_stop_deletes_the_instances_group(broker, tmp_path):
+    """An instance stopping while another runs leaves the group to it; the last one deletes it."""
+    bootstrap, app_id, source, *_, admin = _setup(broker, tmp_path)
+    group = f"{app_id}.instances"
+    first = ApplicationInstance(bootstrap, app_id, source, "first")
+    second = ApplicationInstance(bootstrap, app_id, source, "second")
+    try:
+        deadline = time.monotonic() + 60
+        while len(admin.describe_consumer_groups([group])[group].result().members) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        first.close()
+        (member,) = admin.describe_consumer_groups([group])[group].result().members
+        assert member.client_id.endswith("second")
+    finally:
+        first.close()
+        second.close()
+    assert group not in _group_names(admin)

@@ -42,15 +42,16 @@ def test_bad_values_say_what_to_give(value, message):
 
 def test_replace_thread_backs_off_then_stops_at_the_limit():
     now, waits = [0.0], []
-    handler = ReplacingHandler("policy", sleep=waits.append, clock=lambda: now[0])
+    handler = ReplacingHandler("policy", clock=lambda: now[0])
     answers = []
     for _ in range(4):
         answers.append(handler(ValueError("boom")))
+        waits.append(handler.delay_s)
         now[0] += 10
     assert answers == [Response.REPLACE_THREAD] * 3 + [Response.SHUTDOWN_CLIENT]
-    assert waits == [1.0, 2.0, 4.0]
+    assert waits[:3] == [1.0, 2.0, 4.0]
     now[0] += 600  # the failures left the window: a new one is replaced again, from the first back-off
-    assert handler(ValueError("boom")) is Response.REPLACE_THREAD and waits[-1] == 1.0
+    assert handler(ValueError("boom")) is Response.REPLACE_THREAD and handler.delay_s == 1.0
 
 
 def test_replace_thread_is_a_fresh_handler_per_application():
@@ -60,7 +61,7 @@ def test_replace_thread_is_a_fresh_handler_per_application():
 
 
 def test_the_log_names_what_a_python_worker_raised(caplog):
-    handler = ReplacingHandler("policy", sleep=lambda s: None)
+    handler = ReplacingHandler("policy")
     worker_failure = RuntimeError("An exception was thrown from the Python worker:\nTraceback (most recent "
                                   "call last):\n  File \"x.py\", line 1\nValueError: boom\n\tat java.Thread")
     with caplog.at_level("WARNING", "strom.spark.failure_policy"):

@@ -174,12 +174,13 @@ def unknown_topic(name: str, existing: dict[str, Any], offers_create: bool = Fal
 
 
 def connection_options(command: Callable[..., Any] | None = None, *,
-                       default: str = DEFAULT_BOOTSTRAP) -> Any:
+                       default: str = DEFAULT_BOOTSTRAP, schema_registry: bool = False) -> Any:
     """Adds ``-b/--bootstrap-servers``, ``-X key=value`` and ``--command-config FILE`` to a command,
     which receives them as one ``connection: Connection`` argument. ``default=""`` is for a command
-    that starts its own broker when no cluster is named (``strom demo``)."""
+    that starts its own broker when no cluster is named (``strom demo``); ``schema_registry`` for one
+    whose formats take Schema Registry settings (its ``-X`` help says so)."""
     if command is None:
-        return functools.partial(connection_options, default=default)
+        return functools.partial(connection_options, default=default, schema_registry=schema_registry)
 
     @functools.wraps(command)
     def with_connection(*args: Any, bootstrap_servers: str | None, client_properties: dict[str, str],
@@ -197,9 +198,7 @@ def connection_options(command: Callable[..., Any] | None = None, *,
                      help=f"Kafka bootstrap servers (env STROM_BOOTSTRAP_SERVERS; default {default_help})."),
         click.option("-X", "client_properties", multiple=True, callback=parse_config, metavar="KEY=VALUE",
                      help="librdkafka client property (security, acks, sizes...); repeatable, wins over "
-                          "--command-config. Schema Registry settings (schema.registry.url, "
-                          "schema.registry.*, basic.auth.*, auto.register.schemas, use.latest.version, "
-                          "*subject.name.strategy) go to the avro/json_schema/protobuf formats."),
+                          "--command-config." + (_SCHEMA_REGISTRY_HELP if schema_registry else "")),
         click.option("--command-config", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Java-style .properties file of client settings (as Kafka's tools take)."),
     )
@@ -207,6 +206,10 @@ def connection_options(command: Callable[..., Any] | None = None, *,
         with_connection = option(with_connection)
     return with_connection
 
+
+_SCHEMA_REGISTRY_HELP = (" Schema Registry settings (schema.registry.url, schema.registry.*, basic.auth.*, "
+                         "auto.register.schemas, use.latest.version, *subject.name.strategy) go to the "
+                         "avro/json_schema/protobuf formats.")
 
 create_topic_option = click.option(
     "--create-topic", is_flag=True, help="Create the topic (broker's default partition count) if missing.")

@@ -134,7 +134,7 @@ class Progress:
 
 
 @click.command()
-@connection_options
+@connection_options(schema_registry=True)
 @click.argument("topic")
 @click.option("-g", "--group", default=None,
               help="Consume as this group (offsets committed); default: the partitions directly, no group.")

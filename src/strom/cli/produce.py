@@ -80,7 +80,7 @@ class LineFormat:
 
 
 @click.command()
-@connection_options
+@connection_options(schema_registry=True)
 @click.argument("topic")
 @click.option("-K", "--key-separator", default=None, callback=_separator,
               help="Split each line at the first SEP into key and value.")

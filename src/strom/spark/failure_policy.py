@@ -2,9 +2,10 @@
 ``strom.uncaught.exception.handler`` config (``strom run --on-failure restart|shutdown``).
 
 ``REPLACE_THREAD`` starts the failed stream tasks again from the committed offsets, as a Spark user
-expects of a task retry, but not forever: each replacement waits a back-off (1 s, doubling up to 30 s)
-and at most ``MAX_REPLACEMENTS`` replacements are made within ``WINDOW_S``; the next failure in that
-window stops the application with its error (a crash loop ends). ``SHUTDOWN_CLIENT`` and
+expects of a task retry, but not forever: each replacement waits a back-off (1 s, doubling up to 30 s;
+``delay_s``, which SparkStreams waits without blocking the thread that asked, so a status line and
+Ctrl-C stay live) and at most ``MAX_REPLACEMENTS`` replacements are made within ``WINDOW_S``; the next
+failure in that window stops the application with its error (a crash loop ends). ``SHUTDOWN_CLIENT`` and
 ``SHUTDOWN_APPLICATION`` stop it at the first error (Kafka Streams' default, also without the key).
 A dotted path names a function of yours, ``handler(exception) -> StreamThreadExceptionResponse``.
 """
@@ -34,16 +35,17 @@ MAX_BACKOFF_S = 30.0
 
 
 class ReplacingHandler:
-    """REPLACE_THREAD with a growing back-off, until ``max_replacements`` within ``window_s``."""
+    """REPLACE_THREAD with a growing back-off, until ``max_replacements`` within ``window_s``; after an
+    answer of REPLACE_THREAD, ``delay_s`` is the back-off to wait before replacing."""
 
     def __init__(self, application_id: str, max_replacements: int = MAX_REPLACEMENTS,
-                 window_s: float = WINDOW_S, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 window_s: float = WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._application_id = application_id
         self._max = max_replacements
         self._window_s = window_s
-        self._sleep, self._clock = sleep, clock
+        self._clock = clock
         self._replaced_at: list[float] = []
+        self.delay_s = 0.0
 
     def __call__(self, error: Exception) -> Any:
         from strom.spark.runtime.spark_streams import StreamThreadExceptionResponse as Response
@@ -56,11 +58,10 @@ class ReplacingHandler:
                       failure_summary(error))
             return Response.SHUTDOWN_CLIENT
         self._replaced_at.append(now)
-        backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (len(self._replaced_at) - 1))
+        self.delay_s = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (len(self._replaced_at) - 1))
         log.warning("Application %s failed (%s); replacing its stream threads in %.0f s, from the committed "
                     "offsets (replacement %d of at most %d within %.0f s)", self._application_id,
-                    failure_summary(error), backoff, len(self._replaced_at), self._max, self._window_s)
-        self._sleep(backoff)
+                    failure_summary(error), self.delay_s, len(self._replaced_at), self._max, self._window_s)
         return Response.REPLACE_THREAD
 
 

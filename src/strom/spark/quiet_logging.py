@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["LOG4J2_PROPERTIES", "config_file", "driver_java_options", "filtered_stderr",
-           "jvm_stderr_filtered", "reconfigure"]
+           "jvm_stderr_filtered", "reconfigure", "task_kills_unlogged"]
 
 LOG4J2_PROPERTIES = """\
 # strom's log4j2 configuration for Spark (strom.spark.quiet_logging): warnings and errors on stderr,
@@ -132,3 +132,21 @@ def reconfigure(spark_context: object) -> None:
         return
     context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
     context.setConfigLocation(jvm.java.net.URI(config_file().as_uri()))
+
+
+TASK_SET_MANAGER = "org.apache.spark.scheduler.TaskSetManager"
+
+
+@contextmanager
+def task_kills_unlogged(spark_context: object) -> Iterator[None]:
+    """While strom stops its own job, Spark's task set manager logs errors only: its ``WARN Lost task
+    ... TaskKilled`` lines say what strom asked for, also in a session whose logging is the user's
+    (strom's configuration drops them already); the logger's level is put back afterwards."""
+    jvm = spark_context._jvm  # type: ignore[attr-defined]
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    previous = jvm.org.apache.logging.log4j.LogManager.getLogger(TASK_SET_MANAGER).getLevel()
+    configurator.setLevel(TASK_SET_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
+    try:
+        yield
+    finally:
+        configurator.setLevel(TASK_SET_MANAGER, previous)

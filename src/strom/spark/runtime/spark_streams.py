@@ -26,7 +26,7 @@ from strom.errors import ConfigError, InvalidStateStoreError, ProcessingError, P
 from strom.kafka import clients
 from strom.kafka.instances import ApplicationInstance
 from strom.prometheus import MetricsServer
-from strom.spark import failure_policy, metrics
+from strom.spark import failure_policy, metrics, quiet_logging
 from strom.spark.connector.metadata import TopicMetadata
 from strom.spark.queries import http as query_http
 from strom.spark.queries.router import QueryRouter
@@ -214,6 +214,7 @@ class SparkStreams:
         self._lock = threading.Lock()
         self._failure_lock = threading.RLock()
         self._restarts = 0
+        self._replacing_at: float | None = None  # a failed query's replacement waits out its back-off
         self.progress = StreamsProgress()
         self.plan: ApplicationPlan | None = None
         self._run_id = ""
@@ -310,7 +311,7 @@ class SparkStreams:
         self._instance = ApplicationInstance(
             self.bootstrap_servers, self.config.application_id, min(self.plan.subtopologies[0].source_topics),
             f"stream threads on Spark {self._spark.sparkContext.master}",
-            self.config.client_props("main.consumer."))
+            self.config.client_props("main.consumer."), self.config.client_props("admin."))
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
         self._query_http = self._query_http or query_http.serve_if_configured(self.config, self._topology,
@@ -460,7 +461,7 @@ class SparkStreams:
             execution = self._execution
             ended = execution is None or not execution.is_active
             self._raise_if_failed()  # a failure the handler answered REPLACE_THREAD: a new query runs
-            if ended and self._execution is execution:
+            if ended and self._execution is execution and self._replacing_at is None:
                 return True
             if deadline is not None and time.monotonic() > deadline:
                 return False
@@ -480,6 +481,11 @@ class SparkStreams:
             return self._handle_failure()
 
     def _handle_failure(self) -> Exception | None:
+        if self._replacing_at is not None:
+            if time.monotonic() >= self._replacing_at:
+                self._replacing_at = None
+                self._execution = self._start_execution()
+            return None
         error = None if self._execution is None else self._execution.exception()
         if error is None:
             return None
@@ -498,7 +504,8 @@ class SparkStreams:
 
     def _handled_by_replacing(self, error: Exception) -> bool:
         """Asks the uncaught exception handler; on REPLACE_THREAD the query starts again (from the
-        committed offsets)."""
+        committed offsets) once the handler's back-off has passed: the next look at the failure after
+        it starts the query, so no caller sleeps through the back-off."""
         handler = self._exception_handler or self._configured_handler
         if handler is None:
             return False
@@ -514,7 +521,7 @@ class SparkStreams:
                     "resumes from the committed offsets", self.config.application_id,
                     failure_policy.failure_summary(error))
         self._execution.stop()
-        self._execution = self._start_execution()
+        self._replacing_at = time.monotonic() + getattr(handler, "delay_s", 0.0)
         return True
 
     def query(self, request: StateQueryRequest) -> StateQueryResult:
@@ -599,7 +606,10 @@ class SparkStreams:
         if execution is None:
             return
         self._set_state(State.PENDING_SHUTDOWN)
-        execution.stop()
+        with self._failure_lock:  # a replacement waiting out its back-off never starts
+            self._replacing_at = None
+        with quiet_logging.task_kills_unlogged(self._spark.sparkContext):
+            execution.stop()
         self._execution = None
         self._release_open_tasks()
         if self._instance is not None:
