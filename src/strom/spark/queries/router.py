@@ -238,6 +238,8 @@ class QueryRouter:
                 else:
                     parked.update(dict.fromkeys(thread.active_tasks, address))
             held = {task: list(addresses) for task, addresses in self._held.items()}
+        # between batches a parked worker still holds its global stores: asked after the running ones
+        routes.endpoints.extend(a for a in dict.fromkeys(parked.values()) if a not in routes.endpoints)
         for task, address in parked.items():  # no running thread has it: where it is parked
             routes.active.setdefault(task, address)
         for task, addresses in held.items():  # then where it was held lately: parked there, stale
