@@ -96,7 +96,8 @@ def test_a_second_member_takes_partitions_incrementally(kafka_cluster: KafkaClus
     committed before the other member starts on them."""
     bootstrap = kafka_cluster.bootstrap_servers
     topic = create_topic(bootstrap, 4)
-    n = produce(bootstrap, topic, _records(3200, 60))  # the first member alone needs 16 s
+    n = produce(bootstrap, topic, _records(6400, 60))  # the first member alone needs 32 s: a hand-over takes
+    # up to three 5 s heartbeats (revoke, drain and commit, assign), more on a loaded machine
     processed: dict[str, list[int]] = defaultdict(list)
     lock = threading.Lock()
 
