@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -239,9 +240,9 @@ def create_topics(
     replication_factor: int = -1,
     settings: Mapping[str, Any] | None = None,
 ) -> None:
-    """Creates topics (name → partition count) and waits; topics that already exist are fine.
-    ``replication_factor`` -1 takes the broker's ``default.replication.factor``; ``settings`` are the
-    admin client's (security, for one)."""
+    """Creates topics (name → partition count) and waits until the cluster's metadata shows each with a
+    leader for every partition; topics that already exist are fine. ``replication_factor`` -1 takes the
+    broker's ``default.replication.factor``; ``settings`` are the admin client's (security, for one)."""
     client = admin(bootstrap_servers, **(settings or {}))
     futures = client.create_topics(
         [NewTopic(name, num_partitions=n, replication_factor=replication_factor, config=dict(config or {}))
@@ -269,3 +270,31 @@ def create_topics(
                     "the broker's default."
                 ) from exc
             raise
+    _await_leaders(client, list(topics), timeout)
+
+
+def _await_leaders(client: AdminClient, topics: list[str], timeout: float) -> None:
+    """Waits until the metadata shows every partition of ``topics`` with a leader: on a cluster of several
+    nodes a topic just created reaches each node's metadata a moment later, and a client asking that node
+    meanwhile (an application planning its tasks) would find no such topic. Gives up quietly after
+    ``timeout``: what follows then reports the topic as missing."""
+    deadline = time.monotonic() + timeout
+    waiting = list(topics)
+    while waiting and time.monotonic() < deadline:
+        try:
+            known = client.list_topics(timeout=max(0.1, min(5.0, deadline - time.monotonic()))).topics
+        except KafkaException:
+            known = {}
+        waiting = [t for t in waiting if not _led(known.get(t))]
+        if waiting:
+            time.sleep(0.05)
+
+
+def _led(topic: Any) -> bool:
+    """A topic whose every partition has a leader, or one the principal may not describe (nothing to
+    wait for then)."""
+    if topic is None:
+        return False
+    if topic.error is not None:
+        return topic.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    return bool(topic.partitions) and all(p.leader >= 0 for p in topic.partitions.values())
