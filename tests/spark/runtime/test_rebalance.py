@@ -26,6 +26,18 @@ def control():
     line.close()
 
 
+def _two_threads_said_hello(control: ThreadControl) -> list[ControlClient]:
+    """Batch 1 begun with two threads, both connected and assigned their tasks."""
+    control.begin_batch(1, 2, TASKS, hello_timeout_s=30)
+    clients = [ControlClient(control.address, control.token, 1, i) for i in range(2)]
+    hellos = [threading.Thread(target=c.hello, args=([],)) for c in clients]
+    for hello in hellos:
+        hello.start()
+    for hello in hellos:
+        hello.join(10)
+    return clients
+
+
 def test_fewer_threads_keep_their_tasks_and_take_the_lost_ones_over():
     assignment = assign_tasks(TASKS, [1], {1: ["0_1", "1_1"], 0: ["0_0", "1_0"]})
     assert assignment == {1: ["0_1", "1_1", "0_0", "1_0"]}
@@ -46,13 +58,7 @@ def test_tasks_go_to_the_threads_present_when_one_never_says_hello(control):
 
 
 def test_a_thread_whose_connection_ends_before_it_finished_is_lost(control):
-    control.begin_batch(1, 2, TASKS, hello_timeout_s=30)
-    clients = [ControlClient(control.address, control.token, 1, i) for i in range(2)]
-    hellos = [threading.Thread(target=c.hello, args=([],)) for c in clients]
-    for hello in hellos:
-        hello.start()
-    for hello in hellos:
-        hello.join(10)
+    clients = _two_threads_said_hello(control)
     assert control.live_threads() == 2 and control.reason_to_end() is None
     clients[0].close()  # as a SIGKILLed Python worker's connection ends
     assert wait_for(lambda: control.reason_to_end() is not None, 5)
@@ -69,13 +75,7 @@ def test_a_thread_whose_connection_ends_before_it_finished_is_lost(control):
 
 
 def test_a_thread_that_finishes_is_not_lost_and_one_that_fails_fails_the_batch(control):
-    control.begin_batch(1, 2, TASKS, hello_timeout_s=30)
-    clients = [ControlClient(control.address, control.token, 1, i) for i in range(2)]
-    hellos = [threading.Thread(target=c.hello, args=([],)) for c in clients]
-    for hello in hellos:
-        hello.start()
-    for hello in hellos:
-        hello.join(10)
+    clients = _two_threads_said_hello(control)
     clients[0].report({}, FINISHED)
     clients[0].close()
     assert wait_for(lambda: control.live_threads() == 1, 5)
@@ -88,13 +88,7 @@ def test_a_thread_that_finishes_is_not_lost_and_one_that_fails_fails_the_batch(c
 
 
 def test_a_finished_thread_stays_listed_as_the_parked_holder_until_its_slot_says_hello_again(control):
-    control.begin_batch(1, 2, TASKS, hello_timeout_s=30)
-    clients = [ControlClient(control.address, control.token, 1, i) for i in range(2)]
-    hellos = [threading.Thread(target=c.hello, args=([],)) for c in clients]
-    for hello in hellos:
-        hello.start()
-    for hello in hellos:
-        hello.join(10)
+    clients = _two_threads_said_hello(control)
     clients[0].report({}, FINISHED)
     clients[0].close()
     clients[1].close()  # lost: it never said it finished
