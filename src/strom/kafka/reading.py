@@ -100,8 +100,8 @@ def committed_offsets(consumer: Consumer, group: str, partitions: Iterable[tuple
 def fetch_committed(consumer: Consumer, partitions: list[TopicPartition],
                     timeout_s: float = METADATA_TIMEOUT_S) -> list[TopicPartition]:
     """``consumer.committed(partitions)`` (offsets with their metadata), asked again while the group
-    coordinator moves or loads (``coordinator_moving``) until ``timeout_s`` passed; other Kafka errors
-    raise ``KafkaException``."""
+    coordinator moves, loads (``coordinator_moving``) or does not answer until ``timeout_s`` passed; other
+    Kafka errors raise ``KafkaException``."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -110,7 +110,7 @@ def fetch_committed(consumer: Consumer, partitions: list[TopicPartition],
             timed_out = exc.args[0].code() == KafkaError._TIMED_OUT
             if timed_out and (refused := _group_refused(consumer)) is not None:
                 raise KafkaException(refused) from exc
-            if not coordinator_moving(exc.args[0]) or time.monotonic() >= deadline:
+            if not (timed_out or coordinator_moving(exc.args[0])) or time.monotonic() >= deadline:
                 raise
             time.sleep(COORDINATOR_BACKOFF_S)
 

@@ -16,13 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.kafka.reading import ASK_COMMITTED_S, fetch_committed
+from strom.kafka.reading import ASK_COMMITTED_S, coordinator_moving, fetch_committed
 from strom.kafka.security import refusal
 from strom.spark.runtime.lease import LeasedTask, TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
@@ -193,6 +193,8 @@ class OpenTask(LeasedTask):
         try:
             result = self.call(fetch_committed, self.consumer, requested, self._task_timeout_s())
         except BrokerUnavailableError as exc:
+            if not _waited(exc):
+                raise
             waited = self.config[cfg.TASK_TIMEOUT_MS]
             raise BrokerUnavailableError(f"{exc} It waited task.timeout.ms={waited} for the cluster; "
                                          "raise it to wait longer.") from exc
@@ -215,3 +217,11 @@ class OpenTask(LeasedTask):
             raise BrokerUnavailableError(
                 f"Stream task {self.name} failed in {method.__name__}: {exc.args[0].str()}. Check the broker "
                 f"at {self.config[cfg.BOOTSTRAP_SERVERS]}.") from exc
+
+
+def _waited(error: BrokerUnavailableError) -> bool:
+    """Whether ``fetch_committed`` gave up on an error it retries (it waited its whole timeout), not on
+    one it raises at once."""
+    cause = error.__cause__
+    return isinstance(cause, KafkaException) and (cause.args[0].code() == KafkaError._TIMED_OUT
+                                                  or coordinator_moving(cause.args[0]))
