@@ -65,7 +65,11 @@ def spark_session_starting(app_name: str, master: str = "local[2]", config: Mapp
                            strom_format: bool = True) -> Future[Any]:
     """The session, built in a thread of its own so that the JVM starts (seconds) while the command
     does other work (its embedded broker); the future raises the session's failure. A daemon thread:
-    a command failing meanwhile exits at once, and the JVM with it."""
+    a command failing meanwhile exits at once, and the JVM with it.
+
+    The caller imports pyspark's modules (``strom.spark.runtime``) only after the future's result, or
+    before this call: pyspark's package imports itself in a cycle, which a second thread importing it
+    at the same moment breaks (``cannot import name 'SQLContext' from partially initialized module``)."""
     verbose = verbosity()  # the command's context is this thread's
     future: Future[Any] = Future()
 
