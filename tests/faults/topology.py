@@ -1,6 +1,7 @@
 """The topology the network-fault scenarios run (issue 39), every component on a host of its own:
 
-    kafka-0, kafka-1, kafka-2     a 3-node Apache Kafka cluster (replication 3, min.insync.replicas 2)
+    kafka-0, kafka-1, kafka-2     a 3-node Apache Kafka cluster (replication 3, min.insync.replicas 2);
+                                  one node coordinates every transaction and leads the word count's input
     master, worker-0, worker-1    a Spark standalone cluster, one executor (one core) per worker
     driver                        spark-submit of tests/spark/runtime/wordcount.py (through
                                   word_count_driver.py, submitted while Kafka starts): the word count with a
@@ -28,7 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from spark.runtime.cluster_wordcount import DEFAULTS, WordCountDriver, assert_counted_once, caught_up
 from spark.runtime.conftest import read_updates
@@ -58,6 +60,12 @@ C1 only, as strom's own local drivers do (``strom.spark.local_session.LOCAL_JIT`
 their start is mostly compiling, and this traffic (tens of records a second) never needs C2's code."""
 CLEANUP = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000}
 """Brokers abort a timed-out transaction within a second (Kafka's default: 10 s), for scenario 8."""
+INTERNAL_TOPICS = {"offsets.topic.num.partitions": 3, "transaction.state.log.num.partitions": 1}
+"""The cluster's internal topics: ``__consumer_offsets`` with a partition a node, ``__transaction_state``
+with one, so that one node coordinates every transaction (scenario 3 cuts that node off; it leads the
+word count's input too). Kafka's defaults, 50 partitions each, are 300 replicas that the cluster creates,
+loads and replicates on the two shared cores while the word count starts."""
+TRANSACTION_STATE = TopicPartition("__transaction_state", 0)
 
 
 class Driver(WordCountDriver):
@@ -94,6 +102,35 @@ class Topology:
         """Host ``name``, made on first use (the Kafka nodes and Spark's processes have theirs)."""
         return self.network.hosts.get(name) or self.network.host(name)
 
+    def transaction_coordinator(self) -> int:
+        """The node that coordinates every transaction while the preferred leader of
+        ``__transaction_state``'s one partition leads it (``INTERNAL_TOPICS``): its first replica."""
+        name = TRANSACTION_STATE.topic
+        return self.kafka.admin().list_topics(name, timeout=10).topics[name].partitions[0].replicas[0]
+
+    def leaders(self, partitions: list[TopicPartition], seen_by: int) -> list[int]:
+        """Each partition's leader as node ``seen_by`` knows it (-1: not known there). A node cut off from
+        the other two goes on believing it leads what the others moved away from it."""
+        address = f"{self.kafka.addresses[seen_by]}:{self.kafka.ports[seen_by]}"
+        with contextlib.suppress(KafkaException):
+            topics = clients.admin(address).list_topics(timeout=5).topics
+            return [topics[tp.topic].partitions[tp.partition].leader if tp.topic in topics else -1
+                    for tp in partitions]
+        return [-1] * len(partitions)
+
+    def lead(self, partitions: list[TopicPartition], node: int, timeout: float) -> None:
+        """Waits until every node knows ``node`` as the leader of ``partitions``, of which it is the
+        preferred leader: elected back (a fault moved its leaderships; Kafka's own rebalance of
+        preferred leaders waits 5 minutes)."""
+        deadline = time.monotonic() + timeout
+        while not all(self.leaders(partitions, seen_by) == [node] * len(partitions)
+                      for seen_by in range(self.kafka.brokers)):
+            assert time.monotonic() < deadline, \
+                f"kafka-{node} does not lead {partitions}: {[self.leaders(partitions, n) for n in range(3)]}"
+            with contextlib.suppress(KafkaException):  # not needed, or the node not in sync yet: again
+                self.kafka.admin().elect_leaders(ElectionType.PREFERRED, partitions).result(10)
+            time.sleep(0.5)
+
 
 @contextmanager
 def running_topology(base_dir: Path) -> Iterator[Topology]:
@@ -104,8 +141,8 @@ def running_topology(base_dir: Path) -> Iterator[Topology]:
         kafka_hosts = [network.host(f"kafka-{i}") for i in range(3)]
         spark_hosts = {name: network.host(name) for name in ("master", "driver",
                                                              *(f"worker-{i}" for i in range(WORKERS)))}
-        kafka = KafkaCluster(base_dir / "kafka", brokers=3, config=CLEANUP, hosts=kafka_hosts,
-                             java_options=[JIT])
+        kafka = KafkaCluster(base_dir / "kafka", brokers=3, config={**CLEANUP, **INTERNAL_TOPICS},
+                             hosts=kafka_hosts, java_options=[JIT])
         spark = SparkCluster(base_dir / "spark", workers=WORKERS, hosts=spark_hosts, java_options=JIT)
         with ThreadPoolExecutor(1) as starting:  # the JVMs start side by side (each mostly waits)
             kafka_started = starting.submit(kafka.start)
@@ -175,8 +212,20 @@ class WordCountRun:
         self.driver = Driver(topology.spark, topology.kafka.bootstrap_servers, self.names, tmp_path,
                              self.app_id, "realtime", DEFAULTS, cores_max=WORKERS, app=DRIVER)
         self._submitted = time.monotonic()
-        clients.create_topics(topology.bootstrap, {self.names["lines"]: 2, self.names["counts"]: 2})
+        self.input_leader = topology.transaction_coordinator()
+        others = [node for node in range(topology.kafka.brokers) if node != self.input_leader]
+        clients.admin(topology.bootstrap).create_topics([NewTopic(  # led by the transactions' coordinator
+            self.names["lines"], replica_assignment=[[self.input_leader, *others], [self.input_leader,
+                                                                                    *others[::-1]]])
+        ])[self.names["lines"]].result(60)
+        clients.create_topics(topology.bootstrap, {self.names["counts"]: 2})
+        topology.lead(self.input_partitions(), self.input_leader, 60)
         self._started = False
+
+    def input_partitions(self) -> list[TopicPartition]:
+        """The input's partitions and ``__transaction_state``'s, all led by ``input_leader`` unless a fault
+        moved them."""
+        return [TopicPartition(self.names["lines"], p) for p in range(2)] + [TRANSACTION_STATE]
 
     def wait_started(self) -> None:
         """Waits (once) until every partition committed, input flowing: the application runs."""
@@ -262,8 +311,9 @@ class WordCountRun:
 
         self.wait_started()
         with self.input_flowing():
-            self.driver.all_committing(GATE_S)
+            gated_s = self.driver.all_committing(GATE_S)
             logged = len(self.driver_warnings())
+            faulted = time.monotonic()
             fault(self.driver)
             healed = time.monotonic()
             others = {other: condition() for other, condition in (also or {}).items()}
@@ -280,8 +330,9 @@ class WordCountRun:
             raise AssertionError(f"{name}: {self._miscounted()}") from None
         figures = ", ".join(f"{what} {seconds:.1f} s" for what, seconds in recovered.items())
         print(f"{name}: caught up after the heal: {figures}, output settled "
-              f"{settled - healed - recovered['word count']:.1f} s later ({len(self.written)} lines so far)",
-              *self.driver_warnings()[logged:], sep="\n  ")
+              f"{settled - healed - recovered['word count']:.1f} s later ({len(self.written)} lines so far; "
+              f"gate {gated_s:.1f} s, fault {healed - faulted:.1f} s, counts read "
+              f"{time.monotonic() - settled:.1f} s)", *self.driver_warnings()[logged:], sep="\n  ")
         slow = {what: seconds for what, seconds in recovered.items() if seconds > catch_up_s}
         assert not slow, f"{name}: caught up later than {catch_up_s:.0f} s after the heal: {slow}"
         return recovered["word count"]

@@ -345,8 +345,9 @@ class KafkaCluster:
 
     def _create_internal_topics(self, timeout_s: float = _START_TIMEOUT_S) -> None:
         """Has the cluster create and load ``__consumer_offsets`` and ``__transaction_state`` (50
-        partitions each), as a cluster in service has them: otherwise the first group or transaction of
-        a test waits for that, often longer than a client's request timeout on a busy machine."""
+        partitions each unless configured), as a cluster in service has them: otherwise the first group
+        or transaction of a test waits for that, often longer than a client's request timeout on a busy
+        machine."""
         deadline = time.monotonic() + timeout_s
         warm = "strom-test-warm-up"
         clients.create_topics(self.bootstrap_servers, {warm: 1}, settings=self.admin_settings)
@@ -398,11 +399,13 @@ class KafkaCluster:
         return metadata.topics[topic].partitions[partition].leader
 
     def group_coordinator(self, group: str) -> int:
-        return self.leader_of("__consumer_offsets", coordinator_partition(group, OFFSETS_TOPIC_PARTITIONS))
+        partitions = int(self.config.get("offsets.topic.num.partitions", OFFSETS_TOPIC_PARTITIONS))
+        return self.leader_of("__consumer_offsets", coordinator_partition(group, partitions))
 
     def transaction_coordinator(self, transactional_id: str) -> int:
-        return self.leader_of("__transaction_state",
-                              coordinator_partition(transactional_id, TRANSACTION_TOPIC_PARTITIONS))
+        partitions = int(self.config.get("transaction.state.log.num.partitions",
+                                         TRANSACTION_TOPIC_PARTITIONS))
+        return self.leader_of("__transaction_state", coordinator_partition(transactional_id, partitions))
 
     def stop(self) -> None:
         stoppers = [threading.Thread(target=_stop, args=(process, self.stop_timeout_s))
