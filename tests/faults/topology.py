@@ -105,6 +105,7 @@ class Topology:
     def transaction_coordinator(self) -> int:
         """The node that coordinates every transaction while the preferred leader of
         ``__transaction_state``'s one partition leads it (``INTERNAL_TOPICS``): its first replica."""
+        self.kafka_started.result()
         name = TRANSACTION_STATE.topic
         return self.kafka.admin().list_topics(name, timeout=10).topics[name].partitions[0].replicas[0]
 
