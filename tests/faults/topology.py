@@ -115,7 +115,8 @@ class Topology:
         address = f"{self.kafka.addresses[seen_by]}:{self.kafka.ports[seen_by]}"
         with contextlib.suppress(KafkaException):
             topics = clients.admin(address).list_topics(timeout=5).topics
-            return [topics[tp.topic].partitions[tp.partition].leader if tp.topic in topics else -1
+            return [found.partitions[tp.partition].leader
+                    if (found := topics.get(tp.topic)) and tp.partition in found.partitions else -1
                     for tp in partitions]
         return [-1] * len(partitions)
 
@@ -216,8 +217,8 @@ class WordCountRun:
         self.input_leader = topology.transaction_coordinator()
         others = [node for node in range(topology.kafka.brokers) if node != self.input_leader]
         clients.admin(topology.bootstrap).create_topics([NewTopic(  # led by the transactions' coordinator
-            self.names["lines"], replica_assignment=[[self.input_leader, *others], [self.input_leader,
-                                                                                    *others[::-1]]])
+            self.names["lines"], num_partitions=2,
+            replica_assignment=[[self.input_leader, *others], [self.input_leader, *others[::-1]]])
         ])[self.names["lines"]].result(60)
         clients.create_topics(topology.bootstrap, {self.names["counts"]: 2})
         topology.lead(self.input_partitions(), self.input_leader, 60)
