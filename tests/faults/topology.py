@@ -214,15 +214,23 @@ class WordCountRun:
         self.driver = Driver(topology.spark, topology.kafka.bootstrap_servers, self.names, tmp_path,
                              self.app_id, "realtime", DEFAULTS, cores_max=WORKERS, app=DRIVER)
         self._submitted = time.monotonic()
-        self.input_leader = topology.transaction_coordinator()
-        others = [node for node in range(topology.kafka.brokers) if node != self.input_leader]
-        clients.admin(topology.bootstrap).create_topics([NewTopic(  # led by the transactions' coordinator
-            self.names["lines"], num_partitions=2,
-            replica_assignment=[[self.input_leader, *others], [self.input_leader, *others[::-1]]])
-        ])[self.names["lines"]].result(60)
-        clients.create_topics(topology.bootstrap, {self.names["counts"]: 2})
-        topology.lead(self.input_partitions(), self.input_leader, 60)
         self._started = False
+        try:
+            self.input_leader = topology.transaction_coordinator()
+            self._create_topics()
+        except BaseException:
+            self.driver.kill()  # not left behind on its host
+            raise
+
+    def _create_topics(self) -> None:
+        """The output, and the input led by the node that coordinates every transaction."""
+        others = [node for node in range(self.topology.kafka.brokers) if node != self.input_leader]
+        admin = clients.admin(self.topology.bootstrap)
+        lines = NewTopic(self.names["lines"], num_partitions=2, replica_assignment=[
+            [self.input_leader, *others], [self.input_leader, *others[::-1]]])
+        admin.create_topics([lines])[lines.topic].result(60)
+        clients.create_topics(self.topology.bootstrap, {self.names["counts"]: 2})
+        self.topology.lead(self.input_partitions(), self.input_leader, 60)
 
     def input_partitions(self) -> list[TopicPartition]:
         """The input's partitions and ``__transaction_state``'s, all led by ``input_leader`` unless a fault
