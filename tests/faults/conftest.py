@@ -1,6 +1,7 @@
 """The fault tests' topology (``topology.py``: every component on a host of its own) and the two
 applications its scenarios run, each started once for the package. The word count's driver is submitted
-as soon as Spark runs, while Kafka starts; the subscription starts once Kafka serves; both before
+as soon as Spark runs, while Kafka starts; its input flows from its topics' creation until every
+partition committed, in a thread of its own; the subscription starts once Kafka serves; both before
 scenario 8 runs (``test_broker_transaction.py`` asks for them): the word count's start, the longest
 wait of these tests on a busy machine, overlaps Kafka's start, that scenario and the harness's tests."""
 

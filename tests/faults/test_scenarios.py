@@ -13,6 +13,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,10 +59,14 @@ def _healed(topology: Topology) -> Iterator[None]:
 def test_every_link_slow_and_lossy(topology, scenario, hold_s, delay_ms, jitter_ms):
     """Scenario 5: every packet every host sends waits ``delay_ms`` +- ``jitter_ms`` and 5 % are lost,
     for a minute (the issue's figures), and for 20 s with longer delays."""
+    def slow_and_lossy(host):
+        topology.network.delay(host, delay_ms, jitter_ms=jitter_ms)
+        topology.network.loss(host, 5)
+
     def slow(driver):
-        for host in topology.network.hosts.values():
-            topology.network.delay(host, delay_ms, jitter_ms=jitter_ms)
-            topology.network.loss(host, 5)
+        hosts = list(topology.network.hosts.values())
+        with ThreadPoolExecutor(len(hosts)) as making:  # every link at once (a delayer is a process each)
+            list(making.map(slow_and_lossy, hosts))
         time.sleep(hold_s)
         topology.network.heal()
 
@@ -90,8 +95,9 @@ def test_the_kafka_node_leading_the_input_and_coordinating_transactions_cut_off_
             moved = driver.wait_until(lambda: all(moved_away(topology.leaders(partitions, other), node)
                                                   for other in others),
                                       60, f"the other nodes moved kafka-{node}'s leaderships")
-            print(f"kafka-{node}'s leaderships moved {moved:.1f} s after the cut; kafka-{node} then knew "
-                  f"the leaders of {partitions} as {topology.leaders(partitions, node)}")
+            print(f"kafka-{node}'s leaderships moved {moved:.1f} s after the cut; kafka-{node} then knew the "
+                  f"leaders of {[f'{tp.topic}-{tp.partition}' for tp in partitions]} as "
+                  f"{topology.leaders(partitions, node)}")
         else:
             time.sleep(SHORT_S)
         topology.network.heal()
@@ -297,8 +303,10 @@ def test_exactly_once_v2_was_one_transaction_per_stream_thread_through_every_fau
 
 def _strom(*args: str) -> str:
     """``strom ARGS``'s output, in this process (three interpreters' starts cost 40 s at load 40)."""
+    started = time.monotonic()
     result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    print(f"strom {' '.join(args[:2])}: {time.monotonic() - started:.1f} s")
     return result.stdout
 
 
