@@ -129,9 +129,10 @@ class Topology:
                       for seen_by in range(self.kafka.brokers)):
             assert time.monotonic() < deadline, \
                 f"kafka-{node} does not lead {partitions}: {[self.leaders(partitions, n) for n in range(3)]}"
-            admin = self.kafka.admin()
+            admin = self.kafka.admin()  # kept while its future runs (a dropped client never answers)
             with contextlib.suppress(KafkaException, TimeoutError):  # not needed, the node not in sync yet
-                admin.elect_leaders(ElectionType.PREFERRED, partitions, request_timeout=10).result(15)
+                admin.elect_leaders(ElectionType.PREFERRED, partitions).result(15)  # (confluent-kafka
+                # 2.16 raises SystemError for its request_timeout)
             time.sleep(0.5)
 
 
