@@ -194,7 +194,7 @@ def test_a_python_worker_paused(scenario, pause_s):
     they have); then it is resumed, still believing it owns them, and must not commit again (the counts
     stay exact). Spark may have ended the frozen worker meanwhile: the driver cancels the lost thread's
     Spark task ``SILENT_S`` + ``STOP_GRACE_S`` (40 s) into the pause, and Spark kills a cancelled task's
-    Python worker, frozen or not (so it did in each of session 20's three 60 s runs; the zombie that
+    Python worker, frozen or not (so it did in each of session 20's four 60 s runs; the zombie that
     wakes up is scenario 1's). The test says which it was. Paused for ``SHORT_S``, nothing was declared
     lost and it carries on."""
     def freeze(driver):
