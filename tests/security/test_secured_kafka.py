@@ -305,7 +305,7 @@ def test_each_cli_command_runs_with_its_documented_acls_and_names_a_missing_one(
     refused(f"Write Topic '{topic}'", "produce", topic)  # Describe alone does not write
     grant(admin, *acls["produce"])
     assert strom("produce", topic, stdin="a\nb\n")[0] == 0
-    refused(f"Read Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
+    refused(f"Describe Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
     grant(admin, *acls["consume"])
     assert strom("consume", topic, "-o", "beginning", "-e")[1].split() == ["a", "b"]
     refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
