@@ -1,22 +1,27 @@
-"""strom broker's SASL/OAUTHBEARER: the RFC 7628 exchange and the checks of Kafka's unsecured JWS
-validator, then librdkafka logging in with the unsecured token it makes itself
-(``enable.sasl.oauthbearer.unsecure.jwt``). tests/fidelity/test_secured.py compares the verdicts on
-tokens with Apache Kafka's."""
+"""strom broker's SASL/OAUTHBEARER: the RFC 7628 exchange, the checks of Kafka's unsecured JWS
+validator and of its signed-JWT validator (a JWKS of a throwaway identity provider), then librdkafka
+logging in with the unsecured token it makes itself (``enable.sasl.oauthbearer.unsecure.jwt``) and with
+signed tokens it fetches from the identity provider (``sasl.oauthbearer.method=oidc``).
+tests/fidelity/test_secured.py compares the verdicts on tokens with Apache Kafka's."""
 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from security.conftest import start_secured
 from strom.broker.security.oauthbearer import (
     OAuthBearerError,
     OAuthBearerServer,
+    SignedJwtValidator,
     UnsecuredJwsValidator,
     parse_initial_response,
 )
 from strom.kafka.security import authentication_error, principal
+from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider
 from support.secured_clients import first_error, unsecured_jws
 
 NOW = 1_800_000_000.0
@@ -99,3 +104,75 @@ def test_a_client_refused_its_token_is_told_about_the_token_not_a_password():
     assert "did not accept the OAUTHBEARER token: check its principal claim and expiry" in said
     assert "password" not in said
     assert principal(settings) == "the principal of the OAUTHBEARER token (User:<its sub claim>)"
+
+
+@pytest.fixture(scope="module")
+def idp():
+    with IdentityProvider() as provider:
+        yield provider
+
+
+def signed(idp: IdentityProvider, **options) -> SignedJwtValidator:
+    return SignedJwtValidator(idp.jwks_url, **{"audience": (AUDIENCE,), "issuer": ISSUER, **options})
+
+
+def test_a_signed_token_names_its_principal(idp):
+    assert signed(idp).principal(idp.token()) == "alice"
+    assert signed(idp, principal_claim="client_id").principal(idp.token(idp.claims(client_id="svc"))) == "svc"
+    within_skew = idp.claims(exp=int(time.time()) - 10)
+    assert signed(idp, clock_skew_s=30).principal(idp.token(within_skew)) == "alice"
+    assert signed(idp).principal(idp.token(kid=None)) == "alice"  # no kid: the key its signature fits
+    assert signed(idp, audience=()).principal(idp.token(idp.claims(aud=None))) == "alice"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"claims": {"exp": -600}}, "expired"),
+    ({"claims": {"exp": None}}, "exp"),
+    ({"claims": {"iat": None}}, "iat"),
+    ({"claims": {"nbf": 600}}, "not yet valid"),
+    ({"claims": {"aud": "another-cluster"}}, "audience"),
+    ({"claims": {"iss": "https://elsewhere"}}, "issuer"),
+    ({"claims": {"sub": None}}, "no principal name"),
+    ({"claims": {"sub": 42}}, "subject must be a string"),
+    ({"claims": {"scope": ["read", " "]}}, "blank or non-string scope"),
+    ({"stranger": True}, "signature"),
+    ({"kid": "unknown-kid"}, "Unable to find a signing key"),
+    ({"options": {"audience": ()}}, "audience"),  # an aud claim, no audience expected: refused (Kafka too)
+])
+def test_kafkas_signed_token_checks_refuse(idp, change, reason):
+    now = int(time.time())
+    claims = idp.claims(**{k: (now + v if k in ("exp", "nbf") and v is not None else v)
+                           for k, v in change.get("claims", {}).items()})
+    token = idp.token(claims, stranger=change.get("stranger", False), kid=change.get("kid", ""))
+    with pytest.raises(OAuthBearerError, match=f"(?i){reason}"):
+        signed(idp, **change.get("options", {})).principal(token)
+
+
+def test_an_unsecured_token_is_refused_where_tokens_are_signed(idp):
+    with pytest.raises(OAuthBearerError, match="could not validate"):
+        signed(idp).principal(unsecured_jws(idp.claims()))
+
+
+def test_librdkafka_logs_in_with_tokens_of_the_identity_provider(idp, pki, tmp_path):
+    broker = start_secured(tmp_path, pki, **{"sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
+                                             "sasl.oauthbearer.expected.audience": AUDIENCE,
+                                             "sasl.oauthbearer.expected.issuer": ISSUER})
+    try:
+        def oidc(path: str = "") -> dict:
+            return {"bootstrap.servers": broker.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",
+                    "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "alice",
+                    "sasl.oauthbearer.client.secret": "alice-secret",
+                    "sasl.oauthbearer.token.endpoint.url": idp.token_url + path}
+        assert AdminClient(oidc()).list_topics(timeout=10).brokers
+        assert first_error(oidc("/invalid")).name() == "_AUTHENTICATION"
+        # librdkafka's own unsecured token is refused by a broker that checks signatures
+        unsecured = {**oidc(), "sasl.oauthbearer.method": "default",
+                     "sasl.oauthbearer.config": "principal=alice",
+                     "enable.sasl.oauthbearer.unsecure.jwt": True}
+        for key in ("sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
+                    "sasl.oauthbearer.token.endpoint.url"):
+            unsecured.pop(key)
+        assert first_error(unsecured).name() == "_AUTHENTICATION"
+    finally:
+        broker.stop()

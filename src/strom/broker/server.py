@@ -246,7 +246,7 @@ class ConnectionHandler:
         """A bare SASL token after SaslHandshake v0 (old clients), answered bare; a failure closes."""
         token = bytearray(size)
         await _receive(channel, memoryview(token))
-        answer, failure = sasl_step(self.broker, session, bytes(token))
+        answer, failure = await sasl_step(self.broker, session, bytes(token))
         if failure is not None:
             raise EOFError(failure)
         await channel.sendall(_SIZE.pack(len(answer)) + answer)

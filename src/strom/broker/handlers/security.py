@@ -3,6 +3,7 @@ the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.security.acls import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from strom.broker.security.oauthbearer import MECHANISM as OAUTHBEARER
-from strom.broker.security.oauthbearer import OAuthBearerError, OAuthBearerServer, UnsecuredJwsValidator
+from strom.broker.security.oauthbearer import OAuthBearerError, OAuthBearerServer, SignedJwtValidator
 from strom.broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -45,7 +46,7 @@ async def sasl_handshake(ctx: RequestContext, body: Any) -> dict[str, Any]:
     if mechanism == "PLAIN":
         session.exchange = "PLAIN"
     elif mechanism == OAUTHBEARER:
-        session.exchange = OAuthBearerServer(UnsecuredJwsValidator())
+        session.exchange = OAuthBearerServer(ctx.broker.oauthbearer)
     else:
         scram = Mechanism.named(mechanism)
         session.exchange = ScramServer(scram, lambda user: ctx.broker.credentials.get(user, scram))
@@ -60,16 +61,23 @@ async def sasl_authenticate(ctx: RequestContext, body: Any) -> dict[str, Any]:
         session.close_after_response = True
         return {"error_code": ErrorCode.illegal_sasl_state, "auth_bytes": b"",
                 "error_message": "SaslAuthenticate without a SaslHandshake first"}
-    answer, failure = sasl_step(ctx.broker, session, bytes(body.auth_bytes))
+    answer, failure = await sasl_step(ctx.broker, session, bytes(body.auth_bytes))
     if failure is not None:
         return {"error_code": ErrorCode.sasl_authentication_failed, "auth_bytes": b"",
                 "error_message": failure}
     return {"error_code": ErrorCode.none, "auth_bytes": answer}
 
 
-def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | None]:
+async def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | None]:
     """One step of the session's SASL exchange: the answer to the client's token, and the failure
-    message if authentication failed (the connection is then closed after the answer)."""
+    message if authentication failed (the connection is then closed after the answer). A signed token's
+    step runs in a thread: it may fetch the JWKS."""
+    if isinstance(session.exchange, OAuthBearerServer) and isinstance(broker.oauthbearer, SignedJwtValidator):
+        return await asyncio.to_thread(_step, broker, session, token)
+    return _step(broker, session, token)
+
+
+def _step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | None]:
     exchange = session.exchange
     try:
         if exchange == "PLAIN":
