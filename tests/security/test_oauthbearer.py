@@ -10,6 +10,7 @@ import json
 import time
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from security.conftest import start_secured
@@ -176,3 +177,25 @@ def test_librdkafka_logs_in_with_tokens_of_the_identity_provider(idp, pki, tmp_p
         assert first_error(unsecured).name() == "_AUTHENTICATION"
     finally:
         broker.stop()
+
+
+def test_a_session_is_reauthenticated_on_its_connection_before_the_token_expires(secured, pki):
+    """KIP-368: SaslAuthenticate tells the token's remaining life; librdkafka logs in again on the same
+    connection before it ends (a broker that refused would see it reconnect instead)."""
+    stats: list[dict] = []
+    producer = Producer({
+        "bootstrap.servers": secured.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=alice lifeSeconds=3", "statistics.interval.ms": 500,
+        "stats_cb": lambda text: stats.append(json.loads(text))})
+    delivered = []
+    deadline = time.monotonic() + 7
+    while time.monotonic() < deadline:  # past two token lifetimes
+        producer.produce("reauthenticated", b"x", on_delivery=lambda err, _msg: delivered.append(err))
+        producer.poll(0.5)
+    producer.flush(10)
+    assert delivered and not any(delivered)
+    brokers = [b for b in stats[-1]["brokers"].values() if b["nodeid"] >= 0]
+    assert [b["connects"] for b in brokers] == [1], "the session ended in a reconnect, not a re-login"
+    assert "User:alice re-authenticated on listener SASL_SSL" in secured.log_path.read_text()

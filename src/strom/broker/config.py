@@ -170,6 +170,8 @@ BROKER_SPECS: dict[str, Spec] = {
                             "connections served at once; at the limit the longest-idle one makes room"),
     "max.connections.per.ip": Spec(_int(1, 2**31 - 1), 2**31 - 1, "connections from one address at once"),
     "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),
+    "connections.max.reauth.ms": Spec(_int(), 0, "a SASL session lasts at most this long unless the client "
+                                      "re-authenticates (KIP-368; 0: only an OAUTHBEARER token's expiry)"),
     "queued.max.request.bytes": Spec(_int(1024), 256 << 20,
                                      "request bytes held in memory at once over all connections"),
     "group.initial.rebalance.delay.ms": Spec(_int(), 3000, "wait for more members of a new group "

@@ -194,6 +194,7 @@ class OAuthBearerServer:
     def __init__(self, validator: TokenValidator) -> None:
         self.validator = validator
         self.username: str | None = None
+        self.expires_at: float | None = None  # the accepted token's exp (seconds since the epoch)
         self._refused: str | None = None
 
     def step(self, message: bytes) -> bytes:
@@ -210,5 +211,5 @@ class OAuthBearerServer:
             return json.dumps({"status": "invalid_token"}).encode()
         if authzid and authzid != name:
             raise OAuthBearerError("the authorization id differs from the token's principal")
-        self.username = name
+        self.username, self.expires_at = name, float(_decoded(token.split(".")[1])["exp"])
         return b""
