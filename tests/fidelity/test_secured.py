@@ -187,8 +187,9 @@ def test_signed_oauthbearer_tokens_are_judged_as_kafkas_jwks_validator_does(side
     tokens = {
         "valid": idp.token(),
         "valid, another subject and scopes": idp.token(idp.claims(sub="bob", scope=["a", "b"])),
-        "expired within the clock skew": idp.token(idp.claims(exp=now - 10)),
+        "not yet valid within the clock skew": idp.token(idp.claims(nbf=now + 10)),
         "no kid": idp.token(kid=None),
+        "expired within the clock skew": idp.token(idp.claims(exp=now - 10)),
         "expired": idp.token(idp.claims(iat=now - 1200, exp=now - 600)),
         "not yet valid": idp.token(idp.claims(nbf=now + 600)),
         "another audience": idp.token(idp.claims(aud="another-cluster")),

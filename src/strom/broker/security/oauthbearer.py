@@ -118,7 +118,7 @@ _ALGORITHMS = {"RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
 class SignedJwtValidator:
     """Kafka's checks of a signed JWT (``BrokerJwtValidator``): its signature by a key of the JWKS at
     ``jwks_url`` (fetched once, then every ``refresh_s`` and whenever a token names an unknown ``kid``);
-    ``exp`` and ``iat`` present, ``exp`` and ``nbf`` met within ``clock_skew_s``; ``aud`` one of
+    ``exp`` and ``iat`` present, ``exp`` not past, ``nbf`` met within ``clock_skew_s``; ``aud`` one of
     ``audience`` (a token with an ``aud`` claim is refused when no audience is expected, as in Kafka);
     ``iss`` equal to ``issuer`` if given; a non-blank string principal claim; scopes that are non-blank
     strings."""
@@ -164,6 +164,8 @@ class SignedJwtValidator:
                             options={"require": ["exp", "iat"], "verify_iat": False})
         if not _number(claims["iat"]):
             raise jwt.InvalidTokenError("the 'iat' claim is not a number")
+        if claims["exp"] <= time.time():  # Apache Kafka 4.1 refuses it too, whatever the clock skew
+            raise jwt.ExpiredSignatureError("Signature has expired")
         return claims
 
 
