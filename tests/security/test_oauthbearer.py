@@ -216,6 +216,6 @@ def test_a_session_is_reauthenticated_on_its_connection_before_the_token_expires
         producer.poll(0.5)
     producer.flush(10)
     assert delivered and not any(delivered)
-    brokers = [b for b in stats[-1]["brokers"].values() if b["nodeid"] >= 0]
-    assert [b["connects"] for b in brokers] == [1], "the session ended in a reconnect, not a re-login"
+    connects = [b["connects"] for b in stats[-1]["brokers"].values()]  # the bootstrap one may be the leader's
+    assert max(connects) == 1, f"the session ended in a reconnect, not a re-login: {connects}"
     assert "User:alice re-authenticated on listener SASL_SSL" in secured.log_path.read_text()
