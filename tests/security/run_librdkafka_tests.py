@@ -15,7 +15,7 @@ the baseline a strom broker result is judged by).
 Each test runs in its own test.conf (SASL_SSL with SCRAM-SHA-512, SSL with a client certificate, or
 SASL_SSL with OAUTHBEARER tokens fetched from a throwaway identity provider); the last lines say which
 passed. Subtests that create topics with replication factor 3 do not fit a single node (Apache Kafka
-refuses them too): ``SUBTESTS`` leaves them out, as the table at the end of this docstring's run says.
+refuses them too): ``SUBTESTS`` leaves them out (``Run.subtests``). docs/security.md has the results.
 """
 
 from __future__ import annotations
