@@ -1,7 +1,8 @@
 """Secured fidelity: the same client calls against a secured Apache Kafka node (SASL_SSL SCRAM-SHA-512,
 mutual TLS, StandardAuthorizer with allow.everyone.if.no.acl.found=false) and a secured strom broker
 give the same error codes: refused logins, each operation refused until an ACL allows it, what ACLs
-allow, certificate principals and the SCRAM credential APIs."""
+allow, certificate principals, the SCRAM credential APIs, and OAUTHBEARER tokens judged by both
+validators (unsecured JWS; signed by a throwaway identity provider's key)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -31,6 +32,7 @@ from confluent_kafka.admin import (
 from security.conftest import PASSWORDS, start_secured
 from support.apache_kafka import KafkaCluster, KafkaSecurity
 from support.certificates import Pki, make_pki
+from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider
 from support.kafka import unique
 from support.secured_clients import (
     DENY,
@@ -57,6 +59,7 @@ class Side:
     name: str
     sasl_servers: str
     tls_servers: str
+    oauth_servers: str  # OAUTHBEARER tokens signed by the identity provider's key
     pki: Pki
 
     def sasl(self, user: str, password: str | None = None) -> dict[str, str]:
@@ -76,20 +79,33 @@ class Side:
 
 
 @pytest.fixture(scope="module")
-def sides(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Side, Side]]:
+def idp() -> Iterator[IdentityProvider]:
+    with IdentityProvider() as provider:
+        yield provider
+
+
+@pytest.fixture(scope="module")
+def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> Iterator[tuple[Side, Side]]:
     pki = make_pki(tmp_path_factory.mktemp("secured-pki"))
-    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1,
-                         security=KafkaSecurity(pki, PASSWORDS))
+    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1, security=KafkaSecurity(
+        pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE, jwks_issuer=ISSUER))
     strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:admin"})
+    # strom broker has one OAUTHBEARER validator: the signed-token one is a second broker's
+    signed = start_secured(tmp_path_factory.mktemp("secured-strom-jwks"), pki, **{
+        "sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url, "sasl.oauthbearer.expected.audience": AUDIENCE,
+        "sasl.oauthbearer.expected.issuer": ISSUER})
     try:
         kafka.start()
-        yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers, pki),
-               Side("strom-broker", strom.listeners["SASL_SSL"], strom.listeners["SSL"], pki))
+        yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers,
+                    kafka.oauth_bootstrap_servers, pki),
+               Side("strom-broker", strom.listeners["SASL_SSL"], strom.listeners["SSL"],
+                    signed.listeners["SASL_SSL"], pki))
     finally:
         kafka.stop()
         strom.stop()
+        signed.stop()
 
 
 def same(sides: tuple[Side, Side], scenario: Callable[[Side], Any]) -> Any:
@@ -144,6 +160,57 @@ def test_oauthbearer_tokens_are_judged_as_kafkas_unsecured_jws_validator_does(si
             unsecured_jws({"sub": "admin"}))]
         return [listed, refused, logins]
     assert same(sides, scenario) == [[True, False], "TOPIC_AUTHORIZATION_FAILED", ["_AUTHENTICATION"] * 5]
+
+
+def _login(servers: str, ca: Path, token: str) -> str:
+    """"accepted" once the client with ``token`` reads metadata, else the first error it reports."""
+    errors: list[KafkaError] = []
+    client = AdminClient({**oauth_settings(servers, ca, token), "error_cb": errors.append})
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        client.poll(0.2)  # serves the token callback and the errors
+        causes = [e.name() for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+        if causes:
+            return causes[0]
+        try:
+            client.list_topics(timeout=0.5)
+            return "accepted"
+        except KafkaException:
+            continue
+    return "no answer"
+
+
+def test_signed_oauthbearer_tokens_are_judged_as_kafkas_jwks_validator_does(sides, idp):
+    """Kafka's OAuthBearerValidatorCallbackHandler (a JWKS, audience and issuer expected, clock skew
+    30 s) and strom broker's sasl.oauthbearer.jwks.endpoint.url accept and refuse the same tokens."""
+    now = int(time.time())
+    tokens = {
+        "valid": idp.token(),
+        "valid, another subject and scopes": idp.token(idp.claims(sub="bob", scope=["a", "b"])),
+        "not yet valid within the clock skew": idp.token(idp.claims(nbf=now + 10)),
+        "no kid": idp.token(kid=None),
+        "expired within the clock skew": idp.token(idp.claims(exp=now - 10)),
+        "expired": idp.token(idp.claims(iat=now - 1200, exp=now - 600)),
+        "not yet valid": idp.token(idp.claims(nbf=now + 600)),
+        "another audience": idp.token(idp.claims(aud="another-cluster")),
+        "no audience": idp.token(idp.claims(aud=None)),
+        "another issuer": idp.token(idp.claims(iss="https://elsewhere.test")),
+        "no issuer": idp.token(idp.claims(iss=None)),
+        "no iat": idp.token(idp.claims(iat=None)),
+        "no exp": idp.token(idp.claims(exp=None)),
+        "no sub": idp.token(idp.claims(sub=None)),
+        "a key the JWKS lacks": idp.token(stranger=True),
+        "an unknown kid": idp.token(kid="unknown-kid"),
+        "unsecured": unsecured_jws(idp.claims()),
+    }
+
+    def scenario(side: Side) -> dict[str, str]:
+        with ThreadPoolExecutor(4) as pool:
+            verdicts = pool.map(lambda token: _login(side.oauth_servers, side.pki.ca, token), tokens.values())
+            return dict(zip(tokens, verdicts, strict=True))
+    verdicts = same(sides, scenario)
+    assert [name for name, verdict in verdicts.items() if verdict == "accepted"] == list(tokens)[:4]
+    assert set(list(verdicts.values())[4:]) == {"_AUTHENTICATION"}
 
 
 def test_a_principal_without_acls_is_refused_each_operation(sides):

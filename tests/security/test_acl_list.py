@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from security.conftest import sasl
 from spark.runtime.wordcount import word_count
 from support.kafka import read_partition
-from support.secured_clients import application_acls, connector_acls, grant, latest_counts
+from support.secured_clients import application_acls, connector_acls, connector_copy, grant, latest_counts
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -96,14 +96,7 @@ def test_the_documented_acls_run_the_connectors_source_and_exactly_once_sink(gua
     for i, value in enumerate(values):
         producer.produce(source, value, key=f"k{i}".encode())
     assert producer.flush(30) == 0
-    alice = {f"kafka.{k}": v for k, v in sasl(guarded, pki, user="alice").items()}
-    events = spark.readStream.format("strom").options(**alice).option("subscribe", source) \
-        .option("startingOffsets", "earliest").load()
-    query = (events.select("key", "value").writeStream.format("strom").options(**alice)
-             .option("topic", sink).option("delivery.guarantee", "exactly_once")
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
-    assert query.awaitTermination(240)
-    assert query.exception() is None
+    connector_copy(spark, sasl(guarded, pki, user="alice"), source, sink, tmp_path / "checkpoint")
     servers = admin_conf.pop("bootstrap.servers")
     copies = [m.value() for p in (0, 1) for m in read_partition(servers, sink, p, **admin_conf)]
     assert sorted(copies) == sorted(values)  # read_committed: each once

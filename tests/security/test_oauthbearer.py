@@ -1,22 +1,31 @@
-"""strom broker's SASL/OAUTHBEARER: the RFC 7628 exchange and the checks of Kafka's unsecured JWS
-validator, then librdkafka logging in with the unsecured token it makes itself
-(``enable.sasl.oauthbearer.unsecure.jwt``). tests/fidelity/test_secured.py compares the verdicts on
-tokens with Apache Kafka's."""
+"""strom broker's SASL/OAUTHBEARER: the RFC 7628 exchange, the checks of Kafka's unsecured JWS
+validator and of its signed-JWT validator (a JWKS of a throwaway identity provider), then librdkafka
+logging in with the unsecured token it makes itself (``enable.sasl.oauthbearer.unsecure.jwt``) and with
+signed tokens it fetches from the identity provider (``sasl.oauthbearer.method=oidc``).
+tests/fidelity/test_secured.py compares the verdicts on tokens with Apache Kafka's."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from security.conftest import start_secured
 from strom.broker.security.oauthbearer import (
     OAuthBearerError,
     OAuthBearerServer,
+    SignedJwtValidator,
     UnsecuredJwsValidator,
     parse_initial_response,
 )
 from strom.kafka.security import authentication_error, principal
+from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider
 from support.secured_clients import first_error, unsecured_jws
 
 NOW = 1_800_000_000.0
@@ -99,3 +108,114 @@ def test_a_client_refused_its_token_is_told_about_the_token_not_a_password():
     assert "did not accept the OAUTHBEARER token: check its principal claim and expiry" in said
     assert "password" not in said
     assert principal(settings) == "the principal of the OAUTHBEARER token (User:<its sub claim>)"
+
+
+@pytest.fixture(scope="module")
+def idp():
+    with IdentityProvider() as provider:
+        yield provider
+
+
+def signed(idp: IdentityProvider, **options) -> SignedJwtValidator:
+    return SignedJwtValidator(idp.jwks_url, **{"audience": (AUDIENCE,), "issuer": ISSUER, **options})
+
+
+def test_a_signed_token_names_its_principal(idp):
+    assert signed(idp).principal(idp.token()) == "alice"
+    assert signed(idp, principal_claim="client_id").principal(idp.token(idp.claims(client_id="svc"))) == "svc"
+    within_skew = idp.claims(nbf=int(time.time()) + 10)
+    assert signed(idp, clock_skew_s=30).principal(idp.token(within_skew)) == "alice"
+    assert signed(idp).principal(idp.token(kid=None)) == "alice"  # no kid: the key its signature fits
+    assert signed(idp, audience=()).principal(idp.token(idp.claims(aud=None))) == "alice"
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    ({"claims": {"exp": -600}}, "expired"),
+    ({"claims": {"exp": -10}}, "expired"),  # within the clock skew, yet refused (as by Apache Kafka 4.1)
+    ({"claims": {"exp": None}}, "exp"),
+    ({"claims": {"iat": None}}, "iat"),
+    ({"claims": {"nbf": 600}}, "not yet valid"),
+    ({"claims": {"aud": "another-cluster"}}, "audience"),
+    ({"claims": {"iss": "https://elsewhere"}}, "issuer"),
+    ({"claims": {"sub": None}}, "no principal name"),
+    ({"claims": {"sub": 42}}, "subject must be a string"),
+    ({"claims": {"scope": ["read", " "]}}, "blank or non-string scope"),
+    ({"stranger": True}, "signature"),
+    ({"kid": "unknown-kid"}, "Unable to find a signing key"),
+    ({"options": {"audience": ()}}, "audience"),  # an aud claim, no audience expected: refused (Kafka too)
+])
+def test_kafkas_signed_token_checks_refuse(idp, change, reason):
+    now = int(time.time())
+    claims = idp.claims(**{k: (now + v if k in ("exp", "nbf") and v is not None else v)
+                           for k, v in change.get("claims", {}).items()})
+    token = idp.token(claims, stranger=change.get("stranger", False), kid=change.get("kid", ""))
+    with pytest.raises(OAuthBearerError, match=f"(?i){reason}"):
+        signed(idp, **change.get("options", {})).principal(token)
+
+
+def test_an_unsecured_token_is_refused_where_tokens_are_signed(idp):
+    with pytest.raises(OAuthBearerError, match="could not validate"):
+        signed(idp).principal(unsecured_jws(idp.claims()))
+
+
+@pytest.mark.slow
+def test_librdkafka_logs_in_with_tokens_of_the_identity_provider(idp, pki, tmp_path):
+    broker = start_secured(tmp_path, pki, **{"sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
+                                             "sasl.oauthbearer.expected.audience": AUDIENCE,
+                                             "sasl.oauthbearer.expected.issuer": ISSUER})
+    try:
+        def oidc(path: str = "") -> dict:
+            return {"bootstrap.servers": broker.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
+                    "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",
+                    "sasl.oauthbearer.method": "oidc", "sasl.oauthbearer.client.id": "alice",
+                    "sasl.oauthbearer.client.secret": "alice-secret",
+                    "sasl.oauthbearer.token.endpoint.url": idp.token_url + path}
+        assert AdminClient(oidc()).list_topics(timeout=10).brokers
+        assert first_error(oidc("/invalid")).name() == "_AUTHENTICATION"
+        # librdkafka's own unsecured token is refused by a broker that checks signatures
+        unsecured = {**oidc(), "sasl.oauthbearer.method": "default",
+                     "sasl.oauthbearer.config": "principal=alice",
+                     "enable.sasl.oauthbearer.unsecure.jwt": True}
+        for key in ("sasl.oauthbearer.client.id", "sasl.oauthbearer.client.secret",
+                    "sasl.oauthbearer.token.endpoint.url"):
+            unsecured.pop(key)
+        assert first_error(unsecured).name() == "_AUTHENTICATION"
+        # the CLI logs in the same way, librdkafka's commands and the ones with a wire client of strom's own
+        for command in (("transactions", "list"), ("topics", "list")):
+            done = strom_cli(*command, settings=oidc())
+            assert done.returncode == 0, done.stderr
+        refused = strom_cli("transactions", "list", settings=oidc("/invalid"))
+        assert refused.returncode == 2 and refused.stderr.startswith("error: Cannot log in"), refused.stderr
+        assert "alice-secret" not in refused.stdout + refused.stderr
+    finally:
+        broker.stop()
+
+
+def strom_cli(*args: str, settings: dict) -> subprocess.CompletedProcess:
+    options = [arg for key, value in settings.items() if key != "bootstrap.servers"
+               for arg in ("-X", f"{key}={value}")]
+    command = [str(Path(sys.executable).with_name("strom")), *args, "-b", settings["bootstrap.servers"],
+               *options]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_a_session_is_reauthenticated_on_its_connection_before_the_token_expires(secured, pki):
+    """KIP-368: SaslAuthenticate tells the token's remaining life; librdkafka logs in again on the same
+    connection before it ends (a broker that refused would see it reconnect instead)."""
+    stats: list[dict] = []
+    producer = Producer({
+        "bootstrap.servers": secured.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=alice lifeSeconds=3", "statistics.interval.ms": 500,
+        "stats_cb": lambda text: stats.append(json.loads(text))})
+    delivered = []
+    deadline = time.monotonic() + 7
+    while time.monotonic() < deadline:  # past two token lifetimes
+        producer.produce("reauthenticated", b"x", on_delivery=lambda err, _msg: delivered.append(err))
+        producer.poll(0.5)
+    producer.flush(10)
+    assert delivered and not any(delivered)
+    connects = [b["connects"] for b in stats[-1]["brokers"].values()]  # the bootstrap one may be the leader's
+    assert max(connects) == 1, f"the session ended in a reconnect, not a re-login: {connects}"
+    assert "User:alice re-authenticated on listener SASL_SSL" in secured.log_path.read_text()

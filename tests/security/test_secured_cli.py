@@ -62,3 +62,17 @@ def test_a_wrong_password_and_an_untrusted_broker_are_said_at_start(guarded, pki
     assert err.startswith("error: Cannot log in to") and "did not accept User:bob with SCRAM-SHA-512" in err
     code, err, _ = strom(guarded, pki, "bob", PASSWORDS["bob"], "topics", "list", ca=pki.other_ca)
     assert code == 2 and "certificate is not signed by a CA the client trusts" in err
+
+
+def test_consume_names_the_group_acl_it_lacks_describe_without_a_group_read_with_one(guarded, pki):
+    admin = AdminClient(sasl(guarded, pki, user="admin"))
+    grant(admin, acl(ResourceType.TOPIC, "payments", "User:bob", AclOperation.READ))
+    consume = ("consume", "payments", "-o", "beginning", "-e")
+    code, err, _ = strom(guarded, pki, "bob", PASSWORDS["bob"], *consume)
+    assert code == 2 and err.startswith(  # librdkafka only looks the coordinator up: Describe suffices
+        "error: User:bob may not Describe Group 'strom-unused-group' (GROUP_AUTHORIZATION_FAILED)"), err
+    grant(admin, acl(ResourceType.GROUP, "strom-unused-group", "User:bob", AclOperation.DESCRIBE))
+    assert strom(guarded, pki, "bob", PASSWORDS["bob"], *consume)[0] == 0
+    code, err, _ = strom(guarded, pki, "bob", PASSWORDS["bob"], *consume[:2], "-g", "billing", "-e")
+    assert code == 2 and err.startswith(
+        "error: User:bob may not Read Group 'billing' (GROUP_AUTHORIZATION_FAILED)"), err

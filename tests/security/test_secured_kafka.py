@@ -4,7 +4,9 @@ allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs
 - A strom.tasks subscription with retries (its retry and dead letter topics created by strom) runs with
   its list; without one line it stops at once with one AuthorizationError naming what is missing.
 - A SparkStreams application in real-time mode under exactly_once_v2 (a repartition topic and a
-  changelog strom creates) runs with its list and counts exactly.
+  changelog strom creates) runs with its list and counts exactly; then, on the same Spark session, a
+  Spark SQL query through the connector (format("strom"): source and exactly-once sink) copies a topic
+  with only the connector's list.
 - Each line of the application's list is necessary. Checked at the client layer, not by one application
   start per line (each costs a Spark job): a principal holding every line but one makes the calls the
   application makes through strom.kafka (topic listing, internal topic creation, the transactional
@@ -36,7 +38,7 @@ from strom.kafka.security import AuthorizationError, refusal
 from strom.kafka.transactional import TransactionalProducer
 from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
 from support.apache_kafka import KafkaCluster, KafkaSecurity
-from support.kafka import unique, wait_for
+from support.kafka import read_partition, unique, wait_for
 from support.secured_clients import (
     GROUP,
     OP,
@@ -45,6 +47,8 @@ from support.secured_clients import (
     TXN,
     add_user,
     application_acls,
+    connector_acls,
+    connector_copy,
     each,
     grant,
     latest_counts,
@@ -152,7 +156,8 @@ def test_a_subscription_without_one_line_stops_with_one_clear_error(kafka, admin
 
 # ---- a SparkStreams application ------------------------------------------------------------------------
 @pytest.mark.spark
-def test_the_documented_acls_run_a_realtime_exactly_once_application(kafka, admin, tmp_path):
+def test_the_documented_acls_run_a_realtime_exactly_once_application_and_the_connector(kafka, admin,
+                                                                                        tmp_path):
     import strom.spark
     from strom.spark.runtime import SparkStreams
 
@@ -170,13 +175,32 @@ def test_the_documented_acls_run_a_realtime_exactly_once_application(kafka, admi
         **settings}, spark)
     app.start()
     try:
-        assert app.wait_until_caught_up(300), f"lag {app.lag()}"
+        try:
+            assert app.wait_until_caught_up(300), f"lag {app.lag()}"
+        finally:
+            app.stop()
+        wanted = Counter(word for line in text for word in line.split())
+        reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
+        assert latest_counts(reader, counts) == wanted
+        copy_through_the_connector(kafka, admin, spark, tmp_path)
     finally:
-        app.stop()
         spark.stop()
-    wanted = Counter(word for line in text for word in line.split())
-    reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
-    assert latest_counts(reader, counts) == wanted
+
+
+def copy_through_the_connector(kafka: KafkaCluster, admin: AdminClient, spark: Any, tmp_path: Path) -> None:
+    """readStream.format("strom") -> writeStream exactly_once, availableNow, as a principal holding only
+    docs/deploy.md's connector lines; read_committed, the copy holds each record once."""
+    source, sink = unique("events"), unique("copies")
+    topics(admin, source, sink)
+    values = [f"v{i}".encode() for i in range(40)]
+    write(kafka, source, [(f"k{i}".encode(), value) for i, value in enumerate(values)])
+    settings = principal(kafka, admin, "connector")
+    grant(admin, *(b for line in connector_acls(f"User:{settings['sasl.username']}", source, sink).values()
+                   for b in line))
+    connector_copy(spark, settings, source, sink, tmp_path / "connector")
+    copies = [m.value() for p in (0, 1)  # read_committed
+              for m in read_partition(kafka.bootstrap_servers, sink, p, **kafka.admin_settings)]
+    assert sorted(copies) == sorted(values)
 
 
 def read_or_refused(reader: Consumer, settings: dict[str, str], topic: str, group: str) -> None:
@@ -305,7 +329,7 @@ def test_each_cli_command_runs_with_its_documented_acls_and_names_a_missing_one(
     refused(f"Write Topic '{topic}'", "produce", topic)  # Describe alone does not write
     grant(admin, *acls["produce"])
     assert strom("produce", topic, stdin="a\nb\n")[0] == 0
-    refused(f"Read Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
+    refused(f"Describe Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
     grant(admin, *acls["consume"])
     assert strom("consume", topic, "-o", "beginning", "-e")[1].split() == ["a", "b"]
     refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")

@@ -20,7 +20,9 @@ SCRAM-SHA-512 (``bootstrap_servers``; the users' credentials are created when th
 or to a mutual-TLS listener (``ssl_bootstrap_servers``), and StandardAuthorizer enforces ACLs with
 ``allow.everyone.if.no.acl.found=false``. The super users are the set-up's ``admin`` (whose settings
 are ``admin_settings``) and the nodes themselves (their certificate, on the inter-broker and controller
-listeners).
+listeners). With ``KafkaSecurity(..., jwks_url=...)`` a third listener (``oauth_bootstrap_servers``,
+SASL_SSL) takes OAUTHBEARER tokens signed by a key of that JWKS (Kafka's
+OAuthBearerValidatorCallbackHandler, with ``jwks_audience`` and ``jwks_issuer`` expected).
 
     KafkaCluster(tmp_path, brokers=3, hosts=[h0, h1, h2])   # node i on host i (tests/support/hosts.py):
                                                 # in its namespace, on its address, ports 9092 and 9093
@@ -106,6 +108,9 @@ class KafkaSecurity:
     users: Mapping[str, str] = field(default_factory=dict)
     admin: str = "admin"
     node_principal: str = "User:CN=localhost,O=strom"  # the subject of the PKI's broker certificate
+    jwks_url: str = ""
+    jwks_audience: str = ""
+    jwks_issuer: str = ""
 
     def sasl_settings(self, user: str) -> dict[str, str]:
         """librdkafka settings of ``user`` on the SASL_SSL listener."""
@@ -127,7 +132,30 @@ class KafkaSecurity:
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
             "super.users": f"User:{self.admin};{self.node_principal}",
+            **self._signed_token_listener(),
         }
+
+    def _signed_token_listener(self) -> dict[str, str]:
+        if not self.jwks_url:
+            return {}
+        return {
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:SSL,OAUTH:SASL_SSL",
+            "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+            "listener.name.oauth.oauthbearer.sasl.jaas.config":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            # Kafka 4.1's default (DefaultJwtValidator) checks no signature on a broker: name the broker's
+            "sasl.oauthbearer.jwt.validator.class":
+                "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator",
+            "sasl.oauthbearer.jwks.endpoint.url": self.jwks_url,
+            "sasl.oauthbearer.expected.audience": self.jwks_audience,
+            "sasl.oauthbearer.expected.issuer": self.jwks_issuer,
+        }
+
+    def java_options(self) -> list[str]:
+        """Kafka 4 fetches a JWKS only from the URLs this system property allows."""
+        return [f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.jwks_url}"] if self.jwks_url else []
 
 
 class KafkaSetupError(RuntimeError):
@@ -180,8 +208,9 @@ class KafkaCluster:
                  security: KafkaSecurity | None = None, hosts: Sequence[Host] = (),
                  java_options: Sequence[str] = ()) -> None:
         self.security = security
-        self.java_options = list(java_options)
+        self.java_options = [*java_options, *(security.java_options() if security else ())]
         self.tls_ports = [free_port() for _ in range(brokers)] if security else []
+        self.oauth_ports = [free_port() for _ in range(brokers)] if security and security.jwks_url else []
         self.base_dir = Path(base_dir)
         self.hosts = list(hosts)
         self.addresses = [host.address for host in hosts] or ["127.0.0.1"] * brokers
@@ -212,6 +241,11 @@ class KafkaCluster:
     def ssl_bootstrap_servers(self) -> str:
         """The mutual-TLS listeners of a secured cluster."""
         return ",".join(f"127.0.0.1:{port}" for port in self.tls_ports)
+
+    @property
+    def oauth_bootstrap_servers(self) -> str:
+        """The signed-token OAUTHBEARER listeners of a secured cluster with a JWKS."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.oauth_ports)
 
     @property
     def admin_settings(self) -> dict[str, str]:
@@ -273,6 +307,8 @@ class KafkaCluster:
             return {}
         address = self.addresses[node]
         clients_at = f"SASL_SSL://{address}:{self.ports[node]},SSL://{address}:{self.tls_ports[node]}"
+        if self.oauth_ports:
+            clients_at += f",OAUTH://{address}:{self.oauth_ports[node]}"
         return {"listeners": f"{clients_at},CONTROLLER://{address}:{self.controller_ports[node]}",
                 "advertised.listeners": clients_at, **self.security.node_properties()}
 

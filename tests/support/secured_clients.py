@@ -207,3 +207,18 @@ def latest_counts(conf: dict[str, str], topic: str) -> dict[str, int]:
     finally:
         consumer.close()
     return counts
+
+
+def connector_copy(spark: Any, client_settings: dict[str, Any], source: str, sink: str,
+                   checkpoint: Path) -> None:
+    """A Spark SQL query through the connector, logged in with ``client_settings`` (librdkafka's, made
+    ``kafka.`` options): ``source`` read from the earliest offsets and written to ``sink`` exactly once,
+    ``availableNow``; it must end without an error."""
+    options = {f"kafka.{k}": v for k, v in client_settings.items()}
+    events = spark.readStream.format("strom").options(**options).option("subscribe", source) \
+        .option("startingOffsets", "earliest").load()
+    query = (events.select("key", "value").writeStream.format("strom").options(**options)
+             .option("topic", sink).option("delivery.guarantee", "exactly_once")
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    assert query.awaitTermination(240)
+    assert query.exception() is None

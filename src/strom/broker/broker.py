@@ -24,6 +24,7 @@ from strom.broker.lock import lock_data_dir
 from strom.broker.log.manager import InvalidPartitionsError, LogManager, Topic
 from strom.broker.metrics import BrokerMetrics
 from strom.broker.producer_ids import ProducerIdManager
+from strom.broker.security import oauthbearer
 from strom.broker.security.acls import Authorizer, Operation, ResourceType
 from strom.broker.security.credentials import CredentialStore
 from strom.broker.security.listeners import Listener, listener_specs, parse_endpoints
@@ -84,6 +85,7 @@ class Broker:
                                                self.producer_ids)
         self.metrics = BrokerMetrics()
         self.credentials = CredentialStore(self.data_dir)
+        self.oauthbearer = oauthbearer.validator(self.config)
         self.authorizer = (Authorizer(self.data_dir, self.config["super.users"],
                                       self.config["allow.everyone.if.no.acl.found"])
                            if self.config["authorizer.class.name"] else None)

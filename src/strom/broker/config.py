@@ -133,6 +133,16 @@ BROKER_SPECS: dict[str, Spec] = {
                             "ask TLS clients for a certificate (required: mutual TLS)"),
     "sasl.enabled.mechanisms": Spec(_mechanisms, "SCRAM-SHA-256,SCRAM-SHA-512",
                                     "SASL mechanisms offered on SASL listeners"),
+    "sasl.oauthbearer.jwks.endpoint.url": Spec(
+        str, "", "http(s):// or file: URL of the JWKS signing OAUTHBEARER tokens (empty: unsecured JWS)"),
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": Spec(_int(1), 3_600_000,
+                                                      "how often the JWKS is fetched again"),
+    "sasl.oauthbearer.expected.audience": Spec(str, "",
+                                               "audiences ('aud') a signed token must name, ','-separated"),
+    "sasl.oauthbearer.expected.issuer": Spec(str, "", "issuer ('iss') a signed token must name (empty: any)"),
+    "sasl.oauthbearer.clock.skew.seconds": Spec(_int(), 30, "clock difference allowed checking exp and nbf"),
+    "sasl.oauthbearer.sub.claim.name": Spec(str, "sub", "claim of a signed token naming its principal"),
+    "sasl.oauthbearer.scope.claim.name": Spec(str, "scope", "claim of a signed token listing its scopes"),
     "authorizer.class.name": Spec(_authorizer, "",
                                   "enable the ACL authorizer (Kafka's StandardAuthorizer name)"),
     "super.users": Spec(str, "", "principals allowed everything, ';'-separated (User:admin;User:CN=ops)"),
@@ -160,6 +170,8 @@ BROKER_SPECS: dict[str, Spec] = {
                             "connections served at once; at the limit the longest-idle one makes room"),
     "max.connections.per.ip": Spec(_int(1, 2**31 - 1), 2**31 - 1, "connections from one address at once"),
     "connections.max.idle.ms": Spec(_int(1), 600_000, "close connections idle for this long"),
+    "connections.max.reauth.ms": Spec(_int(), 0, "a SASL session lasts at most this long unless the client "
+                                      "re-authenticates (KIP-368; 0: only an OAUTHBEARER token's expiry)"),
     "queued.max.request.bytes": Spec(_int(1024), 256 << 20,
                                      "request bytes held in memory at once over all connections"),
     "group.initial.rebalance.delay.ms": Spec(_int(), 3000, "wait for more members of a new group "

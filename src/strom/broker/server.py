@@ -246,7 +246,7 @@ class ConnectionHandler:
         """A bare SASL token after SaslHandshake v0 (old clients), answered bare; a failure closes."""
         token = bytearray(size)
         await _receive(channel, memoryview(token))
-        answer, failure = sasl_step(self.broker, session, bytes(token))
+        answer, failure = await sasl_step(self.broker, session, bytes(token))
         if failure is not None:
             raise EOFError(failure)
         await channel.sendall(_SIZE.pack(len(answer)) + answer)
@@ -288,6 +288,11 @@ class ConnectionHandler:
                        held: list[int]) -> bytes | EncodedResponse | None:
         api_key, version, correlation_id = peek_api(frame)
         host = session.client_host
+        if session.expires_at is not None and time.monotonic() > session.expires_at:
+            log.info("closing the connection of %s from %s: its SASL session expired without "
+                     "re-authentication (its token's exp or connections.max.reauth.ms)",
+                     session.principal, host)
+            raise EOFError
         if not session.authenticated and api_key not in BEFORE_AUTHENTICATION:
             raise MalformedRequest(
                 f"api_key={api_key} before SASL authentication on listener {session.listener.name}: the "

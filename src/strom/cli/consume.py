@@ -197,7 +197,8 @@ def consume(connection: Connection, topic: str, group: str | None, start: StartA
             consumer.subscribe([topic], on_assign=progress.on_assign, on_revoke=progress.on_revoke)
         _read(consumer, progress, layout, key_deserializer, value_deserializer, max_messages, exit_at_end,
               idle_timeout, partial(refusal, connection.properties, topic=topic,
-                                    group=group or clients.UNUSED_GROUP))
+                                    group=group or clients.UNUSED_GROUP,  # without -g: only looked up
+                                    group_operation="Read" if group else "Describe"))
     except KeyboardInterrupt:
         pass
     finally:

@@ -3,7 +3,10 @@ the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -11,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from strom.broker.handlers import RequestContext, handles
 from strom.broker.security.acls import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType
 from strom.broker.security.oauthbearer import MECHANISM as OAUTHBEARER
-from strom.broker.security.oauthbearer import OAuthBearerError, OAuthBearerServer, UnsecuredJwsValidator
+from strom.broker.security.oauthbearer import OAuthBearerError, OAuthBearerServer, SignedJwtValidator
 from strom.broker.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -35,17 +38,23 @@ NO_AUTHORIZER = "No Authorizer is configured: start the broker with authorizer.c
 
 @handles(SASL_HANDSHAKE, 0, 1)
 async def sasl_handshake(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    """Starts a login, or a re-authentication of a session with a lifetime (KIP-368) by a client that
+    said it re-authenticates, with the mechanism it logged in with."""
     session = ctx.session
     enabled = ctx.broker.config["sasl.enabled.mechanisms"].split(",")
-    if not session.listener.spec.uses_sasl or session.authenticated:
+    reauthentication = session.authenticated and session.expires_at is not None and session.reauthenticates
+    if not session.listener.spec.uses_sasl or (session.authenticated and not reauthentication):
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
     mechanism = body.mechanism.upper()
-    if mechanism not in enabled:
+    if mechanism not in enabled or (reauthentication and mechanism != session.mechanism):
+        if reauthentication:
+            session.close_after_response = True
         return {"error_code": ErrorCode.unsupported_sasl_mechanism, "mechanisms": enabled}
+    session.mechanism = mechanism
     if mechanism == "PLAIN":
         session.exchange = "PLAIN"
     elif mechanism == OAUTHBEARER:
-        session.exchange = OAuthBearerServer(UnsecuredJwsValidator())
+        session.exchange = OAuthBearerServer(ctx.broker.oauthbearer)
     else:
         scram = Mechanism.named(mechanism)
         session.exchange = ScramServer(scram, lambda user: ctx.broker.credentials.get(user, scram))
@@ -56,20 +65,49 @@ async def sasl_handshake(ctx: RequestContext, body: Any) -> dict[str, Any]:
 @handles(SASL_AUTHENTICATE, 0, 2)
 async def sasl_authenticate(ctx: RequestContext, body: Any) -> dict[str, Any]:
     session = ctx.session
-    if session.authenticated or session.exchange is None:
+    if session.exchange is None:
         session.close_after_response = True
         return {"error_code": ErrorCode.illegal_sasl_state, "auth_bytes": b"",
                 "error_message": "SaslAuthenticate without a SaslHandshake first"}
-    answer, failure = sasl_step(ctx.broker, session, bytes(body.auth_bytes))
+    session.reauthenticates |= ctx.api_version > 0
+    answer, failure = await sasl_step(ctx.broker, session, bytes(body.auth_bytes))
     if failure is not None:
         return {"error_code": ErrorCode.sasl_authentication_failed, "auth_bytes": b"",
                 "error_message": failure}
-    return {"error_code": ErrorCode.none, "auth_bytes": answer}
+    response = {"error_code": ErrorCode.none, "auth_bytes": answer}
+    if ctx.api_version > 0:
+        lifetime_ms = 0 if session.exchange is not None else _session_lifetime_ms(ctx.broker, session)
+        response["session_lifetime"] = timedelta(milliseconds=lifetime_ms)
+    return response
 
 
-def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | None]:
+def _session_lifetime_ms(broker: Broker, session: Session) -> int:
+    """How long the new session lasts, as Kafka's SaslServerAuthenticator says it (0 without a limit):
+    the shorter of connections.max.reauth.ms and the credential's remaining life (an OAUTHBEARER token's
+    exp); after it only a re-authentication is served (server.py closes the connection otherwise)."""
+    credential_expiry = session.credential_expires_at
+    most = broker.config["connections.max.reauth.ms"]
+    if credential_expiry is None and not most:
+        session.expires_at = None
+        return 0
+    lifetimes = [most] if most else []
+    if credential_expiry is not None:
+        lifetimes.append(int((credential_expiry - time.time()) * 1000))
+    lifetime_ms = max(0, min(lifetimes))
+    session.expires_at = time.monotonic() + lifetime_ms / 1000
+    return lifetime_ms
+
+
+async def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | None]:
     """One step of the session's SASL exchange: the answer to the client's token, and the failure
-    message if authentication failed (the connection is then closed after the answer)."""
+    message if authentication failed (the connection is then closed after the answer). A signed token's
+    step runs in a thread: it may fetch the JWKS."""
+    if isinstance(session.exchange, OAuthBearerServer) and isinstance(broker.oauthbearer, SignedJwtValidator):
+        return await asyncio.to_thread(_step, broker, session, token)
+    return _step(broker, session, token)
+
+
+def _step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | None]:
     exchange = session.exchange
     try:
         if exchange == "PLAIN":
@@ -85,8 +123,17 @@ def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, st
             answer, user = exchange.final(token), exchange.username
     except (ScramError, OAuthBearerError, UnicodeDecodeError) as exc:
         return b"", _authentication_failed(session, exc)
+    if session.authenticated and session.principal != f"User:{user}":
+        return b"", _authentication_failed(session, ScramError(
+            f"cannot change principals during re-authentication from {session.principal} to User:{user}"))
+    if session.authenticated:
+        log.info("%s re-authenticated on listener %s from %s", session.principal, session.listener.name,
+                 session.client_host)
     session.principal, session.authenticated, session.exchange = f"User:{user}", True, None
+    session.credential_expires_at = exchange.expires_at if isinstance(exchange, OAuthBearerServer) else None
     session.raw_sasl = False
+    if not session.reauthenticates:  # a v0 client: the lifetime is not told, yet it holds (as in Kafka)
+        _session_lifetime_ms(broker, session)
     return answer, None
 
 

@@ -111,3 +111,7 @@ class Session:
     exchange: object | None = None  # the SASL exchange in progress
     raw_sasl: bool = False  # after SaslHandshake v0 the tokens come as bare frames, not SaslAuthenticate
     close_after_response: bool = False  # a failed authentication ends the connection
+    mechanism: str = ""  # the SASL mechanism the session logged in with (a re-authentication keeps it)
+    expires_at: float | None = None  # time.monotonic() after which only a re-authentication is served
+    credential_expires_at: float | None = None  # an OAUTHBEARER token's exp (seconds since the epoch)
+    reauthenticates: bool = False  # the client said (SaslAuthenticate v1+) it re-authenticates (KIP-368)

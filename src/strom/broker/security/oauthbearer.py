@@ -1,8 +1,11 @@
-"""SASL/OAUTHBEARER (RFC 7628) on the server side, with the token checks of Kafka's default validator
-(``OAuthBearerUnsecuredValidatorCallbackHandler``): an unsecured JWS (RFC 7515 with ``"alg": "none"``
-and no signature) whose claims name the principal (``sub``) and its expiry (``exp``). Such tokens prove
-nothing about who sent them: Kafka offers this validator for development and tests, and so does strom
-(docs/security.md). A production cluster validates signed tokens against its identity provider's keys.
+"""SASL/OAUTHBEARER (RFC 7628) on the server side, with the token checks of Kafka's two validators:
+
+- ``SignedJwtValidator`` (Kafka's ``OAuthBearerValidatorCallbackHandler``, used when
+  ``sasl.oauthbearer.jwks.endpoint.url`` is set): a JWT signed by a key of the identity provider's JWKS,
+  with the expected audience and issuer, ``exp`` and ``iat``, within ``sasl.oauthbearer.clock.skew.seconds``;
+- ``UnsecuredJwsValidator`` (Kafka's default ``OAuthBearerUnsecuredValidatorCallbackHandler``): an
+  unsecured JWS (``"alg": "none"``, no signature). Such tokens prove nothing about who sent them: Kafka
+  offers this validator for development and tests, and so does strom (docs/security.md).
 
 A refused token is answered as RFC 7628 says: an error challenge (``{"status": "invalid_token"}``),
 which the client acknowledges with a lone ``0x01``; only then does the exchange fail.
@@ -15,8 +18,10 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import jwt
 
 MECHANISM = "OAUTHBEARER"
 SEPARATOR = "\x01"
@@ -104,15 +109,94 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+# The JWS algorithms each kind of JWK verifies (jose4j, Kafka's JWT library, accepts any but "none").
+_ALGORITHMS = {"RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
+               "EC": ("ES256", "ES384", "ES512", "ES256K"), "OKP": ("EdDSA",),
+               "oct": ("HS256", "HS384", "HS512")}
+
+
+class SignedJwtValidator:
+    """Kafka's checks of a signed JWT (``BrokerJwtValidator``): its signature by a key of the JWKS at
+    ``jwks_url`` (fetched once, then every ``refresh_s`` and whenever a token names an unknown ``kid``);
+    ``exp`` and ``iat`` present, ``exp`` not past, ``nbf`` met within ``clock_skew_s``; ``aud`` one of
+    ``audience`` (a token with an ``aud`` claim is refused when no audience is expected, as in Kafka);
+    ``iss`` equal to ``issuer`` if given; a non-blank string principal claim; scopes that are non-blank
+    strings."""
+
+    def __init__(self, jwks_url: str, audience: tuple[str, ...] = (), issuer: str = "",
+                 clock_skew_s: float = 30.0, principal_claim: str = "sub", scope_claim: str = "scope",
+                 refresh_s: float = 3600.0) -> None:
+        self.keys = jwt.PyJWKClient(jwks_url, lifespan=refresh_s, timeout=10, cooldown_duration=1)
+        self.audience, self.issuer, self.clock_skew_s = audience, issuer, clock_skew_s
+        self.principal_claim, self.scope_claim = principal_claim, scope_claim
+
+    def principal(self, token: str) -> str:
+        """The principal name the token's claims give; OAuthBearerError if the token is not valid."""
+        try:
+            claims = self._verified_claims(token)
+        except jwt.PyJWKClientConnectionError as exc:
+            raise OAuthBearerError(f"the JWKS could not be fetched: {exc}") from exc
+        except jwt.PyJWTError as exc:
+            raise OAuthBearerError(f"could not validate the token: {exc}") from exc
+        name = claims.get(self.principal_claim)
+        if not isinstance(name, str) or not name.strip():
+            raise OAuthBearerError(f"no principal name in the claim {self.principal_claim!r}")
+        scope = claims.get(self.scope_claim)
+        scopes = [scope] if isinstance(scope, str) else scope if isinstance(scope, list) else []
+        if any(not isinstance(s, str) or not s.strip() for s in scopes):
+            raise OAuthBearerError(f"a blank or non-string scope in the claim {self.scope_claim!r}")
+        return name.strip()
+
+    def _verified_claims(self, token: str) -> dict[str, Any]:
+        kid = jwt.get_unverified_header(token).get("kid")
+        candidates = [self.keys.get_signing_key(kid)] if kid is not None else self.keys.get_signing_keys()
+        for key in candidates[:-1]:  # a token without a kid: the first key its signature fits
+            try:
+                return self._decode(token, key)
+            except jwt.InvalidSignatureError:
+                continue
+        return self._decode(token, candidates[-1])
+
+    def _decode(self, token: str, key: jwt.PyJWK) -> dict[str, Any]:
+        claims = jwt.decode(token, key.key, algorithms=list(_ALGORITHMS.get(key.key_type, ())),
+                            audience=list(self.audience) or None, issuer=self.issuer or None,
+                            leeway=self.clock_skew_s,
+                            options={"require": ["exp", "iat"], "verify_iat": False})
+        if not _number(claims["iat"]):
+            raise jwt.InvalidTokenError("the 'iat' claim is not a number")
+        if claims["exp"] <= time.time():  # Apache Kafka 4.1 refuses it too, whatever the clock skew
+            raise jwt.ExpiredSignatureError("Signature has expired")
+        return claims
+
+
+class TokenValidator(Protocol):
+    def principal(self, token: str) -> str: ...
+
+
+def validator(config: Mapping[str, Any]) -> TokenValidator:
+    """The validator a broker with ``config`` judges OAUTHBEARER tokens with: signed JWTs when a JWKS
+    endpoint is configured, unsecured JWS otherwise (Kafka's default)."""
+    url = config["sasl.oauthbearer.jwks.endpoint.url"]
+    if not url:
+        return UnsecuredJwsValidator()  # Kafka's takes its options from JAAS, not the sasl.oauthbearer.* keys
+    key = "sasl.oauthbearer."
+    audience = tuple(a.strip() for a in config[key + "expected.audience"].split(",") if a.strip())
+    return SignedJwtValidator(url, audience, config[key + "expected.issuer"],
+                              config[key + "clock.skew.seconds"], config[key + "sub.claim.name"],
+                              config[key + "scope.claim.name"],
+                              config[key + "jwks.endpoint.refresh.ms"] / 1000)
+
+
 class OAuthBearerServer:
     """One OAUTHBEARER exchange: ``step`` takes each client message and answers it; ``username`` is set
     once the client is authenticated."""
 
     mechanism_name = MECHANISM
 
-    def __init__(self, validator: UnsecuredJwsValidator) -> None:
+    def __init__(self, validator: TokenValidator) -> None:
         self.validator = validator
         self.username: str | None = None
+        self.expires_at: float | None = None  # the accepted token's exp (seconds since the epoch)
         self._refused: str | None = None
 
     def step(self, message: bytes) -> bytes:
@@ -129,5 +213,5 @@ class OAuthBearerServer:
             return json.dumps({"status": "invalid_token"}).encode()
         if authzid and authzid != name:
             raise OAuthBearerError("the authorization id differs from the token's principal")
-        self.username = name
+        self.username, self.expires_at = name, float(_decoded(token.split(".")[1])["exp"])
         return b""
