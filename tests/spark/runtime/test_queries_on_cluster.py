@@ -96,6 +96,8 @@ def test_a_lost_worker_s_keys_are_answered_by_standbys_and_never_wrong(tmp_path_
         base = url_file.read_text().strip()
         driver.wait_until(lambda: all(_get(f"{base}/stores/counts/keys/{w}")[0] == 200 for w in expected),
                           120, "every key answered")
+        status, body = _get(f"{base}/stores/counts/range")  # both partitions, from both workers
+        assert status == 200 and dict(body["entries"]) == expected, body
         # the worker to lose runs active tasks of counts (a thread may run none: the assignor keeps
         # tasks where they are parked, so after a first batch of one thread the second thread gets the
         # counts tasks both); each has its standby on the other worker
