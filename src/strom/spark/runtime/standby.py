@@ -95,6 +95,11 @@ class StandbyTask(LeasedTask):
     def _inputs(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self.task.partition_group.queues}
 
+    def read_committed(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed offsets of ``partitions`` (any standbys' of the application), read with
+        this standby's consumer: one request for all of a thread's standbys (``update_all``)."""
+        return committed_offsets(self._consumer, self._config.application_id, partitions, TIMEOUT_S)
+
     def wants_committed(self) -> bool:
         """Reads where its changelogs end (its ``lag``), and says whether the group's committed offsets
         can move its position now: a changelog grew since it last looked (the active wrote, so it
@@ -136,7 +141,6 @@ def update_all(standbys: Sequence[StandbyTask]) -> None:
     committed = None
     if any(wanted):
         partitions = set().union(*(standby.committed_partitions() for standby in standbys))
-        first = standbys[0]
-        committed = committed_offsets(first._consumer, first._config.application_id, partitions, TIMEOUT_S)
+        committed = standbys[0].read_committed(partitions)
     for standby in standbys:
         standby.update(committed)
