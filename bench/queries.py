@@ -1,16 +1,19 @@
 """Interactive queries against a running application: latency, throughput and the driver's cost.
 
     python bench/queries.py [--keys 1000000] [--queries 2000] [--clients 8] [--seconds 5] [--rate 2000]
+                            [--cluster]
 
 An embedded broker; a count-by-key application (exactly_once_v2, real-time mode, two stream threads on
-Spark local[2], RocksDB store, the counts written to an output topic) counts ``--keys`` distinct keys,
-one record each, until caught up. Then, while records keep arriving at ``--rate`` per second:
+Spark local[2], or with ``--cluster`` on a standalone cluster of two one-core workers started from
+pyspark's own spark-class as the tests start one (tests/support/spark_cluster.py), the driver in this
+process; RocksDB store, the counts written to an output topic) counts ``--keys`` distinct keys, one
+record each, until caught up. Then, while records keep arriving at ``--rate`` per second:
 ``--seconds`` without queries (processing latency alone), the first key query (timed), the driver's RSS
 and its copies' disk before and after, ``--queries`` sequential key queries from Python
 (``SparkStreams.query``) and over HTTP (``query.http.port``, one kept-alive connection), and the
 ``--clients`` Python threads querying together at ``--query-rate`` per second for ``--seconds``, then
-as fast as they can for ``--seconds`` (queries per second). Every answer is checked (each key's count
-is 1 or more).
+as fast as they can for ``--seconds`` (queries per second). Every answer is checked: each key's count
+is 1 or more, and the key's partition alone answered it (the query went to the worker holding the key).
 
 Processing latency: an output record read read_committed (by a consumer in a process of its own), minus
 the send time of the input record it counts (its timestamp), for the inputs sent in each phase; their
@@ -22,6 +25,7 @@ line is the summary.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -37,6 +41,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # support.spark_cluster
 
 from confluent_kafka import OFFSET_END, TopicPartition
 
@@ -141,9 +146,9 @@ def p99(samples: list[float]) -> float:
 
 def key_query(app: SparkStreams, key: str) -> int:
     result = app.query(StateQueryRequest.in_store("counts").with_query(KeyQuery.with_key(key)))
-    found = [r.get_result() for r in result.partition_results.values() if r.get_result() is not None]
-    assert len(found) == 1 and found[0] >= 1, (key, result)
-    return found[0]
+    found = result.get_only_partition_result().get_result()  # routed: the key's partition alone asked
+    assert found is not None and found >= 1, (key, result)
+    return found
 
 
 def http_query(connection: http.client.HTTPConnection, key: str) -> int:
@@ -200,13 +205,25 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--query-rate", type=int, default=2000,
                         help="queries/s of the paced phase (processing latency while queried at this rate)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="a standalone cluster of two one-core workers instead of local[2]")
     args = parser.parse_args()
     print(describe())
+    print(f"{'standalone cluster of 2 one-core workers' if args.cluster else 'local[2]'}; "
+          f"load {os.getloadavg()[0]:.2f}")
     import strom.spark
 
-    spark = strom.spark.session(app_name="strom-bench-queries", log_level="ERROR")
     state_dir = Path(tempfile.mkdtemp(prefix="strom-bench-queries-"))
-    with EmbeddedBroker() as broker:
+    with EmbeddedBroker() as broker, contextlib.ExitStack() as cluster_running:
+        master, conf = "local[2]", {}
+        if args.cluster:
+            from support.spark_cluster import SparkCluster
+
+            cluster = cluster_running.enter_context(SparkCluster(state_dir / "cluster", workers=2))
+            master = cluster.master_url
+            conf = {**cluster.driver_conf(), "spark.cores.max": "2", "spark.executor.cores": "1"}
+        spark = strom.spark.session(app_name="strom-bench-queries", master=master, config=conf,
+                                    log_level="ERROR")
         source = f"bench-queries-{uuid.uuid4().hex[:8]}"
         sink = f"{source}-counts"
         clients.create_topics(broker.bootstrap_servers, {source: 2, sink: 2})

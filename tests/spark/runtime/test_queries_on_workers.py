@@ -154,6 +154,11 @@ def _assert_http_and_cli(app: SparkStreams, app_id: str, state_dir, expected: Ex
     assert status == 404 and "No state store 'nope'" in body["error"]
     status, body = _curl(f"{base}/stores/counts/windows?from=0&to=10")
     assert status == 400 and body["reason"] == "UNKNOWN_QUERY_TYPE"
+    status, body = _curl(f"{base}/stores/counts/metadata")
+    assert status == 200 and body["endpoints"] == [
+        {"host": m.host_info.host, "port": m.host_info.port, "active": sorted(m.active_partitions),
+         "standby": sorted(m.standby_partitions)} for m in app.streams_metadata_for_store("counts")]
+    assert sorted(p for endpoint in body["endpoints"] for p in endpoint["active"]) == [0, 1]
 
     def strom_query(key: str) -> subprocess.CompletedProcess:
         command = [str(Path(sys.executable).with_name("strom")), "streams", "query", app_id, "counts", key,

@@ -1,7 +1,8 @@
 """A standby's Position (without Spark): real exactly-once task batches count into a changelog and commit
 their offsets on the strom broker; a real StandbyTask (its own state directory) reads the changelog.
 Its position is then the committed offsets less one, so a bounded query (read-your-writes) is
-answered by the standby once it has applied that far, and refused (NOT_UP_TO_BOUND) before."""
+answered by the standby once it has applied that far, and refused (NOT_UP_TO_BOUND) before. Offsets that
+commit without a changelog write are read when a bounded query asks, or every COMMITTED_EVERY_S."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import pytest
 from strom.kafka.serdes import Serdes
 from strom.spark.queries.router import QueryRouter
 from strom.spark.queries.server import QueryEndpoint
+from strom.spark.runtime import standby as standby_module
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.standby import StandbyTask, update_all
 from strom.streams import FailureReason, KeyQuery, Position, PositionBound, StateQueryRequest
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import TaskId
 
+from .conftest import produce_lines
 from .task_batches import counting_app, run_batch
 
 pytestmark = [pytest.mark.broker]
@@ -25,7 +28,7 @@ pytestmark = [pytest.mark.broker]
 TOKEN = "standby-positions"
 
 
-def test_a_standby_answers_a_bounded_query_once_it_applied_the_bound(broker, topics, tmp_path):
+def test_a_standby_answers_a_bounded_query_once_it_applied_the_bound(broker, topics, tmp_path, monkeypatch):
     names = topics(source=1, sink=1)
     bootstrap, source = broker.bootstrap_servers, names["source"]
     topology, config = counting_app(bootstrap, names, str(tmp_path / "active"), "rt-standby-pos",
@@ -63,6 +66,27 @@ def test_a_standby_answers_a_bounded_query_once_it_applied_the_bound(broker, top
         answer = ask("a", 4)
         assert answer.is_success() and answer.standby and answer.result == 3
         assert ask("b", 4).result == 2
+
+        # records that change no state (a count skips null keys): their offsets commit, no changelog
+        # grows, so an update does not read the committed offsets, until a bounded query asks for them
+        monkeypatch.setattr(standby_module, "COMMITTED_EVERY_S", 3600.0)
+        update_all([standby])  # reads what the bounded queries above asked for
+        produce_lines(bootstrap, source, [(None, "x")] * 4)
+        run_batch(topology, config, bootstrap, source, 5, 7)
+        update_all([standby])
+        assert standby.task.committed_position == {(source, 0): 4}
+        assert ask("a", 6).failure_reason is FailureReason.NOT_UP_TO_BOUND  # asks the next update to read
+        update_all([standby])
+        assert standby.task.committed_position == {(source, 0): 6}
+        assert ask("a", 6).result == 3
+        # ... or until the last read is COMMITTED_EVERY_S old
+        update_all([standby])  # reads what that query asked for
+        run_batch(topology, config, bootstrap, source, 7, 9)
+        update_all([standby])
+        assert standby.task.committed_position == {(source, 0): 6}
+        monkeypatch.setattr(standby_module, "COMMITTED_EVERY_S", 0.0)
+        update_all([standby])
+        assert standby.task.committed_position == {(source, 0): 8}
     finally:
         router.close()
         endpoint.close()

@@ -9,6 +9,8 @@ stream threads (``QueryRouter``):
 - ``GET /stores/<store>/keys/<key>/windows?from=<ms>&to=<ms>``: a key's windows (window store)
 - ``GET /stores/<store>/windows?from=<ms>&to=<ms>``: every key's windows starting then
 - ``GET /stores/<store>/keys/<key>/sessions``: a key's sessions (session store)
+- ``GET /stores/<store>/metadata``: the endpoints serving the store now, with their active and standby
+  partitions (``streams_metadata_for_store``)
 
 ``?stale=true`` lets standbys answer; ``?partition=<p>`` asks one partition. Answers carry the
 position they reflect. A partition that could not answer (moving, its executor lost, behind a bound)
@@ -40,6 +42,7 @@ from strom.streams.query.requests import (
     RangeQuery,
     StateQueryRequest,
     StateQueryResult,
+    StreamsMetadata,
     VersionedKeyQuery,
     WindowKeyQuery,
     WindowRangeQuery,
@@ -66,9 +69,11 @@ class QueryHttpServer:
     """Serves the HTTP reads of one application on ``host:port`` (0: a free port)."""
 
     def __init__(self, query: Callable[[StateQueryRequest], StateQueryResult],
+                 metadata: Callable[[str], list[StreamsMetadata]],
                  key_parser: Callable[[str], Callable[[str], Any]], versioned: Callable[[str], bool],
                  port: int, host: str = "127.0.0.1", url_file: Path | None = None) -> None:
         self._query = query
+        self._metadata = metadata
         self._key_parser = key_parser
         self._versioned = versioned
         handler = type("Handler", (_Handler,), {"face": self})
@@ -105,8 +110,11 @@ class QueryHttpServer:
         if len(parts) < 3 or parts[0] != "stores":
             raise _NotFound(f"No such resource {path}: use /stores/<store>/keys/<key>, "
                             "/stores/<store>/range, /stores/<store>/keys/<key>/windows, "
-                            "/stores/<store>/windows or /stores/<store>/keys/<key>/sessions.")
+                            "/stores/<store>/windows, /stores/<store>/keys/<key>/sessions or "
+                            "/stores/<store>/metadata.")
         store = parts[1]
+        if parts[2:] == ["metadata"]:
+            return self._endpoints(store)
         query, single = self._parse(store, parts[2:], params)
         request = StateQueryRequest.in_store(store).with_query(query)
         if "partition" in params:
@@ -118,6 +126,15 @@ class QueryHttpServer:
         except StromError as exc:
             raise _NotFound(str(exc)) from exc
         return _reply(store, result, single)
+
+    def _endpoints(self, store: str) -> tuple[int, dict[str, Any]]:
+        try:
+            found = self._metadata(store)
+        except StromError as exc:
+            raise _NotFound(str(exc)) from exc
+        return 200, {"store": store, "endpoints": [
+            {"host": m.host_info.host, "port": m.host_info.port, "active": sorted(m.active_partitions),
+             "standby": sorted(m.standby_partitions)} for m in found]}
 
     def _parse(self, store: str, rest: list[str], params: dict[str, str]) -> tuple[Query, bool]:
         if rest == ["range"]:
@@ -220,8 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("query http: " + format, *args)
 
 
-def serve_if_configured(config: Any, topology: Any,
-                        query: Callable[[StateQueryRequest], StateQueryResult]) -> QueryHttpServer | None:
+def serve_if_configured(config: Any, topology: Any, query: Callable[[StateQueryRequest], StateQueryResult],
+                        metadata: Callable[[str], list[StreamsMetadata]]) -> QueryHttpServer | None:
     """The application's HTTP face when ``query.http.port`` is set (called by ``start()``); its URL is
     written to ``<state.dir>/<application.id>/query.url`` for ``strom streams query`` (removed on close)."""
     port = config[QUERY_HTTP_PORT]
@@ -230,8 +247,9 @@ def serve_if_configured(config: Any, topology: Any,
     def versioned(store: str) -> bool:
         return isinstance(_store_builder(topology, store), VersionedKeyValueStoreBuilder)
 
-    return QueryHttpServer(query, lambda store: _key_parser(config, topology, store), versioned, port,
-                           config[QUERY_HTTP_HOST], url_file(config[cfg.STATE_DIR], config.application_id))
+    return QueryHttpServer(query, metadata, lambda store: _key_parser(config, topology, store), versioned,
+                           port, config[QUERY_HTTP_HOST],
+                           url_file(config[cfg.STATE_DIR], config.application_id))
 
 
 def url_file(state_dir: str | Path, application_id: str) -> Path:

@@ -118,13 +118,15 @@ class QueryEndpoint:
     def _answer(self, request: StateQueryRequest, task_ids: list[str]) -> StateQueryResult:
         """The request answered for ``task_ids`` from what the thread holds now; a task it does not hold
         is not in the answer (the driver reports it as not present)."""
+        bounded = not request.position_bound.is_unbounded
         partitions = {int(task_id.rsplit("_", 1)[1]): held for task_id in task_ids
-                      if (held := self._held(task_id)) is not None}
+                      if (held := self._held(task_id, bounded)) is not None}
         return answer(request, partitions, self._global_stores() if not task_ids else None)
 
-    def _held(self, task_id: str) -> TaskStores | None:
+    def _held(self, task_id: str, bounded: bool) -> TaskStores | None:
         """The stores of ``task_id`` as the thread holds them now: its active task's, else its standby's
-        (one look-up each: the thread adds and removes tasks meanwhile)."""
+        (one look-up each: the thread adds and removes tasks meanwhile). ``bounded``: the request has a
+        position bound, so a standby's next update reads how far the active committed (its position)."""
         thread = self.thread
         if thread is None:
             return None
@@ -134,6 +136,8 @@ class QueryEndpoint:
         standby = thread.standbys.get(task_id)
         if standby is None:
             return None
+        if bounded:
+            standby.bound_asked = True
         return TaskStores(standby.task.context.stores, _position(standby.task), standby=True)
 
     def _global_stores(self) -> Mapping[str, Any]:

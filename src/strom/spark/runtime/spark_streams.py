@@ -314,8 +314,8 @@ class SparkStreams:
             self.config.client_props("main.consumer."), self.config.client_props("admin."))
         self._set_state(State.RUNNING)
         self._metrics = self._metrics or metrics.serve_if_configured(self)
-        self._query_http = self._query_http or query_http.serve_if_configured(self.config, self._topology,
-                                                                              self.query)
+        self._query_http = self._query_http or query_http.serve_if_configured(
+            self.config, self._topology, self.query, self.streams_metadata_for_store)
 
     @property
     def metrics_url(self) -> str | None:

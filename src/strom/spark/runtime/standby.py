@@ -14,6 +14,7 @@ active tasks do, and close when another process asks for the task's lease (the a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,13 @@ from strom.streams.processor.records import TaskId
 from strom.streams.processor.topology import Topology
 from strom.streams.state.cache import ThreadCache
 
-__all__ = ["LEASE_WAIT_S", "STANDBYS", "UPDATE_EVERY_S", "StandbyTask"]
+__all__ = ["COMMITTED_EVERY_S", "LEASE_WAIT_S", "STANDBYS", "UPDATE_EVERY_S", "StandbyTask", "update_all"]
 
 UPDATE_EVERY_S = 0.5
 """How often a stream thread brings its standbys up to the end of the changelogs."""
+COMMITTED_EVERY_S = 5.0
+"""How often a thread reads its standbys' committed input offsets when their changelogs did not grow
+and no bounded query asked (``StandbyTask.wants_committed``)."""
 LEASE_WAIT_S = 5.0
 """How long a standby waits for the task's directory (a task parked here being closed)."""
 
@@ -66,6 +70,13 @@ class StandbyTask(LeasedTask):
             self.lease.release()
             raise
         self._log_ends: dict[str, int] = {}
+        self._seen_ends: dict[str, int] = {}
+        """Where its changelogs ended when it last looked (``wants_committed``)."""
+        self._committed: Mapping[tuple[str, int], int] = {}
+        self._committed_at = float("-inf")
+        self.bound_asked = False
+        """A query with a position bound asked this standby since the committed offsets were last read
+        (set by the worker's query endpoint): the next update reads them, whatever the changelogs did."""
         self.restored = 0
         """Changelog records applied since this standby opened."""
         self.lag = -1
@@ -84,33 +95,52 @@ class StandbyTask(LeasedTask):
     def _inputs(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self.task.partition_group.queues}
 
-    def update(self, committed: Mapping[tuple[str, int], int]) -> int:
+    def read_committed(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed offsets of ``partitions`` (any standbys' of the application), read with
+        this standby's consumer: one request for all of a thread's standbys (``update_all``)."""
+        return committed_offsets(self._consumer, self._config.application_id, partitions, TIMEOUT_S)
+
+    def wants_committed(self) -> bool:
+        """Reads where its changelogs end (its ``lag``), and says whether the group's committed offsets
+        can move its position now: a changelog grew since it last looked (the active wrote, so it
+        committed or will), a query bounded by a position asked it since the last read (which the next
+        read is for), or that read is ``COMMITTED_EVERY_S`` old (offsets of records that changed no
+        state, or committed at least once after writes already read)."""
+        offsets = self.task.restore_offsets()
+        ends = {store: end_offset(self._consumer, tp.topic, tp.partition)
+                for store, tp in self.task.changelog_partitions().items()}
+        self.lag = sum(max(0, end - (offsets[store] or 0)) for store, end in ends.items())
+        grew, self._seen_ends = ends != self._seen_ends, ends
+        asked, self.bound_asked = self.bound_asked, False
+        return grew or asked or time.monotonic() - self._committed_at >= COMMITTED_EVERY_S
+
+    def update(self, committed: Mapping[tuple[str, int], int] | None) -> int:
         """Applies what the changelogs gained since the last update; returns the records applied.
 
         ``committed``: the group's offsets of ``committed_partitions``, read before the changelogs
-        (``update_all``). Its position (interactive queries' Position) is then those of its inputs: the
-        active commits its changelog writes before (at least once) or with (exactly once) its input
-        offsets, so changelogs read to their ends afterwards hold every write of the inputs before
-        those offsets."""
-        self.lag = self._behind()
-        applied = restore_task(self.task, self._consumer, log_ends=self._log_ends, committed=committed)
+        (``update_all``), or None when they were not read this time (the last ones stand). Its position
+        (interactive queries' Position) is then those of its inputs: the active commits its changelog
+        writes before (at least once) or with (exactly once) its input offsets, so changelogs read to
+        their ends afterwards hold every write of the inputs before those offsets."""
+        if committed is not None:
+            self._committed, self._committed_at = committed, time.monotonic()
+        applied = restore_task(self.task, self._consumer, log_ends=self._log_ends, committed=self._committed)
         self.restored += applied
-        self.task.committed_position = {tp: committed[tp] - 1 for tp in self._inputs() if tp in committed}
+        if committed is not None:
+            self.task.committed_position = {tp: committed[tp] - 1 for tp in self._inputs() if tp in committed}
         return applied
-
-    def _behind(self) -> int:
-        offsets = self.task.restore_offsets()
-        return sum(max(0, end_offset(self._consumer, tp.topic, tp.partition) - (offsets[store] or 0))
-                   for store, tp in self.task.changelog_partitions().items())
 
 
 def update_all(standbys: Sequence[StandbyTask]) -> None:
-    """Updates ``standbys`` (one stream thread's) after one read of the group's committed offsets for all
-    of them: one request per thread every ``UPDATE_EVERY_S``, not one per standby."""
+    """Updates ``standbys`` (one stream thread's), every ``UPDATE_EVERY_S``. The group's committed offsets,
+    their positions, are read once for all of them, and only when one of them wants them
+    (``wants_committed``): an idle application's standbys ask every ``COMMITTED_EVERY_S``."""
     if not standbys:
         return
-    partitions = set().union(*(standby.committed_partitions() for standby in standbys))
-    first = standbys[0]
-    committed = committed_offsets(first._consumer, first._config.application_id, partitions, TIMEOUT_S)
+    wanted = [standby.wants_committed() for standby in standbys]  # each looks at its changelogs
+    committed = None
+    if any(wanted):
+        partitions = set().union(*(standby.committed_partitions() for standby in standbys))
+        committed = standbys[0].read_committed(partitions)
     for standby in standbys:
         standby.update(committed)
