@@ -200,6 +200,25 @@ def test_the_early_launch_asks_what_the_command_line_gives_the_session(args, req
     assert early_request(args) == request_
 
 
+RUNTIME_WHILE_THE_SESSION_STARTS = """
+from strom.cli.spark_session import spark_session_starting
+session = spark_session_starting("strom-imports", strom_format=False)
+from strom.spark.runtime import SparkStreams
+print(type(session.exception(timeout=60)).__name__, SparkStreams.__name__)
+"""
+
+
+def test_a_command_imports_the_runtime_while_its_session_starts():
+    """A fresh interpreter starts the session's thread and imports the runtime at once (``strom demo``
+    on a named cluster): neither import meets pyspark half imported by the other. Without Java the
+    session fails right after its imports, so no JVM is needed."""
+    environment = {key: value for key, value in os.environ.items() if key != "JAVA_HOME"}
+    result = subprocess.run([sys.executable, "-c", RUNTIME_WHILE_THE_SESSION_STARTS], capture_output=True,
+                            text=True, timeout=120, env={**environment, "PATH": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["JavaNotFoundError", "SparkStreams"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_command_failing_before_its_session_leaves_no_jvm(tmp_path):
