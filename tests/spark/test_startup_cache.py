@@ -104,6 +104,19 @@ def test_no_archive_when_the_user_chooses_class_sharing_or_the_jdk_has_no_base_a
     assert class_archive.driver_java_options(bare_jdk, spark_home) == ""
 
 
+def test_a_jar_installed_again_gives_another_archive_key(tmp_path):
+    """A virtualenv made again at the same path has the same jars with new modification times, which
+    the JVM compares with its archive's (refusing it, silently): the key changes with them."""
+    java, home = check_java(), tmp_path / "pyspark"
+    (home / "jars").mkdir(parents=True)
+    jar = home / "jars" / "spark-core_2.13-4.0.0.jar"
+    jar.write_bytes(b"classes")
+    key = class_archive.archive_key(java, home)
+    assert class_archive.archive_key(java, home) == key
+    os.utime(jar, (time.time() - 60, time.time() - 60))  # the same bytes, installed again
+    assert class_archive.archive_key(java, home) != key
+
+
 def test_a_start_removes_archives_unused_for_a_week_unless_a_process_names_them(tmp_path, monkeypatch):
     """Another pyspark's archive unused for a week and a .part no JVM writes go; this key's archive, a
     recently used one, and a file a running JVM maps (named on its command line) stay."""

@@ -7,11 +7,14 @@ archive when it exits (after strom's process, seconds of one core, once). The ne
 file under its final name and maps it.
 
 The archive is keyed to what made it: the Java runtime, pyspark's version and directory, and the
-driver's class path (the jars' names and sizes); a change of any gives another key, so another
-archive (the JVM also checks the version and class path itself and ignores an archive that does not
-match). Two starts at once are safe: each JVM writes its own ``.part`` file (none when another JVM
-is already writing the key's), and a finished one is renamed into place atomically (the first start
-to see it wins; the others are removed). Only a JVM that strom launches itself for a ``local``
+driver's class path (the jars' names, sizes and modification times); a change of any gives another
+key, so another archive. The JVM checks the same itself and ignores, silently, an archive whose jars
+differ: a key without the jars' times kept a reinstalled pyspark (a virtualenv made again at the same
+path) on an archive its JVM refused at every start, mapping nothing.
+
+Two starts at once are safe: each JVM writes its own ``.part`` file (none when another JVM is already
+writing the key's), and a finished one is renamed into place atomically (the first start to see it
+wins; the others are removed). Only a JVM that strom launches itself for a ``local``
 master, on Linux, gets these options: ``spark-submit`` and cluster drivers never do.
 
 Each start marks its key's archive used (its modification time); an archive of another key not used
@@ -55,14 +58,16 @@ def cache_directory() -> Path:
 
 
 def archive_key(java: JavaRuntime, spark_home: Path, class_path: str = "") -> str:
-    """A digest of the Java runtime, pyspark's version and place, and the driver's class path."""
+    """A digest of the Java runtime, pyspark's version and place, and the driver's class path (each
+    jar's size and modification time, which the JVM compares with the archive's)."""
     digest = hashlib.sha256()
     jars = sorted((spark_home / "jars").glob("*.jar"))
     # the archive records the class path's jars by path: another install of the same pyspark (another
     # virtualenv) gets its own key, not an archive its JVM would refuse (and then share nothing at all)
     for part in (java.version, os.path.realpath(java.executable), _pyspark_version(),
                  os.path.realpath(spark_home), class_path,
-                 *(f"{jar.name}:{jar.stat().st_size}" for jar in jars)):
+                 *(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}" for jar in jars
+                   for stat in [jar.stat()])):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 
