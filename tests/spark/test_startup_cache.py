@@ -176,6 +176,7 @@ def test_the_session_takes_the_jvm_launched_as_the_command_began(tmp_path):
     result = subprocess.run(command, env=_env(tmp_path, "early"), capture_output=True, text=True, timeout=500)
     assert result.returncode == 0 and "caught up" in result.stderr, result.stderr[-3000:]
     assert "phase jvm-gateway" in result.stderr and "early JVM" in result.stderr, result.stderr[-3000:]
+    assert "phase jvm-warmed" in result.stderr, result.stderr[-3000:]  # every warm-up piece ran
 
 
 @pytest.mark.spark

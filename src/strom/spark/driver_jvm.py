@@ -238,7 +238,35 @@ def take(master: str, ui: bool, config: Mapping[str, str] | None,
     # marked now: logging is set up by the time a session asks (the command's, the application's)
     mark("jvm-launched", f"JVM process {launched.process.pid}", at_ns=launched.spawned_ns)
     mark("jvm-gateway", "early JVM's gateway listening", at_ns=launched.listening_ns)
-    return _connect(launched), launched.settings
+    gateway = _connect(launched)
+    threading.Thread(target=warm_up, args=(gateway.jvm,), name="strom-jvm-warm-up", daemon=True).start()
+    return gateway, launched.settings
+
+
+WARM_UP_DDL = "thread INT, tasks ARRAY<STRING>, records BIGINT"
+
+
+def warm_up(jvm: Any) -> None:
+    """Spark SQL's first session and first query spend seconds of one core on work that needs no
+    SparkContext: the built-in functions' registry, the SQL parser, the code generator's compiler
+    (Janino), Arrow's allocator. Called in a thread of its own as the session creates its
+    SparkContext (one JVM thread, loading Spark's core classes), that work runs on another core and
+    is done when the session and the first query ask for it. Each piece is static and idempotent;
+    one that fails is only not warmed (the session meets any real failure itself)."""
+    pieces = {
+        "function registry": lambda: jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin(),
+        "SQL parser": lambda: jvm.org.apache.spark.sql.types.StructType.fromDDL(WARM_UP_DDL),
+        "code generator's compiler": lambda: jvm.org.codehaus.janino.ClassBodyEvaluator().cook(
+            "public int one() { return 1; }"),
+        "Arrow allocator": lambda: jvm.org.apache.spark.sql.util.ArrowUtils.rootAllocator(),
+    }
+    for name, piece in pieces.items():
+        try:
+            piece()
+        except Exception as error:  # a warm-up only: the session meets real failures itself
+            log.debug("JVM warm-up: %s failed: %s", name, error)
+            return
+    mark("jvm-warmed", "function registry, SQL parser, compiler, Arrow")
 
 
 def _connect(launched: _Launched) -> Any:
