@@ -249,9 +249,10 @@ WARM_UP_DDL = "thread INT, tasks ARRAY<STRING>, records BIGINT"
 def warm_up(jvm: Any) -> None:
     """Spark SQL's first session and first query spend seconds of one core on work that needs no
     SparkContext: the built-in functions' registry, the SQL parser, the code generator's compiler
-    (Janino), Arrow's allocator. Called in a thread of its own as the session creates its
-    SparkContext (one JVM thread, loading Spark's core classes), that work runs on another core and
-    is done when the session and the first query ask for it. Each piece is static and idempotent;
+    (Janino), Arrow's allocator, Scala's runtime reflection (Spark SQL's encoders). Called in a
+    thread of its own as the session creates its SparkContext (one JVM thread, loading Spark's core
+    classes), that work runs on another core and is done when the session and the first query ask
+    for it. Each piece is static and idempotent;
     one that fails is only not warmed (the session meets any real failure itself)."""
     pieces = {
         "function registry": lambda: jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin(),
@@ -259,6 +260,8 @@ def warm_up(jvm: Any) -> None:
         "code generator's compiler": lambda: jvm.org.codehaus.janino.ClassBodyEvaluator().cook(
             "public int one() { return 1; }"),
         "Arrow allocator": lambda: jvm.org.apache.spark.sql.util.ArrowUtils.rootAllocator(),
+        "Scala reflection": lambda: getattr(getattr(jvm.org.apache.spark.sql.catalyst, "ScalaReflection$"),
+                                            "MODULE$").universe(),
     }
     for name, piece in pieces.items():
         try:
@@ -266,7 +269,7 @@ def warm_up(jvm: Any) -> None:
         except Exception as error:  # a warm-up only: the session meets real failures itself
             log.debug("JVM warm-up: %s failed: %s", name, error)
             return
-    mark("jvm-warmed", "function registry, SQL parser, compiler, Arrow")
+    mark("jvm-warmed", ", ".join(pieces))
 
 
 def _connect(launched: _Launched) -> Any:
