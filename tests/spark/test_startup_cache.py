@@ -4,6 +4,7 @@ the JVM launched as the command begins (taken by its session, stopped when not).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -115,6 +116,20 @@ def test_a_jar_installed_again_gives_another_archive_key(tmp_path):
     assert class_archive.archive_key(java, home) == key
     os.utime(jar, (time.time() - 60, time.time() - 60))  # the same bytes, installed again
     assert class_archive.archive_key(java, home) != key
+
+
+def test_pyspark_without_metadata_is_keyed_by_its_version_file_not_imported(monkeypatch):
+    """A SPARK_HOME's python/ on PYTHONPATH has no installed metadata: the key reads its version.py
+    (the launch's thread must not import pyspark while the command does)."""
+    import pyspark
+
+    def no_metadata(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_metadata)
+    monkeypatch.delitem(sys.modules, "pyspark")
+    assert class_archive._pyspark_version() == pyspark.__version__
+    assert "pyspark" not in sys.modules
 
 
 def test_a_start_removes_archives_unused_for_a_week_unless_a_process_names_them(tmp_path, monkeypatch):

@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
+import re
 import sys
 import time
 import uuid
@@ -104,13 +106,17 @@ def driver_java_options(java: JavaRuntime, spark_home: Path, class_path: str = "
 
 
 def _pyspark_version() -> str:
-    """pyspark's version, from its installed metadata where it has some (importing it takes a while)."""
+    """pyspark's version, from its installed metadata, else from its ``version.py`` read as text: never
+    imported here (it takes a while, and the early launch's thread must not import pyspark while the
+    command does: ``strom.cli.spark_session``)."""
     try:
         return importlib.metadata.version("pyspark")
     except importlib.metadata.PackageNotFoundError:  # a SPARK_HOME's python/ on PYTHONPATH
-        import pyspark
-
-        return pyspark.__version__
+        spec = importlib.util.find_spec("pyspark")
+        places = spec.submodule_search_locations if spec is not None else None
+        source = (Path(places[0]) / "version.py").read_text() if places else ""
+        found = re.search(r"""__version__(?:: *str)? *= *["']([^"']+)["']""", source)
+        return found.group(1) if found else "unknown"
 
 
 def prune(directory: Path, keep: str) -> list[Path]:

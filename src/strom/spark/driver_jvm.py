@@ -140,12 +140,16 @@ def launch(master: str, config: Mapping[str, str] | None = None, quiet: bool = T
            ui: bool = False) -> None:
     """Starts the local driver's JVM in a thread, for a session asking ``master``, ``config``,
     ``quiet`` and ``ui`` later; does nothing where an early launch does not apply (a master not
-    local, a user's ``PYSPARK_SUBMIT_ARGS``, a JVM launched already)."""
+    local, a user's ``PYSPARK_SUBMIT_ARGS``, a JVM launched already, no Spark home found)."""
     global _early
     if (_early is not None or not master.startswith("local") or "PYSPARK_SUBMIT_ARGS" in os.environ
             or "PYSPARK_GATEWAY_PORT" in os.environ):
         return
     request = _Request.of(master, ui, config, quiet)
+    try:
+        spark_home()  # where finding it imports pyspark, the command's thread does it, never the launch's
+    except (Exception, SystemExit):  # pyspark's search exits when it finds none: the session's launch says
+        return
     future: Future[_Launched | None] = Future()
     _early = (request, future)
     atexit.register(_stop_untaken)
