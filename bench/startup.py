@@ -68,6 +68,7 @@ LABELS = {
     "imports": "Python imports (strom, pyspark)",
     "jvm-launched": "Spark's JVM launched (as the command began)",
     "jvm-gateway": "the JVM's gateway listening",
+    "jvm-warmed": "Spark SQL's static work warmed (beside the SparkContext's creation)",
     "application-loaded": "strom CLI + app.py imported and built",
     "broker": "embedded broker up (bench, not strom's start-up)",
     "spark-session": "Spark session: JVM started, SparkContext up",

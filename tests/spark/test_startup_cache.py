@@ -4,6 +4,7 @@ the JVM launched as the command begins (taken by its session, stopped when not).
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import subprocess
@@ -104,6 +105,33 @@ def test_no_archive_when_the_user_chooses_class_sharing_or_the_jdk_has_no_base_a
     assert class_archive.driver_java_options(bare_jdk, spark_home) == ""
 
 
+def test_a_jar_installed_again_gives_another_archive_key(tmp_path):
+    """A virtualenv made again at the same path has the same jars with new modification times, which
+    the JVM compares with its archive's (refusing it, silently): the key changes with them."""
+    java, home = check_java(), tmp_path / "pyspark"
+    (home / "jars").mkdir(parents=True)
+    jar = home / "jars" / "spark-core_2.13-4.0.0.jar"
+    jar.write_bytes(b"classes")
+    key = class_archive.archive_key(java, home)
+    assert class_archive.archive_key(java, home) == key
+    os.utime(jar, (time.time() - 60, time.time() - 60))  # the same bytes, installed again
+    assert class_archive.archive_key(java, home) != key
+
+
+def test_pyspark_without_metadata_is_keyed_by_its_version_file_not_imported(monkeypatch):
+    """A SPARK_HOME's python/ on PYTHONPATH has no installed metadata: the key reads its version.py
+    (the launch's thread must not import pyspark while the command does)."""
+    import pyspark
+
+    def no_metadata(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_metadata)
+    monkeypatch.delitem(sys.modules, "pyspark")
+    assert class_archive._pyspark_version() == pyspark.__version__
+    assert "pyspark" not in sys.modules
+
+
 def test_a_start_removes_archives_unused_for_a_week_unless_a_process_names_them(tmp_path, monkeypatch):
     """Another pyspark's archive unused for a week and a .part no JVM writes go; this key's archive, a
     recently used one, and a file a running JVM maps (named on its command line) stay."""
@@ -163,6 +191,7 @@ def test_the_session_takes_the_jvm_launched_as_the_command_began(tmp_path):
     result = subprocess.run(command, env=_env(tmp_path, "early"), capture_output=True, text=True, timeout=500)
     assert result.returncode == 0 and "caught up" in result.stderr, result.stderr[-3000:]
     assert "phase jvm-gateway" in result.stderr and "early JVM" in result.stderr, result.stderr[-3000:]
+    assert "phase jvm-warmed" in result.stderr, result.stderr[-3000:]  # every warm-up piece ran
 
 
 @pytest.mark.spark
@@ -198,6 +227,25 @@ def test_a_jvm_launched_before_the_command_set_a_variable_is_not_taken(tmp_path)
     (["run", "--help"], None), (["topics", "list"], None), (["--version"], None), ([], None)])
 def test_the_early_launch_asks_what_the_command_line_gives_the_session(args, request_):
     assert early_request(args) == request_
+
+
+RUNTIME_WHILE_THE_SESSION_STARTS = """
+from strom.cli.spark_session import spark_session_starting
+session = spark_session_starting("strom-imports", strom_format=False)
+from strom.spark.runtime import SparkStreams
+print(type(session.exception(timeout=60)).__name__, SparkStreams.__name__)
+"""
+
+
+def test_a_command_imports_the_runtime_while_its_session_starts():
+    """A fresh interpreter starts the session's thread and imports the runtime at once (``strom demo``
+    on a named cluster): neither import meets pyspark half imported by the other. Without Java the
+    session fails right after its imports, so no JVM is needed."""
+    environment = {key: value for key, value in os.environ.items() if key != "JAVA_HOME"}
+    result = subprocess.run([sys.executable, "-c", RUNTIME_WHILE_THE_SESSION_STARTS], capture_output=True,
+                            text=True, timeout=120, env={**environment, "PATH": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["JavaNotFoundError", "SparkStreams"]
 
 
 @pytest.mark.slow

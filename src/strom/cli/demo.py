@@ -221,9 +221,10 @@ def run_demo(connection: Connection, records: int, partitions: int, guarantee: s
     views, counts = f"demo-{run}-page-views", f"demo-{run}-views-per-page"
     connection.create_topics({views: partitions, counts: partitions})
     result = DemoResult(records_in=records, execution_mode=execution_mode)
+    from strom.spark.runtime import SparkStreams  # imported by spark_session_starting already
+
     console.print("Starting Spark (local) and the topology...")
     spark = session.result()
-    from strom.spark.runtime import SparkStreams  # only now: see spark_session_starting
     result.spark_s = time.monotonic() - session_started
     app = SparkStreams(page_view_counts(views, counts), {
         **connection.streams_config(), "application.id": f"strom-demo-{run}",

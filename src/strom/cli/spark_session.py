@@ -67,9 +67,14 @@ def spark_session_starting(app_name: str, master: str = "local[2]", config: Mapp
     does other work (its embedded broker); the future raises the session's failure. A daemon thread:
     a command failing meanwhile exits at once, and the JVM with it.
 
-    The caller imports pyspark's modules (``strom.spark.runtime``) only after the future's result, or
-    before this call: pyspark's package imports itself in a cycle, which a second thread importing it
-    at the same moment breaks (``cannot import name 'SQLContext' from partially initialized module``)."""
+    strom's modules that import pyspark (the session's and ``strom.spark.runtime``) are imported here,
+    before the thread starts, so that the thread and the command never import pyspark at once:
+    pyspark's package imports itself in a cycle, which a second thread importing it at the same moment
+    breaks (``cannot import name 'SQLContext' from partially initialized module``). The thread would
+    import them first anyway, while the JVM (launched as the command began) starts."""
+    import strom.spark.local_session
+    import strom.spark.runtime  # noqa: F401
+
     verbose = verbosity()  # the command's context is this thread's
     future: Future[Any] = Future()
 

@@ -7,11 +7,14 @@ archive when it exits (after strom's process, seconds of one core, once). The ne
 file under its final name and maps it.
 
 The archive is keyed to what made it: the Java runtime, pyspark's version and directory, and the
-driver's class path (the jars' names and sizes); a change of any gives another key, so another
-archive (the JVM also checks the version and class path itself and ignores an archive that does not
-match). Two starts at once are safe: each JVM writes its own ``.part`` file (none when another JVM
-is already writing the key's), and a finished one is renamed into place atomically (the first start
-to see it wins; the others are removed). Only a JVM that strom launches itself for a ``local``
+driver's class path (the jars' names, sizes and modification times); a change of any gives another
+key, so another archive. The JVM checks the same itself and ignores, silently, an archive whose jars
+differ: a key without the jars' times kept a reinstalled pyspark (a virtualenv made again at the same
+path) on an archive its JVM refused at every start, mapping nothing.
+
+Two starts at once are safe: each JVM writes its own ``.part`` file (none when another JVM is already
+writing the key's), and a finished one is renamed into place atomically (the first start to see it
+wins; the others are removed). Only a JVM that strom launches itself for a ``local``
 master, on Linux, gets these options: ``spark-submit`` and cluster drivers never do.
 
 Each start marks its key's archive used (its modification time); an archive of another key not used
@@ -24,8 +27,10 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import importlib.util
 import logging
 import os
+import re
 import sys
 import time
 import uuid
@@ -55,14 +60,16 @@ def cache_directory() -> Path:
 
 
 def archive_key(java: JavaRuntime, spark_home: Path, class_path: str = "") -> str:
-    """A digest of the Java runtime, pyspark's version and place, and the driver's class path."""
+    """A digest of the Java runtime, pyspark's version and place, and the driver's class path (each
+    jar's size and modification time, which the JVM compares with the archive's)."""
     digest = hashlib.sha256()
     jars = sorted((spark_home / "jars").glob("*.jar"))
     # the archive records the class path's jars by path: another install of the same pyspark (another
     # virtualenv) gets its own key, not an archive its JVM would refuse (and then share nothing at all)
     for part in (java.version, os.path.realpath(java.executable), _pyspark_version(),
                  os.path.realpath(spark_home), class_path,
-                 *(f"{jar.name}:{jar.stat().st_size}" for jar in jars)):
+                 *(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}" for jar in jars
+                   for stat in [jar.stat()])):
         digest.update(part.encode() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -99,13 +106,17 @@ def driver_java_options(java: JavaRuntime, spark_home: Path, class_path: str = "
 
 
 def _pyspark_version() -> str:
-    """pyspark's version, from its installed metadata where it has some (importing it takes a while)."""
+    """pyspark's version, from its installed metadata, else from its ``version.py`` read as text: never
+    imported here (it takes a while, and the early launch's thread must not import pyspark while the
+    command does: ``strom.cli.spark_session``)."""
     try:
         return importlib.metadata.version("pyspark")
     except importlib.metadata.PackageNotFoundError:  # a SPARK_HOME's python/ on PYTHONPATH
-        import pyspark
-
-        return pyspark.__version__
+        spec = importlib.util.find_spec("pyspark")
+        places = spec.submodule_search_locations if spec is not None else None
+        source = (Path(places[0]) / "version.py").read_text() if places else ""
+        found = re.search(r"""__version__(?:: *str)? *= *["']([^"']+)["']""", source)
+        return found.group(1) if found else "unknown"
 
 
 def prune(directory: Path, keep: str) -> list[Path]:

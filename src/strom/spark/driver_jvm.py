@@ -140,12 +140,16 @@ def launch(master: str, config: Mapping[str, str] | None = None, quiet: bool = T
            ui: bool = False) -> None:
     """Starts the local driver's JVM in a thread, for a session asking ``master``, ``config``,
     ``quiet`` and ``ui`` later; does nothing where an early launch does not apply (a master not
-    local, a user's ``PYSPARK_SUBMIT_ARGS``, a JVM launched already)."""
+    local, a user's ``PYSPARK_SUBMIT_ARGS``, a JVM launched already, no Spark home found)."""
     global _early
     if (_early is not None or not master.startswith("local") or "PYSPARK_SUBMIT_ARGS" in os.environ
             or "PYSPARK_GATEWAY_PORT" in os.environ):
         return
     request = _Request.of(master, ui, config, quiet)
+    try:
+        spark_home()  # where finding it imports pyspark, the command's thread does it, never the launch's
+    except (Exception, SystemExit):  # pyspark's search exits when it finds none: the session's launch says
+        return
     future: Future[_Launched | None] = Future()
     _early = (request, future)
     atexit.register(_stop_untaken)
@@ -238,7 +242,38 @@ def take(master: str, ui: bool, config: Mapping[str, str] | None,
     # marked now: logging is set up by the time a session asks (the command's, the application's)
     mark("jvm-launched", f"JVM process {launched.process.pid}", at_ns=launched.spawned_ns)
     mark("jvm-gateway", "early JVM's gateway listening", at_ns=launched.listening_ns)
-    return _connect(launched), launched.settings
+    gateway = _connect(launched)
+    threading.Thread(target=warm_up, args=(gateway.jvm,), name="strom-jvm-warm-up", daemon=True).start()
+    return gateway, launched.settings
+
+
+WARM_UP_DDL = "thread INT, tasks ARRAY<STRING>, records BIGINT"
+
+
+def warm_up(jvm: Any) -> None:
+    """Spark SQL's first session and first query spend seconds of one core on work that needs no
+    SparkContext: the built-in functions' registry, the SQL parser, the code generator's compiler
+    (Janino), Arrow's allocator, Scala's runtime reflection (Spark SQL's encoders). Called in a
+    thread of its own as the session creates its SparkContext (one JVM thread, loading Spark's core
+    classes), that work runs on another core and is done when the session and the first query ask
+    for it. Each piece is static and idempotent;
+    one that fails is only not warmed (the session meets any real failure itself)."""
+    pieces = {
+        "function registry": lambda: jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin(),
+        "SQL parser": lambda: jvm.org.apache.spark.sql.types.StructType.fromDDL(WARM_UP_DDL),
+        "code generator's compiler": lambda: jvm.org.codehaus.janino.ClassBodyEvaluator().cook(
+            "public int one() { return 1; }"),
+        "Arrow allocator": lambda: jvm.org.apache.spark.sql.util.ArrowUtils.rootAllocator(),
+        "Scala reflection": lambda: getattr(getattr(jvm.org.apache.spark.sql.catalyst, "ScalaReflection$"),
+                                            "MODULE$").universe(),
+    }
+    for name, piece in pieces.items():
+        try:
+            piece()
+        except Exception as error:  # a warm-up only: the session meets real failures itself
+            log.debug("JVM warm-up: %s failed: %s", name, error)
+            return
+    mark("jvm-warmed", ", ".join(pieces))
 
 
 def _connect(launched: _Launched) -> Any:
