@@ -11,8 +11,9 @@ import uuid
 import pytest
 
 from strom.kafka import clients
+from support.processes import STROM
 
-from .test_run import SPARK_CHATTER, STROM
+from .test_run import SPARK_CHATTER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -35,7 +36,7 @@ def _chatter(output: str) -> list[str]:
 
 
 def test_strom_demo_prints_no_spark_start_up_chatter():
-    result = subprocess.run([*STROM, "demo", "--records", "2000", "--timeout", "150"],
+    result = subprocess.run([STROM, "demo", "--records", "2000", "--timeout", "150"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "verification" in result.stdout and "OK" in result.stdout

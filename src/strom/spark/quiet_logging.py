@@ -18,12 +18,12 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["LOG4J2_PROPERTIES", "config_file", "driver_java_options", "filtered_stderr",
-           "jvm_stderr_filtered", "reconfigure", "task_kills_unlogged"]
+           "jvm_lines_to", "jvm_stderr_filtered", "reconfigure", "task_kills_unlogged"]
 
 LOG4J2_PROPERTIES = """\
 # strom's log4j2 configuration for Spark (strom.spark.quiet_logging): warnings and errors on stderr,
@@ -113,14 +113,43 @@ def jvm_stderr_filtered() -> Iterator[None]:
         os.close(saved)
 
 
+_diverted_to: list[Callable[[str], object]] = []
+"""Where the JVM's lines go instead of the terminal while a command shows a live line (the last one)."""
+
+
+@contextmanager
+def jvm_lines_to(write: Callable[[str], object]) -> Iterator[None]:
+    """While inside, the filtered JVM stderr's lines (Spark's log, its Python workers' output) go to
+    ``write``, e.g. the stand-in stderr of a live display that prints them above its line, instead of
+    straight onto the terminal, into that line."""
+    _diverted_to.append(write)
+    try:
+        yield
+    finally:
+        _diverted_to.remove(write)
+
+
 def _copy_lines(read_end: int, target: int) -> None:
     with os.fdopen(read_end, "rb") as pipe:
         for line in iter(pipe.readline, b""):
-            if not _JVM_NOTICE.match(line):
+            if not _JVM_NOTICE.match(line) and not _diverted(line):
                 try:
                     os.write(target, line)
                 except OSError:
                     return
+
+
+def _diverted(line: bytes) -> bool:
+    """Whether a diversion took the line (one that fails leaves it to the terminal: the JVM must never
+    block on a full pipe)."""
+    diversion = _diverted_to[-1:]
+    if not diversion:
+        return False
+    try:
+        diversion[0](line.decode(errors="replace"))
+    except Exception:  # a display that ended meanwhile: the terminal takes the line
+        return False
+    return True
 
 
 def reconfigure(spark_context: object) -> None:
