@@ -24,9 +24,9 @@ from strom.broker.log.records import build_batch
 from strom.cli.main import main
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
+from support.processes import STROM
 
 pytestmark = pytest.mark.broker
-STROM = str(Path(sys.executable).with_name("strom"))
 
 
 class BrokerProcess:

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from strom.cli.main import main
-
-STROM = str(Path(sys.executable).with_name("strom"))
+from support.processes import STROM
 
 
 def unique(prefix: str) -> str:

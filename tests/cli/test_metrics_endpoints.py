@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -17,6 +16,7 @@ from strom.kafka import clients
 from strom.prometheus import MetricsServer
 from strom.tasks import ProcessorsBuilder, SubscriptionBuilder
 from strom.tasks.prometheus import SubscriptionCollector
+from support.processes import STROM
 
 pytestmark = pytest.mark.broker
 
@@ -32,7 +32,7 @@ def _value(samples: list, suffix: str = "", **labels: str) -> float:
 
 
 def test_strom_broker_serves_request_topic_group_and_transaction_metrics(tmp_path):
-    process = subprocess.Popen([sys.executable, "-c", "from strom.cli.main import main; main()", "broker",
+    process = subprocess.Popen([STROM, "broker",
                                 "--data-dir", str(tmp_path), "--port", "0", "--metrics-port", "0"],
                                stderr=subprocess.PIPE, text=True)
     try:
@@ -78,7 +78,7 @@ def test_strom_broker_serves_request_topic_group_and_transaction_metrics(tmp_pat
 def test_strom_broker_on_a_taken_metrics_port_fails_before_making_its_data_directory(tmp_path):
     taken = MetricsServer([], 0)
     try:
-        result = subprocess.run([sys.executable, "-c", "from strom.cli.main import main; main()", "broker",
+        result = subprocess.run([STROM, "broker",
                                  "--data-dir", str(tmp_path / "data"), "--port", "0", "--metrics-port",
                                  str(taken.port)], capture_output=True, text=True, timeout=60)
     finally:

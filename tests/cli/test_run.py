@@ -21,8 +21,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from strom.kafka import clients
-from support.apache_kafka import free_port
-from support.word_count_app import APP, STROM, app_env, read_counts
+from support.processes import STROM, free_port
+from support.word_count_app import APP, app_env, read_counts
 
 LINES = ["a b c", "b c", "c", "a a"]
 EXPECTED = Counter(" ".join(LINES).split())
@@ -53,7 +53,7 @@ def _produce(bootstrap: str, topic: str) -> None:
 @pytest.mark.slow
 def test_run_starts_an_embedded_broker_and_sigterm_stops_cleanly(tmp_path):
     process = subprocess.Popen(
-        [*STROM, "run", str(APP), "--master", "local[*]", "--status-interval", "1"],
+        [STROM, "run", str(APP), "--master", "local[*]", "--status-interval", "1"],
         env=_env(tmp_path, "run-embedded"), stderr=subprocess.PIPE, text=True)
     output: list[str] = []
     try:
@@ -106,7 +106,7 @@ def test_a_failing_application_exits_non_zero_with_its_error(broker, tmp_path):
         f"    builder.stream({topic!r}, Consumed.with_(S, S)).map_values(explode).to('nowhere', "
         "Produced.with_(S, S))\n"
         f"    return builder.build(), {{'application.id': {topic!r}, 'state.dir': {str(tmp_path)!r}}}\n")
-    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", bootstrap,
+    result = subprocess.run([STROM, "run", str(app), "--bootstrap-servers", bootstrap,
                              "--master", "local[1]", "--status-interval", "60"],
                             capture_output=True, text=True, timeout=280)
     assert result.returncode == 2, result.stderr[-3000:]
@@ -124,10 +124,10 @@ def test_a_failing_application_exits_non_zero_with_its_error(broker, tmp_path):
 def test_an_app_that_returns_no_topology_fails_before_spark(tmp_path):
     app = tmp_path / "bad.py"
     app.write_text("def build():\n    return {'application.id': 'x'}\n")
-    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
+    result = subprocess.run([STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "must return (topology, props)" in result.stderr
-    missing = subprocess.run([*STROM, "run", "no_such_module:build"], capture_output=True, text=True,
+    missing = subprocess.run([STROM, "run", "no_such_module:build"], capture_output=True, text=True,
                              timeout=120)
     assert missing.returncode == 2 and "Cannot import 'no_such_module'" in missing.stderr
 
@@ -157,7 +157,7 @@ def test_a_bad_app_file_is_one_error_line_before_spark(tmp_path, kind):
     source, expected = BAD_APPS[kind]
     app = tmp_path / "app.py"
     app.write_text(source.format())
-    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
+    result = subprocess.run([STROM, "run", str(app), "--bootstrap-servers", "127.0.0.1:1"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -175,7 +175,7 @@ def test_a_bad_master_a_bad_runtime_key_and_no_broker_fail_before_spark(tmp_path
              (["--config", "execution.mode=batch"], "execution.mode"),
              (["--bootstrap-servers", "127.0.0.1:1"], "No broker reachable at 127.0.0.1:1")]
     for args, expected in cases:
-        result = subprocess.run([*STROM, "run", str(app), *args], capture_output=True, text=True, timeout=120)
+        result = subprocess.run([STROM, "run", str(app), *args], capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and expected in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and "Spark session" not in result.stderr
 
@@ -232,16 +232,54 @@ def _statuses(screen: str) -> list[str]:
     return [found.group(0).strip() for found in LIVE_STATUS.finditer(screen)]
 
 
+CHATTY_APP = """
+import logging, threading, time
+from strom.streams import Consumed, Grouped, Materialized, Produced, Serdes, StreamsBuilder
+S, L = Serdes.String(), Serdes.Long()
+log = logging.getLogger("chatty")
+
+def worker_log(line):  # on an executor's Python worker: its stderr reaches the terminal through Spark
+    log.warning("worker log line for %r", line)
+    return line
+
+def driver_log():  # the driver's logging (as strom's own warnings) while the status line is live
+    for n in range(1000):
+        time.sleep(0.5)
+        log.warning("driver log line %d", n)
+
+def build():
+    threading.Thread(target=driver_log, daemon=True).start()
+    builder = StreamsBuilder()
+    (builder.stream({lines!r}, Consumed.with_(S, S)).map_values(worker_log).flat_map_values(str.split)
+        .group_by(lambda key, word: word, Grouped.as_("words").with_key_serde(S).with_value_serde(S))
+        .count(materialized=Materialized.as_("counts")).to_stream().to({counts!r}, Produced.with_(S, L)))
+    return builder.build(), {{"application.id": {app_id!r}, "state.dir": {state!r},
+                              "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 500}}
+"""
+"""The word count app, logging from its driver and from its processor while `strom run` shows its status."""
+
+
+def _run_together(screen: str) -> list[str]:
+    """The screen's lines where a log line and the status line share one line."""
+    return [line for line in screen.splitlines()
+            if "RUNNING" in line and re.search(r"(driver|worker) log line", line)]
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.broker
 def test_on_a_terminal_the_status_line_is_live_and_ctrl_c_stops_cleanly(broker, tmp_path):
+    """The status line is redrawn in place; log lines printed meanwhile (the driver's, and a processor's
+    on a Python worker) go above it, never onto it."""
     bootstrap = broker.bootstrap_servers
     suffix = uuid.uuid4().hex[:8]
     app_id, lines, counts = f"tty-{suffix}", f"tty-lines-{suffix}", f"tty-counts-{suffix}"
     clients.create_topics(bootstrap, {lines: 2, counts: 2})
-    env = {**_env(tmp_path, app_id, lines=lines, counts=counts), "COLUMNS": "160", "TERM": "xterm-256color"}
-    terminal = Terminal([*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]"],
+    app = tmp_path / "chatty.py"
+    app.write_text(CHATTY_APP.format(app_id=app_id, state=str(tmp_path / "state"), lines=lines,
+                                     counts=counts))
+    env = {**os.environ, "COLUMNS": "160", "TERM": "xterm-256color"}
+    terminal = Terminal([STROM, "run", str(app), "--bootstrap-servers", bootstrap, "--master", "local[2]"],
                         env)
     try:
         assert terminal.read_until(lambda screen: _statuses(screen), 240), terminal.screen[-3000:]
@@ -255,6 +293,10 @@ def test_on_a_terminal_the_status_line_is_live_and_ctrl_c_stops_cleanly(broker, 
         assert len(set(statuses)) > 1, statuses  # the line changes as the application runs
         assert re.search(r"processed 0\b", statuses[0]) and "last commit" in statuses[-1]
         assert not re.search(r"^\d\d:\d\d:\d\d RUNNING", terminal.screen, re.M)  # no plain periodic lines
+        shown = terminal.screen[terminal.screen.index(statuses[0]):]  # from the first status line on
+        assert re.search(r"^\S.* WARNING chatty: driver log line \d+$", shown, re.M), shown[-3000:]
+        assert re.search(r"^worker log line for 'a b c'$", shown, re.M), shown[-3000:]
+        assert _run_together(terminal.screen) == [], terminal.screen[-3000:]
         terminal.ctrl_c()
         assert terminal.wait(120) == 0, terminal.screen[-3000:]
         assert "stopped" in terminal.screen
@@ -305,7 +347,7 @@ def test_on_failure_restart_recovers_from_one_error_and_counts_exactly(broker, t
     """The processor raises once mid-transaction (exactly_once_v2): the stream threads are replaced,
     resume from the committed offsets, and every word is counted once."""
     app, topic = _flaky_app(tmp_path, broker, "once", RAISE_ONCE)
-    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+    result = subprocess.run([STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
                              "--master", "local[2]", "--on-failure", "restart", "--until-caught-up"],
                             capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -375,7 +417,7 @@ def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_p
                             f"os.open({str(tmp_path / 'raised')!r}, os.O_CREAT | os.O_EXCL) >= 0")
     log = tmp_path / "stderr"
     with log.open("w") as stderr:
-        process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+        process = subprocess.Popen([STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
                                     "--master", "local[1]", "--on-failure", "restart",
                                     "--status-interval", "1"], stderr=stderr, text=True)
     try:
@@ -384,10 +426,10 @@ def test_on_failure_restart_replaces_the_threads_and_keeps_running(broker, tmp_p
         assert (tmp_path / "raised").exists()  # it did raise
         assert process.poll() is None, log.read_text()[-3000:]  # still running
         assert "replacement 1 of at most 3" in log.read_text()
-        described = subprocess.run([*STROM, "groups", "describe", topic, "-b", broker.bootstrap_servers],
+        described = subprocess.run([STROM, "groups", "describe", topic, "-b", broker.bootstrap_servers],
                                    capture_output=True, text=True, timeout=120)
         assert "running (strom application, 1 instance(s))" in described.stderr, described.stderr
-        reset = subprocess.run([*STROM, "streams", "reset", topic, "-b", broker.bootstrap_servers,
+        reset = subprocess.run([STROM, "streams", "reset", topic, "-b", broker.bootstrap_servers,
                                 "--state-dir", str(tmp_path / "elsewhere")], capture_output=True, text=True,
                                timeout=120)  # refused from any machine: a reset underneath would break it
         assert reset.returncode == 2 and f"error: Application {topic} is running: 1 instance(s) (strom " \
@@ -407,7 +449,7 @@ def test_on_failure_restart_ends_a_crash_loop_with_one_error_line(broker, tmp_pa
     """Replaced after 1, 2, 4 s, then one error line; the status line goes on during a back-off."""
     app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "True")
     started = time.monotonic()
-    result = subprocess.run([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+    result = subprocess.run([STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
                              "--master", "local[1]", "--on-failure", "restart", "--status-interval", "1"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 2, result.stderr[-3000:]
@@ -445,7 +487,7 @@ def test_runtime_keys_in_props_and_config_micro_batches_with_a_metrics_endpoint(
     app, topic = _shout_app(tmp_path, broker.bootstrap_servers, "False", '"execution.mode": "microbatch"')
     log = tmp_path / "stderr"
     with log.open("w") as stderr:
-        process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
+        process = subprocess.Popen([STROM, "run", str(app), "--bootstrap-servers", broker.bootstrap_servers,
                                     "--master", "local[1]", "--config", "metrics.prometheus.port=0",
                                     "--config", "realtime.batch.duration.ms=60000"], stderr=stderr, text=True)
     try:
@@ -481,7 +523,7 @@ def test_a_broker_that_stops_answering_leaves_the_lag_unknown_not_the_applicatio
     port = free_port()
     broker_log = tmp_path / "broker.log"
     with broker_log.open("w") as output:
-        broker = subprocess.Popen([*STROM, "broker", "--data-dir", str(tmp_path / "data"), "--port",
+        broker = subprocess.Popen([STROM, "broker", "--data-dir", str(tmp_path / "data"), "--port",
                                    str(port)], stdout=output, stderr=subprocess.STDOUT)
     log = tmp_path / "stderr"
     process = None
@@ -492,7 +534,7 @@ def test_a_broker_that_stops_answering_leaves_the_lag_unknown_not_the_applicatio
         bootstrap = f"127.0.0.1:{port}"
         app, topic = _shout_app(tmp_path, bootstrap, "False")
         with log.open("w") as stderr:
-            process = subprocess.Popen([*STROM, "run", str(app), "--bootstrap-servers", bootstrap, "--master",
+            process = subprocess.Popen([STROM, "run", str(app), "--bootstrap-servers", bootstrap, "--master",
                                         "local[1]", "--status-interval", "1"], stderr=stderr, text=True)
         assert read_values(bootstrap, f"{topic}-out", 3, 240) == ["A", "BOOM", "C"], log.read_text()[-3000:]
         before = len(log.read_text())
@@ -533,7 +575,7 @@ def test_run_on_an_apache_kafka_cluster_until_caught_up(kafka_cluster, tmp_path)
     clients.create_topics(bootstrap, {lines: 2, counts: 2})
     _produce(bootstrap, lines)
     result = subprocess.run(
-        [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]",
+        [STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]",
          "--until-caught-up", "--status-interval", "2"],
         env=_env(tmp_path, f"run-ak-{suffix}", lines=lines, counts=counts),
         capture_output=True, text=True, timeout=500)

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from strom.kafka import clients
+from support.processes import STROM
 
-from .test_run import EXPECTED, STATUS, STROM, _env, _produce, read_counts
+from .test_run import EXPECTED, STATUS, _env, _produce, read_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "word_count_app.py"
@@ -53,7 +54,7 @@ def test_strom_run_with_a_spark_master_url_runs_on_the_cluster(broker, cluster, 
     spark_conf = [arg for key, value in {**cluster.driver_conf(), **PYTHON}.items()
                   for arg in ("--spark-conf", f"{key}={value}")]
     result = subprocess.run(
-        [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", cluster.master_url,
+        [STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", cluster.master_url,
          *spark_conf, "--until-caught-up", "--status-interval", "2"],
         env={**cluster.env, **_env(tmp_path, app_id, lines=lines, counts=counts)},
         capture_output=True, text=True, timeout=240)

@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 import uuid
 
@@ -18,10 +17,10 @@ from confluent_kafka import TopicPartition
 from strom.cli.main import cli
 from strom.kafka import clients, offsets
 from strom.kafka.instances import ApplicationInstance
+from support.processes import STROM
 
 pytestmark = pytest.mark.broker
 BASE_MS = 1_700_000_000_000
-STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
 
 
 def _setup(broker, tmp_path):
@@ -147,7 +146,7 @@ def test_reset_on_the_apache_kafka_cluster(kafka_cluster, tmp_path):
 
 
 def _strom(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*STROM, *args, "--bootstrap-servers", bootstrap], capture_output=True, text=True,
+    return subprocess.run([STROM, *args, "--bootstrap-servers", bootstrap], capture_output=True, text=True,
                           timeout=60)
 
 
@@ -203,7 +202,7 @@ def test_a_time_without_a_zone_is_local_time_in_both_reset_commands(broker, tmp_
                 "groups reset-offsets": ["groups", "reset-offsets", app_id, "--topic", source, "--dry-run",
                                          "--output", "json", *when]}
     for name, args in commands.items():
-        done = subprocess.run([*STROM, *args, "--bootstrap-servers", bootstrap], capture_output=True,
+        done = subprocess.run([STROM, *args, "--bootstrap-servers", bootstrap], capture_output=True,
                               text=True, timeout=60, env=env)
         assert done.returncode == 0, done.stderr
         if name == "streams reset":

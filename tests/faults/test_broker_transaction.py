@@ -15,7 +15,6 @@ transaction began.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from confluent_kafka import KafkaException
 from strom.kafka import clients
 from support.hosts import Host, Network
 from support.kafka import read_topic, unique
+from support.processes import STROM
 
 from .topology import CLEANUP, Topology, settled_at
 
@@ -58,7 +58,7 @@ def strom_broker(topology: Topology, tmp_path_factory: pytest.TempPathFactory) -
     unless told."""
     host = topology.host("strom")
     data = tmp_path_factory.mktemp("strom-broker")
-    command = [shutil.which("strom") or str(Path(sys.executable).with_name("strom")), "broker",
+    command = [STROM, "broker",
                "--data-dir", str(data), "--host", host.address, "--port", "9092",
                "--allow-unauthenticated-network-access",
                *(f"--config={key}={value}" for key, value in CLEANUP.items())]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,8 +13,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from support.certificates import KEY_PASSWORD
+from support.processes import STROM
 
-STROM = str(Path(sys.executable).with_name("strom"))
 pytestmark = pytest.mark.slow  # each test starts `strom` processes
 
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import sys
 import traceback
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,12 +24,11 @@ from strom.kafka.transactional import TransactionalProducer
 from strom.kafka.wire import WireClient
 from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
 from strom.tasks.prometheus import SubscriptionCollector
-from support.apache_kafka import free_port
 from support.certificates import KEY_PASSWORD, Pki
 from support.kafka import unique, wait_for
+from support.processes import STROM, free_port
 from support.secured_clients import grant, sasl_settings, subscription_acls
 
-STROM = str(Path(sys.executable).with_name("strom"))
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DEBUG_CLIENT = {"debug": "security,broker,protocol,conf,generic"}  # librdkafka's own debug log
 

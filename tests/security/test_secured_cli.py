@@ -5,7 +5,6 @@ ACL and a refused login end in one error line naming the principal, the resource
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +14,9 @@ from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceT
 
 from security.conftest import PASSWORDS, sasl, start_secured
 from strom.broker import EmbeddedBroker
+from support.processes import STROM
 from support.secured_clients import acl, grant
 
-STROM = str(Path(sys.executable).with_name("strom"))
 pytestmark = pytest.mark.slow
 
 

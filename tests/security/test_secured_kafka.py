@@ -19,11 +19,9 @@ allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +37,7 @@ from strom.kafka.transactional import TransactionalProducer
 from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
 from support.apache_kafka import KafkaCluster, KafkaSecurity
 from support.kafka import read_partition, unique, wait_for
+from support.processes import STROM
 from support.secured_clients import (
     GROUP,
     OP,
@@ -56,7 +55,6 @@ from support.secured_clients import (
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
-STROM = str(Path(sys.executable).with_name("strom"))
 REFUSED_WITHIN_S = 30  # one answer of the broker, not a retry loop until some timeout
 
 

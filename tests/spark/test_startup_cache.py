@@ -21,7 +21,8 @@ from strom.cli.spark_session import early_request
 from strom.kafka import clients
 from strom.spark import class_archive
 from strom.spark.preflight import JavaRuntime, check_java
-from support.word_count_app import APP, STROM, app_env, read_counts
+from support.processes import STROM
+from support.word_count_app import APP, app_env, read_counts
 
 
 def _env(tmp_path: Path, name: str, **variables: str) -> dict[str, str]:
@@ -30,7 +31,7 @@ def _env(tmp_path: Path, name: str, **variables: str) -> dict[str, str]:
 
 def _until_caught_up(tmp_path: Path, name: str, cache: Path, *options: str) -> subprocess.Popen:
     """`strom run` of the word count on its own embedded broker (no input: caught up at once)."""
-    command = [*STROM, "run", str(APP), "--master", "local[2]", "--until-caught-up", *options]
+    command = [STROM, "run", str(APP), "--master", "local[2]", "--until-caught-up", *options]
     return subprocess.Popen(command, env={**_env(tmp_path, name), "XDG_CACHE_HOME": str(cache)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
@@ -186,7 +187,7 @@ def _drivers(processes: dict[int, str]) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_session_takes_the_jvm_launched_as_the_command_began(tmp_path):
-    command = [*STROM, "-vv", "run", str(APP), "--master", "local[2]", "--until-caught-up",
+    command = [STROM, "-vv", "run", str(APP), "--master", "local[2]", "--until-caught-up",
                "--spark-conf", "spark.sql.shuffle.partitions=3"]
     result = subprocess.run(command, env=_env(tmp_path, "early"), capture_output=True, text=True, timeout=500)
     assert result.returncode == 0 and "caught up" in result.stderr, result.stderr[-3000:]
@@ -255,7 +256,7 @@ def test_a_command_failing_before_its_session_leaves_no_jvm(tmp_path):
     mark = uuid.uuid4().hex
     app = tmp_path / "app.py"
     app.write_text("import time\ndef build():\n    time.sleep(3)\n    raise ValueError('no')\n")
-    result = subprocess.run([*STROM, "run", str(app)], env={**os.environ, "STROM_TEST_MARK": mark},
+    result = subprocess.run([STROM, "run", str(app)], env={**os.environ, "STROM_TEST_MARK": mark},
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert _drivers(_marked(mark)) == []
@@ -268,7 +269,7 @@ def test_a_command_failing_before_its_session_leaves_no_jvm(tmp_path):
 def _driver(tmp_path: Path, app_id: str, bootstrap: str, topics: dict[str, str],
             *options: str) -> subprocess.Popen:
     """`strom run` in its own process group (a kill of the group is the driver machine's crash)."""
-    command = [*STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]", *options]
+    command = [STROM, "run", str(APP), "--bootstrap-servers", bootstrap, "--master", "local[2]", *options]
     return subprocess.Popen(command, env=_env(tmp_path, app_id, **topics), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 

@@ -56,6 +56,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from strom.kafka import clients
+from support.processes import free_port
 
 if TYPE_CHECKING:
     from support.hosts import Host
@@ -160,12 +161,6 @@ class KafkaSecurity:
 
 class KafkaSetupError(RuntimeError):
     """Apache Kafka cannot run here (no Java, jars not fetched); the message says what to do."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def java_hashcode(text: str) -> int:

@@ -43,7 +43,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -56,18 +55,13 @@ from typing import TYPE_CHECKING
 import pyspark
 
 from strom.spark.runtime.executor import STATE_DIR_VARIABLE
+from support.processes import free_port
 
 if TYPE_CHECKING:
     from support.hosts import Host
 
 SPARK_HOME = Path(pyspark.__file__).parent
 _START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class SparkCluster:

@@ -4,7 +4,6 @@ state directory, topics) and the last count per word its output holds."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from strom.kafka import clients
 from strom.streams import Serdes
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "word_count_app.py"
-STROM = [sys.executable, "-c", "from strom.cli.main import main; main()"]
 LONG = Serdes.Long().deserializer()
 
 

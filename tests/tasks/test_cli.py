@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,10 @@ from click.testing import CliRunner
 from strom.cli.tasks import tasks
 from strom.errors import ConfigError
 from support.kafka import committed_offsets, create_topic, end_offsets, produce, unique, wait_for
+from support.processes import STROM
 
 pytestmark = pytest.mark.broker
 
-STROM = str(Path(sys.executable).with_name("strom"))
 
 
 def test_tasks_run_processes_and_stops_gracefully_on_ctrl_c(broker, tmp_path) -> None:

@@ -336,8 +336,10 @@ def _caught_up(streams: Any, timeout: float, console: Console) -> bool:
 
 @contextmanager
 def _logging_above(live: Live | None) -> Iterator[None]:
-    """While the status line is live, log lines go through rich's stand-in for stderr, which prints them
-    above the line instead of into it."""
+    """While the status line is live, log lines (the driver's, and Spark's JVM's with its Python workers'
+    output) go through rich's stand-in for stderr, which prints them above the line instead of into it."""
+    from strom.spark import quiet_logging
+
     original = getattr(sys.stderr, "rich_proxied_file", None)  # set while the Live redirects stderr
     if live is None or original is None:
         yield
@@ -346,7 +348,8 @@ def _logging_above(live: Live | None) -> Iterator[None]:
                 if isinstance(h, logging.StreamHandler) and h.stream is original]
     previous = [(handler, handler.setStream(sys.stderr)) for handler in handlers]
     try:
-        yield
+        with quiet_logging.jvm_lines_to(sys.stderr.write):
+            yield
     finally:
         for handler, stream in previous:
             handler.setStream(stream)

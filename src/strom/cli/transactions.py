@@ -230,7 +230,7 @@ _PRODUCER_COLUMNS = ["topic", "partition", "producer id", "producer epoch", "las
 
 @transactions.command("describe-producers")
 @connection_options
-@click.option("--topic", required=True)
+@click.option("--topic", required=True, help="Topic whose partitions' producers are listed.")
 @click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
               help="Only this partition; repeatable (default: every partition).")
 @output_option
@@ -248,7 +248,7 @@ def _print_producers(rows: list[dict], output: str) -> None:
 
 @transactions.command("find-hanging")
 @connection_options
-@click.option("--topic", required=True)
+@click.option("--topic", required=True, help="Topic whose partitions are searched.")
 @click.option("-p", "--partition", "partitions", type=click.IntRange(min=0), multiple=True,
               help="Only this partition; repeatable (default: every partition).")
 @click.option("--max-transaction-timeout", type=click.IntRange(min=0), default=15, show_default=True,

@@ -18,12 +18,12 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["LOG4J2_PROPERTIES", "config_file", "driver_java_options", "filtered_stderr",
-           "jvm_stderr_filtered", "reconfigure", "task_kills_unlogged"]
+           "jvm_lines_to", "jvm_stderr_filtered", "reconfigure", "unlog_strom_task_kills"]
 
 LOG4J2_PROPERTIES = """\
 # strom's log4j2 configuration for Spark (strom.spark.quiet_logging): warnings and errors on stderr,
@@ -113,14 +113,43 @@ def jvm_stderr_filtered() -> Iterator[None]:
         os.close(saved)
 
 
+_diverted_to: list[Callable[[str], object]] = []
+"""Where the JVM's lines go instead of the terminal while a command shows a live line (the last one)."""
+
+
+@contextmanager
+def jvm_lines_to(write: Callable[[str], object]) -> Iterator[None]:
+    """While inside, the filtered JVM stderr's lines (Spark's log, its Python workers' output) go to
+    ``write``, e.g. the stand-in stderr of a live display that prints them above its line, instead of
+    straight onto the terminal, into that line."""
+    _diverted_to.append(write)
+    try:
+        yield
+    finally:
+        _diverted_to.remove(write)
+
+
 def _copy_lines(read_end: int, target: int) -> None:
     with os.fdopen(read_end, "rb") as pipe:
         for line in iter(pipe.readline, b""):
-            if not _JVM_NOTICE.match(line):
+            if not _JVM_NOTICE.match(line) and not _diverted(line):
                 try:
                     os.write(target, line)
                 except OSError:
                     return
+
+
+def _diverted(line: bytes) -> bool:
+    """Whether a diversion took the line (one that fails leaves it to the terminal: the JVM must never
+    block on a full pipe)."""
+    diversion = _diverted_to[-1:]
+    if not diversion:
+        return False
+    try:
+        diversion[0](line.decode(errors="replace"))
+    except Exception:  # a display that ended meanwhile: the terminal takes the line
+        return False
+    return True
 
 
 def reconfigure(spark_context: object) -> None:
@@ -135,18 +164,28 @@ def reconfigure(spark_context: object) -> None:
 
 
 TASK_SET_MANAGER = "org.apache.spark.scheduler.TaskSetManager"
+STROM_TASK_KILLS = (r"(?s)Lost task .*TaskKilled \(Stage cancelled: .*job group "
+                    r"strom-.*-[0-9a-f]{32}-[0-9]+\b.*")
+"""Spark's account of a task of a real-time job strom cancelled (its job groups are
+``strom-<application.id>-<run id>-<batch>``): a stream thread that did not stop in time, or retries of
+lost ones."""
 
 
-@contextmanager
-def task_kills_unlogged(spark_context: object) -> Iterator[None]:
-    """While strom stops its own job, Spark's task set manager logs errors only: its ``WARN Lost task
-    ... TaskKilled`` lines say what strom asked for, also in a session whose logging is the user's
-    (strom's configuration drops them already); the logger's level is put back afterwards."""
+def unlog_strom_task_kills(spark_context: object) -> None:
+    """Spark's task set manager logs no ``WARN Lost task ... TaskKilled`` for the tasks strom kills, also
+    in a session whose logging is the user's (strom's configuration drops them already). A filter, not a
+    level around the stop: Spark reports a kill when the executor has ended the task, after the job."""
     jvm = spark_context._jvm  # type: ignore[attr-defined]
-    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-    previous = jvm.org.apache.logging.log4j.LogManager.getLogger(TASK_SET_MANAGER).getLevel()
-    configurator.setLevel(TASK_SET_MANAGER, jvm.org.apache.logging.log4j.Level.ERROR)
-    try:
-        yield
-    finally:
-        configurator.setLevel(TASK_SET_MANAGER, previous)
+    core = jvm.org.apache.logging.log4j.core
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    config = context.getConfiguration()
+    logger = config.getLoggerConfig(TASK_SET_MANAGER)
+    if logger.getName() != TASK_SET_MANAGER:
+        logger = core.config.LoggerConfig(TASK_SET_MANAGER, None, True)  # the level stays its parent's
+        config.addLogger(TASK_SET_MANAGER, logger)
+    if STROM_TASK_KILLS in str(logger.getFilter()):  # once per configuration
+        return
+    result = getattr(core, "Filter$Result")
+    logger.addFilter(core.filter.RegexFilter.createFilter(STROM_TASK_KILLS, None, False, result.DENY,
+                                                          result.NEUTRAL))
+    context.updateLoggers()

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from strom.cli.demo import DemoResult
 from strom.cli.main import cli
+from support.processes import STROM
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-STROM = str(Path(sys.executable).with_name("strom"))
 
 
 FIGURES = ("start-up: Spark session", "start-up: application start to first record committed",

@@ -9,10 +9,8 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -31,6 +29,7 @@ from strom.streams import (
     WindowKeyQuery,
     WindowRangeQuery,
 )
+from support.processes import STROM
 
 from .conftest import produce_lines, wait_for
 from .test_interactive_queries import BASE_MS, Expected, _lines, _produce, counting
@@ -161,7 +160,7 @@ def _assert_http_and_cli(app: SparkStreams, app_id: str, state_dir, expected: Ex
     assert sorted(p for endpoint in body["endpoints"] for p in endpoint["active"]) == [0, 1]
 
     def strom_query(key: str) -> subprocess.CompletedProcess:
-        command = [str(Path(sys.executable).with_name("strom")), "streams", "query", app_id, "counts", key,
+        command = [STROM, "streams", "query", app_id, "counts", key,
                    "--state-dir", str(state_dir)]
         return subprocess.run(command, capture_output=True, text=True, timeout=120)
 

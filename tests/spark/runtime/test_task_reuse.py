@@ -15,7 +15,7 @@ from strom.spark.runtime.open_task import OpenTask
 from strom.spark.runtime.parked import PARKED, ParkedTasks
 from strom.streams.config import StreamsConfig
 from strom.streams.processor.records import TaskId
-from support.apache_kafka import free_port
+from support.processes import free_port
 
 from .conftest import read_updates
 from .task_batches import counting_app, run_batch

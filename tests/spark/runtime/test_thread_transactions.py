@@ -10,12 +10,10 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
@@ -24,6 +22,7 @@ from strom.kafka import clients
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
 from strom.spark.runtime.thread import transactional_id
 from strom.streams import Consumed, Materialized, Produced, StreamsBuilder
+from support.processes import STROM
 
 from .cluster_wordcount import assert_counted_once, caught_up
 from .conftest import produce_lines, read_updates, wait_for
@@ -53,8 +52,7 @@ def _caught_up(bootstrap: str, app_id: str, partitions: list[tuple[str, int]]) -
 
 def _transactions(bootstrap: str) -> dict[str, str]:
     """transactional.id -> state, as `strom transactions list` shows the broker's coordinator."""
-    strom = Path(sys.executable).with_name("strom")
-    listed = subprocess.run([str(strom), "transactions", "list", "-b", bootstrap, "--output", "json"],
+    listed = subprocess.run([STROM, "transactions", "list", "-b", bootstrap, "--output", "json"],
                             check=True, capture_output=True, timeout=60).stdout
     return {row["transactional.id"]: row["state"] for row in json.loads(listed)}
 

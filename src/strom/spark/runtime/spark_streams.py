@@ -295,6 +295,7 @@ class SparkStreams:
 
             self._spark = strom.spark.session(app_name=f"strom-{self.config.application_id}",
                                               strom_format=False)
+        quiet_logging.unlog_strom_task_kills(self._spark.sparkContext)
         self._app_dir.mkdir(parents=True, exist_ok=True)
         self._run_id = uuid.uuid4().hex
         if self.realtime:
@@ -608,8 +609,7 @@ class SparkStreams:
         self._set_state(State.PENDING_SHUTDOWN)
         with self._failure_lock:  # a replacement waiting out its back-off never starts
             self._replacing_at = None
-        with quiet_logging.task_kills_unlogged(self._spark.sparkContext):
-            execution.stop()
+        execution.stop()
         self._execution = None
         self._release_open_tasks()
         if self._instance is not None:
