@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from confluent_kafka import KafkaException
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
 from strom.spark.runtime.thread import transactional_id
+from strom.spark.startup import WORKER_LOG_LEVEL_VARIABLE
 from strom.streams import Consumed, Materialized, Produced, StreamsBuilder
 
 from .cluster_wordcount import assert_counted_once, caught_up
@@ -186,3 +188,45 @@ def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark
     finally:
         app.stop()
     _assert_counted_exactly(broker, names["sink"])
+
+
+def _thread_attempts(worker_log: str) -> dict[int, set[str]]:
+    """Per Python worker (pid) that ran a thread of batch 1: the phases it marked (``strom.spark.startup``:
+    "thread-started" before ``init_transactions``, "assigned" after it and the driver's answer)."""
+    started = set(re.findall(r"phase thread-started at \S+ pid (\d+) thread 0 batch 1 ", worker_log))
+    phases: dict[int, set[str]] = {int(pid): {"thread-started"} for pid in started}
+    for pid in re.findall(r"phase assigned at \S+ pid (\d+) thread 0 ", worker_log):
+        if int(pid) in phases:
+            phases[int(pid)].add("assigned")
+    return phases
+
+
+def test_a_spark_task_retried_after_its_worker_died_fences_the_first_attempt(broker, topics, tmp_path):
+    """A real Spark task retry (``local[2,2]``, in a process of its own): the stream thread's Python worker
+    exits mid-transaction, outside strom's handlers, after counts of that transaction reached the broker.
+    Spark runs the thread's task again in another worker; its ``init_transactions`` on the slot's id fences
+    the dead attempt's producer and aborts its open transaction before it says hello (the driver, which saw
+    the thread's connection end, then ends the batch: the next batch reopens the tasks). Every count is
+    exact read_committed, no update written twice: the dead attempt's counts are never visible."""
+    names = topics(source=2, sink=1)
+    records = [*FLAKY_RECORDS[:-1], ("crash-key", "crash"), *FLAKY_RECORDS[:20]]
+    produce_lines(broker.bootstrap_servers, names["source"], records)
+    crashed = tmp_path / "crashed"
+    script = Path(__file__).with_name("retried_thread.py")
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, str(script), broker.bootstrap_servers, names["source"],
+                          names["sink"], str(tmp_path / "state"), str(crashed)],
+                         capture_output=True, text=True, timeout=400,
+                         env={**os.environ, WORKER_LOG_LEVEL_VARIABLE: "DEBUG"})
+    took = time.monotonic() - started
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert crashed.exists(), "the worker never died"
+    attempts = _thread_attempts(run.stderr)
+    assert len(attempts) == 2, f"batch 1's thread ran in {attempts}: no retry of its Spark task"
+    assert all("assigned" in phases for phases in attempts.values()), attempts  # the retry fenced, said hello
+    updates = read_updates(broker.bootstrap_servers, names["sink"], timeout=30)
+    expected = Counter(key for key, _ in records)
+    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
+    for key, counts in updates.items():
+        assert counts == list(range(1, expected[key] + 1)), f"{key}: {counts}"
+    print(f"retried attempt: the application caught up {took:.1f} s after its start")

@@ -448,10 +448,16 @@ class StreamThread:
                     mark("first-poll", f"thread {self.index}")
                     first_messages = False
                 self._route(messages)
+            # caught up with its input (the poll drained the consumer's queue), a thread sends what its
+            # tasks' caches hold at once: the produce requests (one per partition in librdkafka, at most
+            # 5 in flight) go out while it waits for records, not all in its next commit
+            send_now = len(messages) < MAX_POLL_RECORDS
             for running in self.tasks.values():
                 started = time.monotonic()
                 if running.open.task.buffered:
                     running.summary.records += running.open.task.process_all()
+                    if send_now:
+                        running.open.task.prepare_commit()
                 running.open.task.maybe_punctuate_system_time()
                 running.process_s += time.monotonic() - started
             if ending or time.monotonic() >= next_commit or self._commit_requested():
