@@ -84,6 +84,11 @@ class StandbyTask(LeasedTask):
     def _inputs(self) -> set[tuple[str, int]]:
         return {(tp.topic, tp.partition) for tp in self.task.partition_group.queues}
 
+    def read_committed(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The group's committed offsets of ``partitions`` (any standbys' of the application), read with
+        this standby's consumer: one request for all of a thread's standbys (``update_all``)."""
+        return committed_offsets(self._consumer, self._config.application_id, partitions, TIMEOUT_S)
+
     def update(self, committed: Mapping[tuple[str, int], int]) -> int:
         """Applies what the changelogs gained since the last update; returns the records applied.
 
@@ -110,7 +115,6 @@ def update_all(standbys: Sequence[StandbyTask]) -> None:
     if not standbys:
         return
     partitions = set().union(*(standby.committed_partitions() for standby in standbys))
-    first = standbys[0]
-    committed = committed_offsets(first._consumer, first._config.application_id, partitions, TIMEOUT_S)
+    committed = standbys[0].read_committed(partitions)
     for standby in standbys:
         standby.update(committed)
