@@ -53,8 +53,8 @@ from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartiti
 from strom.streams.processor.topology import Topology
 
 __all__ = [
-    "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread", "StreamThreadRunner",
-    "ThreadPlan", "transactional_id",
+    "IN_FLIGHT", "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread",
+    "StreamThreadRunner", "ThreadPlan", "transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.01
 """Longest wait for records: the pace of wall-clock punctuation and of noticing a stop."""
 MAX_POLL_RECORDS = 5_000
+IN_FLIGHT = 5
+"""Produce requests a transactional librdkafka producer keeps in flight per connection (its maximum with
+idempotence); it sends one per partition (librdkafka issue 1700)."""
 # A thread waits on records, not on the broker: return fetches at once when nothing is there (the
 # loop polls again) and refill librdkafka's queue without its default one-second back-off.
 LOW_LATENCY_FETCH = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "enable.partition.eof": True}
@@ -151,6 +154,8 @@ class StreamThread:
         self.producer: Producer | None = None
         """The thread's producer, shared by its tasks."""
         self._reusable: set[str] = set()
+        self._wide = False
+        """The last commit wrote to more partitions than one round of produce requests covers."""
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
@@ -448,10 +453,11 @@ class StreamThread:
                     mark("first-poll", f"thread {self.index}")
                     first_messages = False
                 self._route(messages)
-            # caught up with its input (the poll drained the consumer's queue), a thread sends what its
-            # tasks' caches hold at once: the produce requests (one per partition in librdkafka, at most
-            # 5 in flight) go out while it waits for records, not all in its next commit
-            send_now = len(messages) < MAX_POLL_RECORDS
+            # caught up with its input (the poll drained the consumer's queue), a thread whose transactions
+            # write to many partitions sends what its tasks' caches hold at once: librdkafka's produce
+            # requests (one per partition, IN_FLIGHT at a time) then go out while it waits for records,
+            # instead of a commit waiting for round after round of them
+            send_now = self._wide and len(messages) < MAX_POLL_RECORDS
             for running in self.tasks.values():
                 started = time.monotonic()
                 if running.open.task.buffered:
@@ -544,9 +550,17 @@ class StreamThread:
             running.open.task.post_commit()
             running.open.positions.update(task_offsets)
             running.committed()
+        self._note_width()
         share = (time.monotonic() - started) / len(due)
         for running in due:
             running.commit_s += share
+
+    def _note_width(self) -> None:
+        """Whether the transaction just committed wrote to more partitions than ``IN_FLIGHT``."""
+        sinks = [running.open.sink for running in self.tasks.values()]
+        self._wide = len(set().union(*(sink.written for sink in sinks))) > IN_FLIGHT
+        for sink in sinks:
+            sink.written.clear()
 
     def _commit_offsets(self, consumer: Consumer, offsets: list[KafkaTopicPartition]) -> None:
         """At least once: the offsets committed once the outputs are acknowledged."""
