@@ -9,7 +9,10 @@ records and input offsets (``transactional.id`` ``<application.id>-stream-thread
 thread fences the previous holder of its slot with ``init_transactions`` before it says hello, and
 the driver fences the slots of threads that did not come; docs/runtime.md, "What fences what"); then
 the stores apply the writes. A failure aborts that transaction, so every task of the thread goes back
-to its last commit. WALL_CLOCK_TIME punctuations fire on time between polls, with or without records.
+to its last commit. A thread whose transactions write to many partitions sends its caches whenever it
+has caught up with its input, so that its commits do not wait for librdkafka's produce requests one
+round after another (``IN_FLIGHT``). WALL_CLOCK_TIME punctuations fire on time between polls, with or
+without records.
 
 At the end of the batch the tasks stay open in this Python worker (``PARKED``): when the next
 batch's thread starts here, the driver gives it the same tasks back (their stores stay open).
