@@ -1,7 +1,7 @@
 """exactly_once_v2 in real-time mode is one transaction per stream thread (issue 38), on local Spark and
 the strom broker: as many transactional ids as threads, however many tasks; a task raising inside a
-thread takes every task of that thread back to its last commit; a Spark task retried while its first
-attempt still runs fences that attempt (docs/runtime.md, "What fences what").
+thread takes every task of that thread back to its last commit; a Spark task retried after its first
+attempt's worker died mid-transaction fences that attempt (docs/runtime.md, "What fences what").
 """
 
 from __future__ import annotations
