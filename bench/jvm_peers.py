@@ -3,7 +3,7 @@
     python bench/jvm_peers.py [--broker kafka|strom]
                               [--contestants kafka-streams,spark-ss,spark-rt,strom,plain] [--records 200000]
                               [--keys 10000] [--partitions 4] [--rate 2000] [--seconds 30]
-                              [--half-rate] [--quick]
+                              [--half-rate] [--quick] [--baseline DIR]
 
 Needs `make kafka bench-jvm` (Apache Kafka's jars, the Kafka Streams contestant compiled, Spark's Kafka
 connector); `--quick` is 50,000 records and 10 s of latency, a few minutes in all.
@@ -31,6 +31,10 @@ tree is measured: the JVM and Spark's Python workers included):
   strom          SparkStreams with execution.mode=realtime (bench/pipeline.py's topology), exactly_once_v2,
                  commit.interval.ms=100, its own Spark session (local[2]).
   plain          bench/pipeline.py's plain confluent-kafka transactional consume-count-produce loop.
+  baseline       with ``--baseline DIR``: the strom contestant run from another source tree (``DIR/src``
+                 first on its PYTHONPATH, so its driver and Spark's Python workers import that strom),
+                 right before strom: a change measured against the code before it in one invocation
+                 (``git worktree add DIR main``, or ``git archive main src | tar -x -C DIR``).
 
 Figures per contestant:
   rate        phase A: records / (last commit - first record parsed). The first record parsed writes the
@@ -189,8 +193,13 @@ class Contestant:
     def command(self, bootstrap: str, topics: Topics, mark: str) -> list[str]:
         raise NotImplementedError
 
+    source: str | None = None
+    """Another strom source tree to import (``--baseline``); None: the installed strom."""
+
     def start(self, bootstrap: str, topics: Topics, mark: str) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])}
+        first = [os.path.join(self.source, "src")] if self.source else []
+        env = {**os.environ,
+               "PYTHONPATH": os.pathsep.join([*first, str(BENCH), os.environ.get("PYTHONPATH", "")])}
         self.started = time.time()
         with open(self.stderr_path, "w") as stderr:
             self.process = subprocess.Popen(self.command(bootstrap, topics, mark), stdout=stderr,
@@ -247,14 +256,29 @@ class KafkaStreamsContestant(Contestant):
 
 
 class PythonChild(Contestant):
+    child = ""
+    """The ``child`` command it runs (its name unless set)."""
+
     def command(self, bootstrap: str, topics: Topics, mark: str) -> list[str]:
-        return [sys.executable, str(Path(__file__).resolve()), "child", self.name, "--bootstrap", bootstrap,
+        return [sys.executable, str(Path(__file__).resolve()), "child", self.child or self.name,
+                "--bootstrap", bootstrap,
                 "--group", self.group, "--source", topics.source, "--sink", topics.sink,
                 "--partitions", str(topics.partitions), "--mark", mark, "--workdir", self.workdir]
 
 
 class StromContestant(PythonChild):
     name, label = "strom", "strom real-time (SparkStreams)"
+
+
+class BaselineContestant(StromContestant):
+    """strom from ``--baseline DIR``; its child is strom's (``child strom``)."""
+
+    name, label = "baseline", "strom real-time, --baseline tree"
+    child = "strom"
+
+    def __init__(self, workdir: str, args: argparse.Namespace) -> None:
+        super().__init__(workdir, args)
+        self.source = args.baseline
 
 
 class PlainContestant(PythonChild):
@@ -302,7 +326,8 @@ def committed_spark_offsets(checkpoint: Path, topic: str) -> dict[int, int]:
 
 CLASSES: dict[str, type[Contestant]] = {
     "kafka-streams": KafkaStreamsContestant, "spark-ss": SparkContestant,
-    "spark-rt": SparkRealTimeContestant, "strom": StromContestant, "plain": PlainContestant}
+    "spark-rt": SparkRealTimeContestant, "strom": StromContestant, "plain": PlainContestant,
+    "baseline": BaselineContestant}
 
 
 # --- where strom's stream threads spend their time (--profile) -----------------------------------
@@ -743,7 +768,8 @@ def ratios(rows: list[Figures], args: argparse.Namespace) -> str:
         return f"rate {strom.records_per_s / other.records_per_s:.2f}x p99 {p99_ratio}"
 
     return (f"strom/plain: {ratio('plain')}; strom/spark-rt: {ratio('spark-rt')}\n"
-            f"strom/kafka-streams: {ratio('kafka-streams')}; strom/spark-ss: {ratio('spark-ss')}")
+            f"strom/kafka-streams: {ratio('kafka-streams')}; strom/spark-ss: {ratio('spark-ss')}\n"
+            f"strom/baseline: {ratio('baseline')}")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -763,6 +789,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true",
                         help="py-spy (pip install py-spy) over strom's process tree in phase A: where its "
                              "stream threads spend their time")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also run the strom contestant from the source tree DIR (its src/), right "
+                             "before strom: before and after a change in one invocation")
     parser.add_argument("--quick", action="store_true",
                         help="50,000 records and 10 s of latency unless --records or --seconds say otherwise")
     args = parser.parse_args(argv)
@@ -772,6 +801,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     unknown = set(args.names) - set(CONTESTANTS)
     if unknown:
         parser.error(f"unknown contestant {', '.join(sorted(unknown))}; choose from {', '.join(CONTESTANTS)}")
+    if args.baseline:
+        if not (Path(args.baseline) / "src" / "strom").is_dir():
+            parser.error(f"--baseline {args.baseline}: no strom source tree there (src/strom)")
+        args.names.insert(args.names.index("strom") if "strom" in args.names else len(args.names), "baseline")
     return args
 
 

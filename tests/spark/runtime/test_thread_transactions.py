@@ -1,7 +1,7 @@
 """exactly_once_v2 in real-time mode is one transaction per stream thread (issue 38), on local Spark and
 the strom broker: as many transactional ids as threads, however many tasks; a task raising inside a
-thread takes every task of that thread back to its last commit; a Spark task retried while its first
-attempt still runs fences that attempt (docs/runtime.md, "What fences what").
+thread takes every task of that thread back to its last commit; a Spark task retried after its first
+attempt's worker died mid-transaction fences that attempt (docs/runtime.md, "What fences what").
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import time
 import uuid
@@ -20,7 +21,8 @@ from confluent_kafka import KafkaException
 
 from strom.kafka import clients
 from strom.spark.runtime import SparkStreams, StreamThreadExceptionResponse
-from strom.spark.runtime.thread import transactional_id
+from strom.spark.runtime.thread import IN_FLIGHT, transactional_id
+from strom.spark.startup import WORKER_LOG_LEVEL_VARIABLE
 from strom.streams import Consumed, Materialized, Produced, StreamsBuilder
 from support.processes import STROM
 
@@ -105,6 +107,11 @@ def failing_once_on(partition_word: str, source: str, sink: str, marker: str,
     return builder.build()
 
 
+WIDE_SINK = IN_FLIGHT - 1
+"""Output partitions of the tests whose thread must send its caches early: with the two tasks' changelog
+partitions its transactions write to more partitions than librdkafka has produce requests in flight, so
+what the thread processed before the record that raises went out in the transaction that is aborted."""
+
 FLAKY_RECORDS = [(f"key{i % 20}", "x") for i in range(400)] + [("flaky-key", "flaky")]
 """Counted per key by ``failing_once_on("flaky", ...)``; the last one raises."""
 
@@ -133,7 +140,7 @@ def test_a_task_raising_takes_every_task_of_its_thread_back_to_its_last_commit(b
     processed in the same commit interval: the thread's one transaction is aborted, both
     tasks' stores drop what they counted since the last commit, and after REPLACE_THREAD every count is
     exact, no update written twice."""
-    names = topics(source=2, sink=1)
+    names = topics(source=2, sink=WIDE_SINK)
     produce_lines(broker.bootstrap_servers, names["source"], FLAKY_RECORDS[:100])
     app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed")),
                        _props(broker, tmp_path, f"eos-raise-{names['source']}",
@@ -166,7 +173,7 @@ def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark
         error.__cause__ = KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT))
         return error
 
-    names = topics(source=2, sink=1)
+    names = topics(source=2, sink=WIDE_SINK)
     produce_lines(broker.bootstrap_servers, names["source"], FLAKY_RECORDS[:100])
     app = SparkStreams(failing_once_on("flaky", names["source"], names["sink"], str(tmp_path / "failed"),
                                        delivery_timed_out),
@@ -184,3 +191,45 @@ def test_an_aborted_transaction_reopens_the_threads_tasks_in_place(broker, spark
     finally:
         app.stop()
     _assert_counted_exactly(broker, names["sink"])
+
+
+def _thread_attempts(worker_log: str) -> dict[int, set[str]]:
+    """Per Python worker (pid) that ran a thread of batch 1: the phases it marked (``strom.spark.startup``:
+    "thread-started" before ``init_transactions``, "assigned" after it and the driver's answer)."""
+    started = set(re.findall(r"phase thread-started at \S+ pid (\d+) thread 0 batch 1 ", worker_log))
+    phases: dict[int, set[str]] = {int(pid): {"thread-started"} for pid in started}
+    for pid in re.findall(r"phase assigned at \S+ pid (\d+) thread 0 ", worker_log):
+        if int(pid) in phases:
+            phases[int(pid)].add("assigned")
+    return phases
+
+
+def test_a_spark_task_retried_after_its_worker_died_fences_the_first_attempt(broker, topics, tmp_path):
+    """A real Spark task retry (``local[2,2]``, in a process of its own): the stream thread's Python worker
+    exits mid-transaction, outside strom's handlers, after counts of that transaction reached the broker.
+    Spark runs the thread's task again in another worker; its ``init_transactions`` on the slot's id fences
+    the dead attempt's producer and aborts its open transaction before it says hello (the driver, which saw
+    the thread's connection end, then ends the batch: the next batch reopens the tasks). Every count is
+    exact read_committed, no update written twice: the dead attempt's counts are never visible."""
+    names = topics(source=2, sink=1)
+    records = [*FLAKY_RECORDS[:-1], ("crash-key", "crash"), *FLAKY_RECORDS[:20]]
+    produce_lines(broker.bootstrap_servers, names["source"], records)
+    crashed = tmp_path / "crashed"
+    script = Path(__file__).with_name("retried_thread.py")
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, str(script), broker.bootstrap_servers, names["source"],
+                          names["sink"], str(tmp_path / "state"), str(crashed)],
+                         capture_output=True, text=True, timeout=400,
+                         env={**os.environ, WORKER_LOG_LEVEL_VARIABLE: "DEBUG"})
+    took = time.monotonic() - started
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert crashed.exists(), "the worker never died"
+    attempts = _thread_attempts(run.stderr)
+    assert len(attempts) == 2, f"batch 1's thread ran in {attempts}: no retry of its Spark task"
+    assert all("assigned" in phases for phases in attempts.values()), attempts  # the retry fenced, said hello
+    updates = read_updates(broker.bootstrap_servers, names["sink"], timeout=30)
+    expected = Counter(key for key, _ in records)
+    assert {k: v[-1] for k, v in updates.items()} == dict(expected)
+    for key, counts in updates.items():
+        assert counts == list(range(1, expected[key] + 1)), f"{key}: {counts}"
+    print(f"retried attempt: the application caught up {took:.1f} s after its start")

@@ -41,6 +41,9 @@ class ProducerSink:
         self.shared = shared
         """The producer is a stream thread's: the thread flushes it, once for all its tasks."""
         self.sent: Counter[str] = Counter()
+        self.written: set[tuple[str, int]] = set()
+        """The partitions its records were delivered to since the owner last cleared it (a stream thread:
+        at each commit, to see how many produce requests a transaction needs)."""
         self._unpolled = 0
         self._partition_counts: dict[str, int] = {}
 
@@ -105,6 +108,7 @@ class ProducerSink:
         if collector is None:
             return
         if error is None:
+            self.written.add((message.topic(), message.partition()))
             collector.delivered(message.topic(), message.partition(), message.offset())
         elif error.code() == KafkaError._PURGE_QUEUE and "transactional.id" in identity_of(self.producer):
             # its transaction failed or was aborted (never committed): the next transactional call says why

@@ -9,7 +9,10 @@ records and input offsets (``transactional.id`` ``<application.id>-stream-thread
 thread fences the previous holder of its slot with ``init_transactions`` before it says hello, and
 the driver fences the slots of threads that did not come; docs/runtime.md, "What fences what"); then
 the stores apply the writes. A failure aborts that transaction, so every task of the thread goes back
-to its last commit. WALL_CLOCK_TIME punctuations fire on time between polls, with or without records.
+to its last commit. A thread whose transactions write to many partitions sends its caches whenever it
+has caught up with its input, so that its commits do not wait for librdkafka's produce requests one
+round after another (``IN_FLIGHT``). WALL_CLOCK_TIME punctuations fire on time between polls, with or
+without records.
 
 At the end of the batch the tasks stay open in this Python worker (``PARKED``): when the next
 batch's thread starts here, the driver gives it the same tasks back (their stores stay open).
@@ -53,8 +56,8 @@ from strom.streams.processor.records import ConsumerRecord, TaskId, TopicPartiti
 from strom.streams.processor.topology import Topology
 
 __all__ = [
-    "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread", "StreamThreadRunner",
-    "ThreadPlan", "transactional_id",
+    "IN_FLIGHT", "LOW_LATENCY_FETCH", "MAX_POLL_RECORDS", "POLL_S", "RunningTask", "StreamThread",
+    "StreamThreadRunner", "ThreadPlan", "transactional_id",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,9 @@ log = logging.getLogger(__name__)
 POLL_S = 0.01
 """Longest wait for records: the pace of wall-clock punctuation and of noticing a stop."""
 MAX_POLL_RECORDS = 5_000
+IN_FLIGHT = 5
+"""Produce requests a transactional librdkafka producer keeps in flight per connection (its maximum with
+idempotence); it sends one per partition (librdkafka issue 1700)."""
 # A thread waits on records, not on the broker: return fetches at once when nothing is there (the
 # loop polls again) and refill librdkafka's queue without its default one-second back-off.
 LOW_LATENCY_FETCH = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "enable.partition.eof": True}
@@ -151,6 +157,8 @@ class StreamThread:
         self.producer: Producer | None = None
         """The thread's producer, shared by its tasks."""
         self._reusable: set[str] = set()
+        self._wide = False
+        """The last commit wrote to more partitions than one round of produce requests covers."""
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
@@ -448,10 +456,17 @@ class StreamThread:
                     mark("first-poll", f"thread {self.index}")
                     first_messages = False
                 self._route(messages)
+            # caught up with its input (the poll drained the consumer's queue), a thread whose transactions
+            # write to many partitions sends what its tasks' caches hold at once: librdkafka's produce
+            # requests (one per partition, IN_FLIGHT at a time) then go out while it waits for records,
+            # instead of a commit waiting for round after round of them
+            send_now = self._wide and len(messages) < MAX_POLL_RECORDS
             for running in self.tasks.values():
                 started = time.monotonic()
                 if running.open.task.buffered:
                     running.summary.records += running.open.task.process_all()
+                    if send_now:
+                        running.open.task.prepare_commit()
                 running.open.task.maybe_punctuate_system_time()
                 running.process_s += time.monotonic() - started
             if ending or time.monotonic() >= next_commit or self._commit_requested():
@@ -538,9 +553,17 @@ class StreamThread:
             running.open.task.post_commit()
             running.open.positions.update(task_offsets)
             running.committed()
+        self._note_width()
         share = (time.monotonic() - started) / len(due)
         for running in due:
             running.commit_s += share
+
+    def _note_width(self) -> None:
+        """Whether the transaction just committed wrote to more partitions than ``IN_FLIGHT``."""
+        sinks = [running.open.sink for running in self.tasks.values()]
+        self._wide = len(set().union(*(sink.written for sink in sinks))) > IN_FLIGHT
+        for sink in sinks:
+            sink.written.clear()
 
     def _commit_offsets(self, consumer: Consumer, offsets: list[KafkaTopicPartition]) -> None:
         """At least once: the offsets committed once the outputs are acknowledged."""
