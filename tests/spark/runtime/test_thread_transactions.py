@@ -11,10 +11,12 @@ import os
 import random
 import re
 import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
