@@ -121,4 +121,6 @@ def test_stopping_from_the_python_api_prints_no_task_kills(broker, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "stopped" in result.stderr, result.stderr[-3000:]
     assert "Attempting to kill Python Worker" in result.stderr, result.stderr[-3000:]  # strom killed it
+    assert "1 stream thread(s) still running 30 s after the batch's end (a processor stuck in a call?)" \
+        in result.stderr, result.stderr[-3000:]  # and said why, once
     assert "TaskKilled" not in result.stderr and "Lost task" not in result.stderr, result.stderr[-3000:]

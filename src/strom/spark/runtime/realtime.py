@@ -314,12 +314,19 @@ class RealtimeExecution:
                 continue
             quiet = (quiet or now) if self._control.live_threads() == 0 else None
             grace = 1.0 if self._stopping.is_set() else 0.0 if self._control.frozen_threads() else END_GRACE_S
-            if (quiet is not None and now - quiet >= grace) or now - ending >= _STOP_GRACE_S:
+            if quiet is not None and now - quiet >= grace:
                 log.info("Application %s: cancelling what is left of the batch's Spark job (retries of lost "
                          "stream threads)", self._application_id)
-                job.cancel()
-                job.join()
-                return
+            elif now - ending >= _STOP_GRACE_S:
+                log.warning("Application %s: %d stream thread(s) still running %.0f s after the batch's end "
+                            "(a processor stuck in a call?): cancelling what is left of the batch's Spark "
+                            "job; their open transactions abort, their tasks restart from their last commit",
+                            self._application_id, self._control.live_threads(), _STOP_GRACE_S)
+            else:
+                continue
+            job.cancel()
+            job.join()
+            return
         failure = self._control.failure
         if job.error is not None and (ending is None or failure is not None):
             raise job.error  # Spark's own account of the failure, when it has one
