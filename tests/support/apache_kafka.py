@@ -56,7 +56,11 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from strom.kafka import clients
-from support.processes import free_port
+
+try:
+    from support.processes import free_port
+except ModuleNotFoundError:  # run as a script: its own directory is on the path, not tests/
+    from processes import free_port
 
 if TYPE_CHECKING:
     from support.hosts import Host
