@@ -161,4 +161,5 @@ def test_strom_broker_says_once_that_it_listens_and_that_it_stopped(tmp_path):
     assert running.stop() == 0
     said = running.output()
     assert said.count("listening on") == 1 and "Ctrl-C to stop" in said, said
+    assert "(PLAINTEXT; clients connect to" in said, said  # the listener named after its protocol, once
     assert said.count("stopped") == 1, said

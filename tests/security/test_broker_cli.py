@@ -31,7 +31,7 @@ def start(*args: str) -> tuple[subprocess.Popen, dict[str, int], Path]:
     while "Ctrl-C to stop" not in log.read_text():
         assert process.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
-    found = re.findall(r"listening on \S+?:(\d+) \((\w+),", log.read_text())
+    found = re.findall(r"listening on \S+?:(\d+) \((\w+)[,;]", log.read_text())
     ports = {name: int(port) for port, name in found}
     return process, ports, log
 

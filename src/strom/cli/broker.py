@@ -69,7 +69,7 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
     def ready(running: Broker) -> None:
         for listener in running.listeners:
             console.print(f"strom broker listening on [bold]{listener.host or '0.0.0.0'}:{listener.port}"
-                          f"[/bold] ({listener.name}, {listener.spec.protocol}; clients connect to "
+                          f"[/bold] ({_named(listener.name, listener.spec.protocol)}; clients connect to "
                           f"{listener.advertised_host}:{listener.advertised_port}), data in "
                           f"{running.data_dir} (Ctrl-C to stop)", soft_wrap=True, markup=True)
         if metrics is not None:
@@ -77,6 +77,11 @@ def broker(ctx: click.Context, data_dir: Path, host: str, port: int, advertised_
 
     asyncio.run(serve(instance, ready))
     console.print("strom broker stopped; logs flushed and closed")
+
+
+def _named(listener: str, protocol: str) -> str:
+    """A listener's name, and its protocol where the name does not say it (``PLAINTEXT``, not twice)."""
+    return listener if listener == protocol else f"{listener}, {protocol}"
 
 
 def _said_on_the_console(record: logging.LogRecord) -> bool:
