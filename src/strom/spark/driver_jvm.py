@@ -256,8 +256,8 @@ def warm_up(jvm: Any) -> None:
     (Janino), Arrow's allocator, Scala's runtime reflection (Spark SQL's encoders). Called in a
     thread of its own as the session creates its SparkContext (one JVM thread, loading Spark's core
     classes), that work runs on another core and is done when the session and the first query ask
-    for it. Each piece is static and idempotent;
-    one that fails is only not warmed (the session meets any real failure itself)."""
+    for it. Each piece is static and idempotent; the first that fails ends the warm-up, logged at DEBUG
+    (the session meets any real failure itself)."""
     pieces = {
         "function registry": lambda: jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin(),
         "SQL parser": lambda: jvm.org.apache.spark.sql.types.StructType.fromDDL(WARM_UP_DDL),
