@@ -24,7 +24,7 @@ from strom.kafka.security import identity_of, refusal
 
 __all__ = [
     "ASK_COMMITTED_S", "BATCH", "COORDINATOR_MOVING", "METADATA_TIMEOUT_S", "POLL_S", "STALL_TIMEOUT_S",
-    "committed_offsets", "coordinator_moving", "end_consumer", "end_offset", "fetch_committed",
+    "asked_again", "committed_offsets", "coordinator_moving", "end_consumer", "end_offset", "fetch_committed",
     "partitions_of", "read_batches", "read_to_end",
 ]
 
@@ -110,9 +110,15 @@ def fetch_committed(consumer: Consumer, partitions: list[TopicPartition],
             timed_out = exc.args[0].code() == KafkaError._TIMED_OUT
             if timed_out and (refused := _group_refused(consumer)) is not None:
                 raise KafkaException(refused) from exc
-            if not (timed_out or coordinator_moving(exc.args[0])) or time.monotonic() >= deadline:
+            if not asked_again(exc.args[0]) or time.monotonic() >= deadline:
                 raise
             time.sleep(COORDINATOR_BACKOFF_S)
+
+
+def asked_again(error: KafkaError) -> bool:
+    """Whether ``fetch_committed`` asks again after ``error`` (a coordinator moving, loading or not
+    answering) until its timeout, rather than raising it at once."""
+    return error.code() == KafkaError._TIMED_OUT or coordinator_moving(error)
 
 
 def _group_refused(consumer: Consumer) -> KafkaError | None:

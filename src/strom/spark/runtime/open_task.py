@@ -16,13 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from strom.errors import BrokerUnavailableError, ProducerFencedError, TransactionStalledError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
-from strom.kafka.reading import ASK_COMMITTED_S, coordinator_moving, fetch_committed
+from strom.kafka.reading import ASK_COMMITTED_S, asked_again, fetch_committed
 from strom.kafka.security import refusal
 from strom.spark.runtime.lease import LeasedTask, TaskLease
 from strom.spark.runtime.producer_sink import ProducerSink
@@ -223,5 +223,4 @@ def _waited(error: BrokerUnavailableError) -> bool:
     """Whether ``fetch_committed`` gave up on an error it retries (it waited its whole timeout), not on
     one it raises at once."""
     cause = error.__cause__
-    return isinstance(cause, KafkaException) and (cause.args[0].code() == KafkaError._TIMED_OUT
-                                                  or coordinator_moving(cause.args[0]))
+    return isinstance(cause, KafkaException) and asked_again(cause.args[0])
