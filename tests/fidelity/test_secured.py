@@ -127,6 +127,17 @@ def _raised(call: Callable[[], Any]) -> str | None:
     return None
 
 
+def _settled(ask: Callable[[], Any], wanted: Any, seconds: float = 10) -> Any:
+    """Apache Kafka's controller applies a SCRAM change and its brokers learn it from the metadata log a
+    moment later, so a describe right after the change may still see the old state: ask until it settles."""
+    deadline = time.monotonic() + seconds
+    answer = ask()
+    while answer != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        answer = ask()
+    return answer
+
+
 def test_refused_logins(sides):
     def scenario(side: Side) -> list[Any]:
         wrong = first_error(side.sasl("alice", password="wrong"))
@@ -274,14 +285,20 @@ def test_a_certificate_principal_and_the_scram_credential_apis(sides):
         upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                               b"carol-password")
         admin.alter_user_scram_credentials([upsert])[user].result()
-        infos = [(i.mechanism.name, i.iterations) for i in
-                 admin.describe_user_scram_credentials([user])[user].result().scram_credential_infos]
+
+        def described() -> list[tuple[str, int]] | str:
+            try:
+                return [(i.mechanism.name, i.iterations) for i in
+                        admin.describe_user_scram_credentials([user])[user].result().scram_credential_infos]
+            except KafkaException as exc:
+                return exc.args[0].name()
+        infos = _settled(described, [("SCRAM_SHA_512", 8192)])
         too_few = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10),
                                                b"x")
         refused = _raised(lambda: admin.alter_user_scram_credentials([too_few])[user].result())
         deleted = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
         admin.alter_user_scram_credentials([deleted])[user].result()
-        missing = _raised(lambda: admin.describe_user_scram_credentials([user])[user].result())
+        missing = _settled(described, "RESOURCE_NOT_FOUND")
         return [written, infos, refused, missing]
     assert same(sides, scenario) == [None, [("SCRAM_SHA_512", 8192)], "UNACCEPTABLE_CREDENTIAL",
                                      "RESOURCE_NOT_FOUND"]
