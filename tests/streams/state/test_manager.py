@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,9 +14,11 @@ from hypothesis import strategies as st
 from strom.errors import ProcessorStateError, TopologyError
 from strom.kafka.serdes import Serdes
 from strom.streams.state.context import ChangelogRecord
-from strom.streams.state.manager import read_checkpoint, write_checkpoint
+from strom.streams.state.manager import CHECKPOINT_DELTA, read_checkpoint, write_checkpoint
 from strom.streams.state.stores import Stores
 from strom.streams.state.timestamped import ValueAndTimestamp
+
+from .store_host import StoreHost
 
 SUPPLIERS = {"memory": Stores.in_memory_key_value_store, "rocksdb": Stores.persistent_key_value_store}
 
@@ -84,12 +89,67 @@ def test_checkpoint_file_has_kafka_format_for_persistent_logged_stores(host):
     for store in (persistent, memory, unlogged):
         store.put("x", 1)
     host.commit()
+    assert host.manager.changelog_partitions() == {"disk": ("app-disk-changelog", 0),
+                                                   "mem": ("app-mem-changelog", 0)}
+    host.manager.close()  # a commit of one record leaves the file alone; closing writes it
     text = host.manager.checkpoint_path.read_text()
     assert text == "0\n1\napp-disk-changelog 0 1\n"
     assert read_checkpoint(host.manager.checkpoint_path) == {("app-disk-changelog", 0): 1}
-    assert host.manager.changelog_partitions() == {"disk": ("app-disk-changelog", 0),
-                                                   "mem": ("app-mem-changelog", 0)}
+
+
+def test_a_commit_rewrites_the_checkpoint_only_past_the_delta_and_close_always_does(host):
+    store = host.init(kv_builder("rocksdb"))
+    path = host.manager.checkpoint_path
+    for i in range(CHECKPOINT_DELTA):
+        store.put(f"k{i}", i)
+    host.commit()
+    assert read_checkpoint(path) == {}, "10,000 records are not more than the delta"
+    store.put("one-more", 1)
+    host.commit()
+    assert read_checkpoint(path) == {("app-kv-changelog", 0): CHECKPOINT_DELTA + 1}
+    store.put("a", 1)
+    host.commit()
+    assert read_checkpoint(path) == {("app-kv-changelog", 0): CHECKPOINT_DELTA + 1}
     host.manager.close()
+    assert read_checkpoint(path) == {("app-kv-changelog", 0): CHECKPOINT_DELTA + 2}
+
+
+CRASHING = """
+import os, sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from streams.state.store_host import StoreHost
+from streams.state.test_manager import kv_builder
+
+host = StoreHost(Path({state_dir!r}))
+store = host.init(kv_builder("rocksdb"))
+for i in range({delta} + 1):
+    store.put(f"k{{i}}", i)
+host.commit()  # past the delta: the checkpoint file is written
+for i in range(3):
+    store.put(f"after-{{i}}", i)
+    host.commit()  # each below the delta: the file stays behind the store
+store.put("uncommitted", 0)
+os._exit(0)  # a crash: nothing closed
+"""
+
+
+def test_a_crash_between_checkpoints_reopens_at_the_last_commit_not_at_the_checkpoint(tmp_path):
+    tests = str(Path(__file__).resolve().parents[2])
+    code = CRASHING.format(tests=tests, state_dir=str(tmp_path), delta=CHECKPOINT_DELTA)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    host = StoreHost(tmp_path)
+    assert read_checkpoint(host.manager.checkpoint_path) == {("app-kv-changelog", 0): CHECKPOINT_DELTA + 1}
+    store = host.init(kv_builder("rocksdb"))
+    committed = CHECKPOINT_DELTA + 4
+    assert host.manager.changelog_offsets() == {"kv": committed}, "restoration resumes after the last commit"
+    expected = {**{f"k{i}": i for i in range(CHECKPOINT_DELTA + 1)}, **{f"after-{i}": i for i in range(3)}}
+    assert dict(store.all()) == expected
+    tail = [ChangelogRecord(b"after-0", Serdes.Long().serialize("t", 7), committed, 0)]
+    assert host.manager.restore("kv", tail) == 1  # what another instance committed since
+    assert store.get("after-0") == 7 and host.manager.changelog_offsets() == {"kv": committed + 1}
+    host.manager.close()
+    assert read_checkpoint(host.manager.checkpoint_path) == {("app-kv-changelog", 0): committed + 1}
 
 
 def test_checkpoint_round_trip_and_corruption(tmp_path):

@@ -6,8 +6,11 @@ committed transaction reached.
 
 Each store keeps its committed changelog offset itself (RocksDB: in the same WriteBatch as the data),
 which is what restoration resumes from. The task's ``.checkpoint`` file (Kafka's format: version,
-count, then ``topic partition offset`` lines) mirrors those offsets for persistent stores after every
-commit and restore, so tools can see how far a task's local state is without opening RocksDB.
+count, then ``topic partition offset`` lines) mirrors those offsets for persistent stores, so tools can
+see how far a task's local state is without opening RocksDB. As Kafka Streams' ``checkpointNeeded``, a
+commit or restore rewrites it only once the offsets moved more than ``CHECKPOINT_DELTA`` records past
+the last one written, and ``close`` always does: a file per task at every commit (every 100 ms under
+exactly-once) cost a commit more than its stores' writes. Restoration never reads it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from strom.streams.state.context import (
 )
 
 __all__ = [
+    "CHECKPOINT_DELTA",
     "CHECKPOINT_FILE",
     "RESTORE_BATCH_SIZE",
     "ProcessorStateManager",
@@ -42,6 +46,9 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FILE = ".checkpoint"
 _CHECKPOINT_VERSION = 0
 RESTORE_BATCH_SIZE = 10_000
+CHECKPOINT_DELTA = 10_000
+"""Changelog records the stores must move past the checkpoint file before a commit or restore rewrites
+it (Kafka Streams' ``OFFSET_DELTA_THRESHOLD_FOR_CHECKPOINT``)."""
 
 
 @dataclass
@@ -128,7 +135,7 @@ class ProcessorStateManager:
             restored += len(batch)
         if restored:
             log.info("Restored %d records into store %s of task %s", restored, store_name, self.task_id)
-            self._write_checkpoint()
+            self._write_checkpoint(enforce=False)
         return restored
 
     def flush(self) -> None:
@@ -145,7 +152,7 @@ class ProcessorStateManager:
             raise ValueError(f"Changelog offsets for unknown stores {sorted(unknown)} in task {self.task_id}")
         for name, registered in self._stores.items():
             registered.transaction.commit(changelog_offsets.get(name))
-        self._write_checkpoint()
+        self._write_checkpoint(enforce=False)
 
     def abort(self) -> None:
         """Drop uncommitted writes and cached entries: stores are back at their last commit."""
@@ -155,7 +162,10 @@ class ProcessorStateManager:
                 self._cache.clear(cache_namespace(self.task_id, name))
 
     def close(self) -> None:
-        """Close all stores. Commit first: writes not committed are dropped."""
+        """Close all stores, the checkpoint file brought up to their committed offsets. Commit first:
+        writes not committed are dropped."""
+        if self._stores:
+            self._write_checkpoint(enforce=True)
         for registered in self._stores.values():
             pending = getattr(registered.transaction, "uncommitted_writes", 0)
             if pending:
@@ -185,15 +195,23 @@ class ProcessorStateManager:
             raise TopologyError(f"No store {name!r} in task {self.task_id}; registered stores: "
                                 f"{sorted(self._stores)}.") from None
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, enforce: bool) -> None:
+        """Mirrors the persistent logged stores' committed offsets into the checkpoint file when they
+        changed (``enforce``) or moved more than ``CHECKPOINT_DELTA`` records past the file."""
         offsets = {}
         for name, registered in self._stores.items():
             offset = registered.transaction.committed_offset
             if registered.logged and registered.store.persistent and offset is not None:
                 offsets[(self._topic_of(name), self.partition)] = offset
-        if offsets != self._checkpointed:
+        written = self._checkpointed
+        if offsets != written and (enforce or checkpoint_needed(written or {}, offsets)):
             write_checkpoint(self.checkpoint_path, offsets)
             self._checkpointed = offsets
+
+
+def checkpoint_needed(written: Mapping[tuple[str, int], int], offsets: Mapping[tuple[str, int], int]) -> bool:
+    """Whether ``offsets`` moved more than ``CHECKPOINT_DELTA`` records past the checkpoint ``written``."""
+    return sum(offset - written.get(tp, 0) for tp, offset in offsets.items()) > CHECKPOINT_DELTA
 
 
 def write_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
