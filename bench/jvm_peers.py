@@ -694,8 +694,8 @@ def measure_latency(bootstrap: str, contestant: Contestant, topics: Topics, prod
 
 @contextlib.contextmanager
 def apache_kafka(workdir: str) -> Any:
-    sys.path.insert(0, str(ROOT))
-    from tests.support.apache_kafka import KAFKA_VERSION, KafkaCluster
+    sys.path.insert(0, str(ROOT / "tests"))  # as the tests import it (support.*)
+    from support.apache_kafka import KAFKA_VERSION, KafkaCluster
 
     if KAFKA_VERSION != KS_VERSION:
         raise SystemExit(f"bench/jvm/kafka-streams/pom.xml pins Kafka {KS_VERSION}, the Apache Kafka tests "
