@@ -25,6 +25,8 @@ from strom.streams.processor.internals.collector import RecordCollector
 __all__ = ["FLUSH_TIMEOUT_S", "ProducerSink"]
 
 _POLL_EVERY = 1000
+UNASSIGNED = -1
+"""librdkafka's RD_KAFKA_PARTITION_UA: the producer's partitioner picks the partition."""
 FLUSH_TIMEOUT_S = 60.0
 
 
@@ -41,11 +43,10 @@ class ProducerSink:
         self.shared = shared
         """The producer is a stream thread's: the thread flushes it, once for all its tasks."""
         self.sent: Counter[str] = Counter()
-        self.written: set[tuple[str, int]] = set()
-        """The partitions its records were delivered to since the owner last cleared it (a stream thread:
-        at each commit, to see how many produce requests a transaction needs)."""
+        self._delivered: dict[tuple[str, int], int] = {}
         self._unpolled = 0
         self._partition_counts: dict[str, int] = {}
+        self._deliver = self._on_delivery  # bound once, not per record
 
     @classmethod
     def own(cls, bootstrap_servers: str, config: dict[str, Any], transactional_id: str | None = None,
@@ -65,12 +66,14 @@ class ProducerSink:
     def send(self, collector: RecordCollector, topic: str, partition: int | None, key: bytes | None,
              value: bytes | None, timestamp: int, headers: Headers) -> None:
         self._collector = collector
-        kwargs: dict[str, Any] = {"timestamp": timestamp, "on_delivery": self._on_delivery}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = list(headers)
-        clients.produce(self.producer, topic, value, key, **kwargs)
+        partition = UNASSIGNED if partition is None else partition
+        listed = list(headers) if headers else None
+        try:  # the producer's own call: clients.produce's wrapper costs a record half as much again
+            self.producer.produce(topic, value, key, partition=partition, timestamp=timestamp, headers=listed,
+                                  on_delivery=self._deliver)
+        except BufferError:
+            clients.produce(self.producer, topic, value, key, partition=partition, timestamp=timestamp,
+                            headers=listed, on_delivery=self._deliver)
         self.sent[topic] += 1
         self._unpolled += 1
         if self._unpolled >= _POLL_EVERY:
@@ -99,16 +102,25 @@ class ProducerSink:
             collector.send_failed("(unknown)", None, None, KafkaException(KafkaError(
                 KafkaError._TIMED_OUT, f"{remaining} records not acknowledged in {FLUSH_TIMEOUT_S:.0f}s")))
 
+    def written(self) -> set[tuple[str, int]]:
+        """The partitions its records were delivered to since the last call (a stream thread asks at each
+        commit, to see how many produce requests a transaction needs): from the collector's delivered
+        offsets, not noted per record."""
+        offsets = {} if self._collector is None else self._collector.offsets
+        moved = {tp for tp, offset in offsets.items() if self._delivered.get(tp) != offset}
+        self._delivered = dict(offsets)
+        return moved
+
     def close(self) -> None:
         """Drops the producer (it holds this sink's callback, so the cycle is broken explicitly)."""
         self.producer = None  # type: ignore[assignment]
+        self._deliver = None  # type: ignore[assignment]
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         collector = self._collector
         if collector is None:
             return
         if error is None:
-            self.written.add((message.topic(), message.partition()))
             collector.delivered(message.topic(), message.partition(), message.offset())
         elif error.code() == KafkaError._PURGE_QUEUE and "transactional.id" in identity_of(self.producer):
             # its transaction failed or was aborted (never committed): the next transactional call says why

@@ -24,7 +24,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,7 +151,8 @@ class StreamThread:
         self.routes: dict[tuple[str, int], RunningTask] = {}
         self.standbys: dict[str, StandbyTask] = {}
         self._standby_restored: dict[str, int] = {}
-        self._opener = ThreadPoolExecutor(thread_name_prefix="strom-open")
+        self._background = ThreadPoolExecutor(thread_name_prefix="strom-thread")
+        """Opens tasks side by side; sends a commit's offsets while the tasks flush."""
         self.transactions: TransactionalProducer | None = None
         """The thread's transactional producer under exactly-once (``strom.kafka.transactional``)."""
         self.producer: Producer | None = None
@@ -211,7 +212,7 @@ class StreamThread:
             self._report(control, FINISHED)
         finally:
             control.close()
-            self._opener.shutdown()
+            self._background.shutdown()
         for task in self.tasks.values():
             PARKED.park(self._key(task.summary.task), task.open)
             task.summary.millis = (time.monotonic() - started) * 1000
@@ -371,7 +372,7 @@ class StreamThread:
         opened: dict[str, RunningTask] = {}
         failure: BaseException | None = None
         if len(assigned) > 1 and not self.topology.internal.global_stores:
-            futures = {task_id: self._opener.submit(self._take_up, task_id) for task_id in assigned}
+            futures = {task_id: self._background.submit(self._take_up, task_id) for task_id in assigned}
             opened = {task_id: f.result() for task_id, f in futures.items() if f.exception() is None}
             failure = next((f.exception() for f in futures.values() if f.exception() is not None), None)
         else:
@@ -493,13 +494,16 @@ class StreamThread:
             if error is not None:
                 self._fetch_error(tp, message, error)
                 continue
-            offset = message.offset()
-            batches.setdefault(tp, []).append(ConsumerRecord(
-                tp[0], tp[1], offset, message.timestamp()[1], message.key(), message.value(),
+            records = batches.get(tp)
+            if records is None:
+                records = batches[tp] = []
+            records.append(ConsumerRecord(
+                tp[0], tp[1], message.offset(), message.timestamp()[1], message.key(), message.value(),
                 tuple(message.headers() or ())))
-            self.routes[tp].read[tp] = offset + 1
         for tp, records in batches.items():
             running = self.routes[tp]
+            # past the last record, or an end-of-partition the poll also returned (past markers)
+            running.read[tp] = max(running.read.get(tp, 0), records[-1].offset + 1)
             running.open.task.add_records(running.partitions[tp], records)
 
     def _fetch_error(self, tp: tuple[str, int], message: Message, error: KafkaError) -> None:
@@ -533,20 +537,13 @@ class StreamThread:
     def _commit(self, due: list[RunningTask], consumer: Consumer) -> None:
         started = time.monotonic()
         uncommitted = [(running, running.uncommitted()) for running in due]
-        for running in due:
-            running.open.task.prepare_commit()
-        offsets = [tp for running, task_offsets in uncommitted
-                   for tp in running.open.with_metadata(task_offsets)]
         if self.transactions is not None:
-            # the offsets go into the transaction while the records are still being acknowledged: librdkafka
-            # sends one produce request per partition, at most 5 at a time, so the flush is most of a
-            # commit's time and grows with the partitions; the two round trips of the offsets overlap it
-            if offsets:
-                self.transactions.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
-            self._flush()
-            self.transactions.commit_transaction()
+            self._commit_transaction(uncommitted, consumer)
         else:
+            for running in due:
+                running.open.task.prepare_commit()
             self._flush()
+            offsets = self._offsets(uncommitted)
             if offsets:
                 self._commit_offsets(consumer, offsets)
         for running, task_offsets in uncommitted:
@@ -558,12 +555,49 @@ class StreamThread:
         for running in due:
             running.commit_s += share
 
+    def _commit_transaction(self, uncommitted: list[tuple[RunningTask, Offsets]], consumer: Consumer) -> None:
+        """The offsets go into the transaction while the tasks flush their caches and the records are
+        acknowledged: the two round trips of ``send_offsets_to_transaction`` (AddOffsetsToTxn,
+        TxnOffsetCommit) overlap the flush's CPU and the produce requests (one per partition, at most
+        5 at a time). Sent again, should the flush have changed the metadata of an offset (a processor's
+        metadata, written by a processor downstream of a cache). The order of records and offsets in a
+        transaction does not matter: ``commit_transaction`` makes them visible together."""
+        assert self.transactions is not None
+        offsets = self._offsets(uncommitted)
+        group = consumer.consumer_group_metadata()
+        sending = self._background.submit(self._send_offsets, offsets, group) if offsets else None
+        try:
+            for running, _ in uncommitted:
+                running.open.task.prepare_commit()
+        except BaseException as exc:
+            if sending is not None:
+                wait([sending])  # the transaction is aborted next: no call of it may still be running
+                failure = sending.exception()
+                if failure is not None:  # the cause: a fenced or abortable transaction refuses records
+                    raise failure from exc
+            raise
+        if sending is not None:
+            sending.result()
+        flushed = self._offsets(uncommitted)
+        if [tp.metadata for tp in flushed] != [tp.metadata for tp in offsets]:
+            self._send_offsets(flushed, group)
+        self._flush()
+        self.transactions.commit_transaction()
+
+    def _send_offsets(self, offsets: list[KafkaTopicPartition], group: Any) -> None:
+        assert self.transactions is not None
+        self.transactions.send_offsets_to_transaction(offsets, group)
+
+    @staticmethod
+    def _offsets(uncommitted: list[tuple[RunningTask, Offsets]]) -> list[KafkaTopicPartition]:
+        """The tasks' offsets to commit, each with its partition's time (and processor metadata)."""
+        return [tp for running, task_offsets in uncommitted
+                for tp in running.open.with_metadata(task_offsets)]
+
     def _note_width(self) -> None:
         """Whether the transaction just committed wrote to more partitions than ``IN_FLIGHT``."""
-        sinks = [running.open.sink for running in self.tasks.values()]
-        self._wide = len(set().union(*(sink.written for sink in sinks))) > IN_FLIGHT
-        for sink in sinks:
-            sink.written.clear()
+        written = [running.open.sink.written() for running in self.tasks.values()]
+        self._wide = len(set().union(*written)) > IN_FLIGHT
 
     def _commit_offsets(self, consumer: Consumer, offsets: list[KafkaTopicPartition]) -> None:
         """At least once: the offsets committed once the outputs are acknowledged."""
