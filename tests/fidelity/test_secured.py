@@ -206,13 +206,16 @@ def test_signed_oauthbearer_tokens_are_judged_as_kafkas_jwks_validator_does(side
         "unsecured": unsecured_jws(idp.claims()),
     }
 
-    def scenario(side: Side) -> dict[str, str]:
+    def scenario(side: Side) -> tuple[dict[str, str], list[Any]]:
         with ThreadPoolExecutor(4) as pool:
             verdicts = pool.map(lambda token: _login(side.oauth_servers, side.pki.ca, token), tokens.values())
-            return dict(zip(tokens, verdicts, strict=True))
-    verdicts = same(sides, scenario)
+            # the listener offers only OAUTHBEARER (listener.name.oauth.sasl.enabled.mechanisms)
+            scram = first_error(sasl_settings(side.oauth_servers, side.pki.ca, "alice", PASSWORDS["alice"]))
+            return dict(zip(tokens, verdicts, strict=True)), [scram.name(), "OAUTHBEARER" in scram.str()]
+    verdicts, scram = same(sides, scenario)
     assert [name for name, verdict in verdicts.items() if verdict == "accepted"] == list(tokens)[:4]
     assert set(list(verdicts.values())[4:]) == {"_AUTHENTICATION"}
+    assert scram == ["_AUTHENTICATION", True]
 
 
 def test_a_principal_without_acls_is_refused_each_operation(sides):
