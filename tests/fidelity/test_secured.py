@@ -29,8 +29,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from security.conftest import LISTENERS, PASSWORDS, start_secured
-from strom.broker.security.listeners import DEFAULT_PROTOCOL_MAP
+from security.conftest import PASSWORDS, oauth_listener, start_secured
 from support.apache_kafka import KafkaCluster, KafkaSecurity
 from support.certificates import Pki, make_pki
 from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider
@@ -96,9 +95,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> It
     # one strom broker, its OAUTH listener configured by the same per-listener keys as Kafka's
     strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin", "listeners": f"{LISTENERS},OAUTH://127.0.0.1:0",
-        "listener.security.protocol.map": f"{DEFAULT_PROTOCOL_MAP},OAUTH:SASL_SSL",
-        **security.oauth_listener()})
+        "super.users": "User:admin", **oauth_listener(security.oauth_listener())})
     try:
         kafka.start()
         yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers,
