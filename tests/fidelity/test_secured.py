@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from security.conftest import PASSWORDS, start_secured
+from security.conftest import PASSWORDS, oauth_listener, start_secured
 from support.apache_kafka import KafkaCluster, KafkaSecurity
 from support.certificates import Pki, make_pki
 from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider
@@ -40,12 +40,14 @@ from support.secured_clients import (
     acl,
     consume_error,
     describe_acls_error,
+    described_credentials,
     first_error,
     grant,
     mtls_settings,
     oauth_settings,
     produce_error,
     sasl_settings,
+    settled,
     unsecured_jws,
 )
 
@@ -87,25 +89,22 @@ def idp() -> Iterator[IdentityProvider]:
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> Iterator[tuple[Side, Side]]:
     pki = make_pki(tmp_path_factory.mktemp("secured-pki"))
-    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1, security=KafkaSecurity(
-        pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE, jwks_issuer=ISSUER))
+    security = KafkaSecurity(pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE,
+                             jwks_issuer=ISSUER)
+    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1, security=security)
+    # one strom broker, its OAUTH listener configured by the same per-listener keys as Kafka's
     strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin"})
-    # strom broker has one OAUTHBEARER validator: the signed-token one is a second broker's
-    signed = start_secured(tmp_path_factory.mktemp("secured-strom-jwks"), pki, **{
-        "sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url, "sasl.oauthbearer.expected.audience": AUDIENCE,
-        "sasl.oauthbearer.expected.issuer": ISSUER})
+        "super.users": "User:admin", **oauth_listener(security.oauth_listener())})
     try:
         kafka.start()
         yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers,
                     kafka.oauth_bootstrap_servers, pki),
                Side("strom-broker", strom.listeners["SASL_SSL"], strom.listeners["SSL"],
-                    signed.listeners["SASL_SSL"], pki))
+                    strom.listeners["OAUTH"], pki))
     finally:
         kafka.stop()
         strom.stop()
-        signed.stop()
 
 
 def same(sides: tuple[Side, Side], scenario: Callable[[Side], Any]) -> Any:
@@ -125,17 +124,6 @@ def _raised(call: Callable[[], Any]) -> str | None:
     except KafkaException as exc:
         return exc.args[0].name()
     return None
-
-
-def _settled(ask: Callable[[], Any], wanted: Any, seconds: float = 10) -> Any:
-    """Apache Kafka's controller applies a SCRAM change and its brokers learn it from the metadata log a
-    moment later, so a describe right after the change may still see the old state: ask until it settles."""
-    deadline = time.monotonic() + seconds
-    answer = ask()
-    while answer != wanted and time.monotonic() < deadline:
-        time.sleep(0.2)
-        answer = ask()
-    return answer
 
 
 def test_refused_logins(sides):
@@ -215,13 +203,16 @@ def test_signed_oauthbearer_tokens_are_judged_as_kafkas_jwks_validator_does(side
         "unsecured": unsecured_jws(idp.claims()),
     }
 
-    def scenario(side: Side) -> dict[str, str]:
+    def scenario(side: Side) -> tuple[dict[str, str], list[Any]]:
         with ThreadPoolExecutor(4) as pool:
             verdicts = pool.map(lambda token: _login(side.oauth_servers, side.pki.ca, token), tokens.values())
-            return dict(zip(tokens, verdicts, strict=True))
-    verdicts = same(sides, scenario)
+            # the listener offers only OAUTHBEARER (listener.name.oauth.sasl.enabled.mechanisms)
+            scram = first_error(sasl_settings(side.oauth_servers, side.pki.ca, "alice", PASSWORDS["alice"]))
+            return dict(zip(tokens, verdicts, strict=True)), [scram.name(), "OAUTHBEARER" in scram.str()]
+    verdicts, scram = same(sides, scenario)
     assert [name for name, verdict in verdicts.items() if verdict == "accepted"] == list(tokens)[:4]
     assert set(list(verdicts.values())[4:]) == {"_AUTHENTICATION"}
+    assert scram == ["_AUTHENTICATION", True]
 
 
 def test_a_principal_without_acls_is_refused_each_operation(sides):
@@ -285,20 +276,13 @@ def test_a_certificate_principal_and_the_scram_credential_apis(sides):
         upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                               b"carol-password")
         admin.alter_user_scram_credentials([upsert])[user].result()
-
-        def described() -> list[tuple[str, int]] | str:
-            try:
-                return [(i.mechanism.name, i.iterations) for i in
-                        admin.describe_user_scram_credentials([user])[user].result().scram_credential_infos]
-            except KafkaException as exc:
-                return exc.args[0].name()
-        infos = _settled(described, [("SCRAM_SHA_512", 8192)])
+        infos = settled(lambda: described_credentials(admin, user), [("SCRAM_SHA_512", 8192)])
         too_few = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10),
                                                b"x")
         refused = _raised(lambda: admin.alter_user_scram_credentials([too_few])[user].result())
         deleted = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
         admin.alter_user_scram_credentials([deleted])[user].result()
-        missing = _settled(described, "RESOURCE_NOT_FOUND")
+        missing = settled(lambda: described_credentials(admin, user), "RESOURCE_NOT_FOUND")
         return [written, infos, refused, missing]
     assert same(sides, scenario) == [None, [("SCRAM_SHA_512", 8192)], "UNACCEPTABLE_CREDENTIAL",
                                      "RESOURCE_NOT_FOUND"]

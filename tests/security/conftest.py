@@ -10,6 +10,7 @@ import pytest
 
 from strom.broker import EmbeddedBroker
 from strom.broker.security.credentials import add_scram_user
+from strom.broker.security.listeners import DEFAULT_PROTOCOL_MAP
 from strom.broker.security.scram import Mechanism
 from support.certificates import Pki, make_pki
 from support.secured_clients import mtls_settings, sasl_settings
@@ -27,6 +28,13 @@ def secured_config(pki: Pki, **extra: str) -> dict[str, str]:
     return {"listeners": LISTENERS, "ssl.keystore.location": str(pki.broker),
             "ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required",
             "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER", **extra}
+
+
+def oauth_listener(keys: dict[str, str]) -> dict[str, str]:
+    """secured_config's extras for a fourth listener, OAUTH (SASL_SSL), configured by ``keys``: Kafka's
+    per-listener keys (``KafkaSecurity.oauth_listener()``, which Apache Kafka's node takes too)."""
+    return {"listeners": f"{LISTENERS},OAUTH://127.0.0.1:0",
+            "listener.security.protocol.map": f"{DEFAULT_PROTOCOL_MAP},OAUTH:SASL_SSL", **keys}
 
 
 def start_secured(data_dir: Path, pki: Pki, **extra: str) -> EmbeddedBroker:

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]  # tests/ (support, security) as pytest sees it
 
-from security.conftest import PASSWORDS, start_secured  # noqa: E402
+from security.conftest import PASSWORDS, oauth_listener, start_secured  # noqa: E402
 from support.apache_kafka import KafkaCluster, KafkaSecurity  # noqa: E402
 from support.certificates import Pki, make_pki  # noqa: E402
 from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider  # noqa: E402
@@ -140,16 +140,14 @@ def run_once(librdkafka: Path, spec: Run, subtests: str, work: Path,
     return verdict, took, "\n".join(output.splitlines()[-12:])
 
 
-def strom_brokers(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider) -> Listeners:
-    """The secured strom broker, and a second one judging OAUTHBEARER tokens by the JWKS (one validator
-    per broker)."""
-    broker = start_secured(work / "broker", pki, **{REAUTH: REAUTH_MS})
+def strom_broker(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider) -> Listeners:
+    """The secured strom broker, its OAUTH listener judging OAUTHBEARER tokens by the JWKS (the keys
+    Apache Kafka's OAUTH listener takes)."""
+    keys = KafkaSecurity(pki, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE, jwks_issuer=ISSUER)
+    broker = start_secured(work / "broker", pki,
+                           **{REAUTH: REAUTH_MS, **oauth_listener(keys.oauth_listener())})
     stack.callback(broker.stop)
-    signed = start_secured(work / "oidc-broker", pki, **{
-        "sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url, "sasl.oauthbearer.expected.audience": AUDIENCE,
-        "sasl.oauthbearer.expected.issuer": ISSUER})
-    stack.callback(signed.stop)
-    return Listeners(broker.listeners["SASL_SSL"], broker.listeners["SSL"], signed.listeners["SASL_SSL"])
+    return Listeners(broker.listeners["SASL_SSL"], broker.listeners["SSL"], broker.listeners["OAUTH"])
 
 
 def apache_kafka(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider) -> Listeners:
@@ -174,7 +172,7 @@ def main() -> int:
     pki = make_pki(work / "pki")
     results = []
     with IdentityProvider() as idp, ExitStack() as stack:
-        at = (apache_kafka if args.apache_kafka else strom_brokers)(stack, work, pki, idp)
+        at = (apache_kafka if args.apache_kafka else strom_broker)(stack, work, pki, idp)
         for spec in runs(at, pki, idp, ssl_files(pki, work)):
             if spec.test not in args.tests.split(","):
                 continue

@@ -87,6 +87,21 @@ def test_an_open_listener_beyond_loopback_is_refused_unless_allowed(tmp_path, pk
     (["listeners=CLIENT://127.0.0.1:0"], "listener CLIENT has no security protocol"),
     (["advertised.listeners=SSL://example:1"], "advertised.listeners names SSL, which is not in listeners"),
     (["ssl.keystore.type=JKS"], "expected PEM"),
+    (["listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER"],
+     "listener.name.oauth.* configures listener OAUTH, which is not in listeners"),
+    (["listener.name.plaintext.ssl.client.auth=required"],
+     "Unknown configuration key 'listener.name.plaintext.ssl.client.auth': strom broker takes"),
+    # Kafka's broker does not start without its identity provider's keys either
+    (["listeners=SASL_SSL://127.0.0.1:0", "ssl.keystore.location={broker}",
+      "listener.name.sasl_ssl.sasl.enabled.mechanisms=OAUTHBEARER",
+      "listener.name.sasl_ssl.oauthbearer.sasl.oauthbearer.jwks.endpoint.url=http://127.0.0.1:9/jwks",
+      "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms=0"],  # one attempt: no "trying again" lines
+     "Cannot start listener SASL_SSL: cannot fetch the JWKS from http://127.0.0.1:9/jwks: "),
+    (["listeners=SASL_SSL://127.0.0.1:0", "ssl.keystore.location={broker}",
+      "listener.name.sasl_ssl.sasl.enabled.mechanisms=OAUTHBEARER",
+      "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class="
+      "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"],
+     "OAuthBearerValidatorCallbackHandler, which needs sasl.oauthbearer.jwks.endpoint.url"),
 ])
 def test_a_bad_security_config_ends_in_one_line_without_the_secret(tmp_path, pki, configs, wanted):
     args = []

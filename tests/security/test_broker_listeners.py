@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import socket
+import ssl
 import subprocess
 import time
 
@@ -88,6 +90,21 @@ def kcat(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_an_untrusted_client_certificate_is_told_by_a_tls_alert(secured, pki, version):
+    """The broker sends the alert before it closes, as Kafka's does: the client learns its certificate was
+    refused, not just that the connection closed. TLS 1.2 reads it in the handshake, TLS 1.3 right after
+    (the client's handshake ends before the broker has checked its certificate)."""
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(str(pki.stranger_cert), str(pki.stranger_key))
+    context.maximum_version = version
+    host, port = secured.listeners["SSL"].rsplit(":", 1)
+    raw = socket.create_connection((host, int(port)), timeout=10)
+    with pytest.raises(ssl.SSLError) as refused, context.wrap_socket(raw, server_hostname="localhost") as tls:
+        tls.recv(1)
+    assert "ALERT_UNKNOWN_CA" in refused.value.reason
+
+
 def test_kcat_over_sasl_ssl_and_mutual_tls(secured, pki):
     """kcat's bundled librdkafka 2.0.2 sends a wrong SCRAM nonce (fixed in librdkafka 2.1; Kafka refuses
     it too), so kcat logs in with PLAIN; SCRAM is librdkafka's and kafka-python's tests above."""

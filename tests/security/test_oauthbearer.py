@@ -18,6 +18,8 @@ from confluent_kafka.admin import AdminClient
 
 from security.conftest import start_secured
 from strom.broker.security.oauthbearer import (
+    Jwks,
+    JwksError,
     OAuthBearerError,
     OAuthBearerServer,
     SignedJwtValidator,
@@ -116,17 +118,25 @@ def idp():
         yield provider
 
 
-def signed(idp: IdentityProvider, **options) -> SignedJwtValidator:
-    return SignedJwtValidator(idp.jwks_url, **{"audience": (AUDIENCE,), "issuer": ISSUER, **options})
+@pytest.fixture(scope="module")
+def jwks(idp):
+    keys = Jwks(idp.jwks_url)
+    yield keys
+    keys.close()
 
 
-def test_a_signed_token_names_its_principal(idp):
-    assert signed(idp).principal(idp.token()) == "alice"
-    assert signed(idp, principal_claim="client_id").principal(idp.token(idp.claims(client_id="svc"))) == "svc"
+def signed(jwks: Jwks, **options) -> SignedJwtValidator:
+    return SignedJwtValidator(jwks, **{"audience": (AUDIENCE,), "issuer": ISSUER, **options})
+
+
+def test_a_signed_token_names_its_principal(idp, jwks):
+    assert signed(jwks).principal(idp.token()) == "alice"
+    by_client = idp.token(idp.claims(client_id="svc"))
+    assert signed(jwks, principal_claim="client_id").principal(by_client) == "svc"
     within_skew = idp.claims(nbf=int(time.time()) + 10)
-    assert signed(idp, clock_skew_s=30).principal(idp.token(within_skew)) == "alice"
-    assert signed(idp).principal(idp.token(kid=None)) == "alice"  # no kid: the key its signature fits
-    assert signed(idp, audience=()).principal(idp.token(idp.claims(aud=None))) == "alice"
+    assert signed(jwks, clock_skew_s=30).principal(idp.token(within_skew)) == "alice"
+    assert signed(jwks).principal(idp.token(kid=None)) == "alice"  # no kid: the key its signature fits
+    assert signed(jwks, audience=()).principal(idp.token(idp.claims(aud=None))) == "alice"
 
 
 @pytest.mark.parametrize(("change", "reason"), [
@@ -141,29 +151,81 @@ def test_a_signed_token_names_its_principal(idp):
     ({"claims": {"sub": 42}}, "subject must be a string"),
     ({"claims": {"scope": ["read", " "]}}, "blank or non-string scope"),
     ({"stranger": True}, "signature"),
-    ({"kid": "unknown-kid"}, "Unable to find a signing key"),
+    ({"kid": "unknown-kid"}, "matches the token's kid 'unknown-kid'"),
     ({"options": {"audience": ()}}, "audience"),  # an aud claim, no audience expected: refused (Kafka too)
 ])
-def test_kafkas_signed_token_checks_refuse(idp, change, reason):
+def test_kafkas_signed_token_checks_refuse(idp, jwks, change, reason):
     now = int(time.time())
     claims = idp.claims(**{k: (now + v if k in ("exp", "nbf") and v is not None else v)
                            for k, v in change.get("claims", {}).items()})
     token = idp.token(claims, stranger=change.get("stranger", False), kid=change.get("kid", ""))
     with pytest.raises(OAuthBearerError, match=f"(?i){reason}"):
-        signed(idp, **change.get("options", {})).principal(token)
+        signed(jwks, **change.get("options", {})).principal(token)
 
 
-def test_an_unsecured_token_is_refused_where_tokens_are_signed(idp):
+def test_an_unsecured_token_is_refused_where_tokens_are_signed(idp, jwks):
     with pytest.raises(OAuthBearerError, match="could not validate"):
-        signed(idp).principal(unsecured_jws(idp.claims()))
+        signed(jwks).principal(unsecured_jws(idp.claims()))
+
+
+def test_the_jwks_is_fetched_at_once_then_every_refresh_interval(idp):
+    before = idp.jwks_fetches
+    keys = Jwks(idp.jwks_url, refresh_s=0.2)
+    try:
+        assert idp.jwks_fetches == before + 1  # at start-up, not at the first login
+        time.sleep(1.1)
+        assert idp.jwks_fetches >= before + 4
+    finally:
+        keys.close()
+    stopped = idp.jwks_fetches
+    time.sleep(0.5)
+    assert idp.jwks_fetches <= stopped + 1  # a refresh under way when closed may still end
+
+
+def test_a_failed_fetch_is_tried_again_after_a_doubling_backoff(idp, caplog):
+    idp.jwks_failures, before = 2, idp.jwks_fetches
+    keys = Jwks(idp.jwks_url, backoff_s=0.05, backoff_max_s=5)
+    keys.close()
+    assert idp.jwks_fetches == before + 3 and keys.keys
+    waits = [r.getMessage() for r in caplog.records if "trying again" in r.getMessage()]
+    assert [w.rsplit("; ", 1)[1] for w in waits] == ["trying again in 50 ms (attempt 1)",
+                                                     "trying again in 100 ms (attempt 2)"]
+    assert "HTTP Error 503" in waits[0]
+
+
+def test_an_unreachable_jwks_gives_up_when_the_backoff_ends():
+    started = time.monotonic()
+    with pytest.raises(JwksError, match=r"cannot fetch the JWKS from http://127.0.0.1:9/jwks: .*refused "
+                                        r"\(after [3-9] attempts\)"):
+        Jwks("http://127.0.0.1:9/jwks", backoff_s=0.05, backoff_max_s=0.3)
+    assert time.monotonic() - started < 2
+
+
+def test_a_refresh_that_fails_keeps_the_keys_and_a_new_kid_is_fetched_at_once(idp, caplog):
+    keys = Jwks(idp.jwks_url, refresh_s=0.1, backoff_s=0.01, backoff_max_s=0.02)
+    try:
+        idp.jwks_failures = 1_000_000
+        time.sleep(0.5)
+        assert signed(keys).principal(idp.token()) == "alice"
+        assert "keeping the 1 keys fetched before" in caplog.text
+        idp.jwks_failures = 0
+        idp.rotate()  # a token of the new key logs in before the next scheduled refresh
+        keys.refresh_s = 3600
+        time.sleep(0.3)
+        assert signed(keys).principal(idp.token()) == "alice"
+    finally:
+        keys.close()
+        idp.jwks_failures = 0
 
 
 @pytest.mark.slow
 def test_librdkafka_logs_in_with_tokens_of_the_identity_provider(idp, pki, tmp_path):
+    fetches = idp.jwks_fetches
     broker = start_secured(tmp_path, pki, **{"sasl.oauthbearer.jwks.endpoint.url": idp.jwks_url,
                                              "sasl.oauthbearer.expected.audience": AUDIENCE,
                                              "sasl.oauthbearer.expected.issuer": ISSUER})
     try:
+        assert idp.jwks_fetches == fetches + 1  # at start-up, as Kafka's broker does
         def oidc(path: str = "") -> dict:
             return {"bootstrap.servers": broker.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
                     "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",

@@ -140,22 +140,30 @@ class KafkaSecurity:
             **self._signed_token_listener(),
         }
 
+    def oauth_listener(self) -> dict[str, str]:
+        """The OAUTH listener's own keys, in Kafka's per-listener form (which strom broker takes too): only
+        OAUTHBEARER, its tokens signed by a key of the JWKS, with the expected audience and issuer."""
+        prefix = "listener.name.oauth."
+        return {
+            prefix + "sasl.enabled.mechanisms": "OAUTHBEARER",
+            prefix + "oauthbearer.sasl.server.callback.handler.class":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            prefix + "oauthbearer.sasl.oauthbearer.jwks.endpoint.url": self.jwks_url,
+            prefix + "oauthbearer.sasl.oauthbearer.expected.audience": self.jwks_audience,
+            prefix + "oauthbearer.sasl.oauthbearer.expected.issuer": self.jwks_issuer,
+        }
+
     def _signed_token_listener(self) -> dict[str, str]:
         if not self.jwks_url:
             return {}
         return {
             "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:SSL,OAUTH:SASL_SSL",
-            "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+            **self.oauth_listener(),
             "listener.name.oauth.oauthbearer.sasl.jaas.config":
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
-            "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class":
-                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
             # Kafka 4.1's default (DefaultJwtValidator) checks no signature on a broker: name the broker's
             "sasl.oauthbearer.jwt.validator.class":
                 "org.apache.kafka.common.security.oauthbearer.BrokerJwtValidator",
-            "sasl.oauthbearer.jwks.endpoint.url": self.jwks_url,
-            "sasl.oauthbearer.expected.audience": self.jwks_audience,
-            "sasl.oauthbearer.expected.issuer": self.jwks_issuer,
         }
 
     def java_options(self) -> list[str]:

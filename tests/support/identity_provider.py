@@ -24,6 +24,8 @@ class IdentityProvider:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.stranger = rsa.generate_private_key(public_exponent=65537, key_size=2048)  # not in the JWKS
         self.kid = "strom-test-1"
+        self.jwks_fetches = 0  # GET /jwks answered (or refused)
+        self.jwks_failures = 0  # how many of the next GET /jwks are answered 503
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name="idp")
 
@@ -42,6 +44,11 @@ class IdentityProvider:
     def jwks(self) -> dict[str, Any]:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
         return {"keys": [{**public, "kid": self.kid, "use": "sig", "alg": "RS256"}]}
+
+    def rotate(self) -> None:
+        """A new signing key with a new kid: the JWKS holds only it from now on."""
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.kid = f"strom-test-{int(self.kid.rsplit('-', 1)[1]) + 1}"
 
     def claims(self, sub: str = "alice", lifetime_s: float = 600, **extra: Any) -> dict[str, Any]:
         """The claims of a valid token of ``sub``; ``extra`` adds or (with None) removes claims."""
@@ -67,6 +74,11 @@ class IdentityProvider:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                if self.path == "/jwks":
+                    provider.jwks_fetches += 1
+                    if provider.jwks_failures > 0:
+                        provider.jwks_failures -= 1
+                        return self._json({"error": "temporarily unavailable"}, 503)
                 self._json(provider.jwks() if self.path == "/jwks" else None)
 
             def do_POST(self) -> None:
@@ -76,9 +88,9 @@ class IdentityProvider:
                 self._json({"access_token": provider._issued(self.path), "token_type": "bearer",
                             "expires_in": 600})
 
-            def _json(self, body: dict[str, Any] | None) -> None:
+            def _json(self, body: dict[str, Any] | None, status: int = 200) -> None:
                 data = json.dumps(body or {"error": "not found"}).encode()
-                self.send_response(200 if body is not None else 404)
+                self.send_response(status if body is not None else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

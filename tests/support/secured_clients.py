@@ -6,12 +6,14 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AdminClient,
@@ -59,9 +61,28 @@ def mtls_settings(servers: str, ca: Path, cert: Path, key: Path) -> dict[str, st
             "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
 
 
+def settled(ask: Callable[[], Any], wanted: Any, seconds: float = 10) -> Any:
+    """``ask()`` until it answers ``wanted`` (or ``seconds`` passed): its last answer. Apache Kafka's
+    controller applies an ACL or SCRAM change and its broker learns it from the metadata log a moment
+    later, so a read or a use right after the change may still meet the old state."""
+    deadline = time.monotonic() + seconds
+    answer = ask()
+    while answer != wanted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        answer = ask()
+    return answer
+
+
+EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+
+
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
+    """Creates ``bindings`` and returns once the broker enforces them (its DescribeAcls answers from the
+    authorizer that checks requests)."""
     for future in admin.create_acls(list(bindings)).values():
         future.result()
+    settled(lambda: set(bindings) <= set(admin.describe_acls(EVERY_ACL).result()), True)
 
 
 def acl(resource: ResourceType, name: str, principal: str, operation: AclOperation,
@@ -75,6 +96,17 @@ def add_user(admin: AdminClient, user: str, password: str) -> None:
     upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
                                           password.encode())
     admin.alter_user_scram_credentials([upsert])[user].result()
+    settled(lambda: described_credentials(admin, user), [("SCRAM_SHA_512", 4096)])
+
+
+def described_credentials(admin: AdminClient, user: str) -> list[tuple[str, int]] | str:
+    """``user``'s SCRAM credentials (mechanism, iterations) as DescribeUserScramCredentials answers, or the
+    name of its error."""
+    try:
+        infos = admin.describe_user_scram_credentials([user])[user].result().scram_credential_infos
+    except KafkaException as exc:
+        return exc.args[0].name()
+    return [(i.mechanism.name, i.iterations) for i in infos]
 
 
 def each(resource: ResourceType, name: str, principal: str, operations: tuple[AclOperation, ...],

@@ -54,6 +54,8 @@ class Broker:
         self.listeners = bind_listeners(self.config, host, port, advertised_host)
         try:
             refuse_unauthenticated_network(self.listeners, allow_unauthenticated_network)
+            # by listener name; a JWKS is fetched now, before the data directory is touched
+            self.oauthbearer = oauthbearer.listener_validators(self.config, self.listeners)
         except BaseException:
             _close(self.listeners)
             raise
@@ -85,7 +87,6 @@ class Broker:
                                                self.producer_ids)
         self.metrics = BrokerMetrics()
         self.credentials = CredentialStore(self.data_dir)
-        self.oauthbearer = oauthbearer.validator(self.config)
         self.authorizer = (Authorizer(self.data_dir, self.config["super.users"],
                                       self.config["allow.everyone.if.no.acl.found"])
                            if self.config["authorizer.class.name"] else None)
@@ -94,8 +95,11 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
 
     def _release(self) -> None:
-        """Closes the listener and gives up the data directory (at stop and after a failed start)."""
+        """Closes the listeners and their token validators and gives up the data directory (at stop and
+        after a failed start)."""
         _close(self.listeners)
+        for validator in self.oauthbearer.values():
+            validator.close()
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
@@ -185,6 +189,10 @@ def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: 
     if unknown:
         raise BrokerStartError(f"advertised.listeners names {', '.join(unknown)}, which is not in listeners: "
                                "advertise only listeners the broker has.")
+    unknown = sorted({name for name, _ in config.per_listener} - {s.name for s in specs})
+    if unknown:
+        raise BrokerStartError(f"listener.name.{unknown[0].lower()}.* configures listener {unknown[0]}, "
+                               "which is not in listeners: check the listener's name.")
     # ssl.client.auth applies to SSL listeners; SASL_SSL clients authenticate with SASL (as Kafka, KIP-684)
     contexts = {protocol: server_context(config, config["ssl.client.auth"] if protocol == "SSL" else "none")
                 for protocol in {s.protocol for s in specs if s.uses_tls}}

@@ -7,6 +7,7 @@ the wire they are answered with INVALID_CONFIG.
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +110,25 @@ def _authorizer(value: Any) -> str:
     return text
 
 
+def _jwks_url(value: Any) -> str:
+    text = str(value).strip()
+    if text and urllib.parse.urlsplit(text).scheme.lower() not in ("http", "https", "file"):
+        raise ValueError("an http://, https:// or file: URL (as Kafka takes)")
+    return text
+
+
+OAUTHBEARER_HANDLERS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+                        "org.apache.kafka.common.security.oauthbearer."
+                        "OAuthBearerUnsecuredValidatorCallbackHandler")
+
+
+def _oauthbearer_handler(value: Any) -> str:
+    text = str(value).strip()
+    if text and text not in OAUTHBEARER_HANDLERS:
+        raise ValueError(f"empty or one of {', '.join(OAUTHBEARER_HANDLERS)} (strom's two validators)")
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class Spec:
     parse: Callable[[Any], Any]
@@ -134,9 +154,16 @@ BROKER_SPECS: dict[str, Spec] = {
     "sasl.enabled.mechanisms": Spec(_mechanisms, "SCRAM-SHA-256,SCRAM-SHA-512",
                                     "SASL mechanisms offered on SASL listeners"),
     "sasl.oauthbearer.jwks.endpoint.url": Spec(
-        str, "", "http(s):// or file: URL of the JWKS signing OAUTHBEARER tokens (empty: unsecured JWS)"),
+        _jwks_url, "", "http(s):// or file: URL of the JWKS signing OAUTHBEARER tokens (empty: unsecured)"),
     "sasl.oauthbearer.jwks.endpoint.refresh.ms": Spec(_int(1), 3_600_000,
                                                       "how often the JWKS is fetched again"),
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": Spec(
+        _int(), 100, "first wait before a failed JWKS fetch is tried again (doubling each time)"),
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": Spec(
+        _int(), 10_000, "how long a JWKS fetch keeps trying before it gives up"),
+    "sasl.server.callback.handler.class": Spec(
+        _oauthbearer_handler, "", "OAUTHBEARER's validator: Kafka's OAuthBearerValidatorCallbackHandler "
+        "(signed tokens) or OAuthBearerUnsecuredValidatorCallbackHandler (empty: signed if a JWKS is set)"),
     "sasl.oauthbearer.expected.audience": Spec(str, "",
                                                "audiences ('aud') a signed token must name, ','-separated"),
     "sasl.oauthbearer.expected.issuer": Spec(str, "", "issuer ('iss') a signed token must name (empty: any)"),
@@ -190,6 +217,30 @@ BROKER_SPECS: dict[str, Spec] = {
     "producer.id.expiration.ms": Spec(_int(1), 86_400_000, "forget idle idempotent producers"),
 }
 
+LISTENER_PREFIX = "listener.name."
+LISTENER_KEYS = frozenset({"sasl.enabled.mechanisms", "connections.max.reauth.ms",
+                           *(key for key in BROKER_SPECS if key.startswith("sasl.oauthbearer."))})
+"""The broker configs one listener may override, as in Kafka: ``listener.name.<listener>.<key>``."""
+MECHANISM_KEYS = {name.lower(): frozenset({"connections.max.reauth.ms"}) for name in SASL_MECHANISMS}
+MECHANISM_KEYS["oauthbearer"] |= LISTENER_KEYS - {"sasl.enabled.mechanisms"} | {
+    "sasl.server.callback.handler.class"}
+"""...and those one SASL mechanism on a listener may override further:
+``listener.name.<listener>.<mechanism>.<key>`` (``listener.name.oauth.oauthbearer.sasl.oauthbearer.
+jwks.endpoint.url``)."""
+
+
+def _listener_override(key: str) -> tuple[str, str, str]:
+    """(listener, mechanism or "", broker key) of a ``listener.name.*`` key; KeyError if it overrides
+    nothing strom serves per listener."""
+    listener, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+    if rest in LISTENER_KEYS:
+        return listener.upper(), "", rest
+    mechanism, _, inner = rest.partition(".")
+    if listener and inner in MECHANISM_KEYS.get(mechanism.lower(), ()):
+        return listener.upper(), mechanism.lower(), inner
+    raise KeyError(key)
+
+
 # topic key -> (parser, broker key supplying the default or None, own default)
 TOPIC_SPECS: dict[str, tuple[Callable[[Any], Any], str | None, Any]] = {
     "cleanup.policy": (_cleanup_policy, "log.cleanup.policy", None),
@@ -231,11 +282,24 @@ class BrokerConfig:
     def __init__(self, overrides: Mapping[str, Any] | None = None) -> None:
         self._values = {key: spec.default for key, spec in BROKER_SPECS.items()}
         self.dynamic: dict[str, dict[str, Any]] = {PER_BROKER: {}, CLUSTER_DEFAULT: {}}
+        self.per_listener: dict[tuple[str, str], dict[str, Any]] = {}  # (LISTENER, mechanism) -> key -> value
         for key, value in (overrides or {}).items():
-            if key not in BROKER_SPECS:
+            layer, name = self._values, key
+            if key.startswith(LISTENER_PREFIX):
+                try:
+                    listener, mechanism, name = _listener_override(key)
+                except KeyError:
+                    raise ConfigError(
+                        f"Unknown configuration key {key!r}: strom broker takes listener.name.<listener>."
+                        f"<key> for {', '.join(sorted(LISTENER_KEYS))}, and listener.name.<listener>."
+                        "<mechanism>.<key> for connections.max.reauth.ms, and for OAUTHBEARER's "
+                        "sasl.oauthbearer.* and sasl.server.callback.handler.class (docs/broker.md)."
+                    ) from None
+                layer = self.per_listener.setdefault((listener, mechanism), {})
+            elif key not in BROKER_SPECS:
                 raise ConfigError.unknown_key(key, list(BROKER_SPECS))
             try:
-                self._values[key] = BROKER_SPECS[key].parse(value)
+                layer[name] = BROKER_SPECS[name].parse(value)
             except (TypeError, ValueError) as exc:
                 raise ConfigError.bad_value(key, value, str(exc)) from exc
 
@@ -244,6 +308,10 @@ class BrokerConfig:
             if key in layer:
                 return layer[key]
         return self._values[key]
+
+    def listener(self, name: str, mechanism: str = "") -> ListenerConfig:
+        """The configs listener ``name`` (and SASL ``mechanism`` on it) works with."""
+        return ListenerConfig(self, name.upper(), mechanism.lower())
 
     def set_dynamic(self, layer: str, configs: Mapping[str, Any], validate_only: bool = False) -> None:
         """Replaces one layer's dynamic configs; NotDynamicError (INVALID_REQUEST) for a key Kafka does not
@@ -264,6 +332,21 @@ class BrokerConfig:
     def topic_defaults(self) -> dict[str, Any]:
         return {key: self[broker_key] if broker_key else default
                 for key, (_, broker_key, default) in TOPIC_SPECS.items()}
+
+
+class ListenerConfig:
+    """The configs one listener sees, resolved as Kafka resolves them: ``listener.name.<listener>.
+    <mechanism>.<key>`` over ``listener.name.<listener>.<key>`` over the broker's ``<key>``."""
+
+    def __init__(self, config: BrokerConfig, listener: str, mechanism: str) -> None:
+        self.config, self.listener, self.mechanism = config, listener, mechanism
+
+    def __getitem__(self, key: str) -> Any:
+        for mechanism in dict.fromkeys((self.mechanism, "")):
+            layer = self.config.per_listener.get((self.listener, mechanism), {})
+            if key in layer:
+                return layer[key]
+        return self.config[key]
 
 
 def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:

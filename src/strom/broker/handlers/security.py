@@ -41,7 +41,7 @@ async def sasl_handshake(ctx: RequestContext, body: Any) -> dict[str, Any]:
     """Starts a login, or a re-authentication of a session with a lifetime (KIP-368) by a client that
     said it re-authenticates, with the mechanism it logged in with."""
     session = ctx.session
-    enabled = ctx.broker.config["sasl.enabled.mechanisms"].split(",")
+    enabled = ctx.broker.config.listener(session.listener.name)["sasl.enabled.mechanisms"].split(",")
     reauthentication = session.authenticated and session.expires_at is not None and session.reauthenticates
     if not session.listener.spec.uses_sasl or (session.authenticated and not reauthentication):
         return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": enabled}
@@ -54,7 +54,7 @@ async def sasl_handshake(ctx: RequestContext, body: Any) -> dict[str, Any]:
     if mechanism == "PLAIN":
         session.exchange = "PLAIN"
     elif mechanism == OAUTHBEARER:
-        session.exchange = OAuthBearerServer(ctx.broker.oauthbearer)
+        session.exchange = OAuthBearerServer(ctx.broker.oauthbearer[session.listener.name])
     else:
         scram = Mechanism.named(mechanism)
         session.exchange = ScramServer(scram, lambda user: ctx.broker.credentials.get(user, scram))
@@ -86,7 +86,7 @@ def _session_lifetime_ms(broker: Broker, session: Session) -> int:
     the shorter of connections.max.reauth.ms and the credential's remaining life (an OAUTHBEARER token's
     exp); after it only a re-authentication is served (server.py closes the connection otherwise)."""
     credential_expiry = session.credential_expires_at
-    most = broker.config["connections.max.reauth.ms"]
+    most = broker.config.listener(session.listener.name, session.mechanism)["connections.max.reauth.ms"]
     if credential_expiry is None and not most:
         session.expires_at = None
         return 0
@@ -102,7 +102,8 @@ async def sasl_step(broker: Broker, session: Session, token: bytes) -> tuple[byt
     """One step of the session's SASL exchange: the answer to the client's token, and the failure
     message if authentication failed (the connection is then closed after the answer). A signed token's
     step runs in a thread: it may fetch the JWKS."""
-    if isinstance(session.exchange, OAuthBearerServer) and isinstance(broker.oauthbearer, SignedJwtValidator):
+    if isinstance(session.exchange, OAuthBearerServer) and isinstance(session.exchange.validator,
+                                                                      SignedJwtValidator):
         return await asyncio.to_thread(_step, broker, session, token)
     return _step(broker, session, token)
 

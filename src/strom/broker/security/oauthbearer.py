@@ -16,12 +16,22 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import re
+import threading
 import time
-from collections.abc import Callable, Mapping
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import jwt
+
+from strom.broker.config import OAUTHBEARER_HANDLERS, BrokerConfig, ListenerConfig
+from strom.broker.security.listeners import Listener
+from strom.errors import BrokerStartError
+
+log = logging.getLogger(__name__)
 
 MECHANISM = "OAUTHBEARER"
 SEPARATOR = "\x01"
@@ -92,6 +102,9 @@ class UnsecuredJwsValidator:
             raise OAuthBearerError(f"the token's scope lacks {', '.join(missing)}")
         return name
 
+    def close(self) -> None:
+        """Nothing to release: the checks need no keys."""
+
     def _check_times(self, claims: dict[str, Any]) -> None:
         expires, issued = claims.get("exp"), claims.get("iat")
         if not _number(expires):
@@ -115,18 +128,94 @@ _ALGORITHMS = {"RSA": ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512"),
                "oct": ("HS256", "HS384", "HS512")}
 
 
+class JwksError(OAuthBearerError):
+    """The JWKS could not be fetched or holds no usable key."""
+
+
+class Jwks:
+    """The identity provider's signing keys. Fetched at start-up (as Kafka's broker does: it does not start
+    without them), then every ``refresh_s`` in a thread, and during a login whose token names an unknown
+    ``kid`` (at most once a second). A failed fetch is tried again after ``backoff_s``, doubling, until
+    ``backoff_max_s`` have passed (Kafka's ``sasl.oauthbearer.jwks.endpoint.retry.backoff.*``); a refresh
+    that still fails keeps the keys fetched before and logs why."""
+
+    EXPEDITE_COOLDOWN_S = 1.0
+
+    def __init__(self, url: str, refresh_s: float = 3600.0, backoff_s: float = 0.1,
+                 backoff_max_s: float = 10.0, timeout_s: float = 10.0) -> None:
+        self.url, self.refresh_s, self.timeout_s = url, refresh_s, timeout_s
+        self.backoff_s, self.backoff_max_s = backoff_s, backoff_max_s
+        self._closed = threading.Event()
+        self._expedited_at = 0.0
+        self.keys = self._fetch_with_retry()
+        log.info("fetched %d signing keys from the JWKS at %s; fetching again every %d s", len(self.keys),
+                 url, refresh_s)
+        threading.Thread(target=self._refresh_every, name="jwks-refresh", daemon=True).start()
+
+    def signing_keys(self, kid: str | None) -> list[jwt.PyJWK]:
+        """The keys that may have signed a token with ``kid`` (every signing key without one); an unknown
+        kid fetches the JWKS again first. JwksError if none fits."""
+        if kid is None:
+            keys = [k for k in self.keys if k.public_key_use in (None, "sig")]
+        else:
+            keys = self._named(kid)
+            if not keys and time.monotonic() - self._expedited_at >= self.EXPEDITE_COOLDOWN_S:
+                self._expedited_at = time.monotonic()
+                self.keys = self._fetch()
+                keys = self._named(kid)
+        if not keys:
+            raise JwksError(f"no key of the JWKS at {self.url} matches the token's kid {kid!r}")
+        return keys
+
+    def close(self) -> None:
+        """Stops the refreshes (and any retry waiting)."""
+        self._closed.set()
+
+    def _named(self, kid: str) -> list[jwt.PyJWK]:
+        return [k for k in self.keys if k.key_id == kid and k.public_key_use in (None, "sig")]
+
+    def _refresh_every(self) -> None:
+        while not self._closed.wait(self.refresh_s):
+            try:
+                self.keys = self._fetch_with_retry()
+            except JwksError as exc:
+                log.warning("%s; keeping the %d keys fetched before", exc, len(self.keys))
+
+    def _fetch_with_retry(self) -> list[jwt.PyJWK]:
+        deadline, wait, attempt = time.monotonic() + self.backoff_max_s, self.backoff_s, 1
+        while True:
+            try:
+                return self._fetch()
+            except JwksError as exc:
+                wait = min(wait, deadline - time.monotonic())
+                if wait <= 0 or self._closed.is_set():
+                    raise JwksError(f"{exc} (after {attempt} attempt{'s' if attempt > 1 else ''})") from exc
+                log.warning("%s; trying again in %d ms (attempt %d)", exc, wait * 1000, attempt)
+                self._closed.wait(wait)
+                wait, attempt = wait * 2, attempt + 1
+
+    def _fetch(self) -> list[jwt.PyJWK]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as answer:
+                return jwt.PyJWKSet.from_dict(json.load(answer)).keys
+        except (OSError, ValueError) as exc:  # URLError and HTTPError are OSErrors; bad JSON a ValueError
+            reason = exc if isinstance(exc, urllib.error.HTTPError) else getattr(exc, "reason", exc)
+            raise JwksError(f"cannot fetch the JWKS from {self.url}: {reason}") from exc
+        except jwt.PyJWTError as exc:
+            raise JwksError(f"the JWKS at {self.url} holds no usable key: {exc}") from exc
+
+
 class SignedJwtValidator:
-    """Kafka's checks of a signed JWT (``BrokerJwtValidator``): its signature by a key of the JWKS at
-    ``jwks_url`` (fetched once, then every ``refresh_s`` and whenever a token names an unknown ``kid``);
+    """Kafka's checks of a signed JWT (``BrokerJwtValidator``): its signature by a key of ``keys``;
     ``exp`` and ``iat`` present, ``exp`` not past, ``nbf`` met within ``clock_skew_s``; ``aud`` one of
     ``audience`` (a token with an ``aud`` claim is refused when no audience is expected, as in Kafka);
     ``iss`` equal to ``issuer`` if given; a non-blank string principal claim; scopes that are non-blank
     strings."""
 
-    def __init__(self, jwks_url: str, audience: tuple[str, ...] = (), issuer: str = "",
-                 clock_skew_s: float = 30.0, principal_claim: str = "sub", scope_claim: str = "scope",
-                 refresh_s: float = 3600.0) -> None:
-        self.keys = jwt.PyJWKClient(jwks_url, lifespan=refresh_s, timeout=10, cooldown_duration=1)
+    def __init__(self, keys: Jwks, audience: tuple[str, ...] = (), issuer: str = "",
+                 clock_skew_s: float = 30.0, principal_claim: str = "sub",
+                 scope_claim: str = "scope") -> None:
+        self.keys = keys
         self.audience, self.issuer, self.clock_skew_s = audience, issuer, clock_skew_s
         self.principal_claim, self.scope_claim = principal_claim, scope_claim
 
@@ -134,8 +223,6 @@ class SignedJwtValidator:
         """The principal name the token's claims give; OAuthBearerError if the token is not valid."""
         try:
             claims = self._verified_claims(token)
-        except jwt.PyJWKClientConnectionError as exc:
-            raise OAuthBearerError(f"the JWKS could not be fetched: {exc}") from exc
         except jwt.PyJWTError as exc:
             raise OAuthBearerError(f"could not validate the token: {exc}") from exc
         name = claims.get(self.principal_claim)
@@ -147,9 +234,11 @@ class SignedJwtValidator:
             raise OAuthBearerError(f"a blank or non-string scope in the claim {self.scope_claim!r}")
         return name.strip()
 
+    def close(self) -> None:
+        self.keys.close()
+
     def _verified_claims(self, token: str) -> dict[str, Any]:
-        kid = jwt.get_unverified_header(token).get("kid")
-        candidates = [self.keys.get_signing_key(kid)] if kid is not None else self.keys.get_signing_keys()
+        candidates = self.keys.signing_keys(jwt.get_unverified_header(token).get("kid"))
         for key in candidates[:-1]:  # a token without a kid: the first key its signature fits
             try:
                 return self._decode(token, key)
@@ -172,19 +261,58 @@ class SignedJwtValidator:
 class TokenValidator(Protocol):
     def principal(self, token: str) -> str: ...
 
+    def close(self) -> None: ...
 
-def validator(config: Mapping[str, Any]) -> TokenValidator:
-    """The validator a broker with ``config`` judges OAUTHBEARER tokens with: signed JWTs when a JWKS
-    endpoint is configured, unsecured JWS otherwise (Kafka's default)."""
-    url = config["sasl.oauthbearer.jwks.endpoint.url"]
-    if not url:
-        return UnsecuredJwsValidator()  # Kafka's takes its options from JAAS, not the sasl.oauthbearer.* keys
+
+def validator(config: ListenerConfig, fetched: dict[tuple, Jwks]) -> TokenValidator:
+    """The validator a listener with ``config`` (its OAUTHBEARER view) judges tokens with: signed JWTs
+    when a JWKS endpoint is configured (or Kafka's OAuthBearerValidatorCallbackHandler is named), unsecured
+    JWS otherwise (Kafka's default). A JWKS is fetched now, once for the listeners that name it alike
+    (``fetched``): BrokerStartError if it cannot be."""
     key = "sasl.oauthbearer."
+    url, handler = config[key + "jwks.endpoint.url"], config["sasl.server.callback.handler.class"]
+    where = f"listener {config.listener}"
+    if handler == OAUTHBEARER_HANDLERS[1] or not (url or handler):
+        return UnsecuredJwsValidator()  # Kafka's takes its options from JAAS, not the sasl.oauthbearer.* keys
+    if not url:
+        raise BrokerStartError(f"{where} names {handler}, which needs sasl.oauthbearer.jwks.endpoint.url: "
+                               "set it (or listener.name.<listener>.sasl.oauthbearer.jwks.endpoint.url).")
+    backoff, backoff_max = key + "jwks.endpoint.retry.backoff.ms", key + "jwks.endpoint.retry.backoff.max.ms"
+    if config[backoff_max] < config[backoff]:
+        raise BrokerStartError(f"{where}: {backoff_max} ({config[backoff_max]}) is less than {backoff} "
+                               f"({config[backoff]}).")
+    source = (url, config[key + "jwks.endpoint.refresh.ms"] / 1000, config[backoff] / 1000,
+              config[backoff_max] / 1000)
+    if source not in fetched:
+        try:
+            fetched[source] = Jwks(*source)
+        except JwksError as exc:
+            raise BrokerStartError(f"Cannot start {where}: {exc}. OAUTHBEARER logins need the identity "
+                                   "provider's keys: check sasl.oauthbearer.jwks.endpoint.url and that it "
+                                   "answers (strom broker, like Kafka's, does not start without them)."
+                                   ) from None
+    keys = fetched[source]
     audience = tuple(a.strip() for a in config[key + "expected.audience"].split(",") if a.strip())
-    return SignedJwtValidator(url, audience, config[key + "expected.issuer"],
+    return SignedJwtValidator(keys, audience, config[key + "expected.issuer"],
                               config[key + "clock.skew.seconds"], config[key + "sub.claim.name"],
-                              config[key + "scope.claim.name"],
-                              config[key + "jwks.endpoint.refresh.ms"] / 1000)
+                              config[key + "scope.claim.name"])
+
+
+def listener_validators(config: BrokerConfig, listeners: list[Listener]) -> dict[str, TokenValidator]:
+    """The validator of each SASL listener that offers OAUTHBEARER (by name), built at start-up; on a
+    failure, the ones built before are closed."""
+    built: dict[str, TokenValidator] = {}
+    fetched: dict[tuple, Jwks] = {}
+    try:
+        for listener in listeners:
+            mechanisms = config.listener(listener.name)["sasl.enabled.mechanisms"].split(",")
+            if listener.spec.uses_sasl and MECHANISM in mechanisms:
+                built[listener.name] = validator(config.listener(listener.name, MECHANISM), fetched)
+    except BaseException:
+        for made in built.values():
+            made.close()
+        raise
+    return built
 
 
 class OAuthBearerServer:

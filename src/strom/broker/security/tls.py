@@ -5,6 +5,7 @@ client certificate."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import ssl
@@ -91,7 +92,9 @@ class TlsChannel:
         self.tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
 
     async def handshake(self) -> None:
-        """Runs the TLS handshake; ssl.SSLError if the client is not trusted or does not speak TLS."""
+        """Runs the TLS handshake; ssl.SSLError if the client is not trusted or does not speak TLS. The
+        alert saying why (an untrusted certificate: "unknown ca") is sent first, as Kafka's broker sends
+        it: without it the client sees only a closed connection."""
         while True:
             try:
                 self.tls.do_handshake()
@@ -99,6 +102,10 @@ class TlsChannel:
             except ssl.SSLWantReadError:
                 await self._flush()
                 await self._fill()
+            except ssl.SSLError:
+                with contextlib.suppress(OSError):  # the client may have gone already
+                    await self._flush()
+                raise
         await self._flush()
 
     async def recv_into(self, view: memoryview) -> int:
