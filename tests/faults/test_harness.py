@@ -197,10 +197,20 @@ def _state(pid: int) -> str:
 def test_kill_ends_every_process_on_a_host_paused_ones_too(network):
     a = network.hosts["a"]
     sleepers = [subprocess.Popen(a.command(["sleep", "600"])) for _ in range(2)]
+    running_on(a, sleepers)
     pause(sleepers[0].pid)
     a.kill()
     assert [sleeper.wait(timeout=10) for sleeper in sleepers] == [-9, -9]
     assert a.pids() == []
+
+
+def running_on(host: Host, processes: list[subprocess.Popen]) -> None:
+    """Waits until ``processes`` (started with ``host.command``, which execs them: the same pids) run on
+    ``host``: until ``ip netns exec`` entered its namespace, a kill of the host cannot see them."""
+    deadline = time.monotonic() + 30
+    while not {process.pid for process in processes} <= set(host.pids()):
+        assert time.monotonic() < deadline, f"not running on {host.name}: {host.pids()}"
+        time.sleep(0.05)
 
 
 def test_where_namespaces_are_not_allowed_a_fault_test_skips_saying_why():
@@ -223,6 +233,7 @@ def test_what_a_dead_run_left_is_removed_by_the_next(network):
     subprocess.run(["ip", "netns", "add", leftover], check=True)
     orphan = subprocess.Popen(["ip", "netns", "exec", leftover, "sleep", "600"])
     try:
+        running_on(Host(leftover, leftover, ""), [orphan])
         with Network():
             pass
         assert leftover not in subprocess.run(["ip", "netns", "list"], capture_output=True,
