@@ -52,14 +52,26 @@ try:
 except TimeoutError:
     print("nothing")
 """
+SKIPPED = """
+import sys
+import pytest
+sys.path.insert(0, sys.argv[1])
+from support.hosts import Network
+try:
+    Network().start()
+except pytest.skip.Exception as skipped:
+    print(skipped.msg)
+"""
 
 
 @pytest.fixture(scope="module")
 def network() -> Iterator[Network]:
+    """Hosts a and b; once the module's tests are done, no process may be left on them."""
     with Network() as running:
         running.host("a")
         running.host("b")
         yield running
+        assert not running.left_behind(), "processes left behind on the hosts after the tests"
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +194,36 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def test_kill_ends_every_process_on_a_host_paused_ones_too(network):
+    a = network.hosts["a"]
+    sleepers = [subprocess.Popen(a.command(["sleep", "600"])) for _ in range(2)]
+    running_on(a, sleepers)
+    pause(sleepers[0].pid)
+    a.kill()
+    assert [sleeper.wait(timeout=10) for sleeper in sleepers] == [-9, -9]
+    assert a.pids() == []
+
+
+def running_on(host: Host, processes: list[subprocess.Popen]) -> None:
+    """Waits until ``processes`` (started with ``host.command``, which execs them: the same pids) run on
+    ``host``: until ``ip netns exec`` entered its namespace, a kill of the host cannot see them."""
+    deadline = time.monotonic() + 30
+    while not {process.pid for process in processes} <= set(host.pids()):
+        assert time.monotonic() < deadline, f"not running on {host.name}: {host.pids()}"
+        time.sleep(0.05)
+
+
+def test_where_namespaces_are_not_allowed_a_fault_test_skips_saying_why():
+    """Root without its capabilities (``setpriv``: as an unprivileged user or a container without
+    CAP_SYS_ADMIN would be): the network's start skips the test with a message naming what is missing."""
+    tests = Path(__file__).parents[1]
+    result = subprocess.run(["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable, "-c",
+                             SKIPPED, str(tests)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("network namespaces are not allowed here (the fault tests need root"), \
+        result.stdout
+
+
 def test_what_a_dead_run_left_is_removed_by_the_next(network):
     """A run SIGKILLed mid-test leaves its namespaces and the processes in them: the next run's start
     removes both."""
@@ -191,6 +233,7 @@ def test_what_a_dead_run_left_is_removed_by_the_next(network):
     subprocess.run(["ip", "netns", "add", leftover], check=True)
     orphan = subprocess.Popen(["ip", "netns", "exec", leftover, "sleep", "600"])
     try:
+        running_on(Host(leftover, leftover, ""), [orphan])
         with Network():
             pass
         assert leftover not in subprocess.run(["ip", "netns", "list"], capture_output=True,

@@ -160,7 +160,7 @@ def running_topology(base_dir: Path) -> Iterator[Topology]:
                 spark.stop()
         network.heal()
         deadline = time.monotonic() + 15
-        while (left := left_behind(network)) and time.monotonic() < deadline:
+        while (left := network.left_behind()) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not left, f"processes left behind on the hosts once everything stopped: {left}"
 
@@ -184,19 +184,6 @@ def settled_at(bootstrap: str, topic: str, partitions: int, timeout: float) -> f
     finally:
         committed.close()
         uncommitted.close()
-
-
-def left_behind(network: Network) -> dict[str, list[str]]:
-    """Per host, the command lines of the processes still running on it."""
-    return {host.name: [_command_line(pid) for pid in pids]
-            for host in network.hosts.values() if (pids := host.pids())}
-
-
-def _command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120].decode(errors="replace")
-    except OSError:
-        return f"{pid} (gone)"
 
 
 class WordCountRun:

@@ -13,6 +13,11 @@ faults a network makes (partitions, slow and lossy links) plus paused processes,
         network.loss(a, 5)                         # every packet a sends is dropped with 5 % probability
         network.heal()                             # every partition, delay and loss gone
         pause(pid); resume(pid)                    # SIGSTOP / SIGCONT (a long GC pause, a frozen VM)
+        kafka0.kill()                              # SIGKILL every process on the host (a machine dies)
+        network.left_behind()                      # per host, the processes still running on it
+
+The existing kills of single components work on hosts too: ``KafkaCluster(hosts=...).kill(node)`` and
+``SparkCluster(hosts=...).kill_worker(i)`` (tests/support/apache_kafka.py, spark_cluster.py).
 
 Each host has a veth pair whose one end (``eth0``) is in the host's namespace and the other on the run's
 bridge, which has address ``.254`` of the run's /24 in 10.213.0.0/16, so the test process (in no
@@ -48,6 +53,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 
 PREFIX = "sf"
@@ -86,8 +92,9 @@ def check_allowed() -> None:
     probe = f"{PREFIX}{os.getpid()}-probe"
     result = _run("ip", "netns", "add", probe, check=False)
     if result.returncode != 0:
-        raise NamespacesNotAllowed("network namespaces are not allowed here (the fault tests need root or "
-                                   f"CAP_NET_ADMIN): `ip netns add` said {result.stderr.strip()!r}")
+        raise NamespacesNotAllowed("network namespaces are not allowed here (the fault tests need root, "
+                                   "or CAP_SYS_ADMIN and CAP_NET_ADMIN, as CI has): `ip netns add` said "
+                                   f"{result.stderr.strip()!r}")
     try:
         rule = _run("ip", "netns", "exec", probe, "iptables", "-S", check=False)
         if rule.returncode != 0:
@@ -121,15 +128,7 @@ def remove_leftovers() -> list[str]:
 
 
 def _kill_namespace(name: str) -> None:
-    for _ in range(3):
-        pids = Host(name, name, "").pids()
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)  # a paused process dies only once it runs
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.2)
+    Host(name, name, "").kill()
     _run("ip", "netns", "del", name, check=False)
 
 
@@ -166,6 +165,18 @@ class Host:
     def pids(self) -> list[int]:
         """The processes running on this host (in its namespace)."""
         return [int(pid) for pid in _run("ip", "netns", "pids", self.namespace, check=False).stdout.split()]
+
+    def kill(self) -> None:
+        """SIGKILLs every process on this host, paused ones too (a machine that dies at once)."""
+        for _ in range(3):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)  # a paused process dies only once it runs
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
 
 
 class Network:
@@ -275,6 +286,11 @@ class Network:
         with ThreadPoolExecutor(max(1, len(self.hosts))) as healing:
             list(healing.map(_heal, list(self.hosts.values())))
 
+    def left_behind(self) -> dict[str, list[str]]:
+        """Per host, the command lines of the processes still running on it."""
+        return {host.name: [_command_line(pid) for pid in pids]
+                for host in self.hosts.values() if (pids := host.pids())}
+
     def close(self) -> None:
         """Kills what still runs on the hosts, removes the namespaces and the bridge."""
         if not self._started:
@@ -290,6 +306,13 @@ class Network:
         self.hosts.clear()
         with contextlib.suppress(ValueError):
             atexit.unregister(self.close)
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120].decode(errors="replace")
+    except OSError:
+        return f"{pid} (gone)"
 
 
 def _heal(host: Host) -> None:
