@@ -43,6 +43,41 @@ def test_a_worker_holding_more_than_its_share_gives_the_rest_away():
     assert sorted(t for tasks in assignment.values() for t in tasks) == sorted(TASKS)
 
 
+def test_stateful_tasks_are_spread_first_so_a_new_thread_does_not_get_all_the_state():
+    """Growing from one thread to two: the first keeps a share of the state, not the stateless tasks
+    that sort first (the count-only assignor gave the new thread 1_0 and 1_1 both)."""
+    four = ["0_0", "0_1", "1_0", "1_1"]
+    assignment = assign_tasks(four, [0, 1], {0: four, 1: []}, stateful={"1_0", "1_1"})
+    assert assignment == {0: ["1_0", "0_0"], 1: ["1_1", "0_1"]}
+    assert assign_tasks(four, [0, 1], {0: four, 1: []}) == {0: ["0_0", "0_1"], 1: ["1_0", "1_1"]}
+
+
+def test_every_thread_holds_its_share_of_the_state_and_of_all_tasks_and_keeps_what_it_may():
+    rng = random.Random(7)
+    for _ in range(300):
+        tasks = [f"{s}_{p}" for s in range(rng.randint(1, 3)) for p in range(rng.randint(1, 6))]
+        stateful = set(rng.sample(tasks, rng.randint(0, len(tasks))))
+        threads = sorted(rng.sample(range(6), rng.randint(1, 5)))
+        parked: dict[int, list[str]] = {}
+        for task in tasks:
+            if rng.random() < 0.8:
+                parked.setdefault(rng.randrange(6), []).append(task)
+        assignment = assign_tasks(tasks, threads, parked, stateful=stateful)
+        assert sorted(t for held in assignment.values() for t in held) == sorted(tasks)
+        share, state_share = -(-len(tasks) // len(threads)), -(-len(stateful) // len(threads))
+        for thread, held in assignment.items():
+            assert len(held) <= share and len(stateful & set(held)) <= state_share, (tasks, stateful, parked)
+            mine = [t for t in parked.get(thread, []) if t in stateful]
+            assert len(stateful & set(held) & set(mine)) == min(len(mine), state_share)  # sticky
+
+
+def test_a_lost_stateful_task_goes_where_its_caught_up_standby_is_within_the_share_of_state():
+    parked = {0: ["0_0", "1_0"], 1: ["0_1"]}
+    assignment = assign_tasks(["0_0", "0_1", "1_0", "1_1"], [0, 1], parked, {0: {"1_1": 3}},
+                              acceptable_lag=10, stateful={"1_0", "1_1"})
+    assert assignment == {0: ["1_0", "0_0"], 1: ["1_1", "0_1"]}  # thread 0 has its share of state
+
+
 def test_threads_get_their_tasks_once_all_said_hello_and_hear_a_stop():
     heard: list[tuple[str, dict]] = []
     control = ThreadControl("127.0.0.1", lambda thread, tasks: heard.append((thread, tasks)))

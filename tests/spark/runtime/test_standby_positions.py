@@ -2,7 +2,8 @@
 their offsets on the strom broker; a real StandbyTask (its own state directory) reads the changelog.
 Its position is then the committed offsets less one, so a bounded query (read-your-writes) is
 answered by the standby once it has applied that far, and refused (NOT_UP_TO_BOUND) before. Offsets that
-commit without a changelog write are read when a bounded query asks, or every COMMITTED_EVERY_S."""
+commit without a changelog write are read when a bounded query asks, or every COMMITTED_EVERY_S; an
+update that reads none reads the changelogs' ends once, not again to restore."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from strom.kafka.serdes import Serdes
 from strom.spark.queries.router import QueryRouter
 from strom.spark.queries.server import QueryEndpoint
+from strom.spark.runtime import restore as restore_module
 from strom.spark.runtime import standby as standby_module
 from strom.spark.runtime.control import ThreadMetadata
 from strom.spark.runtime.standby import StandbyTask, update_all
@@ -70,14 +72,24 @@ def test_a_standby_answers_a_bounded_query_once_it_applied_the_bound(broker, top
         # records that change no state (a count skips null keys): their offsets commit, no changelog
         # grows, so an update does not read the committed offsets, until a bounded query asks for them
         monkeypatch.setattr(standby_module, "COMMITTED_EVERY_S", 3600.0)
+        restore_reads: list[str] = []  # changelog ends read to restore (after the look at them)
+        look = restore_module.end_offset
+
+        def counted(consumer, topic: str, *rest):
+            restore_reads.append(topic)
+            return look(consumer, topic, *rest)
+        monkeypatch.setattr(restore_module, "end_offset", counted)
         update_all([standby])  # reads what the bounded queries above asked for
+        assert len(restore_reads) == 1  # after a committed read: the changelog's end again
         produce_lines(bootstrap, source, [(None, "x")] * 4)
         run_batch(topology, config, bootstrap, source, 5, 7)
         update_all([standby])
         assert standby.task.committed_position == {(source, 0): 4}
+        assert len(restore_reads) == 1  # no committed read, the changelog as it was: its end read once
         assert ask("a", 6).failure_reason is FailureReason.NOT_UP_TO_BOUND  # asks the next update to read
         update_all([standby])
         assert standby.task.committed_position == {(source, 0): 6}
+        assert len(restore_reads) == 2
         assert ask("a", 6).result == 3
         # ... or until the last read is COMMITTED_EVERY_S old
         update_all([standby])  # reads what that query asked for

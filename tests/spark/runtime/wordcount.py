@@ -14,6 +14,8 @@ import os
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -45,7 +47,9 @@ def _standby_metrics(url: str) -> list[str]:
 
 
 def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, mode: str,
-         input_done: str = "", overrides: str = "{}") -> None:
+         input_done: str = "", overrides: str = "{}", build: Callable[[str, str], Topology] = word_count,
+         waiting: Callable[[Any], None] | None = None) -> None:
+    """Runs ``build(lines, counts)``; ``waiting(app)`` is called every 0.1 s until INPUT_DONE exists."""
     import strom.spark
     from strom.spark.runtime import SparkStreams
 
@@ -57,10 +61,12 @@ def main(bootstrap: str, lines: str, counts: str, state_dir: str, app_id: str, m
         "processing.guarantee": "exactly_once_v2", "commit.interval.ms": 100,
         "max.offsets.per.trigger": 120, "execution.mode": mode, "realtime.batch.duration.ms": 2000,
         **({"num.stream.threads": 2} if mode == "realtime" else {}), **json.loads(overrides)}
-    app = SparkStreams(word_count(lines, counts), {k: v for k, v in props.items() if v is not None}, spark)
+    app = SparkStreams(build(lines, counts), {k: v for k, v in props.items() if v is not None}, spark)
     app.start()
     deadline = time.monotonic() + INPUT_WAIT_S
     while input_done and not os.path.exists(input_done) and time.monotonic() < deadline:
+        if waiting is not None:
+            waiting(app)
         time.sleep(0.1)
     caught_up = app.wait_until_caught_up(max(1.0, deadline - time.monotonic()))
     print(PROGRESS, json.dumps({  # for the tests that read this driver's output

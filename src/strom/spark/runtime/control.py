@@ -155,7 +155,7 @@ class BatchAssignment:
                                 self.hello_timeout_s)
                 self._fence_absent()
                 self.assignment = assign_tasks(self.tasks, sorted(self.parked), self.parked,
-                                               self.standbys_held, self.acceptable_lag)
+                                               self.standbys_held, self.acceptable_lag, self.stateful)
                 self.standbys = assign_standbys(self.assignment, self.replicas, self.machines,
                                                 self.standbys_held, self.stateful)
                 log.info("Batch %d: tasks assigned to %d stream threads: %s; standbys %s", self.batch,

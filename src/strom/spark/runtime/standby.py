@@ -72,6 +72,9 @@ class StandbyTask(LeasedTask):
         self._log_ends: dict[str, int] = {}
         self._seen_ends: dict[str, int] = {}
         """Where its changelogs ended when it last looked (``wants_committed``)."""
+        self._unchanged = False
+        """``wants_committed`` just found every changelog ending where it did the time before (so where
+        the last update read it to): an update without a committed read has nothing to read then."""
         self._committed: Mapping[tuple[str, int], int] = {}
         self._committed_at = float("-inf")
         self.bound_asked = False
@@ -111,6 +114,7 @@ class StandbyTask(LeasedTask):
                 for store, tp in self.task.changelog_partitions().items()}
         self.lag = sum(max(0, end - (offsets[store] or 0)) for store, end in ends.items())
         grew, self._seen_ends = ends != self._seen_ends, ends
+        self._unchanged = not grew
         asked, self.bound_asked = self.bound_asked, False
         return grew or asked or time.monotonic() - self._committed_at >= COMMITTED_EVERY_S
 
@@ -121,7 +125,15 @@ class StandbyTask(LeasedTask):
         (``update_all``), or None when they were not read this time (the last ones stand). Its position
         (interactive queries' Position) is then those of its inputs: the active commits its changelog
         writes before (at least once) or with (exactly once) its input offsets, so changelogs read to
-        their ends afterwards hold every write of the inputs before those offsets."""
+        their ends afterwards hold every write of the inputs before those offsets.
+
+        Without a committed read, when ``wants_committed`` found no changelog grown, their ends are not
+        read a second time: the last update read them to those ends (read after its own look), so
+        there is nothing to apply, and the position stands. After a committed read they are read again,
+        to their ends now, for the position to hold."""
+        unchanged, self._unchanged = self._unchanged, False
+        if committed is None and unchanged:
+            return 0
         if committed is not None:
             self._committed, self._committed_at = committed, time.monotonic()
         applied = restore_task(self.task, self._consumer, log_ends=self._log_ends, committed=self._committed)
