@@ -15,20 +15,25 @@ import time
 import pytest
 
 from strom.errors import InvalidStateStoreError
+from strom.kafka.clients import JAVA_PARTITIONER
 from strom.spark.runtime import SparkStreams
 from strom.streams import (
+    Consumed,
     FailureReason,
     KeyQuery,
+    Materialized,
     Position,
     PositionBound,
     QueryableStoreTypes,
     RangeQuery,
     StateQueryRequest,
     StoreQueryParameters,
+    StreamsBuilder,
     TopologyTestDriver,
     WindowKeyQuery,
     WindowRangeQuery,
 )
+from support.kafka import produce
 from support.processes import STROM
 
 from .conftest import produce_lines, wait_for
@@ -222,3 +227,47 @@ def test_a_killed_python_worker_costs_retriable_answers_never_wrong_ones(broker,
     failed = [r for _, _, r in answers if r.is_failure()]
     assert all(r.failure_reason is FailureReason.NOT_PRESENT and "retry" in r.failure_message for r in failed)
     print(f"{len(answers)} key queries, {len(failed)} retriable failures while the tasks moved")
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def test_a_million_key_store_is_queried_where_it_lives_and_the_driver_does_not_grow(broker, spark, topics,
+                                                                                   tmp_path):
+    """The issue's scale: 1,000,000 keys counted by the stream threads. The first query answers at once (no
+    copy to restore first), and the driver's memory and disk do not grow with the store while it is asked
+    (bench/queries.py measures the latencies)."""
+    keys = 1_000_000
+    names = topics(lines=2)
+    produce(broker.bootstrap_servers, names["lines"], ((f"key-{i}", "x") for i in range(keys)),
+            **JAVA_PARTITIONER, **{"linger.ms": 50})
+    builder = StreamsBuilder()
+    counted = builder.stream(names["lines"], Consumed.with_(S, S)).group_by_key()
+    counted.count(materialized=Materialized.as_("counts"))
+    app_id = f"rt-iq2-million-{names['lines']}"
+    app = SparkStreams(builder.build(), {
+        "application.id": app_id, "bootstrap.servers": broker.bootstrap_servers,
+        "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path), "execution.mode": "realtime",
+        "num.stream.threads": 2}, spark)
+    app.start()
+    try:
+        assert app.wait_until_caught_up(900), f"lag {app.lag()}"
+        before = _rss_mb()
+        started = time.monotonic()
+        first = _ask(app, "counts", KeyQuery.with_key(f"key-{keys // 2}"))
+        first_s = time.monotonic() - started
+        assert [r.result for r in first.partition_results.values() if r.result is not None] == [1]
+        rng = random.Random(3)
+        for key in (f"key-{rng.randrange(keys)}" for _ in range(2000)):
+            partition = app.query_metadata_for_key("counts", key).partition
+            answer = _ask(app, "counts", KeyQuery.with_key(key), partitions=[partition])
+            assert answer.get_only_partition_result().result == 1, key
+        grown = _rss_mb() - before
+    finally:
+        app.stop()
+    assert first_s < 1.0, f"the first query took {first_s:.2f} s"
+    assert grown < 50, f"the driver grew {grown:.0f} MB while asked 2,001 keys of a 1,000,000-key store"
+    assert not (tmp_path / app_id / "query").exists()  # no copy of the store in the driver
+    print(f"first query {first_s * 1000:.0f} ms; driver RSS {grown:+.0f} MB")
