@@ -267,7 +267,7 @@ def test_a_million_key_store_is_queried_where_it_lives_and_the_driver_does_not_g
         grown = _rss_mb() - before
     finally:
         app.stop()
-    assert first_s < 1.0, f"the first query took {first_s:.2f} s"
+    assert first_s < 2.0, f"the first query took {first_s:.2f} s"
     assert grown < 50, f"the driver grew {grown:.0f} MB while asked 2,001 keys of a 1,000,000-key store"
     assert not (tmp_path / app_id / "query").exists()  # no copy of the store in the driver
     print(f"first query {first_s * 1000:.0f} ms; driver RSS {grown:+.0f} MB")
