@@ -117,6 +117,23 @@ def test_a_commit_is_bounded_well_below_the_transaction_timeout(broker):
     assert (default.send_offsets_timeout_s, short.send_offsets_timeout_s) == (5.0, 3.0)
 
 
+def test_send_offsets_is_bounded_shorter_once_the_producer_found_the_coordinators(broker):
+    """librdkafka's stall waits on a coordinator the producer already knows: its later calls get 2 s."""
+    topic, group = create_topic(broker.bootstrap_servers, 1, "txn"), unique("txn-group")
+    producer = _producer(broker, unique("txn"))
+    consumer = clients.consumer(broker.bootstrap_servers, group)
+    try:
+        for expected in (5.0, 2.0):
+            assert producer.send_offsets_timeout_s == expected
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1)],
+                                                 consumer.consumer_group_metadata())
+            producer.commit_transaction()
+        assert producer.send_offsets_timeout_s == 2.0
+    finally:
+        consumer.close()
+
+
 def test_a_send_timed_out_is_told_apart_from_other_send_errors():
     """A record's delivery that ran out of time (a leader unreachable or moving) aborts the thread's
     transaction and its tasks are done again (as Kafka Streams' TaskCorruptedException), however deep

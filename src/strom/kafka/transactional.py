@@ -12,11 +12,13 @@ Every transactional call, and any other client call the owner routes through ``c
   commit; nothing about the producer's identity is wrong.
 - any other Kafka error: ``BrokerUnavailableError`` naming the owner, the call and the broker.
 - ``send_offsets_to_transaction`` not returning within its bound (``send_offsets_timeout_s`` plus
-  ``STALL_GRACE_S``): ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka
-  (up to 2.16 at least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group
-  coordinator's broker to change state, and when that broker died and left the cluster's metadata
-  it may wait for ever (librdkafka issues 5456 and 5511; on Kafka 4.1 a stream task stalled that way
-  for minutes after the node that was its group coordinator was SIGKILLed). The call cannot be
+  ``STALL_GRACE_S``: 7 s for a producer's first call, 4 s once it found the coordinators):
+  ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka (up to 2.16 at
+  least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group coordinator's
+  broker to change state, and when that broker died and left the cluster's metadata it may wait for
+  ever (librdkafka issues 5456 and 5511; on Kafka 4.1 a stream task stalled that way for minutes after
+  the node that was its group coordinator was SIGKILLed; the kill campaign of issue 38 saw the same
+  after the node coordinating the thread's transactions died and came back). The call cannot be
   cancelled: it is left blocked on a daemon thread, and the owner replaces the producer (a new one
   with the same ``transactional.id`` fences this one and aborts its transaction).
 
@@ -55,11 +57,18 @@ STALL_GRACE_S = 2.0
 """How long past its own timeout a librdkafka call may take before the producer counts as stalled (a
 stalled producer is replaced; one that timed out is replaced too: a grace too short costs nothing)."""
 SEND_OFFSETS_TIMEOUT_S = 5.0
-"""How long send-offsets may take (at most; ``commit_timeout_s`` if shorter). A call that normally takes
-milliseconds; given up, the transaction is aborted and a stream thread opens its tasks again at once with
-a new producer (seconds), which finds the group coordinator wherever it moved: so a stall of librdkafka's
-(the module) costs 7 s, and a coordinator's move (its dead broker fenced after Kafka's 9 s
-``broker.session.timeout.ms``, its offsets loaded elsewhere) no more than waiting for it would."""
+"""How long a producer's first send-offsets may take (at most; ``commit_timeout_s`` if shorter): it finds
+the group coordinator, which may be moving or loading its offsets. Given up, the transaction is aborted
+and a stream thread opens its tasks again at once with a new producer (seconds), which finds the group
+coordinator wherever it moved: a coordinator's move (its dead broker fenced after Kafka's 9 s
+``broker.session.timeout.ms``, its offsets loaded elsewhere) costs no more than waiting for it would."""
+KNOWN_COORDINATORS_TIMEOUT_S = 2.0
+"""How long a later send-offsets may take: two round trips to coordinators the producer already found
+(tens of milliseconds; 0.4 s at most in the kill campaign, 0.3 s at load 20-40 in the 32-partition
+benchmark). librdkafka's stall (the module) hits exactly these calls: a coordinator it knows died and
+came back (or left the metadata), so the call waits on it for ever; given up after 4 s instead of 7 s.
+A call slow for another reason costs one reopening of the thread's tasks (about a second), and the new
+producer's first call has ``SEND_OFFSETS_TIMEOUT_S`` again."""
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``."""
@@ -121,6 +130,8 @@ class TransactionalProducer:
         self.commit_timeout_s = min(timeout_s, transaction_timeout_s / 3)
         """How long a commit may take: well below the transaction timeout (the module)."""
         self.in_transaction = False
+        self.offsets_sent = False
+        """A send-offsets returned: librdkafka knows the coordinators (``KNOWN_COORDINATORS_TIMEOUT_S``)."""
         self.stalled = False
         """A call never returned (see the module): the producer must be replaced."""
         self._bootstrap_servers = bootstrap_servers
@@ -143,10 +154,12 @@ class TransactionalProducer:
         self._group = _group_of(group_metadata)
         self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata,
                       self.send_offsets_timeout_s)
+        self.offsets_sent = True
 
     @property
     def send_offsets_timeout_s(self) -> float:
-        return min(self.commit_timeout_s, SEND_OFFSETS_TIMEOUT_S)
+        return min(self.commit_timeout_s,
+                   KNOWN_COORDINATORS_TIMEOUT_S if self.offsets_sent else SEND_OFFSETS_TIMEOUT_S)
 
     def commit_transaction(self) -> None:
         self.call(self.producer.commit_transaction, self.commit_timeout_s)
