@@ -3,10 +3,10 @@ allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs
 
 - A strom.tasks subscription with retries (its retry and dead letter topics created by strom) runs with
   its list; without one line it stops at once with one AuthorizationError naming what is missing.
-- A SparkStreams application in real-time mode under exactly_once_v2 (a repartition topic and a
-  changelog strom creates) runs with its list and counts exactly; then, on the same Spark session, a
-  Spark SQL query through the connector (format("strom"): source and exactly-once sink) copies a topic
-  with only the connector's list.
+- A SparkStreams application under exactly_once_v2 (a repartition topic and a changelog strom creates),
+  in real-time mode and then in micro-batch mode, runs with its list and counts exactly; then, on the
+  same Spark session, a Spark SQL query through the connector (format("strom"): source and exactly-once
+  sink) copies a topic with only the connector's list.
 - Each line of the application's list is necessary. Checked at the client layer, not by one application
   start per line (each costs a Spark job): a principal holding every line but one makes the calls the
   application makes through strom.kafka (topic listing, internal topic creation, the transactional
@@ -155,9 +155,24 @@ def test_a_subscription_without_one_line_stops_with_one_clear_error(kafka, admin
 
 # ---- a SparkStreams application ------------------------------------------------------------------------
 @pytest.mark.spark
-def test_the_documented_acls_run_a_realtime_exactly_once_application_and_the_connector(kafka, admin,
-                                                                                        tmp_path):
+def test_the_documented_acls_run_exactly_once_applications_in_both_modes_and_the_connector(kafka, admin,
+                                                                                           tmp_path):
+    """One Spark session for the three (a session's start costs more than a query's)."""
     import strom.spark
+
+    spark = strom.spark.session(app_name="strom-secured-kafka", log_level="ERROR")
+    try:
+        for mode in ("realtime", "microbatch"):
+            count_words_as_the_documented_principal(kafka, admin, spark, mode, tmp_path / mode)
+        copy_through_the_connector(kafka, admin, spark, tmp_path)
+    finally:
+        spark.stop()
+
+
+def count_words_as_the_documented_principal(kafka: KafkaCluster, admin: AdminClient, spark: Any, mode: str,
+                                            state_dir: Path) -> None:
+    """A word count under exactly_once_v2 in ``mode`` (its repartition topic and changelog created by
+    strom) as a principal holding only docs/deploy.md's application lines; the output counts exactly."""
     from strom.spark.runtime import SparkStreams
 
     lines, counts, app_id = unique("lines"), unique("counts"), unique("wc")
@@ -167,23 +182,17 @@ def test_the_documented_acls_run_a_realtime_exactly_once_application_and_the_con
     settings = principal(kafka, admin, "app")
     grant(admin, *(b for line in application_acls(f"User:{settings['sasl.username']}", app_id, [lines],
                                                   [counts]).values() for b in line))
-    spark = strom.spark.session(app_name="strom-secured-kafka", log_level="ERROR")
     app = SparkStreams(word_count(lines, counts), {
-        "application.id": app_id, "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
-        "commit.interval.ms": 200, "execution.mode": "realtime", "realtime.batch.duration.ms": 5000,
-        **settings}, spark)
+        "application.id": app_id, "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir),
+        "commit.interval.ms": 200, "execution.mode": mode, **settings,
+        **({"realtime.batch.duration.ms": 5000} if mode == "realtime" else {})}, spark)
     app.start()
     try:
-        try:
-            assert app.wait_until_caught_up(300), f"lag {app.lag()}"
-        finally:
-            app.stop()
-        wanted = Counter(word for line in text for word in line.split())
-        reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
-        assert latest_counts(reader, counts) == wanted
-        copy_through_the_connector(kafka, admin, spark, tmp_path)
+        assert app.wait_until_caught_up(300), f"{mode}: lag {app.lag()}"
     finally:
-        spark.stop()
+        app.stop()
+    reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
+    assert latest_counts(reader, counts) == Counter(word for line in text for word in line.split()), mode
 
 
 def copy_through_the_connector(kafka: KafkaCluster, admin: AdminClient, spark: Any, tmp_path: Path) -> None:
