@@ -6,15 +6,12 @@ users, the unsecured OAUTHBEARER validator's options), whose passwords are never
 
 from __future__ import annotations
 
-import ssl
 import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from security.conftest import LISTENERS, PASSWORDS, secured_config, start_secured
 from strom.broker import EmbeddedBroker
@@ -23,7 +20,13 @@ from strom.broker.config import BrokerConfig
 from strom.broker.security.oauthbearer import SignedJwtValidator, UnsecuredJwsValidator, validator
 from strom.errors import BrokerStartError, ConfigError
 from support.identity_provider import IdentityProvider
-from support.secured_clients import first_error, oauth_settings, sasl_settings, unsecured_jws
+from support.secured_clients import (
+    certificate_issuer,
+    first_error,
+    oauth_settings,
+    sasl_settings,
+    unsecured_jws,
+)
 
 PLAIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_carol="carol-jaas-pw";'
 OAUTH_JAAS = ("org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
@@ -150,14 +153,6 @@ def own_keys(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[Embedded
     broker.stop()
 
 
-def issuer(servers: str) -> str:
-    """The common name of the CA that signed the certificate a TLS listener presents."""
-    host, _, port = servers.rpartition(":")
-    pem = ssl.get_server_certificate((host, int(port)))
-    return x509.load_pem_x509_certificate(pem.encode()).issuer.get_attributes_for_oid(
-        NameOID.COMMON_NAME)[0].value
-
-
 def logs_in(conf: dict) -> bool:
     try:
         AdminClient(conf).list_topics(timeout=10)
@@ -168,8 +163,8 @@ def logs_in(conf: dict) -> bool:
 
 def test_a_listener_s_own_ssl_keys(own_keys, pki):
     other = own_keys.listeners["OTHER"]
-    assert issuer(own_keys.listeners["SASL_SSL"]) == "strom test CA"
-    assert issuer(other) == "another CA"  # listener.name.other.ssl.keystore.location
+    assert certificate_issuer(own_keys.listeners["SASL_SSL"]) == "strom test CA"
+    assert certificate_issuer(other) == "another CA"  # listener.name.other.ssl.keystore.location
     alice = sasl_settings(other, pki.other_ca, "alice", PASSWORDS["alice"])
     assert first_error(alice).str()  # a SASL_SSL listener asking for a client certificate refuses none
     assert logs_in({**alice, "ssl.certificate.location": str(pki.client_cert),
