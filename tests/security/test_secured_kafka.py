@@ -291,72 +291,132 @@ def test_each_line_of_the_application_list_is_necessary(kafka, admin):
 
 # ---- the CLI ----------------------------------------------------------------------------------------
 def cli_acls(who: str, topic: str, group: str, app_id: str, txn: str) -> dict[str, list]:
-    """docs/deploy.md's ACLs of the CLI's commands, by command."""
+    """docs/deploy.md's ACLs of the CLI's commands, by line of its table."""
     return {
         "topics": each(TOPIC, topic, who, (OP.CREATE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE)),
         "produce": each(TOPIC, topic, who, (OP.WRITE,)),
         "consume": [*each(TOPIC, topic, who, (OP.READ,)),
                     *each(GROUP, clients.UNUSED_GROUP, who, (OP.DESCRIBE,))],
-        "consume --group": each(GROUP, group, who, (OP.READ,)),
+        "consume --group": [*each(TOPIC, topic, who, (OP.READ,)), *each(GROUP, group, who, (OP.READ,))],
         "groups": each(GROUP, group, who, (OP.DESCRIBE, OP.DELETE)),
+        "groups reset-offsets": [*each(GROUP, group, who, (OP.READ,)),
+                                 *each(TOPIC, topic, who, (OP.DESCRIBE,))],
         "transactions": each(TXN, txn, who, (OP.DESCRIBE,)),
-        "streams reset": [*each(GROUP, app_id, who, (OP.READ,)),
+        "transactions producers": each(TOPIC, topic, who, (OP.READ,)),
+        "streams reset": [*each(GROUP, app_id, who, (OP.READ,)), *each(TOPIC, topic, who, (OP.DESCRIBE,)),
                           *each(TOPIC, f"{app_id}-", who, (OP.DESCRIBE, OP.DELETE), PREFIXED)],
     }
 
 
-def test_each_cli_command_runs_with_its_documented_acls_and_names_a_missing_one(kafka, admin, tmp_path):
-    topic, group, app_id, txn = unique("orders"), unique("billing"), unique("app"), unique("txn")
-    settings = principal(kafka, admin, "cli")
-    who, password = f"User:{settings['sasl.username']}", settings["sasl.password"]
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings,
-                         "transactional.id": txn})
-    producer.init_transactions(30)  # a transactional id to describe
-    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # an internal topic the reset deletes
-    acls = cli_acls(who, topic, group, app_id, txn)
+class Cli:
+    """``strom`` run as a user runs it, logged in as a new principal (no ACLs yet)."""
 
-    def strom(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        command = [STROM, *args, "-b", kafka.bootstrap_servers,
-                   *(arg for key, value in settings.items() if key != "bootstrap.servers"
+    def __init__(self, kafka: KafkaCluster, admin: AdminClient, cwd: Path,
+                 settings: dict[str, str] | None = None) -> None:
+        self.settings = settings or principal(kafka, admin, "cli")
+        self.who, self.cwd = f"User:{self.settings['sasl.username']}", cwd
+        self.acls: list = []  # the line of docs/deploy.md it runs with
+
+    def __call__(self, *args: str, stdin: str = "") -> tuple[int, str, str]:
+        command = [STROM, *args, "-b", self.settings["bootstrap.servers"],
+                   *(arg for key, value in self.settings.items() if key != "bootstrap.servers"
                      for arg in ("-X", f"{key}={value}"))]
         started = time.monotonic()
-        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path)
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120, cwd=self.cwd)
         assert time.monotonic() - started < 60
-        assert password not in done.stdout + done.stderr
+        assert self.settings["sasl.password"] not in done.stdout + done.stderr
         return done.returncode, done.stdout, done.stderr.strip()
 
-    def refused(wanted: str, *args: str) -> None:
-        code, _, err = strom(*args, stdin="a\n")
-        assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {who} may not {wanted}"), err
+    def ok(self, *args: str, stdin: str = "") -> str:
+        code, out, err = self(*args, stdin=stdin)
+        assert code == 0, (args, err)
+        return out
 
-    grant(admin, *acls["topics"])
-    assert strom("topics", "create", topic, "--partitions", "1")[0] == 0
-    assert topic in strom("topics", "list")[1]
-    assert strom("topics", "describe", topic)[0] == 0
-    refused(f"Write Topic '{topic}'", "produce", topic)  # Describe alone does not write
-    grant(admin, *acls["produce"])
-    assert strom("produce", topic, stdin="a\nb\n")[0] == 0
-    refused(f"Describe Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
-    grant(admin, *acls["consume"])
-    assert strom("consume", topic, "-o", "beginning", "-e")[1].split() == ["a", "b"]
-    refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
-    grant(admin, *acls["consume --group"])
-    assert strom("consume", topic, "-g", group, "-o", "beginning", "-c", "2")[1].split() == ["a", "b"]
-    refused(f"Delete Group '{group}'", "groups", "delete", group)
-    grant(admin, *acls["groups"])
-    assert group in strom("groups", "list")[1]
-    assert strom("groups", "describe", group)[0] == 0
-    assert strom("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")[0] == 0
-    assert strom("groups", "delete", group)[0] == 0
-    refused(f"Describe TransactionalId '{txn}'", "transactions", "describe", txn)
-    grant(admin, *acls["transactions"])
-    assert txn in strom("transactions", "list")[1]
-    assert strom("transactions", "describe", txn)[0] == 0
-    assert strom("transactions", "describe-producers", "--topic", topic)[0] == 0
+    def refused(self, wanted: str, *args: str) -> None:
+        """The command ends in one error line naming this principal, ``wanted`` (operation and resource)."""
+        code, _, err = self(*args, stdin="a\n")
+        assert code == 2 and err.count("\n") == 0, err
+        assert err.startswith(f"error: {self.who} may not {wanted}"), err
+
+
+def test_each_cli_command_runs_with_only_its_documented_acls_and_names_a_missing_one(kafka, admin, tmp_path):
+    """Each command (or group of commands sharing a line of docs/deploy.md's table) runs as its own
+    principal: refused with one line naming what is missing, then run with that line alone."""
+    topic, group, app_id, txn = unique("orders"), unique("billing"), unique("app"), unique("txn")
+
+    def cli(line: str) -> Cli:
+        user = Cli(kafka, admin, tmp_path)
+        user.acls = cli_acls(user.who, topic, group, app_id, txn)[line]
+        return user
+
+    topics_user = cli("topics")
+    topics_user.refused(f"Create Topic '{topic}'", "topics", "create", topic, "--partitions", "1")
+    grant(admin, *topics_user.acls)
+    topics_user.ok("topics", "create", topic, "--partitions", "1")
+    assert topic in topics_user.ok("topics", "list")
+    assert topics_user.ok("topics", "describe", topic)
+
+    producer_user = cli("produce")
+    producer_user.refused(f"Write Topic '{topic}'", "produce", topic)  # one line, the operation needed
+    grant(admin, *producer_user.acls)
+    producer_user.ok("produce", topic, stdin="a\nb\n")
+
+    reader = cli("consume")
+    reader.refused(f"Read Topic '{topic}'", "consume", topic, "-o", "beginning", "-e")
+    grant(admin, *reader.acls[:1])
+    reader.refused(f"Describe Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
+    grant(admin, *reader.acls)
+    assert reader.ok("consume", topic, "-o", "beginning", "-e").split() == ["a", "b"]
+
+    member = cli("consume --group")
+    grant(admin, *member.acls[:1])
+    member.refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
+    grant(admin, *member.acls)
+    assert member.ok("consume", topic, "-g", group, "-o", "beginning", "-c", "2").split() == ["a", "b"]
+
+    resetter = cli("groups reset-offsets")
+    reset_offsets = ("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")
+    resetter.refused(f"Describe Group '{group}'", *reset_offsets)
+    grant(admin, *resetter.acls)
+    resetter.ok(*reset_offsets)
+
+    operator = cli("groups")
+    operator.refused(f"Describe Group '{group}'", "groups", "describe", group)
+    grant(admin, *operator.acls)
+    assert group in operator.ok("groups", "list")
+    operator.ok("groups", "describe", group)
+
+    reader_settings = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
+    start = Consumer({**reader_settings, "group.id": unique("w")}).get_watermark_offsets(
+        TopicPartition(topic, 0), timeout=10)[1]
+    producer = Producer({**reader_settings, "transactional.id": txn})
+    producer.init_transactions(30)
+    producer.begin_transaction()  # left open: a transaction to describe and abort
+    producer.produce(topic, b"open")
+    assert producer.flush(30) == 0
+    watcher = cli("transactions")
+    watcher.refused(f"Describe TransactionalId '{txn}'", "transactions", "describe", txn)
+    grant(admin, *watcher.acls)
+    assert txn in watcher.ok("transactions", "list")
+    assert "Ongoing" in watcher.ok("transactions", "describe", txn)
+    inspector = cli("transactions producers")
+    inspector.refused(f"Read Topic '{topic}'", "transactions", "describe-producers", "--topic", topic)
+    grant(admin, *inspector.acls)
+    inspector.ok("transactions", "describe-producers", "--topic", topic)
+    inspector.ok("transactions", "find-hanging", "--topic", topic)
+    abort = ("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", str(start))
+    inspector.refused("ClusterAction Cluster 'kafka-cluster'", *abort)  # an administrator's (docs)
+    Cli(kafka, admin, tmp_path, reader_settings).ok(*abort)
+
+    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # an internal topic the reset deletes
     reset = ("streams", "reset", app_id, "--input-topics", topic, "--state-dir", str(tmp_path))
-    refused(f"Read Group '{app_id}'", *reset)
-    grant(admin, *acls["streams reset"])
-    assert strom(*reset)[0] == 0
+    resetting = cli("streams reset")
+    resetting.refused(f"Describe Topic '{topic}'", *reset)  # the input topic is hidden
+    grant(admin, *resetting.acls[1:2])
+    resetting.refused(f"Read Group '{app_id}'", *reset)
+    grant(admin, *resetting.acls)
+    resetting.ok(*reset)
     assert f"{app_id}-counts-changelog" not in admin.list_topics(timeout=10).topics
-    assert strom("topics", "delete", topic)[0] == 0
+
+    operator.ok("groups", "delete", group)
+    topics_user.ok("topics", "delete", topic)

@@ -107,14 +107,16 @@ def refuse_if_running(connection: Connection, application: str, action: str) -> 
 
 def _describe(connection: Connection, group: str) -> ConsumerGroupDescription:
     return result(connection.admin().describe_consumer_groups([group], request_timeout=TIMEOUT)[group],
-                  f"describe group {group!r}")
+                  f"describe group {group!r}",
+                  partial(refusal, connection.properties, group=group, group_operation="Describe"))
 
 
 def committed(connection: Connection, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets (partitions it never committed are absent)."""
     request = [ConsumerGroupTopicPartitions(group)]
     found = result(connection.admin().list_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
-                   f"read the committed offsets of {group!r}")
+                   f"read the committed offsets of {group!r}",
+                   partial(refusal, connection.properties, group=group, group_operation="Describe"))
     return {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions if tp.offset >= 0}
 
 
@@ -268,7 +270,8 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
         offsets = [TopicPartition(t, p, new[(t, p)]) for t, p in partitions]
         request = [ConsumerGroupTopicPartitions(group, offsets)]
         result(connection.admin().alter_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
-               f"commit the new offsets of {group!r}")
+               f"commit the new offsets of {group!r}",
+               partial(refusal, connection.properties, group=group, topic=", ".join(topics)))
     rows = [{"topic": t, "partition": p, "old offset": old.get((t, p)), "new offset": new[(t, p)]}
             for t, p in partitions]
     print_rows(rows, ["topic", "partition", "old offset", "new offset"], output)
