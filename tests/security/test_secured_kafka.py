@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from security.conftest import PASSWORDS
@@ -299,8 +306,7 @@ def cli_acls(who: str, topic: str, group: str, app_id: str, txn: str) -> dict[st
                     *each(GROUP, clients.UNUSED_GROUP, who, (OP.DESCRIBE,))],
         "consume --group": [*each(TOPIC, topic, who, (OP.READ,)), *each(GROUP, group, who, (OP.READ,))],
         "groups": each(GROUP, group, who, (OP.DESCRIBE, OP.DELETE)),
-        "groups reset-offsets": [*each(GROUP, group, who, (OP.READ,)),
-                                 *each(TOPIC, topic, who, (OP.DESCRIBE,))],
+        "groups reset-offsets": [*each(GROUP, group, who, (OP.READ,)), *each(TOPIC, topic, who, (OP.READ,))],
         "transactions": each(TXN, txn, who, (OP.DESCRIBE,)),
         "transactions producers": each(TOPIC, topic, who, (OP.READ,)),
         "streams reset": [*each(GROUP, app_id, who, (OP.READ,)), *each(TOPIC, topic, who, (OP.DESCRIBE,)),
@@ -377,8 +383,12 @@ def test_each_cli_command_runs_with_only_its_documented_acls_and_names_a_missing
     resetter = cli("groups reset-offsets")
     reset_offsets = ("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")
     resetter.refused(f"Describe Group '{group}'", *reset_offsets)
+    grant(admin, *resetter.acls[:1], *each(TOPIC, topic, resetter.who, (OP.DESCRIBE,)))
+    resetter.refused(f"Read Topic '{topic}'", *reset_offsets)  # OffsetCommit reads the topic too
     grant(admin, *resetter.acls)
     resetter.ok(*reset_offsets)
+    reset_to = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+    assert [tp.offset for tp in reset_to.topic_partitions] == [0]  # committed, not only said
 
     operator = cli("groups")
     operator.refused(f"Describe Group '{group}'", "groups", "describe", group)
