@@ -2,7 +2,8 @@
 mutual TLS, StandardAuthorizer with allow.everyone.if.no.acl.found=false) and a secured strom broker
 give the same error codes: refused logins, each operation refused until an ACL allows it, what ACLs
 allow, certificate principals, the SCRAM credential APIs, and OAUTHBEARER tokens judged by both
-validators (unsecured JWS; signed by a throwaway identity provider's key)."""
+validators (unsecured JWS; signed by a throwaway identity provider's key), and Kafka's per-listener keys
+(a listener's own certificate, JAAS configs) given alike to both."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from support.secured_clients import (
     DENY,
     PREFIXED,
     acl,
+    certificate_issuer,
     consume_error,
     describe_acls_error,
     described_credentials,
@@ -86,16 +88,36 @@ def idp() -> Iterator[IdentityProvider]:
         yield provider
 
 
+PLAIN_USERS = {"carol": "carol-jaas-pw"}
+
+
+def same_listener_keys(pki: Pki) -> dict[str, str]:
+    """Kafka's per-listener keys both brokers take: the OAUTH listener's own certificate (from another
+    CA), PLAIN on SASL_SSL with its JAAS users, and the unsecured OAUTHBEARER validator's JAAS options."""
+    users = " ".join(f'user_{name}="{password}"' for name, password in PLAIN_USERS.items())
+    return {
+        "listener.name.oauth.ssl.keystore.location": str(pki.other_broker),
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER,PLAIN",
+        "listener.name.sasl_ssl.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            # the broker's own login (a client's token; Kafka makes one once the module has options)
+            'unsecuredLoginStringClaim_sub="broker" '
+            'unsecuredValidatorPrincipalClaimName="user" unsecuredValidatorRequiredScope="kafka";',
+    }
+
+
 @pytest.fixture(scope="module")
 def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> Iterator[tuple[Side, Side]]:
     pki = make_pki(tmp_path_factory.mktemp("secured-pki"))
     security = KafkaSecurity(pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE,
-                             jwks_issuer=ISSUER)
+                             jwks_issuer=ISSUER, listener_keys=same_listener_keys(pki))
     kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1, security=security)
-    # one strom broker, its OAUTH listener configured by the same per-listener keys as Kafka's
+    # one strom broker, its listeners configured by the same per-listener keys as Kafka's
     strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin", **oauth_listener(security.oauth_listener())})
+        "super.users": "User:admin", **oauth_listener(security.oauth_listener()), **same_listener_keys(pki)})
     try:
         kafka.start()
         yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers,
@@ -137,28 +159,48 @@ def test_refused_logins(sides):
 
 
 def test_oauthbearer_tokens_are_judged_as_kafkas_unsecured_jws_validator_does(sides):
-    """SASL/OAUTHBEARER with Kafka's default validator: the token's ``sub`` is the principal (admin, the
-    super user, sees every topic; bob sees none and may not produce); an expired, signed, ``alg``-bearing,
-    subject-less or expiry-less token is refused at login."""
+    """SASL/OAUTHBEARER with Kafka's default validator, its JAAS options naming the principal claim
+    (``user``) and a required scope (``kafka``): the token's ``user`` is the principal (admin, the super
+    user, sees every topic; bob sees none and may not produce); an expired, signed, ``alg``-bearing,
+    ``user``-less (a ``sub`` only), scope-less or expiry-less token is refused at login."""
     now = time.time()
 
     def scenario(side: Side) -> list[Any]:
         def settings(**claims: Any) -> dict[str, Any]:
             return oauth_settings(side.sasl_servers, side.pki.ca, unsecured_jws(claims))
         topic = side.topic("oauth")
-        admin, bob = (AdminClient(settings(sub=user, exp=now + 600, iat=now)) for user in ("admin", "bob"))
+        admin, bob = (AdminClient(settings(user=name, scope=["kafka"], exp=now + 600, iat=now))
+                      for name in ("admin", "bob"))
         for client in (admin, bob):
             client.poll(1)  # serves the token callback
         listed = [topic in client.list_topics(timeout=10).topics for client in (admin, bob)]
-        refused = _name(produce_error(settings(sub="bob", exp=now + 600), topic))
+        refused = _name(produce_error(settings(user="bob", scope=["kafka"], exp=now + 600), topic))
         logins = [first_error(oauth_settings(side.sasl_servers, side.pki.ca, token)).name() for token in (
-            unsecured_jws({"sub": "admin", "exp": now - 600}),
-            unsecured_jws({"sub": "admin", "exp": now + 600}, signature="c2ln"),
-            unsecured_jws({"sub": "admin", "exp": now + 600}, alg="HS256"),
-            unsecured_jws({"exp": now + 600}),
-            unsecured_jws({"sub": "admin"}))]
+            unsecured_jws({"user": "admin", "scope": ["kafka"], "exp": now - 600}),
+            unsecured_jws({"user": "admin", "scope": ["kafka"], "exp": now + 600}, signature="c2ln"),
+            unsecured_jws({"user": "admin", "scope": ["kafka"], "exp": now + 600}, alg="HS256"),
+            unsecured_jws({"sub": "admin", "scope": ["kafka"], "exp": now + 600}),
+            unsecured_jws({"user": "admin", "exp": now + 600}),
+            unsecured_jws({"user": "admin", "scope": ["kafka"]}))]
         return [listed, refused, logins]
-    assert same(sides, scenario) == [[True, False], "TOPIC_AUTHORIZATION_FAILED", ["_AUTHENTICATION"] * 5]
+    assert same(sides, scenario) == [[True, False], "TOPIC_AUTHORIZATION_FAILED", ["_AUTHENTICATION"] * 6]
+
+
+def test_a_listener_s_own_certificate_and_the_plain_users_of_its_jaas_config(sides):
+    """``listener.name.oauth.ssl.keystore.location`` gives the OAUTH listener its own certificate; PLAIN
+    on SASL_SSL accepts the users of ``listener.name.sasl_ssl.plain.sasl.jaas.config``, and only them (not
+    a SCRAM user)."""
+    def scenario(side: Side) -> list[Any]:
+        def plain(user: str, password: str) -> str:
+            settings = sasl_settings(side.sasl_servers, side.pki.ca, user, password, "PLAIN")
+            return _raised(lambda: AdminClient(settings).list_topics(timeout=10)) or "accepted"
+        return [certificate_issuer(side.sasl_servers), certificate_issuer(side.oauth_servers),
+                plain("carol", PLAIN_USERS["carol"]),
+                first_error(sasl_settings(side.sasl_servers, side.pki.ca, "carol", "wrong", "PLAIN")).name(),
+                first_error(sasl_settings(side.sasl_servers, side.pki.ca, "alice", PASSWORDS["alice"],
+                                          "PLAIN")).name()]
+    assert same(sides, scenario) == ["strom test CA", "another CA", "accepted", "_AUTHENTICATION",
+                                     "_AUTHENTICATION"]
 
 
 def _login(servers: str, ca: Path, token: str) -> str:
@@ -205,9 +247,12 @@ def test_signed_oauthbearer_tokens_are_judged_as_kafkas_jwks_validator_does(side
 
     def scenario(side: Side) -> tuple[dict[str, str], list[Any]]:
         with ThreadPoolExecutor(4) as pool:
-            verdicts = pool.map(lambda token: _login(side.oauth_servers, side.pki.ca, token), tokens.values())
+            # the OAUTH listener's certificate is its own (listener.name.oauth.ssl.keystore.location)
+            verdicts = pool.map(lambda token: _login(side.oauth_servers, side.pki.other_ca, token),
+                                tokens.values())
             # the listener offers only OAUTHBEARER (listener.name.oauth.sasl.enabled.mechanisms)
-            scram = first_error(sasl_settings(side.oauth_servers, side.pki.ca, "alice", PASSWORDS["alice"]))
+            scram = first_error(sasl_settings(side.oauth_servers, side.pki.other_ca, "alice",
+                                              PASSWORDS["alice"]))
             return dict(zip(tokens, verdicts, strict=True)), [scram.name(), "OAUTHBEARER" in scram.str()]
     verdicts, scram = same(sides, scenario)
     assert [name for name, verdict in verdicts.items() if verdict == "accepted"] == list(tokens)[:4]

@@ -89,8 +89,16 @@ def test_an_open_listener_beyond_loopback_is_refused_unless_allowed(tmp_path, pk
     (["ssl.keystore.type=JKS"], "expected PEM"),
     (["listener.name.oauth.sasl.enabled.mechanisms=OAUTHBEARER"],
      "listener.name.oauth.* configures listener OAUTH, which is not in listeners"),
-    (["listener.name.plaintext.ssl.client.auth=required"],
-     "Unknown configuration key 'listener.name.plaintext.ssl.client.auth': strom broker takes"),
+    (["listener.name.plaintext.ssl.keystore.password=x"],
+     "Unknown configuration key 'listener.name.plaintext.ssl.keystore.password': strom broker takes"),
+    (["listeners=SSL://127.0.0.1:0", "ssl.keystore.location={broker}",
+      "listener.name.ssl.ssl.keystore.location={encrypted}",
+      "listener.name.ssl.ssl.key.password=wrong-password"],
+     "listener.name.ssl.ssl.key.password must decrypt the key"),
+    (["listener.name.plaintext.plain.sasl.jaas.config="
+      'org.apache.kafka.common.security.plain.PlainLoginModule required user_carol="wrong-password"'],
+     "Invalid value for configuration 'listener.name.plaintext.plain.sasl.jaas.config' (not shown: it holds "
+     "secrets): expected one login module"),
     # Kafka's broker does not start without its identity provider's keys either
     (["listeners=SASL_SSL://127.0.0.1:0", "ssl.keystore.location={broker}",
       "listener.name.sasl_ssl.sasl.enabled.mechanisms=OAUTHBEARER",

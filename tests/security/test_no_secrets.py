@@ -1,8 +1,9 @@
 """No secret shows anywhere: a secured strom broker (`strom -vv broker`: DEBUG, an encrypted key with its
-ssl.key.password) and strom's clients (librdkafka's debug log on, every strom logger at DEBUG) log in,
+ssl.key.password, also as the SSL listener's own keys, and a PLAIN user in the SASL_SSL listener's JAAS
+config) and strom's clients (librdkafka's debug log on, every strom logger at DEBUG) log in,
 work, are refused and fail, and everything they say is grepped for the passwords and the private keys'
 bodies: log lines at every level, exceptions with their tracebacks, a subscription's metrics and its
-Prometheus exposition, the broker's metrics, the CLI's stdout and stderr at -vv."""
+Prometheus exposition, the broker's metrics and described configs, the CLI's stdout and stderr at -vv."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
+from confluent_kafka.admin import ConfigResource
 from prometheus_client import CollectorRegistry, generate_latest
 
 from security.conftest import PASSWORDS
@@ -31,6 +33,8 @@ from support.secured_clients import grant, sasl_settings, subscription_acls
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 DEBUG_CLIENT = {"debug": "security,broker,protocol,conf,generic"}  # librdkafka's own debug log
+JAAS_PASSWORD = "carol-jaas-pw-4Rt"  # carol's, a PLAIN user of the SASL_SSL listener's JAAS config
+PLAIN_JAAS = f'org.apache.kafka.common.security.plain.PlainLoginModule required user_carol="{JAAS_PASSWORD}";'
 
 
 def secrets(pki: Pki) -> list[str]:
@@ -38,7 +42,7 @@ def secrets(pki: Pki) -> list[str]:
     keys = [line for path in (pki.client_key, pki.broker_key, pki.broker_encrypted)
             for line in path.read_text().splitlines() if line and not line.startswith("-----")
             and not line.startswith(("Proc-Type", "DEK-Info"))]
-    return [*PASSWORDS.values(), KEY_PASSWORD, *keys]
+    return [*PASSWORDS.values(), KEY_PASSWORD, JAAS_PASSWORD, *keys]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,9 @@ def broker(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[dict]
               "ssl.keystore.location": str(pki.broker_encrypted), "ssl.key.password": KEY_PASSWORD,
               "ssl.truststore.location": str(pki.ca), "ssl.client.auth": "required",
               "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+              "listener.name.ssl.ssl.keystore.location": str(pki.broker_encrypted),
+              "listener.name.ssl.ssl.key.password": KEY_PASSWORD,
+              "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
               "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:admin"}
     log = data / "stderr.log"
@@ -120,6 +127,7 @@ def test_no_secret_in_logs_errors_metrics_or_cli_output(broker, pki, caplog, tmp
     finally:
         sub.close()
 
+    carol = {**sasl_settings(broker["sasl"], pki.ca, "carol", JAAS_PASSWORD, "PLAIN"), **DEBUG_CLIENT}
     inline_key = {"bootstrap.servers": broker["tls"], "security.protocol": "SSL",
                   "ssl.ca.location": str(pki.ca), "ssl.certificate.location": str(pki.client_cert),
                   "ssl.key.pem": pki.client_key.read_text()}
@@ -130,9 +138,12 @@ def test_no_secret_in_logs_errors_metrics_or_cli_output(broker, pki, caplog, tmp
                                 settings=sasl(broker, pki, "alice", "wrong-" + PASSWORDS["alice"]))),
         said(lambda: clients.producer(broker["sasl"], **sasl(broker, pki, "alice"), **{"no.such.key": 1})),
         said(lambda: clients.producer(broker["tls"], **{**inline_key, "no.such.key": 1})),
+        said(lambda: WireClient(broker["sasl"], settings={**carol, "sasl.password": "wrong"})),
         said(lambda: clients.admin(broker["tls"], **inline_key, **DEBUG_CLIENT).list_topics(timeout=10)),
+        said(lambda: WireClient(broker["sasl"], settings=carol).close()),
+        said(lambda: clients.admin(broker["sasl"], **carol).list_topics(timeout=10)),
     ]
-    assert all(failures[:4]), failures  # each of these is refused; the last one is served
+    assert all(failures[:5]) and not any(failures[5:]), failures  # the first five are refused
 
     settings = [a for k, v in sasl(broker, pki, "alice").items() if k != "bootstrap.servers"
                 for a in ("-X", f"{k}={v}")]
@@ -142,9 +153,12 @@ def test_no_secret_in_logs_errors_metrics_or_cli_output(broker, pki, caplog, tmp
                         ("produce", topic))]
     assert any("may not" in done.stderr for done in cli)  # a refusal was said, and grepped below
 
+    described = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "0")])
+    broker_configs = repr({e.name: e.value for f in described.values() for e in f.result().values()})
+    assert "ssl.key.password" in broker_configs  # described, as null
     with urllib.request.urlopen(broker["metrics"], timeout=10) as response:
         broker_metrics = response.read().decode()
-    everything = "\n".join([caplog.text, *exposed, *failures, broker_metrics,
+    everything = "\n".join([caplog.text, *exposed, *failures, broker_metrics, broker_configs,
                             *(done.stdout + done.stderr for done in cli),
                             broker["log"].read_text(), json.dumps([r.getMessage() for r in caplog.records])])
     assert "DEBUG" in caplog.text and "DEBUG" in broker["log"].read_text()  # every level was on

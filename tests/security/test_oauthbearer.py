@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.static.primitive import i64
 
 from security.conftest import start_secured
 from strom.broker.security.oauthbearer import (
@@ -26,9 +29,11 @@ from strom.broker.security.oauthbearer import (
     UnsecuredJwsValidator,
     parse_initial_response,
 )
-from strom.kafka.security import authentication_error, principal
+from strom.kafka.security import AuthenticationError, authentication_error, principal
+from strom.kafka.wire import WireClient
+from strom.kafka.wire_login import sasl_login
 from support.identity_provider import AUDIENCE, ISSUER, IdentityProvider
-from support.secured_clients import first_error, unsecured_jws
+from support.secured_clients import first_error, oauth_settings, unsecured_jws
 
 NOW = 1_800_000_000.0
 
@@ -101,6 +106,54 @@ def test_librdkafka_logs_in_with_its_own_unsecured_token(secured, pki):
     # a token whose principal is in a claim the broker does not read is refused, as by Kafka
     unnamed = settings(**{"sasl.oauthbearer.config": "principal=alice principalClaimName=user"})
     assert first_error(unnamed).name() == "_AUTHENTICATION"
+
+
+def test_the_wire_client_presents_the_token_and_extensions_librdkafka_would():
+    """strom transactions' own wire client takes the OAUTHBEARER settings librdkafka takes: an
+    ``oauth_cb`` (with its extensions), and the unsecured token's ``extension_<key>`` options."""
+    sent: list[bytes] = []
+
+    def exchange(mechanism: str, token: bytes) -> bytes:
+        sent.append(token)
+        return b""
+    base = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "OAUTHBEARER"}
+    sasl_login({**base, "oauth_cb": lambda config: ("t.o.", NOW, "alice", {"traceId": "abc"})}, exchange)
+    sasl_login({**base, "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                "sasl.oauthbearer.config": "principal=alice extension_traceId=abc"}, exchange)
+    assert sent[0] == b"n,,\x01auth=Bearer t.o.\x01traceId=abc\x01\x01"
+    assert parse_initial_response(sent[1])[0].count(".") == 2 and sent[1].endswith(b"\x01traceId=abc\x01\x01")
+    with pytest.raises(AuthenticationError, match=r"oauth_cb token callback failed \(ValueError\)"):
+        sasl_login({**base, "oauth_cb": lambda config: int("secret")}, exchange)
+
+
+def test_the_wire_client_logs_in_with_an_oauth_cb_token_as_librdkafka_does(secured, pki):
+    now = time.time()
+    tokens = {"alice": unsecured_jws({"sub": "alice", "exp": now + 600}),
+              "expired": unsecured_jws({"sub": "alice", "exp": now - 600})}
+
+    def settings(name: str) -> dict:
+        return {**oauth_settings(secured.listeners["SASL_SSL"], pki.ca, tokens[name]),
+                "oauth_cb": lambda _config: (tokens[name], now + 600, "alice", {"traceId": "abc"})}
+    with WireClient(secured.listeners["SASL_SSL"], settings=settings("alice")) as client:
+        assert client.send(ListTransactionsRequest(state_filters=(), producer_id_filters=(),
+                                                   duration_filter=i64(-1))).error_code == ErrorCode.none
+    admin = AdminClient(settings("alice"))
+    admin.poll(1)  # serves the token callback
+    assert admin.list_topics(timeout=10).brokers
+    with pytest.raises(AuthenticationError, match="did not accept the OAUTHBEARER token"):
+        WireClient(secured.listeners["SASL_SSL"], settings=settings("expired"))
+    assert first_error(settings("expired")).name() == "_AUTHENTICATION"
+
+
+@pytest.mark.slow
+def test_the_cli_logs_in_with_librdkafka_s_unsecured_token_and_its_extensions(secured, pki):
+    settings = {"bootstrap.servers": secured.listeners["SASL_SSL"], "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(pki.ca), "sasl.mechanism": "OAUTHBEARER",
+                "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                "sasl.oauthbearer.config": "principal=alice extension_traceId=abc"}
+    for command in (("transactions", "list"), ("topics", "list")):
+        done = strom_cli(*command, settings=settings)
+        assert done.returncode == 0, done.stderr
 
 
 def test_a_client_refused_its_token_is_told_about_the_token_not_a_password():

@@ -3,10 +3,10 @@ allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs
 
 - A strom.tasks subscription with retries (its retry and dead letter topics created by strom) runs with
   its list; without one line it stops at once with one AuthorizationError naming what is missing.
-- A SparkStreams application in real-time mode under exactly_once_v2 (a repartition topic and a
-  changelog strom creates) runs with its list and counts exactly; then, on the same Spark session, a
-  Spark SQL query through the connector (format("strom"): source and exactly-once sink) copies a topic
-  with only the connector's list.
+- A SparkStreams application under exactly_once_v2 (a repartition topic and a changelog strom creates),
+  in real-time mode and then in micro-batch mode, runs with its list and counts exactly; then, on the
+  same Spark session, a Spark SQL query through the connector (format("strom"): source and exactly-once
+  sink) copies a topic with only the connector's list.
 - Each line of the application's list is necessary. Checked at the client layer, not by one application
   start per line (each costs a Spark job): a principal holding every line but one makes the calls the
   application makes through strom.kafka (topic listing, internal topic creation, the transactional
@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from security.conftest import PASSWORDS
@@ -155,9 +162,24 @@ def test_a_subscription_without_one_line_stops_with_one_clear_error(kafka, admin
 
 # ---- a SparkStreams application ------------------------------------------------------------------------
 @pytest.mark.spark
-def test_the_documented_acls_run_a_realtime_exactly_once_application_and_the_connector(kafka, admin,
-                                                                                        tmp_path):
+def test_the_documented_acls_run_exactly_once_applications_in_both_modes_and_the_connector(kafka, admin,
+                                                                                           tmp_path):
+    """One Spark session for the three (a session's start costs more than a query's)."""
     import strom.spark
+
+    spark = strom.spark.session(app_name="strom-secured-kafka", log_level="ERROR")
+    try:
+        for mode in ("realtime", "microbatch"):
+            count_words_as_the_documented_principal(kafka, admin, spark, mode, tmp_path / mode)
+        copy_through_the_connector(kafka, admin, spark, tmp_path)
+    finally:
+        spark.stop()
+
+
+def count_words_as_the_documented_principal(kafka: KafkaCluster, admin: AdminClient, spark: Any, mode: str,
+                                            state_dir: Path) -> None:
+    """A word count under exactly_once_v2 in ``mode`` (its repartition topic and changelog created by
+    strom) as a principal holding only docs/deploy.md's application lines; the output counts exactly."""
     from strom.spark.runtime import SparkStreams
 
     lines, counts, app_id = unique("lines"), unique("counts"), unique("wc")
@@ -167,23 +189,17 @@ def test_the_documented_acls_run_a_realtime_exactly_once_application_and_the_con
     settings = principal(kafka, admin, "app")
     grant(admin, *(b for line in application_acls(f"User:{settings['sasl.username']}", app_id, [lines],
                                                   [counts]).values() for b in line))
-    spark = strom.spark.session(app_name="strom-secured-kafka", log_level="ERROR")
     app = SparkStreams(word_count(lines, counts), {
-        "application.id": app_id, "processing.guarantee": "exactly_once_v2", "state.dir": str(tmp_path),
-        "commit.interval.ms": 200, "execution.mode": "realtime", "realtime.batch.duration.ms": 5000,
-        **settings}, spark)
+        "application.id": app_id, "processing.guarantee": "exactly_once_v2", "state.dir": str(state_dir),
+        "commit.interval.ms": 200, "execution.mode": mode, **settings,
+        **({"realtime.batch.duration.ms": 5000} if mode == "realtime" else {})}, spark)
     app.start()
     try:
-        try:
-            assert app.wait_until_caught_up(300), f"lag {app.lag()}"
-        finally:
-            app.stop()
-        wanted = Counter(word for line in text for word in line.split())
-        reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
-        assert latest_counts(reader, counts) == wanted
-        copy_through_the_connector(kafka, admin, spark, tmp_path)
+        assert app.wait_until_caught_up(300), f"{mode}: lag {app.lag()}"
     finally:
-        spark.stop()
+        app.stop()
+    reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
+    assert latest_counts(reader, counts) == Counter(word for line in text for word in line.split()), mode
 
 
 def copy_through_the_connector(kafka: KafkaCluster, admin: AdminClient, spark: Any, tmp_path: Path) -> None:
@@ -282,72 +298,135 @@ def test_each_line_of_the_application_list_is_necessary(kafka, admin):
 
 # ---- the CLI ----------------------------------------------------------------------------------------
 def cli_acls(who: str, topic: str, group: str, app_id: str, txn: str) -> dict[str, list]:
-    """docs/deploy.md's ACLs of the CLI's commands, by command."""
+    """docs/deploy.md's ACLs of the CLI's commands, by line of its table."""
     return {
         "topics": each(TOPIC, topic, who, (OP.CREATE, OP.DESCRIBE, OP.DESCRIBE_CONFIGS, OP.DELETE)),
         "produce": each(TOPIC, topic, who, (OP.WRITE,)),
         "consume": [*each(TOPIC, topic, who, (OP.READ,)),
                     *each(GROUP, clients.UNUSED_GROUP, who, (OP.DESCRIBE,))],
-        "consume --group": each(GROUP, group, who, (OP.READ,)),
+        "consume --group": [*each(TOPIC, topic, who, (OP.READ,)), *each(GROUP, group, who, (OP.READ,))],
         "groups": each(GROUP, group, who, (OP.DESCRIBE, OP.DELETE)),
+        "groups reset-offsets": [*each(GROUP, group, who, (OP.READ,)), *each(TOPIC, topic, who, (OP.READ,))],
         "transactions": each(TXN, txn, who, (OP.DESCRIBE,)),
-        "streams reset": [*each(GROUP, app_id, who, (OP.READ,)),
+        "transactions producers": each(TOPIC, topic, who, (OP.READ,)),
+        "streams reset": [*each(GROUP, app_id, who, (OP.READ,)), *each(TOPIC, topic, who, (OP.DESCRIBE,)),
                           *each(TOPIC, f"{app_id}-", who, (OP.DESCRIBE, OP.DELETE), PREFIXED)],
     }
 
 
-def test_each_cli_command_runs_with_its_documented_acls_and_names_a_missing_one(kafka, admin, tmp_path):
-    topic, group, app_id, txn = unique("orders"), unique("billing"), unique("app"), unique("txn")
-    settings = principal(kafka, admin, "cli")
-    who, password = f"User:{settings['sasl.username']}", settings["sasl.password"]
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings,
-                         "transactional.id": txn})
-    producer.init_transactions(30)  # a transactional id to describe
-    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # an internal topic the reset deletes
-    acls = cli_acls(who, topic, group, app_id, txn)
+class Cli:
+    """``strom`` run as a user runs it, logged in as a new principal (no ACLs yet)."""
 
-    def strom(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        command = [STROM, *args, "-b", kafka.bootstrap_servers,
-                   *(arg for key, value in settings.items() if key != "bootstrap.servers"
+    def __init__(self, kafka: KafkaCluster, admin: AdminClient, cwd: Path,
+                 settings: dict[str, str] | None = None) -> None:
+        self.settings = settings or principal(kafka, admin, "cli")
+        self.who, self.cwd = f"User:{self.settings['sasl.username']}", cwd
+        self.acls: list = []  # the line of docs/deploy.md it runs with
+
+    def __call__(self, *args: str, stdin: str = "") -> tuple[int, str, str]:
+        command = [STROM, *args, "-b", self.settings["bootstrap.servers"],
+                   *(arg for key, value in self.settings.items() if key != "bootstrap.servers"
                      for arg in ("-X", f"{key}={value}"))]
         started = time.monotonic()
-        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path)
+        done = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120, cwd=self.cwd)
         assert time.monotonic() - started < 60
-        assert password not in done.stdout + done.stderr
+        assert self.settings["sasl.password"] not in done.stdout + done.stderr
         return done.returncode, done.stdout, done.stderr.strip()
 
-    def refused(wanted: str, *args: str) -> None:
-        code, _, err = strom(*args, stdin="a\n")
-        assert code == 2 and err.count("\n") == 0 and err.startswith(f"error: {who} may not {wanted}"), err
+    def ok(self, *args: str, stdin: str = "") -> str:
+        code, out, err = self(*args, stdin=stdin)
+        assert code == 0, (args, err)
+        return out
 
-    grant(admin, *acls["topics"])
-    assert strom("topics", "create", topic, "--partitions", "1")[0] == 0
-    assert topic in strom("topics", "list")[1]
-    assert strom("topics", "describe", topic)[0] == 0
-    refused(f"Write Topic '{topic}'", "produce", topic)  # Describe alone does not write
-    grant(admin, *acls["produce"])
-    assert strom("produce", topic, stdin="a\nb\n")[0] == 0
-    refused(f"Describe Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
-    grant(admin, *acls["consume"])
-    assert strom("consume", topic, "-o", "beginning", "-e")[1].split() == ["a", "b"]
-    refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
-    grant(admin, *acls["consume --group"])
-    assert strom("consume", topic, "-g", group, "-o", "beginning", "-c", "2")[1].split() == ["a", "b"]
-    refused(f"Delete Group '{group}'", "groups", "delete", group)
-    grant(admin, *acls["groups"])
-    assert group in strom("groups", "list")[1]
-    assert strom("groups", "describe", group)[0] == 0
-    assert strom("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")[0] == 0
-    assert strom("groups", "delete", group)[0] == 0
-    refused(f"Describe TransactionalId '{txn}'", "transactions", "describe", txn)
-    grant(admin, *acls["transactions"])
-    assert txn in strom("transactions", "list")[1]
-    assert strom("transactions", "describe", txn)[0] == 0
-    assert strom("transactions", "describe-producers", "--topic", topic)[0] == 0
+    def refused(self, wanted: str, *args: str) -> None:
+        """The command ends in one error line naming this principal, ``wanted`` (operation and resource)."""
+        code, _, err = self(*args, stdin="a\n")
+        assert code == 2 and err.count("\n") == 0, err
+        assert err.startswith(f"error: {self.who} may not {wanted}"), err
+
+
+def test_each_cli_command_runs_with_only_its_documented_acls_and_names_a_missing_one(kafka, admin, tmp_path):
+    """Each command (or group of commands sharing a line of docs/deploy.md's table) runs as its own
+    principal: refused with one line naming what is missing, then run with that line alone."""
+    topic, group, app_id, txn = unique("orders"), unique("billing"), unique("app"), unique("txn")
+
+    def cli(line: str) -> Cli:
+        user = Cli(kafka, admin, tmp_path)
+        user.acls = cli_acls(user.who, topic, group, app_id, txn)[line]
+        return user
+
+    topics_user = cli("topics")
+    topics_user.refused(f"Create Topic '{topic}'", "topics", "create", topic, "--partitions", "1")
+    grant(admin, *topics_user.acls)
+    topics_user.ok("topics", "create", topic, "--partitions", "1")
+    assert topic in topics_user.ok("topics", "list")
+    assert topics_user.ok("topics", "describe", topic)
+
+    producer_user = cli("produce")
+    producer_user.refused(f"Write Topic '{topic}'", "produce", topic)  # one line, the operation needed
+    grant(admin, *producer_user.acls)
+    producer_user.ok("produce", topic, stdin="a\nb\n")
+
+    reader = cli("consume")
+    reader.refused(f"Read Topic '{topic}'", "consume", topic, "-o", "beginning", "-e")
+    grant(admin, *reader.acls[:1])
+    reader.refused(f"Describe Group '{clients.UNUSED_GROUP}'", "consume", topic, "-o", "beginning", "-e")
+    grant(admin, *reader.acls)
+    assert reader.ok("consume", topic, "-o", "beginning", "-e").split() == ["a", "b"]
+
+    member = cli("consume --group")
+    grant(admin, *member.acls[:1])
+    member.refused(f"Read Group '{group}'", "consume", topic, "-g", group, "-o", "beginning", "-c", "2")
+    grant(admin, *member.acls)
+    assert member.ok("consume", topic, "-g", group, "-o", "beginning", "-c", "2").split() == ["a", "b"]
+
+    resetter = cli("groups reset-offsets")
+    reset_offsets = ("groups", "reset-offsets", group, "--topic", topic, "--to-earliest")
+    resetter.refused(f"Describe Group '{group}'", *reset_offsets)
+    grant(admin, *resetter.acls[:1], *each(TOPIC, topic, resetter.who, (OP.DESCRIBE,)))
+    resetter.refused(f"Read Topic '{topic}'", *reset_offsets)  # OffsetCommit reads the topic too
+    grant(admin, *resetter.acls)
+    resetter.ok(*reset_offsets)
+    reset_to = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+    assert [tp.offset for tp in reset_to.topic_partitions] == [0]  # committed, not only said
+
+    operator = cli("groups")
+    operator.refused(f"Describe Group '{group}'", "groups", "describe", group)
+    grant(admin, *operator.acls)
+    assert group in operator.ok("groups", "list")
+    operator.ok("groups", "describe", group)
+
+    reader_settings = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
+    start = Consumer({**reader_settings, "group.id": unique("w")}).get_watermark_offsets(
+        TopicPartition(topic, 0), timeout=10)[1]
+    producer = Producer({**reader_settings, "transactional.id": txn})
+    producer.init_transactions(30)
+    producer.begin_transaction()  # left open: a transaction to describe and abort
+    producer.produce(topic, b"open")
+    assert producer.flush(30) == 0
+    watcher = cli("transactions")
+    watcher.refused(f"Describe TransactionalId '{txn}'", "transactions", "describe", txn)
+    grant(admin, *watcher.acls)
+    assert txn in watcher.ok("transactions", "list")
+    assert "Ongoing" in watcher.ok("transactions", "describe", txn)
+    inspector = cli("transactions producers")
+    inspector.refused(f"Read Topic '{topic}'", "transactions", "describe-producers", "--topic", topic)
+    grant(admin, *inspector.acls)
+    inspector.ok("transactions", "describe-producers", "--topic", topic)
+    inspector.ok("transactions", "find-hanging", "--topic", topic)
+    abort = ("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", str(start))
+    inspector.refused("ClusterAction Cluster 'kafka-cluster'", *abort)  # an administrator's (docs)
+    Cli(kafka, admin, tmp_path, reader_settings).ok(*abort)
+
+    topics(admin, f"{app_id}-counts-changelog", partitions=1)  # an internal topic the reset deletes
     reset = ("streams", "reset", app_id, "--input-topics", topic, "--state-dir", str(tmp_path))
-    refused(f"Read Group '{app_id}'", *reset)
-    grant(admin, *acls["streams reset"])
-    assert strom(*reset)[0] == 0
+    resetting = cli("streams reset")
+    resetting.refused(f"Describe Topic '{topic}'", *reset)  # the input topic is hidden
+    grant(admin, *resetting.acls[1:2])
+    resetting.refused(f"Read Group '{app_id}'", *reset)
+    grant(admin, *resetting.acls)
+    resetting.ok(*reset)
     assert f"{app_id}-counts-changelog" not in admin.list_topics(timeout=10).topics
-    assert strom("topics", "delete", topic)[0] == 0
+
+    operator.ok("groups", "delete", group)
+    topics_user.ok("topics", "delete", topic)

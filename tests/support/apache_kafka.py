@@ -116,6 +116,9 @@ class KafkaSecurity:
     jwks_url: str = ""
     jwks_audience: str = ""
     jwks_issuer: str = ""
+    listener_keys: Mapping[str, str] = field(default_factory=dict)
+    """Per-listener keys (``listener.name.<listener>.*``) over the ones below: a fidelity test gives strom
+    broker the same."""
 
     def sasl_settings(self, user: str) -> dict[str, str]:
         """librdkafka settings of ``user`` on the SASL_SSL listener."""
@@ -138,6 +141,7 @@ class KafkaSecurity:
             "allow.everyone.if.no.acl.found": "false",
             "super.users": f"User:{self.admin};{self.node_principal}",
             **self._signed_token_listener(),
+            **self.listener_keys,
         }
 
     def oauth_listener(self) -> dict[str, str]:

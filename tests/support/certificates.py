@@ -1,5 +1,6 @@
 """Throwaway PKI for TLS tests: a CA, a broker certificate for localhost/127.0.0.1, client
-certificates from that CA and from another one (untrusted), written as PEM files."""
+certificates from that CA and from another one (untrusted), a broker certificate from that other CA (one
+listener's own), written as PEM files."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Pki:
     stranger_cert: Path  # CN=stranger, signed by another CA
     stranger_key: Path
     other_ca: Path
+    other_broker: Path  # a broker keystore (localhost/127.0.0.1) signed by `other_ca`: one listener's own
 
     client_principal: str = "User:CN=client,OU=tests,O=strom"
 
@@ -87,6 +89,9 @@ def make_pki(directory: Path) -> Pki:
     broker = _certificate(_name(O="strom", CN="localhost"), broker_key, ca_name, ca_key, server=True)
     client = _certificate(_name(O="strom", OU="tests", CN="client"), client_key, ca_name, ca_key)
     stranger = _certificate(_name(O="elsewhere", CN="stranger"), stranger_key, other_name, other_key)
+    other_broker_key = _key()
+    other_broker = _certificate(_name(O="elsewhere", CN="localhost"), other_broker_key, other_name, other_key,
+                                server=True)
     files = {
         "ca": _pem(ca), "other_ca": _pem(other),
         "broker": _key_pem(broker_key) + _pem(broker) + _pem(ca),
@@ -95,6 +100,7 @@ def make_pki(directory: Path) -> Pki:
         "client_cert": _pem(client), "client_key": _key_pem(client_key),
         "client_keystore": _key_pem(client_key) + _pem(client),
         "stranger_cert": _pem(stranger), "stranger_key": _key_pem(stranger_key),
+        "other_broker": _key_pem(other_broker_key) + _pem(other_broker) + _pem(other),
     }
     paths = {}
     for name, content in files.items():

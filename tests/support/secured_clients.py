@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,8 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from strom.streams import Serdes
 from support.certificates import Pki
@@ -59,6 +62,14 @@ def mtls_settings(servers: str, ca: Path, cert: Path, key: Path) -> dict[str, st
     """librdkafka settings of a client certificate on a mutual-TLS listener."""
     return {"bootstrap.servers": servers, "security.protocol": "SSL", "ssl.ca.location": str(ca),
             "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
+
+
+def certificate_issuer(servers: str) -> str:
+    """The common name of the CA that signed the certificate the TLS listener at ``servers`` presents."""
+    host, _, port = servers.rpartition(":")
+    pem = ssl.get_server_certificate((host, int(port)))
+    return x509.load_pem_x509_certificate(pem.encode()).issuer.get_attributes_for_oid(
+        NameOID.COMMON_NAME)[0].value
 
 
 def settled(ask: Callable[[], Any], wanted: Any, seconds: float = 10) -> Any:

@@ -28,7 +28,7 @@ from strom.broker.security import oauthbearer
 from strom.broker.security.acls import Authorizer, Operation, ResourceType
 from strom.broker.security.credentials import CredentialStore
 from strom.broker.security.listeners import Listener, listener_specs, parse_endpoints
-from strom.broker.security.tls import server_context
+from strom.broker.security.tls import listener_client_auth, server_context
 from strom.broker.server import ConnectionHandler, bind
 from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.broker.transactions.service import TransactionService
@@ -193,9 +193,9 @@ def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: 
     if unknown:
         raise BrokerStartError(f"listener.name.{unknown[0].lower()}.* configures listener {unknown[0]}, "
                                "which is not in listeners: check the listener's name.")
-    # ssl.client.auth applies to SSL listeners; SASL_SSL clients authenticate with SASL (as Kafka, KIP-684)
-    contexts = {protocol: server_context(config, config["ssl.client.auth"] if protocol == "SSL" else "none")
-                for protocol in {s.protocol for s in specs if s.uses_tls}}
+    client_auth = {spec.name: listener_client_auth(config.listener(spec.name), spec.protocol)
+                   for spec in specs if spec.uses_tls}
+    contexts = {name: server_context(config.listener(name), auth) for name, auth in client_auth.items()}
     bound: list[Listener] = []
     try:
         for spec in specs:
@@ -208,9 +208,8 @@ def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: 
                 where = advertised_host, bound_port
             else:
                 where = (socket.getfqdn() if spec.host in WILDCARD_HOSTS else spec.host), bound_port
-            authenticates = spec.uses_sasl or (spec.protocol == "SSL"
-                                               and config["ssl.client.auth"] == "required")
-            bound.append(Listener(spec, sock, bound_port, *where, contexts.get(spec.protocol), authenticates))
+            authenticates = spec.uses_sasl or client_auth.get(spec.name) == "required"
+            bound.append(Listener(spec, sock, bound_port, *where, contexts.get(spec.name), authenticates))
     except BaseException:
         _close(bound)
         raise

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.broker.security.jaas import check_login_module, parse_jaas
 from strom.broker.security.listeners import DEFAULT_PROTOCOL_MAP, parse_endpoints, parse_protocol_map
 from strom.errors import ConfigError
 
@@ -23,7 +24,8 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # Kafka's authorizer names, so one server.properties serves both; both mean strom's ACL authorizer.
 AUTHORIZERS = ("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                "kafka.security.authorizer.AclAuthorizer")
-SENSITIVE_KEYS = frozenset({"ssl.key.password"})  # never logged nor described (DescribeConfigs says null)
+SENSITIVE_KEYS = frozenset({"ssl.key.password", "sasl.jaas.config"})
+"""Never logged, quoted in an error nor described (DescribeConfigs says null)."""
 
 
 def _bool(value: Any) -> bool:
@@ -218,15 +220,20 @@ BROKER_SPECS: dict[str, Spec] = {
 }
 
 LISTENER_PREFIX = "listener.name."
-LISTENER_KEYS = frozenset({"sasl.enabled.mechanisms", "connections.max.reauth.ms",
+SSL_KEYS = frozenset(key for key in BROKER_SPECS if key.startswith("ssl."))
+LISTENER_KEYS = frozenset({"sasl.enabled.mechanisms", "connections.max.reauth.ms", *SSL_KEYS,
                            *(key for key in BROKER_SPECS if key.startswith("sasl.oauthbearer."))})
 """The broker configs one listener may override, as in Kafka: ``listener.name.<listener>.<key>``."""
-MECHANISM_KEYS = {name.lower(): frozenset({"connections.max.reauth.ms"}) for name in SASL_MECHANISMS}
-MECHANISM_KEYS["oauthbearer"] |= LISTENER_KEYS - {"sasl.enabled.mechanisms"} | {
+LISTENER_ONLY_SPECS = {"sasl.jaas.config": Spec(
+    parse_jaas, None, "a SASL mechanism's JAAS login module and options on one listener (Kafka's form)")}
+"""Configs Kafka's brokers take only per listener and mechanism (no broker-wide value)."""
+MECHANISM_KEYS = {name.lower(): frozenset({"connections.max.reauth.ms", "sasl.jaas.config"})
+                  for name in SASL_MECHANISMS}
+MECHANISM_KEYS["oauthbearer"] |= LISTENER_KEYS - {"sasl.enabled.mechanisms"} - SSL_KEYS | {
     "sasl.server.callback.handler.class"}
 """...and those one SASL mechanism on a listener may override further:
 ``listener.name.<listener>.<mechanism>.<key>`` (``listener.name.oauth.oauthbearer.sasl.oauthbearer.
-jwks.endpoint.url``)."""
+jwks.endpoint.url``, ``listener.name.sasl_ssl.plain.sasl.jaas.config``)."""
 
 
 def _listener_override(key: str) -> tuple[str, str, str]:
@@ -284,7 +291,7 @@ class BrokerConfig:
         self.dynamic: dict[str, dict[str, Any]] = {PER_BROKER: {}, CLUSTER_DEFAULT: {}}
         self.per_listener: dict[tuple[str, str], dict[str, Any]] = {}  # (LISTENER, mechanism) -> key -> value
         for key, value in (overrides or {}).items():
-            layer, name = self._values, key
+            layer, name, mechanism = self._values, key, ""
             if key.startswith(LISTENER_PREFIX):
                 try:
                     listener, mechanism, name = _listener_override(key)
@@ -292,15 +299,21 @@ class BrokerConfig:
                     raise ConfigError(
                         f"Unknown configuration key {key!r}: strom broker takes listener.name.<listener>."
                         f"<key> for {', '.join(sorted(LISTENER_KEYS))}, and listener.name.<listener>."
-                        "<mechanism>.<key> for connections.max.reauth.ms, and for OAUTHBEARER's "
-                        "sasl.oauthbearer.* and sasl.server.callback.handler.class (docs/broker.md)."
+                        "<mechanism>.<key> for connections.max.reauth.ms and sasl.jaas.config, and for "
+                        "OAUTHBEARER's sasl.oauthbearer.* and sasl.server.callback.handler.class "
+                        "(docs/broker.md)."
                     ) from None
                 layer = self.per_listener.setdefault((listener, mechanism), {})
             elif key not in BROKER_SPECS:
                 raise ConfigError.unknown_key(key, list(BROKER_SPECS))
             try:
-                layer[name] = BROKER_SPECS[name].parse(value)
+                layer[name] = (BROKER_SPECS.get(name) or LISTENER_ONLY_SPECS[name]).parse(value)
+                if name == "sasl.jaas.config":
+                    check_login_module(layer[name], mechanism)
             except (TypeError, ValueError) as exc:
+                if name in SENSITIVE_KEYS:
+                    raise ConfigError(f"Invalid value for configuration {key!r} (not shown: it holds "
+                                      f"secrets): expected {exc}.") from None
                 raise ConfigError.bad_value(key, value, str(exc)) from exc
 
     def __getitem__(self, key: str) -> Any:
@@ -346,7 +359,14 @@ class ListenerConfig:
             layer = self.config.per_listener.get((self.listener, mechanism), {})
             if key in layer:
                 return layer[key]
+        if key in LISTENER_ONLY_SPECS:
+            return LISTENER_ONLY_SPECS[key].default
         return self.config[key]
+
+    def overrides(self, key: str) -> bool:
+        """Whether this listener (or its mechanism) sets ``key`` itself."""
+        return any(key in self.config.per_listener.get((self.listener, mechanism), {})
+                   for mechanism in (self.mechanism, ""))
 
 
 def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:

@@ -101,16 +101,18 @@ class Connection:
             f"No broker reachable at {self.bootstrap_servers} ({reason}). Start one with `strom broker`, or "
             "pass -b/--bootstrap-servers (and -X or --command-config for a secured cluster).")
 
-    def topic(self, name: str, create: bool = False, offers_create: bool = False) -> TopicMetadata:
+    def topic(self, name: str, create: bool = False, offers_create: bool = False,
+              needs: str = "Describe") -> TopicMetadata:
         """The topic's metadata; a missing topic is an error naming the closest existing one (and
         ``--create-topic`` if the command ``offers_create``), unless ``create`` (then it is created with
-        the broker's default partition count)."""
+        the broker's default partition count). A topic hidden from this principal is said to be refused
+        with the operation the command ``needs`` on it (Write, Read, ... each implies Describe)."""
         topics = self.metadata().topics
         found = topics.get(name)
         if found is not None and found.error is None:
             return found
         if not create:
-            self._raise_if_denied(name)
+            self.raise_if_denied(name, needs)
             raise unknown_topic(name, topics, offers_create)
         future = self.admin().create_topics([NewTopic(name, -1)], request_timeout=TIMEOUT)[name]
         try:
@@ -120,16 +122,16 @@ class Connection:
                 raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
         return self.wait_listed(name)
 
-    def _raise_if_denied(self, name: str) -> None:
+    def raise_if_denied(self, name: str, needs: str) -> None:
         """A topic missing from the listing may exist but be hidden from this principal (a listing
-        leaves out what the client may not describe): that is said, not "does not exist"."""
+        leaves out what the client may not describe): that is said, naming the operation the command
+        ``needs``, not "does not exist"."""
         described = self.admin().describe_topics(TopicCollection([name]), request_timeout=TIMEOUT)[name]
         try:
             described.result(TIMEOUT)
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                raise authorization_error(self.properties, "Topic", name, "Describe",
-                                          exc.args[0].name()) from None
+                raise authorization_error(self.properties, "Topic", name, needs, exc.args[0].name()) from None
 
     def wait_listed(self, name: str) -> TopicMetadata:
         """The metadata of a topic just created, once every broker lists it: on a cluster of several

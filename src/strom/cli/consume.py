@@ -173,7 +173,7 @@ def consume(connection: Connection, topic: str, group: str | None, start: StartA
     if from_beginning:
         start = StartAt("beginning")
     layout = parse_format(fmt if fmt is not None else _default_format(print_key, print_headers, separator))
-    metadata = connection.topic(topic)
+    metadata = connection.topic(topic, needs="Read")
     key_deserializer = key_deserializer.bound(connection.serde_properties, topic, is_key=True)
     value_deserializer = value_deserializer.bound(connection.serde_properties, topic, is_key=False)
     if group is not None and (partitions or start.kind not in ("beginning", "end")):

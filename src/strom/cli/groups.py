@@ -107,14 +107,16 @@ def refuse_if_running(connection: Connection, application: str, action: str) -> 
 
 def _describe(connection: Connection, group: str) -> ConsumerGroupDescription:
     return result(connection.admin().describe_consumer_groups([group], request_timeout=TIMEOUT)[group],
-                  f"describe group {group!r}")
+                  f"describe group {group!r}",
+                  partial(refusal, connection.properties, group=group, group_operation="Describe"))
 
 
 def committed(connection: Connection, group: str) -> dict[tuple[str, int], int]:
     """The group's committed offsets (partitions it never committed are absent)."""
     request = [ConsumerGroupTopicPartitions(group)]
     found = result(connection.admin().list_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
-                   f"read the committed offsets of {group!r}")
+                   f"read the committed offsets of {group!r}",
+                   partial(refusal, connection.properties, group=group, group_operation="Describe"))
     return {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions if tp.offset >= 0}
 
 
@@ -252,7 +254,7 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
     if description.state not in _INACTIVE or description.members:
         raise StromError(f"Group {group!r} is {_state(description.state)} with {len(description.members)} "
                          "member(s); stop its consumers first (offsets of an active group cannot be reset).")
-    partitions = [(t, p) for t in topics for p in sorted(connection.topic(t).partitions)]
+    partitions = [(t, p) for t in topics for p in sorted(connection.topic(t, needs="Read").partitions)]
     old = committed(connection, group)
     low = list_offsets(connection, partitions, OffsetSpec.earliest())
     high = list_offsets(connection, partitions, OffsetSpec.latest())
@@ -265,14 +267,25 @@ def reset_offsets_command(connection: Connection, group: str, topics: tuple[str,
         target = {k: low[k] if to_earliest else high[k] if to_latest else to_offset for k in partitions}
     new = {k: min(max(target[k], low[k]), high[k]) for k in partitions}
     if not dry_run:
-        offsets = [TopicPartition(t, p, new[(t, p)]) for t, p in partitions]
-        request = [ConsumerGroupTopicPartitions(group, offsets)]
-        result(connection.admin().alter_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
-               f"commit the new offsets of {group!r}")
+        _commit(connection, group, [TopicPartition(t, p, new[(t, p)]) for t, p in partitions])
     rows = [{"topic": t, "partition": p, "old offset": old.get((t, p)), "new offset": new[(t, p)]}
             for t, p in partitions]
     print_rows(rows, ["topic", "partition", "old offset", "new offset"], output)
     click.echo(f"{'dry run: nothing committed' if dry_run else 'committed'} for group {group}", err=True)
+
+
+def _commit(connection: Connection, group: str, offsets: list[TopicPartition]) -> None:
+    """Commits ``offsets`` for ``group``; a partition's failure (a refusal comes in the result, not as
+    the future's exception) is raised, naming a missing ACL."""
+    request = [ConsumerGroupTopicPartitions(group, offsets)]
+    altered = result(connection.admin().alter_consumer_group_offsets(request, request_timeout=TIMEOUT)[group],
+                     f"commit the new offsets of {group!r}",
+                     partial(refusal, connection.properties, group=group))
+    for tp in altered.topic_partitions:
+        if tp.error is not None:
+            raise refusal(connection.properties, tp.error, group=group, topic=tp.topic) or StromError(
+                f"Could not commit the new offset of {tp.topic}-{tp.partition} for group {group!r}: "
+                f"{tp.error.str()}")
 
 
 @groups.command("delete")

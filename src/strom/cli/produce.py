@@ -106,7 +106,7 @@ def produce(connection: Connection, topic: str, key_separator: bytes | None, hea
             create_topic: bool, key_serializer: Format, value_serializer: Format, key_schema: Path | None,
             value_schema: Path | None) -> None:
     """Write stdin lines to TOPIC and print how many were acknowledged (kcat -P, kafka-console-producer)."""
-    count = len(connection.topic(topic, create=create_topic, offers_create=True).partitions)
+    count = len(connection.topic(topic, create=create_topic, offers_create=True, needs="Write").partitions)
     if partition is not None and partition >= count:
         raise StromError(f"Topic {topic!r} has {count} partition(s) (0-{count - 1}), not {partition}.")
     key_serializer = _writer(key_serializer, key_schema, connection, topic, is_key=True)

@@ -110,6 +110,8 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
               if meta.error is None}
     input_topics = _split(inputs)
     missing = [t for t in input_topics if t not in topics]
+    for name in missing:
+        connection.raise_if_denied(name, "Describe")  # hidden from this principal: its missing ACL is said
     if missing:
         raise ConfigError(f"Input topics {', '.join(missing)} do not exist; check --input-topics.")
     internal = internal_topics(topics, app_id)

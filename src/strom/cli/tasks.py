@@ -100,7 +100,7 @@ def run(processor: str, topic: str, subscription_id: str, connection: Connection
     if property_file:
         suppliers.append(FilePropertySupplier(property_file))
     target = load_processor(processor)
-    connection.topic(topic, create=create_topic, offers_create=True)
+    connection.topic(topic, create=create_topic, offers_create=True, needs="Write")
     builder = (SubscriptionBuilder.new_builder(subscription_id)
                .processors_builder(ProcessorsBuilder.consuming(topic).then_process(target))
                .properties(*suppliers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from strom.cli.broker import parse_config
 from strom.cli.connection import TIMEOUT, Connection, connection_options
 from strom.cli.output import output_option, print_record, print_rows
 from strom.errors import StromError
+from strom.kafka.security import refusal
 
 config_option = click.option("--config", "config", multiple=True, callback=parse_config, metavar="KEY=VALUE",
                              help="Topic config with Kafka's name, e.g. cleanup.policy=compact; repeatable.")
@@ -35,6 +37,11 @@ def result(future: Future, what: str,
         if refused is not None and (missing := refused(exc.args[0])) is not None:
             raise missing from None
         raise StromError(f"Could not {what}: {exc.args[0].str()}") from exc
+
+
+def denied(connection: Connection, topic: str, operation: str) -> Callable[[KafkaError], StromError | None]:
+    """``result``'s ``refused`` for a command that needs ``operation`` on ``topic``."""
+    return partial(refusal, connection.properties, topic=topic, topic_operation=operation)
 
 
 @topics.command("list")
@@ -64,7 +71,8 @@ def create_command(connection: Connection, name: str, partitions: int, replicati
         raise click.BadParameter("must be -1 (the broker's default) or 1 or more",
                                  param_hint="--replication-factor")
     new = NewTopic(name, partitions, replication_factor, config=config)
-    result(connection.admin().create_topics([new], request_timeout=TIMEOUT)[name], f"create topic {name!r}")
+    result(connection.admin().create_topics([new], request_timeout=TIMEOUT)[name], f"create topic {name!r}",
+           denied(connection, name, "Create"))
     connection.wait_listed(name)  # so that the next command finds it
     click.echo(f"created {name} with {partitions} partition(s)")
 
@@ -82,7 +90,7 @@ def watermarks(connection: Connection, topic: str, partitions: list[int]) -> dic
 def _configs(connection: Connection, name: str) -> list[dict[str, Any]]:
     resource = ConfigResource("topic", name)
     configs = result(connection.admin().describe_configs([resource], request_timeout=TIMEOUT)[resource],
-                     f"describe the configs of {name!r}")
+                     f"describe the configs of {name!r}", denied(connection, name, "DescribeConfigs"))
     return [{"config": key, "value": entry.value, "source": "default" if entry.is_default else "topic"}
             for key, entry in sorted(configs.items())]
 
@@ -114,9 +122,9 @@ def describe_command(connection: Connection, name: str, output: str) -> None:
 def delete_command(connection: Connection, names: tuple[str, ...]) -> None:
     """Delete topics and their data."""
     for name in names:
-        connection.topic(name)
+        connection.topic(name, needs="Delete")
     for name, future in connection.admin().delete_topics(list(names), request_timeout=TIMEOUT).items():
-        result(future, f"delete topic {name!r}")
+        result(future, f"delete topic {name!r}", denied(connection, name, "Delete"))
     connection.wait_unlisted(list(names))  # so that the next command does not find them
     for name in names:
         click.echo(f"deleted {name}")
@@ -134,12 +142,12 @@ def alter_config_command(connection: Connection, name: str, settings: dict[str, 
     """Set or remove topic configs (kafka-configs --alter --add-config / --delete-config)."""
     if not settings and not deletions:
         raise click.UsageError("Give at least one --set KEY=VALUE or --delete KEY.")
-    connection.topic(name)
+    connection.topic(name, needs="AlterConfigs")
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in settings.items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletions]
     resource = ConfigResource("topic", name, incremental_configs=entries)
     result(connection.admin().incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource],
-           f"alter the configs of {name!r}")
+           f"alter the configs of {name!r}", denied(connection, name, "AlterConfigs"))
     click.echo(f"altered {name}: " + ", ".join([*(f"{k}={v}" for k, v in settings.items()),
                                                  *(f"-{k}" for k in deletions)]))
 
@@ -151,12 +159,12 @@ def alter_config_command(connection: Connection, name: str, settings: dict[str, 
               help="The new total number of partitions (as kafka-topics --alter --partitions).")
 def add_partitions_command(connection: Connection, name: str, total: int) -> None:
     """Grow a topic to --partitions partitions (keys move: records of a key may land elsewhere after)."""
-    current = len(connection.topic(name).partitions)
+    current = len(connection.topic(name, needs="Alter").partitions)
     if total <= current:
         raise StromError(f"Topic {name!r} has {current} partition(s); --partitions must be more than that "
                          "(partitions cannot be removed).")
     result(connection.admin().create_partitions([NewPartitions(name, total)], request_timeout=TIMEOUT)[name],
-           f"add partitions to {name!r}")
+           f"add partitions to {name!r}", denied(connection, name, "Alter"))
     click.echo(f"{name}: {current} -> {total} partition(s)")
 
 
@@ -173,7 +181,7 @@ def delete_records_command(connection: Connection, name: str, partitions: tuple[
     """Delete the records before an offset (kafka-delete-records): the log start offset moves up."""
     if before != "end" and not before.isdigit():
         raise click.BadParameter(f"{before!r} is not an offset (0 or more) or `end`", param_hint="--before")
-    existing = sorted(connection.topic(name).partitions)
+    existing = sorted(connection.topic(name, needs="Delete").partitions)
     missing = sorted(set(partitions) - set(existing))
     if missing:
         raise StromError(f"Topic {name!r} has partitions 0-{len(existing) - 1}, not {missing}.")
@@ -183,6 +191,7 @@ def delete_records_command(connection: Connection, name: str, partitions: tuple[
                 for p in chosen]
     futures = connection.admin().delete_records(requests, request_timeout=TIMEOUT)
     rows = [{"partition": tp.partition,
-             "log start offset": result(future, f"delete records of {name}-{tp.partition}").low_watermark}
+             "log start offset": result(future, f"delete records of {name}-{tp.partition}",
+                                        denied(connection, name, "Delete")).low_watermark}
             for tp, future in sorted(futures.items(), key=lambda item: item[0].partition)]
     print_rows(rows, ["partition", "log start offset"], output)

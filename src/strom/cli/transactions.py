@@ -197,7 +197,8 @@ def describe_command(connection: Connection, transactional_ids: tuple[str, ...],
 
 def _producers(connection: Connection, topic: str, partitions: tuple[int, ...]) -> list[dict]:
     """Active producers of each partition (DescribeProducers), with their open transaction if any."""
-    chosen = partitions or tuple(sorted(connection.topic(topic).partitions))  # a missing topic: its error
+    # a missing topic: its error
+    chosen = partitions or tuple(sorted(connection.topic(topic, needs="Read").partitions))
     metadata = connection.metadata()
     by_leader: dict[str, list[int]] = {}
     for partition in chosen:

@@ -2,11 +2,13 @@
 ``security.protocol`` SSL/SASL_SSL (``ssl.ca.location``, ``ssl.certificate.location``,
 ``ssl.key.location``, ``ssl.key.password``; the broker's name checked unless
 ``ssl.endpoint.identification.algorithm=none``), then SASL PLAIN or SCRAM-SHA-256/512 (RFC 5802) with
-``sasl.username``/``sasl.password``, or OAUTHBEARER (RFC 7628) with a token from the identity provider's
-token endpoint (``sasl.oauthbearer.method=oidc``: the client-credentials grant of
-``sasl.oauthbearer.client.id``/``client.secret``, ``scope``, ``token.endpoint.url``) or librdkafka's
-unsecured development token (``enable.sasl.oauthbearer.unsecure.jwt`` with ``sasl.oauthbearer.config``
-``principal=... [scope=...] [lifeSeconds=...]``): stdlib only."""
+``sasl.username``/``sasl.password``, or OAUTHBEARER (RFC 7628) with a token from the application's
+``oauth_cb`` (confluent-kafka's token callback), from the identity provider's token endpoint
+(``sasl.oauthbearer.method=oidc``: the client-credentials grant of ``sasl.oauthbearer.client.id``/
+``client.secret``, ``scope``, ``token.endpoint.url``, trusting ``https.ca.location``; extensions of
+``sasl.oauthbearer.extensions``) or librdkafka's unsecured development token
+(``enable.sasl.oauthbearer.unsecure.jwt`` with ``sasl.oauthbearer.config`` ``principal=... [scope=...]
+[lifeSeconds=...] [extension_<key>=<value>]``): stdlib only."""
 
 from __future__ import annotations
 
@@ -66,7 +68,9 @@ def sasl_login(settings: Mapping[str, Any], exchange: Callable[[str, bytes], byt
     elif mechanism in _SCRAM_HASHES:
         _scram(_SCRAM_HASHES[mechanism], user, password, lambda token: exchange(mechanism, token))
     elif mechanism == "OAUTHBEARER":
-        answer = exchange(mechanism, f"n,,\x01auth=Bearer {oauthbearer_token(settings)}\x01\x01".encode())
+        token, extensions = oauthbearer_token(settings)
+        pairs = "".join(f"{key}={value}\x01" for key, value in extensions.items())
+        answer = exchange(mechanism, f"n,,\x01auth=Bearer {token}\x01{pairs}\x01".encode())
         if answer:  # RFC 7628's error challenge: acknowledged, and the broker then says it failed
             exchange(mechanism, b"\x01")
     else:
@@ -74,14 +78,23 @@ def sasl_login(settings: Mapping[str, Any], exchange: Callable[[str, bytes], byt
                           "SCRAM-SHA-512, OAUTHBEARER are).")
 
 
-def oauthbearer_token(settings: Mapping[str, Any]) -> str:
-    """The token librdkafka would present with these settings."""
+def oauthbearer_token(settings: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The token librdkafka would present with these settings, and its SASL extensions: from the
+    application's ``oauth_cb`` (confluent-kafka's token callback, given ``sasl.oauthbearer.config``), the
+    identity provider's token endpoint (``sasl.oauthbearer.method=oidc``, extensions from
+    ``sasl.oauthbearer.extensions``) or librdkafka's unsecured development token (extensions from
+    ``extension_<key>=<value>`` in ``sasl.oauthbearer.config``)."""
+    if callable(settings.get("oauth_cb")):
+        return _token_from_callback(settings)
     if str(settings.get("sasl.oauthbearer.method", "default")).lower() == "oidc":
-        return _token_from_endpoint(settings)
+        extensions = str(settings.get("sasl.oauthbearer.extensions", ""))
+        return _token_from_endpoint(settings), dict(
+            pair.strip().split("=", 1) for pair in extensions.split(",") if "=" in pair)
     if str(settings.get("enable.sasl.oauthbearer.unsecure.jwt", "false")).lower() not in ("true", "1"):
-        raise ConfigError("sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.method=oidc (and its token "
-                          "endpoint and client credentials), or enable.sasl.oauthbearer.unsecure.jwt=true "
-                          "with sasl.oauthbearer.config=principal=... for an unsecured development token.")
+        raise ConfigError("sasl.mechanism=OAUTHBEARER needs oauth_cb (a token callback), "
+                          "sasl.oauthbearer.method=oidc (and its token endpoint and client credentials), or "
+                          "enable.sasl.oauthbearer.unsecure.jwt=true with "
+                          "sasl.oauthbearer.config=principal=... for an unsecured development token.")
     options = dict(part.split("=", 1) for part in str(settings.get("sasl.oauthbearer.config", "")).split()
                    if "=" in part)
     if not options.get("principal"):
@@ -90,7 +103,23 @@ def oauthbearer_token(settings: Mapping[str, Any]) -> str:
     claims = {"sub": options["principal"], "iat": now, "exp": now + int(options.get("lifeSeconds", 3600))}
     if options.get("scope"):
         claims["scope"] = options["scope"].split(",")
-    return f"{_b64url({'alg': 'none'})}.{_b64url(claims)}."
+    extensions = {key[len("extension_"):]: value for key, value in options.items()
+                  if key.startswith("extension_")}
+    return f"{_b64url({'alg': 'none'})}.{_b64url(claims)}.", extensions
+
+
+def _token_from_callback(settings: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """confluent-kafka's ``oauth_cb(sasl.oauthbearer.config)``: (token, expiry) or (token, expiry,
+    principal, extensions)."""
+    try:
+        answer = settings["oauth_cb"](settings.get("sasl.oauthbearer.config"))
+    except Exception as exc:  # the application's callback: whatever it raises is its refusal
+        raise AuthenticationError(f"The oauth_cb token callback failed ({type(exc).__name__}); see its "
+                                  "own log.") from None
+    if not isinstance(answer, tuple) or len(answer) not in (2, 4) or not isinstance(answer[0], str):
+        raise ConfigError("oauth_cb must return (token, expiry time) or (token, expiry time, principal, "
+                          "extensions), as confluent-kafka's token callback does.")
+    return answer[0], dict(answer[3] or {}) if len(answer) == 4 else {}
 
 
 def _b64url(value: dict[str, Any]) -> str:
@@ -110,8 +139,9 @@ def _token_from_endpoint(settings: Mapping[str, Any]) -> str:
     request = urllib.request.Request(url, data=urllib.parse.urlencode(form).encode(), headers={
         "Authorization": f"Basic {base64.b64encode(credentials.encode()).decode()}",
         "Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"})
+    context = ssl.create_default_context(cafile=settings.get("https.ca.location") or None)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=30, context=context) as response:
             token = json.load(response).get("access_token")
     except (OSError, ValueError) as exc:
         raise AuthenticationError(f"No token from {url}: {exc}") from None

@@ -4,6 +4,7 @@ the ACL APIs (CreateAcls, DescribeAcls, DeleteAcls)."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import time
 from datetime import timedelta
@@ -76,15 +77,16 @@ async def sasl_authenticate(ctx: RequestContext, body: Any) -> dict[str, Any]:
                 "error_message": failure}
     response = {"error_code": ErrorCode.none, "auth_bytes": answer}
     if ctx.api_version > 0:
-        lifetime_ms = 0 if session.exchange is not None else _session_lifetime_ms(ctx.broker, session)
+        lifetime_ms = 0 if session.exchange is not None else _set_session_expiry(ctx.broker, session)
         response["session_lifetime"] = timedelta(milliseconds=lifetime_ms)
     return response
 
 
-def _session_lifetime_ms(broker: Broker, session: Session) -> int:
-    """How long the new session lasts, as Kafka's SaslServerAuthenticator says it (0 without a limit):
-    the shorter of connections.max.reauth.ms and the credential's remaining life (an OAUTHBEARER token's
-    exp); after it only a re-authentication is served (server.py closes the connection otherwise)."""
+def _set_session_expiry(broker: Broker, session: Session) -> int:
+    """Sets ``session.expires_at``, after which only a re-authentication is served (server.py closes the
+    connection otherwise), and returns the session's lifetime in ms as Kafka's SaslServerAuthenticator
+    tells it (0 without a limit): the shorter of connections.max.reauth.ms and the credential's remaining
+    life (an OAUTHBEARER token's exp)."""
     credential_expiry = session.credential_expires_at
     most = broker.config.listener(session.listener.name, session.mechanism)["connections.max.reauth.ms"]
     if credential_expiry is None and not most:
@@ -112,7 +114,7 @@ def _step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | 
     exchange = session.exchange
     try:
         if exchange == "PLAIN":
-            user, answer = _plain(broker, token), b""
+            user, answer = _plain(broker, session, token), b""
         elif isinstance(exchange, OAuthBearerServer):
             answer = exchange.step(token)
             if exchange.username is None:
@@ -134,20 +136,28 @@ def _step(broker: Broker, session: Session, token: bytes) -> tuple[bytes, str | 
     session.credential_expires_at = exchange.expires_at if isinstance(exchange, OAuthBearerServer) else None
     session.raw_sasl = False
     if not session.reauthenticates:  # a v0 client: the lifetime is not told, yet it holds (as in Kafka)
-        _session_lifetime_ms(broker, session)
+        _set_session_expiry(broker, session)
     return answer, None
 
 
-def _plain(broker: Broker, message: bytes) -> str:
-    """The user of a PLAIN message (authzid NUL user NUL password), checked against the user's SCRAM
-    credentials: strom keeps one user store and never the password itself."""
+def _plain(broker: Broker, session: Session, message: bytes) -> str:
+    """The user of a PLAIN message (authzid NUL user NUL password), checked as Kafka's PLAIN server does
+    against the listener's JAAS users (``listener.name.<listener>.plain.sasl.jaas.config`` with
+    ``user_<name>="<password>"``) when it has a JAAS config; else against the user's SCRAM credentials
+    (strom's one user store, which keeps no password)."""
     parts = message.decode("utf-8", errors="strict").split("\0")
     if len(parts) != 3 or not parts[1]:
         raise ScramError("malformed PLAIN message")
     authzid, user, password = parts
     if authzid and authzid != user:
         raise ScramError("the authorization id differs from the user name")
-    if not any(c.matches_password(password) for c in broker.credentials.of(user)):
+    jaas = broker.config.listener(session.listener.name, "PLAIN")["sasl.jaas.config"]
+    if jaas is not None:
+        known = jaas.plain_users().get(user)
+        accepted = known is not None and hmac.compare_digest(known.encode(), password.encode())
+    else:
+        accepted = any(c.matches_password(password) for c in broker.credentials.of(user))
+    if not accepted:
         raise ScramError("invalid user name or password")
     return user
 

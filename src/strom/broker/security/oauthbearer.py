@@ -273,7 +273,7 @@ def validator(config: ListenerConfig, fetched: dict[tuple, Jwks]) -> TokenValida
     url, handler = config[key + "jwks.endpoint.url"], config["sasl.server.callback.handler.class"]
     where = f"listener {config.listener}"
     if handler == OAUTHBEARER_HANDLERS[1] or not (url or handler):
-        return UnsecuredJwsValidator()  # Kafka's takes its options from JAAS, not the sasl.oauthbearer.* keys
+        return unsecured_validator(config)
     if not url:
         raise BrokerStartError(f"{where} names {handler}, which needs sasl.oauthbearer.jwks.endpoint.url: "
                                "set it (or listener.name.<listener>.sasl.oauthbearer.jwks.endpoint.url).")
@@ -296,6 +296,24 @@ def validator(config: ListenerConfig, fetched: dict[tuple, Jwks]) -> TokenValida
     return SignedJwtValidator(keys, audience, config[key + "expected.issuer"],
                               config[key + "clock.skew.seconds"], config[key + "sub.claim.name"],
                               config[key + "scope.claim.name"])
+
+
+def unsecured_validator(config: ListenerConfig) -> UnsecuredJwsValidator:
+    """Kafka's unsecured validator with the options it takes from the listener's OAUTHBEARER JAAS config
+    (``unsecuredValidatorPrincipalClaimName``, ``...ScopeClaimName``, ``...RequiredScope`` space-separated,
+    ``...AllowableClockSkewMs``), not from the sasl.oauthbearer.* keys."""
+    jaas = config["sasl.jaas.config"]
+    options = {} if jaas is None else {key: value.strip() for key, value in jaas.options.items()}
+    skew = options.get("unsecuredValidatorAllowableClockSkewMs") or "0"
+    if not skew.isdigit():
+        raise BrokerStartError(
+            f"listener {config.listener}: unsecuredValidatorAllowableClockSkewMs in listener.name."
+            f"{config.listener.lower()}.oauthbearer.sasl.jaas.config must be a non-negative integer "
+            f"(milliseconds), not {skew!r}.")
+    return UnsecuredJwsValidator(options.get("unsecuredValidatorPrincipalClaimName") or "sub",
+                                 options.get("unsecuredValidatorScopeClaimName") or "scope",
+                                 tuple(options.get("unsecuredValidatorRequiredScope", "").split()),
+                                 int(skew) / 1000)
 
 
 def listener_validators(config: BrokerConfig, listeners: list[Listener]) -> dict[str, TokenValidator]:

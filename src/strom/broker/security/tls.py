@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from strom.errors import BrokerStartError
 
 if TYPE_CHECKING:
-    from strom.broker.config import BrokerConfig
+    from strom.broker.config import ListenerConfig
 
 RECEIVE_BYTES = 256 << 10
 FILE_CHUNK_BYTES = 1 << 20
@@ -25,37 +25,54 @@ _SHORT_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnit
                 "streetAddress": "STREET", "domainComponent": "DC", "userId": "UID"}
 
 
-def server_context(config: BrokerConfig, client_auth: str) -> ssl.SSLContext:
-    """The TLS context of a listener asking clients for a certificate as `client_auth` says (none,
-    requested, required); BrokerStartError naming the key to fix (never the password) if a file
-    cannot be read or the key not decrypted."""
+def server_context(config: ListenerConfig, client_auth: str) -> ssl.SSLContext:
+    """The TLS context of a listener (``config``: its view, so ``listener.name.<listener>.ssl.*`` win over
+    ``ssl.*`` as in Kafka) asking clients for a certificate as `client_auth` says (none, requested,
+    required); BrokerStartError naming the key to fix (never the password) if a file cannot be read or
+    the key not decrypted."""
+    keystore_key, password_key, truststore_key = (_named(config, key) for key in (
+        "ssl.keystore.location", "ssl.key.password", "ssl.truststore.location"))
     keystore = config["ssl.keystore.location"]
     if not keystore:
-        raise BrokerStartError("A TLS listener (SSL or SASL_SSL) needs ssl.keystore.location: a PEM file "
-                               "with the broker's private key and certificate chain.")
+        raise BrokerStartError(f"A TLS listener (SSL or SASL_SSL) needs {keystore_key}: a PEM file with the "
+                               "broker's private key and certificate chain.")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(keystore, password=config["ssl.key.password"] or None)
     except FileNotFoundError as exc:
-        raise BrokerStartError(f"Cannot read ssl.keystore.location={keystore}: no such file.") from exc
+        raise BrokerStartError(f"Cannot read {keystore_key}={keystore}: no such file.") from exc
     except (ssl.SSLError, OSError) as exc:
         raise BrokerStartError(
-            f"Cannot load the private key and certificate from ssl.keystore.location={keystore} "
-            f"({_reason(exc)}): the file must hold a PEM private key and its certificate chain, and "
-            "ssl.key.password must decrypt the key if it is encrypted.") from None
+            f"Cannot load the private key and certificate from {keystore_key}={keystore} ({_reason(exc)}): "
+            f"the file must hold a PEM private key and its certificate chain, and {password_key} must "
+            "decrypt the key if it is encrypted.") from None
     truststore = config["ssl.truststore.location"]
     if truststore:
         try:
             context.load_verify_locations(truststore)
         except (ssl.SSLError, OSError) as exc:
-            raise BrokerStartError(f"Cannot read the CA certificates of ssl.truststore.location={truststore} "
+            raise BrokerStartError(f"Cannot read the CA certificates of {truststore_key}={truststore} "
                                    f"({_reason(exc)}): pass a PEM file of CA certificates.") from None
     elif client_auth != "none":
-        raise BrokerStartError(f"ssl.client.auth={client_auth} needs ssl.truststore.location: "
-                               "the PEM file of the CAs that sign client certificates.")
+        raise BrokerStartError(f"ssl.client.auth={client_auth} needs {truststore_key}: the PEM file of the "
+                               "CAs that sign client certificates.")
     context.verify_mode = CLIENT_AUTH[client_auth]
     return context
+
+
+def listener_client_auth(config: ListenerConfig, protocol: str) -> str:
+    """What a TLS listener asks of clients: ``ssl.client.auth`` on an SSL listener; on SASL_SSL only when
+    set for that listener (``listener.name.<listener>.ssl.client.auth``), as Kafka does (KIP-684): its
+    clients authenticate with SASL."""
+    if protocol == "SSL" or config.overrides("ssl.client.auth"):
+        return config["ssl.client.auth"]
+    return "none"
+
+
+def _named(config: ListenerConfig, key: str) -> str:
+    """``key`` as the operator set it: with the listener's prefix if the listener overrides it."""
+    return f"listener.name.{config.listener.lower()}.{key}" if config.overrides(key) else key
 
 
 def _reason(exc: BaseException) -> str:
