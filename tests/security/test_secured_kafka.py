@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -42,6 +43,9 @@ from strom.kafka import clients
 from strom.kafka.reading import fetch_committed
 from strom.kafka.security import AuthorizationError, refusal
 from strom.kafka.transactional import TransactionalProducer
+from strom.spark.connector.metadata import TopicMetadata
+from strom.spark.connector.options import sink_options, source_options
+from strom.spark.connector.sink import TaskIdentity, write_partition
 from strom.tasks import ProcessorsBuilder, RetryConfig, SubscriptionBuilder
 from support.apache_kafka import KafkaCluster, KafkaSecurity
 from support.kafka import read_partition, unique, wait_for
@@ -262,38 +266,86 @@ def application_calls(settings: dict[str, str], app_id: str, lines: str, counts:
             raise refusal(settings, exc.args[0], group=app_id) or exc from None
         read_or_refused(group_reader, settings, lines, app_id)
         read_or_refused(range_reader, settings, lines, clients.UNUSED_GROUP)
-        producer.begin_transaction()
-        write_or_refused(producer, settings, counts)
-        producer.send_offsets_to_transaction([TopicPartition(lines, 0, 1)],
-                                             group_reader.consumer_group_metadata())
-        producer.commit_transaction()
+        write_and_commit(producer, settings, counts, TopicPartition(lines, 0, 1), group_reader)
     finally:
         group_reader.close()
         range_reader.close()
+
+
+def write_and_commit(producer: TransactionalProducer, settings: dict[str, str], topic: str,
+                     offset: TopicPartition, group_reader: Consumer) -> None:
+    """One transaction: a record written to ``topic``, ``offset`` committed for ``group_reader``'s group."""
+    producer.begin_transaction()
+    write_or_refused(producer, settings, topic)
+    producer.send_offsets_to_transaction([offset], group_reader.consumer_group_metadata())
+    producer.commit_transaction()
+
+
+def each_line_is_necessary(kafka: KafkaCluster, admin: AdminClient, acls: Callable[[str], dict[str, list]],
+                           calls: Callable[[dict[str, str]], None],
+                           refusals: dict[str, tuple[str, str]]) -> None:
+    """``calls`` succeed as a principal holding every line of ``acls(principal)``; without the line
+    ``missing`` (each key of ``refusals``) the first refused call raises within seconds, naming the
+    principal and the (operation, resource) ``refusals`` gives."""
+    everyone = principal(kafka, admin, "all")
+    grant(admin, *(b for line in acls(f"User:{everyone['sasl.username']}").values() for b in line))
+    calls(everyone)
+    for missing, (operation, resource) in refusals.items():
+        settings = principal(kafka, admin, "less")
+        who = f"User:{settings['sasl.username']}"
+        grant(admin, *(b for line, bindings in acls(who).items() if line != missing for b in bindings))
+        message = refused_at_once(lambda settings=settings: calls(settings))
+        assert f"{who} may not {operation} {resource}" in message, (missing, message)
 
 
 def test_each_line_of_the_application_list_is_necessary(kafka, admin):
     lines, counts, app_id = unique("lines"), unique("counts"), unique("wc")
     topics(admin, lines, counts, partitions=1)
     write(kafka, lines, [(b"k", b"a b")])
-    everyone = principal(kafka, admin, "all")
-    grant(admin, *(b for line in application_acls(f"User:{everyone['sasl.username']}", app_id, [lines],
-                                                  [counts]).values() for b in line))
-    application_calls(everyone, app_id, lines, counts)  # the calls do succeed with the whole list
-    for missing, (operation, resource) in {
+    each_line_is_necessary(
+        kafka, admin, lambda who: application_acls(who, app_id, [lines], [counts]),
+        lambda settings: application_calls(settings, app_id, lines, counts), {
             "input topics": ("Describe", f"Topic '{lines}'"),
             "output topics": ("Write", f"Topic '{counts}'"),
             "internal topics": ("Create", f"Topic '{app_id}-words-repartition'"),
             "group": ("Read", f"Group '{app_id}'"),
             "assigning readers' group": ("Read", f"Group '{clients.UNUSED_GROUP}'"),
-            "transactional ids": ("Write", f"TransactionalId '{app_id}-0'")}.items():
-        settings = principal(kafka, admin, "less")
-        who = f"User:{settings['sasl.username']}"
-        grant(admin, *(b for line, bindings in application_acls(who, app_id, [lines], [counts]).items()
-                       if line != missing for b in bindings))
-        message = refused_at_once(
-            lambda settings=settings: application_calls(settings, app_id, lines, counts))
-        assert f"{who} may not {operation} {resource}" in message, (missing, message)
+            "transactional ids": ("Write", f"TransactionalId '{app_id}-0'")})
+
+
+def connector_calls(settings: dict[str, str], source: str, sink: str, query: str) -> None:
+    """What the Spark connector does as its principal, through its own code without Spark: the source
+    resolves its subscription (TopicMetadata) and its assigning reader reads (a reader's refusal goes
+    through strom.kafka.security's refusal() as the connector's does); an exactly-once sink task
+    (write_partition: its transactional producer's init, its batch marker read from its marker group,
+    the write and the marker committed in the transaction) writes one row."""
+    bootstrap = settings["bootstrap.servers"]
+    options = {"kafka.bootstrap.servers": bootstrap, **{f"kafka.{k}": v for k, v in settings.items()}}
+    TopicMetadata(source_options({**options, "subscribe": source}, streaming=True)).topic_partitions()
+    range_reader = clients.consumer(bootstrap, **settings)
+    try:
+        read_or_refused(range_reader, settings, source, clients.UNUSED_GROUP)
+    finally:
+        range_reader.close()
+    row = pa.RecordBatch.from_pydict({"key": [b"k"], "value": [b"v"]})
+    written = write_partition(sink_options({**options, "topic": sink, "delivery.guarantee": "exactly_once"},
+                                           streaming=True), iter([row]), TaskIdentity(query, 0, 0))
+    assert written.records == 1
+
+
+def test_each_line_of_the_connector_list_is_necessary(kafka, admin):
+    source, sink, query = unique("events"), unique("copies"), unique("q")
+    topics(admin, source, sink, partitions=1)
+    write(kafka, source, [(b"k", b"v")])
+    each_line_is_necessary(
+        kafka, admin, lambda who: connector_acls(who, source, sink),
+        lambda settings: connector_calls(settings, source, sink, query), {
+            "source topics": ("Describe", f"Topic '{source}'"),
+            "assigning readers' group": ("Read", f"Group '{clients.UNUSED_GROUP}'"),
+            "sink transactional ids": ("Write", f"TransactionalId 'strom-sink-{query}-0'"),
+            "sink marker groups": ("Read", f"Group 'strom-sink-{query}-0'"),
+            # the marker's TxnOffsetCommit (Read) is answered before the records' delivery (Write)
+            "sink topics": ("Read", f"Topic '{sink}'")})
 
 
 # ---- the CLI ----------------------------------------------------------------------------------------
@@ -354,6 +406,15 @@ def test_each_cli_command_runs_with_only_its_documented_acls_and_names_a_missing
         user = Cli(kafka, admin, tmp_path)
         user.acls = cli_acls(user.who, topic, group, app_id, txn)[line]
         return user
+
+    stranger = Cli(kafka, admin, tmp_path, {**Cli(kafka, admin, tmp_path).settings, "sasl.password": "wrong"})
+    code, _, err = stranger("topics", "list")
+    assert code == 2 and err.count("\n") == 0 and err.startswith("error: Cannot log in to"), err
+    assert f"did not accept {stranger.who} with SCRAM-SHA-512" in err
+    distrusting = Cli(kafka, admin, tmp_path)
+    distrusting.settings["ssl.ca.location"] = str(kafka.security.pki.other_ca)
+    code, _, err = distrusting("topics", "list")
+    assert code == 2 and "certificate is not signed by a CA the client trusts" in err, err
 
     topics_user = cli("topics")
     topics_user.refused(f"Create Topic '{topic}'", "topics", "create", topic, "--partitions", "1")

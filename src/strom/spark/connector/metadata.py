@@ -85,6 +85,8 @@ class TopicMetadata:
         if subscription.assigned:
             missing = [tp for tp in subscription.assigned if tp[1] not in existing.get(tp[0], [])]
             if missing:
+                hidden = sorted({topic for topic, _ in missing})
+                clients.check_described(self._admin, hidden, self._options.client_config)
                 raise UnknownTopicError(
                     f"Option 'assign' names partitions that do not exist: "
                     f"{', '.join(f'{t}-{p}' for t, p in missing)}. Create the topics or fix 'assign'."
@@ -92,6 +94,8 @@ class TopicMetadata:
             return list(subscription.assigned)
         unknown = [t for t in subscription.topics if t not in existing]
         if unknown:
+            # hidden from this principal (a listing leaves them out): its missing Describe ACL is said
+            clients.check_described(self._admin, unknown, self._options.client_config)
             raise UnknownTopicError(
                 f"Option 'subscribe' names unknown topics {unknown} at "
                 f"{self._options.bootstrap_servers}. Create them first (e.g. `strom topics create`) "

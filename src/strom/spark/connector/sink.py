@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_INVALID, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -24,6 +24,8 @@ from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, St
 from strom.errors import BrokerUnavailableError, ConfigError, StromError
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
+from strom.kafka.reading import fetch_committed
+from strom.kafka.security import refusal
 from strom.kafka.transactional import TransactionalProducer
 from strom.spark.connector.options import SinkOptions
 
@@ -220,8 +222,18 @@ class _TransactionalTask:
             self._marker_consumer.close()
 
     def _committed_batches(self) -> int:
-        """How many batches this task committed before: the marker offset (0 if none)."""
-        committed = self._producer.call(self._marker_consumer.committed, [self._marker], _TIMEOUT_S)
+        """How many batches this task committed before: the marker offset (0 if none). A refused marker
+        group is said at once, naming it (librdkafka's committed() would only time out)."""
+        try:
+            committed = fetch_committed(self._marker_consumer, [self._marker], _TIMEOUT_S)
+        except KafkaException as exc:
+            group = self._identity.marker_group
+            if (refused := refusal(self._options.client_config, exc.args[0], group=group,
+                                   topic=self._marker.topic)) is not None:
+                raise refused from None
+            raise BrokerUnavailableError(
+                f"{self._identity.transactional_id} could not read its batch marker (group {group!r}): "
+                f"{exc.args[0].str()}. Check the broker at {self._options.bootstrap_servers}.") from exc
         offset = committed[0].offset
         return 0 if offset == OFFSET_INVALID else offset
 
