@@ -6,8 +6,10 @@ One Apache Kafka node (tests/support/apache_kafka.py, `make kafka` first) and on
 side by side; every workload runs on both, alternating which goes first each round, so that the
 machine's load (shared, noisy) falls on both alike:
 
-- produce 1 KB and 100 B records, acks=all, idempotent (strom's client defaults): MB/s and the p99
-  of librdkafka's per-record produce latency (queueing included: the producer runs flat out);
+- produce 1 KB and 100 B records, acks=all, idempotent (strom's client defaults): MB/s, the p99
+  of librdkafka's per-record produce latency (queueing included: the producer runs flat out) and
+  the broker process's CPU seconds per GB produced (on 2 cores the client and the broker share the
+  machine, so a broker's CPU per GB bounds the throughput, and shows what TLS costs each broker);
 - a consumer reading the 1 KB topic from the start (1 GB at --scale 1), and one reading a topic of
   the same records written in full batches: a broker that acks faster gets smaller batches from
   the same producer (linger.ms 5), and a consumer's client pays per batch, so the second figure
@@ -20,7 +22,8 @@ With --sasl-ssl a second pair joins: a secured Apache Kafka node and a secured s
 SCRAM-SHA-512, ACLs on; the client is a super user), so each is also measured against its own
 PLAINTEXT figure (TLS's cost to each, and their ratio).
 
-Prints one table with strom / Kafka ratios (for p99, Kafka / strom: above 1 means strom is faster),
+Prints one table with strom / Kafka ratios (for p99 and CPU, Kafka / strom: above 1 means strom is
+better),
 the load average before and after, and each round's figures.
 """
 
@@ -57,9 +60,10 @@ EOS_BATCH = 500
 
 
 class Target:
-    def __init__(self, name: str, bootstrap_servers: str, log_dirs: Path,
+    def __init__(self, name: str, bootstrap_servers: str, log_dirs: Path, pid: int,
                  settings: dict[str, str] | None = None) -> None:
         self.name = name
+        self.pid = pid  # the broker's process
         self.bootstrap_servers = bootstrap_servers
         self.log_dirs = log_dirs  # where the broker keeps its segment files
         self.settings = settings or {}  # security settings, given to every client
@@ -94,16 +98,23 @@ def produce(target: Target, topic: str, partitions: int, count: int, size: int,
     clients.produce(producer, topic, value, partition=0)  # connected, producer id assigned: then time
     producer.flush(60)
     latencies.clear()
-    start = time.perf_counter()
+    start, broker_start = time.perf_counter(), cpu_seconds(target.pid)
     for i in range(count):
         clients.produce(producer, topic, value, partition=i % partitions, on_delivery=delivered)
         if i % 1000 == 999:
             producer.poll(0)
     producer.flush(600)
-    elapsed = time.perf_counter() - start
+    elapsed, broker_cpu = time.perf_counter() - start, cpu_seconds(target.pid) - broker_start
     assert len(latencies) == count, f"{len(latencies)} of {count} delivered on {target.name}"
     latencies.sort()
-    return {"MB/s": count * size / elapsed / 1e6, "p99 ms": latencies[int(0.99 * (count - 1))] * 1000}
+    return {"MB/s": count * size / elapsed / 1e6, "p99 ms": latencies[int(0.99 * (count - 1))] * 1000,
+            "CPU s/GB": broker_cpu / (count * size / 1e9)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux: /proc/<pid>/stat), all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def consume(target: Target, topic: str, partitions: int, count: int, size: int) -> dict[str, float]:
@@ -196,8 +207,8 @@ def main() -> None:
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as base, KafkaCluster(Path(base) / "kafka", brokers=1) as kafka, \
             EmbeddedBroker() as strom, contextlib.ExitStack() as secured:
-        targets = [Target("apache-kafka", kafka.bootstrap_servers, Path(base) / "kafka"),
-                   Target("strom-broker", strom.bootstrap_servers, strom.data_dir)]
+        targets = [Target("apache-kafka", kafka.bootstrap_servers, Path(base) / "kafka", kafka.pid(0)),
+                   Target("strom-broker", strom.bootstrap_servers, strom.data_dir, strom.pid)]
         if args.sasl_ssl:
             targets += secured_targets(Path(base), secured)
         for target in targets:
@@ -262,8 +273,10 @@ def secured_targets(base: Path, stack: contextlib.ExitStack) -> list[Target]:
         "sasl.enabled.mechanisms": "SCRAM-SHA-512", "super.users": "User:admin",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}))
     settings = security.sasl_settings("admin")
-    return [Target("apache-kafka SASL_SSL", kafka.bootstrap_servers, base / "kafka-secured", settings),
-            Target("strom-broker SASL_SSL", strom.listeners["SASL_SSL"], base / "strom-secured", settings)]
+    return [Target("apache-kafka SASL_SSL", kafka.bootstrap_servers, base / "kafka-secured", kafka.pid(0),
+                   settings),
+            Target("strom-broker SASL_SSL", strom.listeners["SASL_SSL"], base / "strom-secured", strom.pid,
+                   settings)]
 
 
 def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse.Namespace) -> None:
@@ -283,12 +296,13 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
             kafka = statistics.median(results[(workload, metric, "apache-kafka" + protocol)])
             strom = statistics.median(results[(workload, metric, "strom-broker" + protocol)])
             figures[protocol] = (kafka, strom)
-            ratio = kafka / strom if metric.endswith("ms") else strom / kafka  # above 1: strom is better
+            lower_is_better = metric.endswith(("ms", "s/GB"))
+            ratio = kafka / strom if lower_is_better else strom / kafka  # above 1: strom is better
             row.append(f" | {kafka:>14,.1f} | {strom:>14,.1f} | {ratio:>5.2f}")
         if args.sasl_ssl:  # what TLS keeps of each broker's PLAINTEXT figure, and strom's against Kafka's
             kafka_kept = figures[" SASL_SSL"][0] / figures[""][0]
             strom_kept = figures[" SASL_SSL"][1] / figures[""][1]
-            if metric.endswith("ms"):
+            if lower_is_better:
                 kafka_kept, strom_kept = 1 / kafka_kept, 1 / strom_kept
             row.append(f" | {kafka_kept:>10.2f} | {strom_kept:>10.2f} | {strom_kept / kafka_kept:>5.2f}")
         print(f"| {workload:<16} | {metric:<9}{''.join(row)} |")

@@ -419,6 +419,10 @@ class KafkaCluster:
                 texts.append("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
         return "\n".join(texts)
 
+    def pid(self, node: int) -> int:
+        """The process id of node ``node``'s JVM (a benchmark reads its CPU time)."""
+        return self._nodes[node].pid
+
     def kill(self, node: int, sig: int = signal.SIGKILL) -> None:
         """Ends node ``node`` abruptly (SIGKILL: a machine failure) and waits for its process to exit."""
         process = self._nodes.pop(node)

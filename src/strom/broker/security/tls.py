@@ -126,19 +126,24 @@ class TlsChannel:
         await self._flush()
 
     async def recv_into(self, view: memoryview) -> int:
-        """Decrypted bytes into `view`; 0 once the client closed."""
-        while True:
+        """Decrypted bytes into `view`: every record already received that fits, so a large frame
+        costs one call per socket read rather than one per TLS record; 0 once the client closed."""
+        received = 0
+        while received < len(view):
             try:
-                received = self.tls.read(len(view), view)
+                received += self.tls.read(len(view) - received, view[received:])
             except ssl.SSLWantReadError:
-                await self._flush()
+                if received:
+                    break
+                if self._outgoing.pending:  # a TLS 1.3 key update or session ticket
+                    await self._flush()
                 if not await self._fill():
                     return 0
-                continue
             except ssl.SSLZeroReturnError:
-                return 0
+                break
+        if self._outgoing.pending:
             await self._flush()
-            return received
+        return received
 
     async def sendall(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
