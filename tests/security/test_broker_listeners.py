@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
 import ssl
@@ -53,6 +54,17 @@ def test_librdkafka_produces_and_consumes_over_sasl(secured, pki, listener, mech
 
 def test_librdkafka_produces_and_consumes_over_mutual_tls(secured, pki):
     assert round_trip(mtls(secured, pki)) == RECORDS
+
+
+def test_a_client_closing_with_close_notify_leaves_the_broker_serving(secured, pki):
+    """A TLS close_notify reads as 0 bytes: the connection ends and the broker goes on serving."""
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.check_hostname = False
+    host, port = secured.listeners["SASL_SSL"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw) as tls, \
+            contextlib.suppress(ssl.SSLError, OSError):  # the broker closes without answering it
+        tls.unwrap()
+    assert round_trip(sasl(secured, pki)) == RECORDS
 
 
 def test_requests_and_responses_of_megabytes_cross_tls_intact(secured, pki):

@@ -131,7 +131,7 @@ class TlsChannel:
         received = 0
         while received < len(view):
             try:
-                received += self.tls.read(len(view) - received, view[received:])
+                count = self.tls.read(len(view) - received, view[received:])
             except ssl.SSLWantReadError:
                 if received:
                     break
@@ -139,8 +139,12 @@ class TlsChannel:
                     await self._flush()
                 if not await self._fill():
                     return 0
+                continue
             except ssl.SSLZeroReturnError:
                 break
+            if not count:  # the client's close_notify
+                break
+            received += count
         if self._outgoing.pending:
             await self._flush()
         return received
