@@ -43,9 +43,10 @@ def _bytes(data: bytes | str | None) -> bytes | None:
     return data.encode() if isinstance(data, str) else data
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[tuple], **producer_overrides: Any) -> int:
+def produce(bootstrap: str, topic: str, records: Iterable[tuple], flush_s: float = 30.0,
+            **producer_overrides: Any) -> int:
     """Writes ``records`` (tuples in ``Record``'s order: key, value[, partition, headers, timestamp]; str
-    keys and values as UTF-8) and waits until every one is acknowledged; returns how many."""
+    keys and values as UTF-8) and waits up to ``flush_s`` until every one is acknowledged; returns how many."""
     producer = clients.producer(bootstrap, **producer_overrides)
     count = 0
     for record in (Record(*fields) for fields in records):
@@ -53,7 +54,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple], **producer_ove
                         headers=record.headers, timestamp=record.timestamp)
         producer.poll(0)
         count += 1
-    assert producer.flush(30) == 0
+    assert producer.flush(flush_s) == 0, f"{len(producer)} records not acknowledged within {flush_s} s"
     return count
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from strom.errors import BrokerUnavailableError, ConfigError
@@ -222,14 +222,12 @@ def check_described(client: AdminClient, topics: Iterable[str], settings: Mappin
     principal. A listing of every topic leaves out the topics a principal may not describe, so a caller
     that found a topic missing there asks for it by name before saying it does not exist."""
     for topic in topics:
-        try:
-            meta = client.list_topics(topic, timeout=10).topics.get(topic)
+        try:  # not list_topics(topic): a Metadata request naming it creates it where topics auto-create
+            client.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result()
         except KafkaException as exc:
-            meta = None
-            log.debug("No metadata for %s (%s)", topic, exc)
-        if meta is not None and meta.error is not None and (
-                refused := refusal(settings, meta.error, topic=topic, topic_operation="Describe")):
-            raise refused
+            log.debug("No description of %s (%s)", topic, exc)
+            if refused := refusal(settings, exc.args[0], topic=topic, topic_operation="Describe"):
+                raise refused from None
 
 
 def create_topics(

@@ -175,7 +175,11 @@ class WordCountDriver:
 class SteadyWriter:
     """Input that keeps arriving: ``lines`` produced a slice every ``every_s`` in a thread of its own
     until the ``with`` block ends, then the rest at once, so input flows for as long as the scenario
-    inside takes and no longer."""
+    inside takes and no longer. A slice waits out a cluster that cannot take writes for a while (nodes
+    killed: up to librdkafka's 300 s ``message.timeout.ms``); a writer that fails all the same fails the
+    ``with`` block, so a test never compares its output with input that was never written."""
+
+    FLUSH_S = 300.0
 
     def __init__(self, bootstrap: str, topic: str, lines: Sequence[tuple[str, str]], per_slice: int = 20,
                  every_s: float = 0.25) -> None:
@@ -183,13 +187,18 @@ class SteadyWriter:
         self._per_slice, self._every_s = per_slice, every_s
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._write, daemon=True)
+        self._failure: BaseException | None = None
 
     def _write(self) -> None:
-        start = 0
-        while start < len(self._lines) and not self._done.wait(self._every_s):
-            produce_lines(self._bootstrap, self._topic, self._lines[start:start + self._per_slice])
-            start += self._per_slice
-        produce_lines(self._bootstrap, self._topic, self._lines[start:])
+        try:
+            start = 0
+            while start < len(self._lines) and not self._done.wait(self._every_s):
+                produce_lines(self._bootstrap, self._topic, self._lines[start:start + self._per_slice],
+                              self.FLUSH_S)
+                start += self._per_slice
+            produce_lines(self._bootstrap, self._topic, self._lines[start:], self.FLUSH_S)
+        except BaseException as exc:  # re-raised by __exit__, in the test's thread
+            self._failure = exc
 
     def __enter__(self) -> SteadyWriter:
         self._thread.start()
@@ -199,3 +208,5 @@ class SteadyWriter:
                  tb: TracebackType | None) -> None:
         self._done.set()
         self._thread.join()
+        if self._failure is not None and exc is None:
+            raise AssertionError("the test's input writer failed: not every line was written") from self._failure

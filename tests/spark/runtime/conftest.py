@@ -40,9 +40,9 @@ def topics(broker):
     return create
 
 
-def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]]) -> None:
+def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]], flush_s: float = 30.0) -> None:
     """Writes (key, line) records, keyed as Kafka's Java clients would partition them."""
-    produce(bootstrap, topic, lines, **JAVA_PARTITIONER)
+    produce(bootstrap, topic, lines, flush_s, **JAVA_PARTITIONER)
 
 
 def read_updates(bootstrap: str, topic: str, timeout: float = 60.0,
