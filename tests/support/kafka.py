@@ -46,7 +46,8 @@ def _bytes(data: bytes | str | None) -> bytes | None:
 def produce(bootstrap: str, topic: str, records: Iterable[tuple], flush_s: float = 30.0,
             **producer_overrides: Any) -> int:
     """Writes ``records`` (tuples in ``Record``'s order: key, value[, partition, headers, timestamp]; str
-    keys and values as UTF-8) and waits up to ``flush_s`` until every one is acknowledged; returns how many."""
+    keys and values as UTF-8) and waits up to ``flush_s`` until every one is acknowledged; returns how
+    many."""
     producer = clients.producer(bootstrap, **producer_overrides)
     count = 0
     for record in (Record(*fields) for fields in records):

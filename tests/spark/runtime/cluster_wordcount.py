@@ -209,4 +209,5 @@ class SteadyWriter:
         self._done.set()
         self._thread.join()
         if self._failure is not None and exc is None:
-            raise AssertionError("the test's input writer failed: not every line was written") from self._failure
+            raise AssertionError("the test's input writer failed: not every line was written"
+                                 ) from self._failure

@@ -40,7 +40,8 @@ def topics(broker):
     return create
 
 
-def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]], flush_s: float = 30.0) -> None:
+def produce_lines(bootstrap: str, topic: str, lines: Iterable[tuple[str, str]],
+                  flush_s: float = 30.0) -> None:
     """Writes (key, line) records, keyed as Kafka's Java clients would partition them."""
     produce(bootstrap, topic, lines, flush_s, **JAVA_PARTITIONER)
 
