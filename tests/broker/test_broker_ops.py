@@ -163,3 +163,37 @@ def test_strom_broker_says_once_that_it_listens_and_that_it_stopped(tmp_path):
     assert said.count("listening on") == 1 and "Ctrl-C to stop" in said, said
     assert "(PLAINTEXT; clients connect to" in said, said  # the listener named after its protocol, once
     assert said.count("stopped") == 1, said
+
+
+def _buffers_of_connection_to(port: int, client: socket.socket) -> tuple[int, int]:
+    """The broker side's receive and send buffer of `client`'s connection, as `ss` reports them."""
+    peer = client.getsockname()[1]
+    out = subprocess.run(["ss", "-tmnH", "state", "established", f"( sport = :{port} and dport = :{peer} )"],
+                         capture_output=True, text=True, check=True).stdout
+    found = re.search(r"rb(\d+),t\d+,tb(\d+)", out)
+    assert found, out
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_socket_buffers_are_kafkas_unless_configured(tmp_path):
+    """socket.receive/send.buffer.bytes fix each client connection's buffers (Linux reports twice the
+    value asked for); Kafka's 102400 by default, the OS's own autotuned ones with -1."""
+    os_default = int(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()[1])
+    cases = {(): (204_800, 204_800),
+             ("socket.receive.buffer.bytes=50000", "socket.send.buffer.bytes=60000"): (100_000, 120_000),
+             ("socket.receive.buffer.bytes=-1",): (os_default, 204_800)}
+    for configs, expected in cases.items():
+        broker = BrokerProcess(tmp_path, tmp_path / unique("data"), "--port", "0",
+                               *(arg for config in configs for arg in ("--config", config)))
+        try:
+            with socket.create_connection(("127.0.0.1", broker.port)) as client:
+                assert _buffers_of_connection_to(broker.port, client) == expected, configs
+        finally:
+            assert broker.stop() == 0
+
+
+def test_a_socket_buffer_of_zero_is_refused_with_what_is_wanted(tmp_path):
+    done = subprocess.run([STROM, "broker", "--data-dir", str(tmp_path), "--port", "0", "--config",
+                           "socket.send.buffer.bytes=0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "socket.send.buffer.bytes" in done.stderr and "(or -1)" in done.stderr, done.stderr

@@ -86,8 +86,17 @@ class ConnectionHandler:
         """Starts accepting on listeners bound by the broker."""
         for listener in listeners:
             listener.sock.setblocking(False)
+            self._size_buffers(listener.sock)
             self._listeners.append(listener)
             self._accepting.append(asyncio.get_running_loop().create_task(self._accept(listener)))
+
+    def _size_buffers(self, sock: socket.socket) -> None:
+        """Kafka's fixed socket buffers, set on the listening socket so that accepted connections
+        inherit them and their TCP window scale is chosen for them."""
+        for key, option in (("socket.receive.buffer.bytes", socket.SO_RCVBUF),
+                            ("socket.send.buffer.bytes", socket.SO_SNDBUF)):
+            if self.broker.config[key] != -1:
+                sock.setsockopt(socket.SOL_SOCKET, option, self.broker.config[key])
 
     async def _accept(self, listener: Listener) -> None:
         loop = asyncio.get_running_loop()
