@@ -1,6 +1,7 @@
 """strom broker against Apache Kafka on the same machine, with the same confluent-kafka clients.
 
 Usage: .venv/bin/python bench/broker_vs_kafka.py [--scale S] [--rounds R] [--partitions P] [--sasl-ssl]
+                                                 [--strom-config KEY=VALUE ...]
 
 One Apache Kafka node (tests/support/apache_kafka.py, `make kafka` first) and one strom broker run
 side by side; every workload runs on both, alternating which goes first each round, so that the
@@ -200,17 +201,20 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--sasl-ssl", action="store_true",
                         help="also measure a secured Kafka node and strom broker (SASL_SSL, SCRAM-SHA-512)")
+    parser.add_argument("--strom-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker config of both strom brokers (to compare settings run by run)")
     args = parser.parse_args()
+    strom_config = dict(item.split("=", 1) for item in args.strom_config)
     n_1k = int(GB * args.scale / 1024)
     n_100 = int(100_000_000 * args.scale / 100)
     n_eos = int(100_000 * args.scale)
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as base, KafkaCluster(Path(base) / "kafka", brokers=1) as kafka, \
-            EmbeddedBroker() as strom, contextlib.ExitStack() as secured:
+            EmbeddedBroker(config=strom_config) as strom, contextlib.ExitStack() as secured:
         targets = [Target("apache-kafka", kafka.bootstrap_servers, Path(base) / "kafka", kafka.pid(0)),
                    Target("strom-broker", strom.bootstrap_servers, strom.data_dir, strom.pid)]
         if args.sasl_ssl:
-            targets += secured_targets(Path(base), secured)
+            targets += secured_targets(Path(base), secured, strom_config)
         for target in targets:
             warm_up(target)
         results: dict[tuple[str, str, str], list[float]] = {}
@@ -257,7 +261,7 @@ def main() -> None:
         print_table(results, args)
 
 
-def secured_targets(base: Path, stack: contextlib.ExitStack) -> list[Target]:
+def secured_targets(base: Path, stack: contextlib.ExitStack, strom_config: dict[str, str]) -> list[Target]:
     """A secured Kafka node and strom broker (SASL_SSL with SCRAM-SHA-512, ACLs on), the client their
     super user."""
     from strom.broker.security.credentials import add_scram_user
@@ -271,7 +275,7 @@ def secured_targets(base: Path, stack: contextlib.ExitStack) -> list[Target]:
     strom = stack.enter_context(EmbeddedBroker(base / "strom-secured", config={
         "listeners": "SASL_SSL://127.0.0.1:0", "ssl.keystore.location": str(pki.broker),
         "sasl.enabled.mechanisms": "SCRAM-SHA-512", "super.users": "User:admin",
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}))
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer", **strom_config}))
     settings = security.sasl_settings("admin")
     return [Target("apache-kafka SASL_SSL", kafka.bootstrap_servers, base / "kafka-secured", kafka.pid(0),
                    settings),
@@ -280,7 +284,8 @@ def secured_targets(base: Path, stack: contextlib.ExitStack) -> list[Target]:
 
 
 def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse.Namespace) -> None:
-    print(f"\nmedian of {args.rounds} rounds, --scale {args.scale}, {args.partitions} partitions")
+    print(f"\nmedian of {args.rounds} rounds, --scale {args.scale}, {args.partitions} partitions"
+          + (f", strom config {args.strom_config}" if args.strom_config else ""))
     protocols = ["", " SASL_SSL"] if args.sasl_ssl else [""]
     head = "".join(f" | Kafka{p:>9} | strom{p:>9} | ratio" for p in protocols)
     tls_head = " TLS: Kafka | TLS: strom | ratio |" if args.sasl_ssl else ""
