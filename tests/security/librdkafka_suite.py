@@ -121,8 +121,7 @@ def ssl_files(pki: Pki, directory: Path) -> dict[str, str]:
     return {**env, "SSL_password": CLIENT_KEY_PASSWORD}
 
 
-def runs(at: Listeners, pki: Pki, idp: IdentityProvider, ssl_env: dict[str, str]) -> dict[str, Run]:
-    """Each test's run, by its number."""
+def runs(at: Listeners, pki: Pki, idp: IdentityProvider, ssl_env: dict[str, str]) -> list[Run]:
     scram = {"bootstrap.servers": at.scram, "security.protocol": "SASL_SSL", "ssl.ca.location": str(pki.ca),
              "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "admin",  # the Kafka node's super user
              "sasl.password": PASSWORDS["admin"]}
@@ -135,25 +134,29 @@ def runs(at: Listeners, pki: Pki, idp: IdentityProvider, ssl_env: dict[str, str]
             "sasl.oauthbearer.token.endpoint.url": idp.token_url}
     oidc_env = {"VALID_OIDC_URL": idp.token_url, "EXPIRED_TOKEN_OIDC_URL": idp.token_url + "/expired",
                 "INVALID_OIDC_URL": idp.token_url + "/invalid"}
-    return {run.test: run for run in [
+    return [
         Run("0097", mtls, ssl_env),
         Run("0135", scram, {}),
         Run("0142", scram, {}, subtests=(  # its consumer subtest creates an RF 3 topic
             "producer message loss", "in the middle of a txn", "reauth failure")),
+        Run("0142", oidc, {}, subtests=("reauthentication with oauthbearer",)),  # its OAUTHBEARER subtests
         # its produce/consume subtests create RF 3 topics; "failing with" leaves out the failures of
         # Azure IMDS settings too, which the client finds before it reaches a broker
         Run("0126", oidc, oidc_env, subtests=("failing with",)),
-    ]}
+    ]
 
 
 def run_all(specs: Iterable[Run], work: Path, timeout_s: float,
             librdkafka: Path = LIBRDKAFKA) -> dict[str, list[Outcome]]:
-    """Each test's outcomes, by its number. The tests run side by side (as librdkafka's test-runner runs
-    its own: they mostly wait, on timers and re-authentications), each one's SUBTESTS filters in turn."""
+    """Each test's outcomes, by its number. The runs go side by side (as librdkafka's test-runner runs
+    its tests: they mostly wait, on timers and re-authentications), each one's SUBTESTS filters in turn."""
     specs = list(specs)
     with ThreadPoolExecutor(len(specs)) as pool:
-        futures = {spec.test: pool.submit(run, spec, work, timeout_s, librdkafka) for spec in specs}
-    return {test: future.result() for test, future in futures.items()}
+        futures = [(spec.test, pool.submit(run, spec, work, timeout_s, librdkafka)) for spec in specs]
+    outcomes: dict[str, list[Outcome]] = {}
+    for test, future in futures:
+        outcomes.setdefault(test, []).extend(future.result())
+    return outcomes
 
 
 def run(spec: Run, work: Path, timeout_s: float, librdkafka: Path = LIBRDKAFKA) -> list[Outcome]:
@@ -163,7 +166,8 @@ def run(spec: Run, work: Path, timeout_s: float, librdkafka: Path = LIBRDKAFKA) 
 
 def run_once(spec: Run, subtests: str, work: Path, timeout_s: float, librdkafka: Path) -> Outcome:
     runner = runner_path(librdkafka)
-    name = f"test-{spec.test}{'-' + subtests.replace(' ', '_') if subtests else ''}"
+    name = f"test-{spec.test}-{spec.conf['security.protocol']}-{spec.conf.get('sasl.mechanisms', 'TLS')}" \
+           f"{'-' + subtests.replace(' ', '_') if subtests else ''}"
     conf = work / f"{name}.conf"
     conf.write_text("".join(f"{key}={value}\n" for key, value in spec.conf.items()))
     env = {**os.environ, **spec.env, "TESTS": spec.test, "RDKAFKA_TEST_CONF": str(conf),
@@ -208,8 +212,10 @@ def strom_broker(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider, 
 
 
 def apache_kafka(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider) -> Listeners:
+    """A secured Apache Kafka node whose authorizer lets anyone do what no ACL names, as strom broker
+    without one does (0142 reads broker configs as alice, its OAUTHBEARER tokens' subject)."""
     security = KafkaSecurity(pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE,
                              jwks_issuer=ISSUER)
-    kafka = stack.enter_context(KafkaCluster(work / "kafka", brokers=1, config={REAUTH: REAUTH_MS},
-                                             security=security))
+    config = {REAUTH: REAUTH_MS, "allow.everyone.if.no.acl.found": "true"}
+    kafka = stack.enter_context(KafkaCluster(work / "kafka", brokers=1, config=config, security=security))
     return Listeners(kafka.bootstrap_servers, kafka.ssl_bootstrap_servers, kafka.oauth_bootstrap_servers)

@@ -37,10 +37,10 @@ def main() -> int:
     pki = make_pki(work / "pki")
     with IdentityProvider() as idp, ExitStack() as stack:
         at = (apache_kafka if args.apache_kafka else strom_broker)(stack, work, pki, idp)
-        specs = runs(at, pki, idp, ssl_files(pki, work / "ssl"))
-        outcomes = [done for test_outcomes in run_all((specs[test] for test in args.tests.split(",")), work,
-                                                      args.timeout, args.librdkafka.resolve()).values()
-                    for done in test_outcomes]
+        specs = [spec for spec in runs(at, pki, idp, ssl_files(pki, work / "ssl"))
+                 if spec.test in args.tests.split(",")]
+        by_test = run_all(specs, work, args.timeout, args.librdkafka.resolve())
+    outcomes = [done for test_outcomes in by_test.values() for done in test_outcomes]
     for done in outcomes:
         print(f"--- {done.test} {done.subtests!r}: {done.verdict} in {done.seconds:.0f} s\n{done.tail()}\n")
     print(f"logs in {work}")
