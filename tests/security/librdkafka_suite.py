@@ -180,7 +180,8 @@ def run_once(spec: Run, subtests: str, work: Path, timeout_s: float, librdkafka:
                               text=True, timeout=timeout_s)
         output, code = done.stdout + done.stderr, done.returncode
     except subprocess.TimeoutExpired as exc:
-        output, code = f"{exc.stdout or ''}{exc.stderr or ''}\nTIMED OUT after {timeout_s:.0f} s", -1
+        captured = b"".join(part or b"" for part in (exc.stdout, exc.stderr))  # bytes, text=True or not
+        output, code = f"{captured.decode(errors='replace')}\nTIMED OUT after {timeout_s:.0f} s", -1
     took = time.monotonic() - started
     log = work / f"{name}.log"
     log.write_text(output)
@@ -201,12 +202,12 @@ def outcome(test: str, subtests: str, output: str, code: int, seconds: float, lo
                    seconds=seconds, log=log)
 
 
-def strom_broker(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider, **config: str) -> Listeners:
-    """The secured strom broker (``config`` overrides its keys), its OAUTH listener judging OAUTHBEARER
-    tokens by the JWKS (the keys Apache Kafka's OAUTH listener takes)."""
+def strom_broker(stack: ExitStack, work: Path, pki: Pki, idp: IdentityProvider) -> Listeners:
+    """The secured strom broker, its OAUTH listener judging OAUTHBEARER tokens by the JWKS (the keys
+    Apache Kafka's OAUTH listener takes)."""
     keys = KafkaSecurity(pki, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE, jwks_issuer=ISSUER)
     broker = start_secured(work / "broker", pki,
-                           **{REAUTH: REAUTH_MS, **oauth_listener(keys.oauth_listener()), **config})
+                           **{REAUTH: REAUTH_MS, **oauth_listener(keys.oauth_listener())})
     stack.callback(broker.stop)
     return Listeners(broker.listeners["SASL_SSL"], broker.listeners["SSL"], broker.listeners["OAUTH"])
 
