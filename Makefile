@@ -104,7 +104,8 @@ $(ORACLE_STAMP): $(ORACLE_LIBS_STAMP) $(ORACLE_SOURCES)
 # included), so npm fetches it, its sha512 checked against the pin below, as Maven fetches Kafka's jars.
 # The build takes minutes on 2 cores, so it goes outside the clone into ~/.cache/strom, keyed by the
 # package's version: a fresh clone (CI's) finds it there as Maven's ~/.m2 serves Kafka's jars, and
-# .cache/librdkafka links to it. Changing the pin builds a new folder. OIDC (0126) needs libcurl's headers.
+# .cache/librdkafka links to it. Changing the pin builds a new folder (~60 MB; the objects are deleted):
+# remove the old one by hand. OIDC (0126) needs libcurl's headers.
 LIBRDKAFKA_NPM := node-rdkafka@3.6.1
 LIBRDKAFKA_NPM_INTEGRITY := sha512-sfpTbrT35429cs0RE8Yb9avGX9BiRRvpV7aweQsghKTjtrVZP3jBrKOPItWXAqHb8doyh3SkuGuUVBLgig1SRg==
 LIBRDKAFKA_HOME ?= $(HOME)/.cache/strom
@@ -128,7 +129,8 @@ $(LIBRDKAFKA_STAMP):
 	  && { [ "$$got" = "$(LIBRDKAFKA_NPM_INTEGRITY)" ] || { echo "$(LIBRDKAFKA_NPM)'s tarball is $$got, not the pinned $(LIBRDKAFKA_NPM_INTEGRITY)"; exit 1; }; } \
 	  && mkdir $$tmp/tree && tar xzf $$tmp/*.tgz -C $$tmp/tree --strip-components=3 package/deps/librdkafka \
 	  && cd $$tmp/tree && ./configure --disable-gssapi --disable-zstd --disable-lz4-ext --enable-curl >/dev/null \
-	  && $(MAKE) -j2 libs >/dev/null && $(MAKE) -j2 -C tests build >/dev/null && touch tests/.complete \
+	  && $(MAKE) -j2 libs >/dev/null && $(MAKE) -j2 -C tests build >/dev/null \
+	  && find . \( -name '*.o' -o -name '*.a' -o -name '*.d' \) -delete && touch tests/.complete \
 	  && rm -rf $(LIBRDKAFKA_DIR) && mv $$tmp/tree $(LIBRDKAFKA_DIR)
 
 test: oracle librdkafka
