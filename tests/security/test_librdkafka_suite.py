@@ -1,6 +1,7 @@
 """librdkafka's own security tests against the secured strom broker (tests/security/librdkafka_suite.py):
 its test-runner (v2.12.0, built by ``make librdkafka``) drives 0135 sasl_credentials (SCRAM-SHA-512),
-0142 reauthentication (its three single-node subtests, ``connections.max.reauth.ms`` 3 s), 0126
+0142 reauthentication (its single-node subtests with SCRAM and with OAUTHBEARER, re-authenticating
+every 3 s), 0126
 oauthbearer_oidc (an invalid and an expired token refused on the OAUTH listener) and 0097 ssl_verify
 (mutual TLS). Each test's verdict is read from the runner's summary and the subtests it reports passed,
 not its exit code alone: a SUBTESTS filter matching nothing would pass with nothing run.
