@@ -88,12 +88,31 @@ EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, No
                              AclPermissionType.ANY)
 
 
+class ClusterAdmin(AdminClient):
+    """A super user's admin client of a cluster of several nodes, holding one more client per node: each
+    node learns an ACL or SCRAM change from the metadata log on its own, so a change made through it
+    settles (``grant``, ``add_user``) once every node answers with it, not only the one asked. A client
+    bootstrapped at one node sends it the requests any node may answer (librdkafka connects to the
+    others only for requests they must serve)."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        super().__init__(settings)
+        self.nodes = [AdminClient({**settings, "bootstrap.servers": server})
+                      for server in settings["bootstrap.servers"].split(",")]
+
+
+def each_node(admin: AdminClient) -> list[AdminClient]:
+    """The admin clients whose answers must agree before a change counts as made."""
+    return admin.nodes if isinstance(admin, ClusterAdmin) else [admin]
+
+
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
-    """Creates ``bindings`` and returns once the broker enforces them (its DescribeAcls answers from the
-    authorizer that checks requests)."""
+    """Creates ``bindings`` and returns once the brokers enforce them (each one's DescribeAcls answers
+    from the authorizer that checks its requests)."""
     for future in admin.create_acls(list(bindings)).values():
         future.result()
-    settled(lambda: set(bindings) <= set(admin.describe_acls(EVERY_ACL).result()), True)
+    for node in each_node(admin):
+        settled(lambda node=node: set(bindings) <= set(node.describe_acls(EVERY_ACL).result()), True)
 
 
 def acl(resource: ResourceType, name: str, principal: str, operation: AclOperation,
@@ -107,7 +126,8 @@ def add_user(admin: AdminClient, user: str, password: str) -> None:
     upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
                                           password.encode())
     admin.alter_user_scram_credentials([upsert])[user].result()
-    settled(lambda: described_credentials(admin, user), [("SCRAM_SHA_512", 4096)])
+    for node in each_node(admin):
+        settled(lambda node=node: described_credentials(node, user), [("SCRAM_SHA_512", 4096)])
 
 
 def described_credentials(admin: AdminClient, user: str) -> list[tuple[str, int]] | str:
