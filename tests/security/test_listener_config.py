@@ -54,6 +54,22 @@ def test_the_mechanism_s_key_wins_over_the_listener_s_over_the_broker_s():
     assert config.listener("SASL_SSL")["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
 
 
+def test_describe_configs_lists_the_listener_keys_as_given_hiding_what_kafka_hides():
+    """Kafka's DescribeConfigs lists a broker's static ``listener.name.*`` keys by the type of the key they
+    override; a mechanism's key other than its own few (``sasl.jaas.config``, the callback handler
+    classes, ``connections.max.reauth.ms``) has no type Kafka knows, so it is hidden like a password."""
+    given = {"listener.name.oauth.ssl.keystore.location": "/keys/oauth.pem",
+             "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+             "listener.name.ssl.ssl.key.password": "key-pw",
+             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+             "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class": VALIDATOR,
+             "listener.name.oauth.oauthbearer.sasl.oauthbearer.expected.audience": "cluster"}
+    assert BrokerConfig(given).static_listener_keys == {
+        **given, "listener.name.ssl.ssl.key.password": None,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": None,
+        "listener.name.oauth.oauthbearer.sasl.oauthbearer.expected.audience": None}
+
+
 @pytest.mark.parametrize(("key", "value", "said"), [
     ("listener.name.sasl_ssl.ssl.keystore.password", "x", "strom broker takes listener.name.<listener>."),
     ("listener.name.sasl_ssl.sasl.jaas.config", PLAIN_JAAS, "strom broker takes listener.name.<listener>."),
