@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from security.conftest import LISTENERS, PASSWORDS, secured_config, start_secured
@@ -23,6 +22,7 @@ from support.identity_provider import IdentityProvider
 from support.secured_clients import (
     certificate_issuer,
     first_error,
+    logs_in,
     oauth_settings,
     sasl_settings,
     unsecured_jws,
@@ -167,14 +167,6 @@ def own_keys(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[Embedded
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": OAUTH_JAAS})
     yield broker
     broker.stop()
-
-
-def logs_in(conf: dict) -> bool:
-    try:
-        AdminClient(conf).list_topics(timeout=10)
-    except KafkaException:
-        return False
-    return True
 
 
 def test_a_listener_s_own_ssl_keys(own_keys, pki):
