@@ -3,7 +3,7 @@ mutual TLS, StandardAuthorizer with allow.everyone.if.no.acl.found=false) and a 
 give the same error codes: refused logins, each operation refused until an ACL allows it, what ACLs
 allow, certificate principals, the SCRAM credential APIs, and OAUTHBEARER tokens judged by both
 validators (unsecured JWS; signed by a throwaway identity provider's key), and Kafka's per-listener keys
-(a listener's own certificate, JAAS configs) given alike to both."""
+(a listener's own certificate, JAAS configs) given alike to both, and listed alike by DescribeConfigs."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    ConfigResource,
+    ConfigSource,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -97,6 +99,7 @@ def same_listener_keys(pki: Pki) -> dict[str, str]:
     users = " ".join(f'user_{name}="{password}"' for name, password in PLAIN_USERS.items())
     return {
         "listener.name.oauth.ssl.keystore.location": str(pki.other_broker),
+        "listener.name.oauth.ssl.truststore.location": str(pki.ca),  # the broker's own: changes nothing
         "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER,PLAIN",
         "listener.name.sasl_ssl.plain.sasl.jaas.config":
             f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
@@ -201,6 +204,31 @@ def test_a_listener_s_own_certificate_and_the_plain_users_of_its_jaas_config(sid
                                           "PLAIN")).name()]
     assert same(sides, scenario) == ["strom test CA", "another CA", "accepted", "_AUTHENTICATION",
                                      "_AUTHENTICATION"]
+
+
+def test_describe_configs_lists_the_listener_keys_alike_hiding_the_same_ones(sides):
+    """A broker's DescribeConfigs lists its static ``listener.name.*`` keys as given (read-only, from the
+    static broker config): a listener's keystore and truststore paths shown, its JAAS configs (PLAIN's
+    users' passwords) hidden, and the mechanism keys whose type Kafka cannot tell hidden too."""
+    shown = ("listener.name.oauth.ssl.keystore.location", "listener.name.oauth.ssl.truststore.location",
+             "listener.name.sasl_ssl.sasl.enabled.mechanisms", "listener.name.oauth.sasl.enabled.mechanisms",
+             "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class")
+    hidden = ("listener.name.sasl_ssl.plain.sasl.jaas.config",
+              "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config",
+              "listener.name.oauth.oauthbearer.sasl.oauthbearer.jwks.endpoint.url",
+              "listener.name.oauth.oauthbearer.sasl.oauthbearer.expected.audience")
+    unset = "listener.name.sasl_ssl.ssl.keystore.location"
+
+    def scenario(side: Side) -> dict[str, tuple[Any, ...]]:
+        broker, admin = ConfigResource(ConfigResource.Type.BROKER, "0"), side.admin()  # outlives the future
+        entries = admin.describe_configs([broker])[broker].result()
+        return {name: (entry.value, entry.is_sensitive, ConfigSource(entry.source).name, entry.is_read_only)
+                for name, entry in entries.items() if name in (*shown, *hidden, unset)}
+    described = same(sides, scenario)
+    assert described[shown[0]][0] == str(sides[0].pki.other_broker)
+    assert {name: entry[1:] for name, entry in described.items()} == {
+        name: (name in hidden, "STATIC_BROKER_CONFIG", True) for name in (*shown, *hidden)}
+    assert all(described[name][0] is None for name in hidden)
 
 
 def _login(servers: str, ca: Path, token: str) -> str:

@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from security.conftest import LISTENERS, PASSWORDS, secured_config, start_secured
@@ -23,6 +22,7 @@ from support.identity_provider import IdentityProvider
 from support.secured_clients import (
     certificate_issuer,
     first_error,
+    logs_in,
     oauth_settings,
     sasl_settings,
     unsecured_jws,
@@ -52,6 +52,22 @@ def test_the_mechanism_s_key_wins_over_the_listener_s_over_the_broker_s():
     assert config.listener("OAUTH", "SCRAM-SHA-512")["connections.max.reauth.ms"] == 2000
     assert config.listener("SASL_SSL", "OAUTHBEARER")["connections.max.reauth.ms"] == 1000
     assert config.listener("SASL_SSL")["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+
+
+def test_describe_configs_lists_the_listener_keys_as_given_hiding_what_kafka_hides():
+    """Kafka's DescribeConfigs lists a broker's static ``listener.name.*`` keys by the type of the key they
+    override; a mechanism's key other than its own few (``sasl.jaas.config``, the callback handler
+    classes, ``connections.max.reauth.ms``) has no type Kafka knows, so it is hidden like a password."""
+    given = {"listener.name.oauth.ssl.keystore.location": "/keys/oauth.pem",
+             "listener.name.sasl_ssl.sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+             "listener.name.ssl.ssl.key.password": "key-pw",
+             "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
+             "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class": VALIDATOR,
+             "listener.name.oauth.oauthbearer.sasl.oauthbearer.expected.audience": "cluster"}
+    assert BrokerConfig(given).static_listener_keys == {
+        **given, "listener.name.ssl.ssl.key.password": None,
+        "listener.name.sasl_ssl.plain.sasl.jaas.config": None,
+        "listener.name.oauth.oauthbearer.sasl.oauthbearer.expected.audience": None}
 
 
 @pytest.mark.parametrize(("key", "value", "said"), [
@@ -151,14 +167,6 @@ def own_keys(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[Embedded
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": OAUTH_JAAS})
     yield broker
     broker.stop()
-
-
-def logs_in(conf: dict) -> bool:
-    try:
-        AdminClient(conf).list_topics(timeout=10)
-    except KafkaException:
-        return False
-    return True
 
 
 def test_a_listener_s_own_ssl_keys(own_keys, pki):

@@ -155,7 +155,9 @@ def test_no_secret_in_logs_errors_metrics_or_cli_output(broker, pki, caplog, tmp
 
     described = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "0")])
     broker_configs = repr({e.name: e.value for f in described.values() for e in f.result().values()})
-    assert "ssl.key.password" in broker_configs  # described, as null
+    assert "'ssl.key.password': None" in broker_configs  # described, as null
+    assert "'listener.name.ssl.ssl.key.password': None" in broker_configs  # listed as Kafka lists it
+    assert "'listener.name.sasl_ssl.plain.sasl.jaas.config': None" in broker_configs
     with urllib.request.urlopen(broker["metrics"], timeout=10) as response:
         broker_metrics = response.read().decode()
     everything = "\n".join([caplog.text, *exposed, *failures, broker_metrics, broker_configs,

@@ -1,5 +1,7 @@
-"""strom's clients on a secured Apache Kafka node (SASL_SSL with SCRAM-SHA-512, StandardAuthorizer,
-allow.everyone.if.no.acl.found=false), each principal holding only the ACLs docs/deploy.md lists.
+"""strom's clients on a secured 3-node Apache Kafka cluster (clients on SASL_SSL with SCRAM-SHA-512;
+replication and the KRaft quorum over mutual TLS as the nodes' own super-user principal;
+StandardAuthorizer, allow.everyone.if.no.acl.found=false; topics, internal ones included, replicated 3
+times, min.insync.replicas 2), each principal holding only the ACLs docs/deploy.md lists.
 
 - A strom.tasks subscription with retries (its retry and dead letter topics created by strom) runs with
   its list; without one line it stops at once with one AuthorizationError naming what is missing.
@@ -56,6 +58,7 @@ from support.secured_clients import (
     PREFIXED,
     TOPIC,
     TXN,
+    ClusterAdmin,
     add_user,
     application_acls,
     connector_acls,
@@ -72,14 +75,14 @@ REFUSED_WITHIN_S = 30  # one answer of the broker, not a retry loop until some t
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory, pki) -> Iterator[KafkaCluster]:
-    with KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1,
+    with KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=3,
                       security=KafkaSecurity(pki, PASSWORDS)) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="module")
-def admin(kafka: KafkaCluster) -> AdminClient:
-    return AdminClient({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings})
+def admin(kafka: KafkaCluster) -> ClusterAdmin:
+    return ClusterAdmin({"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings})
 
 
 def principal(kafka: KafkaCluster, admin: AdminClient, prefix: str) -> dict[str, str]:
@@ -204,6 +207,11 @@ def count_words_as_the_documented_principal(kafka: KafkaCluster, admin: AdminCli
         app.stop()
     reader = {"bootstrap.servers": kafka.bootstrap_servers, **kafka.admin_settings}
     assert latest_counts(reader, counts) == Counter(word for line in text for word in line.split()), mode
+    listed = admin.list_topics(timeout=10).topics
+    internal = [listed[name] for name in listed if name.startswith(f"{app_id}-")
+                or name in ("__consumer_offsets", "__transaction_state")]
+    assert len(internal) == 4, sorted(listed)  # the repartition topic and changelog strom created
+    assert {len(p.replicas) for topic in internal for p in topic.partitions.values()} == {3}
 
 
 def copy_through_the_connector(kafka: KafkaCluster, admin: AdminClient, spark: Any, tmp_path: Path) -> None:

@@ -88,12 +88,28 @@ EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, No
                              AclPermissionType.ANY)
 
 
+class ClusterAdmin(AdminClient):
+    """A super user's admin client of a cluster of several nodes. Each node learns an ACL or SCRAM change
+    from the metadata log on its own, so a change made through it settles (``grant``, ``add_user``) on
+    each node: a new user once it logs in at each node alone (a fresh client bootstrapped at one node
+    sends its first request there), ACLs once every one of its per-node clients describes them
+    (librdkafka sends DescribeAcls to the node its metadata names controller, in KRaft any node, so
+    these ask more than one node but not surely each)."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        super().__init__(settings)
+        self.settings = settings
+        self.servers = settings["bootstrap.servers"].split(",")
+        self.nodes = [AdminClient({**settings, "bootstrap.servers": server}) for server in self.servers]
+
+
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
-    """Creates ``bindings`` and returns once the broker enforces them (its DescribeAcls answers from the
+    """Creates ``bindings`` and returns once the brokers enforce them (DescribeAcls answers from the
     authorizer that checks requests)."""
     for future in admin.create_acls(list(bindings)).values():
         future.result()
-    settled(lambda: set(bindings) <= set(admin.describe_acls(EVERY_ACL).result()), True)
+    for node in admin.nodes if isinstance(admin, ClusterAdmin) else [admin]:
+        settled(lambda node=node: set(bindings) <= set(node.describe_acls(EVERY_ACL).result()), True)
 
 
 def acl(resource: ResourceType, name: str, principal: str, operation: AclOperation,
@@ -108,6 +124,19 @@ def add_user(admin: AdminClient, user: str, password: str) -> None:
                                           password.encode())
     admin.alter_user_scram_credentials([upsert])[user].result()
     settled(lambda: described_credentials(admin, user), [("SCRAM_SHA_512", 4096)])
+    for server in admin.servers if isinstance(admin, ClusterAdmin) else []:
+        login = {**admin.settings, "bootstrap.servers": server, "sasl.username": user,
+                 "sasl.password": password}
+        settled(lambda login=login: logs_in(login), True, seconds=30)
+
+
+def logs_in(settings: dict[str, Any], timeout: float = 10) -> bool:
+    """Whether a fresh client with ``settings`` logs in and reads metadata within ``timeout`` seconds."""
+    try:
+        AdminClient(settings).list_topics(timeout=timeout)
+    except KafkaException:
+        return False
+    return True
 
 
 def described_credentials(admin: AdminClient, user: str) -> list[tuple[str, int]] | str:

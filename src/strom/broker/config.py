@@ -240,6 +240,20 @@ MECHANISM_KEYS["oauthbearer"] |= LISTENER_KEYS - {"sasl.enabled.mechanisms"} - S
 jwks.endpoint.url``, ``listener.name.sasl_ssl.plain.sasl.jaas.config``)."""
 
 
+KAFKA_MECHANISM_KEYS = frozenset({"sasl.jaas.config", "sasl.login.callback.handler.class", "sasl.login.class",
+                                  "sasl.server.callback.handler.class", "connections.max.reauth.ms"})
+"""The keys Kafka knows as a SASL mechanism's own on a listener: DescribeConfigs types a
+``listener.name.<listener>.<mechanism>.<key>`` by ``<key>`` only for these."""
+
+
+def _described_value(mechanism: str, name: str, value: Any) -> str | None:
+    """A ``listener.name.*`` key's value as Kafka's DescribeConfigs shows it, None where Kafka hides it:
+    a password, or a key whose type it cannot tell (it takes ``<mechanism>.<key>`` for the broker key of
+    any mechanism key but its own few, and hides what it does not know)."""
+    known = not mechanism or name in KAFKA_MECHANISM_KEYS
+    return None if name in SENSITIVE_KEYS or not known else render(value)
+
+
 def _listener_override(key: str) -> tuple[str, str, str]:
     """(listener, mechanism or "", broker key) of a ``listener.name.*`` key; KeyError if it overrides
     nothing strom serves per listener."""
@@ -294,6 +308,8 @@ class BrokerConfig:
         self._values = {key: spec.default for key, spec in BROKER_SPECS.items()}
         self.dynamic: dict[str, dict[str, Any]] = {PER_BROKER: {}, CLUSTER_DEFAULT: {}}
         self.per_listener: dict[tuple[str, str], dict[str, Any]] = {}  # (LISTENER, mechanism) -> key -> value
+        self.static_listener_keys: dict[str, str | None] = {}
+        """The ``listener.name.*`` keys as given, with their values as DescribeConfigs shows them."""
         for key, value in (overrides or {}).items():
             layer, name, mechanism = self._values, key, ""
             if key.startswith(LISTENER_PREFIX):
@@ -314,6 +330,8 @@ class BrokerConfig:
                 layer[name] = (BROKER_SPECS.get(name) or LISTENER_ONLY_SPECS[name]).parse(value)
                 if name == "sasl.jaas.config":
                     check_login_module(layer[name], mechanism)
+                if layer is not self._values:
+                    self.static_listener_keys[key] = _described_value(mechanism, name, value)
             except (TypeError, ValueError) as exc:
                 if name in SENSITIVE_KEYS:
                     raise ConfigError(f"Invalid value for configuration {key!r} (not shown: it holds "

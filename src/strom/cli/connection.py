@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import click
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicCollection
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic, TopicMetadata
 
 from strom.cli.broker import parse_config
 from strom.errors import BrokerUnavailableError, StromError, UnknownTopicError
 from strom.kafka import clients
 from strom.kafka.schema_registry import is_serde_setting
-from strom.kafka.security import AUTHENTICATION_CODES, authentication_error, authorization_error
+from strom.kafka.security import AUTHENTICATION_CODES, authentication_error
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 TIMEOUT = 15.0
@@ -112,7 +112,7 @@ class Connection:
         if found is not None and found.error is None:
             return found
         if not create:
-            self.raise_if_denied(name, needs)
+            clients.check_described(self.admin(), [name], self.properties, needs)
             raise unknown_topic(name, topics, offers_create)
         future = self.admin().create_topics([NewTopic(name, -1)], request_timeout=TIMEOUT)[name]
         try:
@@ -121,17 +121,6 @@ class Connection:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise StromError(f"Could not create topic {name!r}: {exc.args[0].str()}") from exc
         return self.wait_listed(name)
-
-    def raise_if_denied(self, name: str, needs: str) -> None:
-        """A topic missing from the listing may exist but be hidden from this principal (a listing
-        leaves out what the client may not describe): that is said, naming the operation the command
-        ``needs``, not "does not exist"."""
-        described = self.admin().describe_topics(TopicCollection([name]), request_timeout=TIMEOUT)[name]
-        try:
-            described.result(TIMEOUT)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                raise authorization_error(self.properties, "Topic", name, needs, exc.args[0].name()) from None
 
     def wait_listed(self, name: str) -> TopicMetadata:
         """The metadata of a topic just created, once every broker lists it: on a cluster of several

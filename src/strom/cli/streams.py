@@ -28,7 +28,7 @@ from strom.cli.connection import Connection, connection_options
 from strom.cli.groups import refuse_if_running, timestamp_ms
 from strom.cli.query import query
 from strom.errors import ConfigError, StromError
-from strom.kafka import offsets
+from strom.kafka import clients, offsets
 from strom.kafka.security import refusal_behind
 from strom.streams.config import DEFINITIONS, STATE_DIR, StreamsConfig
 
@@ -110,8 +110,7 @@ def reset(app_id: str, connection: Connection, inputs: tuple[str, ...], to_earli
               if meta.error is None}
     input_topics = _split(inputs)
     missing = [t for t in input_topics if t not in topics]
-    for name in missing:
-        connection.raise_if_denied(name, "Describe")  # hidden from this principal: its missing ACL is said
+    clients.check_described(admin, missing, connection.properties)  # hidden from this principal: said so
     if missing:
         raise ConfigError(f"Input topics {', '.join(missing)} do not exist; check --input-topics.")
     internal = internal_topics(topics, app_id)

@@ -217,16 +217,18 @@ def _jaas_credentials(jaas: str, path: str | Path) -> dict[str, str]:
     return {"sasl.username": options["username"], "sasl.password": options["password"]}
 
 
-def check_described(client: AdminClient, topics: Iterable[str], settings: Mapping[str, Any]) -> None:
+def check_described(client: AdminClient, topics: Iterable[str], settings: Mapping[str, Any],
+                    operation: str = "Describe") -> None:
     """Raises AuthorizationError for the first of ``topics`` the cluster will not describe to this
-    principal. A listing of every topic leaves out the topics a principal may not describe, so a caller
-    that found a topic missing there asks for it by name before saying it does not exist."""
+    principal, naming the ``operation`` the caller needs on it (Write, Read, ... each implies Describe).
+    A listing of every topic leaves out the topics a principal may not describe, so a caller that found
+    a topic missing there asks for it by name before saying it does not exist."""
     for topic in topics:
         try:  # not list_topics(topic): a Metadata request naming it creates it where topics auto-create
             client.describe_topics(TopicCollection([topic]), request_timeout=10)[topic].result()
         except KafkaException as exc:
             log.debug("No description of %s (%s)", topic, exc)
-            if refused := refusal(settings, exc.args[0], topic=topic, topic_operation="Describe"):
+            if refused := refusal(settings, exc.args[0], topic=topic, topic_operation=operation):
                 raise refused from None
 
 

@@ -228,6 +228,12 @@ def _describe_broker(ctx: RequestContext, name: str, keys: Any) -> list[dict[str
         if key in SENSITIVE_KEYS:  # as Kafka: said to be set, never shown
             entry.update(value=None, is_sensitive=True)
         entries.append(entry)
+    for key, value in config.static_listener_keys.items():  # Kafka lists the static ones as given
+        if keys is None or key in keys:
+            entry = _entry(key, value, SOURCE_STATIC_BROKER, True)
+            if value is None:
+                entry.update(value=None, is_sensitive=True)
+            entries.append(entry)
     return entries
 
 
