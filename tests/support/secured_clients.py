@@ -26,7 +26,11 @@ from confluent_kafka.admin import (
 )
 from cryptography import x509
 from cryptography.x509.oid import NameOID
+from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8
 
+from strom.kafka.wire import WireClient
 from strom.streams import Serdes
 from support.certificates import Pki
 
@@ -92,15 +96,13 @@ class ClusterAdmin(AdminClient):
     """A super user's admin client of a cluster of several nodes. Each node learns an ACL or SCRAM change
     from the metadata log on its own, so a change made through it settles (``grant``, ``add_user``) on
     each node: a new user once it logs in at each node alone (a fresh client bootstrapped at one node
-    sends its first request there), ACLs once every one of its per-node clients describes them
-    (librdkafka sends DescribeAcls to the node its metadata names controller, in KRaft any node, so
-    these ask more than one node but not surely each)."""
+    sends its first request there), ACLs once each node's own authorizer lists them (DescribeAcls sent
+    to that node by strom's one-connection WireClient: librdkafka would send it to any node)."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         super().__init__(settings)
         self.settings = settings
         self.servers = settings["bootstrap.servers"].split(",")
-        self.nodes = [AdminClient({**settings, "bootstrap.servers": server}) for server in self.servers]
 
 
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
@@ -108,8 +110,31 @@ def grant(admin: AdminClient, *bindings: AclBinding) -> None:
     authorizer that checks requests)."""
     for future in admin.create_acls(list(bindings)).values():
         future.result()
-    for node in admin.nodes if isinstance(admin, ClusterAdmin) else [admin]:
-        settled(lambda node=node: set(bindings) <= set(node.describe_acls(EVERY_ACL).result()), True)
+    if not isinstance(admin, ClusterAdmin):
+        settled(lambda: set(bindings) <= set(admin.describe_acls(EVERY_ACL).result()), True)
+        return
+    wanted = {_acl_key(binding) for binding in bindings}
+    for server in admin.servers:
+        assert settled(lambda server=server: wanted <= acls_at(server, admin.settings), True), \
+            f"the node at {server} does not hold {wanted - acls_at(server, admin.settings)} after 10 s"
+
+
+def acls_at(server: str, settings: dict[str, Any]) -> set[tuple]:
+    """The ACLs the authorizer of the node at ``server`` holds, from that node itself."""
+    anything = i8(1)  # ANY, for each filter
+    with WireClient(server, settings=settings) as client:
+        answer = client.send(DescribeAclsRequest(
+            resource_type_filter=anything, resource_name_filter=None, pattern_type_filter=anything,
+            principal_filter=None, host_filter=None, operation=anything, permission_type=anything))
+    assert answer.error_code == ErrorCode.none, answer
+    return {(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+             a.permission_type) for r in answer.resources for a in r.acls}
+
+
+def _acl_key(binding: AclBinding) -> tuple:
+    """A binding as ``acls_at`` lists it (librdkafka's enums are the protocol's numbers)."""
+    return (binding.restype.value, binding.name, binding.resource_pattern_type.value, binding.principal,
+            binding.host, binding.operation.value, binding.permission_type.value)
 
 
 def acl(resource: ResourceType, name: str, principal: str, operation: AclOperation,
@@ -127,7 +152,8 @@ def add_user(admin: AdminClient, user: str, password: str) -> None:
     for server in admin.servers if isinstance(admin, ClusterAdmin) else []:
         login = {**admin.settings, "bootstrap.servers": server, "sasl.username": user,
                  "sasl.password": password}
-        settled(lambda login=login: logs_in(login), True, seconds=30)
+        assert settled(lambda login=login: logs_in(login), True, seconds=30), \
+            f"{user} cannot log in at {server} 30 s after it was added"
 
 
 def logs_in(settings: dict[str, Any], timeout: float = 10) -> bool:
