@@ -117,6 +117,14 @@ def test_a_commit_is_bounded_well_below_the_transaction_timeout(broker):
     assert (default.send_offsets_timeout_s, short.send_offsets_timeout_s) == (5.0, 3.0)
 
 
+def test_a_patient_producer_waits_its_commit_timeout_before_it_counts_as_stalled(broker):
+    """A micro-batch task's producer: a stall fails its Spark task (in local mode, the query), so a
+    send-offsets slowed by a loaded host must not count as one after a stream thread's 5 s."""
+    patient = TransactionalProducer(broker.bootstrap_servers, unique("txn"), "Test writer", patient=True)
+    patient.offsets_sent = True
+    assert patient.send_offsets_timeout_s == patient.commit_timeout_s == 20.0
+
+
 def test_send_offsets_is_bounded_shorter_once_the_producer_found_the_coordinators(broker):
     """librdkafka's stall waits on a coordinator the producer already knows: its later calls get 2 s."""
     topic, group = create_topic(broker.bootstrap_servers, 1, "txn"), unique("txn-group")

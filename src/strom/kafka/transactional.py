@@ -12,7 +12,8 @@ Every transactional call, and any other client call the owner routes through ``c
   commit; nothing about the producer's identity is wrong.
 - any other Kafka error: ``BrokerUnavailableError`` naming the owner, the call and the broker.
 - ``send_offsets_to_transaction`` not returning within its bound (``send_offsets_timeout_s`` plus
-  ``STALL_GRACE_S``: 7 s for a producer's first call, 4 s once it found the coordinators):
+  ``STALL_GRACE_S``: 7 s for a producer's first call, 4 s once it found the coordinators; a ``patient``
+  producer's is its commit timeout):
   ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka (up to 2.16 at
   least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group coordinator's
   broker to change state, and when that broker died and left the cluster's metadata it may wait for
@@ -122,8 +123,12 @@ class TransactionalProducer:
     (e.g. "Stream task app-0_1")."""
 
     def __init__(self, bootstrap_servers: str, transactional_id: str, owner: str,
-                 timeout_s: float = TIMEOUT_S, **overrides: Any) -> None:
+                 timeout_s: float = TIMEOUT_S, patient: bool = False, **overrides: Any) -> None:
+        """``patient``: a stall fails the owner's Spark task (a micro-batch task's producer), so a
+        send-offsets may take the whole commit timeout before it counts as stalled; a stream thread's
+        producer must not pause its tasks long and gets the short bounds (the module)."""
         self.transactional_id = transactional_id
+        self.patient = patient
         self.owner = owner
         self.timeout_s = timeout_s
         transaction_timeout_s = float(overrides.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000
@@ -158,6 +163,8 @@ class TransactionalProducer:
 
     @property
     def send_offsets_timeout_s(self) -> float:
+        if self.patient:
+            return self.commit_timeout_s
         return min(self.commit_timeout_s,
                    KNOWN_COORDINATORS_TIMEOUT_S if self.offsets_sent else SEND_OFFSETS_TIMEOUT_S)
 

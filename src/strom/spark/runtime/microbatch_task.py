@@ -147,7 +147,8 @@ class TaskAttempt:
         return task if task.resume(fencing_probe=ends) else None
 
     def _open(self, summary: TaskSummary) -> OpenTask:
-        task = OpenTask(self.topology, self.config, self.plan.task_id, self.plan.owned, self.run_id)
+        task = OpenTask(self.topology, self.config, self.plan.task_id, self.plan.owned, self.run_id,
+                        patient=True)
         try:
             summary.restored = task.open([(r.topic, r.partition) for r in self.plan.ranges])
         except BaseException:

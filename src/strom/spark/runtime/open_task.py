@@ -61,9 +61,12 @@ class OpenTask(LeasedTask):
     """A StreamTask, its producer and consumer, and the lease on its state directory."""
 
     def __init__(self, topology: Topology, config: StreamsConfig, task_id: TaskId,
-                 owned: tuple[str, ...], run_id: str, producer: Producer | None = None) -> None:
+                 owned: tuple[str, ...], run_id: str, producer: Producer | None = None,
+                 patient: bool = False) -> None:
         """``producer``: the stream thread's, shared with its other tasks (the thread runs the
-        transactions and commits); None: a producer of the task's own."""
+        transactions and commits); None: a producer of the task's own, ``patient`` in a micro-batch
+        task (``TransactionalProducer``)."""
+        self.patient = patient
         self.config = config
         self.run_id = run_id
         self.name = f"{config.application_id}-{task_id}"
@@ -81,7 +84,8 @@ class OpenTask(LeasedTask):
         bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
         if producer is None:
             self.sink = ProducerSink.own(bootstrap, producer_config(self.config),
-                                         self.name if self.eos else None, f"Stream task {self.name}")
+                                         self.name if self.eos else None, f"Stream task {self.name}",
+                                         self.patient)
         else:
             self.sink = ProducerSink(producer, shared=True)
         self.transactions = self.sink.transactions

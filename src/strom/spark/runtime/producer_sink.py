@@ -50,13 +50,14 @@ class ProducerSink:
 
     @classmethod
     def own(cls, bootstrap_servers: str, config: dict[str, Any], transactional_id: str | None = None,
-            owner: str = "") -> ProducerSink:
+            owner: str = "", patient: bool = False) -> ProducerSink:
         """A sink with a producer of its own: transactional with ``transactional_id`` (``owner`` names it
-        in errors), else idempotent."""
+        in errors; ``patient``: see ``TransactionalProducer``), else idempotent."""
         settings = {**clients.JAVA_PARTITIONER, **config}
         if transactional_id is None:
             return cls(clients.producer(bootstrap_servers, **settings))
-        transactions = TransactionalProducer(bootstrap_servers, transactional_id, owner, **settings)
+        transactions = TransactionalProducer(bootstrap_servers, transactional_id, owner, patient=patient,
+                                             **settings)
         return cls(transactions.producer, transactions)
 
     def use(self, producer: Producer) -> None:
