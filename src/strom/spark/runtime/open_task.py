@@ -66,7 +66,6 @@ class OpenTask(LeasedTask):
         """``producer``: the stream thread's, shared with its other tasks (the thread runs the
         transactions and commits); None: a producer of the task's own, ``patient`` in a micro-batch
         task (``TransactionalProducer``)."""
-        self.patient = patient
         self.config = config
         self.run_id = run_id
         self.name = f"{config.application_id}-{task_id}"
@@ -75,17 +74,18 @@ class OpenTask(LeasedTask):
         self.positions: Offsets = {}
         self.lease = TaskLease.acquire(Path(config[cfg.STATE_DIR]) / config.application_id / str(task_id))
         try:
-            self._connect(owned, task_id, producer)
+            self._connect(owned, task_id, producer, patient)
         except BaseException:
             self.lease.release()
             raise
 
-    def _connect(self, owned: tuple[str, ...], task_id: TaskId, producer: Producer | None) -> None:
+    def _connect(self, owned: tuple[str, ...], task_id: TaskId, producer: Producer | None,
+                 patient: bool) -> None:
         bootstrap = self.config[cfg.BOOTSTRAP_SERVERS]
         if producer is None:
             self.sink = ProducerSink.own(bootstrap, producer_config(self.config),
                                          self.name if self.eos else None, f"Stream task {self.name}",
-                                         self.patient)
+                                         patient)
         else:
             self.sink = ProducerSink(producer, shared=True)
         self.transactions = self.sink.transactions
