@@ -8,7 +8,7 @@ the wire they are answered with INVALID_CONFIG.
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,6 +294,57 @@ serves: the topic defaults (read at each use) and the connection limits."""
 PER_BROKER, CLUSTER_DEFAULT = "broker", "cluster-default"
 """Kafka's two layers of dynamic broker configs: this broker's (resource name = its node id) over the
 cluster-wide default (resource name empty), both over the static config."""
+STATIC, DEFAULT = "static", "default"
+"""...and the two below them: the configs the broker was started with, and the defaults."""
+
+KAFKA_BROKER_SYNONYMS = {
+    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+}
+"""Kafka's other names of a broker config, in precedence order (DescribeConfigs lists them as synonyms)."""
+PER_TOPIC_IN_STROM = {"max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+                      "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+                      "compression.type": "compression.type", "min.insync.replicas": "min.insync.replicas"}
+"""Topic configs whose broker-wide default Kafka takes and strom does not, with that broker config."""
+TOPIC_SYNONYM = {key: broker_key or PER_TOPIC_IN_STROM[key]
+                 for key, (_, broker_key, _) in TOPIC_SPECS.items()}
+"""The broker config of each topic config in Kafka (the first of its synonyms)."""
+KAFKA_DEFAULTS: dict[str, Any] = {"log.retention.hours": 168, "log.roll.hours": 168, **{
+    broker_key: TOPIC_SPECS[key][2] for key, broker_key in PER_TOPIC_IN_STROM.items()}}
+"""Defaults of broker configs Kafka has and strom does not take: the hours that Kafka's log.retention.ms
+and log.roll.ms fall back to (they have no default of their own), and those of PER_TOPIC_IN_STROM."""
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    """One place a config's value is set (DescribeConfigs' synonyms): its name there, value (None if
+    secret) and layer (the topic's own, PER_BROKER, CLUSTER_DEFAULT, STATIC or DEFAULT)."""
+
+    name: str
+    value: str | None
+    layer: str
+
+
+_DEFAULTS = {**{key: spec.default for key, spec in BROKER_SPECS.items()
+                if spec.default != "" and key not in KAFKA_BROKER_SYNONYMS}, **KAFKA_DEFAULTS}
+"""The defaults as Kafka lists them: without the keys that have none (strom's empty ones)."""
+
+
+def synonym_names(name: str) -> Sequence[str]:
+    """The names config ``name`` is known by, in Kafka's order of precedence."""
+    if not name.startswith(LISTENER_PREFIX):
+        return KAFKA_BROKER_SYNONYMS.get(name, (name,))
+    _, mechanism, key = _listener_override(name)
+    return (name, key) if not mechanism or key in KAFKA_MECHANISM_KEYS else (name,)
+
+
+def is_sensitive(name: str) -> bool:
+    """Whether DescribeConfigs hides the value of config ``name`` (a secret, or a listener key Kafka cannot
+    type)."""
+    if name.startswith(LISTENER_PREFIX):
+        _, mechanism, key = _listener_override(name)
+        return _described_value(mechanism, key, "") is None
+    return name in SENSITIVE_KEYS
 
 
 class NotDynamicError(ValueError):
@@ -310,6 +361,7 @@ class BrokerConfig:
         self.per_listener: dict[tuple[str, str], dict[str, Any]] = {}  # (LISTENER, mechanism) -> key -> value
         self.static_listener_keys: dict[str, str | None] = {}
         """The ``listener.name.*`` keys as given, with their values as DescribeConfigs shows them."""
+        self._static: dict[str, Any] = {}  # the broker keys given
         for key, value in (overrides or {}).items():
             layer, name, mechanism = self._values, key, ""
             if key.startswith(LISTENER_PREFIX):
@@ -330,7 +382,9 @@ class BrokerConfig:
                 layer[name] = (BROKER_SPECS.get(name) or LISTENER_ONLY_SPECS[name]).parse(value)
                 if name == "sasl.jaas.config":
                     check_login_module(layer[name], mechanism)
-                if layer is not self._values:
+                if layer is self._values:
+                    self._static[key] = layer[name]
+                else:
                     self.static_listener_keys[key] = _described_value(mechanism, name, value)
             except (TypeError, ValueError) as exc:
                 if name in SENSITIVE_KEYS:
@@ -363,6 +417,23 @@ class BrokerConfig:
                                  f"expected {exc}.") from exc
         if not validate_only:
             self.dynamic[layer] = parsed
+
+    def synonyms(self, name: str) -> list[Synonym]:
+        """Where config ``name`` is set, as Kafka's DescribeConfigs lists its synonyms: each of its names
+        (KAFKA_BROKER_SYNONYMS; a ``listener.name.*`` key, then the key it overrides) in each layer, this
+        broker's dynamic configs first and the defaults last, from the first entry named ``name`` on."""
+        names = synonym_names(name)
+        hidden = is_sensitive(name)
+        found = [Synonym(n, None if hidden or values[n] is None else render(values[n]), layer)
+                 for layer, values in self._layers() for n in names if n in values]
+        first = next((i for i, synonym in enumerate(found) if synonym.name == name), len(found))
+        return found[first:]
+
+    def _layers(self) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        yield PER_BROKER, self.dynamic[PER_BROKER]
+        yield CLUSTER_DEFAULT, self.dynamic[CLUSTER_DEFAULT]
+        yield STATIC, {**self._static, **self.static_listener_keys}
+        yield DEFAULT, _DEFAULTS
 
     def topic_defaults(self) -> dict[str, Any]:
         return {key: self[broker_key] if broker_key else default

@@ -13,13 +13,16 @@ from kio.schema.errors import ErrorCode
 from strom.broker.config import (
     BROKER_SPECS,
     CLUSTER_DEFAULT,
+    DEFAULT,
     DYNAMIC_BROKER_KEYS,
     GROUP_SPECS,
     PER_BROKER,
-    SENSITIVE_KEYS,
-    TOPIC_SPECS,
+    STATIC,
+    TOPIC_SYNONYM,
     BrokerConfig,
     NotDynamicError,
+    Synonym,
+    is_sensitive,
     render,
 )
 from strom.broker.handlers import RequestContext, handles
@@ -184,7 +187,11 @@ async def create_partitions(ctx: RequestContext, body: Any) -> dict[str, Any]:
 
 @handles(DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
+    """Each config's value and where it comes from; with include_synonyms, every place it is set
+    (Kafka's synonyms: the topic's own, this broker's dynamic config, the cluster default, the static
+    config and the default, each under its own name)."""
     results = []
+    synonyms = body.include_synonyms
     for resource in body.resources:
         result = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                   "error_code": ErrorCode.none}
@@ -198,13 +205,14 @@ async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
                 result.update(error_code=ErrorCode.unknown_topic_or_partition,
                               error_message=f"topic {resource.resource_name!r} does not exist")
             else:
-                result["configs"] = _describe_topic(ctx.broker.config, topic, keys)
+                result["configs"] = _describe_topic(ctx.broker.config, topic, keys, synonyms)
         elif resource.resource_type == BROKER_RESOURCE:
-            result["configs"] = _describe_broker(ctx, resource.resource_name, keys)
+            result["configs"] = _describe_broker(ctx, resource.resource_name, keys, synonyms)
         elif resource.resource_type == GROUP_RESOURCE:
             own = ctx.broker.dynamic_configs.groups.get(resource.resource_name, {})
             result["configs"] = [
-                _entry(k, own.get(k, default), SOURCE_GROUP if k in own else SOURCE_DEFAULT, False)
+                _entry(k, own.get(k, default), [Synonym(k, render(own.get(k, default)),
+                                                        GROUP if k in own else DEFAULT)], False, synonyms)
                 for k, (_, default) in GROUP_SPECS.items() if keys is None or k in keys]
         else:
             result.update(error_code=ErrorCode.invalid_request, error_message="unsupported resource type")
@@ -212,48 +220,47 @@ async def describe_configs(ctx: RequestContext, body: Any) -> dict[str, Any]:
     return {"results": results}
 
 
-def _describe_broker(ctx: RequestContext, name: str, keys: Any) -> list[dict[str, Any]]:
-    """This broker's configs and where each comes from; the cluster default (name empty): the dynamic
-    configs set there."""
+def _describe_broker(ctx: RequestContext, name: str, keys: Any, synonyms: bool) -> list[dict[str, Any]]:
+    """This broker's configs (and the ``listener.name.*`` keys set) and where each comes from; the cluster
+    default (name empty): the dynamic configs set there, with their synonyms there only."""
     config = ctx.broker.config
     if not name:
-        return [_entry(k, v, SOURCE_DYNAMIC_DEFAULT, False)
+        return [_entry(k, v, [s for s in config.synonyms(k) if s.layer == CLUSTER_DEFAULT], False, synonyms)
                 for k, v in config.dynamic[CLUSTER_DEFAULT].items() if keys is None or k in keys]
+    values = {**{key: config[key] for key in BROKER_SPECS}, **config.static_listener_keys}
+    return [_entry(key, value, config.synonyms(key), key not in DYNAMIC_BROKER_KEYS, synonyms,
+                   is_sensitive(key))
+            for key, value in values.items() if keys is None or key in keys]
+
+
+def _describe_topic(config: BrokerConfig, topic: Any, keys: Any,
+                    synonyms: bool = False) -> list[dict[str, Any]]:
+    """Each config's value and source: the topic's own, a broker config (dynamic or static), or the
+    default."""
     entries = []
-    for key in BROKER_SPECS:
-        if keys is not None and key not in keys:
-            continue
-        entry = _entry(key, config[key], _source(config, key, SOURCE_STATIC_BROKER),
-                       key not in DYNAMIC_BROKER_KEYS)
-        if key in SENSITIVE_KEYS:  # as Kafka: said to be set, never shown
-            entry.update(value=None, is_sensitive=True)
-        entries.append(entry)
-    for key, value in config.static_listener_keys.items():  # Kafka lists the static ones as given
+    for key, value in sorted(topic.config.items()):
         if keys is None or key in keys:
-            entry = _entry(key, value, SOURCE_STATIC_BROKER, True)
-            if value is None:
-                entry.update(value=None, is_sensitive=True)
-            entries.append(entry)
+            own = [Synonym(key, render(value), TOPIC)] if key in topic.overrides else []
+            entries.append(_entry(key, value, own + config.synonyms(TOPIC_SYNONYM[key]), False, synonyms))
     return entries
 
 
-def _describe_topic(config: BrokerConfig, topic: Any, keys: Any) -> list[dict[str, Any]]:
-    """Each config's value and source: the topic's own, a dynamic broker default, or the default."""
-    return [_entry(k, v, SOURCE_TOPIC if k in topic.overrides else _source(config, TOPIC_SPECS[k][1],
-                                                                          SOURCE_DEFAULT), False)
-            for k, v in sorted(topic.config.items()) if keys is None or k in keys]
+TOPIC, GROUP = "topic", "group"
+SOURCES = {TOPIC: SOURCE_TOPIC, PER_BROKER: SOURCE_DYNAMIC_BROKER, CLUSTER_DEFAULT: SOURCE_DYNAMIC_DEFAULT,
+           STATIC: SOURCE_STATIC_BROKER, DEFAULT: SOURCE_DEFAULT, GROUP: SOURCE_GROUP}
+"""DescribeConfigs' config source of each layer a value comes from."""
 
 
-def _source(config: BrokerConfig, key: str | None, otherwise: int) -> int:
-    """Where a broker config's value comes from: a dynamic layer, or ``otherwise``."""
-    return (SOURCE_DYNAMIC_BROKER if key in config.dynamic[PER_BROKER] else
-            SOURCE_DYNAMIC_DEFAULT if key in config.dynamic[CLUSTER_DEFAULT] else otherwise)
-
-
-def _entry(name: str, value: Any, source: int, read_only: bool) -> dict[str, Any]:
-    return {"name": name, "value": render(value), "read_only": read_only, "config_source": source,
-            "source": source, "is_default": source == SOURCE_DEFAULT, "is_sensitive": False,
-            "synonyms": []}
+def _entry(name: str, value: Any, where: list[Synonym], read_only: bool, include_synonyms: bool,
+           sensitive: bool = False) -> dict[str, Any]:
+    """A DescribeConfigs entry: its source is that of its first synonym (the default without any); its
+    value is never shown if `sensitive`."""
+    source = SOURCES[where[0].layer] if where else SOURCE_DEFAULT
+    shown = None if sensitive or value is None else render(value)
+    return {"name": name, "value": shown, "read_only": read_only, "config_source": source, "source": source,
+            "is_default": source == SOURCE_DEFAULT, "is_sensitive": sensitive,
+            "synonyms": [{"name": s.name, "value": s.value, "source": SOURCES[s.layer]} for s in where]
+            if include_synonyms else []}
 
 
 @handles(ALTER_CONFIGS, 0, 2)
