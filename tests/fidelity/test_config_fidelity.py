@@ -88,3 +88,13 @@ def _librdkafka_synonyms(t: Target, topic: str) -> list[str]:
     for synonyms; it keeps one per name)."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
     return list(t.admin.describe_configs([resource])[resource].result(30)["retention.ms"].synonyms)
+
+
+def test_a_listener_s_tls_files_change_only_with_its_prefix_and_only_on_one_broker(peers: Peers) -> None:
+    """Kafka's dynamic listener SSL configs: ``ssl.keystore.location`` without the listener prefix, and a
+    listener's keystore on the cluster default, are INVALID_REQUEST (a keystore that does not load or
+    names another subject is refused alike: tests/broker/test_certificate_rotation.py)."""
+    def scenario(t: Target):
+        return (_alter(t, str(t.node_id), "ssl.keystore.location", "/nowhere/broker.pem"),
+                _alter(t, "", "listener.name.ssl.ssl.keystore.location", "/nowhere/broker.pem"))
+    assert peers.same(scenario) == ("invalid_request", "invalid_request")

@@ -107,3 +107,31 @@ def make_pki(directory: Path) -> Pki:
         paths[name] = directory / f"{name}.pem"
         paths[name].write_bytes(content)
     return Pki(**paths)
+
+
+@dataclass(frozen=True)
+class RenewedPki:
+    """A new CA and what it signs: the broker certificate rotated in (the same subject and names as
+    make_pki's, so Kafka's checks accept it) and a client certificate of the new CA."""
+
+    ca: Path
+    broker: Path  # broker private key + certificate chain (PEM keystore)
+    broker_serial: int
+    client_cert: Path  # CN=client,OU=tests,O=strom, signed by the new CA
+    client_key: Path
+
+
+def renewed_pki(directory: Path) -> RenewedPki:
+    """Certificates of a new CA, for rotating a running broker's keystore and truststore."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, broker_key, client_key = _key(), _key(), _key()
+    ca_name = _name(O="strom", CN="strom renewed CA")
+    ca = _certificate(ca_name, ca_key, ca_name, ca_key, ca=True)
+    broker = _certificate(_name(O="strom", CN="localhost"), broker_key, ca_name, ca_key, server=True)
+    client = _certificate(_name(O="strom", OU="tests", CN="client"), client_key, ca_name, ca_key)
+    files = {"ca": _pem(ca), "broker": _key_pem(broker_key) + _pem(broker) + _pem(ca),
+             "client_cert": _pem(client), "client_key": _key_pem(client_key)}
+    paths = {name: directory / f"renewed_{name}.pem" for name in files}
+    for name, content in files.items():
+        paths[name].write_bytes(content)
+    return RenewedPki(broker_serial=broker.serial_number, **paths)

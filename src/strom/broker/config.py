@@ -153,6 +153,10 @@ BROKER_SPECS: dict[str, Spec] = {
     "ssl.truststore.location": Spec(str, "", "PEM file of the CAs whose client certificates are trusted"),
     "ssl.client.auth": Spec(_choice("none", "requested", "required"), "none",
                             "ask TLS clients for a certificate (required: mutual TLS)"),
+    "ssl.allow.dn.changes": Spec(_bool, False, "accept a keystore set at run time whose certificate has "
+                                 "another subject than the one in use"),
+    "ssl.allow.san.changes": Spec(_bool, False, "accept a keystore set at run time whose certificate "
+                                  "lacks a subject alternative name of the one in use"),
     "sasl.enabled.mechanisms": Spec(_mechanisms, "SCRAM-SHA-256,SCRAM-SHA-512",
                                     "SASL mechanisms offered on SASL listeners"),
     "sasl.oauthbearer.jwks.endpoint.url": Spec(
@@ -291,6 +295,11 @@ DYNAMIC_BROKER_KEYS = frozenset({broker_key for _, broker_key, _ in TOPIC_SPECS.
                                 | {"max.connections", "max.connections.per.ip"})
 """The broker configs Kafka changes at run time (IncrementalAlterConfigs on a BROKER resource) that strom
 serves: the topic defaults (read at each use) and the connection limits."""
+RELOADABLE_SSL_KEYS = frozenset({"ssl.keystore.type", "ssl.keystore.location", "ssl.key.password",
+                                 "ssl.truststore.type", "ssl.truststore.location"})
+"""...and the TLS files of a listener, changed only per listener and per broker as in Kafka
+(``listener.name.<listener>.ssl.keystore.location`` on this broker's resource): a certificate rotated
+without a restart."""
 PER_BROKER, CLUSTER_DEFAULT = "broker", "cluster-default"
 """Kafka's two layers of dynamic broker configs: this broker's (resource name = its node id) over the
 cluster-wide default (resource name empty), both over the static config."""
@@ -336,6 +345,36 @@ def synonym_names(name: str) -> Sequence[str]:
         return KAFKA_BROKER_SYNONYMS.get(name, (name,))
     _, mechanism, key = _listener_override(name)
     return (name, key) if not mechanism or key in KAFKA_MECHANISM_KEYS else (name,)
+
+
+def _dynamic_name(key: str, layer: str) -> str:
+    """The broker config a dynamic ``key`` sets; NotDynamicError with Kafka's words if it cannot be set at
+    run time in ``layer``."""
+    if key.startswith(LISTENER_PREFIX):
+        try:
+            _, mechanism, name = _listener_override(key)
+        except KeyError:
+            mechanism, name = "", key
+        if mechanism or name not in RELOADABLE_SSL_KEYS:
+            raise NotDynamicError(f"Cannot update these configs dynamically: Set({key}) (of a listener's "
+                                  f"keys, only {', '.join(sorted(RELOADABLE_SSL_KEYS))} change at run time)")
+        if layer != PER_BROKER:
+            raise NotDynamicError(f"Cannot update these configs at default cluster level, broker id must be "
+                                  f"specified: Set({key})")
+        return name
+    if key in RELOADABLE_SSL_KEYS:
+        raise NotDynamicError(f"These security configs can be dynamically updated only per-listener using "
+                              f"the listener prefix: Set({key}) (set listener.name.<listener>.{key})")
+    if key not in DYNAMIC_BROKER_KEYS:
+        raise NotDynamicError(f"Cannot update these configs dynamically: Set({key}) (restart the broker "
+                              "with --config key=value)")
+    return key
+
+
+def _listener_key(key: str) -> str:
+    """A ``listener.name.<listener>.<key>`` key with the listener's name in lower case, as stored."""
+    listener, _, rest = key[len(LISTENER_PREFIX):].partition(".")
+    return f"{LISTENER_PREFIX}{listener.lower()}.{rest}"
 
 
 def is_sensitive(name: str) -> bool:
@@ -402,21 +441,20 @@ class BrokerConfig:
         """The configs listener ``name`` (and SASL ``mechanism`` on it) works with."""
         return ListenerConfig(self, name.upper(), mechanism.lower())
 
-    def set_dynamic(self, layer: str, configs: Mapping[str, Any], validate_only: bool = False) -> None:
+    def set_dynamic(self, layer: str, configs: Mapping[str, Any]) -> None:
         """Replaces one layer's dynamic configs; NotDynamicError (INVALID_REQUEST) for a key Kafka does not
-        change at run time, ValueError (INVALID_CONFIG) for a bad value, and nothing changes."""
+        change at run time (or not in this layer), ValueError (INVALID_CONFIG) for a bad value, and nothing
+        changes."""
         parsed = {}
         for key, value in configs.items():
-            if key not in DYNAMIC_BROKER_KEYS:
-                raise NotDynamicError(f"Cannot update these configs dynamically: Set({key}) (restart the "
-                                      "broker with --config key=value)")
+            name = _dynamic_name(key, layer)
             try:
-                parsed[key] = BROKER_SPECS[key].parse(value)
+                stored = _listener_key(key) if key.startswith(LISTENER_PREFIX) else key
+                parsed[stored] = BROKER_SPECS[name].parse(value)
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"Invalid value {value!r} for broker config {key!r}: "
-                                 f"expected {exc}.") from exc
-        if not validate_only:
-            self.dynamic[layer] = parsed
+                shown = "(not shown: it holds secrets)" if name in SENSITIVE_KEYS else repr(value)
+                raise ValueError(f"Invalid value {shown} for broker config {key!r}: expected {exc}.") from exc
+        self.dynamic[layer] = parsed
 
     def synonyms(self, name: str) -> list[Synonym]:
         """Where config ``name`` is set, as Kafka's DescribeConfigs lists its synonyms: each of its names
@@ -448,6 +486,9 @@ class ListenerConfig:
         self.config, self.listener, self.mechanism = config, listener, mechanism
 
     def __getitem__(self, key: str) -> Any:
+        dynamic = self.config.dynamic[PER_BROKER]
+        if self.key(key) in dynamic:
+            return dynamic[self.key(key)]
         for mechanism in dict.fromkeys((self.mechanism, "")):
             layer = self.config.per_listener.get((self.listener, mechanism), {})
             if key in layer:
@@ -456,10 +497,15 @@ class ListenerConfig:
             return LISTENER_ONLY_SPECS[key].default
         return self.config[key]
 
+    def key(self, key: str) -> str:
+        """``key`` of this listener: ``listener.name.<listener>.<key>``."""
+        return f"{LISTENER_PREFIX}{self.listener.lower()}.{key}"
+
     def overrides(self, key: str) -> bool:
-        """Whether this listener (or its mechanism) sets ``key`` itself."""
-        return any(key in self.config.per_listener.get((self.listener, mechanism), {})
-                   for mechanism in (self.mechanism, ""))
+        """Whether this listener (or its mechanism) sets ``key`` itself, at start or at run time."""
+        return self.key(key) in self.config.dynamic[PER_BROKER] or any(
+            key in self.config.per_listener.get((self.listener, mechanism), {})
+            for mechanism in (self.mechanism, ""))
 
 
 def parse_topic_configs(configs: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,9 +1,12 @@
 """Configs changed at run time with (Incremental)AlterConfigs: the broker's dynamic configs (Kafka's
 per-broker and cluster-default layers) and group configs.
 
-They are kept in ``<data dir>/dynamic-configs.json`` and applied again at start, as Kafka keeps them
+They are kept in ``<data dir>/dynamic-configs.json`` (readable by the broker's user only: a listener's
+key password is among them, as in Kafka's metadata log) and applied again at start, as Kafka keeps them
 in its metadata log. A broker config change applies at once: topics without their own value of a
-``log.*`` default take the new one at their next append, roll or retention pass.
+``log.*`` default take the new one at their next append, roll or retention pass; a listener whose
+keystore or truststore is set (even to the same path: the file is read again) gives new connections
+the new certificate once it has loaded and matches the one in use.
 
 Group configs are KIP-848's (``consumer.session.timeout.ms``, ``consumer.heartbeat.interval.ms``):
 stored and described as Kafka does, within Kafka's bounds; they govern groups of the consumer protocol,
@@ -13,12 +16,22 @@ which strom broker does not serve, so its classic groups keep the session timeou
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from strom.broker.config import CLUSTER_DEFAULT, PER_BROKER, BrokerConfig, parse_group_configs, render
+from strom.broker.config import (
+    CLUSTER_DEFAULT,
+    LISTENER_PREFIX,
+    PER_BROKER,
+    BrokerConfig,
+    parse_group_configs,
+    render,
+)
 from strom.broker.log.manager import LogManager
+from strom.broker.security.tls import KeystoreRefused, ListenerTls
+from strom.errors import BrokerStartError
 
 
 class DynamicConfigs:
@@ -29,19 +42,41 @@ class DynamicConfigs:
         self._config = config
         self._logs = logs
         self.groups: dict[str, dict[str, int]] = {}
+        self.tls = ListenerTls(config)
+        """The TLS context each listener gives new connections."""
         if self._path.exists():
             saved = json.loads(self._path.read_text())
             for layer in (PER_BROKER, CLUSTER_DEFAULT):
                 config.set_dynamic(layer, saved["broker"][layer])
             self.groups = {group: parse_group_configs(configs) for group, configs in saved["groups"].items()}
             logs.refresh_topic_defaults()
+            try:
+                self.tls.reload(self.tls.listeners(config.dynamic[PER_BROKER]), compare=False)()
+            except KeystoreRefused as exc:
+                raise BrokerStartError(f"{exc} (set at run time, kept in {self._path}: set it again "
+                                       "before the restart, or remove it there)") from None
 
-    def alter_broker(self, layer: str, configs: Mapping[str, Any], validate_only: bool) -> None:
-        """Replaces a layer's dynamic configs (ValueError: nothing changes)."""
-        self._config.set_dynamic(layer, configs, validate_only)
-        if not validate_only:
-            self._save()
-            self._logs.refresh_topic_defaults()
+    def alter_broker(self, layer: str, configs: Mapping[str, Any], validate_only: bool,
+                     named: Iterable[str] = ()) -> None:
+        """Replaces a layer's dynamic configs (ValueError: nothing changes). A listener whose TLS keys
+        change or are ``named`` (set again, to the same file) reads its keystore and truststore again;
+        KeystoreRefused if they do not load or the certificate does not match the one in use."""
+        before = self._config.dynamic[layer]
+        self._config.set_dynamic(layer, configs)
+        try:
+            changed = {k for k in {*before, *self._config.dynamic[layer]}
+                       if before.get(k) != self._config.dynamic[layer].get(k)}
+            use = self.tls.reload(self.tls.listeners(k for k in {*changed, *named}
+                                                     if k.startswith(LISTENER_PREFIX)))
+        except BaseException:
+            self._config.dynamic[layer] = before
+            raise
+        if validate_only:
+            self._config.dynamic[layer] = before
+            return
+        use()
+        self._save()
+        self._logs.refresh_topic_defaults()
 
     def alter_group(self, group: str, configs: Mapping[str, Any], validate_only: bool) -> None:
         """Replaces a group's configs (ValueError: nothing changes)."""
@@ -59,5 +94,6 @@ class DynamicConfigs:
                             for layer in (PER_BROKER, CLUSTER_DEFAULT)},
                  "groups": self.groups}
         temporary = self._path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(saved))
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+            file.write(json.dumps(saved))
         temporary.replace(self._path)

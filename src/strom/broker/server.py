@@ -200,9 +200,10 @@ class ConnectionHandler:
                             listener: Listener) -> PlainChannel | TlsChannel | None:
         """The connection's channel once its TLS handshake (if any) is done; None if it failed
         (logged: a client that does not trust us, an untrusted client certificate, plaintext)."""
-        if listener.tls is None:
+        context = self.broker.dynamic_configs.tls.context(listener)  # a rotated certificate's, if any
+        if context is None:
             return PlainChannel(sock)
-        channel = TlsChannel(sock, listener.tls)
+        channel = TlsChannel(sock, context)
         try:
             await asyncio.wait_for(channel.handshake(), TLS_HANDSHAKE_SECONDS)
         except (ssl.SSLError, TimeoutError, ConnectionError) as exc:

@@ -16,7 +16,9 @@ from strom.broker.config import (
     DEFAULT,
     DYNAMIC_BROKER_KEYS,
     GROUP_SPECS,
+    LISTENER_PREFIX,
     PER_BROKER,
+    RELOADABLE_SSL_KEYS,
     STATIC,
     TOPIC_SYNONYM,
     BrokerConfig,
@@ -34,6 +36,7 @@ from strom.broker.log.manager import (
 )
 from strom.broker.log.partition import OffsetOutOfRangeError
 from strom.broker.security.acls import CLUSTER_NAME, Operation, ResourceType
+from strom.broker.security.tls import KeystoreRefused
 
 CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 19, 20, 21
 DESCRIBE_CONFIGS, ALTER_CONFIGS, CREATE_PARTITIONS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 37, 44
@@ -227,9 +230,10 @@ def _describe_broker(ctx: RequestContext, name: str, keys: Any, synonyms: bool) 
     if not name:
         return [_entry(k, v, [s for s in config.synonyms(k) if s.layer == CLUSTER_DEFAULT], False, synonyms)
                 for k, v in config.dynamic[CLUSTER_DEFAULT].items() if keys is None or k in keys]
-    values = {**{key: config[key] for key in BROKER_SPECS}, **config.static_listener_keys}
-    return [_entry(key, value, config.synonyms(key), key not in DYNAMIC_BROKER_KEYS, synonyms,
-                   is_sensitive(key))
+    values = {**{key: config[key] for key in BROKER_SPECS}, **config.static_listener_keys,
+              **{k: v for k, v in config.dynamic[PER_BROKER].items() if k.startswith(LISTENER_PREFIX)}}
+    return [_entry(key, value, config.synonyms(key), key not in DYNAMIC_BROKER_KEYS | RELOADABLE_SSL_KEYS,
+                   synonyms, is_sensitive(key))
             for key, value in values.items() if keys is None or key in keys]
 
 
@@ -296,7 +300,8 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool, incremental:
             config = ctx.broker.config
             current = {k: render(v) for k, v in config.dynamic[layer].items()}
             effective = {k: config[k] for k in BROKER_SPECS}
-            dynamic.alter_broker(layer, new_values(current, effective), validate_only)
+            dynamic.alter_broker(layer, new_values(current, effective), validate_only,
+                                 [c.name for c in resource.configs])
         elif resource.resource_type == GROUP_RESOURCE:
             current = {k: str(v) for k, v in dynamic.groups.get(name, {}).items()}
             defaults = {k: default for k, (_, default) in GROUP_SPECS.items()}
@@ -311,7 +316,7 @@ def _alter(ctx: RequestContext, resource: Any, validate_only: bool, incremental:
                            "cannot be altered (topic, broker and group configs can)")
     except _Refused as refused:
         response.update(error_code=refused.code, error_message=str(refused))
-    except NotDynamicError as exc:
+    except (NotDynamicError, KeystoreRefused) as exc:
         response.update(error_code=ErrorCode.invalid_request, error_message=str(exc))
     except ValueError as exc:
         response.update(error_code=ErrorCode.invalid_config, error_message=str(exc))

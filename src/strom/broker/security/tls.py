@@ -1,20 +1,30 @@
-"""TLS for listeners with the standard library's `ssl`: the server context from PEM files, a
-channel that runs TLS over a non-blocking socket through memory BIOs, and the principal of a
-client certificate."""
+"""TLS for listeners with the standard library's `ssl`: the server context from PEM files (replaced at
+run time when a listener's certificate is rotated), a channel that runs TLS over a non-blocking socket
+through memory BIOs, and the principal of a client certificate."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import ssl
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cryptography import x509
+
+from strom.broker.security.listeners import listener_specs
 from strom.errors import BrokerStartError
 
 if TYPE_CHECKING:
-    from strom.broker.config import ListenerConfig
+    from strom.broker.config import BrokerConfig, ListenerConfig
+    from strom.broker.security.listeners import Listener
+
+log = logging.getLogger(__name__)
 
 RECEIVE_BYTES = 256 << 10
 FILE_CHUNK_BYTES = 1 << 20
@@ -68,6 +78,103 @@ def listener_client_auth(config: ListenerConfig, protocol: str) -> str:
     if protocol == "SSL" or config.overrides("ssl.client.auth"):
         return config["ssl.client.auth"]
     return "none"
+
+
+class KeystoreRefused(ValueError):
+    """A listener's new keystore or truststore does not load, or its certificate does not match the one in
+    use (Kafka answers INVALID_REQUEST); nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Certificate:
+    """What a listener's certificate says it is, compared when it is replaced (as Kafka compares them)."""
+
+    subject: x509.Name
+    alternative_names: frozenset[x509.GeneralName]
+    serial: int
+    expires: str
+
+    @classmethod
+    def of_keystore(cls, path: str) -> Certificate:
+        """The first certificate of a PEM keystore (the broker's own; its chain follows)."""
+        leaf = x509.load_pem_x509_certificates(Path(path).read_bytes())[0]
+        try:
+            names = frozenset(leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+        except x509.ExtensionNotFound:
+            names = frozenset()
+        return cls(leaf.subject, names, leaf.serial_number, leaf.not_valid_after_utc.isoformat())
+
+    def refusal(self, new: Certificate, config: ListenerConfig, key: str) -> str | None:
+        """Why ``new`` may not replace this certificate unless the operator allowed it, None if it may:
+        another subject, or a subject alternative name of this one missing."""
+        if self.subject != new.subject and not config["ssl.allow.dn.changes"]:
+            return (f"The certificate in {key} is for {new.subject.rfc4514_string()}, the one in use for "
+                    f"{self.subject.rfc4514_string()}: clients may expect that name. Issue it for the same "
+                    f"subject, or start the broker with {_named(config, 'ssl.allow.dn.changes')}=true.")
+        missing = self.alternative_names - new.alternative_names
+        if missing and not config["ssl.allow.san.changes"]:
+            return (f"The certificate in {key} lacks the subject alternative names "
+                    f"{', '.join(sorted(str(n.value) for n in missing))} of the one in use: clients "
+                    "connecting by those names would be refused. Issue it with them, or start the broker "
+                    f"with {_named(config, 'ssl.allow.san.changes')}=true.")
+        return None
+
+
+class ListenerTls:
+    """The TLS context each listener gives new connections: the one it was bound with until its keystore
+    or truststore is set at run time (``listener.name.<listener>.ssl.*``, Kafka's dynamic listener SSL
+    configs); connections already open keep the context they started with."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self._config = config
+        specs = listener_specs(config["listeners"], config["listener.security.protocol.map"], "", 0)
+        self._protocols = {spec.name: spec.protocol for spec in specs if spec.uses_tls}
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._certificates = {name: Certificate.of_keystore(config.listener(name)["ssl.keystore.location"])
+                              for name in self._protocols}
+
+    def context(self, listener: Listener) -> ssl.SSLContext | None:
+        return self._contexts.get(listener.name, listener.tls)
+
+    def listeners(self, keys: Iterable[str]) -> set[str]:
+        """The listeners whose TLS files ``listener.name.<listener>.ssl.*`` keys name; KeystoreRefused if
+        one is not a TLS listener of this broker."""
+        named = {key.split(".")[2].upper() for key in keys if key.startswith("listener.name.")}
+        unknown = sorted(named - set(self._protocols))
+        if unknown:
+            raise KeystoreRefused(f"listener.name.{unknown[0].lower()}.* names listener {unknown[0]}, which "
+                                  "is not a TLS listener of this broker (those are: "
+                                  f"{', '.join(sorted(self._protocols)) or 'none'}).")
+        return named
+
+    def reload(self, names: Iterable[str], compare: bool = True) -> Callable[[], None]:
+        """Reads the keystore and truststore of listeners ``names`` again, as the config now names them;
+        KeystoreRefused naming the key (never a password) if one does not load or, with ``compare``, its
+        certificate does not match the one in use. Returns what puts the new contexts in use."""
+        built = {}
+        for name in names:
+            config = self._config.listener(name)
+            try:
+                context = server_context(config, listener_client_auth(config, self._protocols[name]))
+            except BrokerStartError as exc:
+                raise KeystoreRefused(str(exc)) from None
+            key = f"{_named(config, 'ssl.keystore.location')}={config['ssl.keystore.location']}"
+            try:
+                certificate = Certificate.of_keystore(config["ssl.keystore.location"])
+            except ValueError as exc:
+                raise KeystoreRefused(f"Cannot read the certificate of {key}: {exc}.") from None
+            refusal = self._certificates[name].refusal(certificate, config, key) if compare else None
+            if refusal is not None:
+                raise KeystoreRefused(refusal)
+            built[name] = context, certificate, key
+
+        def use() -> None:
+            for name, (context, certificate, key) in built.items():
+                self._contexts[name], self._certificates[name] = context, certificate
+                log.info("listener %s: new connections get the certificate of %s (%s, serial %x, valid until "
+                         "%s); open connections keep theirs", name, key, certificate.subject.rfc4514_string(),
+                         certificate.serial, certificate.expires)
+        return use
 
 
 def _named(config: ListenerConfig, key: str) -> str:
