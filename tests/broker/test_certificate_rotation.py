@@ -119,6 +119,11 @@ def test_a_rotated_certificate_serves_new_clients_old_connections_keep_theirs_an
                        renewed.client_key) == again.broker_serial
         saved = broker.data_dir / "dynamic-configs.json"
         assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+        broker.stop()
+        renewed.broker.unlink()  # gone before a restart: the start stops, naming the key
+        with pytest.raises(StromError):
+            broker.start()
+        assert f"Cannot read {KEYSTORE}={renewed.broker}: no such file." in broker.log_path.read_text()
     finally:
         broker.stop()
 

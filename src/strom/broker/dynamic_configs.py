@@ -53,8 +53,8 @@ class DynamicConfigs:
             try:
                 self.tls.reload(self.tls.listeners(config.dynamic[PER_BROKER]), compare=False)()
             except KeystoreRefused as exc:
-                raise BrokerStartError(f"{exc} (set at run time, kept in {self._path}: set it again "
-                                       "before the restart, or remove it there)") from None
+                raise BrokerStartError(f"{exc} It was set at run time and is kept in {self._path}: put the "
+                                       "file back, or remove the key there.") from None
 
     def alter_broker(self, layer: str, configs: Mapping[str, Any], validate_only: bool,
                      named: Iterable[str] = ()) -> None:

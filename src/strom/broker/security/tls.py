@@ -130,7 +130,7 @@ class ListenerTls:
         specs = listener_specs(config["listeners"], config["listener.security.protocol.map"], "", 0)
         self._protocols = {spec.name: spec.protocol for spec in specs if spec.uses_tls}
         self._contexts: dict[str, ssl.SSLContext] = {}
-        self._certificates = {name: Certificate.of_keystore(config.listener(name)["ssl.keystore.location"])
+        self._certificates = {name: _in_use(config.listener(name)["ssl.keystore.location"])
                               for name in self._protocols}
 
     def context(self, listener: Listener) -> ssl.SSLContext | None:
@@ -163,7 +163,8 @@ class ListenerTls:
                 certificate = Certificate.of_keystore(config["ssl.keystore.location"])
             except ValueError as exc:
                 raise KeystoreRefused(f"Cannot read the certificate of {key}: {exc}.") from None
-            refusal = self._certificates[name].refusal(certificate, config, key) if compare else None
+            current = self._certificates[name] if compare else None
+            refusal = current.refusal(certificate, config, key) if current is not None else None
             if refusal is not None:
                 raise KeystoreRefused(refusal)
             built[name] = context, certificate, key
@@ -175,6 +176,17 @@ class ListenerTls:
                          "%s); open connections keep theirs", name, key, certificate.subject.rfc4514_string(),
                          certificate.serial, certificate.expires)
         return use
+
+
+def _in_use(keystore: str) -> Certificate | None:
+    """The certificate of a keystore the listener loaded at start; None if it is not one `cryptography`
+    reads (then a rotation is not compared with it)."""
+    try:
+        return Certificate.of_keystore(keystore)
+    except (ValueError, OSError):
+        log.warning("cannot read the certificate of %s: a certificate set at run time will not be compared "
+                    "with it", keystore)
+        return None
 
 
 def _named(config: ListenerConfig, key: str) -> str:
