@@ -18,6 +18,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
 from strom.broker import EmbeddedBroker
 from strom.broker.config import BrokerConfig, NotDynamicError
+from strom.broker.security.tls import KeystoreRefused, ListenerTls
 from strom.errors import StromError
 from strom.kafka import clients
 from strom.kafka.wire import WireClient
@@ -172,3 +173,17 @@ def test_listener_tls_files_change_only_per_listener_on_this_broker_and_win_over
         with pytest.raises(NotDynamicError, match=said):
             config.set_dynamic(layer, {key: "x"})
     assert config.dynamic["broker"] == {KEYSTORE: "/keys/c.pem"}
+
+
+def test_a_certificate_without_a_name_of_the_one_in_use_is_refused_unless_allowed(tmp_path: Path, pki: Pki):
+    nameless = renewed_pki(tmp_path / "nameless", alternative_names=False)
+    for allowed, refused in (("false", True), ("true", False)):
+        config = BrokerConfig({"listeners": "SSL://127.0.0.1:0", "ssl.keystore.location": str(pki.broker),
+                               "listener.name.ssl.ssl.allow.san.changes": allowed})
+        tls = ListenerTls(config)
+        config.set_dynamic("broker", {KEYSTORE: str(nameless.broker)})
+        if refused:
+            with pytest.raises(KeystoreRefused, match=r"alternative names 127\.0\.0\.1, localhost"):
+                tls.reload(tls.listeners([KEYSTORE]))
+        else:
+            tls.reload(tls.listeners([KEYSTORE]))()

@@ -121,13 +121,15 @@ class RenewedPki:
     client_key: Path
 
 
-def renewed_pki(directory: Path) -> RenewedPki:
-    """Certificates of a new CA, for rotating a running broker's keystore and truststore."""
+def renewed_pki(directory: Path, alternative_names: bool = True) -> RenewedPki:
+    """Certificates of a new CA, for rotating a running broker's keystore and truststore (without
+    ``alternative_names``, a broker certificate lacking make_pki's localhost/127.0.0.1)."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, broker_key, client_key = _key(), _key(), _key()
     ca_name = _name(O="strom", CN="strom renewed CA")
     ca = _certificate(ca_name, ca_key, ca_name, ca_key, ca=True)
-    broker = _certificate(_name(O="strom", CN="localhost"), broker_key, ca_name, ca_key, server=True)
+    broker = _certificate(_name(O="strom", CN="localhost"), broker_key, ca_name, ca_key,
+                          server=alternative_names)
     client = _certificate(_name(O="strom", OU="tests", CN="client"), client_key, ca_name, ca_key)
     files = {"ca": _pem(ca), "broker": _key_pem(broker_key) + _pem(broker) + _pem(ca),
              "client_cert": _pem(client), "client_key": _key_pem(client_key)}
