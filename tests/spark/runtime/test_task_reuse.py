@@ -48,6 +48,16 @@ def test_next_batch_reuses_the_open_task_and_a_fenced_one_is_reopened(broker, co
     assert read_updates(bootstrap, names["sink"]) == {"a": [1, 2, 3], "b": [1, 2]}
 
 
+def test_a_micro_batch_task_s_own_producer_is_patient(broker, counting):
+    """A stall of a micro-batch task's producer fails its Spark task, so it waits the commit timeout
+    (docs/runtime.md); a stream thread's producers keep the short bounds."""
+    topology, config, names = counting
+    run_batch(topology, config, broker.bootstrap_servers, names["source"], 0, 2)
+    parked = PARKED.peek((config.application_id, "0_0"))
+    assert isinstance(parked, OpenTask) and parked.transactions is not None
+    assert parked.transactions.patient
+
+
 def test_batch_not_starting_where_the_task_stands_reopens_it(broker, counting):
     topology, config, names = counting
     bootstrap, source = broker.bootstrap_servers, names["source"]
