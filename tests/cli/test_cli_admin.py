@@ -9,7 +9,8 @@ import re
 import pytest
 from confluent_kafka import KafkaException
 
-from cli.strom_cli import unique
+from cli.strom_cli import subprocess_strom, unique
+from strom.broker import EmbeddedBroker
 from strom.kafka import clients
 
 pytestmark = pytest.mark.broker
@@ -29,6 +30,19 @@ def test_alter_config_sets_and_removes_topic_configs(strom):
     assert configs()["retention.ms"][1] == "default"
     assert "retention.ms" in strom.fails("topics", "alter-config", topic, "--set", "retention.ms=abc")
     assert "at least one" in strom.fails("topics", "alter-config", topic)
+
+
+def test_describe_names_the_layer_each_config_comes_from(tmp_path):
+    """A value the topic inherits from the broker's config is not the topic's own (as Kafka's sources say)."""
+    with EmbeddedBroker(data_dir=tmp_path, config={"log.segment.bytes": "2000000"}) as broker:
+        topic, at = unique("layers"), ("-b", broker.bootstrap_servers)
+        assert subprocess_strom("topics", "create", topic, "--config", "retention.ms=60000", *at).code == 0
+        described = subprocess_strom("topics", "describe", topic, "--output", "json", *at)
+        assert described.code == 0, described.err
+        sources = {c["config"]: (c["value"], c["source"]) for c in json.loads(described.out)["configs"]}
+    assert sources["retention.ms"] == ("60000", "topic")
+    assert sources["segment.bytes"] == ("2000000", "broker static")
+    assert sources["cleanup.policy"] == ("delete", "default")
 
 
 def test_add_partitions_grows_a_topic_and_refuses_to_shrink_it(strom):

@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+)
 
 from strom.cli.broker import parse_config
 from strom.cli.connection import TIMEOUT, Connection, connection_options
@@ -87,12 +94,20 @@ def watermarks(connection: Connection, topic: str, partitions: list[int]) -> dic
         consumer.close()
 
 
+_SOURCES = {ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic", ConfigSource.DYNAMIC_BROKER_CONFIG: "broker",
+            ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: "cluster default",
+            ConfigSource.STATIC_BROKER_CONFIG: "broker static", ConfigSource.DEFAULT_CONFIG: "default"}
+"""Where a topic's config comes from (Kafka's layers, as kafka-configs --describe names them, in words)."""
+
+
 def _configs(connection: Connection, name: str) -> list[dict[str, Any]]:
     resource = ConfigResource("topic", name)
     configs = result(connection.admin().describe_configs([resource], request_timeout=TIMEOUT)[resource],
                      f"describe the configs of {name!r}", denied(connection, name, "DescribeConfigs"))
-    return [{"config": key, "value": entry.value, "source": "default" if entry.is_default else "topic"}
+    return [{"config": key, "value": entry.value,
+             "source": _SOURCES.get(ConfigSource(entry.source), "unknown")}
             for key, entry in sorted(configs.items())]
+
 
 
 @topics.command("describe")
