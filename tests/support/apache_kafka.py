@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -277,8 +278,8 @@ class KafkaCluster:
         java_command()
         class_path()
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        for node in range(self.brokers):
-            self._format(node)
+        with ThreadPoolExecutor(self.brokers) as pool:  # one JVM each: side by side
+            list(pool.map(self._format, range(self.brokers)))
         try:
             for node in range(self.brokers):
                 self._spawn(node)
