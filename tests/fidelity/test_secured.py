@@ -1,9 +1,17 @@
-"""Secured fidelity: the same client calls against a secured Apache Kafka node (SASL_SSL SCRAM-SHA-512,
-mutual TLS, StandardAuthorizer with allow.everyone.if.no.acl.found=false) and a secured strom broker
-give the same error codes: refused logins, each operation refused until an ACL allows it, what ACLs
+"""Secured fidelity: the same client calls against a secured 3-node Apache Kafka cluster (SASL_SSL
+SCRAM-SHA-512, mutual TLS, StandardAuthorizer with allow.everyone.if.no.acl.found=false; replication and
+the KRaft quorum over mutual TLS, topics replicated 3 times, min.insync.replicas 2) and a secured strom
+broker give the same error codes: refused logins, each operation refused until an ACL allows it, what ACLs
 allow, certificate principals, the SCRAM credential APIs, and OAUTHBEARER tokens judged by both
 validators (unsecured JWS; signed by a throwaway identity provider's key), and Kafka's per-listener keys
-(a listener's own certificate, JAAS configs) given alike to both, and listed alike by DescribeConfigs."""
+(a listener's own certificate, JAAS configs) given alike to both, and listed alike by DescribeConfigs.
+
+Each node of the cluster learns a topic, an ACL or a SCRAM change from the metadata log on its own, a
+moment after the call that made it returned: a scenario goes on only once every node has it
+(``ClusterAdmin``), so a client reaching any node meets the same state. What a cluster answers otherwise
+than one strom broker is not compared: a topic's replicas (3 on Kafka, 1 on strom broker) and the node
+ids; every client call here gets the same answer from both (a produce with acks=all is written on 2 of
+3 replicas at least, as min.insync.replicas asks)."""
 
 from __future__ import annotations
 
@@ -40,6 +48,7 @@ from support.kafka import unique
 from support.secured_clients import (
     DENY,
     PREFIXED,
+    ClusterAdmin,
     acl,
     certificate_issuer,
     consume_error,
@@ -51,7 +60,6 @@ from support.secured_clients import (
     oauth_settings,
     produce_error,
     sasl_settings,
-    settled,
     unsecured_jws,
 )
 
@@ -75,12 +83,14 @@ class Side:
     def mtls(self, cert: Path, key: Path) -> dict[str, str]:
         return mtls_settings(self.tls_servers, self.pki.ca, cert, key)
 
-    def admin(self) -> AdminClient:
-        return AdminClient(self.sasl("admin"))
+    def admin(self) -> ClusterAdmin:
+        """The super user's admin client, whose changes settle on each node."""
+        return ClusterAdmin(self.sasl("admin"))
 
     def topic(self, prefix: str, partitions: int = 1) -> str:
-        name, admin = unique(prefix), self.admin()  # the client must outlive its futures
-        admin.create_topics([NewTopic(name, partitions)])[name].result()
+        """A new topic, known to each node."""
+        name = unique(prefix)
+        self.admin().create_topic(name, partitions)
         return name
 
 
@@ -116,20 +126,30 @@ def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> It
     pki = make_pki(tmp_path_factory.mktemp("secured-pki"))
     security = KafkaSecurity(pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE,
                              jwks_issuer=ISSUER, listener_keys=same_listener_keys(pki))
-    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=1, security=security)
-    # one strom broker, its listeners configured by the same per-listener keys as Kafka's
-    strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": "User:admin", **oauth_listener(security.oauth_listener()), **same_listener_keys(pki)})
-    try:
-        kafka.start()
-        yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers,
-                    kafka.oauth_bootstrap_servers, pki),
-               Side("strom-broker", strom.listeners["SASL_SSL"], strom.listeners["SSL"],
-                    strom.listeners["OAUTH"], pki))
-    finally:
-        kafka.stop()
-        strom.stop()
+    # the JIT's first tier only: 3 JVMs start on 2 cores some 5 s sooner, and answer alike
+    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=3, security=security,
+                         java_options=["-XX:TieredStopAtLevel=1"])
+    with ThreadPoolExecutor(1) as pool:
+        kafka_started = pool.submit(kafka.start)  # the nodes start while strom broker does
+        try:
+            # one strom broker, its listeners configured by the same per-listener keys as Kafka's
+            strom = start_secured(tmp_path_factory.mktemp("secured-strom"), pki, **{
+                "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": "User:admin", **oauth_listener(security.oauth_listener()),
+                **same_listener_keys(pki)})
+            try:
+                kafka_started.result()
+                yield (Side("apache-kafka", kafka.bootstrap_servers, kafka.ssl_bootstrap_servers,
+                            kafka.oauth_bootstrap_servers, pki),
+                       Side("strom-broker", strom.listeners["SASL_SSL"], strom.listeners["SSL"],
+                            strom.listeners["OAUTH"], pki))
+            finally:
+                strom.stop()
+        finally:
+            kafka_started.exception()  # the start has ended, whether it failed or not
+            for node in kafka.alive():
+                kafka.kill(node)  # nothing here outlives the module: no 6-7 s clean shutdown of 3 nodes
+            kafka.stop()
 
 
 def same(sides: tuple[Side, Side], scenario: Callable[[Side], Any]) -> Any:
@@ -349,13 +369,15 @@ def test_a_certificate_principal_and_the_scram_credential_apis(sides):
         upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
                                               b"carol-password")
         admin.alter_user_scram_credentials([upsert])[user].result()
-        infos = settled(lambda: described_credentials(admin, user), [("SCRAM_SHA_512", 8192)])
+        admin.credentials_settled(user, [("SCRAM_SHA_512", 8192)])
+        infos = described_credentials(admin, user)
         too_few = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 10),
                                                b"x")
         refused = _raised(lambda: admin.alter_user_scram_credentials([too_few])[user].result())
         deleted = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
         admin.alter_user_scram_credentials([deleted])[user].result()
-        missing = settled(lambda: described_credentials(admin, user), "RESOURCE_NOT_FOUND")
+        admin.credentials_settled(user, "RESOURCE_NOT_FOUND")
+        missing = described_credentials(admin, user)
         return [written, infos, refused, missing]
     assert same(sides, scenario) == [None, [("SCRAM_SHA_512", 8192)], "UNACCEPTABLE_CREDENTIAL",
                                      "RESOURCE_NOT_FOUND"]

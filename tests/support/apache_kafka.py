@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -277,8 +278,8 @@ class KafkaCluster:
         java_command()
         class_path()
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        for node in range(self.brokers):
-            self._format(node)
+        with ThreadPoolExecutor(self.brokers) as pool:  # one JVM each: side by side
+            list(pool.map(self._format, range(self.brokers)))
         try:
             for node in range(self.brokers):
                 self._spawn(node)
@@ -398,18 +399,27 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout_s
         warm = "strom-test-warm-up"
         clients.create_topics(self.bootstrap_servers, {warm: 1}, settings=self.admin_settings)
-        consumer = clients.consumer(self.bootstrap_servers, warm, **self.admin_settings)
+        producer = clients.producer(self.bootstrap_servers,
+                                    **{"transactional.id": warm, **self.admin_settings})
+        pool = ThreadPoolExecutor(1)
+        initialised = pool.submit(producer.init_transactions, timeout_s)  # made while the group joins
         try:
-            consumer.subscribe([warm])
+            self._join(warm, deadline, timeout_s)
+            initialised.result()
+        finally:
+            pool.shutdown(wait=False)  # a failed join does not wait for the transactions' timeout
+
+    def _join(self, group: str, deadline: float, timeout_s: float) -> None:
+        """A consumer of ``group`` subscribes to the topic of that name and waits for its assignment."""
+        consumer = clients.consumer(self.bootstrap_servers, group, **self.admin_settings)
+        try:
+            consumer.subscribe([group])
             while not consumer.assignment():
                 consumer.poll(0.2)
                 if time.monotonic() > deadline:
                     raise KafkaSetupError(f"no group coordinator within {timeout_s:.0f} s:\n{self.log(0)}")
         finally:
             consumer.close()
-        producer = clients.producer(self.bootstrap_servers,
-                                    **{"transactional.id": warm, **self.admin_settings})
-        producer.init_transactions(max(1.0, deadline - time.monotonic()))
 
     def log(self, node: int, lines: int = 40) -> str:
         """The last lines of node ``node``'s server.log and stdout."""

@@ -18,6 +18,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewTopic,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -27,7 +28,12 @@ from confluent_kafka.admin import (
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i8
 
 from strom.kafka.wire import WireClient
@@ -69,11 +75,16 @@ def mtls_settings(servers: str, ca: Path, cert: Path, key: Path) -> dict[str, st
 
 
 def certificate_issuer(servers: str) -> str:
-    """The common name of the CA that signed the certificate the TLS listener at ``servers`` presents."""
-    host, _, port = servers.rpartition(":")
-    pem = ssl.get_server_certificate((host, int(port)))
-    return x509.load_pem_x509_certificate(pem.encode()).issuer.get_attributes_for_oid(
-        NameOID.COMMON_NAME)[0].value
+    """The common name of the CA that signed the certificates the TLS listeners at ``servers`` (one, or a
+    cluster's nodes: they must agree) present."""
+    issuers = set()
+    for server in servers.split(","):
+        host, _, port = server.rpartition(":")
+        pem = ssl.get_server_certificate((host, int(port)))
+        issuers.add(x509.load_pem_x509_certificate(pem.encode()).issuer.get_attributes_for_oid(
+            NameOID.COMMON_NAME)[0].value)
+    assert len(issuers) == 1, f"the listeners at {servers} present certificates of several CAs: {issuers}"
+    return issuers.pop()
 
 
 def settled(ask: Callable[[], Any], wanted: Any, seconds: float = 10) -> Any:
@@ -93,16 +104,38 @@ EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, No
 
 
 class ClusterAdmin(AdminClient):
-    """A super user's admin client of a cluster of several nodes. Each node learns an ACL or SCRAM change
-    from the metadata log on its own, so a change made through it settles (``grant``, ``add_user``) on
-    each node: a new user once it logs in at each node alone (a fresh client bootstrapped at one node
-    sends its first request there), ACLs once each node's own authorizer lists them (DescribeAcls sent
-    to that node by strom's one-connection WireClient: librdkafka would send it to any node)."""
+    """A super user's admin client of a cluster of several nodes (or of one). Each node learns a topic, an
+    ACL or a SCRAM change from the metadata log on its own, so a change made through it settles on each
+    node, asked through strom's one-connection WireClient (librdkafka would send DescribeAcls or
+    DescribeUserScramCredentials to any node): a topic once each node's metadata leads each partition
+    (``create_topic``), ACLs once each node's own authorizer lists them (``grant``), a SCRAM credential
+    once each node describes it (``credentials_settled``), a new user once it logs in at each node alone
+    (``add_user``: a fresh client bootstrapped at one node sends its first request there)."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         super().__init__(settings)
         self.settings = settings
         self.servers = settings["bootstrap.servers"].split(",")
+
+    def on_each_node(self, ask: Callable[[str], Any], wanted: Any, what: str) -> None:
+        """Returns once ``ask(server)`` answers ``wanted`` at each node (10 s each), else fails naming the
+        node that does not, and ``what`` was asked."""
+        for server in self.servers:
+            answer = settled(lambda server=server: ask(server), wanted)
+            assert answer == wanted, f"the node at {server} answers {answer!r} to {what}, not {wanted!r}, " \
+                                     "after 10 s"
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        """Creates ``name`` (the cluster's default replication) once each node leads its partitions."""
+        self.create_topics([NewTopic(name, partitions)])[name].result()
+        self.on_each_node(lambda server: led_partitions_at(server, self.settings, name), partitions,
+                          f"how many partitions of {name} have a leader")
+
+    def credentials_settled(self, user: str, wanted: list[tuple[str, int]] | str) -> None:
+        """Returns once each node describes ``user``'s SCRAM credentials as ``wanted`` (as
+        ``described_credentials`` puts them)."""
+        self.on_each_node(lambda server: credentials_at(server, self.settings, user), wanted,
+                          f"DescribeUserScramCredentials({user})")
 
 
 def grant(admin: AdminClient, *bindings: AclBinding) -> None:
@@ -114,9 +147,8 @@ def grant(admin: AdminClient, *bindings: AclBinding) -> None:
         settled(lambda: set(bindings) <= set(admin.describe_acls(EVERY_ACL).result()), True)
         return
     wanted = {_acl_key(binding) for binding in bindings}
-    for server in admin.servers:
-        assert settled(lambda server=server: wanted <= acls_at(server, admin.settings), True), \
-            f"the node at {server} does not hold {wanted - acls_at(server, admin.settings)} after 10 s"
+    admin.on_each_node(lambda server: wanted - acls_at(server, admin.settings), set(),
+                       "which of the new ACLs its authorizer lacks")
 
 
 def acls_at(server: str, settings: dict[str, Any]) -> set[tuple]:
@@ -129,6 +161,27 @@ def acls_at(server: str, settings: dict[str, Any]) -> set[tuple]:
     assert answer.error_code == ErrorCode.none, answer
     return {(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
              a.permission_type) for r in answer.resources for a in r.acls}
+
+
+def led_partitions_at(server: str, settings: dict[str, Any], topic: str) -> int:
+    """How many partitions of ``topic`` have a leader in the metadata of the node at ``server`` (0 while
+    it does not know the topic)."""
+    request = MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    with WireClient(server, settings=settings) as client:
+        answer = client.send(request)
+    return sum(partition.leader_id >= 0 for found in answer.topics if found.error_code == ErrorCode.none
+               for partition in found.partitions)
+
+
+def credentials_at(server: str, settings: dict[str, Any], user: str) -> list[tuple[str, int]] | str:
+    """``user``'s SCRAM credentials as the node at ``server`` describes them (as
+    ``described_credentials`` puts them: (mechanism, iterations), or the error's name)."""
+    with WireClient(server, settings=settings) as client:
+        result, = client.send(DescribeUserScramCredentialsRequest(users=(UserName(name=user),))).results
+    if result.error_code != ErrorCode.none:
+        return result.error_code.name.upper()
+    return [(ScramMechanism(info.mechanism).name, info.iterations) for info in result.credential_infos]
 
 
 def _acl_key(binding: AclBinding) -> tuple:
