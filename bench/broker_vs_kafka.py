@@ -21,7 +21,8 @@ machine's load (shared, noisy) falls on both alike:
 
 With --sasl-ssl a second pair joins: a secured Apache Kafka node and a secured strom broker (SASL_SSL,
 SCRAM-SHA-512, ACLs on; the client is a super user), so each is also measured against its own
-PLAINTEXT figure (TLS's cost to each, and their ratio).
+PLAINTEXT figure (TLS's cost to each, and their ratio), in the table from the rounds' medians and
+below it round by round.
 
 Prints one table with strom / Kafka ratios (for p99 and CPU, Kafka / strom: above 1 means strom is
 better),
@@ -311,6 +312,25 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
                 kafka_kept, strom_kept = 1 / kafka_kept, 1 / strom_kept
             row.append(f" | {kafka_kept:>10.2f} | {strom_kept:>10.2f} | {strom_kept / kafka_kept:>5.2f}")
         print(f"| {workload:<16} | {metric:<9}{''.join(row)} |")
+    if args.sasl_ssl:
+        print_tls_rounds(results, seen)
+
+
+def print_tls_rounds(results: dict[tuple[str, str, str], list[float]], seen: list[tuple[str, str]]) -> None:
+    """TLS's ratio of ratios round by round: each broker's SASL_SSL figure over its PLAINTEXT one of the
+    same round (minutes apart, not rounds apart, so a round in which one broker ran slow for reasons of
+    the host spoils one value, not the medians of the table)."""
+    print("\nTLS: strom's ratio over Kafka's, per round (throughput metrics)")
+    for workload, metric in seen:
+        if metric not in ("MB/s", "records/s"):
+            continue
+        kept = {broker: [tls / plain for tls, plain in zip(results[(workload, metric, broker + " SASL_SSL")],
+                                                           results[(workload, metric, broker)], strict=True)]
+                for broker in ("apache-kafka", "strom-broker")}
+        per_round = [strom / kafka
+                     for strom, kafka in zip(kept["strom-broker"], kept["apache-kafka"], strict=True)]
+        print(f"  {workload:<26} {metric:<9} " + ", ".join(f"{r:.2f}" for r in per_round)
+              + f"  (median {statistics.median(per_round):.2f})")
 
 
 if __name__ == "__main__":
