@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import struct
@@ -303,17 +304,22 @@ def print_table(results: dict[tuple[str, str, str], list[float]], args: argparse
             strom = statistics.median(results[(workload, metric, "strom-broker" + protocol)])
             figures[protocol] = (kafka, strom)
             lower_is_better = metric.endswith(("ms", "s/GB"))
-            ratio = kafka / strom if lower_is_better else strom / kafka  # above 1: strom is better
+            ratio = over(kafka, strom) if lower_is_better else over(strom, kafka)  # above 1: strom is better
             row.append(f" | {kafka:>14,.1f} | {strom:>14,.1f} | {ratio:>5.2f}")
         if args.sasl_ssl:  # what TLS keeps of each broker's PLAINTEXT figure, and strom's against Kafka's
-            kafka_kept = figures[" SASL_SSL"][0] / figures[""][0]
-            strom_kept = figures[" SASL_SSL"][1] / figures[""][1]
+            kafka_kept = over(figures[" SASL_SSL"][0], figures[""][0])
+            strom_kept = over(figures[" SASL_SSL"][1], figures[""][1])
             if lower_is_better:
-                kafka_kept, strom_kept = 1 / kafka_kept, 1 / strom_kept
-            row.append(f" | {kafka_kept:>10.2f} | {strom_kept:>10.2f} | {strom_kept / kafka_kept:>5.2f}")
+                kafka_kept, strom_kept = over(1, kafka_kept), over(1, strom_kept)
+            row.append(f" | {kafka_kept:>10.2f} | {strom_kept:>10.2f} | {over(strom_kept, kafka_kept):>5.2f}")
         print(f"| {workload:<16} | {metric:<9}{''.join(row)} |")
     if args.sasl_ssl:
         print_tls_rounds(results, seen)
+
+
+def over(numerator: float, denominator: float) -> float:
+    """A ratio, NaN when the denominator is 0 (a tiny --scale run may cost a broker under one CPU tick)."""
+    return numerator / denominator if denominator else math.nan
 
 
 def print_tls_rounds(results: dict[tuple[str, str, str], list[float]], seen: list[tuple[str, str]]) -> None:
@@ -324,10 +330,11 @@ def print_tls_rounds(results: dict[tuple[str, str, str], list[float]], seen: lis
     for workload, metric in seen:
         if metric not in ("MB/s", "records/s"):
             continue
-        kept = {broker: [tls / plain for tls, plain in zip(results[(workload, metric, broker + " SASL_SSL")],
-                                                           results[(workload, metric, broker)], strict=True)]
+        kept = {broker: [over(tls, plain)
+                         for tls, plain in zip(results[(workload, metric, broker + " SASL_SSL")],
+                                               results[(workload, metric, broker)], strict=True)]
                 for broker in ("apache-kafka", "strom-broker")}
-        per_round = [strom / kafka
+        per_round = [over(strom, kafka)
                      for strom, kafka in zip(kept["strom-broker"], kept["apache-kafka"], strict=True)]
         print(f"  {workload:<26} {metric:<9} " + ", ".join(f"{r:.2f}" for r in per_round)
               + f"  (median {statistics.median(per_round):.2f})")
