@@ -232,8 +232,8 @@ def _describe_broker(ctx: RequestContext, name: str, keys: Any, synonyms: bool) 
                 for k, v in config.dynamic[CLUSTER_DEFAULT].items() if keys is None or k in keys]
     values = {**{key: config[key] for key in BROKER_SPECS}, **config.static_listener_keys,
               **{k: v for k, v in config.dynamic[PER_BROKER].items() if k.startswith(LISTENER_PREFIX)}}
-    return [_entry(key, value, config.synonyms(key), key not in DYNAMIC_BROKER_KEYS | RELOADABLE_SSL_KEYS,
-                   synonyms, is_sensitive(key))
+    changeable = DYNAMIC_BROKER_KEYS | RELOADABLE_SSL_KEYS
+    return [_entry(key, value, config.synonyms(key), key not in changeable, synonyms, is_sensitive(key))
             for key, value in values.items() if keys is None or key in keys]
 
 
