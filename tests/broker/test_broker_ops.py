@@ -20,6 +20,7 @@ from kio.schema.metadata.v12 import request as metadata
 from kio.static.primitive import i8
 
 from strom.broker import EmbeddedBroker
+from strom.broker.lock import lock_data_dir
 from strom.broker.log.records import build_batch
 from strom.cli.main import main
 from strom.kafka import clients
@@ -125,6 +126,16 @@ def test_one_broker_per_data_dir(tmp_path, monkeypatch, capsys):
         assert f"used by another strom broker (pid {first.pid})" in error
     with EmbeddedBroker(tmp_path):
         pass  # the lock went with the first broker's process
+
+
+def test_a_lock_released_while_a_forked_child_shares_it_is_taken_once_the_child_lets_go(tmp_path):
+    """A JVM forked by another thread keeps the lock it was forked with until its exec: adding a user and
+    then starting the broker must not fail on that (this child holds it half a second, not microseconds)."""
+    descriptor = lock_data_dir(tmp_path)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"], pass_fds=(descriptor,))
+    os.close(descriptor)
+    os.close(lock_data_dir(tmp_path))
+    assert child.poll() == 0, "the lock was taken while the child still held it"
 
 
 def _advertised(bootstrap: str) -> tuple[str, int]:
