@@ -20,19 +20,20 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/strom demo
 
+# $(call apt_install,<packages>): installs Debian packages, refreshing the index once if it is stale.
+apt_install = { $(SUDO) apt-get install -y -qq $(1) >/dev/null \
+  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(1) >/dev/null; }; }
+
 # kcat is a real third-party Kafka client the broker tests use as a judge; Graphviz's dot draws
 # `strom streams describe --format svg` (tests/cli/test_streams_describe.py); iptables cuts and slows the
 # links between the fault tests' network namespaces (tests/support/hosts.py; Linux only).
 tools:
-	@command -v kcat >/dev/null || $(SUDO) apt-get install -y -qq kcat >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq kcat >/dev/null; } \
+	@command -v kcat >/dev/null || $(call apt_install,kcat) \
 	  || { echo "The broker tests need kcat: install it (apt-get install kcat, brew install kcat)."; exit 1; }
-	@command -v dot >/dev/null || $(SUDO) apt-get install -y -qq graphviz >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; } \
+	@command -v dot >/dev/null || $(call apt_install,graphviz) \
 	  || { echo "The CLI tests need Graphviz: install it (apt-get install graphviz, brew install graphviz)."; \
 	       exit 1; }
-	@command -v iptables >/dev/null || [ "$$(uname)" != Linux ] || $(SUDO) apt-get install -y -qq iptables >/dev/null \
-	  || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq iptables >/dev/null; } \
+	@command -v iptables >/dev/null || [ "$$(uname)" != Linux ] || $(call apt_install,iptables) \
 	  || { echo "The fault tests need iptables: install it (apt-get install iptables)."; exit 1; }
 
 # Apache Kafka's own jars (broker, controller, tools) for the tests that run strom against a real Kafka
@@ -117,11 +118,11 @@ librdkafka: $(LIBRDKAFKA_STAMP)
 	@mkdir -p .cache && rm -rf .cache/librdkafka && ln -s $(LIBRDKAFKA_DIR) .cache/librdkafka
 
 $(LIBRDKAFKA_STAMP):
-	@command -v npm >/dev/null || { echo "librdkafka's test-runner is built from npm's $(LIBRDKAFKA_NPM): install npm (apt-get install npm)."; exit 1; }
+	@command -v npm >/dev/null || $(call apt_install,npm) || { echo "librdkafka's test-runner is built from npm's $(LIBRDKAFKA_NPM): install npm (apt-get install npm)."; exit 1; }
 	@command -v cc >/dev/null && command -v c++ >/dev/null && command -v make >/dev/null \
-	  || { echo "Building librdkafka's test-runner needs a C and C++ compiler: install them (apt-get install build-essential)."; exit 1; }
+	  || $(call apt_install,build-essential) || { echo "Building librdkafka's test-runner needs a C and C++ compiler: install them (apt-get install build-essential)."; exit 1; }
 	@printf '#include <curl/curl.h>\n#include <openssl/ssl.h>\n' | cc -E - >/dev/null 2>&1 \
-	  || { echo "librdkafka's TLS and OIDC tests need OpenSSL's and libcurl's headers: install them (apt-get install libssl-dev libcurl4-openssl-dev)."; exit 1; }
+	  || $(call apt_install,libssl-dev libcurl4-openssl-dev) || { echo "librdkafka's TLS and OIDC tests need OpenSSL's and libcurl's headers: install them (apt-get install libssl-dev libcurl4-openssl-dev)."; exit 1; }
 	@mkdir -p $(LIBRDKAFKA_HOME) && tmp=$$(mktemp -d $(LIBRDKAFKA_HOME)/.librdkafka-XXXXXX) && trap 'rm -rf $$tmp' EXIT \
 	  && echo "building librdkafka's test-runner from $(LIBRDKAFKA_NPM) in $(LIBRDKAFKA_DIR) (a few minutes)" \
 	  && (cd $$tmp && npm pack --silent $(LIBRDKAFKA_NPM) >/dev/null) \
