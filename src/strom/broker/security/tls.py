@@ -97,8 +97,8 @@ class ListenerFileError(BrokerStartError):
 
 
 class KeystoreRefused(ValueError):
-    """A listener's new keystore or truststore does not load, or its certificate does not match the one in
-    use (Kafka answers INVALID_REQUEST); nothing changed."""
+    """A listener's new keystore or truststore does not load, its certificate does not match the one in use,
+    or it is a truststore for a listener without one (Kafka answers INVALID_REQUEST); nothing changed."""
 
 
 @dataclass(frozen=True, slots=True)
