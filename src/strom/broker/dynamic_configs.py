@@ -31,6 +31,7 @@ from strom.broker.config import (
 )
 from strom.broker.log.manager import LogManager
 from strom.broker.security.tls import ListenerTls
+from strom.errors import BrokerStartError
 
 FILE_NAME = "dynamic-configs.json"
 
@@ -42,10 +43,17 @@ def load_saved(data_dir: Path, config: BrokerConfig) -> dict[str, dict[str, int]
     path = data_dir / FILE_NAME
     if not path.exists():
         return {}
-    saved = json.loads(path.read_text())
-    for layer in (PER_BROKER, CLUSTER_DEFAULT):
-        config.set_dynamic(layer, saved["broker"][layer])
-    return {group: parse_group_configs(configs) for group, configs in saved["groups"].items()}
+    try:
+        saved = json.loads(path.read_text())
+        for layer in (PER_BROKER, CLUSTER_DEFAULT):
+            config.set_dynamic(layer, saved["broker"][layer])
+        return {group: parse_group_configs(configs) for group, configs in saved["groups"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        reason = (os.strerror(exc.errno or 0) if isinstance(exc, OSError)
+                  else f"it has no {exc}" if isinstance(exc, KeyError) else str(exc).rstrip("."))
+        raise BrokerStartError(
+            f"Cannot read {path} ({reason}): it keeps the configs changed at run time. Put back a good copy, "
+            "or remove it to start with the static config only (the run-time changes are lost).") from None
 
 
 class DynamicConfigs:
