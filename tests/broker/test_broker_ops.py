@@ -138,6 +138,21 @@ def test_a_lock_released_while_a_forked_child_shares_it_is_taken_once_the_child_
     assert child.poll() == 0, "the lock was taken while the child still held it"
 
 
+@pytest.mark.slow
+def test_a_damaged_dynamic_configs_file_stops_the_start_naming_it_and_what_to_do(tmp_path):
+    saved = tmp_path / "dynamic-configs.json"
+    bad_value = '{"broker": {"broker": {"message.max.bytes": "lots"}, "cluster-default": {}}, "groups": {}}'
+    cut_short = '{"broker": {"broker": {"message.max.bytes": "2000"'
+    for damage in (cut_short, '{"broker": {}, "groups": {}}', bad_value):
+        saved.write_text(damage)
+        started = subprocess.run([STROM, "broker", "--data-dir", str(tmp_path), "--port", "0"],
+                                 capture_output=True, text=True, timeout=60)
+        said = started.stderr
+        assert started.returncode == 2 and said.startswith(f"error: Cannot read {saved.resolve()} ("), said
+        assert said.count("\n") == 1 and "remove it to start with the static config only" in said, said
+        assert [p.name for p in tmp_path.iterdir()] == [saved.name] and saved.read_text() == damage
+
+
 def _advertised(bootstrap: str) -> tuple[str, int]:
     with WireClient(bootstrap) as client:
         broker = client.send(metadata.MetadataRequest(

@@ -144,12 +144,12 @@ def test_the_unsecured_validator_takes_its_options_from_the_listener_s_jaas_conf
         validator(bad.listener("dev", "OAUTHBEARER"), {})
 
 
-def test_a_listener_s_unreadable_keystore_is_named_with_its_prefix(pki):
+def test_a_listener_s_unreadable_keystore_is_named_with_its_prefix(pki, tmp_path):
     own = {"listener.name.SSL.ssl.keystore.location": "/nonexistent.pem"}  # any case names the listener
     config = BrokerConfig(secured_config(pki, **own))
     with pytest.raises(BrokerStartError, match=r"Cannot read listener\.name\.ssl\.ssl\.keystore\.location="
                                                r"/nonexistent.pem: no such file"):
-        bind_listeners(config, "127.0.0.1", 0, None)
+        bind_listeners(config, "127.0.0.1", 0, None, tmp_path / "dynamic-configs.json")
 
 
 @pytest.fixture(scope="module")

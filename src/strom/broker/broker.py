@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from strom.broker.config import BrokerConfig
-from strom.broker.dynamic_configs import DynamicConfigs
+from strom.broker.config import PER_BROKER, BrokerConfig
+from strom.broker.dynamic_configs import FILE_NAME, DynamicConfigs, load_saved
 from strom.broker.groups.coordinator import GroupCoordinator
 from strom.broker.groups.offsets import OffsetStore
 from strom.broker.handlers import load_handlers
@@ -28,7 +28,7 @@ from strom.broker.security import oauthbearer
 from strom.broker.security.acls import Authorizer, Operation, ResourceType
 from strom.broker.security.credentials import CredentialStore
 from strom.broker.security.listeners import Listener, listener_specs, parse_endpoints
-from strom.broker.security.tls import listener_client_auth, server_context
+from strom.broker.security.tls import ListenerFileError, ListenerTls, listener_client_auth, server_context
 from strom.broker.server import ConnectionHandler, bind
 from strom.broker.throttle import LOG_INTERVAL_SECONDS, Throttle
 from strom.broker.transactions.service import TransactionService
@@ -49,9 +49,12 @@ class Broker:
                  allow_unauthenticated_network: bool = False) -> None:
         """Binds the ports first and then takes the data directory, so a start that cannot listen
         creates nothing; raises BrokerStartError saying what to do. `host` and `port` are the
-        listener unless the `listeners` config names them."""
+        listener unless the `listeners` config names them. The listeners start with the configs changed at
+        run time and kept in the data directory (a rotated certificate), read before anything is written."""
         self.config = BrokerConfig(config)
-        self.listeners = bind_listeners(self.config, host, port, advertised_host)
+        self.data_dir = Path(data_dir).resolve()
+        saved_groups = load_saved(self.data_dir, self.config)
+        self.listeners = bind_listeners(self.config, host, port, advertised_host, self.data_dir / FILE_NAME)
         try:
             refuse_unauthenticated_network(self.listeners, allow_unauthenticated_network)
             # by listener name; a JWKS is fetched now, before the data directory is touched
@@ -62,24 +65,24 @@ class Broker:
         first = self.listeners[0]
         self.host, self.port = first.host, first.port
         self.advertised_host, self.advertised_port = first.advertised_host, first.advertised_port
-        self.data_dir = Path(data_dir).resolve()
         self._lock: int | None = None
         try:
             self._lock = lock_data_dir(self.data_dir)
             self.cluster_id = self._cluster_id()
-            self._open_storage()
+            self._open_storage(saved_groups)
         except BaseException:
             self._release()
             raise
 
-    def _open_storage(self) -> None:
+    def _open_storage(self, saved_groups: dict[str, dict[str, int]]) -> None:
         self._auto_create_errors = Throttle(LOG_INTERVAL_SECONDS)
         _raise_open_files_limit()
         self.node_id: int = self.config["node.id"]
         self.closing = False
         load_handlers()
         self.logs = LogManager(self.data_dir, self.config)
-        self.dynamic_configs = DynamicConfigs(self.data_dir, self.config, self.logs)
+        self.dynamic_configs = DynamicConfigs(self.data_dir, self.config, self.logs, saved_groups,
+                                              ListenerTls(self.config, self.listeners))
         self.producer_ids = ProducerIdManager(self.data_dir)
         self.offsets = OffsetStore(self.logs)
         self.groups = GroupCoordinator(self.config, self.offsets)
@@ -177,8 +180,10 @@ class Broker:
         log.info("strom broker stopped; data flushed to %s", self.data_dir)
 
 
-def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: str | None) -> list[Listener]:
-    """Binds every listener (`listeners`, or PLAINTEXT on host:port); BrokerStartError if a listener
+def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: str | None,
+                   saved: Path) -> list[Listener]:
+    """Binds every listener (`listeners`, or PLAINTEXT on host:port) with `config` as it is, dynamic configs
+    included (read from `saved`, named when a file set at run time is gone); BrokerStartError if a listener
     cannot be bound or configured (the ones already bound are closed)."""
     try:
         specs = listener_specs(config["listeners"], config["listener.security.protocol.map"], host, port)
@@ -195,7 +200,14 @@ def bind_listeners(config: BrokerConfig, host: str, port: int, advertised_host: 
                                "which is not in listeners: check the listener's name.")
     client_auth = {spec.name: listener_client_auth(config.listener(spec.name), spec.protocol)
                    for spec in specs if spec.uses_tls}
-    contexts = {name: server_context(config.listener(name), auth) for name, auth in client_auth.items()}
+    try:
+        contexts = {name: server_context(config.listener(name), auth) for name, auth in client_auth.items()}
+    except ListenerFileError as exc:
+        if exc.key not in config.dynamic[PER_BROKER]:
+            raise
+        raise BrokerStartError(f"{exc} {exc.key} was set at run time and is kept in {saved}: put its file "
+                               "back, or remove the key there (the listener then starts with its static "
+                               "config).") from None
     bound: list[Listener] = []
     try:
         for spec in specs:

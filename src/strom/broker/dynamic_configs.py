@@ -30,31 +30,44 @@ from strom.broker.config import (
     render,
 )
 from strom.broker.log.manager import LogManager
-from strom.broker.security.tls import KeystoreRefused, ListenerTls
+from strom.broker.security.tls import ListenerTls
 from strom.errors import BrokerStartError
+
+FILE_NAME = "dynamic-configs.json"
+
+
+def load_saved(data_dir: Path, config: BrokerConfig) -> dict[str, dict[str, int]]:
+    """Puts the broker configs kept in ``<data_dir>/dynamic-configs.json`` (if any) into ``config``, over its
+    static ones, and returns the group configs kept there. Reads only: the data directory is not created nor
+    locked yet, so the listeners can be bound with the configs they will serve before anything is written."""
+    path = data_dir / FILE_NAME
+    if not path.exists():
+        return {}
+    try:
+        saved = json.loads(path.read_text())
+        for layer in (PER_BROKER, CLUSTER_DEFAULT):
+            config.set_dynamic(layer, saved["broker"][layer])
+        return {group: parse_group_configs(configs) for group, configs in saved["groups"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        reason = (os.strerror(exc.errno or 0) if isinstance(exc, OSError)
+                  else f"it has no {exc}" if isinstance(exc, KeyError) else str(exc).rstrip("."))
+        raise BrokerStartError(
+            f"Cannot read {path} ({reason}): it keeps the configs changed at run time. Put back a good copy, "
+            "or remove it to start with the static config only (the run-time changes are lost).") from None
 
 
 class DynamicConfigs:
-    """The run-time configs of one broker, persisted in its data directory."""
+    """The run-time configs of one broker, persisted in its data directory: ``config``'s dynamic layers and
+    the ``groups`` as load_saved found them, and ``tls``, the TLS context each listener gives new
+    connections."""
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, logs: LogManager) -> None:
-        self._path = data_dir / "dynamic-configs.json"
+    def __init__(self, data_dir: Path, config: BrokerConfig, logs: LogManager,
+                 groups: dict[str, dict[str, int]], tls: ListenerTls) -> None:
+        self._path = data_dir / FILE_NAME
         self._config = config
         self._logs = logs
-        self.groups: dict[str, dict[str, int]] = {}
-        self.tls = ListenerTls(config)
-        """The TLS context each listener gives new connections."""
-        if self._path.exists():
-            saved = json.loads(self._path.read_text())
-            for layer in (PER_BROKER, CLUSTER_DEFAULT):
-                config.set_dynamic(layer, saved["broker"][layer])
-            self.groups = {group: parse_group_configs(configs) for group, configs in saved["groups"].items()}
-            logs.refresh_topic_defaults()
-            try:
-                self.tls.reload(self.tls.listeners(config.dynamic[PER_BROKER]), compare=False)()
-            except KeystoreRefused as exc:
-                raise BrokerStartError(f"{exc} It was set at run time and is kept in {self._path}: put the "
-                                       "file back, or remove the key there.") from None
+        self.groups = groups
+        self.tls = tls
 
     def alter_broker(self, layer: str, configs: Mapping[str, Any], validate_only: bool,
                      named: Iterable[str] = ()) -> None:

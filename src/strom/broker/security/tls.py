@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from cryptography import x509
 
-from strom.broker.security.listeners import listener_specs
 from strom.errors import BrokerStartError
 
 if TYPE_CHECKING:
@@ -38,35 +37,43 @@ _SHORT_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnit
 def server_context(config: ListenerConfig, client_auth: str) -> ssl.SSLContext:
     """The TLS context of a listener (``config``: its view, so ``listener.name.<listener>.ssl.*`` win over
     ``ssl.*`` as in Kafka) asking clients for a certificate as `client_auth` says (none, requested,
-    required); BrokerStartError naming the key to fix (never the password) if a file cannot be read or
-    the key not decrypted."""
+    required); ListenerFileError naming the key to fix (never the password) if a file cannot be read, the
+    key not decrypted, or a key password is set for a key that is not encrypted (Kafka refuses it too)."""
     keystore_key, password_key, truststore_key = (_named(config, key) for key in (
         "ssl.keystore.location", "ssl.key.password", "ssl.truststore.location"))
-    keystore = config["ssl.keystore.location"]
+    keystore, password = config["ssl.keystore.location"], config["ssl.key.password"]
     if not keystore:
-        raise BrokerStartError(f"A TLS listener (SSL or SASL_SSL) needs {keystore_key}: a PEM file with the "
-                               "broker's private key and certificate chain.")
+        raise ListenerFileError(f"A TLS listener (SSL or SASL_SSL) needs {keystore_key}: a PEM file with the "
+                                "broker's private key and certificate chain.", keystore_key)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
-        context.load_cert_chain(keystore, password=config["ssl.key.password"] or None)
+        context.load_cert_chain(keystore, password=password or None)
+        encrypted = _key_encrypted(keystore)
     except FileNotFoundError as exc:
-        raise BrokerStartError(f"Cannot read {keystore_key}={keystore}: no such file.") from exc
+        raise ListenerFileError(f"Cannot read {keystore_key}={keystore}: no such file.",
+                                keystore_key) from exc
     except (ssl.SSLError, OSError) as exc:
-        raise BrokerStartError(
+        raise ListenerFileError(
             f"Cannot load the private key and certificate from {keystore_key}={keystore} ({_reason(exc)}): "
             f"the file must hold a PEM private key and its certificate chain, and {password_key} must "
-            "decrypt the key if it is encrypted.") from None
+            "decrypt the key if it is encrypted.", keystore_key) from None
+    if password and not encrypted:
+        raise ListenerFileError(
+            f"{password_key} is set, but the private key in {keystore_key}={keystore} is not encrypted "
+            f"(Kafka refuses a key password for it too): remove {password_key}, or use the key encrypted "
+            "with that password.", password_key)
     truststore = config["ssl.truststore.location"]
     if truststore:
         try:
             context.load_verify_locations(truststore)
         except (ssl.SSLError, OSError) as exc:
-            raise BrokerStartError(f"Cannot read the CA certificates of {truststore_key}={truststore} "
-                                   f"({_reason(exc)}): pass a PEM file of CA certificates.") from None
+            raise ListenerFileError(f"Cannot read the CA certificates of {truststore_key}={truststore} "
+                                    f"({_reason(exc)}): pass a PEM file of CA certificates.",
+                                    truststore_key) from None
     elif client_auth != "none":
-        raise BrokerStartError(f"ssl.client.auth={client_auth} needs {truststore_key}: the PEM file of the "
-                               "CAs that sign client certificates.")
+        raise ListenerFileError(f"ssl.client.auth={client_auth} needs {truststore_key}: the PEM file of the "
+                                "CAs that sign client certificates.", truststore_key)
     context.verify_mode = CLIENT_AUTH[client_auth]
     return context
 
@@ -80,9 +87,18 @@ def listener_client_auth(config: ListenerConfig, protocol: str) -> str:
     return "none"
 
 
+class ListenerFileError(BrokerStartError):
+    """A listener's keystore or truststore that cannot be used; ``key`` names the config to fix as the
+    operator set it (``listener.name.<listener>.ssl.*`` if the listener sets it itself)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class KeystoreRefused(ValueError):
-    """A listener's new keystore or truststore does not load, or its certificate does not match the one in
-    use (Kafka answers INVALID_REQUEST); nothing changed."""
+    """A listener's new keystore or truststore does not load, its certificate does not match the one in use,
+    or it is a truststore for a listener without one (Kafka answers INVALID_REQUEST); nothing changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +141,17 @@ class ListenerTls:
     or truststore is set at run time (``listener.name.<listener>.ssl.*``, Kafka's dynamic listener SSL
     configs); connections already open keep the context they started with."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, listeners: Iterable[Listener]) -> None:
+        """``listeners``: as bound, with the contexts of ``config`` (its dynamic configs included)."""
         self._config = config
-        specs = listener_specs(config["listeners"], config["listener.security.protocol.map"], "", 0)
-        self._protocols = {spec.name: spec.protocol for spec in specs if spec.uses_tls}
+        self._protocols = {listener.name: listener.spec.protocol for listener in listeners
+                           if listener.spec.uses_tls}
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._certificates = {name: _in_use(config.listener(name)["ssl.keystore.location"])
                               for name in self._protocols}
+        self._trusting = {name: bool(config.listener(name)["ssl.truststore.location"])
+                          for name in self._protocols}
+        """Whether each listener's context in use has a truststore: Kafka adds none at run time."""
 
     def context(self, listener: Listener) -> ssl.SSLContext | None:
         return self._contexts.get(listener.name, listener.tls)
@@ -147,31 +167,39 @@ class ListenerTls:
                                   f"{', '.join(sorted(self._protocols)) or 'none'}).")
         return named
 
-    def reload(self, names: Iterable[str], compare: bool = True) -> Callable[[], None]:
+    def reload(self, names: Iterable[str]) -> Callable[[], None]:
         """Reads the keystore and truststore of listeners ``names`` again, as the config now names them;
-        KeystoreRefused naming the key (never a password) if one does not load or, with ``compare``, its
-        certificate does not match the one in use. Returns what puts the new contexts in use."""
+        KeystoreRefused naming the key (never a password) if one does not load, its certificate does not
+        match the one in use, or it adds a truststore to a listener that has none (as Kafka refuses it).
+        Returns what puts the new contexts in use."""
         built = {}
         for name in names:
             config = self._config.listener(name)
+            truststore = config["ssl.truststore.location"]
+            if truststore and not self._trusting[name]:
+                raise KeystoreRefused(
+                    f"Cannot add {_named(config, 'ssl.truststore.location')}={truststore} to listener "
+                    f"{name}, which has no truststore (Kafka adds none at run time either): give the "
+                    "listener its truststore in the broker's config and restart it.")
             try:
                 context = server_context(config, listener_client_auth(config, self._protocols[name]))
-            except BrokerStartError as exc:
+            except ListenerFileError as exc:
                 raise KeystoreRefused(str(exc)) from None
             key = f"{_named(config, 'ssl.keystore.location')}={config['ssl.keystore.location']}"
             try:
                 certificate = Certificate.of_keystore(config["ssl.keystore.location"])
             except ValueError as exc:
                 raise KeystoreRefused(f"Cannot read the certificate of {key}: {exc}.") from None
-            current = self._certificates[name] if compare else None
+            current = self._certificates[name]
             refusal = current.refusal(certificate, config, key) if current is not None else None
             if refusal is not None:
                 raise KeystoreRefused(refusal)
-            built[name] = context, certificate, key
+            built[name] = context, certificate, key, bool(truststore)
 
         def use() -> None:
-            for name, (context, certificate, key) in built.items():
+            for name, (context, certificate, key, trusting) in built.items():
                 self._contexts[name], self._certificates[name] = context, certificate
+                self._trusting[name] = trusting
                 log.info("listener %s: new connections get the certificate of %s (%s, serial %x, valid until "
                          "%s); open connections keep theirs", name, key, certificate.subject.rfc4514_string(),
                          certificate.serial, certificate.expires)
@@ -187,6 +215,12 @@ def _in_use(keystore: str) -> Certificate | None:
         log.warning("cannot read the certificate of %s: a certificate set at run time will not be compared "
                     "with it", keystore)
         return None
+
+
+def _key_encrypted(keystore: str) -> bool:
+    """Whether the private key of a PEM keystore is encrypted (PKCS#8, or OpenSSL's older PEM encryption)."""
+    text = Path(keystore).read_text(errors="replace")
+    return "-----BEGIN ENCRYPTED PRIVATE KEY-----" in text or "Proc-Type: 4,ENCRYPTED" in text
 
 
 def _named(config: ListenerConfig, key: str) -> str:
