@@ -47,9 +47,13 @@ def server_context(config: ListenerConfig, client_auth: str) -> ssl.SSLContext:
                                 "broker's private key and certificate chain.", keystore_key)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
+    asked: list[bool] = []  # OpenSSL asks for the password only of a key that is encrypted
+
+    def key_password() -> str:
+        asked.append(True)
+        return password
     try:
-        context.load_cert_chain(keystore, password=password or None)
-        encrypted = _key_encrypted(keystore)
+        context.load_cert_chain(keystore, password=key_password if password else None)
     except FileNotFoundError as exc:
         raise ListenerFileError(f"Cannot read {keystore_key}={keystore}: no such file.",
                                 keystore_key) from exc
@@ -58,7 +62,7 @@ def server_context(config: ListenerConfig, client_auth: str) -> ssl.SSLContext:
             f"Cannot load the private key and certificate from {keystore_key}={keystore} ({_reason(exc)}): "
             f"the file must hold a PEM private key and its certificate chain, and {password_key} must "
             "decrypt the key if it is encrypted.", keystore_key) from None
-    if password and not encrypted:
+    if password and not asked:
         raise ListenerFileError(
             f"{password_key} is set, but the private key in {keystore_key}={keystore} is not encrypted "
             f"(Kafka refuses a key password for it too): remove {password_key}, or use the key encrypted "
@@ -146,12 +150,10 @@ class ListenerTls:
         self._config = config
         self._protocols = {listener.name: listener.spec.protocol for listener in listeners
                            if listener.spec.uses_tls}
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: dict[str, ssl.SSLContext] = {listener.name: listener.tls for listener in listeners
+                                                     if listener.tls is not None}
         self._certificates = {name: _in_use(config.listener(name)["ssl.keystore.location"])
                               for name in self._protocols}
-        self._trusting = {name: bool(config.listener(name)["ssl.truststore.location"])
-                          for name in self._protocols}
-        """Whether each listener's context in use has a truststore: Kafka adds none at run time."""
 
     def context(self, listener: Listener) -> ssl.SSLContext | None:
         return self._contexts.get(listener.name, listener.tls)
@@ -176,7 +178,7 @@ class ListenerTls:
         for name in names:
             config = self._config.listener(name)
             truststore = config["ssl.truststore.location"]
-            if truststore and not self._trusting[name]:
+            if truststore and not _trusts(self._contexts[name]):
                 raise KeystoreRefused(
                     f"Cannot add {_named(config, 'ssl.truststore.location')}={truststore} to listener "
                     f"{name}, which has no truststore (Kafka adds none at run time either): give the "
@@ -194,12 +196,11 @@ class ListenerTls:
             refusal = current.refusal(certificate, config, key) if current is not None else None
             if refusal is not None:
                 raise KeystoreRefused(refusal)
-            built[name] = context, certificate, key, bool(truststore)
+            built[name] = context, certificate, key
 
         def use() -> None:
-            for name, (context, certificate, key, trusting) in built.items():
+            for name, (context, certificate, key) in built.items():
                 self._contexts[name], self._certificates[name] = context, certificate
-                self._trusting[name] = trusting
                 log.info("listener %s: new connections get the certificate of %s (%s, serial %x, valid until "
                          "%s); open connections keep theirs", name, key, certificate.subject.rfc4514_string(),
                          certificate.serial, certificate.expires)
@@ -217,10 +218,10 @@ def _in_use(keystore: str) -> Certificate | None:
         return None
 
 
-def _key_encrypted(keystore: str) -> bool:
-    """Whether the private key of a PEM keystore is encrypted (PKCS#8, or OpenSSL's older PEM encryption)."""
-    text = Path(keystore).read_text(errors="replace")
-    return "-----BEGIN ENCRYPTED PRIVATE KEY-----" in text or "Proc-Type: 4,ENCRYPTED" in text
+def _trusts(context: ssl.SSLContext) -> bool:
+    """Whether a listener's context has a truststore (server_context loads CA certificates from it only):
+    Kafka adds none at run time to a listener that started without one."""
+    return context.cert_store_stats()["x509"] > 0
 
 
 def _named(config: ListenerConfig, key: str) -> str:
