@@ -146,7 +146,7 @@ def running_topology(base_dir: Path) -> Iterator[Topology]:
         spark_hosts = {name: network.host(name) for name in ("master", "driver",
                                                              *(f"worker-{i}" for i in range(WORKERS)))}
         kafka = KafkaCluster(base_dir / "kafka", brokers=3, config={**CLEANUP, **INTERNAL_TOPICS},
-                             hosts=kafka_hosts, java_options=[JIT])
+                             hosts=kafka_hosts)
         spark = SparkCluster(base_dir / "spark", workers=WORKERS, hosts=spark_hosts, java_options=JIT)
         with ThreadPoolExecutor(1) as starting:  # the JVMs start side by side (each mostly waits)
             kafka_started = starting.submit(kafka.start)

@@ -126,9 +126,7 @@ def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> It
     pki = make_pki(tmp_path_factory.mktemp("secured-pki"))
     security = KafkaSecurity(pki, PASSWORDS, jwks_url=idp.jwks_url, jwks_audience=AUDIENCE,
                              jwks_issuer=ISSUER, listener_keys=same_listener_keys(pki))
-    # the JIT's first tier only: 3 JVMs start on 2 cores some 5 s sooner, and answer alike
-    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=3, security=security,
-                         java_options=["-XX:TieredStopAtLevel=1"])
+    kafka = KafkaCluster(tmp_path_factory.mktemp("secured-kafka"), brokers=3, security=security)
     with ThreadPoolExecutor(1) as pool:
         kafka_started = pool.submit(kafka.start)  # the nodes start while strom broker does
         try:
@@ -147,8 +145,6 @@ def sides(tmp_path_factory: pytest.TempPathFactory, idp: IdentityProvider) -> It
                 strom.stop()
         finally:
             kafka_started.exception()  # the start has ended, whether it failed or not
-            for node in kafka.alive():
-                kafka.kill(node)  # nothing here outlives the module: no 6-7 s clean shutdown of 3 nodes
             kafka.stop()
 
 

@@ -284,8 +284,10 @@ def test_kafka_nodes_killed_in_turn_never_stop_the_application(cluster, spark, t
 def _kill(cluster: KafkaCluster, app: SparkStreams, watch: CommitWatch, report: list[tuple[Any, ...]],
           role: str, victims: Callable[[], tuple[int, ...]], down_s: float) -> None:
     """Once every node serves, SIGKILLs the ``victims()`` at once, starts them again after ``down_s`` (they
-    boot while the application recovers), waits until every task committed since, and reports the
-    longest pause without a commit; the application must still be RUNNING."""
+    boot while the application recovers), waits until every task committed since they serve again, and
+    reports the longest pause without a commit; the application must still be RUNNING. The wait counts
+    from the nodes' return to service, not from their start: a JVM took from 10 s to over 2 minutes to
+    boot on a loaded 2-core machine, and with two nodes down nothing can commit before that."""
     cluster.wait_until_serving(cluster.brokers)
     nodes = victims()
     batches = app.progress.batches
@@ -295,9 +297,10 @@ def _kill(cluster: KafkaCluster, app: SparkStreams, watch: CommitWatch, report: 
     time.sleep(down_s)
     for node in nodes:
         cluster.start_node(node, wait=False)
+    cluster.wait_until_serving(cluster.brokers)
     back = time.monotonic()
     assert wait_for(lambda: watch.committed_since(back, 1), 120), \
-        f"{role} (nodes {nodes}) killed: not every task committed within 120 s of their return"
+        f"{role} (nodes {nodes}) killed: not every task committed within 120 s of their return to service"
     _row(report, role, "+".join(map(str, nodes)), down_s, watch.longest_pause(killed, time.monotonic()),
          app.progress.batches - batches)
     assert app.state is SparkStreams.State.RUNNING, f"{role} (nodes {nodes}): {app.state}"
