@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from strom.errors import BrokerUnavailableError, ProcessingError, ProducerFencedError
 from strom.kafka import clients
-from strom.kafka.transactional import TransactionalProducer, fenced, send_timed_out
+from strom.kafka.transactional import CALM_S, Patience, TransactionalProducer, fenced, send_timed_out
 from support.kafka import create_topic, read_topic, unique
 
 pytestmark = pytest.mark.broker
@@ -140,6 +140,41 @@ def test_send_offsets_is_bounded_shorter_once_the_producer_found_the_coordinator
         assert producer.send_offsets_timeout_s == 2.0
     finally:
         consumer.close()
+
+
+def test_patience_doubles_the_bounds_at_each_give_up_and_halves_them_after_each_calm_period():
+    now = [0.0]
+    patience = Patience(clock=lambda: now[0])
+    assert patience.bound(2.0) == 2.0
+    patience.gave_up()
+    patience.gave_up()
+    assert patience.bound(2.0) == 8.0
+    now[0] += CALM_S - 1
+    assert patience.bound(2.0) == 8.0
+    now[0] += 1
+    assert patience.bound(2.0) == 4.0
+    patience.gave_up()  # from the level reached, not the one before the calm period
+    assert patience.bound(2.0) == 8.0
+    for _ in range(10):
+        patience.gave_up()
+    assert patience.bound(2.0) == 32.0
+    now[0] += 10 * CALM_S
+    assert patience.bound(2.0) == 2.0
+
+
+def test_a_producers_send_offsets_bounds_follow_the_patience_it_shares(broker):
+    """The producers of one stream thread slot share its patience: a new one after a give-up waits
+    longer, up to the commit timeout."""
+    patience = Patience()
+    patience.gave_up()
+    producer = TransactionalProducer(broker.bootstrap_servers, unique("txn"), "Test writer",
+                                     patience=patience)
+    assert producer.send_offsets_timeout_s == 10.0
+    producer.offsets_sent = True
+    assert producer.send_offsets_timeout_s == 4.0
+    for _ in range(3):
+        patience.gave_up()
+    assert producer.send_offsets_timeout_s == producer.commit_timeout_s == 20.0
 
 
 def test_a_send_timed_out_is_told_apart_from_other_send_errors():

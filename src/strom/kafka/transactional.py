@@ -12,8 +12,8 @@ Every transactional call, and any other client call the owner routes through ``c
   commit; nothing about the producer's identity is wrong.
 - any other Kafka error: ``BrokerUnavailableError`` naming the owner, the call and the broker.
 - ``send_offsets_to_transaction`` not returning within its bound (``send_offsets_timeout_s`` plus
-  ``STALL_GRACE_S``: 7 s for a producer's first call, 4 s once it found the coordinators; a ``patient``
-  producer's is its commit timeout):
+  ``STALL_GRACE_S``: 7 s for a producer's first call, 4 s once it found the coordinators, longer while its
+  ``Patience`` says the coordinators answer slowly; a ``patient`` producer's is its commit timeout):
   ``TransactionStalledError``, and the producer is ``stalled`` for good. librdkafka (up to 2.16 at
   least) waits for that call without a bound: its ``TxnOffsetCommit`` waits for the group coordinator's
   broker to change state, and when that broker died and left the cluster's metadata it may wait for
@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,7 +49,8 @@ from strom.kafka import clients
 from strom.kafka.causes import causes, kafka_error
 from strom.kafka.security import identity_of, refusal
 
-__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "TransactionalProducer", "fenced", "send_timed_out"]
+__all__ = ["FENCED", "STALL_GRACE_S", "TIMEOUT_S", "Patience", "TransactionalProducer", "fenced",
+           "send_timed_out"]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,11 @@ KNOWN_COORDINATORS_TIMEOUT_S = 2.0
 benchmark). librdkafka's stall (the module) hits exactly these calls: a coordinator it knows died and
 came back (or left the metadata), so the call waits on it for ever; given up after 4 s instead of 7 s.
 A call slow for another reason costs one reopening of the thread's tasks (about a second), and the new
-producer's first call has ``SEND_OFFSETS_TIMEOUT_S`` again."""
+producer's first call has ``SEND_OFFSETS_TIMEOUT_S`` again (both doubled by ``Patience``)."""
+CALM_S = 30.0
+"""How long send-offsets must go without being given up before ``Patience`` halves its bounds again."""
+_MOST_DOUBLINGS = 4
+"""``Patience`` doubles the bounds at most this often (2 s becomes 32 s: past any commit timeout)."""
 FENCED = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _TRANSACTION_TIMEOUT_MS = 60_000
 """librdkafka's default ``transaction.timeout.ms``."""
@@ -117,18 +123,48 @@ def _refused_topic(error: KafkaError) -> str:
     return match.group(1) if match else ""
 
 
+class Patience:
+    """How many times the send-offsets bounds are doubled, shared by the successive producers of one
+    ``transactional.id`` (a stream thread's slot): each send-offsets given up doubles them, each
+    ``CALM_S`` without one halves them again. A coordinator answering slowly (a loaded machine, a
+    transaction log still loading, the abort of the previous producer's transaction still being written)
+    is not stalled: giving up on it as soon again only repeats the abort and the reopening. On a 2-core
+    machine at load 40-170, stream threads with fixed bounds aborted nearly every transaction for
+    minutes that way."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._doublings = 0
+        self._since = clock()
+
+    @property
+    def doublings(self) -> int:
+        calm_periods = int((self._clock() - self._since) // CALM_S)
+        return max(0, self._doublings - calm_periods)
+
+    def gave_up(self) -> None:
+        self._doublings = min(self.doublings + 1, _MOST_DOUBLINGS)
+        self._since = self._clock()
+
+    def bound(self, seconds: float) -> float:
+        return seconds * 2 ** self.doublings
+
+
 class TransactionalProducer:
     """A confluent-kafka producer with ``transactional.id`` set; ``producer`` is the client itself, for
     ``produce``, ``poll`` and ``flush`` on the hot path. ``owner`` says what it writes for, in errors
     (e.g. "Stream task app-0_1")."""
 
     def __init__(self, bootstrap_servers: str, transactional_id: str, owner: str,
-                 timeout_s: float = TIMEOUT_S, patient: bool = False, **overrides: Any) -> None:
+                 timeout_s: float = TIMEOUT_S, patient: bool = False, patience: Patience | None = None,
+                 **overrides: Any) -> None:
         """``patient``: a stall fails the owner's Spark task (a micro-batch task's producer), so a
         send-offsets may take the whole commit timeout before it counts as stalled; a stream thread's
-        producer must not pause its tasks long and gets the short bounds (the module)."""
+        producer must not pause its tasks long and gets the short bounds (the module), scaled by
+        ``patience`` (the slot's, kept by its owner across producers; a fresh one if not given)."""
         self.transactional_id = transactional_id
         self.patient = patient
+        self.patience = patience or Patience()
         self.owner = owner
         self.timeout_s = timeout_s
         transaction_timeout_s = float(overrides.get("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)) / 1000
@@ -157,16 +193,20 @@ class TransactionalProducer:
         """Adds ``offsets`` to the transaction; ``TransactionStalledError`` if librdkafka does not return
         in time (see the module)."""
         self._group = _group_of(group_metadata)
-        self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata,
-                      self.send_offsets_timeout_s)
+        try:
+            self._bounded(self.producer.send_offsets_to_transaction, offsets, group_metadata,
+                          self.send_offsets_timeout_s)
+        except (TransactionStalledError, TransactionAbortableError):
+            self.patience.gave_up()
+            raise
         self.offsets_sent = True
 
     @property
     def send_offsets_timeout_s(self) -> float:
         if self.patient:
             return self.commit_timeout_s
-        return min(self.commit_timeout_s,
-                   KNOWN_COORDINATORS_TIMEOUT_S if self.offsets_sent else SEND_OFFSETS_TIMEOUT_S)
+        bound = KNOWN_COORDINATORS_TIMEOUT_S if self.offsets_sent else SEND_OFFSETS_TIMEOUT_S
+        return min(self.commit_timeout_s, self.patience.bound(bound))
 
     def commit_transaction(self) -> None:
         self.call(self.producer.commit_transaction, self.commit_timeout_s)

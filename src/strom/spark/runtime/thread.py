@@ -41,7 +41,7 @@ from strom.errors import (
 from strom.kafka import clients
 from strom.kafka.clients import CONNECT_AT_ONCE
 from strom.kafka.security import refusal
-from strom.kafka.transactional import TransactionalProducer, fenced, send_timed_out
+from strom.kafka.transactional import Patience, TransactionalProducer, fenced, send_timed_out
 from strom.spark.queries.server import seed_positions, serve_queries
 from strom.spark.runtime.control import ABORTED, FENCED, FINISHED, ControlClient
 from strom.spark.runtime.executor import SUMMARY_SCHEMA, TaskSummary, executor_config
@@ -160,6 +160,8 @@ class StreamThread:
         self._reusable: set[str] = set()
         self._wide = False
         """The last commit wrote to more partitions than one round of produce requests covers."""
+        self._patience = Patience()
+        """Shared by the successive producers of this thread's slot (a reopening keeps it)."""
 
     def run(self) -> list[TaskSummary]:
         started = time.monotonic()
@@ -230,7 +232,8 @@ class StreamThread:
             return
         self.transactions = TransactionalProducer(
             bootstrap, transactional_id(self.config.application_id, self.index),
-            f"Stream thread {self.index} of {self.config.application_id}", **settings)
+            f"Stream thread {self.index} of {self.config.application_id}", patience=self._patience,
+            **settings)
         self.transactions.init_transactions()
         self.producer = self.transactions.producer
 
