@@ -61,10 +61,10 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 # test-runner built (only its security tests need it), then LANE_C's slow tests (the tasks on Kafka, the
 # secured clusters, the CLI's subprocesses) and the tests not marked slow. Each side lane's report
 # (.cache/lane-b.log, .cache/lane-c.log) is printed after the foreground's; any failing fails `make test`.
-LANE_B := tests/spark/runtime/test_failover.py tests/faults tests/cli/test_venv_pack.py \
-  tests/cli/test_spark_submit.py tests/cli/test_quiet_terminal.py tests/cli/test_cli_on_apache_kafka.py \
-  tests/cli/test_streams_reset.py
-LANE_C := tests/tasks tests/security tests/cli tests/oracle
+LANE_B := tests/spark/runtime/test_failover.py tests/spark/runtime/test_queries_on_cluster.py tests/faults \
+  tests/cli/test_venv_pack.py tests/cli/test_spark_submit.py tests/cli/test_quiet_terminal.py \
+  tests/cli/test_cli_on_apache_kafka.py tests/cli/test_streams_reset.py
+LANE_C := tests/tasks tests/security tests/cli tests/oracle tests/spark/test_startup_cache.py
 test: $(STAMP) tools kafka oracle
 	$(BIN)/ruff check .
 	@mkdir -p .cache
