@@ -53,34 +53,26 @@ $(KAFKA_STAMP): $(KAFKA_POM)
 	  -DoutputDirectory=$(CURDIR)/$(KAFKA_LIBS)
 	@touch $@
 
-# Three pytest runs side by side, each about a third of the suite's time (mostly waiting on JVMs, timeouts
-# and faults held; run 1 of session 27 measured 62 min for the two-lane split's foreground, 53 for its side
-# at 1.24 busy cores of 2). In the foreground, the slow tests but LANE_B's and LANE_C's (the Spark runtime on
-# local Spark, the Kafka node-kill campaign, the connector, fidelity, the brokers). Beside it, LANE_B's slow
-# tests (standalone Spark clusters losing workers, the network faults, spark-submit), and LANE_C: librdkafka's
-# test-runner built (only its security tests need it), then LANE_C's slow tests (the tasks on Kafka, the
-# secured clusters, the CLI's subprocesses) and the tests not marked slow. Each side lane's report
-# (.cache/lane-b.log, .cache/lane-c.log) is printed after the foreground's; any failing fails `make test`.
-LANE_B := tests/spark/runtime/test_failover.py tests/spark/runtime/test_queries_on_cluster.py tests/faults \
-  tests/cli/test_venv_pack.py tests/cli/test_spark_submit.py tests/cli/test_quiet_terminal.py \
-  tests/cli/test_cli_on_apache_kafka.py tests/cli/test_streams_reset.py
-LANE_C := tests/tasks tests/security tests/cli tests/oracle tests/spark/test_startup_cache.py
-test: $(STAMP) tools kafka oracle
+# Two pytest runs side by side, each about half the suite: the slow tests but the CLI's, the tasks' and
+# the network faults' (Spark and Kafka clusters, fault injection: mostly waiting on JVMs and timeouts) in
+# the foreground; the CLI's, the tasks' and the network faults' slow tests (subprocesses waiting on their
+# own start-up, a Kafka cluster's rolling restart, partitions held for their timeouts) then the tests not
+# marked slow beside them, their report (.cache/side-tests.log) printed after the foreground's. Either
+# failing fails `make test`.
+SIDE_SLOW := tests/cli tests/tasks tests/faults tests/security
+test: $(STAMP) tools kafka
 	$(BIN)/ruff check .
 	@mkdir -p .cache
-	@trap 'kill $$lane_b $$lane_c 2>/dev/null' INT TERM; \
-	$(BIN)/python -m pytest -m slow $(LANE_B) > .cache/lane-b.log 2>&1 & lane_b=$$!; \
-	{ $(MAKE) --no-print-directory librdkafka && $(BIN)/python -m pytest -m slow $(LANE_C) \
-	    $(addprefix --ignore=,$(LANE_B)); slow_rc=$$?; $(BIN)/python -m pytest -m "not slow"; \
-	  exit $$(( slow_rc || $$? )); } > .cache/lane-c.log 2>&1 & lane_c=$$!; \
-	echo "two more pytest runs go on beside this one; their reports follow it"; \
-	$(BIN)/python -m pytest -m slow $(addprefix --ignore=,$(LANE_B) $(LANE_C)); lane_a=$$?; \
-	wait $$lane_b; lane_b_rc=$$?; wait $$lane_c; lane_c_rc=$$?; \
-	echo; echo "===== pytest -m slow $(LANE_B) (.cache/lane-b.log) ====="; cat .cache/lane-b.log; \
-	echo; echo "===== make librdkafka; pytest -m slow $(LANE_C); pytest -m 'not slow' (.cache/lane-c.log) ====="; \
-	cat .cache/lane-c.log; \
-	echo "exit codes: the foreground $$lane_a, lane B $$lane_b_rc, lane C $$lane_c_rc"; \
-	exit $$(( lane_a || lane_b_rc || lane_c_rc ))
+	@trap 'kill $$side 2>/dev/null' INT TERM; \
+	{ $(BIN)/python -m pytest -m slow $(SIDE_SLOW); slow_rc=$$?; $(BIN)/python -m pytest -m "not slow"; \
+	  exit $$(( slow_rc || $$? )); } > .cache/side-tests.log 2>&1 & side=$$!; \
+	echo "pytest -m slow $(SIDE_SLOW), then pytest -m 'not slow', run beside this; their report follows"; \
+	$(BIN)/python -m pytest -m slow $(addprefix --ignore=,$(SIDE_SLOW)); main_rc=$$?; \
+	wait $$side; side_rc=$$?; \
+	echo; echo "===== pytest -m slow $(SIDE_SLOW); pytest -m 'not slow' (.cache/side-tests.log) ====="; \
+	cat .cache/side-tests.log; \
+	echo "the other slow tests: exit $$main_rc; pytest -m slow $(SIDE_SLOW), then the rest: exit $$side_rc"; \
+	exit $$(( main_rc || side_rc ))
 
 # issue 28: the oracle's reference runner (tests/oracle): Kafka Streams' jars of the version the Apache
 # Kafka tests pin, copied by Maven into .cache/oracle/<version>/libs, and the runner compiled by javac into
@@ -142,6 +134,7 @@ $(LIBRDKAFKA_STAMP):
 	  && find . \( -name '*.o' -o -name '*.a' -o -name '*.d' \) -delete && touch tests/.complete \
 	  && rm -rf $(LIBRDKAFKA_DIR) && mv $$tmp/tree $(LIBRDKAFKA_DIR)
 
+test: oracle librdkafka
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
