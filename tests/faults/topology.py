@@ -36,7 +36,7 @@ from spark.runtime.cluster_wordcount import DEFAULTS, WordCountDriver, assert_co
 from spark.runtime.conftest import read_updates
 from strom.kafka import clients
 from strom.kafka.clients import JAVA_PARTITIONER
-from support.apache_kafka import KafkaCluster
+from support.apache_kafka import FIRST_JIT_TIER, KafkaCluster
 from support.hosts import Host, Network
 from support.spark_cluster import SparkCluster
 
@@ -54,10 +54,11 @@ GATE_S = 120.0
 """How long a scenario waits, before its fault, for every partition to commit: the application caught up
 after the scenario before, so this is a batch's commit interval, or a batch restart after a fault that
 ended one (15-26 s at load 20-40), with room for load."""
-JIT = "-XX:TieredStopAtLevel=1"
-"""Every JVM of the topology (the Kafka nodes, Spark's master, workers, driver and executors) compiles with
-C1 only, as strom's own local drivers do (``strom.spark.local_session.LOCAL_JIT``): on two shared cores
-their start is mostly compiling, and this traffic (tens of records a second) never needs C2's code."""
+JIT = FIRST_JIT_TIER
+"""Every JVM of the topology (the Kafka nodes, as every test cluster's, Spark's master, workers, driver and
+executors) compiles with C1 only, as strom's own local drivers do (``strom.spark.local_session.LOCAL_JIT``):
+on two shared cores their start is mostly compiling, and this traffic (tens of records a second) never
+needs C2's code."""
 CLEANUP = {"transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000}
 """Brokers abort a timed-out transaction within a second (Kafka's default: 10 s), for scenario 8."""
 INTERNAL_TOPICS = {"offsets.topic.num.partitions": 3, "transaction.state.log.num.partitions": 1}
